@@ -1,0 +1,43 @@
+# Dependencies: hwloc, libnuma and cmocka are required; rdma-core (ibverbs,
+# mlx5dv), DPDK and CUDA are optional and switch their drivers on.
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+
+pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
+find_library(NUMA_LIB numa REQUIRED)
+find_path(NUMA_INCLUDE numa.h REQUIRED)
+set(HCOMM_DEP_LIBS PkgConfig::HWLOC ${NUMA_LIB})
+set(HCOMM_PC_PRIVATE_LIBS "-lhwloc -lnuma -lpthread -lm")
+
+if(HCOMM_BUILD_TESTS)
+  pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)
+endif()
+
+pkg_check_modules(IBVERBS IMPORTED_TARGET libibverbs)
+pkg_check_modules(MLX5 IMPORTED_TARGET libmlx5)
+pkg_check_modules(DPDK IMPORTED_TARGET libdpdk)
+include(CheckLanguage)
+check_language(CUDA)
+
+set(HCOMM_HAVE_VERBS ${IBVERBS_FOUND})
+set(HCOMM_HAVE_MLX5 ${MLX5_FOUND})
+set(HCOMM_HAVE_DPDK ${DPDK_FOUND})
+if(CMAKE_CUDA_COMPILER)
+  set(HCOMM_HAVE_CUDA ON)
+else()
+  set(HCOMM_HAVE_CUDA OFF)
+endif()
+
+function(hcomm_print_summary)
+  message(STATUS "hcomm ${PROJECT_VERSION} configuration:")
+  message(STATUS "  hwloc ${HWLOC_VERSION}, libnuma: required, found")
+  foreach(dep VERBS MLX5 DPDK CUDA)
+    if(HCOMM_HAVE_${dep})
+      message(STATUS "  ${dep}: on")
+    else()
+      message(STATUS "  ${dep}: off (not found)")
+    endif()
+  endforeach()
+  message(STATUS "  drivers built: ${HCOMM_DRIVERS}")
+  message(STATUS "  sanitizers: ${HCOMM_SANITIZE}")
+endfunction()

@@ -1,0 +1,78 @@
+/*
+ * Bootstrap: who am I, how many are we, and the rendezvous that exchanges
+ * every rank's address blobs before the transports connect directly.
+ *
+ * The job is described by the environment: hcommrun's HCOMM_RANK/SIZE/
+ * LOCAL_RANK/LOCAL_SIZE/BOOTSTRAP/JOB_KEY, else torchrun's RANK/WORLD_SIZE/
+ * LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else Open MPI's
+ * OMPI_COMM_WORLD_*, else Slurm's SLURM_PROCID/NTASKS/LOCALID; none: one rank.
+ *
+ * Rendezvous (tcp://HOST:PORT): rank 0 listens there; every other rank
+ * connects (retrying until the deadline) and sends a hello carrying the job
+ * key, its rank and its blob; rank 0 answers with the table of all blobs. A
+ * connection that presents a wrong key or a malformed message is dropped and
+ * logged. file:///DIR: rank 0 listens on an ephemeral port and publishes
+ * "tcp://host:port" in DIR/hcomm-<key-hash>.addr, the others read it there.
+ * The connections to rank 0 stay open: they carry later allgathers and
+ * barriers, and their closing tells rank 0 (and the others, of rank 0) that a
+ * rank died.
+ */
+#ifndef HC_BOOTSTRAP_H
+#define HC_BOOTSTRAP_H
+
+#include "core/hc_base.h"
+
+typedef struct {
+    int rank, size;
+    int local_rank, local_size; /* -1 when the launcher did not say */
+    char url[512];              /* "tcp://host:port", "file:///dir" or "" (size 1) */
+    char job_key[128];          /* "" when the launcher set none */
+    const char *source;         /* "hcommrun", "torchrun", "openmpi", "slurm", "single" */
+} hc_bootstrap_params_t;
+
+/* Reads the environment. Errors: ERR_INVALID naming the variable (a rank
+ * outside [0, size), a size < 1, a malformed URL, a multi-rank job with no
+ * rendezvous address). */
+hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p);
+
+typedef struct hc_bootstrap hc_bootstrap_t;
+
+/* Joins the rendezvous and exchanges blobs: on success *table_p holds size
+ * blobs of blob_len bytes each, rank order, owned by the bootstrap. All ranks
+ * pass the same blob_len. Deadline: timeout_sec. */
+hcomm_status_t hc_bootstrap_open(const hc_bootstrap_params_t *p, const void *blob, size_t blob_len,
+                                 double timeout_sec, hc_bootstrap_t **bs_p, const void **table_p);
+
+/* Allgather through rank 0 over the bootstrap connections. */
+hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t len, void *out,
+                                      double timeout_sec);
+hcomm_status_t hc_bootstrap_barrier(hc_bootstrap_t *bs, double timeout_sec);
+
+/* Non-blocking liveness check for the progress engine's slow path: returns
+ * the rank whose bootstrap connection closed (rank 0 sees every rank; others
+ * see rank 0), or -1 when all are up. */
+int hc_bootstrap_check_peers(hc_bootstrap_t *bs);
+
+void hc_bootstrap_close(hc_bootstrap_t *bs);
+
+/* ---- wire format, exposed for the unit tests and the fuzzer ---------------- */
+#define HC_BOOTSTRAP_MAGIC 0x68636d62u /* "hcmb" */
+#define HC_BOOTSTRAP_VERSION 1
+#define HC_BOOTSTRAP_MAX_BLOB (1u << 20)
+
+typedef struct {
+    uint32_t magic, version, type, rank, size;
+    uint32_t key_len;
+    const char *key; /* points into the parsed buffer, not NUL terminated */
+    uint64_t payload_len;
+    const void *payload; /* points into the parsed buffer */
+} hc_bootstrap_msg_t;
+
+/* Parses one message from buf. Returns the bytes consumed (> 0), 0 when more
+ * bytes are needed, or -1 for a malformed message (bad magic/version/type,
+ * lengths beyond the limits). Never reads past buf+len. */
+long hc_bootstrap_msg_parse(const void *buf, size_t len, hc_bootstrap_msg_t *msg);
+/* Serializes into out (capacity cap); returns bytes written or -1. */
+long hc_bootstrap_msg_pack(const hc_bootstrap_msg_t *msg, void *out, size_t cap);
+
+#endif /* HC_BOOTSTRAP_H */

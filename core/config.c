@@ -1,0 +1,138 @@
+/*
+ * The knob table of config.h read into hc_cfg. Values are parsed once, at
+ * init; a malformed value is an error naming the variable, not a silent
+ * default.
+ */
+#include "core/config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+hc_config_t hc_cfg;
+
+typedef struct {
+    const char *env, *def, *help;
+    hc_cfg_type_t type;
+    size_t offset;
+} hc_cfg_entry_t;
+
+static const hc_cfg_entry_t hc_cfg_table[] = {
+#define HC_CFG_ENTRY_(field, envname, type, defv, helptext)                                        \
+    {envname, defv, helptext, HC_CFG_##type, offsetof(hc_config_t, field)},
+    HC_CONFIG_MAP(HC_CFG_ENTRY_)
+#undef HC_CFG_ENTRY_
+};
+
+bool hc_config_parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (end == s || errno || s[0] == '-')
+        return false;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B' || *end == 'b')
+        end++;
+    if (*end == 'B')
+        end++;
+    if (*end != '\0' || (shift && v > (~0ull >> shift)))
+        return false;
+    *out = (size_t)(v << shift);
+    return true;
+}
+
+static bool hc_config_parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"1", "y", "yes", "on", "true"};
+    static const char *const no[] = {"0", "n", "no", "off", "false"};
+    for (size_t i = 0; i < HC_ARRAY_SIZE(yes); i++) {
+        if (!strcasecmp(s, yes[i])) { *out = true; return true; }
+        if (!strcasecmp(s, no[i])) { *out = false; return true; }
+    }
+    return false;
+}
+
+static bool hc_config_parse_one(const hc_cfg_entry_t *e, const char *s)
+{
+    void *field = (char *)&hc_cfg + e->offset;
+    char *end;
+    errno = 0;
+    switch (e->type) {
+    case HC_CFG_INT: {
+        long long v = strtoll(s, &end, 0);
+        if (end == s || *end || errno)
+            return false;
+        *(int64_t *)field = v;
+        return true;
+    }
+    case HC_CFG_SIZE:
+        return hc_config_parse_size(s, (size_t *)field);
+    case HC_CFG_DOUBLE: {
+        double v = strtod(s, &end);
+        if (end == s || *end || errno || !isfinite(v) || v < 0)
+            return false;
+        *(double *)field = v;
+        return true;
+    }
+    case HC_CFG_STR:
+        *(const char **)field = s;
+        return true;
+    case HC_CFG_BOOL:
+        return hc_config_parse_bool(s, (bool *)field);
+    }
+    return false;
+}
+
+hcomm_status_t hc_config_load(void)
+{
+    for (size_t i = 0; i < HC_ARRAY_SIZE(hc_cfg_table); i++) {
+        const hc_cfg_entry_t *e = &hc_cfg_table[i];
+        if (!hc_config_parse_one(e, e->def))
+            return hc_error(HCOMM_ERR_INTERNAL, "config: bad default for %s", e->env);
+        const char *v = getenv(e->env);
+        if (v && !hc_config_parse_one(e, v)) {
+            hc_config_parse_one(e, e->def);
+            return hc_error(HCOMM_ERR_INVALID, "hcomm_init: cannot parse %s=\"%s\"", e->env, v);
+        }
+    }
+    int level;
+    if (!hc_log_level_parse(hc_cfg.log, &level))
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hcomm_init: HCOMM_LOG=\"%s\" is not one of error|warn|info|debug|trace",
+                        hc_cfg.log);
+    hc_log_level_current = level;
+    if (hc_cfg.timeout <= 0)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_TIMEOUT must be > 0");
+    return HCOMM_OK;
+}
+
+void hc_config_foreach(void (*fn)(const char *env, const char *value, const char *def,
+                                  const char *help, void *arg),
+                       void *arg)
+{
+    char buf[64];
+    for (size_t i = 0; i < HC_ARRAY_SIZE(hc_cfg_table); i++) {
+        const hc_cfg_entry_t *e = &hc_cfg_table[i];
+        const void *field = (const char *)&hc_cfg + e->offset;
+        const char *value = buf;
+        switch (e->type) {
+        case HC_CFG_INT: snprintf(buf, sizeof(buf), "%lld", (long long)*(const int64_t *)field); break;
+        case HC_CFG_SIZE: snprintf(buf, sizeof(buf), "%zu", *(const size_t *)field); break;
+        case HC_CFG_DOUBLE: snprintf(buf, sizeof(buf), "%g", *(const double *)field); break;
+        case HC_CFG_STR: value = *(const char *const *)field; break;
+        case HC_CFG_BOOL: value = *(const bool *)field ? "1" : "0"; break;
+        }
+        fn(e->env, value ? value : "", e->def, e->help, arg);
+    }
+}

@@ -1,0 +1,80 @@
+/*
+ * Every HCOMM_* knob, declared once: X(field, ENV_NAME, type, default, help).
+ * hc_config_load() reads the environment into hc_cfg once, at init; nothing
+ * else calls getenv() for an HCOMM_ knob. `hcomm_info -c` prints the table
+ * with the current values. Types: INT (int64), SIZE (bytes, accepts K/M/G
+ * suffixes), DOUBLE, STR (string, "" for unset), BOOL (0/1/yes/no/on/off).
+ */
+#ifndef HC_CONFIG_H
+#define HC_CONFIG_H
+
+#include "hc_base.h"
+
+#define HC_CONFIG_MAP(X)                                                                           \
+    X(log, "HCOMM_LOG", STR, "warn", "log level: error|warn|info|debug|trace")                     \
+    X(timeout, "HCOMM_TIMEOUT", DOUBLE, "300", "seconds any wait may last before ERR_TIMEOUT")     \
+    X(net, "HCOMM_NET", STR, "auto", "transport between nodes: auto|mlx5|verbs|dpdk|tcp")          \
+    X(shm, "HCOMM_SHM", BOOL, "1", "use shared memory between ranks of one node")                  \
+    X(node_id, "HCOMM_NODE_ID", STR, "", "node identity override (default: host name + netns)")    \
+    X(algo, "HCOMM_ALGO", STR, "auto",                                                             \
+      "force a collective algorithm: auto|node|ring|rd|direct|tree|linear")                        \
+    X(shm_slots, "HCOMM_SHM_SLOTS", INT, "64", "receive slots per shm connection")                 \
+    X(shm_slot_size, "HCOMM_SHM_SLOT_SIZE", SIZE, "8K", "bytes per shm receive slot (eager size)") \
+    X(shm_cma, "HCOMM_SHM_CMA", BOOL, "1",                                                         \
+      "single-copy large shm messages with process_vm_readv when the kernel allows it")            \
+    X(coll_chunk, "HCOMM_COLL_CHUNK", SIZE, "256K",                                                \
+      "pipeline chunk per rank for large node collectives")                                        \
+    X(coll_small, "HCOMM_COLL_SMALL", SIZE, "4K",                                                  \
+      "largest node collective done through the cache-line flagged region")                        \
+    X(group_fuse, "HCOMM_GROUP_FUSE", SIZE, "64K",                                                 \
+      "fuse grouped allreduces whose total size is at most this many bytes")                       \
+    X(hugepage_size, "HCOMM_HUGEPAGE_SIZE", STR, "2M", "hugepage size for pools: 2M|1G")           \
+    X(mem_pool_initial, "HCOMM_MEM_POOL_INITIAL_SIZE", SIZE, "64M", "pool bytes created at init")  \
+    X(mem_pool_max, "HCOMM_MEM_POOL_MAX_SIZE", SIZE, "512M", "pool growth limit")                  \
+    X(mem_pool_bucket_bits, "HCOMM_MEM_POOL_BUCKET_BITS", INT, "2",                                \
+      "log2 of the ratio between pool size classes")                                               \
+    X(reg_cache_max_bytes, "HCOMM_REG_CACHE_MAX_BYTES", SIZE, "1G",                                \
+      "bytes of user memory the registration cache may hold")                                      \
+    X(reg_cache_max_entries, "HCOMM_REG_CACHE_MAX_ENTRIES", INT, "1024",                           \
+      "entries the registration cache may hold")                                                   \
+    X(socket_ifname, "HCOMM_SOCKET_IFNAME", STR, "",                                               \
+      "tcp: interface prefix list, ^ to exclude (default: the one reaching the bootstrap)")        \
+    X(conn_per_peer, "HCOMM_CONN_PER_PEER", INT, "4", "tcp: data connections per peer")            \
+    X(conn_sched, "HCOMM_CONN_SCHED", STR, "priority", "tcp: priority|round_robin")                \
+    X(zcopy_threshold, "HCOMM_ZCOPY_THRESHOLD", SIZE, "64K", "tcp: MSG_ZEROCOPY above this size")  \
+    X(conn_idle_timeout, "HCOMM_CONN_IDLE_TIMEOUT", DOUBLE, "30",                                  \
+      "seconds before an idle connection is closed")                                               \
+    X(conn_half_open_timeout, "HCOMM_CONN_HALF_OPEN_TIMEOUT", DOUBLE, "3",                         \
+      "seconds of silence before a peer is suspect")                                               \
+    X(conn_fail_timeout, "HCOMM_CONN_FAIL_TIMEOUT", DOUBLE, "30",                                  \
+      "seconds of silence before a suspect peer is declared failed")                               \
+    X(stats, "HCOMM_STATS", BOOL, "0", "print per-operation counters at finalize")
+
+typedef enum { HC_CFG_INT, HC_CFG_SIZE, HC_CFG_DOUBLE, HC_CFG_STR, HC_CFG_BOOL } hc_cfg_type_t;
+
+typedef struct {
+#define HC_CFG_FIELD_INT int64_t
+#define HC_CFG_FIELD_SIZE size_t
+#define HC_CFG_FIELD_DOUBLE double
+#define HC_CFG_FIELD_STR const char *
+#define HC_CFG_FIELD_BOOL bool
+#define HC_CFG_DECLARE_(field, env, type, def, help) HC_CFG_FIELD_##type field;
+    HC_CONFIG_MAP(HC_CFG_DECLARE_)
+#undef HC_CFG_DECLARE_
+} hc_config_t;
+
+extern hc_config_t hc_cfg;
+
+/* Reads every knob from the environment (defaults for unset ones). A value
+ * that does not parse fails with ERR_INVALID naming the variable. */
+hcomm_status_t hc_config_load(void);
+
+/* Calls fn for each knob: name, current value as text, default, help. */
+void hc_config_foreach(void (*fn)(const char *env, const char *value, const char *def,
+                                  const char *help, void *arg),
+                       void *arg);
+
+/* Parses "64M", "8K", "1G", "4096": bytes. */
+bool hc_config_parse_size(const char *s, size_t *out);
+
+#endif /* HC_CONFIG_H */

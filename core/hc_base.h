@@ -1,0 +1,94 @@
+/*
+ * Leaf helpers every layer may use: error reporting (status + this thread's
+ * message), logging with rank prefixes, monotonic time and deadlines,
+ * branch hints. No dependency on any other hcomm module.
+ */
+#ifndef HC_BASE_H
+#define HC_BASE_H
+
+#include "hcomm.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define HC_EXPORT __attribute__((visibility("default")))
+#define HC_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HC_NOINLINE __attribute__((noinline))
+#define HC_CACHE_LINE 64
+#define HC_ALIGNED_CL __attribute__((aligned(HC_CACHE_LINE)))
+#define HC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define HC_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define HC_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define HC_ALIGN_UP(x, a) (((x) + (a)-1) & ~((__typeof__(x))(a)-1))
+
+/* ---- errors ---------------------------------------------------------------
+ * hc_error() records "fmt..." as this thread's last error and returns status,
+ * so a failure is reported in one line: return hc_error(HCOMM_ERR_INVALID,
+ * "hcomm_send: peer %d out of range", peer); It logs at debug level only: the
+ * caller decides whether a failure deserves a warning. */
+hcomm_status_t hc_error(hcomm_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Like hc_error() but appends ": <strerror(errno_value)>". */
+hcomm_status_t hc_error_errno(hcomm_status_t status, int errno_value, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+const char *hc_error_last(void);
+
+/* ---- logging ------------------------------------------------------------ */
+typedef enum { HC_LOG_ERROR, HC_LOG_WARN, HC_LOG_INFO, HC_LOG_DEBUG, HC_LOG_TRACE } hc_log_level_t;
+extern int hc_log_level_current;                /* set from HCOMM_LOG at init */
+void hc_log_set_rank(int rank);                 /* prefix "[hcomm r3]"; -1 = none */
+bool hc_log_level_parse(const char *s, int *level_p);
+void hc_log_emit(int level, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define hc_log(level, ...)                                                                         \
+    do {                                                                                           \
+        if (HC_UNLIKELY((level) <= hc_log_level_current))                                          \
+            hc_log_emit((level), __FILE__, __LINE__, __VA_ARGS__);                                 \
+    } while (0)
+#define hc_log_error(...) hc_log(HC_LOG_ERROR, __VA_ARGS__)
+#define hc_log_warn(...) hc_log(HC_LOG_WARN, __VA_ARGS__)
+#define hc_log_info(...) hc_log(HC_LOG_INFO, __VA_ARGS__)
+#define hc_log_debug(...) hc_log(HC_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- time --------------------------------------------------------------- */
+static inline uint64_t hc_time_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static inline double hc_time_sec(void)
+{
+    return (double)hc_time_ns() * 1e-9;
+}
+
+/* Spin-then-yield backoff for every busy wait: spins while a wait is young,
+ * then yields the core so that more ranks than cores still make progress. */
+typedef struct {
+    uint32_t spins;
+} hc_backoff_t;
+void hc_backoff_step(hc_backoff_t *b);
+static inline void hc_backoff_reset(hc_backoff_t *b)
+{
+    b->spins = 0;
+}
+static inline void hc_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield" ::: "memory");
+#endif
+}
+
+/* Overflow-checked size arithmetic for byte counts of user arguments. */
+static inline bool hc_mul_overflows(size_t a, size_t b, size_t *out)
+{
+    return __builtin_mul_overflow(a, b, out);
+}
+
+#endif /* HC_BASE_H */

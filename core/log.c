@@ -1,0 +1,72 @@
+/*
+ * Logging to stderr with a rank prefix; one write() per line so that lines of
+ * several ranks do not interleave. The level comes from HCOMM_LOG.
+ */
+#include "core/hc_base.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+int hc_log_level_current = HC_LOG_WARN;
+static int hc_log_rank = -1;
+
+static const char *const hc_log_names[] = {"error", "warn", "info", "debug", "trace"};
+
+void hc_log_set_rank(int rank)
+{
+    hc_log_rank = rank;
+}
+
+bool hc_log_level_parse(const char *s, int *level_p)
+{
+    for (int i = 0; i < (int)HC_ARRAY_SIZE(hc_log_names); i++) {
+        if (!strcasecmp(s, hc_log_names[i])) {
+            *level_p = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+void hc_log_emit(int level, const char *file, int line, const char *fmt, ...)
+{
+    char buf[1024];
+    int n;
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    if (hc_log_rank >= 0)
+        n = snprintf(buf, sizeof(buf), "[hcomm r%d] %s: ", hc_log_rank, hc_log_names[level]);
+    else
+        n = snprintf(buf, sizeof(buf), "[hcomm] %s: ", hc_log_names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (n > (int)sizeof(buf) - 40)
+        n = (int)sizeof(buf) - 40;
+    if (level >= HC_LOG_DEBUG)
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, " (%s:%d)", base, line);
+    buf[n++] = '\n';
+    ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
+    (void)w;
+}
+
+void hc_backoff_step(hc_backoff_t *b)
+{
+    /* Spin hot for ~a few microseconds, then pause-spin, then give the core
+     * away: with more ranks than cores, the peer we wait for needs it. */
+    if (b->spins < 256) {
+        b->spins++;
+        return;
+    }
+    if (b->spins < 1024) {
+        b->spins++;
+        for (int i = 0; i < 16; i++)
+            hc_cpu_relax();
+        return;
+    }
+    sched_yield();
+}

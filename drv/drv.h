@@ -1,0 +1,159 @@
+/*
+ * The transport abstraction. Collectives and point-to-point are written once,
+ * against connections; each driver (drv/<name>/) fills one struct hc_drv_ops
+ * and registers itself with HC_DRV_REGISTER. drv.c probes the registered
+ * drivers in ladder order, logs the choice and why others were skipped, and
+ * fills ops a driver leaves NULL from a base table returning ERR_UNSUPPORTED,
+ * so callers never test for NULL.
+ *
+ * A connection is a reliable, ordered stream of frames to one peer. Each
+ * frame is a 32-byte header plus up to conn->max_frame payload bytes, written
+ * into a receive slot the peer owns (credit based: a full peer makes put
+ * return ERR_AGAIN) and handed to the core on the peer's side by the driver's
+ * progress through env->deliver. Drivers that can read a peer's memory
+ * directly (shm via process_vm_readv, RDMA READ) set HC_CONN_CAP_GET, which
+ * lets large messages skip the slots.
+ */
+#ifndef HC_DRV_H
+#define HC_DRV_H
+
+#include "core/hc_base.h"
+
+#include <sys/types.h>
+
+typedef struct hc_drv hc_drv_t;
+typedef struct hc_conn hc_conn_t;
+
+/* Frame types of the core protocol (core/p2p.c). Drivers carry them opaquely,
+ * except types >= HC_FRAME_DRIVER, which a driver may use for itself and must
+ * not deliver. */
+enum {
+    HC_FRAME_EAGER = 1, /* tagged message, payload is the data */
+    HC_FRAME_RTS,       /* rendezvous request: a = total bytes, b = sender request id,
+                           payload = hc_frame_rts_t */
+    HC_FRAME_CTS,       /* clear to send: a = sender request id, b = receiver request id */
+    HC_FRAME_DATA,      /* rendezvous data: a = receiver request id, b = byte offset */
+    HC_FRAME_FIN,       /* rendezvous done (receiver used get): a = sender request id */
+    HC_FRAME_NACK,      /* receiver failed the rendezvous: a = sender request id, b = -status */
+    HC_FRAME_DRIVER = 0x80
+};
+
+typedef struct {
+    uint8_t type;
+    uint8_t flags;
+    uint16_t reserved;
+    uint32_t ctx_id; /* communicator context the frame belongs to */
+    int32_t tag;
+    uint32_t len; /* payload bytes after this header */
+    uint64_t a;
+    uint64_t b;
+} hc_frame_hdr_t;
+_Static_assert(sizeof(hc_frame_hdr_t) == 32, "frame header is 32 bytes on the wire");
+
+typedef struct {
+    uint64_t addr; /* sender buffer address in the sender's process (for get) */
+} hc_frame_rts_t;
+
+/* What the core hands a driver at probe/open. Valid until close. */
+typedef struct hc_drv_env {
+    int rank, size;           /* world */
+    int local_rank, local_size;
+    const int *local_ranks;   /* world rank of each local rank of this node */
+    const int *node_of_rank;  /* node index of every world rank */
+    const char *node_id;      /* this node's identity (host + netns or HCOMM_NODE_ID) */
+    const char *job_key;      /* per-job secret ("" when the launcher set none) */
+    const char *bootstrap_host; /* host part of the rendezvous address ("" for file://) */
+    void *core;               /* first argument of the callbacks below */
+    /* A frame arrived on conn. payload (hdr->len bytes) is valid only during
+     * the call; the core consumes it before returning. */
+    void (*deliver)(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload);
+    /* A put that returned IN_PROGRESS no longer needs its payload. */
+    void (*put_done)(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);
+    /* Every connection to peer is gone (closed, reset, silent past the limit). */
+    void (*peer_failed)(void *core, int peer, hcomm_status_t status, const char *why);
+} hc_drv_env_t;
+
+enum { HC_DRV_SCOPE_SELF, HC_DRV_SCOPE_NODE, HC_DRV_SCOPE_NET };
+enum { HC_CONN_CAP_GET = 1u << 0 };
+
+/* Base of every driver instance; drivers embed it first. */
+struct hc_drv {
+    const struct hc_drv_ops *ops;
+    const hc_drv_env_t *env;
+    int index; /* position in the core's table of open drivers (mem keys) */
+};
+
+/* Base of every connection; drivers embed it first. */
+struct hc_conn {
+    const struct hc_drv_ops *ops;
+    hc_drv_t *drv;
+    int peer;          /* world rank */
+    uint32_t caps;     /* HC_CONN_CAP_* */
+    size_t max_frame;  /* largest payload one put accepts */
+    size_t eager_max;  /* messages up to this size go eagerly (<= max_frame) */
+    void *core_priv;   /* the core's per-peer state */
+};
+
+struct hc_drv_ops {
+    size_t size;      /* sizeof(struct hc_drv_ops) the driver was built with: append-only */
+    const char *name; /* "shm", "tcp", ... as HCOMM_NET names it */
+    int scope;        /* HC_DRV_SCOPE_* */
+    int priority;     /* ladder order inside a scope: higher is tried first */
+
+    /* Can this driver run here? On no, write why (for hcomm_info / logs). */
+    hcomm_status_t (*probe)(const hc_drv_env_t *env, char *why, size_t why_len);
+    /* Opens the local endpoint. */
+    hcomm_status_t (*open)(const hc_drv_env_t *env, hc_drv_t **drv_p);
+    /* Writes this endpoint's address blob (in: *len_p = capacity). */
+    hcomm_status_t (*addr_pack)(hc_drv_t *drv, void *buf, size_t *len_p);
+    /* Second phase of open, after every rank's blob is known (collective
+     * among the ranks that use this driver): e.g. map shared segments. */
+    hcomm_status_t (*wireup)(hc_drv_t *drv, const void *const *addrs, const size_t *addr_lens);
+    /* Connection to peer (world rank), whose blob is addr. */
+    hcomm_status_t (*connect)(hc_drv_t *drv, int peer, const void *addr, size_t addr_len,
+                              hc_conn_t **conn_p);
+    /* Sends one frame. OK: payload may be reused; IN_PROGRESS: env->put_done(cookie)
+     * later; ERR_AGAIN: no credit now, call progress and retry; other: failed. */
+    hcomm_status_t (*put)(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
+                          void *cookie);
+    /* Copies len bytes from the peer's address remote_addr into dst
+     * (HC_CONN_CAP_GET only). */
+    hcomm_status_t (*get)(hc_conn_t *conn, void *dst, uint64_t remote_addr, size_t len);
+    /* Harvests completions and incoming frames; returns how many events. */
+    int (*progress)(hc_drv_t *drv);
+    /* Registers memory for this driver; *key_p goes into the region table. */
+    hcomm_status_t (*mem_reg)(hc_drv_t *drv, void *addr, size_t len, uint64_t *key_p);
+    void (*mem_dereg)(hc_drv_t *drv, uint64_t key);
+    /* Node-shared memory found by a key every local rank agrees on: the first
+     * caller creates it (zeroed), later callers map the same bytes. NULL
+     * when the driver has none. */
+    void *(*shared_get)(hc_drv_t *drv, uint64_t key, size_t size);
+    void (*disconnect)(hc_conn_t *conn);
+    void (*close)(hc_drv_t *drv);
+};
+
+void hc_drv_register(const struct hc_drv_ops *ops);
+#define HC_DRV_REGISTER(ops_var)                                                                   \
+    __attribute__((constructor)) static void hc_drv_register_##ops_var(void)                      \
+    {                                                                                              \
+        hc_drv_register(&(ops_var));                                                               \
+    }
+
+/* ---- used by the core ---------------------------------------------------- */
+#define HC_DRV_MAX 8
+
+/* Registered drivers, after default-filling missing ops. */
+int hc_drv_count(void);
+const struct hc_drv_ops *hc_drv_at(int i);
+const struct hc_drv_ops *hc_drv_find(const char *name);
+
+/* Chooses and opens the drivers for this job: self, the node driver (unless
+ * HCOMM_SHM=0 or one rank per node) and the best network driver (or the one
+ * HCOMM_NET names) when some peers are on other nodes; logs the choice.
+ * drvs_p receives up to HC_DRV_MAX open drivers. */
+hcomm_status_t hc_drv_select_open(const hc_drv_env_t *env, hc_drv_t **drvs, int *ndrvs_p);
+
+/* Writes "name: reason" lines for every registered driver (hcomm_info). */
+void hc_drv_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg), void *arg);
+
+#endif /* HC_DRV_H */

@@ -1,0 +1,285 @@
+/*
+ * hcomm: point-to-point messages and collectives for distributed training.
+ *
+ * This is the only header a user includes. Conventions that hold for every
+ * function below unless its comment says otherwise:
+ *
+ *  - Return value: an hcomm_status_t. HCOMM_OK (0) on success, a negative
+ *    HCOMM_ERR_* on failure. hcomm_strerror() names a code; hcomm_last_error()
+ *    returns the calling thread's last failure message, which names the
+ *    function, the argument or peer and the offending value.
+ *  - Output arguments end in _p and are written only on success.
+ *  - Bad arguments (NULL buffer with a non-zero count, unknown dtype or op,
+ *    NULL or freed communicator, rank out of range, byte sizes that overflow,
+ *    calls before hcomm_init() or after hcomm_finalize()) return
+ *    HCOMM_ERR_INVALID (or HCOMM_ERR_NOT_INITIALIZED) and leave the library
+ *    usable for the next valid call.
+ *  - Every wait is bounded by HCOMM_TIMEOUT seconds (default 300): on expiry
+ *    the call returns HCOMM_ERR_TIMEOUT and hcomm_last_error() names the
+ *    operation and the peer it was waiting for. A peer process that dies makes
+ *    pending and later operations that need it return HCOMM_ERR_PEER_FAILED
+ *    naming the rank, well before the timeout.
+ *  - Thread safety: calls that communicate must be serialized by the caller
+ *    (one thread at a time per process, like MPI_THREAD_SERIALIZED).
+ *    hcomm_strerror(), hcomm_last_error() (per thread) and hcomm_comm_abort()
+ *    may be called from any thread at any time.
+ *  - Non-blocking calls (hcomm_i*) return HCOMM_OK once the operation is
+ *    posted; the buffers belong to the library until hcomm_wait() or a
+ *    successful hcomm_test() completes the request.
+ */
+#ifndef HCOMM_H
+#define HCOMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HCOMM_VERSION_MAJOR 0
+#define HCOMM_VERSION_MINOR 1
+#define HCOMM_VERSION_PATCH 0
+
+/* X(name, value, description): the one list of status codes and their text. */
+#define HCOMM_STATUS_MAP(X)                                                                        \
+    X(OK, 0, "success")                                                                            \
+    X(IN_PROGRESS, 1, "operation in progress")                                                     \
+    X(ERR_INVALID, -1, "invalid argument")                                                         \
+    X(ERR_TIMEOUT, -2, "timed out waiting for a peer")                                             \
+    X(ERR_PEER_FAILED, -3, "a peer process failed or closed its connection")                       \
+    X(ERR_NO_MEMORY, -4, "out of memory")                                                          \
+    X(ERR_NOT_INITIALIZED, -5, "hcomm is not initialized (call hcomm_init first)")                 \
+    X(ERR_ALREADY_INITIALIZED, -6, "hcomm is already initialized")                                 \
+    X(ERR_UNSUPPORTED, -7, "operation not supported by this transport or build")                   \
+    X(ERR_TRUNCATED, -8, "message larger than the receive buffer")                                 \
+    X(ERR_IO, -9, "system call or device error")                                                   \
+    X(ERR_BOOTSTRAP, -10, "bootstrap (rendezvous) failed")                                         \
+    X(ERR_NO_DEVICE, -11, "no usable transport")                                                   \
+    X(ERR_AGAIN, -12, "resource temporarily unavailable, retry")                                   \
+    X(ERR_ABORTED, -13, "communicator was aborted")                                                \
+    X(ERR_INTERNAL, -14, "internal error (a bug in hcomm)")
+
+typedef enum {
+#define HCOMM_STATUS_ENUM_(name, value, text) HCOMM_##name = value,
+    HCOMM_STATUS_MAP(HCOMM_STATUS_ENUM_)
+#undef HCOMM_STATUS_ENUM_
+} hcomm_status_t;
+
+typedef enum {
+    HCOMM_INT8,
+    HCOMM_UINT8,
+    HCOMM_INT32,
+    HCOMM_UINT32,
+    HCOMM_INT64,
+    HCOMM_UINT64,
+    HCOMM_FLOAT16,  /* IEEE 754 binary16 */
+    HCOMM_BFLOAT16, /* bfloat16: the upper half of a binary32 */
+    HCOMM_FLOAT32,
+    HCOMM_FLOAT64,
+    HCOMM_DTYPE_COUNT /* not a type: the number of types */
+} hcomm_dtype_t;
+
+typedef enum {
+    HCOMM_SUM,
+    HCOMM_PROD,
+    HCOMM_MAX,
+    HCOMM_MIN,
+    HCOMM_AVG, /* sum / communicator size; integers: truncating division of the wrapped sum */
+    HCOMM_OP_COUNT /* not an op: the number of ops */
+} hcomm_op_t;
+
+typedef struct hcomm_comm *hcomm_comm_t;
+typedef struct hcomm_request *hcomm_request_t;
+
+/* ---------------------------------------------------------------------------
+ * Setup and teardown
+ * ------------------------------------------------------------------------- */
+
+/* Joins the job described by the environment (hcommrun's HCOMM_* variables,
+ * torchrun's RANK/WORLD_SIZE/..., Open MPI's OMPI_COMM_WORLD_*, Slurm's
+ * SLURM_PROCID/...; none of them: a job of one rank), runs the rendezvous,
+ * opens the transports and creates the world communicator. argc/argv may be
+ * NULL; they are not modified. Errors: ERR_ALREADY_INITIALIZED, ERR_BOOTSTRAP,
+ * ERR_TIMEOUT, ERR_NO_DEVICE, ERR_NO_MEMORY. Not thread-safe: call once. */
+hcomm_status_t hcomm_init(int *argc, char ***argv);
+
+/* Releases every resource of the library. Communicators not freed are freed;
+ * pending requests are cancelled. hcomm_init() may be called again after it.
+ * Errors: ERR_NOT_INITIALIZED. */
+hcomm_status_t hcomm_finalize(void);
+
+/* 1 between hcomm_init() and hcomm_finalize(), else 0. Any thread. */
+int hcomm_initialized(void);
+
+/* The communicator of all ranks of the job; NULL before hcomm_init(). Owned
+ * by the library: do not pass it to hcomm_comm_free(). */
+hcomm_comm_t hcomm_comm_world(void);
+
+/* This process's rank in comm, or -1 (and last_error set) for a bad comm. */
+int hcomm_comm_rank(hcomm_comm_t comm);
+
+/* The number of ranks in comm, or -1 (and last_error set) for a bad comm. */
+int hcomm_comm_size(hcomm_comm_t comm);
+
+/* Collective over comm: ranks passing the same color form a new
+ * communicator, ordered by (key, rank in comm). A negative color
+ * (HCOMM_UNDEFINED) takes part in the call and receives NULL. The new
+ * communicator belongs to the caller: release it with hcomm_comm_free().
+ * Errors: ERR_INVALID (comm, newcomm_p), ERR_NO_MEMORY, ERR_PEER_FAILED,
+ * ERR_TIMEOUT. */
+#define HCOMM_UNDEFINED (-1)
+hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key, hcomm_comm_t *newcomm_p);
+
+/* Releases a communicator created by hcomm_comm_split(). Local: needs no other
+ * rank. Errors: ERR_INVALID (NULL, world, already freed). */
+hcomm_status_t hcomm_comm_free(hcomm_comm_t comm);
+
+/* Makes every pending and later operation on comm return ERR_ABORTED
+ * promptly, without needing the other ranks. May be called from any thread,
+ * e.g. a watchdog; never ends the process. The communicator must still be
+ * released with hcomm_comm_free() (world: by hcomm_finalize()). */
+hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm);
+
+/* ---------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------- */
+
+/* A constant string naming status; "unknown status" for values not in the
+ * map. Any thread. */
+const char *hcomm_strerror(hcomm_status_t status);
+
+/* The calling thread's last failure message ("" if none yet), e.g.
+ * "hcomm_broadcast: root 5 out of range for a communicator of 2 ranks".
+ * Valid until the thread's next failing hcomm call. Any thread. */
+const char *hcomm_last_error(void);
+
+/* Size in bytes of one element of dtype, or 0 for an unknown dtype. */
+size_t hcomm_dtype_size(hcomm_dtype_t dtype);
+
+/* ---------------------------------------------------------------------------
+ * Point-to-point. Messages between a pair of ranks with the same tag on the
+ * same communicator arrive in the order they were sent. tag must be >= 0;
+ * peer must be a rank of comm (it may be the caller itself). count may be 0.
+ * A receive buffer smaller than the matched message fails with
+ * ERR_TRUNCATED. Buffers are any memory; pool memory from hcomm_mem_alloc()
+ * avoids copies.
+ * ------------------------------------------------------------------------- */
+
+/* Sends count elements; returns when buf may be reused. */
+hcomm_status_t hcomm_send(const void *buf, size_t count, hcomm_dtype_t dtype, int peer, int tag,
+                          hcomm_comm_t comm);
+
+/* Receives exactly count elements from (peer, tag). */
+hcomm_status_t hcomm_recv(void *buf, size_t count, hcomm_dtype_t dtype, int peer, int tag,
+                          hcomm_comm_t comm);
+
+/* Non-blocking send/receive: *req_p is set on success and must be completed
+ * with hcomm_wait() or hcomm_test(). */
+hcomm_status_t hcomm_isend(const void *buf, size_t count, hcomm_dtype_t dtype, int peer, int tag,
+                           hcomm_comm_t comm, hcomm_request_t *req_p);
+hcomm_status_t hcomm_irecv(void *buf, size_t count, hcomm_dtype_t dtype, int peer, int tag,
+                           hcomm_comm_t comm, hcomm_request_t *req_p);
+
+/* Waits for req to complete and frees it; returns the operation's status.
+ * Errors: ERR_INVALID (NULL or already freed request), the operation's own
+ * error, ERR_TIMEOUT (the request is then freed too). */
+hcomm_status_t hcomm_wait(hcomm_request_t req);
+
+/* Makes progress without blocking. *done_p = 1 when req completed (it is then
+ * freed and the operation's status returned), 0 otherwise (HCOMM_OK).
+ * Errors: ERR_INVALID (NULL request or done_p). */
+hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p);
+
+/* ---------------------------------------------------------------------------
+ * Memory
+ * ------------------------------------------------------------------------- */
+
+/* Allocates bytes (> 0) of pool memory: on hugepages when reserved, bound to
+ * the rank's NUMA node, registered with every transport, 64-byte aligned.
+ * Tensors here travel with the fewest copies. Free with hcomm_mem_free().
+ * Errors: ERR_INVALID (bytes 0, NULL ptr_p), ERR_NO_MEMORY. */
+hcomm_status_t hcomm_mem_alloc(size_t bytes, void **ptr_p);
+
+/* Frees memory from hcomm_mem_alloc(). NULL is a no-op. Errors: ERR_INVALID
+ * for a pointer hcomm_mem_alloc() did not return (nothing is freed). */
+hcomm_status_t hcomm_mem_free(void *ptr);
+
+/* Drops any cached registration of user memory in [ptr, ptr+bytes). Call it
+ * before free()/munmap() of a buffer that was passed to hcomm calls, since the
+ * library cannot see free(). Never fails for memory it did not cache. */
+hcomm_status_t hcomm_mem_deregister(void *ptr, size_t bytes);
+
+/* ---------------------------------------------------------------------------
+ * Collectives. Every rank of comm calls them in the same order with the same
+ * count, dtype, op and root. In place when sendbuf == recvbuf (allgather:
+ * sendbuf == recvbuf + rank*sendcount*size; reduce_scatter: recvbuf ==
+ * sendbuf + rank*recvcount*size). count == 0 is a valid no-op. fp16/bf16 are
+ * reduced with fp32 accumulation within each step and rounded to nearest
+ * even; integer overflow wraps. Errors: ERR_INVALID (argument named in
+ * last_error), ERR_PEER_FAILED, ERR_TIMEOUT, ERR_ABORTED, ERR_NO_MEMORY.
+ * ------------------------------------------------------------------------- */
+
+/* recvbuf = op over ranks of sendbuf (count elements) on every rank. */
+hcomm_status_t hcomm_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                               hcomm_dtype_t dtype, hcomm_op_t op, hcomm_comm_t comm);
+/* buf on root is copied to buf on every rank. */
+hcomm_status_t hcomm_broadcast(void *buf, size_t count, hcomm_dtype_t dtype, int root,
+                               hcomm_comm_t comm);
+/* recvbuf on root = op over ranks of sendbuf; recvbuf is ignored elsewhere
+ * (may be NULL there). */
+hcomm_status_t hcomm_reduce(const void *sendbuf, void *recvbuf, size_t count, hcomm_dtype_t dtype,
+                            hcomm_op_t op, int root, hcomm_comm_t comm);
+/* recvbuf (size*sendcount elements) = sendbuf of rank 0, rank 1, ... */
+hcomm_status_t hcomm_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                               hcomm_dtype_t dtype, hcomm_comm_t comm);
+/* recvbuf (recvcount elements) = block `rank` of op over ranks of sendbuf
+ * (size*recvcount elements). */
+hcomm_status_t hcomm_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                    hcomm_dtype_t dtype, hcomm_op_t op, hcomm_comm_t comm);
+/* Block j of sendbuf (count elements per peer) goes to rank j, landing in
+ * block `rank` of its recvbuf. In place when sendbuf == recvbuf. */
+hcomm_status_t hcomm_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                              hcomm_dtype_t dtype, hcomm_comm_t comm);
+/* Returns once every rank of comm has entered it. */
+hcomm_status_t hcomm_barrier(hcomm_comm_t comm);
+
+/* Non-blocking twins: same arguments plus the request, completed by
+ * hcomm_wait()/hcomm_test(). Several may be outstanding on one communicator;
+ * they complete in any order the caller waits for them. */
+hcomm_status_t hcomm_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                hcomm_dtype_t dtype, hcomm_op_t op, hcomm_comm_t comm,
+                                hcomm_request_t *req_p);
+hcomm_status_t hcomm_ibroadcast(void *buf, size_t count, hcomm_dtype_t dtype, int root,
+                                hcomm_comm_t comm, hcomm_request_t *req_p);
+hcomm_status_t hcomm_ireduce(const void *sendbuf, void *recvbuf, size_t count, hcomm_dtype_t dtype,
+                             hcomm_op_t op, int root, hcomm_comm_t comm, hcomm_request_t *req_p);
+hcomm_status_t hcomm_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                hcomm_dtype_t dtype, hcomm_comm_t comm, hcomm_request_t *req_p);
+hcomm_status_t hcomm_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                     hcomm_dtype_t dtype, hcomm_op_t op, hcomm_comm_t comm,
+                                     hcomm_request_t *req_p);
+hcomm_status_t hcomm_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
+                               hcomm_dtype_t dtype, hcomm_comm_t comm, hcomm_request_t *req_p);
+hcomm_status_t hcomm_ibarrier(hcomm_comm_t comm, hcomm_request_t *req_p);
+
+/* Collectives issued between hcomm_group_start() and hcomm_group_end() are
+ * launched together at hcomm_group_end() (small allreduces of one comm,
+ * dtype and op are fused into one). Blocking collectives inside a group
+ * return HCOMM_OK at once and complete by hcomm_group_end(), which waits for
+ * them; non-blocking ones complete through their requests. Groups nest; only
+ * the outermost end launches. Errors: ERR_INVALID (end without start). */
+hcomm_status_t hcomm_group_start(void);
+hcomm_status_t hcomm_group_end(void);
+
+/* ---------------------------------------------------------------------------
+ * Introspection
+ * ------------------------------------------------------------------------- */
+
+/* "hcomm 0.1.0 (drivers: shm tcp; ...)". Any thread. */
+const char *hcomm_version_string(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HCOMM_H */

@@ -1,0 +1,74 @@
+/*
+ * mem/: every buffer a peer or a NIC touches. Regions (hugepage, NUMA-bound,
+ * locked; shareable between the ranks of a node through a memfd), size-class
+ * pools on top of them with tagged lock-free free lists, an O(1) pointer ->
+ * region lookup for the hot path, and a registration cache for user memory.
+ *
+ * mem/ sits below drv/: it never calls a driver. The core installs
+ * registration hooks (hc_mem_set_reg_hooks) so that every region is
+ * registered with every open driver exactly once, when it is created.
+ */
+#ifndef HC_MEM_H
+#define HC_MEM_H
+
+#include "core/hc_base.h"
+
+#define HC_MEM_MAX_KEYS 8 /* one registration key per open driver */
+
+enum {
+    HC_MEM_SHARED = 1u << 0, /* backed by a memfd other local ranks can map */
+    HC_MEM_NO_REG = 1u << 1, /* do not register with drivers (control memory) */
+};
+
+typedef struct hc_mem_region {
+    void *base;
+    size_t size;       /* bytes mapped (a multiple of page_size) */
+    size_t page_size;  /* 2M / 1G when on hugepages, else the base page size */
+    int fd;            /* memfd for HC_MEM_SHARED regions, else -1 */
+    int numa_node;     /* node the pages are bound to, -1 if unbound */
+    unsigned flags;
+    bool huge;         /* on hugepages */
+    bool owner;        /* created here (else mapped from a peer's fd) */
+    uint32_t id;       /* index in the region table */
+    uint64_t keys[HC_MEM_MAX_KEYS]; /* driver registration keys, by driver index */
+} hc_mem_region_t;
+
+/* Reads HCOMM_MEM_* / HCOMM_HUGEPAGE_SIZE from hc_cfg, checks RLIMIT_MEMLOCK,
+ * creates the initial pool. Idempotent per init/finalize cycle. */
+hcomm_status_t hc_mem_init(void);
+void hc_mem_finalize(void);
+
+/* Registration hooks: called for every region created (and once for every
+ * existing region when the hooks are installed), and before it is destroyed. */
+typedef hcomm_status_t (*hc_mem_reg_fn)(void *arg, hc_mem_region_t *region);
+typedef void (*hc_mem_dereg_fn)(void *arg, hc_mem_region_t *region);
+void hc_mem_set_reg_hooks(hc_mem_reg_fn reg, hc_mem_dereg_fn dereg, void *arg);
+
+/* A new region of at least size bytes: hugepages when available (else regular
+ * pages, a one-time warning and a counter), bound to numa_node (-1: this
+ * rank's node), mlocked. name labels the memfd (/proc/PID/fd). */
+hcomm_status_t hc_mem_region_create(size_t size, unsigned flags, int numa_node, const char *name,
+                                    hc_mem_region_t **region_p);
+/* Maps a peer's HC_MEM_SHARED region from its memfd (the fd is dup'ed). */
+hcomm_status_t hc_mem_region_attach(int fd, size_t size, hc_mem_region_t **region_p);
+void hc_mem_region_destroy(hc_mem_region_t *region);
+
+/* Region holding [ptr, ptr+len) and the offset of ptr in it, or NULL. O(1)
+ * for pool memory. */
+hc_mem_region_t *hc_mem_region_lookup(const void *ptr, size_t len, size_t *offset_p);
+
+/* Pool memory for users (hcomm_mem_alloc) and for the library. 64-byte
+ * aligned. hc_mem_free fails with ERR_INVALID for a pointer it did not hand
+ * out. */
+hcomm_status_t hc_mem_alloc(size_t bytes, void **ptr_p);
+hcomm_status_t hc_mem_free(void *ptr);
+
+/* Registration cache for user memory (not pool memory): the region-like
+ * record covering [ptr, ptr+len), registered with every driver, LRU-evicted. */
+hcomm_status_t hc_mem_reg_cache_get(const void *ptr, size_t len, hc_mem_region_t **region_p);
+void hc_mem_reg_cache_invalidate(const void *ptr, size_t len);
+
+/* Counters, printed by hcomm_info and at finalize with HCOMM_LOG=info. */
+void hc_mem_stats_print(void (*line)(const char *text, void *arg), void *arg);
+
+#endif /* HC_MEM_H */
