@@ -166,10 +166,12 @@ void hc_ctx_teardown(void)
                 close(p->pidfd);
         }
     }
+    /* Drivers drop their own registrations when they close; regions a
+     * driver owns (the shm segment) go with it, before mem/ shuts down. */
     hc_mem_set_reg_hooks(NULL, NULL, NULL);
-    hc_mem_finalize();
     for (int i = hc_ctx.ndrvs - 1; i >= 0; i--)
         hc_ctx.drvs[i]->ops->close(hc_ctx.drvs[i]);
+    hc_mem_finalize();
     if (hc_ctx.bs)
         hc_bootstrap_close(hc_ctx.bs);
     free(hc_ctx.peers);
