@@ -14,7 +14,7 @@ cleanup() {
     if [[ -n $BG ]]; then kill -9 "$BG" 2>/dev/null || true; fi
     # Ranks or grandchildren a failed test may have left behind.
     for f in "$T"/pid.* "$T"/gc.*; do
-        [[ -f $f ]] && kill -9 "$(cat "$f")" 2>/dev/null || true
+        if [[ -f $f ]]; then kill -9 "$(cat "$f")" 2>/dev/null || true; fi
     done
     rm -rf "$T"
 }
