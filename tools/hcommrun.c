@@ -812,11 +812,24 @@ static int verdict(hc_run_job_t *job)
     return 0;
 }
 
+/* A closed stdin/stdout/stderr would let a pipe land on fd 0-2 and be closed
+ * again by the child's dup2 dance; keep them occupied. */
+static void ensure_std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+            if (n >= 0 && n != fd) close(n); /* cannot happen: open returns the lowest free fd */
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     hc_run_job_t job = {.sfd = -1, .epfd = -1, .skip_rank = -1};
     int ret = EXIT_INTERNAL, port;
 
+    ensure_std_fds();
     int prc = parse_args(argc, argv, &job.opts);
     if (prc != 0) {
         free(job.opts.envs);
