@@ -429,9 +429,9 @@ static HC_NOINLINE bool hc_reduce_args_bad(const char *func, void *dst, const vo
     const char *what = NULL;
     long long value = 0;
     if ((unsigned)dtype >= HCOMM_DTYPE_COUNT)
-        what = "dtype", value = dtype;
+        what = "dtype", value = (int)dtype;
     else if ((unsigned)op >= HCOMM_OP_COUNT)
-        what = "op", value = op;
+        what = "op", value = (int)op;
     else if (nsrc < 1 || nsrc > HC_REDUCE_MAX_SRCS)
         what = "nsrc", value = nsrc;
     else if (op == HCOMM_AVG && avg_div < 0)
