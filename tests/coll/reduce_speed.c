@@ -4,7 +4,7 @@
  * For each ISA the CPU has, times SUM over f32, bf16 and fp16 (and the other
  * dtypes) and prints GB/s counting bytes read plus bytes written, the traffic
  * the kernel moves: (nsrc + 1) * bytes per call. Buffers are 64-byte aligned
- * and stay hot in cache when they fit.
+ * and stay hot in cache when they fit. Each figure is the best of 5 windows.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,14 +52,18 @@ int main(int argc, char **argv)
             size_t count = bytes / types[t].size;
             const void *const *srcs = (const void *const *)src;
             hc_reduce(dst, srcs, nsrc, count, types[t].dt, HCOMM_SUM, 0); /* warm up */
-            uint64_t iters = 0, t0 = hc_time_ns(), t1;
-            do {
-                for (int k = 0; k < 16; k++)
-                    hc_reduce(dst, srcs, nsrc, count, types[t].dt, HCOMM_SUM, 0);
-                iters += 16;
-                t1 = hc_time_ns();
-            } while ((double)(t1 - t0) < secs * 1e9);
-            double gbs = (double)iters * (double)bytes * (nsrc + 1) / (double)(t1 - t0);
+            /* best of 5 windows: the machine is shared, the best is the kernel */
+            double gbs = 0;
+            for (int w = 0; w < 5; w++) {
+                uint64_t iters = 0, t0 = hc_time_ns(), t1;
+                do {
+                    for (int k = 0; k < 8; k++)
+                        hc_reduce(dst, srcs, nsrc, count, types[t].dt, HCOMM_SUM, 0);
+                    iters += 8;
+                    t1 = hc_time_ns();
+                } while ((double)(t1 - t0) < secs * 1e9 / 5);
+                gbs = HC_MAX(gbs, (double)iters * (double)bytes * (nsrc + 1) / (double)(t1 - t0));
+            }
             printf("%10.1f", gbs);
             fflush(stdout);
         }
