@@ -385,11 +385,73 @@ void hc_reduce_avx512_fill(hc_reduce_table_t t)
 #undef HC_FILL
 }
 
+/* ---- AVX512_FP16: native fp16 arithmetic for two inputs ---------------------
+ * One fp16 add or multiply of two fp16 values equals the same operation in
+ * fp32 rounded to fp16: double rounding is innocuous when the wider format has
+ * at least 2p + 2 significand bits (24 >= 2 * 11 + 2), and fp32 holds every
+ * fp16 subnormal exactly. So with two inputs the native instruction gives the
+ * reference's bits at 32 elements per instruction; more inputs (or AVG) need
+ * the fp32 accumulator. Needs compiler support for the intrinsics (GCC 12;
+ * clang only with -mavx512fp16, which we do not use). */
+#if (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12) || defined(__AVX512FP16__)
+#define HC_AVX512FP16                                                                              \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512fp16,avx2,f16c,fma")))
+
+#define HC512H_KERNEL(name, OPH, fallback)                                                         \
+    HC_AVX512FP16 static void name(void *dst, const void *const *srcs, int nsrc, size_t count,     \
+                                   int avg_div)                                                    \
+    {                                                                                              \
+        if (nsrc != 2) {                                                                           \
+            fallback(dst, srcs, nsrc, count, avg_div);                                             \
+            return;                                                                                \
+        }                                                                                          \
+        const __m512i qnan = _mm512_set1_epi16(0x7e00);                                            \
+        const void *s0 = srcs[0], *s1 = srcs[1];                                                   \
+        size_t i = 0;                                                                              \
+        for (; i + 32 <= count; i += 32) {                                                         \
+            __m512h r = OPH(_mm512_loadu_ph(HC_PTR(s0, i, 2)), _mm512_loadu_ph(HC_PTR(s1, i, 2))); \
+            __mmask32 nan = _mm512_cmp_ph_mask(r, r, _CMP_UNORD_Q);                                \
+            _mm512_storeu_si512(HC_WPTR(dst, i, 2),                                                \
+                                _mm512_mask_mov_epi16(_mm512_castph_si512(r), nan, qnan));         \
+        }                                                                                          \
+        if (i < count) {                                                                           \
+            __mmask32 m = (__mmask32)((1ull << (count - i)) - 1u);                                 \
+            __m512h a = _mm512_castsi512_ph(_mm512_maskz_loadu_epi16(m, HC_PTR(s0, i, 2)));        \
+            __m512h b = _mm512_castsi512_ph(_mm512_maskz_loadu_epi16(m, HC_PTR(s1, i, 2)));        \
+            __m512h r = OPH(a, b);                                                                 \
+            __mmask32 nan = _mm512_cmp_ph_mask(r, r, _CMP_UNORD_Q);                                \
+            _mm512_mask_storeu_epi16(HC_WPTR(dst, i, 2), m,                                        \
+                                     _mm512_mask_mov_epi16(_mm512_castph_si512(r), nan, qnan));    \
+        }                                                                                          \
+    }
+HC512H_KERNEL(hc512h_sum_f16, _mm512_add_ph, hc512_sum_f16)
+HC512H_KERNEL(hc512h_prod_f16, _mm512_mul_ph, hc512_prod_f16)
+
+bool hc_reduce_avx512fp16_fill(hc_reduce_table_t t)
+{
+    t[HCOMM_FLOAT16][HCOMM_SUM] = hc512h_sum_f16;
+    t[HCOMM_FLOAT16][HCOMM_PROD] = hc512h_prod_f16;
+    return true;
+}
+#else
+bool hc_reduce_avx512fp16_fill(hc_reduce_table_t t)
+{
+    (void)t;
+    return false;
+}
+#endif
+
 #else /* !__x86_64__ */
 
 void hc_reduce_avx512_fill(hc_reduce_table_t t)
 {
     (void)t; /* never selected: hc_reduce_cpu_detect reports no AVX-512 */
+}
+
+bool hc_reduce_avx512fp16_fill(hc_reduce_table_t t)
+{
+    (void)t;
+    return false;
 }
 
 #endif

@@ -41,13 +41,13 @@ int main(int argc, char **argv)
                  {HCOMM_FLOAT64, 8, "f64"}, {HCOMM_INT32, 4, "int32"},   {HCOMM_INT8, 1, "int8"}};
 
     printf("SUM, %zu bytes per input, nsrc %d, GB/s = (nsrc+1)*bytes/time\n", bytes, nsrc);
-    printf("%-8s", "isa");
+    printf("%-11s", "isa");
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
         printf("%10s", types[t].name);
     printf("\n");
-    for (int isa = HC_ISA_SCALAR; isa <= HC_ISA_AVX512; isa++) {
+    for (int isa = HC_ISA_SCALAR; isa <= HC_ISA_AVX512_FP16; isa++) {
         if (!hc_reduce_set_isa((hc_isa_t)isa)) continue;
-        printf("%-8s", hc_reduce_isa_name((hc_isa_t)isa));
+        printf("%-11s", hc_reduce_isa_name((hc_isa_t)isa));
         for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
             size_t count = bytes / types[t].size;
             const void *const *srcs = (const void *const *)src;

@@ -28,7 +28,7 @@ static const char *const dtype_name[HCOMM_DTYPE_COUNT] = {
     "int8", "uint8", "int32", "uint32", "int64", "uint64", "fp16", "bf16", "f32", "f64"};
 static const char *const op_name[HCOMM_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
 
-static hc_isa_t isas[3];
+static hc_isa_t isas[4];
 static int n_isas;
 static hc_isa_t best_isa;
 
@@ -64,7 +64,7 @@ static double f64_of(uint64_t u)
 static void find_isas(void)
 {
     n_isas = 0;
-    for (int i = HC_ISA_SCALAR; i <= HC_ISA_AVX512; i++)
+    for (int i = HC_ISA_SCALAR; i <= HC_ISA_AVX512_FP16; i++)
         if (hc_reduce_set_isa((hc_isa_t)i)) {
             isas[n_isas++] = (hc_isa_t)i;
             best_isa = (hc_isa_t)i;
