@@ -1,8 +1,9 @@
 /*
  * Reduction kernels: dst[i] = op(src[0][i], ..., src[n-1][i]). One scalar
- * reference implementation and AVX2 / AVX-512 (incl. AVX512_BF16 where
- * useful) variants, chosen once at init from CPUID (HCOMM_REDUCE_ISA=
- * scalar|avx2|avx512|avx512fp16 forces one, for tests). fp16 and bf16 accumulate in
+ * reference implementation and AVX2 / AVX-512 / AVX512_FP16 variants (not
+ * AVX512_BF16: its conversion flushes subnormals), chosen once at init from
+ * CPUID (HCOMM_REDUCE_ISA=scalar|avx2|avx512|avx512fp16 forces one, for
+ * tests). fp16 and bf16 accumulate in
  * fp32 across all n inputs and are rounded to nearest-even once; integer
  * arithmetic wraps; MAX/MIN compare in the element type. Every ISA gives
  * bit-identical results to the scalar reference.
