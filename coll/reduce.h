@@ -4,8 +4,9 @@
  * AVX512_BF16: its conversion flushes subnormals), chosen once at init from
  * CPUID (HCOMM_REDUCE_ISA=scalar|avx2|avx512|avx512fp16 forces one, for
  * tests). fp16 and bf16 accumulate in fp32 across all n inputs and are rounded
- * to nearest-even once; integer arithmetic wraps; MAX/MIN compare in the element type. Every ISA
- * gives bit-identical results to the scalar reference.
+ * to nearest-even once; integer arithmetic wraps; MAX/MIN compare in the
+ * element type. Every ISA gives bit-identical results to the scalar
+ * reference.
  *
  * Floating-point results, precisely (float32, float64, and float16/bfloat16
  * through their fp32 accumulator):
