@@ -195,14 +195,14 @@ out:
     return rc;
 }
 
-static void run_job(const char *url, int size, int rank0_delay_ms)
+static void run_job(const char *url, int size, int rank0_delay_ms, const char *key)
 {
     rank_arg_t args[8];
     for (int r = 1; r < size; r++) {
-        args[r] = (rank_arg_t){params(r, size, url, KEY), 0, true};
+        args[r] = (rank_arg_t){params(r, size, url, key), 0, true};
         spawn(run_rank, &args[r]);
     }
-    rank_arg_t a0 = {params(0, size, url, KEY), rank0_delay_ms, false};
+    rank_arg_t a0 = {params(0, size, url, key), rank0_delay_ms, false};
     assert_int_equal(run_rank(&a0), 0);
     reap_all_ok();
 }
@@ -258,7 +258,7 @@ static void test_tcp_4(void **state)
     char url[64];
     snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
     /* Rank 0 comes up last: the others must retry their connects. */
-    run_job(url, 4, 300);
+    run_job(url, 4, 300, KEY);
 }
 
 static void test_file_4(void **state)
@@ -268,7 +268,7 @@ static void test_file_4(void **state)
     assert_non_null(mkdtemp(dir));
     snprintf(url, sizeof(url), "file://%s", dir);
     /* Rank 0 late: the others poll for the address file. */
-    run_job(url, 4, 300);
+    run_job(url, 4, 300, KEY);
     /* Rank 0 removed its address file at close. */
     DIR *d = opendir(dir);
     assert_non_null(d);
@@ -278,6 +278,25 @@ static void test_file_4(void **state)
         left += e->d_name[0] != '.';
     closedir(d);
     assert_int_equal(left, 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static void test_file_stale_nokey(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/hc_bs_test_XXXXXX", url[128], path[160];
+    assert_non_null(mkdtemp(dir));
+    snprintf(url, sizeof(url), "file://%s", dir);
+    /* A crashed earlier job without a key left its address behind, pointing
+     * at a port where nobody listens: the ranks must keep re-reading the file
+     * until rank 0 replaces it. */
+    snprintf(path, sizeof(path), "%s/hcomm-nokey.addr", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "tcp://127.0.0.1:%d\n", free_port());
+    fclose(f);
+    run_job(url, 3, 300, "");
+    assert_int_equal(access(path, F_OK), -1);
     assert_int_equal(rmdir(dir), 0);
 }
 
@@ -418,6 +437,7 @@ typedef struct {
     hcomm_status_t want;
     const char *want_text;
     double timeout;
+    double max_time; /* seconds the failure may take; 0 = any */
 } expect_fail_arg_t;
 
 static int run_expect_fail(void *arg)
@@ -427,7 +447,12 @@ static int run_expect_fail(void *arg)
     hc_bootstrap_t *bs = NULL;
     const void *table;
     blob_fill(blob, a->p.rank);
+    double t0 = hc_time_sec();
     hcomm_status_t st = hc_bootstrap_open(&a->p, blob, BLOB_LEN, a->timeout, &bs, &table);
+    if (a->max_time > 0 && hc_time_sec() - t0 > a->max_time) {
+        fprintf(stderr, "rank %d: failing took %.2f s\n", a->p.rank, hc_time_sec() - t0);
+        return 31;
+    }
     if (st != a->want || !strstr(hc_error_last(), a->want_text)) {
         fprintf(stderr, "rank %d: got %d \"%s\", wanted %d containing \"%s\"\n", a->p.rank, st,
                 hc_error_last(), a->want, a->want_text);
@@ -465,6 +490,74 @@ static void test_missing_rank0(void **state)
     double t0 = hc_time_sec();
     assert_int_equal(run_expect_fail(&a1), 0);
     assert_true(hc_time_sec() - t0 < 3.0);
+}
+
+static void test_wrong_key_rank(void **state)
+{
+    (void)state;
+    char url[64];
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
+    /* A rank with another job's key is turned away at once and says why;
+     * rank 0 keeps waiting for a real rank 1. */
+    expect_fail_arg_t a1 = {params(1, 2, url, "another-job"), HCOMM_ERR_BOOTSTRAP, "HCOMM_JOB_KEY",
+                            5.0, 2.0};
+    spawn(run_expect_fail, &a1);
+    expect_fail_arg_t a0 = {params(0, 2, url, KEY), HCOMM_ERR_TIMEOUT, "rank(s) 1 never joined",
+                            1.0, 0};
+    assert_int_equal(run_expect_fail(&a0), 0);
+    reap_all_ok();
+}
+
+static int run_mismatch(void *arg)
+{
+    rank_arg_t *a = arg;
+    uint8_t blob[BLOB_LEN], in[8] = {0}, out[8 * 4];
+    hc_bootstrap_t *bs = NULL;
+    const void *table;
+    int rc = 0;
+    blob_fill(blob, a->p.rank);
+    if (hc_bootstrap_open(&a->p, blob, BLOB_LEN, TIMEOUT, &bs, &table) != HCOMM_OK)
+        CHILD_FAIL(50, "open failed");
+    /* Rank 2 disagrees about the length: everyone fails, naming rank 2. */
+    hcomm_status_t st = hc_bootstrap_allgather(bs, in, a->p.rank == 2 ? 4 : 8, out, TIMEOUT);
+    if (st != HCOMM_ERR_BOOTSTRAP || !strstr(hc_error_last(), "rank 2"))
+        CHILD_FAIL(51, "allgather gave %d", st);
+out:
+    hc_bootstrap_close(bs);
+    return rc;
+}
+
+static void test_allgather_len_mismatch(void **state)
+{
+    (void)state;
+    char url[64];
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
+    rank_arg_t args[3];
+    for (int r = 1; r < 3; r++) {
+        args[r] = (rank_arg_t){params(r, 3, url, KEY), 0, false};
+        spawn(run_mismatch, &args[r]);
+    }
+    args[0] = (rank_arg_t){params(0, 3, url, KEY), 0, false};
+    assert_int_equal(run_mismatch(&args[0]), 0);
+    reap_all_ok();
+}
+
+static void test_tcp_ipv6(void **state)
+{
+    (void)state;
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    socklen_t sl = sizeof(sa);
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        if (fd >= 0) close(fd);
+        print_message("skipped: no IPv6 loopback here\n");
+        skip();
+    }
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    close(fd);
+    char url[64];
+    snprintf(url, sizeof(url), "tcp://[::1]:%d", ntohs(sa.sin6_port));
+    run_job(url, 3, 100, KEY);
 }
 
 /* ---- liveness ------------------------------------------------------------- */
@@ -554,9 +647,18 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
 #define T(f) cmocka_unit_test_teardown(f, kill_all)
     const struct CMUnitTest tests[] = {
-        T(test_single_rank),   T(test_bad_args),         T(test_tcp_4),
-        T(test_file_4),        T(test_garbage_clients),  T(test_missing_rank),
-        T(test_missing_rank0), T(test_check_peers_kill),
+        T(test_single_rank),
+        T(test_bad_args),
+        T(test_tcp_4),
+        T(test_file_4),
+        T(test_file_stale_nokey),
+        T(test_wrong_key_rank),
+        T(test_garbage_clients),
+        T(test_missing_rank),
+        T(test_missing_rank0),
+        T(test_check_peers_kill),
+        T(test_allgather_len_mismatch),
+        T(test_tcp_ipv6),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
