@@ -318,6 +318,7 @@ enum {
 
 typedef struct {
     int kind, port, size;
+    double close_min, close_max; /* when rank 0 must hang up, seconds after connect; 0 = any */
 } garbage_arg_t;
 
 static int connect_retry(int port, double timeout)
@@ -395,10 +396,16 @@ static int run_garbage(void *arg)
     }
     if (n > 0 && send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n && g->kind != G_RANDOM) return 22;
     /* Wait for rank 0 to hang up: EOF or reset, never data. */
+    double t0 = hc_time_sec();
     struct pollfd pfd = {fd, POLLIN, 0};
     if (poll(&pfd, 1, 15000) != 1) return 23;
     ssize_t r = recv(fd, buf, sizeof(buf), 0);
     close(fd);
+    double took = hc_time_sec() - t0;
+    if (g->close_max > 0 && (took < g->close_min || took > g->close_max)) {
+        fprintf(stderr, "garbage client %d was closed after %.2f s\n", g->kind, took);
+        return 25;
+    }
     if (r > 0) {
         fprintf(stderr, "garbage client %d was answered with %zd bytes\n", g->kind, r);
         return 24;
@@ -414,7 +421,7 @@ static void test_garbage_clients(void **state)
     snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
     garbage_arg_t g[G_COUNT];
     for (int k = 0; k < G_COUNT; k++) {
-        g[k] = (garbage_arg_t){k, port, size};
+        g[k] = (garbage_arg_t){k, port, size, 0, 0};
         spawn(run_garbage, &g[k]);
     }
     /* Rank 1 early, rank 2 late (after the duplicate of rank 1 came). */
@@ -427,6 +434,24 @@ static void test_garbage_clients(void **state)
     assert_int_equal(run_rank(&a0), 0);
     /* The silent and stalled clients did not hold the job up. */
     assert_true(hc_time_sec() - t0 < 4.0);
+    reap_all_ok();
+}
+
+static void test_silent_clients_dropped(void **state)
+{
+    (void)state;
+    char url[64];
+    int port = free_port();
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+    /* Rank 1 comes after 6 s; a silent and a stalled client must be dropped
+     * by the 5 s hello limit, not kept until the rendezvous ends. */
+    garbage_arg_t g[2] = {{G_SILENT, port, 2, 4.5, 5.8}, {G_PARTIAL, port, 2, 4.5, 5.8}};
+    spawn(run_garbage, &g[0]);
+    spawn(run_garbage, &g[1]);
+    rank_arg_t r1 = {params(1, 2, url, KEY), 6000, false};
+    spawn(run_rank, &r1);
+    rank_arg_t a0 = {params(0, 2, url, KEY), 0, false};
+    assert_int_equal(run_rank(&a0), 0);
     reap_all_ok();
 }
 
@@ -659,6 +684,7 @@ int main(void)
         T(test_check_peers_kill),
         T(test_allgather_len_mismatch),
         T(test_tcp_ipv6),
+        T(test_silent_clients_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
