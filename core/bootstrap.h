@@ -68,11 +68,49 @@ typedef struct {
     const void *payload; /* points into the parsed buffer */
 } hc_bootstrap_msg_t;
 
+/* Header: magic, version, type, rank, size, key_len (u32 each), payload_len
+ * (u64), all little-endian; then key_len key bytes, then the payload. There
+ * are no padding or reserved bytes, so pack(parse(x)) gives back x. */
+#define HC_BOOTSTRAP_HDR_LEN 32u
+#define HC_BOOTSTRAP_MAX_KEY 127u
+#define HC_BOOTSTRAP_MAX_SIZE (1u << 20)        /* ranks in one job */
+#define HC_BOOTSTRAP_MAX_PAYLOAD (256ull << 20) /* a whole table */
+#define HC_BOOTSTRAP_MAX_ABORT_TEXT 1024u
+
+typedef enum {
+    HC_BOOTSTRAP_MSG_HELLO = 1,  /* rank -> 0: key, rank, size, blob */
+    HC_BOOTSTRAP_MSG_TABLE = 2,  /* 0 -> rank: size blobs, rank order */
+    HC_BOOTSTRAP_MSG_AG_IN = 3,  /* rank -> 0: one allgather contribution */
+    HC_BOOTSTRAP_MSG_AG_OUT = 4, /* 0 -> rank: every contribution, rank order */
+    HC_BOOTSTRAP_MSG_ABORT = 5,  /* 0 -> rank: int32 LE status, then a message */
+} hc_bootstrap_msg_type_t;
+
 /* Parses one message from buf. Returns the bytes consumed (> 0), 0 when more
  * bytes are needed, or -1 for a malformed message (bad magic/version/type,
  * lengths beyond the limits). Never reads past buf+len. */
 long hc_bootstrap_msg_parse(const void *buf, size_t len, hc_bootstrap_msg_t *msg);
+/* Like parse, once the header is in: returns the length of the whole message
+ * (> 0) and fills msg with key and payload NULL, 0 when fewer than
+ * HC_BOOTSTRAP_HDR_LEN bytes are there (and the magic, if present, is right),
+ * or -1. Lets a receiver reject a bad header before it buffers the body. */
+long hc_bootstrap_msg_parse_header(const void *buf, size_t len, hc_bootstrap_msg_t *msg);
+/* Serializes the header and the key only (the payload is sent from where it
+ * lies); returns HC_BOOTSTRAP_HDR_LEN + key_len or -1. */
+long hc_bootstrap_msg_pack_header(const hc_bootstrap_msg_t *msg, void *out, size_t cap);
 /* Serializes into out (capacity cap); returns bytes written or -1. */
 long hc_bootstrap_msg_pack(const hc_bootstrap_msg_t *msg, void *out, size_t cap);
+
+/* ---- rendezvous address, shared by the environment parser and open ------- */
+typedef struct {
+    bool is_file;   /* file:///dir rather than tcp://host:port */
+    char host[256]; /* tcp: name or address, IPv6 without brackets */
+    int port;       /* tcp: 1..65535 */
+    char dir[512];  /* file: absolute directory */
+} hc_bootstrap_url_t;
+
+/* Parses "tcp://host:port" (host: a name, IPv4 or [IPv6]) or
+ * "file:///absolute/dir". Errors: ERR_INVALID naming `what` (the variable the
+ * URL came from) and the value. */
+hcomm_status_t hc_bootstrap_url_parse(const char *url, const char *what, hc_bootstrap_url_t *u_p);
 
 #endif /* HC_BOOTSTRAP_H */

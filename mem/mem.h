@@ -22,14 +22,16 @@ enum {
 
 typedef struct hc_mem_region {
     void *base;
-    size_t size;       /* bytes mapped (a multiple of page_size) */
-    size_t page_size;  /* 2M / 1G when on hugepages, else the base page size */
-    int fd;            /* memfd for HC_MEM_SHARED regions, else -1 */
-    int numa_node;     /* node the pages are bound to, -1 if unbound */
+    size_t size;      /* bytes mapped (a multiple of page_size) */
+    size_t page_size; /* 2M / 1G when on hugepages, else the base page size */
+    int fd;           /* memfd for HC_MEM_SHARED regions, else -1 */
+    int numa_node;    /* node the pages are bound to, -1 if unbound */
     unsigned flags;
-    bool huge;         /* on hugepages */
-    bool owner;        /* created here (else mapped from a peer's fd) */
-    uint32_t id;       /* index in the region table */
+    bool huge;       /* on hugepages */
+    bool owner;      /* created here (else mapped from a peer's fd) */
+    uint32_t id;     /* index in the region table */
+    uint32_t kind;   /* internal: pool chunk, large/fallback allocation, user, peer, cache */
+    bool registered; /* the reg hook accepted it (keys[] are valid) */
     uint64_t keys[HC_MEM_MAX_KEYS]; /* driver registration keys, by driver index */
 } hc_mem_region_t;
 
@@ -49,7 +51,10 @@ void hc_mem_set_reg_hooks(hc_mem_reg_fn reg, hc_mem_dereg_fn dereg, void *arg);
  * rank's node), mlocked. name labels the memfd (/proc/PID/fd). */
 hcomm_status_t hc_mem_region_create(size_t size, unsigned flags, int numa_node, const char *name,
                                     hc_mem_region_t **region_p);
-/* Maps a peer's HC_MEM_SHARED region from its memfd (the fd is dup'ed). */
+/* Maps a peer's HC_MEM_SHARED region from its memfd (the fd is dup'ed; the
+ * caller keeps its own). size may be less than the memfd's size, never more.
+ * Attached regions are a peer's memory: they are found by lookup but not
+ * registered with drivers (their owner registers them). */
 hcomm_status_t hc_mem_region_attach(int fd, size_t size, hc_mem_region_t **region_p);
 void hc_mem_region_destroy(hc_mem_region_t *region);
 
@@ -70,5 +75,30 @@ void hc_mem_reg_cache_invalidate(const void *ptr, size_t len);
 
 /* Counters, printed by hcomm_info and at finalize with HCOMM_LOG=info. */
 void hc_mem_stats_print(void (*line)(const char *text, void *arg), void *arg);
+
+#define HC_MEM_CLASSES_MAX 12
+typedef struct {
+    size_t block_size;
+    uint64_t allocs, frees;
+    uint64_t failures;    /* allocations that returned an error */
+    uint64_t fallbacks;   /* served by a plain mapping because the pool hit its limit */
+    uint64_t waits;       /* allocations that found the class empty and took the growth lock */
+    uint64_t in_use, hwm; /* blocks handed out now / at most */
+    uint64_t bytes_huge, bytes_regular; /* slab bytes of this class by page kind */
+} hc_mem_class_stats_t;
+
+typedef struct {
+    unsigned nclasses;
+    hc_mem_class_stats_t cls[HC_MEM_CLASSES_MAX];
+    uint64_t large_allocs, large_frees; /* > largest class: own region */
+    uint64_t invalid_frees;             /* rejected hc_mem_free calls */
+    size_t pool_bytes, pool_max;        /* pool regions mapped / limit */
+    uint64_t regions_created, huge_fallbacks, mlock_failures, numa_bind_failures, reg_failures;
+    uint64_t bytes_huge, bytes_regular; /* all regions created here, by page kind */
+    uint64_t cache_hits, cache_misses, cache_evictions, cache_entries, cache_bytes;
+} hc_mem_stats_t;
+
+/* Snapshot of the counters (for tests and hcomm_info). */
+void hc_mem_stats_get(hc_mem_stats_t *stats);
 
 #endif /* HC_MEM_H */

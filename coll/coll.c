@@ -1,0 +1,248 @@
+/*
+ * The collective engine: per-communicator queues of resumable operations,
+ * advanced from every progress pass (hc_progress_hook). Only a queue's head
+ * runs, which gives issue-order matching on every rank without any
+ * negotiation. A collective that fails midway (a dead peer, a timeout)
+ * leaves its communicator "broken": later collectives on it fail at once
+ * with a message saying why, instead of mismatching with the survivors.
+ */
+#include "coll/coll.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static hc_list_t hc_coll_active = {&hc_coll_active, &hc_coll_active};
+static hc_coll_op_t *hc_coll_op_cache;
+
+hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm)
+{
+    if (HC_UNLIKELY(!comm->coll_priv)) {
+        hc_coll_comm_t *cc = calloc(1, sizeof(*cc));
+        if (!cc)
+            return NULL;
+        hc_list_init(&cc->active_link);
+        cc->comm = comm;
+        comm->coll_priv = cc;
+    }
+    return comm->coll_priv;
+}
+
+hc_coll_op_t *hc_coll_op_alloc(void)
+{
+    hc_coll_op_t *op = hc_coll_op_cache;
+    if (op)
+        hc_coll_op_cache = *(hc_coll_op_t **)op;
+    else if (!(op = malloc(sizeof(*op))))
+        return NULL;
+    memset(op, 0, offsetof(hc_coll_op_t, reqs));
+    op->nreqs = 0;
+    hc_list_init(&op->link);
+    return op;
+}
+
+void hc_coll_op_release(hc_coll_op_t *op)
+{
+    for (int i = 0; i < op->nreqs; i++) {
+        hc_list_del(&op->reqs[i]->link);
+        hc_request_free(op->reqs[i]);
+    }
+    op->nreqs = 0;
+    free(op->tmp);
+    op->tmp = NULL;
+    *(hc_coll_op_t **)op = hc_coll_op_cache;
+    hc_coll_op_cache = op;
+}
+
+int hc_coll_failed_member(struct hcomm_comm *comm)
+{
+    if (HC_LIKELY(hc_ctx.nfailed == 0))
+        return -1;
+    for (int r = 0; r < comm->size; r++)
+        if (hc_ctx.peers[comm->world_ranks[r]].failed)
+            return comm->world_ranks[r];
+    return -1;
+}
+
+static void hc_coll_break(struct hcomm_comm *comm, const char *why)
+{
+    hc_coll_comm_t *cc = hc_coll_comm(comm);
+    if (cc && !cc->broken) {
+        cc->broken = true;
+        snprintf(cc->broken_why, sizeof(cc->broken_why), "%s", why);
+    }
+}
+
+/* Ends op with status: completes its request and drops it from its queue. */
+static void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status)
+{
+    struct hcomm_request *req = op->req;
+    hc_list_del(&op->link);
+    if (status != HCOMM_OK)
+        hc_coll_break(op->comm, hc_error_last());
+    req->coll = NULL;
+    hc_coll_op_release(op);
+    hc_request_complete(req, status);
+}
+
+/* Runs the head of comm's queue until it has to wait. */
+static int hc_coll_run(struct hcomm_comm *comm)
+{
+    int done = 0;
+    while (!hc_list_empty(&comm->coll_queue)) {
+        hc_coll_op_t *op = hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
+        op->started = true;
+        int rc = op->step(op);
+        if (rc == HC_COLL_PENDING) {
+            int dead = hc_coll_failed_member(comm);
+            if (HC_LIKELY(dead < 0))
+                break;
+            char what[64];
+            snprintf(what, sizeof(what), "hcomm collective (%s)", op->algo);
+            rc = hc_peer_error(dead, what);
+        }
+        hc_coll_finish(op, rc == HC_COLL_DONE ? HCOMM_OK : (hcomm_status_t)rc);
+        done++;
+    }
+    return done;
+}
+
+int hc_coll_progress(void)
+{
+    int n = 0;
+    hc_list_t *pos, *tmp;
+    hc_list_foreach_safe(pos, tmp, &hc_coll_active)
+    {
+        hc_coll_comm_t *cc = hc_container_of(pos, hc_coll_comm_t, active_link);
+        struct hcomm_comm *comm = cc->comm;
+        n += hc_coll_run(comm);
+        if (hc_list_empty(&comm->coll_queue)) {
+            hc_list_del(&cc->active_link);
+            cc->active = false;
+        }
+    }
+    return n;
+}
+
+hcomm_status_t hc_coll_start(hc_coll_op_t *op)
+{
+    struct hcomm_comm *comm = op->comm;
+    hc_coll_comm_t *cc = hc_coll_comm(comm);
+    if (!cc)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm collective: no memory");
+    op->seq = comm->coll_seq++;
+    hc_list_push_back(&comm->coll_queue, &op->link);
+    if (!cc->active) {
+        cc->active = true;
+        hc_list_push_back(&hc_coll_active, &cc->active_link);
+    }
+    if (comm->coll_queue.next == &op->link)
+        hc_coll_run(comm);
+    return HCOMM_OK;
+}
+
+static void hc_coll_cancel(struct hcomm_request *req)
+{
+    hc_coll_op_t *op = req->coll;
+    if (!op)
+        return;
+    hc_coll_break(op->comm, "a collective on this communicator timed out");
+    hc_list_del(&op->link);
+    req->coll = NULL;
+    hc_coll_op_release(op);
+}
+
+static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status)
+{
+    hc_coll_comm_t *cc = comm->coll_priv;
+    if (!cc)
+        return;
+    while (!hc_list_empty(&comm->coll_queue)) {
+        hc_coll_op_t *op = hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
+        hc_error(status, "hcomm collective: communicator was %s",
+                 status == HCOMM_ERR_ABORTED ? "aborted or freed" : "torn down");
+        hc_coll_finish(op, status);
+    }
+    if (comm->aborted) {
+        hc_coll_break(comm, "the communicator was aborted");
+        return; /* the comm stays allocated until hcomm_comm_free */
+    }
+    if (cc->active)
+        hc_list_del(&cc->active_link);
+    if (cc->node)
+        hc_coll_node_free(cc->node);
+    free(cc);
+    comm->coll_priv = NULL;
+}
+
+void hc_coll_group_fini(void);
+
+hcomm_status_t hc_coll_init(void)
+{
+    hc_reduce_init();
+    hc_list_init(&hc_coll_active);
+    hc_progress_hook = hc_coll_progress;
+    hc_coll_cancel_hook = hc_coll_cancel;
+    hc_coll_comm_free_hook = hc_coll_comm_free;
+    return HCOMM_OK;
+}
+
+void hc_coll_fini(void)
+{
+    /* Queued collectives are failed by hc_comm_destroy through the hook. */
+    hc_list_t *pos, *tmp;
+    for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
+        struct hcomm_comm *comm = hc_container_of(pos, struct hcomm_comm, link);
+        comm->aborted = 0;
+        hc_coll_comm_free(comm, HCOMM_ERR_ABORTED);
+    }
+    (void)tmp;
+    while (hc_coll_op_cache) {
+        hc_coll_op_t *op = hc_coll_op_cache;
+        hc_coll_op_cache = *(hc_coll_op_t **)op;
+        free(op);
+    }
+    hc_coll_group_fini();
+    hc_progress_hook = NULL;
+    hc_coll_cancel_hook = NULL;
+    hc_coll_comm_free_hook = NULL;
+}
+
+/* ---- helpers for p2p algorithms ---------------------------------------------- */
+
+hcomm_status_t hc_coll_isend(hc_coll_op_t *op, const void *buf, size_t len, int peer)
+{
+    struct hcomm_request *req;
+    hcomm_status_t st = hc_p2p_isend(op->comm, op->comm->ctx_id | HC_CTX_COLL, buf, len, peer,
+                                     (int32_t)(op->seq & 0x7fffffff), &req);
+    if (st != HCOMM_OK)
+        return st;
+    op->reqs[op->nreqs++] = req;
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_coll_irecv(hc_coll_op_t *op, void *buf, size_t len, int peer)
+{
+    struct hcomm_request *req;
+    hcomm_status_t st = hc_p2p_irecv(op->comm, op->comm->ctx_id | HC_CTX_COLL, buf, len, peer,
+                                     (int32_t)(op->seq & 0x7fffffff), &req);
+    if (st != HCOMM_OK)
+        return st;
+    op->reqs[op->nreqs++] = req;
+    return HCOMM_OK;
+}
+
+int hc_coll_reqs_test(hc_coll_op_t *op)
+{
+    for (int i = 0; i < op->nreqs; i++)
+        if (!op->reqs[i]->done)
+            return HC_COLL_PENDING;
+    hcomm_status_t st = HCOMM_OK;
+    for (int i = 0; i < op->nreqs; i++) {
+        if (op->reqs[i]->status != HCOMM_OK && st == HCOMM_OK)
+            st = op->reqs[i]->status;
+        hc_request_free(op->reqs[i]);
+    }
+    op->nreqs = 0;
+    return st == HCOMM_OK ? HC_COLL_DONE : (int)st;
+}

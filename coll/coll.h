@@ -1,0 +1,112 @@
+/*
+ * coll/: collective operations, written against the core (requests, p2p,
+ * progress) and the drivers' node-shared memory, never against a particular
+ * transport.
+ *
+ * Every collective is an hc_coll_op_t: a resumable state machine (step()
+ * returns HC_COLL_DONE, HC_COLL_PENDING or a negative status) queued on its
+ * communicator. Only the head of a communicator's queue runs, so collectives
+ * on one communicator execute in issue order on every rank; queues of
+ * different communicators advance independently, from any wait.
+ *
+ * Algorithm families:
+ *   node (coll_node.c): all ranks of the communicator share a node and a
+ *     node-shared region: small messages through cache-line flagged slots,
+ *     large ones pipelined through double-buffered staging blocks, each rank
+ *     reducing its slice straight out of shared memory.
+ *   net (coll_net.c): point-to-point algorithms that run over any driver:
+ *     recursive doubling, ring (reduce-scatter + allgather), binomial trees,
+ *     pairwise exchange, dissemination barrier.
+ * hc_coll_select() picks one per call from the size, the rank count and the
+ * placement (HCOMM_ALGO forces one; HCOMM_LOG=info prints the choice once
+ * per collective and size class).
+ */
+#ifndef HC_COLL_H
+#define HC_COLL_H
+
+#include "coll/reduce.h"
+#include "core/hc_core.h"
+
+typedef enum {
+    HC_COLL_ALLREDUCE,
+    HC_COLL_BROADCAST,
+    HC_COLL_REDUCE,
+    HC_COLL_ALLGATHER,
+    HC_COLL_REDUCE_SCATTER,
+    HC_COLL_ALLTOALL,
+    HC_COLL_BARRIER,
+    HC_COLL_KIND_COUNT
+} hc_coll_kind_t;
+
+enum { HC_COLL_PENDING = 0, HC_COLL_DONE = 1 };
+
+#define HC_COLL_MAX_REQS 64
+
+typedef struct hc_coll_op hc_coll_op_t;
+typedef int (*hc_coll_step_fn)(hc_coll_op_t *op);
+
+struct hc_coll_op {
+    hc_list_t link; /* comm->coll_queue */
+    struct hcomm_request *req;
+    struct hcomm_comm *comm;
+    hc_coll_kind_t kind;
+    const void *sbuf;
+    void *rbuf;
+    size_t count; /* elements: per rank block for allgather/reduce_scatter/alltoall */
+    hcomm_dtype_t dtype;
+    hcomm_op_t op;
+    int root;
+    size_t esize;
+    size_t bytes; /* count * esize */
+    uint64_t seq; /* position in the communicator's collective order */
+    hc_coll_step_fn step;
+    const char *algo;
+    bool started;
+    /* algorithm state */
+    int state;
+    int phase, round, nrounds;
+    uint64_t tick, tick_end;
+    size_t off, chunk;
+    void *tmp;
+    size_t tmp_bytes;
+    struct hcomm_request *reqs[HC_COLL_MAX_REQS];
+    int nreqs;
+    int vrank, pof2, rem;
+};
+
+/* Per-communicator state of coll/ (comm->coll_priv). */
+typedef struct hc_coll_comm {
+    struct hcomm_comm *comm;
+    bool broken;      /* a collective failed midway: the communicator is unusable */
+    char broken_why[200];
+    bool node_checked;
+    struct hc_coll_node *node; /* NULL: no node-shared region for this comm */
+    hc_list_t active_link;     /* in the list of comms with queued collectives */
+    bool active;
+} hc_coll_comm_t;
+
+hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm);
+
+/* Starts op (queued behind earlier collectives of its comm). */
+hcomm_status_t hc_coll_start(hc_coll_op_t *op);
+int hc_coll_progress(void);
+
+/* ---- node algorithms (coll_node.c) ----------------------------------------- */
+bool hc_coll_node_usable(struct hcomm_comm *comm);
+hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op);
+void hc_coll_node_free(struct hc_coll_node *node);
+
+/* ---- p2p algorithms (coll_net.c) --------------------------------------------- */
+hc_coll_step_fn hc_coll_net_select(hc_coll_op_t *op, const char *forced);
+
+/* Internal p2p for algorithms: collective context, tag from the op's seq. */
+hcomm_status_t hc_coll_isend(hc_coll_op_t *op, const void *buf, size_t len, int peer);
+hcomm_status_t hc_coll_irecv(hc_coll_op_t *op, void *buf, size_t len, int peer);
+/* HC_COLL_DONE when every request in op->reqs completed OK (they are then
+ * freed and nreqs reset), PENDING, or the first failure. */
+int hc_coll_reqs_test(hc_coll_op_t *op);
+
+/* A member of op's comm that has failed, or -1. */
+int hc_coll_failed_member(struct hcomm_comm *comm);
+
+#endif /* HC_COLL_H */

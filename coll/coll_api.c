@@ -1,0 +1,518 @@
+/*
+ * Public collective API: argument checks (each failure names the function,
+ * the argument and the value), algorithm choice, blocking/non-blocking
+ * wrappers, groups, and hcomm_comm_split (an allgather on the parent).
+ */
+#include "coll/coll.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+hc_coll_op_t *hc_coll_op_alloc(void);
+void hc_coll_op_release(hc_coll_op_t *op);
+
+static const char *const hc_coll_names[HC_COLL_KIND_COUNT] = {
+    "hcomm_allreduce", "hcomm_broadcast", "hcomm_reduce",  "hcomm_allgather",
+    "hcomm_reduce_scatter", "hcomm_alltoall", "hcomm_barrier"};
+
+/* Collectives created inside hcomm_group_start/end, launched at the end. */
+static struct {
+    hc_coll_op_t **ops;
+    struct hcomm_request **blocking; /* requests of blocking calls, waited at end */
+    int nops, nblocking, cap;
+} hc_group;
+
+static uint64_t hc_coll_logged[HC_COLL_KIND_COUNT]; /* size classes already explained */
+
+static void hc_coll_explain(const hc_coll_op_t *op)
+{
+    if (hc_log_level_current < HC_LOG_INFO)
+        return;
+    int cls = op->bytes ? 64 - __builtin_clzll(op->bytes) : 0;
+    if (hc_coll_logged[op->kind] & (1ull << cls))
+        return;
+    hc_coll_logged[op->kind] |= 1ull << cls;
+    hc_log_info("%s: %zu bytes on %d ranks -> algorithm %s", hc_coll_names[op->kind], op->bytes,
+                op->comm->size, op->algo);
+}
+
+/* Local copy for communicators of one rank and in-place bookkeeping. */
+static int hc_coll_local_step(hc_coll_op_t *op)
+{
+    size_t n = op->bytes;
+    if (op->kind == HC_COLL_BARRIER || op->kind == HC_COLL_BROADCAST || !op->rbuf)
+        return HC_COLL_DONE;
+    if (op->sbuf != op->rbuf)
+        memmove(op->rbuf, op->sbuf, n);
+    return HC_COLL_DONE;
+}
+
+static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
+{
+    const char *forced = strcasecmp(hc_cfg.algo, "auto") ? hc_cfg.algo : NULL;
+    op->step = NULL;
+    if (op->comm->size == 1) {
+        op->step = hc_coll_local_step;
+        op->algo = "local";
+    } else if ((!forced || !strcasecmp(forced, "node")) && hc_coll_node_usable(op->comm)) {
+        op->step = hc_coll_node_select(op);
+    }
+    if (!op->step)
+        op->step = hc_coll_net_select(op, forced && strcasecmp(forced, "node") ? forced : NULL);
+    if (!op->step)
+        return hc_error(HCOMM_ERR_UNSUPPORTED, "%s: no algorithm for %zu bytes on %d ranks%s%s",
+                        hc_coll_names[op->kind], op->bytes, op->comm->size,
+                        forced ? " with HCOMM_ALGO=" : "", forced ? forced : "");
+    hc_coll_explain(op);
+    return HCOMM_OK;
+}
+
+static bool hc_group_push(void **arr_p, int *n, size_t elem)
+{
+    if (*n == hc_group.cap) {
+        int cap = hc_group.cap ? hc_group.cap * 2 : 16;
+        void *ops = realloc(hc_group.ops, sizeof(*hc_group.ops) * (size_t)cap);
+        if (!ops)
+            return false;
+        hc_group.ops = ops;
+        void *bl = realloc(hc_group.blocking, sizeof(*hc_group.blocking) * (size_t)cap);
+        if (!bl)
+            return false;
+        hc_group.blocking = bl;
+        hc_group.cap = cap;
+    }
+    (void)arr_p;
+    (void)elem;
+    return true;
+}
+
+/* Creates, selects and launches (or, inside a group, defers) one collective. */
+static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *rbuf, size_t count,
+                                   size_t bytes, hcomm_dtype_t dtype, hcomm_op_t rop, int root,
+                                   hcomm_comm_t comm, hcomm_request_t *req_p)
+{
+    const char *fn = hc_coll_names[kind];
+    hc_coll_comm_t *cc = hc_coll_comm(comm);
+    if (HC_UNLIKELY(!cc))
+        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
+    if (HC_UNLIKELY(cc->broken))
+        return hc_error(HCOMM_ERR_PEER_FAILED, "%s: communicator unusable after an earlier "
+                                               "collective failed (%s)", fn, cc->broken_why);
+    int dead = hc_coll_failed_member(comm);
+    if (HC_UNLIKELY(dead >= 0))
+        return hc_peer_error(dead, fn);
+    struct hcomm_request *req = hc_request_alloc(HC_REQ_COLL);
+    hc_coll_op_t *op = hc_coll_op_alloc();
+    if (HC_UNLIKELY(!req || !op)) {
+        if (req)
+            hc_request_free(req);
+        if (op)
+            hc_coll_op_release(op);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory for the operation", fn);
+    }
+    req->comm = comm;
+    req->peer = -1;
+    req->coll = op;
+    op->req = req;
+    op->comm = comm;
+    op->kind = kind;
+    op->sbuf = sbuf;
+    op->rbuf = rbuf;
+    op->count = count;
+    op->dtype = dtype;
+    op->op = rop;
+    op->root = root;
+    op->esize = hcomm_dtype_size(dtype);
+    op->bytes = bytes;
+
+    if (hc_ctx.group_depth > 0) {
+        if (!hc_group_push(NULL, &hc_group.nops, 0)) {
+            hc_coll_op_release(op);
+            hc_request_free(req);
+            return hc_error(HCOMM_ERR_NO_MEMORY, "%s: group too large", fn);
+        }
+        hc_group.ops[hc_group.nops++] = op;
+        if (req_p) {
+            req->user = true;
+            *req_p = req;
+        } else {
+            hc_group.blocking[hc_group.nblocking++] = req;
+        }
+        return HCOMM_OK;
+    }
+    hcomm_status_t st = hc_coll_select(op);
+    if (st == HCOMM_OK)
+        st = hc_coll_start(op);
+    if (HC_UNLIKELY(st != HCOMM_OK)) {
+        req->coll = NULL;
+        hc_coll_op_release(op);
+        hc_request_free(req);
+        return st;
+    }
+    if (req_p) {
+        req->user = true;
+        *req_p = req;
+        return HCOMM_OK;
+    }
+    st = hc_request_wait(req, fn);
+    hc_request_free(req);
+    return st;
+}
+
+/* A request that is already complete (count 0, the no-op cases). */
+static hcomm_status_t hc_coll_noop(hcomm_request_t *req_p)
+{
+    if (!req_p)
+        return HCOMM_OK;
+    struct hcomm_request *req = hc_request_alloc(HC_REQ_COLL);
+    if (!req)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm collective: no memory for a request");
+    req->user = true;
+    req->peer = -1;
+    hc_request_complete(req, HCOMM_OK);
+    *req_p = req;
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_coll_check_common(const char *fn, hcomm_comm_t comm, hcomm_dtype_t dtype,
+                                           bool is_reduction, hcomm_op_t op, bool nb,
+                                           hcomm_request_t *req_p)
+{
+    hcomm_status_t st = hc_check_comm(fn, comm);
+    if (st != HCOMM_OK)
+        return st;
+    if ((st = hc_check_dtype(fn, dtype)) != HCOMM_OK)
+        return st;
+    if (is_reduction && (unsigned)op >= HCOMM_OP_COUNT)
+        return hc_error(HCOMM_ERR_INVALID, "%s: unknown op %d", fn, (int)op);
+    if (nb && !req_p)
+        return hc_error(HCOMM_ERR_INVALID, "%s: req_p is NULL", fn);
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_coll_check_root(const char *fn, hcomm_comm_t comm, int root)
+{
+    if (root < 0 || root >= comm->size)
+        return hc_error(HCOMM_ERR_INVALID, "%s: root %d out of range for a communicator of %d "
+                                           "ranks", fn, root, comm->size);
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_allreduce_impl(const char *fn, const void *sbuf, void *rbuf, size_t count,
+                                        hcomm_dtype_t dtype, hcomm_op_t op, hcomm_comm_t comm,
+                                        hcomm_request_t *req_p, bool nb)
+{
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, true, op, nb, req_p);
+    size_t bytes;
+    if (st != HCOMM_OK || (st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes)) ||
+        (st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, 1, &bytes)))
+        return st;
+    if (count == 0)
+        return hc_coll_noop(req_p);
+    return hc_coll_post(HC_COLL_ALLREDUCE, sbuf, rbuf, count, bytes, dtype, op, 0, comm, req_p);
+}
+
+static hcomm_status_t hc_broadcast_impl(const char *fn, void *buf, size_t count, hcomm_dtype_t dtype,
+                                        int root, hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
+{
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    size_t bytes;
+    if (st != HCOMM_OK || (st = hc_coll_check_root(fn, comm, root)) ||
+        (st = hc_check_buf(fn, "buf", buf, count, dtype, 1, &bytes)))
+        return st;
+    if (count == 0)
+        return hc_coll_noop(req_p);
+    return hc_coll_post(HC_COLL_BROADCAST, buf, buf, count, bytes, dtype, 0, root, comm, req_p);
+}
+
+static hcomm_status_t hc_reduce_impl(const char *fn, const void *sbuf, void *rbuf, size_t count,
+                                     hcomm_dtype_t dtype, hcomm_op_t op, int root,
+                                     hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
+{
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, true, op, nb, req_p);
+    size_t bytes;
+    if (st != HCOMM_OK || (st = hc_coll_check_root(fn, comm, root)) ||
+        (st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes)))
+        return st;
+    if (comm->rank == root && (st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, 1, &bytes)))
+        return st;
+    if (count == 0)
+        return hc_coll_noop(req_p);
+    return hc_coll_post(HC_COLL_REDUCE, sbuf, comm->rank == root ? rbuf : NULL, count, bytes,
+                        dtype, op, root, comm, req_p);
+}
+
+static hcomm_status_t hc_allgather_impl(const char *fn, const void *sbuf, void *rbuf, size_t count,
+                                        hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                        hcomm_request_t *req_p, bool nb)
+{
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    size_t bytes, total;
+    if (st != HCOMM_OK || (st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes)) ||
+        (st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, (size_t)comm->size, &total)))
+        return st;
+    if (count == 0)
+        return hc_coll_noop(req_p);
+    return hc_coll_post(HC_COLL_ALLGATHER, sbuf, rbuf, count, bytes, dtype, 0, 0, comm, req_p);
+}
+
+static hcomm_status_t hc_reduce_scatter_impl(const char *fn, const void *sbuf, void *rbuf,
+                                             size_t count, hcomm_dtype_t dtype, hcomm_op_t op,
+                                             hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
+{
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, true, op, nb, req_p);
+    size_t bytes, total;
+    if (st != HCOMM_OK ||
+        (st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, (size_t)comm->size, &total)) ||
+        (st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, 1, &bytes)))
+        return st;
+    if (count == 0)
+        return hc_coll_noop(req_p);
+    return hc_coll_post(HC_COLL_REDUCE_SCATTER, sbuf, rbuf, count, bytes, dtype, op, 0, comm,
+                        req_p);
+}
+
+static hcomm_status_t hc_alltoall_impl(const char *fn, const void *sbuf, void *rbuf, size_t count,
+                                       hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                       hcomm_request_t *req_p, bool nb)
+{
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    size_t bytes, total;
+    if (st != HCOMM_OK ||
+        (st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, (size_t)comm->size, &total)) ||
+        (st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, (size_t)comm->size, &total)))
+        return st;
+    if (count == 0)
+        return hc_coll_noop(req_p);
+    hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes);
+    return hc_coll_post(HC_COLL_ALLTOALL, sbuf, rbuf, count, bytes, dtype, 0, 0, comm, req_p);
+}
+
+static hcomm_status_t hc_barrier_impl(const char *fn, hcomm_comm_t comm, hcomm_request_t *req_p,
+                                      bool nb)
+{
+    hcomm_status_t st = hc_coll_check_common(fn, comm, HCOMM_UINT8, false, 0, nb, req_p);
+    if (st != HCOMM_OK)
+        return st;
+    return hc_coll_post(HC_COLL_BARRIER, NULL, NULL, 0, 0, HCOMM_UINT8, 0, 0, comm, req_p);
+}
+
+HC_EXPORT hcomm_status_t hcomm_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                         hcomm_dtype_t dtype, hcomm_op_t op, hcomm_comm_t comm)
+{
+    return hc_allreduce_impl("hcomm_allreduce", sendbuf, recvbuf, count, dtype, op, comm, NULL,
+                             false);
+}
+HC_EXPORT hcomm_status_t hcomm_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                          hcomm_dtype_t dtype, hcomm_op_t op, hcomm_comm_t comm,
+                                          hcomm_request_t *req_p)
+{
+    return hc_allreduce_impl("hcomm_iallreduce", sendbuf, recvbuf, count, dtype, op, comm, req_p,
+                             true);
+}
+HC_EXPORT hcomm_status_t hcomm_broadcast(void *buf, size_t count, hcomm_dtype_t dtype, int root,
+                                         hcomm_comm_t comm)
+{
+    return hc_broadcast_impl("hcomm_broadcast", buf, count, dtype, root, comm, NULL, false);
+}
+HC_EXPORT hcomm_status_t hcomm_ibroadcast(void *buf, size_t count, hcomm_dtype_t dtype, int root,
+                                          hcomm_comm_t comm, hcomm_request_t *req_p)
+{
+    return hc_broadcast_impl("hcomm_ibroadcast", buf, count, dtype, root, comm, req_p, true);
+}
+HC_EXPORT hcomm_status_t hcomm_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                      hcomm_dtype_t dtype, hcomm_op_t op, int root,
+                                      hcomm_comm_t comm)
+{
+    return hc_reduce_impl("hcomm_reduce", sendbuf, recvbuf, count, dtype, op, root, comm, NULL,
+                          false);
+}
+HC_EXPORT hcomm_status_t hcomm_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                                       hcomm_dtype_t dtype, hcomm_op_t op, int root,
+                                       hcomm_comm_t comm, hcomm_request_t *req_p)
+{
+    return hc_reduce_impl("hcomm_ireduce", sendbuf, recvbuf, count, dtype, op, root, comm, req_p,
+                          true);
+}
+HC_EXPORT hcomm_status_t hcomm_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                         hcomm_dtype_t dtype, hcomm_comm_t comm)
+{
+    return hc_allgather_impl("hcomm_allgather", sendbuf, recvbuf, sendcount, dtype, comm, NULL,
+                             false);
+}
+HC_EXPORT hcomm_status_t hcomm_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                          hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                          hcomm_request_t *req_p)
+{
+    return hc_allgather_impl("hcomm_iallgather", sendbuf, recvbuf, sendcount, dtype, comm, req_p,
+                             true);
+}
+HC_EXPORT hcomm_status_t hcomm_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                              hcomm_dtype_t dtype, hcomm_op_t op,
+                                              hcomm_comm_t comm)
+{
+    return hc_reduce_scatter_impl("hcomm_reduce_scatter", sendbuf, recvbuf, recvcount, dtype, op,
+                                  comm, NULL, false);
+}
+HC_EXPORT hcomm_status_t hcomm_ireduce_scatter(const void *sendbuf, void *recvbuf,
+                                               size_t recvcount, hcomm_dtype_t dtype,
+                                               hcomm_op_t op, hcomm_comm_t comm,
+                                               hcomm_request_t *req_p)
+{
+    return hc_reduce_scatter_impl("hcomm_ireduce_scatter", sendbuf, recvbuf, recvcount, dtype, op,
+                                  comm, req_p, true);
+}
+HC_EXPORT hcomm_status_t hcomm_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                        hcomm_dtype_t dtype, hcomm_comm_t comm)
+{
+    return hc_alltoall_impl("hcomm_alltoall", sendbuf, recvbuf, count, dtype, comm, NULL, false);
+}
+HC_EXPORT hcomm_status_t hcomm_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                         hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                         hcomm_request_t *req_p)
+{
+    return hc_alltoall_impl("hcomm_ialltoall", sendbuf, recvbuf, count, dtype, comm, req_p, true);
+}
+HC_EXPORT hcomm_status_t hcomm_barrier(hcomm_comm_t comm)
+{
+    return hc_barrier_impl("hcomm_barrier", comm, NULL, false);
+}
+HC_EXPORT hcomm_status_t hcomm_ibarrier(hcomm_comm_t comm, hcomm_request_t *req_p)
+{
+    return hc_barrier_impl("hcomm_ibarrier", comm, req_p, true);
+}
+
+/* ---- groups ------------------------------------------------------------------------ */
+
+HC_EXPORT hcomm_status_t hcomm_group_start(void)
+{
+    hcomm_status_t st = hc_check_init("hcomm_group_start");
+    if (st != HCOMM_OK)
+        return st;
+    hc_ctx.group_depth++;
+    return HCOMM_OK;
+}
+
+HC_EXPORT hcomm_status_t hcomm_group_end(void)
+{
+    hcomm_status_t st = hc_check_init("hcomm_group_end");
+    if (st != HCOMM_OK)
+        return st;
+    if (hc_ctx.group_depth == 0)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_group_end: no matching hcomm_group_start");
+    if (--hc_ctx.group_depth > 0)
+        return HCOMM_OK;
+    hcomm_status_t first = HCOMM_OK;
+    for (int i = 0; i < hc_group.nops; i++) {
+        hc_coll_op_t *op = hc_group.ops[i];
+        struct hcomm_request *req = op->req;
+        st = hc_coll_select(op);
+        if (st == HCOMM_OK)
+            st = hc_coll_start(op);
+        if (st != HCOMM_OK) {
+            req->coll = NULL;
+            hc_coll_op_release(op);
+            hc_request_complete(req, st);
+            if (first == HCOMM_OK)
+                first = st;
+        }
+    }
+    hc_group.nops = 0;
+    for (int i = 0; i < hc_group.nblocking; i++) {
+        st = hc_request_wait(hc_group.blocking[i], "hcomm_group_end");
+        if (st != HCOMM_OK && first == HCOMM_OK)
+            first = st;
+        hc_request_free(hc_group.blocking[i]);
+    }
+    hc_group.nblocking = 0;
+    return first;
+}
+
+void hc_coll_group_fini(void)
+{
+    free(hc_group.ops);
+    free(hc_group.blocking);
+    memset(&hc_group, 0, sizeof(hc_group));
+}
+
+/* ---- comm split ------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t color, key;
+    uint32_t next_ctx;
+} hc_split_info_t;
+
+HC_EXPORT hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key,
+                                          hcomm_comm_t *newcomm_p)
+{
+    hcomm_status_t st = hc_check_comm("hcomm_comm_split", comm);
+    if (st != HCOMM_OK)
+        return st;
+    if (!newcomm_p)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_comm_split: newcomm_p is NULL");
+    if (hc_ctx.group_depth)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_comm_split: not allowed inside a group");
+    int n = comm->size;
+    hc_split_info_t mine = {.color = color < 0 ? -1 : color, .key = key,
+                            .next_ctx = hc_ctx.next_ctx_id};
+    hc_split_info_t *all = malloc(sizeof(*all) * (size_t)n);
+    int *members = malloc(sizeof(int) * (size_t)n);
+    if (!all || !members) {
+        free(all);
+        free(members);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_comm_split: no memory");
+    }
+    st = hc_coll_post(HC_COLL_ALLGATHER, &mine, all, sizeof(mine), sizeof(mine), HCOMM_UINT8, 0, 0,
+                      comm, NULL);
+    if (st != HCOMM_OK)
+        goto out;
+    /* Context id: above every id any member has used; colors in ascending
+     * order take consecutive ids. */
+    uint32_t base = 0;
+    for (int r = 0; r < n; r++)
+        base = HC_MAX(base, all[r].next_ctx);
+    int ncolors = 0, my_index = 0;
+    for (int r = 0; r < n; r++) {
+        if (all[r].color < 0)
+            continue;
+        bool first = true; /* is r the first rank of its color? */
+        for (int q = 0; q < r; q++)
+            if (all[q].color == all[r].color)
+                first = false;
+        if (!first)
+            continue;
+        if (all[r].color < mine.color)
+            my_index++;
+        ncolors++;
+    }
+    hc_ctx.next_ctx_id = base + (uint32_t)ncolors;
+    if (mine.color < 0) {
+        *newcomm_p = NULL;
+        goto out;
+    }
+    int m = 0;
+    for (int r = 0; r < n; r++)
+        if (all[r].color == mine.color)
+            members[m++] = r;
+    /* Order by (key, rank in comm): insertion sort, stable. */
+    for (int i = 1; i < m; i++) {
+        int v = members[i], j = i - 1;
+        while (j >= 0 && all[members[j]].key > all[v].key) {
+            members[j + 1] = members[j];
+            j--;
+        }
+        members[j + 1] = v;
+    }
+    for (int i = 0; i < m; i++)
+        members[i] = comm->world_ranks[members[i]];
+    struct hcomm_comm *nc;
+    st = hc_comm_create(base + (uint32_t)my_index, m, members, &nc);
+    if (st == HCOMM_OK)
+        *newcomm_p = nc;
+out:
+    free(all);
+    free(members);
+    return st;
+}

@@ -1,0 +1,401 @@
+/*
+ * Node collectives: every rank of the communicator on one node, sharing one
+ * region from the node driver (shared_get). Layout, for n ranks and block B:
+ *
+ *   line[n]        one cache line per rank: `a` (tick whose data this rank
+ *                  has published) + two inline payload slots (parity) for
+ *                  messages of at most HC_NODE_INLINE bytes
+ *   done[n]        one cache line per rank: `b` (tick this rank has finished
+ *                  reading shared data of)
+ *   stage[n][2][B] per rank, double-buffered staging blocks
+ *   res[2][B]      the reduced block (allreduce/reduce)
+ *
+ * Everything advances in ticks, numbered identically on all ranks because
+ * they run the same collectives in the same order. A rank writes shared
+ * buffers of tick t only once every rank has finished reading tick t-2 (the
+ * same parity): b[j] >= t-2 for all j, usually implied by having seen
+ * a[j] >= t-1. Each tick:
+ *   1. stage: copy my part of the input into my block, publish a[me] = t;
+ *   2. wait until every a[j] >= t; compute: reduce my slice of the block out
+ *      of every rank's block (allreduce: into res; reduce_scatter: straight
+ *      into my output) or copy other ranks' blocks out (allgather,
+ *      alltoall, broadcast); publish b[me] = t;
+ *   3. allreduce/reduce only: wait until every b[j] >= t, copy res out.
+ * A message that fits inline travels in the flag's own cache line: one line
+ * moves between cores per peer.
+ */
+#include "coll/coll.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define HC_NODE_INLINE 24
+
+typedef struct {
+    uint64_t a;
+    uint8_t inline_data[2][HC_NODE_INLINE];
+} HC_ALIGNED_CL hc_node_line_t;
+_Static_assert(sizeof(hc_node_line_t) == HC_CACHE_LINE, "one line per rank");
+
+typedef struct {
+    uint64_t b;
+} HC_ALIGNED_CL hc_node_done_t;
+
+typedef struct hc_coll_node {
+    int n, me;
+    size_t block;
+    hc_node_line_t *line;
+    hc_node_done_t *done;
+    uint8_t *stage;
+    uint8_t *res;
+    uint64_t tick;       /* last tick started here */
+    uint64_t a_seen_all; /* highest tick for which every a[j] was seen */
+    uint64_t b_seen_all;
+} hc_coll_node_t;
+
+static inline uint8_t *hc_node_stage(hc_coll_node_t *nd, int rank, uint64_t t)
+{
+    return nd->stage + ((size_t)rank * 2 + (t & 1)) * nd->block;
+}
+static inline uint8_t *hc_node_res(hc_coll_node_t *nd, uint64_t t)
+{
+    return nd->res + (t & 1) * nd->block;
+}
+
+/* Every a[j] >= t? Resumable: op->round is the next rank to check. */
+static bool hc_node_wait_a(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t)
+{
+    if (nd->a_seen_all >= t)
+        return true;
+    for (; op->round < nd->n; op->round++)
+        if (__atomic_load_n(&nd->line[op->round].a, __ATOMIC_ACQUIRE) < t)
+            return false;
+    op->round = 0;
+    nd->a_seen_all = t;
+    /* Publishing a(t) came after finishing t-1: b[j] >= t-1 follows. */
+    if (nd->b_seen_all < t - 1)
+        nd->b_seen_all = t - 1;
+    return true;
+}
+
+static bool hc_node_wait_b(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t)
+{
+    if (nd->b_seen_all >= t)
+        return true;
+    for (; op->round < nd->n; op->round++)
+        if (__atomic_load_n(&nd->done[op->round].b, __ATOMIC_ACQUIRE) < t)
+            return false;
+    op->round = 0;
+    nd->b_seen_all = t;
+    return true;
+}
+
+/* May this rank overwrite the shared buffers of tick t? */
+static inline bool hc_node_can_write(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t)
+{
+    return t < 3 || hc_node_wait_b(nd, op, t - 2);
+}
+
+static inline void hc_node_post_a(hc_coll_node_t *nd, uint64_t t)
+{
+    __atomic_store_n(&nd->line[nd->me].a, t, __ATOMIC_RELEASE);
+}
+static inline void hc_node_post_b(hc_coll_node_t *nd, uint64_t t)
+{
+    __atomic_store_n(&nd->done[nd->me].b, t, __ATOMIC_RELEASE);
+}
+
+/* Element range [lo, hi) of slice j when ec elements are cut in n slices
+ * whose inner boundaries are rounded to 16 elements (vector friendly). */
+static inline void hc_node_slice(size_t ec, int n, int j, size_t *lo, size_t *hi)
+{
+    size_t a = j == 0 ? 0 : HC_MIN(ec, HC_ALIGN_UP(ec * (size_t)j / (size_t)n, (size_t)16));
+    size_t b = j == n - 1 ? ec : HC_MIN(ec, HC_ALIGN_UP(ec * (size_t)(j + 1) / (size_t)n, (size_t)16));
+    *lo = a;
+    *hi = b;
+}
+
+static inline hc_coll_node_t *hc_node_of(hc_coll_op_t *op)
+{
+    return ((hc_coll_comm_t *)op->comm->coll_priv)->node;
+}
+
+/* Ticks are numbered from the op's first one: op->tick = first, tick_end =
+ * one past the last. A tick's block covers bytes [k*B, k*B + B) of the
+ * per-rank data, k = t - op->tick. */
+static void hc_node_begin(hc_coll_op_t *op, size_t per_rank_bytes)
+{
+    hc_coll_node_t *nd = hc_node_of(op);
+    size_t nb = per_rank_bytes ? (per_rank_bytes + nd->block - 1) / nd->block : 1;
+    op->tick = nd->tick + 1;
+    op->tick_end = op->tick + nb;
+    nd->tick += nb;
+    op->state = 0;
+    op->round = 0;
+}
+
+/* ---- allreduce / reduce ------------------------------------------------------ */
+
+static int hc_node_allreduce_inline(hc_coll_op_t *op)
+{
+    hc_coll_node_t *nd = hc_node_of(op);
+    uint64_t t = op->tick;
+    int par = (int)(t & 1);
+    if (op->state == 0) {
+        if (!hc_node_can_write(nd, op, t))
+            return HC_COLL_PENDING;
+        memcpy(nd->line[nd->me].inline_data[par], op->sbuf, op->bytes);
+        hc_node_post_a(nd, t);
+        op->state = 1;
+    }
+    if (!hc_node_wait_a(nd, op, t))
+        return HC_COLL_PENDING;
+    const void *srcs[64];
+    for (int j = 0; j < nd->n; j++)
+        srcs[j] = nd->line[j].inline_data[par];
+    if (op->kind == HC_COLL_ALLREDUCE || op->comm->rank == op->root)
+        hc_reduce(op->rbuf, srcs, nd->n, op->count, op->dtype, op->op, nd->n);
+    hc_node_post_b(nd, t);
+    return HC_COLL_DONE;
+}
+
+static int hc_node_allreduce_staged(hc_coll_op_t *op)
+{
+    hc_coll_node_t *nd = hc_node_of(op);
+    bool want_result = op->kind == HC_COLL_ALLREDUCE || op->comm->rank == op->root;
+    const void *srcs[64];
+    for (;;) {
+        uint64_t t = op->tick + (uint64_t)op->phase;
+        if (t == op->tick_end)
+            return HC_COLL_DONE;
+        size_t off = (size_t)op->phase * nd->block;
+        size_t bb = HC_MIN(nd->block, op->bytes - off);
+        size_t ec = bb / op->esize;
+        switch (op->state) {
+        case 0:
+            if (!hc_node_can_write(nd, op, t))
+                return HC_COLL_PENDING;
+            memcpy(hc_node_stage(nd, nd->me, t), (const uint8_t *)op->sbuf + off, bb);
+            hc_node_post_a(nd, t);
+            op->state = 1;
+            /* fallthrough */
+        case 1: {
+            if (!hc_node_wait_a(nd, op, t))
+                return HC_COLL_PENDING;
+            size_t lo, hi;
+            hc_node_slice(ec, nd->n, nd->me, &lo, &hi);
+            if (hi > lo) {
+                for (int j = 0; j < nd->n; j++)
+                    srcs[j] = hc_node_stage(nd, j, t) + lo * op->esize;
+                hc_reduce(hc_node_res(nd, t) + lo * op->esize, srcs, nd->n, hi - lo, op->dtype,
+                          op->op, nd->n);
+            }
+            hc_node_post_b(nd, t);
+            op->state = 2;
+        }
+            /* fallthrough */
+        case 2:
+            if (want_result) {
+                if (!hc_node_wait_b(nd, op, t))
+                    return HC_COLL_PENDING;
+                memcpy((uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb);
+            }
+            op->state = 0;
+            op->phase++;
+        }
+    }
+}
+
+/* ---- broadcast ------------------------------------------------------------------ */
+
+static int hc_node_broadcast(hc_coll_op_t *op)
+{
+    hc_coll_node_t *nd = hc_node_of(op);
+    bool root = op->comm->rank == op->root;
+    for (;;) {
+        uint64_t t = op->tick + (uint64_t)op->phase;
+        if (t == op->tick_end)
+            return HC_COLL_DONE;
+        size_t off = (size_t)op->phase * nd->block;
+        size_t bb = op->bytes ? HC_MIN(nd->block, op->bytes - off) : 0;
+        if (root) {
+            if (!hc_node_can_write(nd, op, t))
+                return HC_COLL_PENDING;
+            memcpy(hc_node_stage(nd, nd->me, t), (uint8_t *)op->rbuf + off, bb);
+            hc_node_post_a(nd, t);
+            hc_node_post_b(nd, t);
+        } else {
+            if (__atomic_load_n(&nd->line[op->root].a, __ATOMIC_ACQUIRE) < t)
+                return HC_COLL_PENDING;
+            memcpy((uint8_t *)op->rbuf + off, hc_node_stage(nd, op->root, t), bb);
+            hc_node_post_b(nd, t);
+        }
+        op->phase++;
+    }
+}
+
+/* ---- allgather, reduce_scatter, alltoall, barrier ------------------------------- */
+
+/* Staging for the block-per-peer collectives: tick k carries bytes
+ * [k*c, k*c + c) of every one of the n per-peer blocks (c = B / n). */
+static inline size_t hc_node_sub(hc_coll_node_t *nd, size_t esize)
+{
+    size_t c = nd->block / (size_t)nd->n;
+    return c - c % esize;
+}
+
+static int hc_node_blocks(hc_coll_op_t *op)
+{
+    hc_coll_node_t *nd = hc_node_of(op);
+    const void *srcs[64];
+    size_t c = op->chunk; /* bytes of each per-peer block per tick */
+    for (;;) {
+        uint64_t t = op->tick + (uint64_t)op->phase;
+        if (t == op->tick_end)
+            return HC_COLL_DONE;
+        size_t off = (size_t)op->phase * c;
+        size_t bb = op->bytes ? HC_MIN(c, op->bytes - off) : 0; /* op->bytes: per-peer block */
+        if (op->state == 0) {
+            if (!hc_node_can_write(nd, op, t))
+                return HC_COLL_PENDING;
+            uint8_t *st = hc_node_stage(nd, nd->me, t);
+            if (op->kind == HC_COLL_ALLGATHER) {
+                memcpy(st, (const uint8_t *)op->sbuf + off, bb);
+            } else if (op->kind != HC_COLL_BARRIER) {
+                for (int j = 0; j < nd->n; j++)
+                    memcpy(st + (size_t)j * c, (const uint8_t *)op->sbuf + (size_t)j * op->bytes + off,
+                           bb);
+            }
+            hc_node_post_a(nd, t);
+            op->state = 1;
+        }
+        if (!hc_node_wait_a(nd, op, t))
+            return HC_COLL_PENDING;
+        switch (op->kind) {
+        case HC_COLL_ALLGATHER:
+            for (int j = 0; j < nd->n; j++)
+                memcpy((uint8_t *)op->rbuf + (size_t)j * op->bytes + off, hc_node_stage(nd, j, t),
+                       bb);
+            break;
+        case HC_COLL_ALLTOALL:
+            for (int j = 0; j < nd->n; j++)
+                memcpy((uint8_t *)op->rbuf + (size_t)j * op->bytes + off,
+                       hc_node_stage(nd, j, t) + (size_t)nd->me * c, bb);
+            break;
+        case HC_COLL_REDUCE_SCATTER:
+            for (int j = 0; j < nd->n; j++)
+                srcs[j] = hc_node_stage(nd, j, t) + (size_t)nd->me * c;
+            hc_reduce((uint8_t *)op->rbuf + off, srcs, nd->n, bb / op->esize, op->dtype, op->op,
+                      nd->n);
+            break;
+        default:
+            break;
+        }
+        hc_node_post_b(nd, t);
+        op->state = 0;
+        op->phase++;
+    }
+}
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+bool hc_coll_node_usable(struct hcomm_comm *comm)
+{
+    hc_coll_comm_t *cc = hc_coll_comm(comm);
+    if (!cc)
+        return false;
+    if (cc->node_checked)
+        return cc->node != NULL;
+    cc->node_checked = true;
+    if (comm->size < 2 || comm->size > 64)
+        return false;
+    for (int r = 0; r < comm->size; r++)
+        if (hc_ctx.node_of_rank[comm->world_ranks[r]] != hc_ctx.node)
+            return false;
+    hc_drv_t *d = NULL;
+    for (int i = 0; i < hc_ctx.ndrvs; i++)
+        if (hc_ctx.drvs[i]->ops->scope == HC_DRV_SCOPE_NODE)
+            d = hc_ctx.drvs[i];
+    if (!d)
+        return false;
+    int n = comm->size;
+    size_t block = HC_ALIGN_UP(HC_MAX(hc_cfg.coll_chunk, (size_t)4096), (size_t)4096);
+    size_t size = sizeof(hc_node_line_t) * (size_t)n + sizeof(hc_node_done_t) * (size_t)n +
+                  block * 2 * (size_t)n + block * 2;
+    /* Key: the context id and the members, so communicators of disjoint
+     * groups that happen to share a context id never share a region. */
+    uint64_t key = 1469598103934665603ull ^ comm->ctx_id;
+    for (int r = 0; r < n; r++)
+        key = (key ^ (uint64_t)comm->world_ranks[r]) * 1099511628211ull;
+    uint8_t *base = d->ops->shared_get(d, key | 1, size);
+    if (!base) {
+        hc_log_info("no node-shared region for a communicator of %d ranks: using p2p algorithms", n);
+        return false;
+    }
+    hc_coll_node_t *nd = calloc(1, sizeof(*nd));
+    if (!nd)
+        return false;
+    nd->n = n;
+    nd->me = comm->rank;
+    nd->block = block;
+    nd->line = (hc_node_line_t *)base;
+    nd->done = (hc_node_done_t *)(base + sizeof(hc_node_line_t) * (size_t)n);
+    nd->stage = base + (sizeof(hc_node_line_t) + sizeof(hc_node_done_t)) * (size_t)n;
+    nd->res = nd->stage + block * 2 * (size_t)n;
+    cc->node = nd;
+    return true;
+}
+
+void hc_coll_node_free(hc_coll_node_t *node)
+{
+    free(node);
+}
+
+hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op)
+{
+    hc_coll_node_t *nd = hc_node_of(op);
+    switch (op->kind) {
+    case HC_COLL_ALLREDUCE:
+    case HC_COLL_REDUCE:
+        if (op->bytes <= HC_NODE_INLINE) {
+            hc_node_begin(op, 0);
+            op->algo = "node-inline";
+            return hc_node_allreduce_inline;
+        }
+        hc_node_begin(op, op->bytes);
+        op->algo = "node-staged";
+        return hc_node_allreduce_staged;
+    case HC_COLL_BROADCAST:
+        hc_node_begin(op, op->bytes);
+        op->algo = "node-staged";
+        return hc_node_broadcast;
+    case HC_COLL_ALLGATHER:
+        op->chunk = nd->block;
+        hc_node_begin(op, op->bytes);
+        op->algo = "node-staged";
+        return hc_node_blocks;
+    case HC_COLL_REDUCE_SCATTER:
+    case HC_COLL_ALLTOALL:
+        op->chunk = hc_node_sub(nd, op->esize);
+        if (op->chunk == 0)
+            return NULL;
+        op->tick = 0;
+        {
+            size_t nb = op->bytes ? (op->bytes + op->chunk - 1) / op->chunk : 1;
+            op->tick = nd->tick + 1;
+            op->tick_end = op->tick + nb;
+            nd->tick += nb;
+            op->state = 0;
+            op->round = 0;
+        }
+        op->algo = "node-staged";
+        return hc_node_blocks;
+    case HC_COLL_BARRIER:
+        op->chunk = 0;
+        hc_node_begin(op, 0);
+        op->algo = "node-flags";
+        return hc_node_blocks;
+    default:
+        return NULL;
+    }
+}

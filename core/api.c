@@ -1,0 +1,280 @@
+/*
+ * The public API for setup, point-to-point, requests and memory: argument
+ * validation (every failure names the function, the argument and the value)
+ * and the blocking wrappers. The collectives' API lives in coll/coll_api.c.
+ */
+#include "core/hc_core.h"
+#include "mem/mem.h"
+
+#include <stdio.h>
+#include <string.h>
+
+hcomm_status_t hc_ctx_init(void);
+void hc_ctx_finalize(void);
+hcomm_status_t hc_coll_init(void);
+void hc_coll_fini(void);
+
+static const size_t hc_dtype_sizes[HCOMM_DTYPE_COUNT] = {
+    [HCOMM_INT8] = 1,    [HCOMM_UINT8] = 1,    [HCOMM_INT32] = 4,   [HCOMM_UINT32] = 4,
+    [HCOMM_INT64] = 8,   [HCOMM_UINT64] = 8,   [HCOMM_FLOAT16] = 2, [HCOMM_BFLOAT16] = 2,
+    [HCOMM_FLOAT32] = 4, [HCOMM_FLOAT64] = 8,
+};
+
+HC_EXPORT size_t hcomm_dtype_size(hcomm_dtype_t dtype)
+{
+    return (unsigned)dtype < HCOMM_DTYPE_COUNT ? hc_dtype_sizes[dtype] : 0;
+}
+
+HC_EXPORT hcomm_status_t hcomm_init(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    if (hc_ctx.initialized)
+        return hc_error(HCOMM_ERR_ALREADY_INITIALIZED, "hcomm_init: already initialized");
+    hcomm_status_t st = hc_ctx_init();
+    if (st != HCOMM_OK)
+        return st;
+    st = hc_coll_init();
+    if (st != HCOMM_OK) {
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", hc_error_last());
+        hc_ctx_finalize();
+        return hc_error(st, "%s", saved);
+    }
+    return HCOMM_OK;
+}
+
+HC_EXPORT hcomm_status_t hcomm_finalize(void)
+{
+    hcomm_status_t st = hc_check_init("hcomm_finalize");
+    if (st != HCOMM_OK)
+        return st;
+    hc_coll_fini();
+    hc_ctx_finalize();
+    return HCOMM_OK;
+}
+
+HC_EXPORT int hcomm_initialized(void)
+{
+    return hc_ctx.initialized;
+}
+
+HC_EXPORT hcomm_comm_t hcomm_comm_world(void)
+{
+    return hc_ctx.initialized ? hc_ctx.world : NULL;
+}
+
+HC_EXPORT int hcomm_comm_rank(hcomm_comm_t comm)
+{
+    return hc_check_comm("hcomm_comm_rank", comm) == HCOMM_OK ? comm->rank : -1;
+}
+
+HC_EXPORT int hcomm_comm_size(hcomm_comm_t comm)
+{
+    return hc_check_comm("hcomm_comm_size", comm) == HCOMM_OK ? comm->size : -1;
+}
+
+HC_EXPORT hcomm_status_t hcomm_comm_free(hcomm_comm_t comm)
+{
+    hcomm_status_t st = hc_check_init("hcomm_comm_free");
+    if (st != HCOMM_OK)
+        return st;
+    if (comm == hc_ctx.world)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_comm_free: the world communicator belongs to "
+                                           "the library");
+    if (!hc_comm_valid(comm))
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_comm_free: communicator %p is NULL, freed or "
+                                           "not a communicator", (void *)comm);
+    hc_comm_destroy(comm);
+    return HCOMM_OK;
+}
+
+HC_EXPORT hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm)
+{
+    /* Any thread: only an atomic store, the waiting thread does the rest. */
+    if (!hc_ctx.initialized)
+        return hc_error(HCOMM_ERR_NOT_INITIALIZED, "hcomm_comm_abort: not initialized");
+    if (!comm)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_comm_abort: communicator is NULL");
+    __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
+    return HCOMM_OK;
+}
+
+/* ---- point-to-point --------------------------------------------------------- */
+
+static hcomm_status_t hc_api_p2p_check(const char *fn, const void *buf, size_t count,
+                                       hcomm_dtype_t dtype, int peer, int tag, hcomm_comm_t comm,
+                                       size_t *bytes_p)
+{
+    hcomm_status_t st = hc_check_comm(fn, comm);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    if (HC_UNLIKELY(peer < 0 || peer >= comm->size))
+        return hc_error(HCOMM_ERR_INVALID, "%s: peer %d out of range for a communicator of %d "
+                                           "ranks", fn, peer, comm->size);
+    if (HC_UNLIKELY(tag < 0))
+        return hc_error(HCOMM_ERR_INVALID, "%s: tag %d is negative", fn, tag);
+    return hc_check_buf(fn, "buf", buf, count, dtype, 1, bytes_p);
+}
+
+HC_EXPORT hcomm_status_t hcomm_isend(const void *buf, size_t count, hcomm_dtype_t dtype, int peer,
+                                     int tag, hcomm_comm_t comm, hcomm_request_t *req_p)
+{
+    size_t bytes;
+    hcomm_status_t st = hc_api_p2p_check("hcomm_isend", buf, count, dtype, peer, tag, comm, &bytes);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    if (HC_UNLIKELY(!req_p))
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_isend: req_p is NULL");
+    struct hcomm_request *req;
+    st = hc_p2p_isend(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    req->user = true;
+    *req_p = req;
+    return HCOMM_OK;
+}
+
+HC_EXPORT hcomm_status_t hcomm_irecv(void *buf, size_t count, hcomm_dtype_t dtype, int peer,
+                                     int tag, hcomm_comm_t comm, hcomm_request_t *req_p)
+{
+    size_t bytes;
+    hcomm_status_t st = hc_api_p2p_check("hcomm_irecv", buf, count, dtype, peer, tag, comm, &bytes);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    if (HC_UNLIKELY(!req_p))
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_irecv: req_p is NULL");
+    struct hcomm_request *req;
+    st = hc_p2p_irecv(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    req->user = true;
+    *req_p = req;
+    return HCOMM_OK;
+}
+
+/* Blocking calls: the request never leaves the library. */
+static hcomm_status_t hc_api_finish(struct hcomm_request *req, const char *what)
+{
+    hcomm_status_t st = hc_request_wait(req, what);
+    hc_request_free(req);
+    return st;
+}
+
+HC_EXPORT hcomm_status_t hcomm_send(const void *buf, size_t count, hcomm_dtype_t dtype, int peer,
+                                    int tag, hcomm_comm_t comm)
+{
+    size_t bytes;
+    hcomm_status_t st = hc_api_p2p_check("hcomm_send", buf, count, dtype, peer, tag, comm, &bytes);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    struct hcomm_request *req;
+    st = hc_p2p_isend(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    if (HC_LIKELY(req->done)) {
+        st = req->status;
+        hc_request_free(req);
+        return st;
+    }
+    return hc_api_finish(req, "hcomm_send");
+}
+
+HC_EXPORT hcomm_status_t hcomm_recv(void *buf, size_t count, hcomm_dtype_t dtype, int peer,
+                                    int tag, hcomm_comm_t comm)
+{
+    size_t bytes;
+    hcomm_status_t st = hc_api_p2p_check("hcomm_recv", buf, count, dtype, peer, tag, comm, &bytes);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    struct hcomm_request *req;
+    st = hc_p2p_irecv(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    return hc_api_finish(req, "hcomm_recv");
+}
+
+HC_EXPORT hcomm_status_t hcomm_wait(hcomm_request_t req)
+{
+    hcomm_status_t st = hc_check_init("hcomm_wait");
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    if (HC_UNLIKELY(!hc_request_valid(req) || !req->user))
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_wait: request %p is NULL, already completed "
+                                           "or not a request", (void *)req);
+    return hc_api_finish(req, req->kind == HC_REQ_SEND   ? "hcomm_wait(send)"
+                              : req->kind == HC_REQ_RECV ? "hcomm_wait(recv)"
+                                                         : "hcomm_wait(collective)");
+}
+
+HC_EXPORT hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p)
+{
+    hcomm_status_t st = hc_check_init("hcomm_test");
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    if (HC_UNLIKELY(!hc_request_valid(req) || !req->user))
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_test: request %p is NULL, already completed "
+                                           "or not a request", (void *)req);
+    if (HC_UNLIKELY(!done_p))
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_test: done_p is NULL");
+    if (!req->done) {
+        hc_progress();
+        hc_progress_slow();
+        if (req->comm && req->comm->aborted)
+            hc_comm_handle_abort(req->comm);
+    }
+    if (!req->done) {
+        *done_p = 0;
+        return HCOMM_OK;
+    }
+    *done_p = 1;
+    st = req->status;
+    hc_request_free(req);
+    return st;
+}
+
+/* ---- memory ----------------------------------------------------------------- */
+
+HC_EXPORT hcomm_status_t hcomm_mem_alloc(size_t bytes, void **ptr_p)
+{
+    hcomm_status_t st = hc_check_init("hcomm_mem_alloc");
+    if (st != HCOMM_OK)
+        return st;
+    if (!ptr_p)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_mem_alloc: ptr_p is NULL");
+    if (bytes == 0)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_mem_alloc: bytes is 0");
+    return hc_mem_alloc(bytes, ptr_p);
+}
+
+HC_EXPORT hcomm_status_t hcomm_mem_free(void *ptr)
+{
+    hcomm_status_t st = hc_check_init("hcomm_mem_free");
+    if (st != HCOMM_OK)
+        return st;
+    if (!ptr)
+        return HCOMM_OK;
+    return hc_mem_free(ptr);
+}
+
+HC_EXPORT hcomm_status_t hcomm_mem_deregister(void *ptr, size_t bytes)
+{
+    hcomm_status_t st = hc_check_init("hcomm_mem_deregister");
+    if (st != HCOMM_OK)
+        return st;
+    if (ptr && bytes)
+        hc_mem_reg_cache_invalidate(ptr, bytes);
+    return HCOMM_OK;
+}
+
+HC_EXPORT const char *hcomm_version_string(void)
+{
+    static char buf[256];
+    if (!buf[0]) {
+        int n = snprintf(buf, sizeof(buf), "hcomm %s (drivers:", HCOMM_VERSION_STRING);
+        for (int i = 0; i < hc_drv_count() && n < (int)sizeof(buf) - 16; i++)
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, " %s", hc_drv_at(i)->name);
+        snprintf(buf + n, sizeof(buf) - (size_t)n, ")");
+    }
+    return buf;
+}

@@ -1,0 +1,977 @@
+/*
+ * Rendezvous: a star around rank 0 over kernel TCP, used once at init to
+ * exchange the transports' address blobs, then kept for rare allgathers,
+ * barriers and as a liveness signal (a closed socket = a dead rank).
+ *
+ * Rank 0's port is reachable by anything on the network, so rank 0 treats
+ * every connection as hostile until its hello checks out: the header is
+ * validated before any body is buffered (bounded memory per connection), the
+ * key is compared in constant time, and a connection that is malformed,
+ * mistaken (wrong rank/size/blob length, duplicate) or silent past
+ * HC_BS_HELLO_SILENCE is closed and logged without affecting the others.
+ * Nothing blocks: every socket is non-blocking and every wait is a poll()
+ * bounded by the caller's deadline.
+ *
+ * Failures travel: when rank 0 gives up (a rank never came, a rank died
+ * mid-allgather) it sends ABORT with the reason to the ranks that are still
+ * connected, so each of them reports "rank 2 never joined" rather than a bare
+ * timeout. Non-zero ranks therefore wait a short grace past their deadline
+ * for rank 0's verdict while opening (their clocks started at slightly
+ * different times).
+ */
+#include "core/bootstrap.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define HC_BS_HELLO_SILENCE 5.0   /* seconds a new connection may take to say hello */
+#define HC_BS_EXTRA_PENDING 64    /* connections beyond size-1 that may wait for hello */
+#define HC_BS_CONNECT_ATTEMPT 5.0 /* seconds one connect() may take before a retry */
+#define HC_BS_BACKOFF_MIN 0.001
+#define HC_BS_BACKOFF_MAX 0.100
+
+typedef enum { HC_BS_RX_MORE, HC_BS_RX_DONE, HC_BS_RX_EOF, HC_BS_RX_BAD } hc_bs_rx_t;
+
+/* One socket and its receive state; messages are read header first, then
+ * exactly the body the validated header announced, so a buffer never holds
+ * more than one message. */
+typedef struct {
+    int fd;
+    int rank;      /* the peer's rank, -1 while its hello is pending */
+    double t_open; /* accept time: the hello silence limit counts from here */
+    char peer[80]; /* "addr:port" for the logs */
+    uint8_t *buf;
+    size_t have, need, cap;
+} hc_bs_conn_t;
+
+/* What the receiver expects; the header is checked against it before the
+ * body is buffered. ABORT is always accepted. */
+typedef struct {
+    uint32_t type, size;
+    uint64_t payload_len;
+} hc_bs_expect_t;
+
+struct hc_bootstrap {
+    int rank, size;
+    size_t blob_len;
+    uint8_t *table;
+    hc_bs_conn_t *conns; /* rank 0: conns[r], r in 1..size-1; others: conns[0] */
+    int nconns;
+    struct pollfd *pfds; /* check_peers: one per kept connection */
+    hcomm_status_t dead; /* a failed collective leaves the star unusable */
+    char addr_file[640]; /* rank 0, file://: the published address */
+};
+
+/* ---- small helpers --------------------------------------------------------- */
+
+static int hc_bs_poll_ms(double deadline)
+{
+    double left = deadline - hc_time_sec();
+    if (left <= 0) return 0;
+    return left > 3600.0 ? 3600000 : (int)ceil(left * 1000.0);
+}
+
+static void hc_bs_sleep(double sec)
+{
+    struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+static void hc_bs_conn_init(hc_bs_conn_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+    c->rank = -1;
+}
+
+static void hc_bs_conn_close(hc_bs_conn_t *c)
+{
+    if (c->fd >= 0) close(c->fd);
+    free(c->buf);
+    hc_bs_conn_init(c);
+}
+
+static void hc_bs_sockaddr_str(const struct sockaddr *sa, socklen_t len, char *out, size_t cap)
+{
+    char host[INET6_ADDRSTRLEN + 8], port[16];
+    if (getnameinfo(sa, len, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(out, cap, "(unknown address)");
+        return;
+    }
+    snprintf(out, cap, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+}
+
+static void hc_bs_set_nodelay(int fd)
+{
+    int one = 1;
+    /* Failure only costs latency on a control path: not worth failing for. */
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* Sends header (+ key) then payload, non-blocking, until the deadline. */
+static hcomm_status_t hc_bs_send_msg(int fd, const hc_bootstrap_msg_t *m, double deadline,
+                                     const char *what, int peer)
+{
+    uint8_t hdr[HC_BOOTSTRAP_HDR_LEN + HC_BOOTSTRAP_MAX_KEY];
+    long hlen = hc_bootstrap_msg_pack_header(m, hdr, sizeof(hdr));
+    if (hlen < 0)
+        return hc_error(HCOMM_ERR_INTERNAL, "%s: cannot encode a message of type %u", what,
+                        m->type);
+    struct iovec iov[2] = {{hdr, (size_t)hlen}, {(void *)m->payload, (size_t)m->payload_len}};
+    int iovcnt = m->payload_len ? 2 : 1, i = 0;
+    while (i < iovcnt) {
+        struct msghdr mh = {.msg_iov = iov + i, .msg_iovlen = (size_t)(iovcnt - i)};
+        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                return hc_error_errno(errno == EPIPE || errno == ECONNRESET ? HCOMM_ERR_PEER_FAILED
+                                                                            : HCOMM_ERR_IO,
+                                      errno, "%s: sending to rank %d failed", what, peer);
+            struct pollfd pfd = {fd, POLLOUT, 0};
+            int ms = hc_bs_poll_ms(deadline);
+            if (ms == 0)
+                return hc_error(HCOMM_ERR_TIMEOUT, "%s: timed out sending to rank %d", what, peer);
+            (void)poll(&pfd, 1, ms);
+            continue;
+        }
+        size_t left = (size_t)n;
+        while (i < iovcnt && left >= iov[i].iov_len)
+            left -= iov[i++].iov_len;
+        if (i < iovcnt) {
+            iov[i].iov_base = (uint8_t *)iov[i].iov_base + left;
+            iov[i].iov_len -= left;
+        }
+    }
+    return HCOMM_OK;
+}
+
+/* Reads what is available without blocking; see hc_bs_conn_t. */
+static hc_bs_rx_t hc_bs_conn_read(hc_bs_conn_t *c, const hc_bs_expect_t *e, char *why,
+                                  size_t whycap)
+{
+    for (;;) {
+        size_t need = c->have < HC_BOOTSTRAP_HDR_LEN ? HC_BOOTSTRAP_HDR_LEN : c->need;
+        if (c->have >= HC_BOOTSTRAP_HDR_LEN && c->have == need) return HC_BS_RX_DONE;
+        if (c->cap < need) {
+            uint8_t *nb = realloc(c->buf, need);
+            if (nb == NULL) {
+                snprintf(why, whycap, "out of memory for a %zu-byte message", need);
+                return HC_BS_RX_BAD;
+            }
+            c->buf = nb;
+            c->cap = need;
+        }
+        ssize_t n = recv(c->fd, c->buf + c->have, need - c->have, MSG_DONTWAIT);
+        if (n == 0) {
+            snprintf(why, whycap, "connection closed");
+            return HC_BS_RX_EOF;
+        }
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return HC_BS_RX_MORE;
+            snprintf(why, whycap, "recv: %s", strerror(errno));
+            return HC_BS_RX_EOF;
+        }
+        c->have += (size_t)n;
+        hc_bootstrap_msg_t m;
+        long total = hc_bootstrap_msg_parse_header(c->buf, c->have, &m);
+        if (total < 0) {
+            snprintf(why, whycap, "malformed message header");
+            return HC_BS_RX_BAD;
+        }
+        if (c->have != HC_BOOTSTRAP_HDR_LEN || total == 0) continue;
+        if (m.type != e->type && m.type != HC_BOOTSTRAP_MSG_ABORT) {
+            snprintf(why, whycap, "message type %u where %u was expected", m.type, e->type);
+            return HC_BS_RX_BAD;
+        }
+        if (m.type != HC_BOOTSTRAP_MSG_ABORT && m.size != e->size) {
+            snprintf(why, whycap, "job size %u, this job has %u ranks", m.size, e->size);
+            return HC_BS_RX_BAD;
+        }
+        if (m.type != HC_BOOTSTRAP_MSG_ABORT && m.payload_len != e->payload_len) {
+            snprintf(why, whycap, "payload of %llu bytes, expected %llu",
+                     (unsigned long long)m.payload_len, (unsigned long long)e->payload_len);
+            return HC_BS_RX_BAD;
+        }
+        c->need = (size_t)total;
+    }
+}
+
+/* Waits for one whole message on one connection until the deadline. */
+static hcomm_status_t hc_bs_conn_wait(hc_bs_conn_t *c, const hc_bs_expect_t *e, double deadline,
+                                      hc_bootstrap_msg_t *m_p, char *why, size_t whycap)
+{
+    for (;;) {
+        hc_bs_rx_t r = hc_bs_conn_read(c, e, why, whycap);
+        if (r == HC_BS_RX_DONE) {
+            (void)hc_bootstrap_msg_parse(c->buf, c->have, m_p);
+            c->have = 0;
+            return HCOMM_OK;
+        }
+        if (r == HC_BS_RX_EOF) return HCOMM_ERR_PEER_FAILED;
+        if (r == HC_BS_RX_BAD) return HCOMM_ERR_BOOTSTRAP;
+        int ms = hc_bs_poll_ms(deadline);
+        if (ms == 0) {
+            snprintf(why, whycap, "timed out");
+            return HCOMM_ERR_TIMEOUT;
+        }
+        struct pollfd pfd = {c->fd, POLLIN, 0};
+        (void)poll(&pfd, 1, ms);
+    }
+}
+
+/* An ABORT from rank 0: the status it carries (one of ours, else BOOTSTRAP)
+ * and its text with anything unprintable masked. */
+static hcomm_status_t hc_bs_abort_decode(const hc_bootstrap_msg_t *m, char *text, size_t cap)
+{
+    const uint8_t *p = m->payload;
+    int32_t code = (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                             (uint32_t)p[3] << 24);
+    size_t n = HC_MIN((size_t)m->payload_len - 4, cap - 1);
+    for (size_t i = 0; i < n; i++)
+        text[i] = p[4 + i] >= 0x20 && p[4 + i] < 0x7f ? (char)p[4 + i] : '?';
+    text[n] = '\0';
+    switch (code) {
+    case HCOMM_ERR_TIMEOUT:
+    case HCOMM_ERR_PEER_FAILED:
+    case HCOMM_ERR_BOOTSTRAP:
+    case HCOMM_ERR_INVALID:
+    case HCOMM_ERR_IO:
+        return (hcomm_status_t)code;
+    default:
+        return HCOMM_ERR_BOOTSTRAP;
+    }
+}
+
+/* Rank 0 tells every connected rank why the job stops; best effort, one
+ * non-blocking send each: a rank whose socket is full learns from EOF. */
+static void hc_bs_abort_all(hc_bootstrap_t *bs, hcomm_status_t st, const char *text)
+{
+    uint8_t payload[4 + HC_BOOTSTRAP_MAX_ABORT_TEXT];
+    size_t tl = HC_MIN(strlen(text), (size_t)HC_BOOTSTRAP_MAX_ABORT_TEXT);
+    uint32_t code = (uint32_t)(int32_t)st;
+    for (int i = 0; i < 4; i++)
+        payload[i] = (uint8_t)(code >> (8 * i));
+    memcpy(payload + 4, text, tl);
+    for (int i = 0; i < bs->nconns; i++) {
+        hc_bs_conn_t *c = &bs->conns[i];
+        if (c->fd < 0 || c->rank <= 0) continue;
+        hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
+                                HC_BOOTSTRAP_VERSION,
+                                HC_BOOTSTRAP_MSG_ABORT,
+                                0,
+                                (uint32_t)bs->size,
+                                0,
+                                NULL,
+                                4 + tl,
+                                payload};
+        (void)hc_bs_send_msg(c->fd, &m, 0.0, "abort", c->rank);
+    }
+}
+
+/* "2, 5, 7" of the ranks whose flag is false, truncated to fit. */
+static void hc_bs_rank_list(const bool *have, int size, char *out, size_t cap)
+{
+    size_t n = 0;
+    int listed = 0, missing = 0;
+    out[0] = '\0';
+    for (int r = 0; r < size; r++) {
+        if (have[r]) continue;
+        missing++;
+        if (n + 24 < cap) {
+            n += (size_t)snprintf(out + n, cap - n, "%s%d", listed ? ", " : "", r);
+            listed++;
+        }
+    }
+    if (listed < missing) snprintf(out + n, cap - n, " and %d more", missing - listed);
+}
+
+/* ---- rank 0: listening and the address file ------------------------------- */
+
+static uint64_t hc_bs_key_hash(const char *key)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const char *c = key; *c; c++)
+        h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    return h;
+}
+
+static void hc_bs_addr_file_path(const hc_bootstrap_url_t *u, const char *key, char *out,
+                                 size_t cap)
+{
+    if (key[0])
+        snprintf(out, cap, "%s/hcomm-%016llx.addr", u->dir,
+                 (unsigned long long)hc_bs_key_hash(key));
+    else
+        snprintf(out, cap, "%s/hcomm-nokey.addr", u->dir);
+}
+
+static hcomm_status_t hc_bs_listen_on(const char *host, const char *port, int *fd_p, char *where,
+                                      size_t wcap)
+{
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *res, *ai;
+    int rc = getaddrinfo(host, port, &hints, &res), err = 0;
+    if (rc != 0)
+        return hc_error(HCOMM_ERR_BOOTSTRAP, "hc_bootstrap_open: cannot resolve %s: %s", host,
+                        gai_strerror(rc));
+    for (ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        /* A restarted job must not wait out TIME_WAIT on the same port. */
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0) {
+            struct sockaddr_storage ss;
+            socklen_t sl = sizeof(ss);
+            if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+                hc_bs_sockaddr_str((struct sockaddr *)&ss, sl, where, wcap);
+            freeaddrinfo(res);
+            *fd_p = fd;
+            return HCOMM_OK;
+        }
+        err = errno;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return hc_error_errno(HCOMM_ERR_BOOTSTRAP, err, "hc_bootstrap_open: cannot listen on %s:%s",
+                          host, port);
+}
+
+/* file://: an ephemeral port on this host's address, published atomically. */
+static hcomm_status_t hc_bs_listen_file(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                                        const hc_bootstrap_url_t *u, int *fd_p)
+{
+    char host[256], where[128], tmp[700], line[160];
+    hcomm_status_t st = HCOMM_ERR_BOOTSTRAP;
+    int fd = -1, ffd;
+
+    if (gethostname(host, sizeof(host)) == 0) {
+        host[sizeof(host) - 1] = '\0';
+        st = hc_bs_listen_on(host, "0", &fd, where, sizeof(where));
+    }
+    if (st != HCOMM_OK) {
+        hc_log_info("bootstrap: host name does not resolve to a bindable address, using "
+                    "127.0.0.1 (single-node job only)");
+        st = hc_bs_listen_on("127.0.0.1", "0", &fd, where, sizeof(where));
+        if (st != HCOMM_OK) return st;
+    }
+    hc_bs_addr_file_path(u, p->job_key, bs->addr_file, sizeof(bs->addr_file));
+    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", bs->addr_file, (int)getpid());
+    int n = snprintf(line, sizeof(line), "tcp://%s\n", where);
+    ffd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (ffd < 0) {
+        st = hc_error_errno(HCOMM_ERR_BOOTSTRAP, errno, "hc_bootstrap_open: cannot create %s", tmp);
+        goto err_close_fd;
+    }
+    if (write(ffd, line, (size_t)n) != n || fsync(ffd) != 0) {
+        st = hc_error_errno(HCOMM_ERR_BOOTSTRAP, errno, "hc_bootstrap_open: cannot write %s", tmp);
+        close(ffd);
+        goto err_unlink;
+    }
+    close(ffd);
+    if (rename(tmp, bs->addr_file) != 0) {
+        st = hc_error_errno(HCOMM_ERR_BOOTSTRAP, errno, "hc_bootstrap_open: cannot rename %s", tmp);
+        goto err_unlink;
+    }
+    hc_log_info("bootstrap: rank 0 listens on %s, published in %s", where, bs->addr_file);
+    *fd_p = fd;
+    return HCOMM_OK;
+
+err_unlink:
+    unlink(tmp);
+err_close_fd:
+    close(fd);
+    bs->addr_file[0] = '\0';
+    return st;
+}
+
+/* ---- rank 0: collecting hellos -------------------------------------------- */
+
+static bool hc_bs_key_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    /* Constant time in the key contents: an attacker learns nothing from how
+     * fast a wrong key is refused. */
+    uint8_t diff = (uint8_t)(alen != blen);
+    for (size_t i = 0; i < HC_BOOTSTRAP_MAX_KEY; i++) {
+        uint8_t x = i < alen ? (uint8_t)a[i] : 0, y = i < blen ? (uint8_t)b[i] : 0;
+        diff |= (uint8_t)(x ^ y);
+    }
+    return diff == 0;
+}
+
+static void hc_bs_reject(hc_bs_conn_t *c, const char *why)
+{
+    hc_log_warn("bootstrap: rejected connection from %s: %s", c->peer, why);
+    hc_bs_conn_close(c);
+}
+
+/* Checks a complete hello; on success moves the connection into its rank's
+ * slot. */
+static void hc_bs_hello_accept(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p, hc_bs_conn_t *c,
+                               uint8_t *table, int *joined)
+{
+    hc_bootstrap_msg_t m;
+    char why[160];
+
+    if (hc_bootstrap_msg_parse(c->buf, c->have, &m) <= 0) {
+        hc_bs_reject(c, "malformed hello");
+        return;
+    }
+    if (m.type != HC_BOOTSTRAP_MSG_HELLO) {
+        hc_bs_reject(c, "message other than hello");
+        return;
+    }
+    if (!hc_bs_key_equal(m.key, m.key_len, p->job_key, strlen(p->job_key))) {
+        hc_bs_reject(c, "wrong job key (HCOMM_JOB_KEY)");
+        return;
+    }
+    if (m.rank == 0 || bs->conns[m.rank].fd >= 0) {
+        snprintf(why, sizeof(why), "duplicate rank %u", m.rank);
+        hc_bs_reject(c, why);
+        return;
+    }
+    memcpy(table + (size_t)m.rank * bs->blob_len, m.payload, bs->blob_len);
+    c->rank = (int)m.rank;
+    c->have = 0;
+    hc_log_debug("bootstrap: rank %u joined from %s", m.rank, c->peer);
+    bs->conns[m.rank] = *c;
+    hc_bs_conn_init(c);
+    (*joined)++;
+}
+
+static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                                               int lfd, double deadline, double timeout)
+{
+    const size_t max_pending = (size_t)bs->size - 1 + HC_BS_EXTRA_PENDING;
+    hc_bs_conn_t *pend = calloc(max_pending, sizeof(*pend));
+    struct pollfd *pfds = calloc(max_pending + 1, sizeof(*pfds));
+    hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_HELLO, (uint32_t)bs->size, bs->blob_len};
+    hcomm_status_t st = HCOMM_OK;
+    size_t npend = 0;
+    int joined = 0;
+    char why[160];
+
+    if (pend == NULL || pfds == NULL) {
+        st = hc_error(HCOMM_ERR_NO_MEMORY, "hc_bootstrap_open: no memory for %zu connections",
+                      max_pending);
+        goto out;
+    }
+    while (joined < bs->size - 1) {
+        double now = hc_time_sec(), wake = deadline;
+        if (now >= deadline) {
+            bool *have = calloc((size_t)bs->size, sizeof(bool));
+            char list[200] = "?";
+            if (have) {
+                have[0] = true;
+                for (int r = 1; r < bs->size; r++)
+                    have[r] = bs->conns[r].fd >= 0;
+                hc_bs_rank_list(have, bs->size, list, sizeof(list));
+                free(have);
+            }
+            st = hc_error(HCOMM_ERR_TIMEOUT,
+                          "hc_bootstrap_open: rank(s) %s never joined the rendezvous within "
+                          "%.1f s (%d of %d ranks joined)",
+                          list, timeout, joined + 1, bs->size);
+            hc_bs_abort_all(bs, st, hc_error_last());
+            goto out;
+        }
+        pfds[0] = (struct pollfd){lfd, POLLIN, 0};
+        for (size_t i = 0; i < npend; i++) {
+            pfds[i + 1] = (struct pollfd){pend[i].fd, POLLIN, 0};
+            wake = HC_MIN(wake, pend[i].t_open + HC_BS_HELLO_SILENCE);
+        }
+        (void)poll(pfds, npend + 1, hc_bs_poll_ms(wake));
+        now = hc_time_sec();
+
+        /* Incoming data first: pfds[i + 1] matches pend[i] only until the
+         * pending list is compacted below. */
+        for (size_t i = 0; i < npend; i++) {
+            if (pfds[i + 1].revents == 0) continue;
+            hc_bs_rx_t r = hc_bs_conn_read(&pend[i], &e, why, sizeof(why));
+            if (r == HC_BS_RX_DONE)
+                hc_bs_hello_accept(bs, p, &pend[i], bs->table, &joined);
+            else if (r != HC_BS_RX_MORE)
+                hc_bs_reject(&pend[i], why);
+        }
+        for (size_t i = 0; i < npend; i++) {
+            if (pend[i].fd >= 0 && now - pend[i].t_open > HC_BS_HELLO_SILENCE) {
+                snprintf(why, sizeof(why), "no complete hello within %.1f s", HC_BS_HELLO_SILENCE);
+                hc_bs_reject(&pend[i], why);
+            }
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < npend; i++) {
+            if (pend[i].fd >= 0) pend[k++] = pend[i];
+        }
+        npend = k;
+
+        for (;;) {
+            struct sockaddr_storage ss;
+            socklen_t sl = sizeof(ss);
+            int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) {
+                if (errno == EINTR || errno == ECONNABORTED) continue;
+                if (errno != EAGAIN && errno != EWOULDBLOCK)
+                    hc_log_warn("bootstrap: accept: %s", strerror(errno));
+                break;
+            }
+            hc_bs_conn_t c;
+            hc_bs_conn_init(&c);
+            c.fd = fd;
+            c.t_open = now;
+            hc_bs_sockaddr_str((struct sockaddr *)&ss, sl, c.peer, sizeof(c.peer));
+            if (npend == max_pending) {
+                hc_bs_reject(&c, "too many connections waiting to say hello");
+                continue;
+            }
+            hc_bs_set_nodelay(fd);
+            pend[npend++] = c;
+        }
+    }
+
+out:
+    for (size_t i = 0; i < npend; i++)
+        hc_bs_reject(&pend[i], "rendezvous is over");
+    free(pend);
+    free(pfds);
+    return st;
+}
+
+static hcomm_status_t hc_bs_root_open(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                                      const hc_bootstrap_url_t *u, double deadline, double timeout)
+{
+    hcomm_status_t st;
+    char port[16], where[128];
+    int lfd = -1;
+
+    if (p->job_key[0] == '\0')
+        hc_log_warn("bootstrap: rendezvous is unauthenticated (no HCOMM_JOB_KEY): any process "
+                    "that reaches rank 0's port may join");
+    if (u->is_file) {
+        st = hc_bs_listen_file(bs, p, u, &lfd);
+    } else {
+        snprintf(port, sizeof(port), "%d", u->port);
+        st = hc_bs_listen_on(u->host, port, &lfd, where, sizeof(where));
+        if (st == HCOMM_OK) hc_log_info("bootstrap: rank 0 listens on %s", where);
+    }
+    if (st != HCOMM_OK) return st;
+    st = hc_bs_root_gather_hellos(bs, p, lfd, deadline, timeout);
+    close(lfd);
+    if (st != HCOMM_OK) return st;
+
+    for (int r = 1; r < bs->size; r++) {
+        hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
+                                HC_BOOTSTRAP_VERSION,
+                                HC_BOOTSTRAP_MSG_TABLE,
+                                0,
+                                (uint32_t)bs->size,
+                                0,
+                                NULL,
+                                (uint64_t)bs->blob_len * (uint64_t)bs->size,
+                                bs->table};
+        st = hc_bs_send_msg(bs->conns[r].fd, &m, deadline, "hc_bootstrap_open", r);
+        if (st != HCOMM_OK) {
+            hc_bs_abort_all(bs, st, hc_error_last());
+            return st;
+        }
+    }
+    return HCOMM_OK;
+}
+
+/* ---- other ranks: reaching rank 0 ----------------------------------------- */
+
+/* One connect() attempt to host:port, bounded by the deadline. */
+static int hc_bs_try_connect(const char *host, int port, double deadline, char *why, size_t wcap)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res, *ai;
+    char ports[16];
+    int fd = -1;
+
+    snprintf(ports, sizeof(ports), "%d", port);
+    int rc = getaddrinfo(host, ports, &hints, &res);
+    if (rc != 0) {
+        snprintf(why, wcap, "cannot resolve %.200s: %s", host, gai_strerror(rc));
+        return -1;
+    }
+    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            snprintf(why, wcap, "socket: %s", strerror(errno));
+            continue;
+        }
+        int err = 0;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+            err = errno;
+            if (err == EINPROGRESS) {
+                struct pollfd pfd = {fd, POLLOUT, 0};
+                double until = HC_MIN(deadline, hc_time_sec() + HC_BS_CONNECT_ATTEMPT);
+                int prc;
+                while ((prc = poll(&pfd, 1, hc_bs_poll_ms(until))) < 0 && errno == EINTR)
+                    ;
+                socklen_t sl = sizeof(err);
+                if (prc <= 0)
+                    err = ETIMEDOUT;
+                else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) != 0)
+                    err = errno;
+            }
+        }
+        if (err) {
+            snprintf(why, wcap, "connect to %.200s:%d: %s", host, port, strerror(err));
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd >= 0) hc_bs_set_nodelay(fd);
+    return fd;
+}
+
+/* file://: reads rank 0's published address; false while it is not there. */
+static bool hc_bs_read_addr_file(const hc_bootstrap_url_t *u, const char *key,
+                                 hc_bootstrap_url_t *target, char *why, size_t wcap)
+{
+    char path[640], line[600];
+    hc_bs_addr_file_path(u, key, path, sizeof(path));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, wcap, "%.400s: %s", path, strerror(errno));
+        return false;
+    }
+    ssize_t n = read(fd, line, sizeof(line) - 1);
+    close(fd);
+    if (n <= 0) {
+        snprintf(why, wcap, "%.400s is empty", path);
+        return false;
+    }
+    line[n] = '\0';
+    line[strcspn(line, "\r\n")] = '\0';
+    if (hc_bootstrap_url_parse(line, path, target) != HCOMM_OK || target->is_file) {
+        snprintf(why, wcap, "%.400s holds no tcp:// address (\"%.80s\")", path, line);
+        return false;
+    }
+    return true;
+}
+
+static hcomm_status_t hc_bs_rank_open(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                                      const hc_bootstrap_url_t *u, const void *blob,
+                                      double deadline, double timeout)
+{
+    hc_bs_conn_t *c = &bs->conns[0];
+    double backoff = HC_BS_BACKOFF_MIN;
+    char why[600] = "no attempt yet", text[HC_BOOTSTRAP_MAX_ABORT_TEXT + 1];
+    hc_bootstrap_url_t target = *u;
+    hcomm_status_t st;
+
+    for (;;) {
+        if (!u->is_file || hc_bs_read_addr_file(u, p->job_key, &target, why, sizeof(why)))
+            c->fd = hc_bs_try_connect(target.host, target.port, deadline, why, sizeof(why));
+        if (c->fd >= 0) break;
+        double left = deadline - hc_time_sec();
+        if (left <= 0)
+            return hc_error(HCOMM_ERR_TIMEOUT,
+                            "hc_bootstrap_open: rank %d could not reach rank 0 through %s within "
+                            "%.1f s (rank 0 never came up?): %s",
+                            p->rank, p->url, timeout, why);
+        hc_bs_sleep(HC_MIN(backoff, left));
+        backoff = HC_MIN(backoff * 2, HC_BS_BACKOFF_MAX);
+    }
+    c->rank = 0;
+
+    hc_bootstrap_msg_t hello = {
+        HC_BOOTSTRAP_MAGIC, HC_BOOTSTRAP_VERSION, HC_BOOTSTRAP_MSG_HELLO,
+        (uint32_t)p->rank,  (uint32_t)p->size,    (uint32_t)strlen(p->job_key),
+        p->job_key,         bs->blob_len,         blob};
+    st = hc_bs_send_msg(c->fd, &hello, deadline, "hc_bootstrap_open", 0);
+    if (st != HCOMM_OK) return st;
+
+    /* Rank 0 may still be deciding who is missing: give it a moment to say. */
+    double grace = HC_MIN(0.25 * timeout, 2.0);
+    hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_TABLE, (uint32_t)p->size,
+                        (uint64_t)bs->blob_len * (uint64_t)p->size};
+    hc_bootstrap_msg_t m;
+    st = hc_bs_conn_wait(c, &e, deadline + grace, &m, why, sizeof(why));
+    if (st == HCOMM_ERR_TIMEOUT)
+        return hc_error(st,
+                        "hc_bootstrap_open: rank %d joined rank 0 but got no table within %.1f s "
+                        "(rank 0's log names the missing ranks)",
+                        p->rank, timeout);
+    if (st == HCOMM_ERR_PEER_FAILED)
+        return hc_error(HCOMM_ERR_BOOTSTRAP,
+                        "hc_bootstrap_open: rank 0 closed rank %d's connection (%s): a wrong "
+                        "HCOMM_JOB_KEY, a duplicate rank, a size or blob length mismatch, or rank "
+                        "0 died; see rank 0's log",
+                        p->rank, why);
+    if (st != HCOMM_OK) return hc_error(st, "hc_bootstrap_open: bad reply from rank 0: %s", why);
+    if (m.type == HC_BOOTSTRAP_MSG_ABORT) {
+        st = hc_bs_abort_decode(&m, text, sizeof(text));
+        return hc_error(st, "hc_bootstrap_open: rank 0 stopped the job: %s", text);
+    }
+    memcpy(bs->table, m.payload, (size_t)m.payload_len);
+    return HCOMM_OK;
+}
+
+/* ---- public entry points --------------------------------------------------- */
+
+static hcomm_status_t hc_bs_check_args(const hc_bootstrap_params_t *p, const void *blob,
+                                       size_t blob_len, double timeout_sec, hc_bootstrap_t **bs_p,
+                                       const void **table_p, hc_bootstrap_url_t *u)
+{
+    if (p == NULL || bs_p == NULL || table_p == NULL)
+        return hc_error(HCOMM_ERR_INVALID, "hc_bootstrap_open: argument %s is NULL",
+                        p == NULL      ? "p"
+                        : bs_p == NULL ? "bs_p"
+                                       : "table_p");
+    if (p->size < 1 || (unsigned)p->size > HC_BOOTSTRAP_MAX_SIZE)
+        return hc_error(HCOMM_ERR_INVALID, "hc_bootstrap_open: size %d out of range [1, %u]",
+                        p->size, HC_BOOTSTRAP_MAX_SIZE);
+    if (p->rank < 0 || p->rank >= p->size)
+        return hc_error(HCOMM_ERR_INVALID, "hc_bootstrap_open: rank %d out of range [0, %d)",
+                        p->rank, p->size);
+    if (blob == NULL && blob_len)
+        return hc_error(HCOMM_ERR_INVALID, "hc_bootstrap_open: blob is NULL, blob_len %zu",
+                        blob_len);
+    if (blob_len > HC_BOOTSTRAP_MAX_BLOB ||
+        (uint64_t)blob_len * (uint64_t)p->size > HC_BOOTSTRAP_MAX_PAYLOAD)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hc_bootstrap_open: blob_len %zu too large (at most %u, and %llu for all "
+                        "%d ranks together)",
+                        blob_len, HC_BOOTSTRAP_MAX_BLOB,
+                        (unsigned long long)HC_BOOTSTRAP_MAX_PAYLOAD, p->size);
+    if (!(timeout_sec > 0) || !isfinite(timeout_sec))
+        return hc_error(HCOMM_ERR_INVALID, "hc_bootstrap_open: timeout_sec %g is not > 0",
+                        timeout_sec);
+    if (strnlen(p->job_key, sizeof(p->job_key)) > HC_BOOTSTRAP_MAX_KEY)
+        return hc_error(HCOMM_ERR_INVALID, "hc_bootstrap_open: job_key is not terminated");
+    if (p->size == 1) return HCOMM_OK;
+    if (strnlen(p->url, sizeof(p->url)) == sizeof(p->url) || p->url[0] == '\0')
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hc_bootstrap_open: a job of %d ranks needs a bootstrap url", p->size);
+    return hc_bootstrap_url_parse(p->url, "hc_bootstrap_open: url", u);
+}
+
+hcomm_status_t hc_bootstrap_open(const hc_bootstrap_params_t *p, const void *blob, size_t blob_len,
+                                 double timeout_sec, hc_bootstrap_t **bs_p, const void **table_p)
+{
+    hc_bootstrap_url_t u;
+    hcomm_status_t st;
+    double deadline = hc_time_sec() + timeout_sec;
+
+    st = hc_bs_check_args(p, blob, blob_len, timeout_sec, bs_p, table_p, &u);
+    if (st != HCOMM_OK) return st;
+
+    hc_bootstrap_t *bs = calloc(1, sizeof(*bs));
+    if (bs == NULL) return hc_error(HCOMM_ERR_NO_MEMORY, "hc_bootstrap_open: no memory");
+    bs->rank = p->rank;
+    bs->size = p->size;
+    bs->blob_len = blob_len;
+    bs->nconns = p->size == 1 ? 0 : p->rank == 0 ? p->size : 1;
+    bs->table = malloc(HC_MAX(blob_len * (size_t)p->size, (size_t)1));
+    bs->conns = calloc((size_t)HC_MAX(bs->nconns, 1), sizeof(*bs->conns));
+    bs->pfds = calloc((size_t)HC_MAX(bs->nconns, 1), sizeof(*bs->pfds));
+    if (bs->table == NULL || bs->conns == NULL || bs->pfds == NULL) {
+        st = hc_error(HCOMM_ERR_NO_MEMORY, "hc_bootstrap_open: no memory for %d ranks", p->size);
+        goto err_close;
+    }
+    for (int i = 0; i < bs->nconns; i++)
+        hc_bs_conn_init(&bs->conns[i]);
+    if (blob_len) memcpy(bs->table + (size_t)p->rank * blob_len, blob, blob_len);
+
+    if (p->size > 1) {
+        st = p->rank == 0 ? hc_bs_root_open(bs, p, &u, deadline, timeout_sec)
+                          : hc_bs_rank_open(bs, p, &u, blob, deadline, timeout_sec);
+        if (st != HCOMM_OK) goto err_close;
+    }
+    for (int i = 0; i < bs->nconns; i++)
+        bs->pfds[i] = (struct pollfd){bs->conns[i].fd, POLLIN | POLLRDHUP, 0};
+    hc_log_debug("bootstrap: rank %d of %d ready (%s)", p->rank, p->size,
+                 p->size == 1 ? "single rank" : p->url);
+    *bs_p = bs;
+    *table_p = bs->table;
+    return HCOMM_OK;
+
+err_close:
+    hc_bootstrap_close(bs);
+    return st;
+}
+
+hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t len, void *out,
+                                      double timeout_sec)
+{
+    const char *fn = len ? "hc_bootstrap_allgather" : "hc_bootstrap_barrier";
+    double deadline = hc_time_sec() + timeout_sec;
+    char why[160], text[HC_BOOTSTRAP_MAX_ABORT_TEXT + 1];
+    hcomm_status_t st = HCOMM_OK;
+    hc_bootstrap_msg_t m;
+
+    if (bs == NULL || (len && (in == NULL || out == NULL)))
+        return hc_error(HCOMM_ERR_INVALID, "%s: argument %s is NULL", fn,
+                        bs == NULL   ? "bs"
+                        : in == NULL ? "in"
+                                     : "out");
+    if (len > HC_BOOTSTRAP_MAX_BLOB ||
+        (uint64_t)len * (uint64_t)bs->size > HC_BOOTSTRAP_MAX_PAYLOAD)
+        return hc_error(HCOMM_ERR_INVALID, "%s: len %zu too large (at most %u per rank)", fn, len,
+                        HC_BOOTSTRAP_MAX_BLOB);
+    if (!(timeout_sec > 0) || !isfinite(timeout_sec))
+        return hc_error(HCOMM_ERR_INVALID, "%s: timeout_sec %g is not > 0", fn, timeout_sec);
+    if (bs->dead != HCOMM_OK)
+        return hc_error(bs->dead, "%s: the bootstrap failed earlier and cannot be used", fn);
+    /* Non-zero ranks get their own contribution back from rank 0; copying it
+     * now could overwrite `in` when it lies inside `out`. */
+    if (len && bs->rank == 0) memmove(out, in, len);
+    if (bs->size == 1) return HCOMM_OK;
+
+    hc_bs_expect_t e = {bs->rank == 0 ? HC_BOOTSTRAP_MSG_AG_IN : HC_BOOTSTRAP_MSG_AG_OUT,
+                        (uint32_t)bs->size, bs->rank == 0 ? len : len * (size_t)bs->size};
+    if (bs->rank != 0) {
+        hc_bs_conn_t *c = &bs->conns[0];
+        m = (hc_bootstrap_msg_t){HC_BOOTSTRAP_MAGIC,
+                                 HC_BOOTSTRAP_VERSION,
+                                 HC_BOOTSTRAP_MSG_AG_IN,
+                                 (uint32_t)bs->rank,
+                                 (uint32_t)bs->size,
+                                 0,
+                                 NULL,
+                                 len,
+                                 in};
+        st = hc_bs_send_msg(c->fd, &m, deadline, fn, 0);
+        if (st == HCOMM_OK) {
+            st = hc_bs_conn_wait(c, &e, deadline, &m, why, sizeof(why));
+            if (st == HCOMM_ERR_TIMEOUT)
+                st = hc_error(st, "%s: rank %d got no reply from rank 0 within %.1f s", fn,
+                              bs->rank, timeout_sec);
+            else if (st == HCOMM_ERR_PEER_FAILED)
+                st = hc_error(st, "%s: rank 0 closed its bootstrap connection (%s)", fn, why);
+            else if (st != HCOMM_OK)
+                st = hc_error(st, "%s: bad message from rank 0: %s", fn, why);
+            else if (m.type == HC_BOOTSTRAP_MSG_ABORT)
+                st = hc_error(hc_bs_abort_decode(&m, text, sizeof(text)),
+                              "%s: rank 0 stopped the job: %s", fn, text);
+            else if (len)
+                memcpy(out, m.payload, (size_t)m.payload_len);
+        }
+        if (st != HCOMM_OK) bs->dead = st;
+        return st;
+    }
+
+    /* Rank 0: gather from whoever is ready first, then send everything. */
+    bool *have = calloc((size_t)bs->size, sizeof(bool));
+    if (have == NULL) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
+    have[0] = true;
+    int left = bs->size - 1;
+    while (left > 0 && st == HCOMM_OK) {
+        for (int r = 1; r < bs->size; r++)
+            bs->pfds[r].fd = have[r] ? -1 : bs->conns[r].fd;
+        int ms = hc_bs_poll_ms(deadline);
+        if (ms == 0) {
+            char list[200];
+            hc_bs_rank_list(have, bs->size, list, sizeof(list));
+            st = hc_error(HCOMM_ERR_TIMEOUT, "%s: rank(s) %s did not arrive within %.1f s", fn,
+                          list, timeout_sec);
+            break;
+        }
+        (void)poll(bs->pfds + 1, (nfds_t)bs->size - 1, ms);
+        for (int r = 1; r < bs->size && st == HCOMM_OK; r++) {
+            if (have[r] || bs->pfds[r].revents == 0) continue;
+            hc_bs_rx_t rx = hc_bs_conn_read(&bs->conns[r], &e, why, sizeof(why));
+            if (rx == HC_BS_RX_MORE) continue;
+            if (rx == HC_BS_RX_EOF) {
+                st = hc_error(HCOMM_ERR_PEER_FAILED,
+                              "%s: rank %d closed its bootstrap "
+                              "connection (%s)",
+                              fn, r, why);
+                break;
+            }
+            if (rx == HC_BS_RX_BAD ||
+                hc_bootstrap_msg_parse(bs->conns[r].buf, bs->conns[r].have, &m) <= 0 ||
+                m.type != HC_BOOTSTRAP_MSG_AG_IN || m.rank != (uint32_t)r) {
+                st = hc_error(HCOMM_ERR_BOOTSTRAP, "%s: bad message from rank %d: %s", fn, r,
+                              rx == HC_BS_RX_BAD ? why : "wrong type or rank");
+                break;
+            }
+            if (len) memcpy((uint8_t *)out + (size_t)r * len, m.payload, len);
+            bs->conns[r].have = 0;
+            have[r] = true;
+            left--;
+        }
+    }
+    for (int r = 1; r < bs->size && st == HCOMM_OK; r++) {
+        m = (hc_bootstrap_msg_t){HC_BOOTSTRAP_MAGIC,
+                                 HC_BOOTSTRAP_VERSION,
+                                 HC_BOOTSTRAP_MSG_AG_OUT,
+                                 0,
+                                 (uint32_t)bs->size,
+                                 0,
+                                 NULL,
+                                 len * (size_t)bs->size,
+                                 out};
+        st = hc_bs_send_msg(bs->conns[r].fd, &m, deadline, fn, r);
+    }
+    for (int r = 1; r < bs->size; r++)
+        bs->pfds[r].fd = bs->conns[r].fd;
+    free(have);
+    if (st != HCOMM_OK) {
+        hc_bs_abort_all(bs, st, hc_error_last());
+        bs->dead = st;
+    }
+    return st;
+}
+
+hcomm_status_t hc_bootstrap_barrier(hc_bootstrap_t *bs, double timeout_sec)
+{
+    return hc_bootstrap_allgather(bs, NULL, 0, NULL, timeout_sec);
+}
+
+int hc_bootstrap_check_peers(hc_bootstrap_t *bs)
+{
+    if (bs == NULL || bs->nconns == 0) return -1;
+    /* Rank 0's slot 0 is itself (fd -1, ignored by poll). */
+    if (poll(bs->pfds, (nfds_t)bs->nconns, 0) <= 0) return -1;
+    for (int i = 0; i < bs->nconns; i++) {
+        short rev = bs->pfds[i].revents;
+        if (rev == 0 || bs->pfds[i].fd < 0) continue;
+        int peer = bs->rank == 0 ? i : 0;
+        if (rev & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return peer;
+        /* Readable: a pending message is life, EOF is death. */
+        char byte;
+        ssize_t n = recv(bs->pfds[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return peer;
+    }
+    return -1;
+}
+
+void hc_bootstrap_close(hc_bootstrap_t *bs)
+{
+    if (bs == NULL) return;
+    for (int i = 0; i < bs->nconns && bs->conns; i++)
+        hc_bs_conn_close(&bs->conns[i]);
+    if (bs->addr_file[0] && unlink(bs->addr_file) != 0 && errno != ENOENT)
+        hc_log_warn("bootstrap: cannot remove %s: %s", bs->addr_file, strerror(errno));
+    free(bs->conns);
+    free(bs->pfds);
+    free(bs->table);
+    free(bs);
+}

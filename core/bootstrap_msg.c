@@ -1,0 +1,126 @@
+/*
+ * Bootstrap wire format. Every byte a rendezvous peer sends goes through
+ * hc_bootstrap_msg_parse() before anything else looks at it, so the parser is
+ * the security boundary of the rendezvous port: it reads fields with explicit
+ * little-endian loads (no struct overlay, no alignment assumptions), checks
+ * each length against a fixed limit before adding it to anything, and never
+ * reads past buf + len. It rejects as early as the bytes allow (the magic
+ * after 4 bytes, every header field after 32), so a garbage client is dropped
+ * before rank 0 allocates anything for it. The format has no padding or
+ * reserved bytes: pack(parse(x)) == x, which the fuzzer checks.
+ */
+#include "core/bootstrap.h"
+
+#include <string.h>
+
+static uint32_t hc_bootstrap_load32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t hc_bootstrap_load64(const uint8_t *p)
+{
+    return (uint64_t)hc_bootstrap_load32(p) | (uint64_t)hc_bootstrap_load32(p + 4) << 32;
+}
+
+static void hc_bootstrap_store32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void hc_bootstrap_store64(uint8_t *p, uint64_t v)
+{
+    hc_bootstrap_store32(p, (uint32_t)v);
+    hc_bootstrap_store32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* The header rules, shared by parse and pack so that pack cannot produce what
+ * parse rejects. */
+static bool hc_bootstrap_msg_header_valid(const hc_bootstrap_msg_t *m)
+{
+    if (m->magic != HC_BOOTSTRAP_MAGIC || m->version != HC_BOOTSTRAP_VERSION) return false;
+    if (m->size == 0 || m->size > HC_BOOTSTRAP_MAX_SIZE || m->rank >= m->size) return false;
+    if (m->key_len > HC_BOOTSTRAP_MAX_KEY || m->payload_len > HC_BOOTSTRAP_MAX_PAYLOAD)
+        return false;
+    /* Only a hello carries the job key. */
+    if (m->type != HC_BOOTSTRAP_MSG_HELLO && m->key_len != 0) return false;
+    switch (m->type) {
+    case HC_BOOTSTRAP_MSG_HELLO:
+    case HC_BOOTSTRAP_MSG_AG_IN:
+        return m->payload_len <= HC_BOOTSTRAP_MAX_BLOB;
+    case HC_BOOTSTRAP_MSG_TABLE:
+    case HC_BOOTSTRAP_MSG_AG_OUT:
+        return m->payload_len % m->size == 0 && m->payload_len / m->size <= HC_BOOTSTRAP_MAX_BLOB;
+    case HC_BOOTSTRAP_MSG_ABORT:
+        return m->payload_len >= 4 && m->payload_len <= 4 + HC_BOOTSTRAP_MAX_ABORT_TEXT;
+    default:
+        return false;
+    }
+}
+
+long hc_bootstrap_msg_parse_header(const void *buf, size_t len, hc_bootstrap_msg_t *msg)
+{
+    const uint8_t *b = buf;
+    hc_bootstrap_msg_t m;
+
+    if (buf == NULL || msg == NULL) return -1;
+    if (len >= 4 && hc_bootstrap_load32(b) != HC_BOOTSTRAP_MAGIC) return -1;
+    if (len < HC_BOOTSTRAP_HDR_LEN) return 0;
+    m.magic = hc_bootstrap_load32(b);
+    m.version = hc_bootstrap_load32(b + 4);
+    m.type = hc_bootstrap_load32(b + 8);
+    m.rank = hc_bootstrap_load32(b + 12);
+    m.size = hc_bootstrap_load32(b + 16);
+    m.key_len = hc_bootstrap_load32(b + 20);
+    m.payload_len = hc_bootstrap_load64(b + 24);
+    m.key = NULL;
+    m.payload = NULL;
+    if (!hc_bootstrap_msg_header_valid(&m)) return -1;
+    *msg = m;
+    /* Both lengths are bounded above, so the sum cannot overflow. */
+    return (long)(HC_BOOTSTRAP_HDR_LEN + (uint64_t)m.key_len + m.payload_len);
+}
+
+long hc_bootstrap_msg_parse(const void *buf, size_t len, hc_bootstrap_msg_t *msg)
+{
+    hc_bootstrap_msg_t m;
+    long total = hc_bootstrap_msg_parse_header(buf, len, &m);
+
+    if (total <= 0 || len < (size_t)total) return total <= 0 ? total : 0;
+    m.key = (const char *)buf + HC_BOOTSTRAP_HDR_LEN;
+    m.payload = (const uint8_t *)buf + HC_BOOTSTRAP_HDR_LEN + m.key_len;
+    *msg = m;
+    return total;
+}
+
+long hc_bootstrap_msg_pack_header(const hc_bootstrap_msg_t *msg, void *out, size_t cap)
+{
+    uint8_t *o = out;
+
+    if (msg == NULL || out == NULL || !hc_bootstrap_msg_header_valid(msg)) return -1;
+    if (msg->key_len && msg->key == NULL) return -1;
+    if (HC_BOOTSTRAP_HDR_LEN + (size_t)msg->key_len > cap) return -1;
+    hc_bootstrap_store32(o, msg->magic);
+    hc_bootstrap_store32(o + 4, msg->version);
+    hc_bootstrap_store32(o + 8, msg->type);
+    hc_bootstrap_store32(o + 12, msg->rank);
+    hc_bootstrap_store32(o + 16, msg->size);
+    hc_bootstrap_store32(o + 20, msg->key_len);
+    hc_bootstrap_store64(o + 24, msg->payload_len);
+    if (msg->key_len) memcpy(o + HC_BOOTSTRAP_HDR_LEN, msg->key, msg->key_len);
+    return (long)(HC_BOOTSTRAP_HDR_LEN + msg->key_len);
+}
+
+long hc_bootstrap_msg_pack(const hc_bootstrap_msg_t *msg, void *out, size_t cap)
+{
+    uint8_t *o = out;
+
+    if (msg == NULL || out == NULL || !hc_bootstrap_msg_header_valid(msg)) return -1;
+    if (msg->payload_len && msg->payload == NULL) return -1;
+    uint64_t total = HC_BOOTSTRAP_HDR_LEN + (uint64_t)msg->key_len + msg->payload_len;
+    if (total > cap || hc_bootstrap_msg_pack_header(msg, out, cap) < 0) return -1;
+    if (msg->payload_len)
+        memcpy(o + HC_BOOTSTRAP_HDR_LEN + msg->key_len, msg->payload, (size_t)msg->payload_len);
+    return (long)total;
+}

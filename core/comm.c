@@ -1,0 +1,141 @@
+/*
+ * Communicators: a context id (agreed by all members, see hcomm_comm_split),
+ * the rank maps, the matching queues and the collective queue. Also the
+ * argument checks every public call shares, so that each failure message has
+ * one shape: "<function>: <argument> <what is wrong> (<value>)".
+ */
+#include "core/hc_core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void (*hc_coll_cancel_hook)(struct hcomm_request *req);
+void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status);
+
+bool hc_comm_valid(const struct hcomm_comm *comm)
+{
+    if (!comm)
+        return false;
+    /* Only communicators on our list are dereferenced beyond this point. */
+    const hc_list_t *pos;
+    for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next)
+        if (hc_container_of(pos, struct hcomm_comm, link) == comm)
+            return comm->magic == HC_COMM_MAGIC;
+    return false;
+}
+
+struct hcomm_comm *hc_comm_by_ctx(uint32_t ctx_id)
+{
+    hc_list_t *pos;
+    for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
+        struct hcomm_comm *c = hc_container_of(pos, struct hcomm_comm, link);
+        if (c->ctx_id == ctx_id)
+            return c;
+    }
+    return NULL;
+}
+
+hcomm_status_t hc_comm_create(uint32_t ctx_id, int size, const int *world_ranks,
+                              struct hcomm_comm **comm_p)
+{
+    struct hcomm_comm *c = calloc(1, sizeof(*c));
+    if (!c)
+        goto err;
+    c->world_ranks = malloc(sizeof(int) * (size_t)size);
+    c->comm_rank_of = malloc(sizeof(int) * (size_t)hc_ctx.size);
+    if (!c->world_ranks || !c->comm_rank_of)
+        goto err_free;
+    c->magic = HC_COMM_MAGIC;
+    c->ctx_id = ctx_id;
+    c->size = size;
+    c->rank = -1;
+    for (int w = 0; w < hc_ctx.size; w++)
+        c->comm_rank_of[w] = -1;
+    for (int r = 0; r < size; r++) {
+        c->world_ranks[r] = world_ranks[r];
+        c->comm_rank_of[world_ranks[r]] = r;
+        if (world_ranks[r] == hc_ctx.rank)
+            c->rank = r;
+    }
+    hc_list_init(&c->posted);
+    hc_list_init(&c->unexpected);
+    hc_list_init(&c->coll_queue);
+    hc_list_push_back(&hc_ctx.comms, &c->link);
+    if (ctx_id >= hc_ctx.next_ctx_id)
+        hc_ctx.next_ctx_id = ctx_id + 1;
+    hc_p2p_adopt_orphans(c);
+    *comm_p = c;
+    return HCOMM_OK;
+err_free:
+    free(c->world_ranks);
+    free(c->comm_rank_of);
+    free(c);
+err:
+    return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm: no memory for a communicator of %d ranks", size);
+}
+
+void hc_comm_destroy(struct hcomm_comm *comm)
+{
+    if (hc_coll_comm_free_hook)
+        hc_coll_comm_free_hook(comm, HCOMM_ERR_ABORTED);
+    hc_p2p_comm_cleanup(comm);
+    hc_list_del(&comm->link);
+    comm->magic = HC_COMM_FREED;
+    free(comm->world_ranks);
+    free(comm->comm_rank_of);
+    free(comm);
+}
+
+void hc_comm_handle_abort(struct hcomm_comm *comm)
+{
+    if (hc_coll_comm_free_hook)
+        hc_coll_comm_free_hook(comm, HCOMM_ERR_ABORTED);
+    hc_p2p_fail_comm(comm, hc_error(HCOMM_ERR_ABORTED, "hcomm: communicator was aborted"));
+}
+
+/* ---- argument checks ------------------------------------------------------ */
+
+hcomm_status_t hc_check_init(const char *fn)
+{
+    if (HC_UNLIKELY(!hc_ctx.initialized))
+        return hc_error(HCOMM_ERR_NOT_INITIALIZED, "%s: called before hcomm_init or after "
+                                                   "hcomm_finalize", fn);
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_check_comm(const char *fn, struct hcomm_comm *comm)
+{
+    hcomm_status_t st = hc_check_init(fn);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    if (HC_UNLIKELY(comm != hc_ctx.world && !hc_comm_valid(comm)))
+        return hc_error(HCOMM_ERR_INVALID, "%s: communicator %p is NULL, freed or not a "
+                                           "communicator", fn, (void *)comm);
+    if (HC_UNLIKELY(comm->aborted))
+        return hc_error(HCOMM_ERR_ABORTED, "%s: communicator was aborted", fn);
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_check_dtype(const char *fn, hcomm_dtype_t dtype)
+{
+    if (HC_UNLIKELY((unsigned)dtype >= HCOMM_DTYPE_COUNT))
+        return hc_error(HCOMM_ERR_INVALID, "%s: unknown dtype %d", fn, (int)dtype);
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_check_buf(const char *fn, const char *name, const void *buf, size_t count,
+                            hcomm_dtype_t dtype, size_t mult, size_t *bytes_p)
+{
+    hcomm_status_t st = hc_check_dtype(fn, dtype);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    size_t bytes;
+    if (HC_UNLIKELY(hc_mul_overflows(count, hcomm_dtype_size(dtype), &bytes) ||
+                    hc_mul_overflows(bytes, mult, &bytes) || bytes > (size_t)PTRDIFF_MAX))
+        return hc_error(HCOMM_ERR_INVALID, "%s: count %zu of dtype %d overflows the byte size", fn,
+                        count, (int)dtype);
+    if (HC_UNLIKELY(!buf && bytes))
+        return hc_error(HCOMM_ERR_INVALID, "%s: %s is NULL with count %zu", fn, name, count);
+    *bytes_p = bytes;
+    return HCOMM_OK;
+}

@@ -1,0 +1,326 @@
+/*
+ * Bringing a rank up and down.
+ *
+ * Init is two rendezvous rounds: the first exchanges each rank's pid and node
+ * identity, from which every rank derives the same node map; the drivers
+ * that map calls for are then opened, and the second round exchanges their
+ * address blobs (one fixed-size slot per registered driver), after which each
+ * driver wires up and every peer gets a connection: self for this rank, the
+ * node driver for ranks of this node, the network driver for the rest.
+ *
+ * Teardown is idempotent and used by both finalize and a failed init.
+ */
+#include "core/hc_core.h"
+#include "mem/mem.h"
+#include "topo/topo.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+hc_ctx_t hc_ctx;
+
+#define HC_DRV_ADDR_MAX 512
+
+typedef struct {
+    uint32_t pid;
+    char node_id[160];
+} hc_rank_info_t;
+
+static void hc_ctx_peer_failed(void *core, int peer, hcomm_status_t status, const char *why)
+{
+    (void)core;
+    hc_peer_fail(peer, status, why);
+}
+
+static hcomm_status_t hc_ctx_mem_reg(void *arg, hc_mem_region_t *region)
+{
+    (void)arg;
+    for (int i = 0; i < hc_ctx.ndrvs; i++) {
+        hc_drv_t *d = hc_ctx.drvs[i];
+        hcomm_status_t st = d->ops->mem_reg(d, region->base, region->size, &region->keys[i]);
+        if (st != HCOMM_OK)
+            return st;
+    }
+    return HCOMM_OK;
+}
+
+static void hc_ctx_mem_dereg(void *arg, hc_mem_region_t *region)
+{
+    (void)arg;
+    for (int i = 0; i < hc_ctx.ndrvs; i++)
+        hc_ctx.drvs[i]->ops->mem_dereg(hc_ctx.drvs[i], region->keys[i]);
+}
+
+/* Node index of every rank: nodes numbered in order of their first rank. */
+static hcomm_status_t hc_ctx_build_nodes(const hc_rank_info_t *info)
+{
+    int n = hc_ctx.size;
+    hc_ctx.node_of_rank = malloc(sizeof(int) * (size_t)n);
+    hc_ctx.local_ranks = malloc(sizeof(int) * (size_t)n);
+    if (!hc_ctx.node_of_rank || !hc_ctx.local_ranks)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: node map");
+    int nodes = 0;
+    for (int r = 0; r < n; r++) {
+        hc_ctx.node_of_rank[r] = -1;
+        for (int q = 0; q < r; q++) {
+            if (!strncmp(info[q].node_id, info[r].node_id, sizeof(info[r].node_id))) {
+                hc_ctx.node_of_rank[r] = hc_ctx.node_of_rank[q];
+                break;
+            }
+        }
+        if (hc_ctx.node_of_rank[r] < 0)
+            hc_ctx.node_of_rank[r] = nodes++;
+    }
+    hc_ctx.node_count = nodes;
+    hc_ctx.node = hc_ctx.node_of_rank[hc_ctx.rank];
+    hc_ctx.local_size = 0;
+    for (int r = 0; r < n; r++) {
+        if (hc_ctx.node_of_rank[r] != hc_ctx.node)
+            continue;
+        if (r == hc_ctx.rank)
+            hc_ctx.local_rank = hc_ctx.local_size;
+        hc_ctx.local_ranks[hc_ctx.local_size++] = r;
+    }
+    if (hc_ctx.bs_params.local_size > 0 && hc_ctx.bs_params.local_size != hc_ctx.local_size)
+        hc_log_info("launcher said %d ranks on this node, the node identities say %d",
+                    hc_ctx.bs_params.local_size, hc_ctx.local_size);
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_ctx_connect_all(const uint8_t *table)
+{
+    /* Which open driver serves which scope. */
+    hc_drv_t *by_scope[3] = {0};
+    for (int i = 0; i < hc_ctx.ndrvs; i++)
+        by_scope[hc_ctx.drvs[i]->ops->scope] = hc_ctx.drvs[i];
+    size_t stride = (size_t)HC_DRV_MAX * HC_DRV_ADDR_MAX;
+
+    for (int i = 0; i < hc_ctx.ndrvs; i++) {
+        hc_drv_t *d = hc_ctx.drvs[i];
+        const void **addrs = calloc((size_t)hc_ctx.size, sizeof(*addrs));
+        size_t *lens = calloc((size_t)hc_ctx.size, sizeof(*lens));
+        if (!addrs || !lens) {
+            free(addrs);
+            free(lens);
+            return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: wireup tables");
+        }
+        for (int r = 0; r < hc_ctx.size; r++) {
+            const uint8_t *slot = table + (size_t)r * stride + (size_t)i * HC_DRV_ADDR_MAX;
+            uint32_t len;
+            memcpy(&len, slot, sizeof(len));
+            addrs[r] = slot + sizeof(len);
+            lens[r] = len;
+        }
+        hcomm_status_t st = d->ops->wireup(d, addrs, lens);
+        free(addrs);
+        free(lens);
+        if (st != HCOMM_OK)
+            return st;
+    }
+    for (int r = 0; r < hc_ctx.size; r++) {
+        hc_drv_t *d;
+        if (r == hc_ctx.rank)
+            d = by_scope[HC_DRV_SCOPE_SELF];
+        else if (hc_ctx.node_of_rank[r] == hc_ctx.node && by_scope[HC_DRV_SCOPE_NODE])
+            d = by_scope[HC_DRV_SCOPE_NODE];
+        else
+            d = by_scope[HC_DRV_SCOPE_NET];
+        if (!d)
+            return hc_error(HCOMM_ERR_NO_DEVICE, "hcomm_init: no driver reaches rank %d", r);
+        const uint8_t *slot = table + (size_t)r * stride + (size_t)d->index * HC_DRV_ADDR_MAX;
+        uint32_t len;
+        memcpy(&len, slot, sizeof(len));
+        hc_conn_t *conn = NULL;
+        hcomm_status_t st = d->ops->connect(d, r, slot + sizeof(len), len, &conn);
+        if (st != HCOMM_OK)
+            return st;
+        conn->core_priv = &hc_ctx.peers[r];
+        if (conn->eager_max > conn->max_frame)
+            conn->eager_max = conn->max_frame;
+        hc_ctx.peers[r].conn = conn;
+    }
+    return HCOMM_OK;
+}
+
+void hc_ctx_teardown(void)
+{
+    while (!hc_list_empty(&hc_ctx.comms) && hc_ctx.comms.next)
+        hc_comm_destroy(hc_container_of(hc_ctx.comms.next, struct hcomm_comm, link));
+    hc_p2p_orphans_cleanup();
+    if (hc_ctx.peers) {
+        for (int r = 0; r < hc_ctx.size; r++) {
+            hc_peer_t *p = &hc_ctx.peers[r];
+            hc_list_t *pos, *tmp;
+            hc_list_foreach_safe(pos, tmp, &p->pending)
+            {
+                hc_list_del(pos);
+                free(hc_container_of(pos, hc_pending_frame_t, link));
+            }
+            if (p->conn)
+                p->conn->ops->disconnect(p->conn);
+            if (p->pidfd >= 0)
+                close(p->pidfd);
+        }
+    }
+    /* Drivers drop their own registrations when they close; regions a
+     * driver owns (the shm segment) go with it, before mem/ shuts down. */
+    hc_mem_set_reg_hooks(NULL, NULL, NULL);
+    for (int i = hc_ctx.ndrvs - 1; i >= 0; i--)
+        hc_ctx.drvs[i]->ops->close(hc_ctx.drvs[i]);
+    hc_mem_finalize();
+    if (hc_ctx.bs)
+        hc_bootstrap_close(hc_ctx.bs);
+    free(hc_ctx.peers);
+    free(hc_ctx.node_of_rank);
+    free(hc_ctx.local_ranks);
+    hc_request_pool_fini();
+    memset(&hc_ctx, 0, sizeof(hc_ctx));
+    hc_list_init(&hc_ctx.comms);
+}
+
+hcomm_status_t hc_ctx_init(void)
+{
+    hcomm_status_t st;
+    uint8_t *blobs = NULL, *table2 = NULL;
+
+    memset(&hc_ctx, 0, sizeof(hc_ctx));
+    hc_list_init(&hc_ctx.comms);
+    hc_list_init(&hc_ctx.rndv_active);
+    hc_list_init(&hc_ctx.orphans);
+    hc_ctx.next_ctx_id = 1;
+
+    if ((st = hc_config_load()) != HCOMM_OK)
+        return st;
+    if ((st = hc_bootstrap_params_from_env(&hc_ctx.bs_params)) != HCOMM_OK)
+        return st;
+    hc_ctx.rank = hc_ctx.bs_params.rank;
+    hc_ctx.size = hc_ctx.bs_params.size;
+    hc_log_set_rank(hc_ctx.size > 1 ? hc_ctx.rank : -1);
+    if ((st = hc_request_pool_init()) != HCOMM_OK)
+        goto err;
+    hc_ctx.peers = calloc((size_t)hc_ctx.size, sizeof(hc_peer_t));
+    if (!hc_ctx.peers) {
+        st = hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: peer table for %d ranks", hc_ctx.size);
+        goto err;
+    }
+    for (int r = 0; r < hc_ctx.size; r++) {
+        hc_ctx.peers[r].pidfd = -1;
+        hc_list_init(&hc_ctx.peers[r].pending);
+    }
+    if ((st = hc_mem_init()) != HCOMM_OK)
+        goto err;
+
+    /* Round 1: who runs where. */
+    hc_rank_info_t me = {.pid = (uint32_t)getpid()};
+    hc_topo_node_id(hc_cfg.node_id, me.node_id, sizeof(me.node_id));
+    snprintf(hc_ctx.node_id, sizeof(hc_ctx.node_id), "%s", me.node_id);
+    const void *table = NULL;
+    st = hc_bootstrap_open(&hc_ctx.bs_params, &me, sizeof(me), hc_cfg.timeout, &hc_ctx.bs, &table);
+    if (st != HCOMM_OK)
+        goto err;
+    const hc_rank_info_t *info = table;
+    if ((st = hc_ctx_build_nodes(info)) != HCOMM_OK)
+        goto err;
+    for (int r = 0; r < hc_ctx.size; r++)
+        hc_ctx.peers[r].pid = (pid_t)info[r].pid;
+
+    hc_ctx.env = (hc_drv_env_t){
+        .rank = hc_ctx.rank,
+        .size = hc_ctx.size,
+        .local_rank = hc_ctx.local_rank,
+        .local_size = hc_ctx.local_size,
+        .local_ranks = hc_ctx.local_ranks,
+        .node_of_rank = hc_ctx.node_of_rank,
+        .node_id = hc_ctx.node_id,
+        .job_key = hc_ctx.bs_params.job_key[0] ? hc_ctx.bs_params.job_key : hc_ctx.bs_params.url,
+        .core = &hc_ctx,
+        .deliver = hc_p2p_deliver,
+        .put_done = hc_p2p_put_done,
+        .peer_failed = hc_ctx_peer_failed,
+    };
+    if ((st = hc_drv_select_open(&hc_ctx.env, hc_ctx.drvs, &hc_ctx.ndrvs)) != HCOMM_OK)
+        goto err;
+
+    /* Round 2: driver addresses. */
+    size_t stride = (size_t)HC_DRV_MAX * HC_DRV_ADDR_MAX;
+    blobs = calloc(1, stride);
+    table2 = malloc(stride * (size_t)hc_ctx.size);
+    if (!blobs || !table2) {
+        st = hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: address table");
+        goto err;
+    }
+    for (int i = 0; i < hc_ctx.ndrvs; i++) {
+        hc_drv_t *d = hc_ctx.drvs[i];
+        uint8_t *slot = blobs + (size_t)i * HC_DRV_ADDR_MAX;
+        size_t len = HC_DRV_ADDR_MAX - sizeof(uint32_t);
+        if ((st = d->ops->addr_pack(d, slot + sizeof(uint32_t), &len)) != HCOMM_OK)
+            goto err;
+        uint32_t len32 = (uint32_t)len;
+        memcpy(slot, &len32, sizeof(len32));
+    }
+    if (hc_ctx.size > 1) {
+        st = hc_bootstrap_allgather(hc_ctx.bs, blobs, stride, table2, hc_cfg.timeout);
+        if (st != HCOMM_OK)
+            goto err;
+    } else {
+        memcpy(table2, blobs, stride);
+    }
+    if ((st = hc_ctx_connect_all(table2)) != HCOMM_OK)
+        goto err;
+    free(blobs);
+    free(table2);
+    blobs = table2 = NULL;
+
+    for (int i = 0; i < hc_ctx.local_size; i++) {
+        int r = hc_ctx.local_ranks[i];
+        if (r == hc_ctx.rank)
+            continue;
+        hc_ctx.peers[r].pidfd = (int)syscall(SYS_pidfd_open, hc_ctx.peers[r].pid, 0);
+        if (hc_ctx.peers[r].pidfd < 0)
+            hc_log_debug("pidfd_open(%d) for rank %d: %s", hc_ctx.peers[r].pid, r, strerror(errno));
+    }
+    hc_mem_set_reg_hooks(hc_ctx_mem_reg, hc_ctx_mem_dereg, NULL);
+
+    int *all = malloc(sizeof(int) * (size_t)hc_ctx.size);
+    if (!all) {
+        st = hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: world communicator");
+        goto err;
+    }
+    for (int r = 0; r < hc_ctx.size; r++)
+        all[r] = r;
+    st = hc_comm_create(1, hc_ctx.size, all, &hc_ctx.world);
+    free(all);
+    if (st != HCOMM_OK)
+        goto err;
+    hc_ctx.world->is_world = true;
+    hc_ctx.initialized = true;
+    hc_log_info("rank %d of %d up: node %d of %d (%d local ranks), bootstrap via %s", hc_ctx.rank,
+                hc_ctx.size, hc_ctx.node, hc_ctx.node_count, hc_ctx.local_size,
+                hc_ctx.bs_params.source);
+    return HCOMM_OK;
+err:
+    free(blobs);
+    free(table2);
+    {
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", hc_error_last());
+        hc_ctx_teardown();
+        hc_error(st, "%s", saved);
+    }
+    return st;
+}
+
+void hc_ctx_finalize(void)
+{
+    /* Nobody may unmap what a peer may still be reading: wait for all. */
+    if (hc_ctx.bs && hc_ctx.size > 1 && hc_ctx.nfailed == 0) {
+        double t = hc_cfg.timeout < 30 ? hc_cfg.timeout : 30;
+        if (hc_bootstrap_barrier(hc_ctx.bs, t) != HCOMM_OK)
+            hc_log_warn("hcomm_finalize: not every rank reached finalize: %s", hc_error_last());
+    }
+    hc_ctx_teardown();
+}

@@ -1,0 +1,230 @@
+/*
+ * core/: the runtime. One process-wide context (hc_ctx) holds the job's
+ * shape, the open drivers, one hc_peer per world rank (its connection, its
+ * failure state and the frames waiting for credit), the communicators and
+ * the request pool.
+ *
+ * Point-to-point protocol (p2p.c), carried by any driver as frames:
+ *   size <= conn->eager_max: one EAGER frame; the send completes at once.
+ *   larger: RTS {size, sender request, sender address}. When the receive is
+ *   matched: with HC_CONN_CAP_GET the receiver reads the data itself and
+ *   answers FIN; otherwise it answers CTS and the sender streams DATA frames
+ *   straight into the receive buffer.
+ * Matching is per communicator, FIFO per (source, tag): each connection
+ * delivers in order and unexpected messages are queued in arrival order.
+ */
+#ifndef HC_CORE_H
+#define HC_CORE_H
+
+#include "core/bootstrap.h"
+#include "core/config.h"
+#include "core/hc_base.h"
+#include "drv/drv.h"
+
+#include <sys/types.h>
+
+typedef struct hc_list {
+    struct hc_list *prev, *next;
+} hc_list_t;
+
+static inline void hc_list_init(hc_list_t *h)
+{
+    h->prev = h->next = h;
+}
+static inline bool hc_list_empty(const hc_list_t *h)
+{
+    return h->next == h;
+}
+static inline void hc_list_push_back(hc_list_t *h, hc_list_t *e)
+{
+    e->prev = h->prev;
+    e->next = h;
+    h->prev->next = e;
+    h->prev = e;
+}
+static inline void hc_list_del(hc_list_t *e)
+{
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+    e->prev = e->next = e;
+}
+#define hc_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#define hc_list_foreach_safe(pos, tmp, head)                                                       \
+    for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
+
+/* ---- requests ----------------------------------------------------------- */
+typedef enum { HC_REQ_SEND = 1, HC_REQ_RECV, HC_REQ_COLL } hc_req_kind_t;
+
+#define HC_REQ_MAGIC 0x68637271u /* live request */
+#define HC_REQ_FREED 0x66726565u /* back in the pool */
+
+struct hc_coll_op;
+
+struct hcomm_request {
+    uint32_t magic;
+    uint8_t kind;
+    bool done;
+    bool user;          /* handed to the user: freed by wait/test, else by the library */
+    bool rndv;          /* send: waiting for CTS/FIN; recv: receiving rendezvous data */
+    hcomm_status_t status;
+    uint32_t index;     /* slot in the request table: rendezvous frames name it */
+    uint32_t gen;       /* bumped at every reuse: stale rendezvous frames are dropped */
+    struct hcomm_comm *comm;
+    /* p2p */
+    void *buf;
+    size_t len;         /* bytes posted (recv: capacity) */
+    size_t done_bytes;  /* send: bytes handed to the driver; recv: bytes arrived */
+    size_t msg_len;     /* recv: length of the matched message */
+    uint32_t inflight;  /* send: puts that returned IN_PROGRESS and are not done */
+    int peer;           /* comm rank (recv: the source) */
+    int wpeer;          /* world rank of peer */
+    int32_t tag;
+    uint32_t ctx_id;
+    uint64_t remote_id; /* recv of a rendezvous: the sender's request id */
+    hc_list_t link;     /* posted-receive queue or a peer's pending list */
+    /* collectives */
+    struct hc_coll_op *coll;
+};
+
+hcomm_status_t hc_request_pool_init(void);
+void hc_request_pool_fini(void);
+struct hcomm_request *hc_request_alloc(hc_req_kind_t kind);
+void hc_request_free(struct hcomm_request *req);
+/* Request named by a rendezvous id (index | gen << 32), or NULL if stale. */
+struct hcomm_request *hc_request_by_id(uint64_t id);
+static inline uint64_t hc_request_id(const struct hcomm_request *req)
+{
+    return (uint64_t)req->index | ((uint64_t)req->gen << 32);
+}
+static inline void hc_request_complete(struct hcomm_request *req, hcomm_status_t status)
+{
+    req->status = status;
+    req->done = true;
+}
+/* Validates a user handle: NULL, never allocated or already freed -> false. */
+bool hc_request_valid(const struct hcomm_request *req);
+
+/* ---- peers --------------------------------------------------------------- */
+typedef struct hc_pending_frame {
+    hc_list_t link;
+    hc_frame_hdr_t hdr;
+    const void *payload;
+    struct hcomm_request *req; /* DATA frames: the send request streaming */
+    size_t stream_off;         /* DATA: next offset to send */
+    size_t stream_end;
+    uint8_t inline_payload[32]; /* small control payloads (RTS) are copied here */
+} hc_pending_frame_t;
+
+typedef struct hc_peer {
+    hc_conn_t *conn;
+    int node;          /* node index */
+    pid_t pid;
+    int pidfd;         /* local peers: becomes readable when the process exits */
+    bool failed;
+    hcomm_status_t fail_status;
+    char fail_why[160];
+    hc_list_t pending; /* frames waiting for credit, in order */
+} hc_peer_t;
+
+/* ---- communicators ------------------------------------------------------- */
+#define HC_COMM_MAGIC 0x68636f6du
+#define HC_COMM_FREED 0x64656164u
+
+struct hcomm_comm {
+    uint32_t magic;
+    uint32_t ctx_id;     /* p2p context; collectives use ctx_id | HC_CTX_COLL */
+    int rank, size;
+    int *world_ranks;    /* comm rank -> world rank */
+    int *comm_rank_of;   /* world rank -> comm rank, -1 if absent */
+    bool is_world;
+    volatile int aborted; /* set from any thread by hcomm_comm_abort */
+    hc_list_t posted;    /* posted receives, in posting order */
+    hc_list_t unexpected;
+    hc_list_t link;      /* in hc_ctx.comms */
+    uint64_t coll_seq;   /* collectives issued on this comm */
+    hc_list_t coll_queue; /* active collective ops, in issue order */
+    void *coll_priv;     /* coll/'s per-comm state (node regions, ...) */
+    uint32_t split_seq;  /* splits done from this comm (for child ctx ids) */
+};
+
+#define HC_CTX_COLL 0x80000000u
+
+bool hc_comm_valid(const struct hcomm_comm *comm);
+hcomm_status_t hc_comm_create(uint32_t ctx_id, int size, const int *world_ranks,
+                              struct hcomm_comm **comm_p);
+void hc_comm_destroy(struct hcomm_comm *comm);
+struct hcomm_comm *hc_comm_by_ctx(uint32_t ctx_id);
+
+/* ---- the context ---------------------------------------------------------- */
+typedef struct hc_ctx {
+    bool initialized;
+    int rank, size;
+    int local_rank, local_size;
+    int node, node_count;
+    int *node_of_rank;
+    int *local_ranks;   /* world ranks of my node */
+    char node_id[160];
+    hc_bootstrap_params_t bs_params;
+    hc_bootstrap_t *bs;
+    hc_drv_env_t env;
+    hc_drv_t *drvs[HC_DRV_MAX];
+    int ndrvs;
+    hc_peer_t *peers;
+    struct hcomm_comm *world;
+    hc_list_t comms;
+    hc_list_t rndv_active; /* rendezvous in flight: sends waiting for CTS/FIN, receives for DATA */
+    hc_list_t orphans;    /* frames for communicators not created here yet */
+    int npending;         /* frames queued in peers' pending lists */
+    uint64_t slow_next_ns;
+    int group_depth;
+    int nfailed;          /* peers declared failed */
+    uint32_t next_ctx_id; /* lowest communicator context id never used here */
+} hc_ctx_t;
+
+extern hc_ctx_t hc_ctx;
+
+/* ---- progress (progress.c) ------------------------------------------------ */
+/* Set by the API layer: advances collectives (coll/ sits above core/). */
+extern int (*hc_progress_hook)(void);
+/* Set by the API layer: a collective request timed out; drop its state. */
+extern void (*hc_coll_cancel_hook)(struct hcomm_request *req);
+/* Set by the API layer: fail and release the collective state of comm. */
+extern void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status);
+/* The thread that notices comm->aborted fails the comm's pending work. */
+void hc_comm_handle_abort(struct hcomm_comm *comm);
+/* One pass over every driver plus queued frames; returns events seen. */
+int hc_progress(void);
+/* Liveness and deadline work done every ~ms by waits. */
+void hc_progress_slow(void);
+/* Waits for req->done under the HCOMM_TIMEOUT deadline. what names the
+ * operation in the timeout message. */
+hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what);
+/* Peer failure: fail everything that needs peer. Idempotent. */
+void hc_peer_fail(int peer, hcomm_status_t status, const char *why);
+/* The status and message for an operation that needs a failed peer. */
+hcomm_status_t hc_peer_error(int wpeer, const char *what);
+
+/* ---- p2p (p2p.c) ------------------------------------------------------------ */
+hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf, size_t len,
+                            int peer, int32_t tag, struct hcomm_request **req_p);
+hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf, size_t len,
+                            int peer, int32_t tag, struct hcomm_request **req_p);
+void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload);
+void hc_p2p_put_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);
+/* Retries frames queued for credit; returns how many went out. */
+int hc_p2p_flush_pending(void);
+/* Fails every request of comm (abort) or of peer (failure). */
+void hc_p2p_fail_comm(struct hcomm_comm *comm, hcomm_status_t status);
+void hc_p2p_fail_peer(int wpeer, hcomm_status_t status);
+void hc_p2p_comm_cleanup(struct hcomm_comm *comm);
+void hc_p2p_adopt_orphans(struct hcomm_comm *comm);
+void hc_p2p_orphans_cleanup(void);
+
+/* ---- argument checks shared by the API --------------------------------------- */
+hcomm_status_t hc_check_init(const char *fn);
+hcomm_status_t hc_check_comm(const char *fn, struct hcomm_comm *comm);
+hcomm_status_t hc_check_buf(const char *fn, const char *name, const void *buf, size_t count,
+                            hcomm_dtype_t dtype, size_t mult, size_t *bytes_p);
+hcomm_status_t hc_check_dtype(const char *fn, hcomm_dtype_t dtype);
+
+#endif /* HC_CORE_H */

@@ -1,0 +1,514 @@
+/*
+ * Point-to-point protocol over driver connections (see hc_core.h for the
+ * frame sequence). Everything here runs in the caller's thread, inside
+ * hcomm calls: deliver() is called from driver progress, so it never waits;
+ * a frame that finds no credit is queued on its peer, in order, and retried
+ * by hc_p2p_flush_pending().
+ */
+#include "core/hc_core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A message that arrived before its receive was posted. */
+typedef struct {
+    hc_list_t link;
+    int wpeer;
+    uint32_t ctx_id;
+    int32_t tag;
+    uint8_t type;     /* EAGER or RTS */
+    size_t len;       /* message bytes */
+    uint64_t remote_id;
+    uint64_t addr;
+    uint8_t data[];   /* EAGER payload */
+} hc_unexp_t;
+
+static void hc_p2p_send_check_done(struct hcomm_request *req)
+{
+    if (!req->rndv && req->done_bytes == req->len && req->inflight == 0 && !req->done)
+        hc_request_complete(req, HCOMM_OK);
+}
+
+static hcomm_status_t hc_p2p_queue(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *payload,
+                                   struct hcomm_request *req)
+{
+    hc_pending_frame_t *f = calloc(1, sizeof(*f));
+    if (!f)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm: cannot queue a frame for rank %d",
+                        p->conn->peer);
+    f->hdr = *hdr;
+    f->req = req;
+    if (hdr->type != HC_FRAME_EAGER && hdr->type != HC_FRAME_DATA && hdr->len) {
+        memcpy(f->inline_payload, payload, hdr->len); /* control payloads are tiny */
+        f->payload = f->inline_payload;
+    } else {
+        f->payload = payload;
+    }
+    hc_list_push_back(&p->pending, &f->link);
+    hc_ctx.npending++;
+    return HCOMM_OK;
+}
+
+/* Sends one frame now, or queues it behind earlier ones. A send request's
+ * bytes are accounted here so that its completion needs no other path. */
+static hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *payload,
+                                 struct hcomm_request *req)
+{
+    if (HC_UNLIKELY(!hc_list_empty(&p->pending)))
+        return hc_p2p_queue(p, hdr, payload, req);
+    hc_conn_t *conn = p->conn;
+    hcomm_status_t st = conn->ops->put(conn, hdr, payload, req);
+    if (HC_LIKELY(st == HCOMM_OK)) {
+        if (req && (hdr->type == HC_FRAME_EAGER || hdr->type == HC_FRAME_DATA)) {
+            req->done_bytes += hdr->len;
+            hc_p2p_send_check_done(req);
+        }
+        return HCOMM_OK;
+    }
+    if (st == HCOMM_IN_PROGRESS) {
+        req->inflight++;
+        req->done_bytes += hdr->len;
+        return HCOMM_OK;
+    }
+    if (st == HCOMM_ERR_AGAIN)
+        return hc_p2p_queue(p, hdr, payload, req);
+    return st;
+}
+
+/* Streams the DATA frames of a rendezvous send whose CTS arrived. */
+static hcomm_status_t hc_p2p_stream_start(hc_peer_t *p, struct hcomm_request *sreq, uint64_t rid)
+{
+    hc_pending_frame_t *f = calloc(1, sizeof(*f));
+    if (!f)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_send: rendezvous stream");
+    f->hdr.type = HC_FRAME_DATA;
+    f->hdr.ctx_id = sreq->ctx_id;
+    f->hdr.tag = sreq->tag;
+    f->hdr.a = rid;
+    f->req = sreq;
+    f->stream_off = 0;
+    f->stream_end = sreq->len;
+    sreq->rndv = false; /* now completes like an eager send: when every byte went */
+    sreq->done_bytes = 0;
+    hc_list_del(&sreq->link);
+    hc_list_push_back(&p->pending, &f->link);
+    hc_ctx.npending++;
+    return HCOMM_OK;
+}
+
+int hc_p2p_flush_pending(void)
+{
+    int sent = 0;
+    for (int w = 0; w < hc_ctx.size && hc_ctx.npending; w++) {
+        hc_peer_t *p = &hc_ctx.peers[w];
+        hc_list_t *pos, *tmp;
+        hc_list_foreach_safe(pos, tmp, &p->pending)
+        {
+            hc_pending_frame_t *f = hc_container_of(pos, hc_pending_frame_t, link);
+            hc_conn_t *conn = p->conn;
+            hcomm_status_t st = HCOMM_OK;
+            if (f->hdr.type == HC_FRAME_DATA && f->stream_end) {
+                while (f->stream_off < f->stream_end) {
+                    size_t n = HC_MIN(conn->max_frame, f->stream_end - f->stream_off);
+                    f->hdr.len = (uint32_t)n;
+                    f->hdr.b = f->stream_off;
+                    st = conn->ops->put(conn, &f->hdr, (char *)f->req->buf + f->stream_off,
+                                        f->req);
+                    if (st == HCOMM_OK || st == HCOMM_IN_PROGRESS) {
+                        if (st == HCOMM_IN_PROGRESS)
+                            f->req->inflight++;
+                        f->req->done_bytes += n;
+                        f->stream_off += n;
+                        sent++;
+                    } else {
+                        break;
+                    }
+                }
+                if (st == HCOMM_OK || st == HCOMM_IN_PROGRESS)
+                    hc_p2p_send_check_done(f->req);
+            } else {
+                st = conn->ops->put(conn, &f->hdr, f->payload, f->req);
+                if (st == HCOMM_OK || st == HCOMM_IN_PROGRESS) {
+                    sent++;
+                    if (f->req && f->hdr.type == HC_FRAME_EAGER) {
+                        if (st == HCOMM_IN_PROGRESS)
+                            f->req->inflight++;
+                        f->req->done_bytes += f->hdr.len;
+                        hc_p2p_send_check_done(f->req);
+                    }
+                }
+            }
+            if (st == HCOMM_ERR_AGAIN)
+                break; /* keep order: nothing behind it may pass */
+            if (st != HCOMM_OK && st != HCOMM_IN_PROGRESS && f->req && !f->req->done)
+                hc_request_complete(f->req, st);
+            hc_list_del(&f->link);
+            hc_ctx.npending--;
+            free(f);
+        }
+    }
+    return sent;
+}
+
+void hc_p2p_put_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status)
+{
+    (void)core;
+    (void)conn;
+    struct hcomm_request *req = cookie;
+    if (!req)
+        return;
+    req->inflight--;
+    if (status != HCOMM_OK && !req->done)
+        hc_request_complete(req, status);
+    hc_p2p_send_check_done(req);
+}
+
+static void hc_p2p_control(hc_peer_t *p, uint8_t type, uint32_t ctx_id, uint64_t a, uint64_t b)
+{
+    hc_frame_hdr_t hdr = {.type = type, .ctx_id = ctx_id, .a = a, .b = b};
+    hcomm_status_t st = hc_p2p_put(p, &hdr, NULL, NULL);
+    if (st != HCOMM_OK)
+        hc_log_warn("cannot send a control frame to rank %d: %s", p->conn->peer,
+                    hcomm_strerror(st));
+}
+
+/* A receive met its rendezvous message: pull the data or ask for it. */
+static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t size, uint64_t sid,
+                             uint64_t addr)
+{
+    req->msg_len = size;
+    if (size > req->len) {
+        hc_p2p_control(p, HC_FRAME_NACK, req->ctx_id, sid, (uint64_t)(-HCOMM_ERR_TRUNCATED));
+        hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
+                                          "hcomm_recv: message of %zu bytes from rank %d tag %d "
+                                          "does not fit the %zu-byte receive buffer",
+                                          size, req->peer, req->tag, req->len));
+        return;
+    }
+    hc_conn_t *conn = p->conn;
+    if (conn->caps & HC_CONN_CAP_GET) {
+        hcomm_status_t st = conn->ops->get(conn, req->buf, addr, size);
+        if (st == HCOMM_OK) {
+            hc_p2p_control(p, HC_FRAME_FIN, req->ctx_id, sid, 0);
+            hc_request_complete(req, HCOMM_OK);
+            return;
+        }
+        hc_log_debug("get from rank %d failed (%s), streaming instead", conn->peer,
+                     hcomm_strerror(st));
+    }
+    req->rndv = true;
+    req->done_bytes = 0;
+    hc_list_push_back(&hc_ctx.rndv_active, &req->link);
+    hc_p2p_control(p, HC_FRAME_CTS, req->ctx_id, sid, hc_request_id(req));
+}
+
+static void hc_p2p_eager_recv(struct hcomm_request *req, const void *data, size_t len)
+{
+    req->msg_len = len;
+    if (HC_UNLIKELY(len != req->len)) {
+        if (len > req->len) {
+            hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
+                                              "hcomm_recv: message of %zu bytes from rank %d tag "
+                                              "%d does not fit the %zu-byte receive buffer",
+                                              len, req->peer, req->tag, req->len));
+            return;
+        }
+        memcpy(req->buf, data, len);
+        hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
+                                          "hcomm_recv: message of %zu bytes from rank %d tag %d "
+                                          "is shorter than the %zu-byte receive",
+                                          len, req->peer, req->tag, req->len));
+        return;
+    }
+    memcpy(req->buf, data, len);
+    hc_request_complete(req, HCOMM_OK);
+}
+
+static struct hcomm_comm *hc_p2p_comm_of(uint32_t ctx_id)
+{
+    uint32_t base = ctx_id & ~HC_CTX_COLL;
+    struct hcomm_comm *w = hc_ctx.world;
+    if (HC_LIKELY(w && w->ctx_id == base))
+        return w;
+    return hc_comm_by_ctx(base);
+}
+
+static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr,
+                              const void *payload)
+{
+    size_t dlen = hdr->type == HC_FRAME_EAGER ? hdr->len : 0;
+    hc_unexp_t *u = malloc(sizeof(*u) + dlen);
+    if (!u) {
+        hc_log_error("out of memory queueing a message from rank %d: dropped", wpeer);
+        return;
+    }
+    u->wpeer = wpeer;
+    u->ctx_id = hdr->ctx_id;
+    u->tag = hdr->tag;
+    u->type = hdr->type;
+    if (hdr->type == HC_FRAME_EAGER) {
+        u->len = hdr->len;
+        memcpy(u->data, payload, dlen);
+    } else {
+        hc_frame_rts_t rts;
+        memcpy(&rts, payload, sizeof(rts));
+        u->len = hdr->a;
+        u->remote_id = hdr->b;
+        u->addr = rts.addr;
+    }
+    hc_list_push_back(q, &u->link);
+}
+
+void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload)
+{
+    (void)core;
+    int wpeer = conn->peer;
+    hc_peer_t *p = &hc_ctx.peers[wpeer];
+    struct hcomm_request *req;
+
+    switch (hdr->type) {
+    case HC_FRAME_EAGER:
+    case HC_FRAME_RTS: {
+        if (HC_UNLIKELY(hdr->type == HC_FRAME_RTS && hdr->len < sizeof(hc_frame_rts_t))) {
+            hc_log_warn("malformed RTS from rank %d dropped", wpeer);
+            return;
+        }
+        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
+        if (HC_UNLIKELY(!comm)) {
+            hc_p2p_unexpected(&hc_ctx.orphans, wpeer, hdr, payload);
+            return;
+        }
+        int src = comm->comm_rank_of[wpeer];
+        hc_list_t *pos, *tmp;
+        hc_list_foreach_safe(pos, tmp, &comm->posted)
+        {
+            req = hc_container_of(pos, struct hcomm_request, link);
+            if (req->peer != src || req->tag != hdr->tag || req->ctx_id != hdr->ctx_id)
+                continue;
+            hc_list_del(&req->link);
+            if (hdr->type == HC_FRAME_EAGER) {
+                hc_p2p_eager_recv(req, payload, hdr->len);
+            } else {
+                hc_frame_rts_t rts;
+                memcpy(&rts, payload, sizeof(rts));
+                hc_p2p_rndv_recv(req, p, hdr->a, hdr->b, rts.addr);
+            }
+            return;
+        }
+        hc_p2p_unexpected(&comm->unexpected, wpeer, hdr, payload);
+        return;
+    }
+    case HC_FRAME_CTS:
+        req = hc_request_by_id(hdr->a);
+        if (!req || req->kind != HC_REQ_SEND || !req->rndv || req->done) {
+            hc_log_debug("stale CTS from rank %d dropped", wpeer);
+            return;
+        }
+        if (hc_p2p_stream_start(p, req, hdr->b) != HCOMM_OK)
+            hc_request_complete(req, HCOMM_ERR_NO_MEMORY);
+        return;
+    case HC_FRAME_DATA:
+        req = hc_request_by_id(hdr->a);
+        if (!req || req->kind != HC_REQ_RECV || !req->rndv || req->done ||
+            hdr->b + hdr->len > req->msg_len) {
+            hc_log_debug("stale DATA from rank %d dropped", wpeer);
+            return;
+        }
+        memcpy((char *)req->buf + hdr->b, payload, hdr->len);
+        req->done_bytes += hdr->len;
+        if (req->done_bytes == req->msg_len) {
+            req->rndv = false;
+            hc_list_del(&req->link);
+            hc_request_complete(req, HCOMM_OK);
+        }
+        return;
+    case HC_FRAME_FIN:
+    case HC_FRAME_NACK:
+        req = hc_request_by_id(hdr->a);
+        if (!req || req->kind != HC_REQ_SEND || !req->rndv || req->done)
+            return;
+        req->rndv = false;
+        hc_list_del(&req->link);
+        if (hdr->type == HC_FRAME_FIN)
+            hc_request_complete(req, HCOMM_OK);
+        else
+            hc_request_complete(req, hc_error((hcomm_status_t)(-(int64_t)hdr->b),
+                                              "hcomm_send: rank %d rejected the %zu-byte message "
+                                              "(tag %d): receive buffer too small",
+                                              req->peer, req->len, req->tag));
+        return;
+    default:
+        hc_log_warn("unknown frame type %u from rank %d dropped", hdr->type, wpeer);
+    }
+}
+
+hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf, size_t len,
+                            int peer, int32_t tag, struct hcomm_request **req_p)
+{
+    int wpeer = comm->world_ranks[peer];
+    hc_peer_t *p = &hc_ctx.peers[wpeer];
+    if (HC_UNLIKELY(p->failed))
+        return hc_peer_error(wpeer, "hcomm_send");
+    struct hcomm_request *req = hc_request_alloc(HC_REQ_SEND);
+    if (HC_UNLIKELY(!req))
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_send: no memory for a request");
+    req->comm = comm;
+    req->buf = (void *)buf;
+    req->len = len;
+    req->peer = peer;
+    req->wpeer = wpeer;
+    req->tag = tag;
+    req->ctx_id = ctx_id;
+
+    hc_frame_hdr_t hdr = {.ctx_id = ctx_id, .tag = tag};
+    hcomm_status_t st;
+    if (len <= p->conn->eager_max) {
+        hdr.type = HC_FRAME_EAGER;
+        hdr.len = (uint32_t)len;
+        st = hc_p2p_put(p, &hdr, buf, req);
+    } else {
+        hc_frame_rts_t rts = {.addr = (uint64_t)(uintptr_t)buf};
+        hdr.type = HC_FRAME_RTS;
+        hdr.len = sizeof(rts);
+        hdr.a = len;
+        hdr.b = hc_request_id(req);
+        req->rndv = true;
+        hc_list_push_back(&hc_ctx.rndv_active, &req->link);
+        st = hc_p2p_put(p, &hdr, &rts, NULL);
+    }
+    if (HC_UNLIKELY(st != HCOMM_OK)) {
+        hc_list_del(&req->link);
+        hc_request_free(req);
+        return st;
+    }
+    *req_p = req;
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf, size_t len,
+                            int peer, int32_t tag, struct hcomm_request **req_p)
+{
+    int wpeer = comm->world_ranks[peer];
+    struct hcomm_request *req = hc_request_alloc(HC_REQ_RECV);
+    if (HC_UNLIKELY(!req))
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_recv: no memory for a request");
+    req->comm = comm;
+    req->buf = buf;
+    req->len = len;
+    req->peer = peer;
+    req->wpeer = wpeer;
+    req->tag = tag;
+    req->ctx_id = ctx_id;
+
+    hc_list_t *pos, *tmp;
+    hc_list_foreach_safe(pos, tmp, &comm->unexpected)
+    {
+        hc_unexp_t *u = hc_container_of(pos, hc_unexp_t, link);
+        if (u->wpeer != wpeer || u->tag != tag || u->ctx_id != ctx_id)
+            continue;
+        hc_list_del(&u->link);
+        if (u->type == HC_FRAME_EAGER)
+            hc_p2p_eager_recv(req, u->data, u->len);
+        else
+            hc_p2p_rndv_recv(req, &hc_ctx.peers[wpeer], u->len, u->remote_id, u->addr);
+        free(u);
+        *req_p = req;
+        return HCOMM_OK;
+    }
+    if (HC_UNLIKELY(hc_ctx.peers[wpeer].failed)) {
+        hc_request_free(req);
+        return hc_peer_error(wpeer, "hcomm_recv");
+    }
+    hc_list_push_back(&comm->posted, &req->link);
+    *req_p = req;
+    return HCOMM_OK;
+}
+
+/* Moves frames that arrived before comm existed into its queue. */
+void hc_p2p_adopt_orphans(struct hcomm_comm *comm)
+{
+    hc_list_t *pos, *tmp;
+    hc_list_foreach_safe(pos, tmp, &hc_ctx.orphans)
+    {
+        hc_unexp_t *u = hc_container_of(pos, hc_unexp_t, link);
+        if ((u->ctx_id & ~HC_CTX_COLL) != comm->ctx_id)
+            continue;
+        hc_list_del(&u->link);
+        hc_list_push_back(&comm->unexpected, &u->link);
+    }
+}
+
+static void hc_p2p_fail_list(hc_list_t *list, struct hcomm_comm *comm, int wpeer,
+                             hcomm_status_t status)
+{
+    hc_list_t *pos, *tmp;
+    hc_list_foreach_safe(pos, tmp, list)
+    {
+        struct hcomm_request *req = hc_container_of(pos, struct hcomm_request, link);
+        if ((comm && req->comm != comm) || (wpeer >= 0 && req->wpeer != wpeer))
+            continue;
+        hc_list_del(&req->link);
+        req->rndv = false;
+        if (!req->done)
+            hc_request_complete(req, status);
+    }
+}
+
+static void hc_p2p_fail_pending(struct hcomm_comm *comm, int wpeer, hcomm_status_t status)
+{
+    for (int w = 0; w < hc_ctx.size; w++) {
+        if (wpeer >= 0 && w != wpeer)
+            continue;
+        hc_list_t *pos, *tmp;
+        hc_list_foreach_safe(pos, tmp, &hc_ctx.peers[w].pending)
+        {
+            hc_pending_frame_t *f = hc_container_of(pos, hc_pending_frame_t, link);
+            if (comm && (!f->req || f->req->comm != comm))
+                continue;
+            if (f->req && !f->req->done)
+                hc_request_complete(f->req, status);
+            hc_list_del(&f->link);
+            hc_ctx.npending--;
+            free(f);
+        }
+    }
+}
+
+void hc_p2p_fail_comm(struct hcomm_comm *comm, hcomm_status_t status)
+{
+    hc_p2p_fail_list(&comm->posted, comm, -1, status);
+    hc_p2p_fail_list(&hc_ctx.rndv_active, comm, -1, status);
+    hc_p2p_fail_pending(comm, -1, status);
+}
+
+void hc_p2p_fail_peer(int wpeer, hcomm_status_t status)
+{
+    hc_list_t *pos;
+    for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
+        struct hcomm_comm *comm = hc_container_of(pos, struct hcomm_comm, link);
+        hc_p2p_fail_list(&comm->posted, comm, wpeer, status);
+    }
+    hc_p2p_fail_list(&hc_ctx.rndv_active, NULL, wpeer, status);
+    hc_p2p_fail_pending(NULL, wpeer, status);
+}
+
+void hc_p2p_comm_cleanup(struct hcomm_comm *comm)
+{
+    hc_p2p_fail_comm(comm, HCOMM_ERR_ABORTED);
+    hc_list_t *pos, *tmp;
+    hc_list_foreach_safe(pos, tmp, &comm->unexpected)
+    {
+        hc_list_del(pos);
+        free(hc_container_of(pos, hc_unexp_t, link));
+    }
+}
+
+void hc_p2p_orphans_cleanup(void)
+{
+    hc_list_t *pos, *tmp;
+    hc_list_foreach_safe(pos, tmp, &hc_ctx.orphans)
+    {
+        hc_list_del(pos);
+        free(hc_container_of(pos, hc_unexp_t, link));
+    }
+}

@@ -1,0 +1,141 @@
+/*
+ * Progress engine. Blocking calls and hcomm_test drive it from the calling
+ * thread: every pass polls each open driver, retries frames waiting for
+ * credit and advances the collectives in flight (through progress_hook, set
+ * by the API layer, since coll/ sits above core/). Idle waits back off from
+ * spinning to yielding, so that more ranks than cores still move.
+ *
+ * About every millisecond a wait also does the slow work: deadline checks,
+ * abort checks, and liveness (a local peer's pidfd turns readable when its
+ * process exits; the bootstrap sockets to rank 0 close when a rank dies).
+ */
+#include "core/hc_core.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define HC_SLOW_PERIOD_NS 1000000ull
+
+int (*hc_progress_hook)(void);
+
+int hc_progress(void)
+{
+    int n = 0;
+    for (int i = 0; i < hc_ctx.ndrvs; i++)
+        n += hc_ctx.drvs[i]->ops->progress(hc_ctx.drvs[i]);
+    if (HC_UNLIKELY(hc_ctx.npending))
+        n += hc_p2p_flush_pending();
+    if (hc_progress_hook)
+        n += hc_progress_hook();
+    return n;
+}
+
+void hc_peer_fail(int peer, hcomm_status_t status, const char *why)
+{
+    if (peer < 0 || peer >= hc_ctx.size || peer == hc_ctx.rank)
+        return;
+    hc_peer_t *p = &hc_ctx.peers[peer];
+    if (p->failed)
+        return;
+    p->failed = true;
+    p->fail_status = status;
+    snprintf(p->fail_why, sizeof(p->fail_why), "%s", why);
+    hc_ctx.nfailed++;
+    hc_log_warn("rank %d failed: %s", peer, why);
+    hc_p2p_fail_peer(peer, status);
+}
+
+hcomm_status_t hc_peer_error(int wpeer, const char *what)
+{
+    hc_peer_t *p = &hc_ctx.peers[wpeer];
+    return hc_error(p->fail_status, "%s: peer rank %d (world) failed: %s", what, wpeer, p->fail_why);
+}
+
+void hc_progress_slow(void)
+{
+    uint64_t now = hc_time_ns();
+    if (now < hc_ctx.slow_next_ns)
+        return;
+    hc_ctx.slow_next_ns = now + HC_SLOW_PERIOD_NS;
+
+    /* Local peers: a pidfd polls readable once its process has exited. */
+    struct pollfd pfds[64];
+    int who[64], n = 0;
+    for (int i = 0; i <= hc_ctx.local_size; i++) {
+        if (i < hc_ctx.local_size) {
+            hc_peer_t *p = &hc_ctx.peers[hc_ctx.local_ranks[i]];
+            if (p->pidfd >= 0 && !p->failed) {
+                pfds[n] = (struct pollfd){.fd = p->pidfd, .events = POLLIN};
+                who[n++] = hc_ctx.local_ranks[i];
+            }
+        }
+        if (n == (int)HC_ARRAY_SIZE(pfds) || (i == hc_ctx.local_size && n > 0)) {
+            if (poll(pfds, (nfds_t)n, 0) > 0)
+                for (int k = 0; k < n; k++)
+                    if (pfds[k].revents)
+                        hc_peer_fail(who[k], HCOMM_ERR_PEER_FAILED, "its process exited");
+            n = 0;
+        }
+    }
+    if (hc_ctx.bs) {
+        int dead = hc_bootstrap_check_peers(hc_ctx.bs);
+        if (dead >= 0)
+            hc_peer_fail(dead, HCOMM_ERR_PEER_FAILED, "its bootstrap connection closed");
+    }
+}
+
+/* Drops every reference the library holds to req (queues, streams). */
+static void hc_request_detach(struct hcomm_request *req)
+{
+    hc_list_del(&req->link);
+    for (int w = 0; w < hc_ctx.size && hc_ctx.npending; w++) {
+        hc_list_t *pos, *tmp;
+        hc_list_foreach_safe(pos, tmp, &hc_ctx.peers[w].pending)
+        {
+            hc_pending_frame_t *f = hc_container_of(pos, hc_pending_frame_t, link);
+            if (f->req != req)
+                continue;
+            hc_list_del(&f->link);
+            hc_ctx.npending--;
+            free(f);
+        }
+    }
+}
+
+hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
+{
+    if (req->done)
+        return req->status;
+    uint64_t deadline = hc_time_ns() + (uint64_t)(hc_cfg.timeout * 1e9);
+    hc_backoff_t backoff = {0};
+    unsigned iter = 0;
+    while (!req->done) {
+        int n = hc_progress();
+        if (req->done)
+            break;
+        if ((++iter & 31) == 0) {
+            hc_progress_slow();
+            if (req->comm && req->comm->aborted)
+                hc_comm_handle_abort(req->comm);
+            if (req->done)
+                break;
+            if (hc_time_ns() > deadline) {
+                hc_request_detach(req);
+                if (req->kind == HC_REQ_COLL && hc_coll_cancel_hook)
+                    hc_coll_cancel_hook(req);
+                hc_request_complete(
+                    req, hc_error(HCOMM_ERR_TIMEOUT,
+                                  "%s: timed out after %g s waiting for rank %d (HCOMM_TIMEOUT)",
+                                  what, hc_cfg.timeout, req->peer));
+                break;
+            }
+        }
+        if (n)
+            hc_backoff_reset(&backoff);
+        else
+            hc_backoff_step(&backoff);
+    }
+    return req->status;
+}

@@ -1,0 +1,251 @@
+/*
+ * Driver registry and the selection ladder. Drivers register from
+ * constructors; missing ops are filled from a base table that answers
+ * ERR_UNSUPPORTED so callers never test for NULL. Selection: "self" always;
+ * the best node driver (shm) when other ranks share the node and HCOMM_SHM is
+ * on; the best network driver (or the one HCOMM_NET names) when some rank is
+ * on another node, or shares the node while shm is off. Every decision is
+ * logged at info level with the reasons the other drivers were skipped.
+ */
+#include "drv/drv.h"
+#include "core/config.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+static struct hc_drv_ops hc_drv_table[HC_DRV_MAX];
+static int hc_drv_n;
+
+static hcomm_status_t hc_drv_unsup_probe(const hc_drv_env_t *env, char *why, size_t len)
+{
+    (void)env;
+    snprintf(why, len, "no probe");
+    return HCOMM_ERR_UNSUPPORTED;
+}
+static hcomm_status_t hc_drv_unsup_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
+{
+    (void)env;
+    (void)drv_p;
+    return HCOMM_ERR_UNSUPPORTED;
+}
+static hcomm_status_t hc_drv_empty_addr(hc_drv_t *drv, void *buf, size_t *len_p)
+{
+    (void)drv;
+    (void)buf;
+    *len_p = 0;
+    return HCOMM_OK;
+}
+static hcomm_status_t hc_drv_noop_wireup(hc_drv_t *drv, const void *const *a, const size_t *l)
+{
+    (void)drv;
+    (void)a;
+    (void)l;
+    return HCOMM_OK;
+}
+static hcomm_status_t hc_drv_unsup_connect(hc_drv_t *drv, int peer, const void *addr, size_t len,
+                                           hc_conn_t **conn_p)
+{
+    (void)drv;
+    (void)addr;
+    (void)len;
+    (void)conn_p;
+    return hc_error(HCOMM_ERR_UNSUPPORTED, "driver cannot connect to rank %d", peer);
+}
+static hcomm_status_t hc_drv_unsup_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr,
+                                       const void *payload, void *cookie)
+{
+    (void)conn;
+    (void)hdr;
+    (void)payload;
+    (void)cookie;
+    return HCOMM_ERR_UNSUPPORTED;
+}
+static hcomm_status_t hc_drv_unsup_get(hc_conn_t *conn, void *dst, uint64_t raddr, size_t len)
+{
+    (void)conn;
+    (void)dst;
+    (void)raddr;
+    (void)len;
+    return HCOMM_ERR_UNSUPPORTED;
+}
+static int hc_drv_noop_progress(hc_drv_t *drv)
+{
+    (void)drv;
+    return 0;
+}
+static hcomm_status_t hc_drv_noop_reg(hc_drv_t *drv, void *addr, size_t len, uint64_t *key_p)
+{
+    (void)drv;
+    (void)addr;
+    (void)len;
+    *key_p = 0;
+    return HCOMM_OK;
+}
+static void hc_drv_noop_dereg(hc_drv_t *drv, uint64_t key)
+{
+    (void)drv;
+    (void)key;
+}
+static void *hc_drv_no_shared(hc_drv_t *drv, uint64_t key, size_t size)
+{
+    (void)drv;
+    (void)key;
+    (void)size;
+    return NULL;
+}
+static void hc_drv_noop_disconnect(hc_conn_t *conn)
+{
+    (void)conn;
+}
+static void hc_drv_noop_close(hc_drv_t *drv)
+{
+    (void)drv;
+}
+
+static const struct hc_drv_ops hc_drv_base = {
+    .size = sizeof(struct hc_drv_ops),
+    .probe = hc_drv_unsup_probe,
+    .open = hc_drv_unsup_open,
+    .addr_pack = hc_drv_empty_addr,
+    .wireup = hc_drv_noop_wireup,
+    .connect = hc_drv_unsup_connect,
+    .put = hc_drv_unsup_put,
+    .get = hc_drv_unsup_get,
+    .progress = hc_drv_noop_progress,
+    .mem_reg = hc_drv_noop_reg,
+    .mem_dereg = hc_drv_noop_dereg,
+    .shared_get = hc_drv_no_shared,
+    .disconnect = hc_drv_noop_disconnect,
+    .close = hc_drv_noop_close,
+};
+
+void hc_drv_register(const struct hc_drv_ops *ops)
+{
+    if (hc_drv_n == HC_DRV_MAX)
+        return;
+    /* Copy what the driver knows (its size), default the rest: an older
+     * driver keeps working when ops are appended. */
+    struct hc_drv_ops *t = &hc_drv_table[hc_drv_n++];
+    *t = hc_drv_base;
+    memcpy(t, ops, HC_MIN(ops->size, sizeof(*t)));
+    t->size = sizeof(*t);
+#define HC_DRV_FILL_(f)                                                                            \
+    if (!t->f)                                                                                     \
+        t->f = hc_drv_base.f;
+    HC_DRV_FILL_(probe) HC_DRV_FILL_(open) HC_DRV_FILL_(addr_pack) HC_DRV_FILL_(wireup)
+    HC_DRV_FILL_(connect) HC_DRV_FILL_(put) HC_DRV_FILL_(get) HC_DRV_FILL_(progress)
+    HC_DRV_FILL_(mem_reg) HC_DRV_FILL_(mem_dereg) HC_DRV_FILL_(shared_get)
+    HC_DRV_FILL_(disconnect) HC_DRV_FILL_(close)
+#undef HC_DRV_FILL_
+}
+
+int hc_drv_count(void)
+{
+    return hc_drv_n;
+}
+
+const struct hc_drv_ops *hc_drv_at(int i)
+{
+    return (i >= 0 && i < hc_drv_n) ? &hc_drv_table[i] : NULL;
+}
+
+const struct hc_drv_ops *hc_drv_find(const char *name)
+{
+    for (int i = 0; i < hc_drv_n; i++)
+        if (!strcasecmp(hc_drv_table[i].name, name))
+            return &hc_drv_table[i];
+    return NULL;
+}
+
+/* The best driver of scope that probes fine (or exactly `forced`). */
+static const struct hc_drv_ops *hc_drv_pick(const hc_drv_env_t *env, int scope, const char *forced,
+                                            hcomm_status_t *st_p)
+{
+    const struct hc_drv_ops *best = NULL;
+    char why[256];
+    for (int i = 0; i < hc_drv_n; i++) {
+        const struct hc_drv_ops *o = &hc_drv_table[i];
+        if (o->scope != scope)
+            continue;
+        if (forced && strcasecmp(o->name, forced)) {
+            hc_log_info("driver %s skipped: HCOMM_NET=%s", o->name, forced);
+            continue;
+        }
+        why[0] = '\0';
+        if (o->probe(env, why, sizeof(why)) != HCOMM_OK) {
+            hc_log_info("driver %s skipped: %s", o->name, why);
+            continue;
+        }
+        if (!best || o->priority > best->priority)
+            best = o;
+    }
+    *st_p = HCOMM_OK;
+    if (!best && forced)
+        *st_p = hc_error(HCOMM_ERR_NO_DEVICE, "hcomm_init: HCOMM_NET=%s is not usable here (see "
+                                              "hcomm_info for the reason)", forced);
+    return best;
+}
+
+hcomm_status_t hc_drv_select_open(const hc_drv_env_t *env, hc_drv_t **drvs, int *ndrvs_p)
+{
+    bool remote = false;
+    for (int r = 0; r < env->size; r++)
+        if (env->node_of_rank[r] != env->node_of_rank[env->rank])
+            remote = true;
+    bool use_node = hc_cfg.shm && env->local_size > 1;
+    bool need_net = remote || (!use_node && env->local_size > 1);
+    const char *forced = strcasecmp(hc_cfg.net, "auto") ? hc_cfg.net : NULL;
+    const struct hc_drv_ops *chosen[3] = {0};
+    hcomm_status_t st;
+
+    chosen[0] = hc_drv_pick(env, HC_DRV_SCOPE_SELF, NULL, &st);
+    if (use_node)
+        chosen[1] = hc_drv_pick(env, HC_DRV_SCOPE_NODE, NULL, &st);
+    if (use_node && !chosen[1])
+        need_net = true;
+    if (need_net) {
+        chosen[2] = hc_drv_pick(env, HC_DRV_SCOPE_NET, forced, &st);
+        if (st != HCOMM_OK)
+            return st;
+        if (!chosen[2])
+            return hc_error(HCOMM_ERR_NO_DEVICE,
+                            "hcomm_init: no network driver can reach the ranks on other nodes "
+                            "(run hcomm_info to see why each was skipped)");
+    }
+    if (!chosen[0])
+        return hc_error(HCOMM_ERR_INTERNAL, "hcomm_init: the self driver is missing");
+    int n = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!chosen[i])
+            continue;
+        hc_drv_t *d = NULL;
+        st = chosen[i]->open(env, &d);
+        if (st != HCOMM_OK) {
+            for (int k = 0; k < n; k++)
+                drvs[k]->ops->close(drvs[k]);
+            return st;
+        }
+        d->ops = chosen[i];
+        d->env = env;
+        d->index = n;
+        drvs[n++] = d;
+        hc_log_info("driver %s chosen for %s", chosen[i]->name,
+                    i == 0 ? "this rank" : i == 1 ? "ranks on this node" : "ranks on other nodes");
+    }
+    *ndrvs_p = n;
+    return HCOMM_OK;
+}
+
+void hc_drv_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg), void *arg)
+{
+    static const char *const scopes[] = {"self", "node", "net"};
+    for (int i = 0; i < hc_drv_n; i++) {
+        const struct hc_drv_ops *o = &hc_drv_table[i];
+        char why[256] = "", text[400];
+        hcomm_status_t st = o->probe(env, why, sizeof(why));
+        snprintf(text, sizeof(text), "%-6s (%s, priority %d): %s%s%s", o->name, scopes[o->scope],
+                 o->priority, st == HCOMM_OK ? "usable" : "skipped", why[0] ? ": " : "", why);
+        line(text, arg);
+    }
+}

@@ -1,0 +1,528 @@
+/*
+ * shm: ranks of one node talk through one shared segment.
+ *
+ * The node leader (local rank 0) creates the segment in mem/ (a memfd on
+ * hugepages when reserved, mapped 0600, never a name in the file system) and
+ * hands the descriptor to each local rank over an abstract Unix socket that
+ * checks the peer's uid and the job key. The segment holds:
+ *
+ *   header | directory of keyed arena blocks | FIFO[i][j] for every ordered
+ *   pair of local ranks | arena
+ *
+ * A FIFO is `nslots` receive slots owned by the receiver plus the receiver's
+ * consumed counter (the credits). A slot is {seq, frame header, payload}: the
+ * sender fills it and publishes it by storing seq = n+1 with release order;
+ * the receiver polls the seq of its next slot with acquire order, so an 8-byte
+ * message is one cache line handed between the two cores. Credits return by
+ * the receiver storing its consumed count, which the sender reads only when
+ * its cached copy says the FIFO is full.
+ *
+ * Large messages skip the slots: get() reads the sender's buffer directly
+ * with process_vm_readv (one copy), when the kernel allows it (checked at
+ * connect by reading a canary from the peer).
+ *
+ * The arena gives node-shared memory by key (shared_get) to the collectives:
+ * the first local rank to ask for a key claims a directory entry with a CAS
+ * and carves the block; the others find it and wait until it is published.
+ */
+#include "drv/drv.h"
+#include "core/config.h"
+#include "mem/mem.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define HC_SHM_MAGIC 0x68636f6d73686d31ull /* "hcomshm1" */
+#define HC_SHM_DIR_ENTRIES 256
+#define HC_SHM_SLOT_HDR 40 /* seq (8) + frame header (32) */
+
+typedef struct {
+    uint64_t key;   /* 0: free; claimed by CAS */
+    uint64_t off;   /* from the segment base */
+    uint64_t size;
+    uint32_t ready; /* published with release order */
+    uint32_t pad;
+} hc_shm_dir_t;
+
+typedef struct {
+    uint64_t magic;
+    uint32_t local_size, nslots;
+    uint64_t slot_size;
+    uint64_t fifo_off, fifo_stride;
+    uint64_t arena_off, arena_size;
+    uint64_t arena_used HC_ALIGNED_CL;
+    hc_shm_dir_t dir[HC_SHM_DIR_ENTRIES];
+} hc_shm_seg_t;
+
+typedef struct {
+    uint64_t tail HC_ALIGNED_CL; /* frames consumed by the receiver */
+    uint8_t pad[HC_CACHE_LINE - sizeof(uint64_t)];
+    uint8_t slots[] HC_ALIGNED_CL;
+} hc_shm_fifo_t;
+
+typedef struct {
+    uint64_t seq;
+    hc_frame_hdr_t hdr;
+    uint8_t payload[];
+} hc_shm_slot_t;
+_Static_assert(sizeof(hc_shm_slot_t) == HC_SHM_SLOT_HDR, "slot header layout");
+
+typedef struct {
+    uint32_t pid;
+    uint32_t local_rank;
+    uint64_t canary_addr;
+    uint64_t canary;
+} hc_shm_addr_t;
+
+typedef struct {
+    hc_conn_t base;
+    hc_shm_fifo_t *out; /* my slots in the peer's receive FIFO */
+    hc_shm_fifo_t *in;  /* the peer's frames to me */
+    uint64_t head;      /* frames I sent */
+    uint64_t tail_cache;
+    uint64_t in_tail;   /* frames I consumed */
+    pid_t pid;
+    bool connected;
+} hc_shm_conn_t;
+
+typedef struct {
+    hc_drv_t base;
+    hc_mem_region_t *seg_region;
+    hc_shm_seg_t *seg;
+    int lr, L;
+    uint32_t nslots;
+    size_t slot_size;
+    hc_shm_conn_t *conns; /* by local rank */
+    int *active;          /* local ranks with a connection */
+    int nactive;
+    uint64_t canary;
+} hc_drv_shm_t;
+
+static volatile uint64_t hc_shm_canary_value;
+
+static uint64_t hc_shm_hash(const char *a, const char *b)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *s = a; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+    for (const char *s = b; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+static hc_shm_fifo_t *hc_shm_fifo(hc_drv_shm_t *s, int from, int to)
+{
+    return (hc_shm_fifo_t *)((uint8_t *)s->seg + s->seg->fifo_off +
+                             ((uint64_t)from * (uint64_t)s->L + (uint64_t)to) * s->seg->fifo_stride);
+}
+
+static hcomm_status_t hc_drv_shm_probe(const hc_drv_env_t *env, char *why, size_t len)
+{
+    if (env->local_size < 2) {
+        snprintf(why, len, "only one rank on this node");
+        return HCOMM_ERR_UNSUPPORTED;
+    }
+    if (!hc_cfg.shm) {
+        snprintf(why, len, "disabled by HCOMM_SHM=0");
+        return HCOMM_ERR_UNSUPPORTED;
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_drv_shm_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
+{
+    if (hc_cfg.shm_slots < 2 || hc_cfg.shm_slots > 65536)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_SHM_SLOTS=%lld must be in [2, 65536]",
+                        (long long)hc_cfg.shm_slots);
+    if (hc_cfg.shm_slot_size < 256 || hc_cfg.shm_slot_size > (1u << 24))
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hcomm_init: HCOMM_SHM_SLOT_SIZE=%zu must be in [256, 16M]",
+                        hc_cfg.shm_slot_size);
+    hc_drv_shm_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "shm driver");
+    s->base.env = env;
+    s->lr = env->local_rank;
+    s->L = env->local_size;
+    s->nslots = (uint32_t)hc_cfg.shm_slots;
+    s->slot_size = HC_ALIGN_UP(hc_cfg.shm_slot_size, (size_t)HC_CACHE_LINE);
+    s->conns = calloc((size_t)s->L, sizeof(*s->conns));
+    s->active = calloc((size_t)s->L, sizeof(int));
+    if (!s->conns || !s->active) {
+        free(s->conns);
+        free(s->active);
+        free(s);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "shm driver");
+    }
+    s->canary = hc_shm_hash(env->job_key, env->node_id) | 1;
+    hc_shm_canary_value = s->canary;
+    *drv_p = &s->base;
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_drv_shm_addr_pack(hc_drv_t *drv, void *buf, size_t *len_p)
+{
+    hc_drv_shm_t *s = (hc_drv_shm_t *)drv;
+    if (*len_p < sizeof(hc_shm_addr_t))
+        return hc_error(HCOMM_ERR_INTERNAL, "shm: address slot too small");
+    hc_shm_addr_t a = {.pid = (uint32_t)getpid(),
+                       .local_rank = (uint32_t)s->lr,
+                       .canary_addr = (uint64_t)(uintptr_t)&hc_shm_canary_value,
+                       .canary = s->canary};
+    memcpy(buf, &a, sizeof(a));
+    *len_p = sizeof(a);
+    return HCOMM_OK;
+}
+
+/* ---- sharing the segment ----------------------------------------------------- */
+
+typedef struct {
+    uint64_t magic;
+    uint32_t local_rank;
+    uint32_t key_len;
+    char key[160];
+} hc_shm_hello_t;
+
+static socklen_t hc_shm_sockaddr(const hc_drv_env_t *env, struct sockaddr_un *sa)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    /* Abstract name (leading NUL): nothing in the file system, gone with the
+     * socket. Unique per job and node; access is checked on accept. */
+    int n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "hcomm-shm-%016llx",
+                     (unsigned long long)hc_shm_hash(env->job_key, env->node_id));
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static size_t hc_shm_seg_size(hc_drv_shm_t *s, uint64_t *fifo_off, uint64_t *stride,
+                              uint64_t *arena_off, uint64_t *arena_size)
+{
+    *fifo_off = HC_ALIGN_UP(sizeof(hc_shm_seg_t), (size_t)4096);
+    *stride = HC_ALIGN_UP(sizeof(hc_shm_fifo_t) + (uint64_t)s->nslots * s->slot_size, 4096);
+    *arena_off = *fifo_off + *stride * (uint64_t)s->L * (uint64_t)s->L;
+    *arena_size = (8ull << 20) + (uint64_t)s->L * (4ull << 20);
+    return (size_t)(*arena_off + *arena_size);
+}
+
+static hcomm_status_t hc_shm_leader_share(hc_drv_shm_t *s, double deadline)
+{
+    const hc_drv_env_t *env = s->base.env;
+    struct sockaddr_un sa;
+    socklen_t salen = hc_shm_sockaddr(env, &sa);
+    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (lfd < 0)
+        return hc_error_errno(HCOMM_ERR_IO, errno, "shm: socket");
+    if (bind(lfd, (struct sockaddr *)&sa, salen) != 0 || listen(lfd, 128) != 0) {
+        int e = errno;
+        close(lfd);
+        return hc_error_errno(HCOMM_ERR_IO, e, "shm: cannot listen on the node socket");
+    }
+    int served = 0;
+    hcomm_status_t st = HCOMM_OK;
+    while (served < s->L - 1) {
+        if (hc_time_sec() > deadline) {
+            st = hc_error(HCOMM_ERR_TIMEOUT, "hcomm_init: shm: only %d of %d local ranks fetched "
+                                             "the node segment before the deadline",
+                          served, s->L - 1);
+            break;
+        }
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (cfd < 0)
+            continue;
+        struct ucred cred;
+        socklen_t clen = sizeof(cred);
+        hc_shm_hello_t hello;
+        struct pollfd cp = {.fd = cfd, .events = POLLIN};
+        bool ok = getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 &&
+                  cred.uid == getuid() && poll(&cp, 1, 2000) == 1 &&
+                  recv(cfd, &hello, sizeof(hello), MSG_WAITALL) == (ssize_t)sizeof(hello) &&
+                  hello.magic == HC_SHM_MAGIC && hello.key_len < sizeof(hello.key) &&
+                  hello.key_len == strlen(env->job_key) &&
+                  !memcmp(hello.key, env->job_key, hello.key_len);
+        if (!ok) {
+            hc_log_warn("shm: dropped a node-socket client that is not part of this job");
+            close(cfd);
+            continue;
+        }
+        uint64_t size = s->seg_region->size;
+        char cbuf[CMSG_SPACE(sizeof(int))] = {0};
+        struct iovec iov = {.iov_base = &size, .iov_len = sizeof(size)};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                             .msg_controllen = sizeof(cbuf)};
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &s->seg_region->fd, sizeof(int));
+        if (sendmsg(cfd, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof(size))
+            served++;
+        close(cfd);
+    }
+    close(lfd);
+    return st;
+}
+
+static hcomm_status_t hc_shm_follower_fetch(hc_drv_shm_t *s, double deadline)
+{
+    const hc_drv_env_t *env = s->base.env;
+    struct sockaddr_un sa;
+    socklen_t salen = hc_shm_sockaddr(env, &sa);
+    unsigned delay_us = 1000;
+    for (;;) {
+        if (hc_time_sec() > deadline)
+            return hc_error(HCOMM_ERR_TIMEOUT, "hcomm_init: shm: node leader (rank %d) did not "
+                                               "share the node segment before the deadline",
+                            env->local_ranks[0]);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return hc_error_errno(HCOMM_ERR_IO, errno, "shm: socket");
+        if (connect(fd, (struct sockaddr *)&sa, salen) != 0) {
+            close(fd);
+            usleep(delay_us);
+            delay_us = HC_MIN(delay_us * 2, 50000u);
+            continue;
+        }
+        hc_shm_hello_t hello = {.magic = HC_SHM_MAGIC, .local_rank = (uint32_t)s->lr};
+        hello.key_len = (uint32_t)HC_MIN(strlen(env->job_key), sizeof(hello.key) - 1);
+        memcpy(hello.key, env->job_key, hello.key_len);
+        uint64_t size = 0;
+        char cbuf[CMSG_SPACE(sizeof(int))] = {0};
+        struct iovec iov = {.iov_base = &size, .iov_len = sizeof(size)};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                             .msg_controllen = sizeof(cbuf)};
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int segfd = -1;
+        if (send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) == (ssize_t)sizeof(hello) &&
+            poll(&p, 1, (int)HC_MAX(1.0, (deadline - hc_time_sec()) * 1000)) == 1 &&
+            recvmsg(fd, &msg, MSG_CMSG_CLOEXEC) == (ssize_t)sizeof(size)) {
+            struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+            if (c && c->cmsg_type == SCM_RIGHTS)
+                memcpy(&segfd, CMSG_DATA(c), sizeof(int));
+        }
+        close(fd);
+        if (segfd < 0)
+            return hc_error(HCOMM_ERR_BOOTSTRAP, "hcomm_init: shm: the node leader (rank %d) "
+                                                 "refused or closed the node socket",
+                            env->local_ranks[0]);
+        hcomm_status_t st = hc_mem_region_attach(segfd, size, &s->seg_region);
+        close(segfd);
+        if (st != HCOMM_OK)
+            return st;
+        s->seg = s->seg_region->base;
+        if (s->seg->magic != HC_SHM_MAGIC || s->seg->local_size != (uint32_t)s->L ||
+            s->seg->nslots != s->nslots || s->seg->slot_size != s->slot_size)
+            return hc_error(HCOMM_ERR_INVALID, "hcomm_init: shm: node segment layout differs "
+                                               "between ranks (HCOMM_SHM_* must match)");
+        return HCOMM_OK;
+    }
+}
+
+static hcomm_status_t hc_drv_shm_wireup(hc_drv_t *drv, const void *const *addrs,
+                                        const size_t *lens)
+{
+    (void)addrs;
+    (void)lens;
+    hc_drv_shm_t *s = (hc_drv_shm_t *)drv;
+    double deadline = hc_time_sec() + hc_cfg.timeout;
+    if (s->lr == 0) {
+        uint64_t fifo_off, stride, arena_off, arena_size;
+        size_t size = hc_shm_seg_size(s, &fifo_off, &stride, &arena_off, &arena_size);
+        hcomm_status_t st = hc_mem_region_create(size, HC_MEM_SHARED | HC_MEM_NO_REG, -1,
+                                                 "hcomm-shm-node", &s->seg_region);
+        if (st != HCOMM_OK)
+            return st;
+        s->seg = s->seg_region->base;
+        hc_shm_seg_t *g = s->seg;
+        g->local_size = (uint32_t)s->L;
+        g->nslots = s->nslots;
+        g->slot_size = s->slot_size;
+        g->fifo_off = fifo_off;
+        g->fifo_stride = stride;
+        g->arena_off = arena_off;
+        g->arena_size = arena_size;
+        __atomic_store_n(&g->magic, HC_SHM_MAGIC, __ATOMIC_RELEASE);
+        return hc_shm_leader_share(s, deadline);
+    }
+    return hc_shm_follower_fetch(s, deadline);
+}
+
+static hcomm_status_t hc_drv_shm_connect(hc_drv_t *drv, int peer, const void *addr, size_t len,
+                                         hc_conn_t **conn_p)
+{
+    hc_drv_shm_t *s = (hc_drv_shm_t *)drv;
+    hc_shm_addr_t a;
+    if (len != sizeof(a))
+        return hc_error(HCOMM_ERR_BOOTSTRAP, "shm: bad address blob from rank %d", peer);
+    memcpy(&a, addr, sizeof(a));
+    if ((int)a.local_rank >= s->L || (int)a.local_rank == s->lr)
+        return hc_error(HCOMM_ERR_BOOTSTRAP, "shm: rank %d claims local rank %u", peer,
+                        a.local_rank);
+    hc_shm_conn_t *c = &s->conns[a.local_rank];
+    c->base.ops = drv->ops;
+    c->base.drv = drv;
+    c->base.peer = peer;
+    c->base.max_frame = s->slot_size - HC_SHM_SLOT_HDR;
+    c->base.eager_max = c->base.max_frame;
+    c->out = hc_shm_fifo(s, s->lr, (int)a.local_rank);
+    c->in = hc_shm_fifo(s, (int)a.local_rank, s->lr);
+    c->pid = (pid_t)a.pid;
+    if (hc_cfg.shm_cma) {
+        uint64_t seen = 0;
+        struct iovec l = {.iov_base = &seen, .iov_len = sizeof(seen)};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)a.canary_addr, .iov_len = sizeof(seen)};
+        ssize_t n = process_vm_readv(c->pid, &l, 1, &r, 1, 0);
+        if (n == (ssize_t)sizeof(seen) && seen == a.canary)
+            c->base.caps |= HC_CONN_CAP_GET;
+        else
+            hc_log_info("shm: single-copy reads from rank %d unavailable (%s): large messages "
+                        "go through the slots",
+                        peer, n < 0 ? strerror(errno) : "canary mismatch");
+    }
+    if (!c->connected) {
+        c->connected = true;
+        s->active[s->nactive++] = (int)a.local_rank;
+    }
+    *conn_p = &c->base;
+    return HCOMM_OK;
+}
+
+/* ---- data path ---------------------------------------------------------------- */
+
+static hcomm_status_t hc_drv_shm_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr,
+                                     const void *payload, void *cookie)
+{
+    (void)cookie;
+    hc_shm_conn_t *c = (hc_shm_conn_t *)conn;
+    hc_drv_shm_t *s = (hc_drv_shm_t *)conn->drv;
+    if (HC_UNLIKELY(c->head - c->tail_cache >= s->nslots)) {
+        c->tail_cache = __atomic_load_n(&c->out->tail, __ATOMIC_ACQUIRE);
+        if (c->head - c->tail_cache >= s->nslots)
+            return HCOMM_ERR_AGAIN;
+    }
+    hc_shm_slot_t *slot =
+        (hc_shm_slot_t *)(c->out->slots + (c->head % s->nslots) * s->slot_size);
+    slot->hdr = *hdr;
+    if (hdr->len)
+        memcpy(slot->payload, payload, hdr->len);
+    /* Publish: the receiver's acquire load of seq orders header and payload. */
+    __atomic_store_n(&slot->seq, c->head + 1, __ATOMIC_RELEASE);
+    c->head++;
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_drv_shm_get(hc_conn_t *conn, void *dst, uint64_t raddr, size_t len)
+{
+    hc_shm_conn_t *c = (hc_shm_conn_t *)conn;
+    size_t done = 0;
+    while (done < len) {
+        struct iovec l = {.iov_base = (char *)dst + done, .iov_len = len - done};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(raddr + done), .iov_len = len - done};
+        ssize_t n = process_vm_readv(c->pid, &l, 1, &r, 1, 0);
+        if (n <= 0)
+            return hc_error_errno(HCOMM_ERR_IO, errno, "shm: process_vm_readv from rank %d",
+                                  conn->peer);
+        done += (size_t)n;
+    }
+    return HCOMM_OK;
+}
+
+static int hc_drv_shm_progress(hc_drv_t *drv)
+{
+    hc_drv_shm_t *s = (hc_drv_shm_t *)drv;
+    const hc_drv_env_t *env = drv->env;
+    int events = 0;
+    for (int i = 0; i < s->nactive; i++) {
+        hc_shm_conn_t *c = &s->conns[s->active[i]];
+        for (int budget = 0; budget < 16; budget++) {
+            hc_shm_slot_t *slot =
+                (hc_shm_slot_t *)(c->in->slots + (c->in_tail % s->nslots) * s->slot_size);
+            if (__atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != c->in_tail + 1)
+                break;
+            env->deliver(env->core, &c->base, &slot->hdr, slot->payload);
+            c->in_tail++;
+            __atomic_store_n(&c->in->tail, c->in_tail, __ATOMIC_RELEASE);
+            events++;
+        }
+    }
+    return events;
+}
+
+static void *hc_drv_shm_shared_get(hc_drv_t *drv, uint64_t key, size_t size)
+{
+    hc_drv_shm_t *s = (hc_drv_shm_t *)drv;
+    hc_shm_seg_t *g = s->seg;
+    if (!g || key == 0)
+        return NULL;
+    size = HC_ALIGN_UP(size, (size_t)4096);
+    double deadline = hc_time_sec() + hc_cfg.timeout;
+    for (int i = 0; i < HC_SHM_DIR_ENTRIES; i++) {
+        hc_shm_dir_t *e = &g->dir[(key + (uint64_t)i) % HC_SHM_DIR_ENTRIES];
+        uint64_t cur = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+        if (cur == 0) {
+            uint64_t expect = 0;
+            if (__atomic_compare_exchange_n(&e->key, &expect, key, false, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE)) {
+                uint64_t off = __atomic_fetch_add(&g->arena_used, size, __ATOMIC_RELAXED);
+                if (off + size > g->arena_size) {
+                    e->off = 0;
+                    e->size = 0; /* published as "no space": everyone falls back alike */
+                } else {
+                    e->off = g->arena_off + off;
+                    e->size = size;
+                }
+                __atomic_store_n(&e->ready, 1, __ATOMIC_RELEASE);
+                return e->size ? (uint8_t *)g + e->off : NULL;
+            }
+            cur = expect;
+        }
+        if (cur != key)
+            continue;
+        hc_backoff_t b = {0};
+        while (!__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE)) {
+            if (hc_time_sec() > deadline)
+                return NULL;
+            hc_backoff_step(&b);
+        }
+        return (e->size >= size) ? (uint8_t *)g + e->off : NULL;
+    }
+    return NULL;
+}
+
+static void hc_drv_shm_close(hc_drv_t *drv)
+{
+    hc_drv_shm_t *s = (hc_drv_shm_t *)drv;
+    if (s->seg_region)
+        hc_mem_region_destroy(s->seg_region);
+    free(s->conns);
+    free(s->active);
+    free(s);
+}
+
+static const struct hc_drv_ops hc_drv_shm_ops = {
+    .size = sizeof(struct hc_drv_ops),
+    .name = "shm",
+    .scope = HC_DRV_SCOPE_NODE,
+    .priority = 100,
+    .probe = hc_drv_shm_probe,
+    .open = hc_drv_shm_open,
+    .addr_pack = hc_drv_shm_addr_pack,
+    .wireup = hc_drv_shm_wireup,
+    .connect = hc_drv_shm_connect,
+    .put = hc_drv_shm_put,
+    .get = hc_drv_shm_get,
+    .progress = hc_drv_shm_progress,
+    .shared_get = hc_drv_shm_shared_get,
+    .close = hc_drv_shm_close,
+};
+HC_DRV_REGISTER(hc_drv_shm_ops)

@@ -1,0 +1,160 @@
+/*
+ * mem/ lifecycle: hc_mem_init reads the knobs, checks RLIMIT_MEMLOCK once,
+ * reserves the pool's virtual range (PROT_NONE, no memory behind it) and
+ * builds the pool; hc_mem_finalize undoes it. Also the counters' snapshot and
+ * their printout.
+ */
+#include "mem/mem_int.h"
+#include "core/config.h"
+
+#include <errno.h>
+#include <numa.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+hc_mem_global_t hc_mem_g = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .rw = PTHREAD_RWLOCK_INITIALIZER,
+};
+
+static hcomm_status_t hc_mem_parse_hugepage_size(size_t *size_p)
+{
+    size_t v;
+    if (!hc_cfg.hugepage_size || !hc_config_parse_size(hc_cfg.hugepage_size, &v) ||
+        (v != ((size_t)2 << 20) && v != ((size_t)1 << 30)))
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hc_mem_init: HCOMM_HUGEPAGE_SIZE=\"%s\" is not 2M or 1G",
+                        hc_cfg.hugepage_size ? hc_cfg.hugepage_size : "");
+    *size_p = v;
+    return HCOMM_OK;
+}
+
+static void hc_mem_check_memlock(size_t want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+        return;
+    hc_log_warn("mem: RLIMIT_MEMLOCK (ulimit -l) is %llu kB, below the pool limit "
+                "HCOMM_MEM_POOL_MAX_SIZE=%zu kB: pool memory past the limit stays unlocked. Raise "
+                "it (`ulimit -l unlimited`, memlock in /etc/security/limits.conf).",
+                (unsigned long long)rl.rlim_cur >> 10, want >> 10);
+}
+
+/* Reserves the pool's range, aligned to the hugepage size so that every pool
+ * region can be mapped on hugepages at a fixed address. */
+static hcomm_status_t hc_mem_reserve(size_t bytes)
+{
+    size_t align = HC_MAX(hc_mem_g.hugepage_size, HC_MEM_GRANULE);
+    bytes = HC_ALIGN_UP(bytes, align);
+    size_t len = bytes + align;
+    uint8_t *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
+                              "hc_mem_init: reserving %zu bytes of address space for the pool",
+                              len);
+    uint8_t *base = (uint8_t *)HC_ALIGN_UP((uintptr_t)p, align);
+    if (base > p) munmap(p, (size_t)(base - p));
+    if (base + bytes < p + len) munmap(base + bytes, (size_t)(p + len - (base + bytes)));
+    hc_mem_g.granules = calloc(bytes >> HC_MEM_GRANULE_SHIFT, sizeof(hc_mem_granule_t));
+    if (!hc_mem_g.granules) {
+        munmap(base, bytes);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hc_mem_init: pool lookup table");
+    }
+    hc_mem_g.pool_base = base;
+    hc_mem_g.pool_reserved = bytes;
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_mem_init(void)
+{
+    hcomm_status_t st;
+    if (hc_mem_g.initialized) return HCOMM_OK;
+    size_t hp = 0;
+    st = hc_mem_parse_hugepage_size(&hp);
+    if (st != HCOMM_OK) return st;
+    if (hc_cfg.mem_pool_bucket_bits < 1 || hc_cfg.mem_pool_bucket_bits > 5)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hc_mem_init: HCOMM_MEM_POOL_BUCKET_BITS=%lld is not in 1..5",
+                        (long long)hc_cfg.mem_pool_bucket_bits);
+    if (hc_cfg.mem_pool_max < hc_cfg.mem_pool_initial)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hc_mem_init: HCOMM_MEM_POOL_MAX_SIZE=%zu is below "
+                        "HCOMM_MEM_POOL_INITIAL_SIZE=%zu",
+                        hc_cfg.mem_pool_max, hc_cfg.mem_pool_initial);
+    if (hc_cfg.mem_pool_max > ((size_t)1 << 44))
+        return hc_error(HCOMM_ERR_INVALID, "hc_mem_init: HCOMM_MEM_POOL_MAX_SIZE=%zu is above 16T",
+                        hc_cfg.mem_pool_max);
+    hc_mem_g.hugepage_size = hp;
+    hc_mem_g.base_page = (size_t)sysconf(_SC_PAGESIZE);
+    hc_mem_g.numa_ok = numa_available() >= 0;
+    if (!hc_mem_g.numa_ok)
+        hc_log_debug("mem: libnuma reports no NUMA support; regions are not bound");
+    hc_mem_check_memlock(hc_cfg.mem_pool_max);
+    atomic_store(&hc_mem_g.regions_created, 0);
+    atomic_store(&hc_mem_g.huge_fallbacks, 0);
+    atomic_store(&hc_mem_g.mlock_failures, 0);
+    atomic_store(&hc_mem_g.numa_bind_failures, 0);
+    atomic_store(&hc_mem_g.reg_failures, 0);
+
+    /* The pool can exceed its limit by rounding to a hugepage (1G pages). */
+    st = hc_mem_reserve(HC_MAX(hc_cfg.mem_pool_max, hp));
+    if (st != HCOMM_OK) return st;
+    hc_mem_g.initialized = true;
+    return HCOMM_OK;
+}
+
+void hc_mem_finalize(void)
+{
+    if (!hc_mem_g.initialized) return;
+    pthread_mutex_lock(&hc_mem_g.lock);
+    for (uint32_t i = 0; i < HC_MEM_REGIONS_MAX; i++) {
+        hc_mem_region_t *r = hc_mem_g.slots[i];
+        if (r && r->kind != HC_MEM_KIND_POOL && r->kind != HC_MEM_KIND_LARGE &&
+            r->kind != HC_MEM_KIND_FALLBACK)
+            hc_log_debug("mem: region %u (%p, %zu bytes) still alive at finalize", r->id, r->base,
+                         r->size);
+    }
+    pthread_mutex_unlock(&hc_mem_g.lock);
+    for (uint32_t i = 0; i < HC_MEM_REGIONS_MAX; i++)
+        if (hc_mem_g.slots[i]) hc_mem_region_destroy(hc_mem_g.slots[i]);
+    munmap(hc_mem_g.pool_base, hc_mem_g.pool_reserved);
+    free(hc_mem_g.granules);
+    free(hc_mem_g.sorted);
+    hc_mem_g.granules = NULL;
+    hc_mem_g.sorted = NULL;
+    hc_mem_g.nsorted = hc_mem_g.sorted_cap = 0;
+    hc_mem_g.pool_base = NULL;
+    hc_mem_g.pool_reserved = 0;
+    hc_mem_g.initialized = false;
+}
+
+void hc_mem_stats_get(hc_mem_stats_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->regions_created = atomic_load(&hc_mem_g.regions_created);
+    s->huge_fallbacks = atomic_load(&hc_mem_g.huge_fallbacks);
+    s->mlock_failures = atomic_load(&hc_mem_g.mlock_failures);
+    s->numa_bind_failures = atomic_load(&hc_mem_g.numa_bind_failures);
+    s->reg_failures = atomic_load(&hc_mem_g.reg_failures);
+    s->bytes_huge = atomic_load(&hc_mem_g.bytes_huge);
+    s->bytes_regular = atomic_load(&hc_mem_g.bytes_regular);
+}
+
+void hc_mem_stats_print(void (*line)(const char *text, void *arg), void *arg)
+{
+    hc_mem_stats_t s;
+    char buf[256];
+    hc_mem_stats_get(&s);
+    snprintf(buf, sizeof(buf),
+             "mem: regions %llu, huge %llu B, regular %llu B, hugepage fallbacks %llu, mlock "
+             "failures %llu, numa bind failures %llu, reg failures %llu",
+             (unsigned long long)s.regions_created, (unsigned long long)s.bytes_huge,
+             (unsigned long long)s.bytes_regular, (unsigned long long)s.huge_fallbacks,
+             (unsigned long long)s.mlock_failures, (unsigned long long)s.numa_bind_failures,
+             (unsigned long long)s.reg_failures);
+    line(buf, arg);
+}
