@@ -35,8 +35,16 @@ hc_coll_op_t *hc_coll_op_alloc(void)
         hc_coll_op_cache = *(hc_coll_op_t **)op;
     else if (!(op = malloc(sizeof(*op))))
         return NULL;
-    memset(op, 0, offsetof(hc_coll_op_t, reqs));
+    /* Only the algorithm state is reset: hc_coll_post sets the arguments. */
+    op->started = false;
+    op->state = op->phase = op->round = op->nrounds = 0;
+    op->tick = op->tick_end = 0;
+    op->off = op->chunk = 0;
+    op->tmp = NULL;
+    op->tmp_bytes = 0;
     op->nreqs = 0;
+    op->vrank = op->pof2 = op->rem = 0;
+    op->algo = NULL;
     hc_list_init(&op->link);
     return op;
 }
@@ -176,10 +184,12 @@ static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status)
 }
 
 void hc_coll_group_fini(void);
+void hc_coll_api_init(void);
 
 hcomm_status_t hc_coll_init(void)
 {
     hc_reduce_init();
+    hc_coll_api_init();
     hc_list_init(&hc_coll_active);
     hc_progress_hook = hc_coll_progress;
     hc_coll_cancel_hook = hc_coll_cancel;

@@ -49,9 +49,17 @@ static int hc_coll_local_step(hc_coll_op_t *op)
     return HC_COLL_DONE;
 }
 
+static const char *hc_coll_forced; /* HCOMM_ALGO unless "auto", read at init */
+
+void hc_coll_api_init(void)
+{
+    hc_coll_forced = strcasecmp(hc_cfg.algo, "auto") ? hc_cfg.algo : NULL;
+    memset(hc_coll_logged, 0, sizeof(hc_coll_logged));
+}
+
 static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
 {
-    const char *forced = strcasecmp(hc_cfg.algo, "auto") ? hc_cfg.algo : NULL;
+    const char *forced = hc_coll_forced;
     op->step = NULL;
     if (op->comm->size == 1) {
         op->step = hc_coll_local_step;
@@ -124,7 +132,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
     op->dtype = dtype;
     op->op = rop;
     op->root = root;
-    op->esize = hcomm_dtype_size(dtype);
+    op->esize = hc_dtype_size(dtype);
     op->bytes = bytes;
 
     if (hc_ctx.group_depth > 0) {

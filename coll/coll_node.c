@@ -25,6 +25,7 @@
  * moves between cores per peer.
  */
 #include "coll/coll.h"
+#include "coll/copy.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ typedef struct hc_coll_node {
     hc_node_done_t *done;
     uint8_t *stage;
     uint8_t *res;
+    uint8_t *scratch;    /* private block: reduce here, stream out (large outputs) */
     uint64_t tick;       /* last tick started here */
     uint64_t a_seen_all; /* highest tick for which every a[j] was seen */
     uint64_t b_seen_all;
@@ -206,6 +208,48 @@ static int hc_node_allreduce_staged(hc_coll_op_t *op)
     }
 }
 
+/* Every rank reduces the whole block out of every rank's staging block (its
+ * own included, so in-place calls never alias) straight into its output: one
+ * barrier per block instead of two, and less memory traffic than slicing
+ * while the rank count is small. Reduce uses it with only the root reading.
+ * All ranks reduce in rank order, so results are bit-identical. */
+static int hc_node_allreduce_direct(hc_coll_op_t *op)
+{
+    hc_coll_node_t *nd = hc_node_of(op);
+    bool want_result = op->kind == HC_COLL_ALLREDUCE || op->comm->rank == op->root;
+    const void *srcs[64];
+    for (;;) {
+        uint64_t t = op->tick + (uint64_t)op->phase;
+        if (t == op->tick_end)
+            return HC_COLL_DONE;
+        size_t off = (size_t)op->phase * nd->block;
+        size_t bb = HC_MIN(nd->block, op->bytes - off);
+        if (op->state == 0) {
+            if (!hc_node_can_write(nd, op, t))
+                return HC_COLL_PENDING;
+            memcpy(hc_node_stage(nd, nd->me, t), (const uint8_t *)op->sbuf + off, bb);
+            hc_node_post_a(nd, t);
+            op->state = 1;
+        }
+        if (want_result) {
+            if (!hc_node_wait_a(nd, op, t))
+                return HC_COLL_PENDING;
+            for (int j = 0; j < nd->n; j++)
+                srcs[j] = hc_node_stage(nd, j, t);
+            if (op->bytes >= HC_COPY_NT_THRESHOLD && nd->scratch) {
+                hc_reduce(nd->scratch, srcs, nd->n, bb / op->esize, op->dtype, op->op, nd->n);
+                hc_copy_nt((uint8_t *)op->rbuf + off, nd->scratch, bb);
+            } else {
+                hc_reduce((uint8_t *)op->rbuf + off, srcs, nd->n, bb / op->esize, op->dtype,
+                          op->op, nd->n);
+            }
+        }
+        hc_node_post_b(nd, t);
+        op->state = 0;
+        op->phase++;
+    }
+}
+
 /* ---- broadcast ------------------------------------------------------------------ */
 
 static int hc_node_broadcast(hc_coll_op_t *op)
@@ -342,12 +386,14 @@ bool hc_coll_node_usable(struct hcomm_comm *comm)
     nd->done = (hc_node_done_t *)(base + sizeof(hc_node_line_t) * (size_t)n);
     nd->stage = base + (sizeof(hc_node_line_t) + sizeof(hc_node_done_t)) * (size_t)n;
     nd->res = nd->stage + block * 2 * (size_t)n;
+    nd->scratch = aligned_alloc(64, block); /* NULL: large outputs use plain stores */
     cc->node = nd;
     return true;
 }
 
 void hc_coll_node_free(hc_coll_node_t *node)
 {
+    free(node->scratch);
     free(node);
 }
 
@@ -363,6 +409,10 @@ hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op)
             return hc_node_allreduce_inline;
         }
         hc_node_begin(op, op->bytes);
+        if (op->kind == HC_COLL_REDUCE || nd->n <= 3) {
+            op->algo = "node-direct";
+            return hc_node_allreduce_direct;
+        }
         op->algo = "node-staged";
         return hc_node_allreduce_staged;
     case HC_COLL_BROADCAST:

@@ -130,8 +130,8 @@ hcomm_status_t hc_check_buf(const char *fn, const char *name, const void *buf, s
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     size_t bytes;
-    if (HC_UNLIKELY(hc_mul_overflows(count, hcomm_dtype_size(dtype), &bytes) ||
-                    hc_mul_overflows(bytes, mult, &bytes) || bytes > (size_t)PTRDIFF_MAX))
+    if (HC_UNLIKELY(hc_mul_overflows(count, hc_dtype_size(dtype), &bytes) ||
+                    (mult != 1 && hc_mul_overflows(bytes, mult, &bytes)) || bytes > (size_t)PTRDIFF_MAX))
         return hc_error(HCOMM_ERR_INVALID, "%s: count %zu of dtype %d overflows the byte size", fn,
                         count, (int)dtype);
     if (HC_UNLIKELY(!buf && bytes))

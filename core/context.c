@@ -15,6 +15,7 @@
 #include "topo/topo.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,19 @@ static void hc_ctx_mem_dereg(void *arg, hc_mem_region_t *region)
     (void)arg;
     for (int i = 0; i < hc_ctx.ndrvs; i++)
         hc_ctx.drvs[i]->ops->mem_dereg(hc_ctx.drvs[i], region->keys[i]);
+}
+
+/* More ranks on this node than cores: waits must yield almost at once, or
+ * the rank being waited for cannot run. */
+static void hc_ctx_tune_backoff(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && hc_ctx.local_size > cpus) {
+        hc_backoff_spin_limit = 32;
+        hc_log_info("%d ranks on %ld cores: waits yield quickly", hc_ctx.local_size, cpus);
+    } else {
+        hc_backoff_spin_limit = 2048;
+    }
 }
 
 /* Node index of every rank: nodes numbered in order of their first rank. */
@@ -284,6 +298,7 @@ hcomm_status_t hc_ctx_init(void)
             hc_log_debug("pidfd_open(%d) for rank %d: %s", hc_ctx.peers[r].pid, r, strerror(errno));
     }
     hc_mem_set_reg_hooks(hc_ctx_mem_reg, hc_ctx_mem_dereg, NULL);
+    hc_ctx_tune_backoff();
 
     int *all = malloc(sizeof(int) * (size_t)hc_ctx.size);
     if (!all) {

@@ -207,6 +207,10 @@ hcomm_status_t hc_peer_error(int wpeer, const char *what);
 /* ---- p2p (p2p.c) ------------------------------------------------------------ */
 hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf, size_t len,
                             int peer, int32_t tag, struct hcomm_request **req_p);
+/* Blocking-send fast path: puts an eager message straight away when nothing
+ * is queued for the peer; *sent_p false means use hc_p2p_isend. */
+hcomm_status_t hc_p2p_send_eager_now(struct hcomm_comm *comm, const void *buf, size_t len,
+                                     int peer, int32_t tag, bool *sent_p);
 hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf, size_t len,
                             int peer, int32_t tag, struct hcomm_request **req_p);
 void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload);
@@ -219,6 +223,13 @@ void hc_p2p_fail_peer(int wpeer, hcomm_status_t status);
 void hc_p2p_comm_cleanup(struct hcomm_comm *comm);
 void hc_p2p_adopt_orphans(struct hcomm_comm *comm);
 void hc_p2p_orphans_cleanup(void);
+
+/* Element size without going through the exported symbol (no PLT). */
+extern const size_t hc_dtype_sizes[HCOMM_DTYPE_COUNT];
+static inline size_t hc_dtype_size(hcomm_dtype_t dtype)
+{
+    return (unsigned)dtype < HCOMM_DTYPE_COUNT ? hc_dtype_sizes[dtype] : 0;
+}
 
 /* ---- argument checks shared by the API --------------------------------------- */
 hcomm_status_t hc_check_init(const char *fn);

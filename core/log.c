@@ -54,18 +54,17 @@ void hc_log_emit(int level, const char *file, int line, const char *fmt, ...)
     (void)w;
 }
 
+int hc_backoff_spin_limit = 2048;
+
 void hc_backoff_step(hc_backoff_t *b)
 {
-    /* Spin hot for ~a few microseconds, then pause-spin, then give the core
-     * away: with more ranks than cores, the peer we wait for needs it. */
-    if (b->spins < 256) {
+    /* Spin while the wait is young (a peer on another core answers within
+     * microseconds), then give the core away: with more ranks than cores the
+     * rank we wait for may need this very core. When the node is
+     * oversubscribed the spin phase is short (set at init). */
+    if (b->spins < (uint32_t)hc_backoff_spin_limit) {
         b->spins++;
-        return;
-    }
-    if (b->spins < 1024) {
-        b->spins++;
-        for (int i = 0; i < 16; i++)
-            hc_cpu_relax();
+        hc_cpu_relax();
         return;
     }
     sched_yield();

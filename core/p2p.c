@@ -342,6 +342,31 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
     }
 }
 
+hcomm_status_t hc_p2p_send_eager_now(struct hcomm_comm *comm, const void *buf, size_t len,
+                                     int peer, int32_t tag, bool *sent_p)
+{
+    int wpeer = comm->world_ranks[peer];
+    hc_peer_t *p = &hc_ctx.peers[wpeer];
+    *sent_p = false;
+    if (HC_UNLIKELY(p->failed))
+        return hc_peer_error(wpeer, "hcomm_send");
+    if (len > p->conn->eager_max || !hc_list_empty(&p->pending))
+        return HCOMM_OK;
+    hc_frame_hdr_t hdr = {.type = HC_FRAME_EAGER, .ctx_id = comm->ctx_id, .tag = tag,
+                          .len = (uint32_t)len};
+    hcomm_status_t st = p->conn->ops->put(p->conn, &hdr, buf, NULL);
+    if (HC_LIKELY(st == HCOMM_OK)) {
+        *sent_p = true;
+        return HCOMM_OK;
+    }
+    if (st == HCOMM_ERR_AGAIN)
+        return HCOMM_OK; /* the queued path below takes it */
+    if (st == HCOMM_IN_PROGRESS)
+        return hc_error(HCOMM_ERR_INTERNAL, "driver %s kept a NULL-cookie payload",
+                        p->conn->ops->name);
+    return st;
+}
+
 hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf, size_t len,
                             int peer, int32_t tag, struct hcomm_request **req_p)
 {

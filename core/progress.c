@@ -108,7 +108,9 @@ hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
 {
     if (req->done)
         return req->status;
-    uint64_t deadline = hc_time_ns() + (uint64_t)(hc_cfg.timeout * 1e9);
+    /* The deadline is taken at the first slow check, not here: a wait that
+     * ends within a few polls never reads the clock. */
+    uint64_t deadline = 0;
     hc_backoff_t backoff = {0};
     unsigned iter = 0;
     while (!req->done) {
@@ -121,7 +123,10 @@ hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
                 hc_comm_handle_abort(req->comm);
             if (req->done)
                 break;
-            if (hc_time_ns() > deadline) {
+            uint64_t now = hc_time_ns();
+            if (deadline == 0)
+                deadline = now + (uint64_t)(hc_cfg.timeout * 1e9);
+            if (now > deadline) {
                 hc_request_detach(req);
                 if (req->kind == HC_REQ_COLL && hc_coll_cancel_hook)
                     hc_coll_cancel_hook(req);

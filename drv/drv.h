@@ -113,7 +113,9 @@ struct hc_drv_ops {
     hcomm_status_t (*connect)(hc_drv_t *drv, int peer, const void *addr, size_t addr_len,
                               hc_conn_t **conn_p);
     /* Sends one frame. OK: payload may be reused; IN_PROGRESS: env->put_done(cookie)
-     * later; ERR_AGAIN: no credit now, call progress and retry; other: failed. */
+     * later; ERR_AGAIN: no credit now, call progress and retry; other: failed.
+     * With a NULL cookie the driver must not keep the payload: it copies it
+     * (OK) or refuses (ERR_AGAIN), never IN_PROGRESS. */
     hcomm_status_t (*put)(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
                           void *cookie);
     /* Copies len bytes from the peer's address remote_addr into dst
