@@ -45,6 +45,8 @@ hc_coll_op_t *hc_coll_op_alloc(void)
     op->nreqs = 0;
     op->vrank = op->pof2 = op->rem = 0;
     op->algo = NULL;
+    op->on_done = NULL;
+    op->done_arg = NULL;
     hc_list_init(&op->link);
     return op;
 }
@@ -88,6 +90,8 @@ static void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status)
     hc_list_del(&op->link);
     if (status != HCOMM_OK)
         hc_coll_break(op->comm, hc_error_last());
+    if (op->on_done)
+        op->on_done(op, status);
     req->coll = NULL;
     hc_coll_op_release(op);
     hc_request_complete(req, status);

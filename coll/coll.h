@@ -72,6 +72,9 @@ struct hc_coll_op {
     struct hcomm_request *reqs[HC_COLL_MAX_REQS];
     int nreqs;
     int vrank, pof2, rem;
+    /* Called when the op ends, before its request completes (group fusion). */
+    void (*on_done)(hc_coll_op_t *op, hcomm_status_t status);
+    void *done_arg;
 };
 
 /* Per-communicator state of coll/ (comm->coll_priv). */
