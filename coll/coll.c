@@ -164,6 +164,24 @@ static void hc_coll_cancel(struct hcomm_request *req)
     hc_coll_op_release(op);
 }
 
+/* Which rank a stuck collective waits for: the peer of its first pending
+ * p2p request, or for node algorithms the rank whose flag it polls. Ops
+ * queued behind another wait for what the head waits for. */
+static int hc_coll_waiting(struct hcomm_request *req)
+{
+    hc_coll_op_t *op = req->coll;
+    if (!op)
+        return -1;
+    if (!hc_list_empty(&op->comm->coll_queue))
+        op = hc_container_of(op->comm->coll_queue.next, hc_coll_op_t, link);
+    for (int i = 0; i < op->nreqs; i++)
+        if (!op->reqs[i]->done)
+            return op->reqs[i]->peer;
+    if (op->algo && !strncmp(op->algo, "node", 4) && op->round < op->comm->size)
+        return op->round;
+    return -1;
+}
+
 static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status)
 {
     hc_coll_comm_t *cc = comm->coll_priv;
@@ -197,6 +215,7 @@ hcomm_status_t hc_coll_init(void)
     hc_list_init(&hc_coll_active);
     hc_progress_hook = hc_coll_progress;
     hc_coll_cancel_hook = hc_coll_cancel;
+    hc_coll_waiting_hook = hc_coll_waiting;
     hc_coll_comm_free_hook = hc_coll_comm_free;
     return HCOMM_OK;
 }
@@ -219,6 +238,7 @@ void hc_coll_fini(void)
     hc_coll_group_fini();
     hc_progress_hook = NULL;
     hc_coll_cancel_hook = NULL;
+    hc_coll_waiting_hook = NULL;
     hc_coll_comm_free_hook = NULL;
 }
 

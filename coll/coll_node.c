@@ -269,8 +269,11 @@ static int hc_node_broadcast(hc_coll_op_t *op)
             hc_node_post_a(nd, t);
             hc_node_post_b(nd, t);
         } else {
-            if (__atomic_load_n(&nd->line[op->root].a, __ATOMIC_ACQUIRE) < t)
+            if (__atomic_load_n(&nd->line[op->root].a, __ATOMIC_ACQUIRE) < t) {
+                op->round = op->root; /* whom we wait for, should it time out */
                 return HC_COLL_PENDING;
+            }
+            op->round = 0;
             memcpy((uint8_t *)op->rbuf + off, hc_node_stage(nd, op->root, t), bb);
             hc_node_post_b(nd, t);
         }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 void (*hc_coll_cancel_hook)(struct hcomm_request *req);
+int (*hc_coll_waiting_hook)(struct hcomm_request *req);
 void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status);
 
 bool hc_comm_valid(const struct hcomm_comm *comm)

@@ -188,6 +188,8 @@ extern hc_ctx_t hc_ctx;
 extern int (*hc_progress_hook)(void);
 /* Set by the API layer: a collective request timed out; drop its state. */
 extern void (*hc_coll_cancel_hook)(struct hcomm_request *req);
+/* Set by the API layer: the comm rank a collective is waiting for, or -1. */
+extern int (*hc_coll_waiting_hook)(struct hcomm_request *req);
 /* Set by the API layer: fail and release the collective state of comm. */
 extern void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status);
 /* The thread that notices comm->aborted fails the comm's pending work. */

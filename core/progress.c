@@ -127,13 +127,20 @@ hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
             if (deadline == 0)
                 deadline = now + (uint64_t)(hc_cfg.timeout * 1e9);
             if (now > deadline) {
+                int peer = req->peer;
+                if (req->kind == HC_REQ_COLL && hc_coll_waiting_hook)
+                    peer = hc_coll_waiting_hook(req);
                 hc_request_detach(req);
                 if (req->kind == HC_REQ_COLL && hc_coll_cancel_hook)
                     hc_coll_cancel_hook(req);
-                hc_request_complete(
-                    req, hc_error(HCOMM_ERR_TIMEOUT,
-                                  "%s: timed out after %g s waiting for rank %d (HCOMM_TIMEOUT)",
-                                  what, hc_cfg.timeout, req->peer));
+                if (peer >= 0)
+                    hc_error(HCOMM_ERR_TIMEOUT,
+                             "%s: timed out after %g s waiting for rank %d (HCOMM_TIMEOUT)", what,
+                             hc_cfg.timeout, peer);
+                else
+                    hc_error(HCOMM_ERR_TIMEOUT, "%s: timed out after %g s (HCOMM_TIMEOUT)", what,
+                             hc_cfg.timeout);
+                hc_request_complete(req, HCOMM_ERR_TIMEOUT);
                 break;
             }
         }
