@@ -153,8 +153,8 @@ static hcomm_status_t hc_ctx_connect_all(const uint8_t *table)
         if (st != HCOMM_OK)
             return st;
         conn->core_priv = &hc_ctx.peers[r];
-        if (conn->eager_max > conn->max_frame)
-            conn->eager_max = conn->max_frame;
+        if (conn->eager_max > 16 * conn->max_frame)
+            conn->eager_max = 16 * conn->max_frame;
         hc_ctx.peers[r].conn = conn;
     }
     return HCOMM_OK;

@@ -124,6 +124,12 @@ typedef struct hc_peer {
     hcomm_status_t fail_status;
     char fail_why[160];
     hc_list_t pending; /* frames waiting for credit, in order */
+    /* A multi-fragment EAGER message arriving from this peer: its receive or
+     * its unexpected-queue entry (one of the two, or neither: discarded). */
+    struct hcomm_request *partial_req;
+    void *partial_unexp;
+    size_t partial_off, partial_len;
+    bool partial_active;
 } hc_peer_t;
 
 /* ---- communicators ------------------------------------------------------- */

@@ -90,6 +90,9 @@ void hc_progress_slow(void)
 static void hc_request_detach(struct hcomm_request *req)
 {
     hc_list_del(&req->link);
+    for (int w = 0; w < hc_ctx.size; w++)
+        if (hc_ctx.peers[w].partial_req == req)
+            hc_ctx.peers[w].partial_req = NULL;
     for (int w = 0; w < hc_ctx.size && hc_ctx.npending; w++) {
         hc_list_t *pos, *tmp;
         hc_list_foreach_safe(pos, tmp, &hc_ctx.peers[w].pending)
