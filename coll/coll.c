@@ -193,7 +193,7 @@ static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status)
                  status == HCOMM_ERR_ABORTED ? "aborted or freed" : "torn down");
         hc_coll_finish(op, status);
     }
-    if (comm->aborted) {
+    if (hc_comm_aborted(comm)) {
         hc_coll_break(comm, "the communicator was aborted");
         return; /* the comm stays allocated until hcomm_comm_free */
     }
@@ -226,7 +226,7 @@ void hc_coll_fini(void)
     hc_list_t *pos, *tmp;
     for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
         struct hcomm_comm *comm = hc_container_of(pos, struct hcomm_comm, link);
-        comm->aborted = 0;
+        __atomic_store_n(&comm->aborted, 0, __ATOMIC_RELAXED);
         hc_coll_comm_free(comm, HCOMM_ERR_ABORTED);
     }
     (void)tmp;

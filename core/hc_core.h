@@ -143,7 +143,7 @@ struct hcomm_comm {
     int *world_ranks;    /* comm rank -> world rank */
     int *comm_rank_of;   /* world rank -> comm rank, -1 if absent */
     bool is_world;
-    volatile int aborted; /* set from any thread by hcomm_comm_abort */
+    int aborted;          /* set from any thread by hcomm_comm_abort (atomic) */
     hc_list_t posted;    /* posted receives, in posting order */
     hc_list_t unexpected;
     hc_list_t link;      /* in hc_ctx.comms */
@@ -154,6 +154,12 @@ struct hcomm_comm {
 };
 
 #define HC_CTX_COLL 0x80000000u
+
+/* hcomm_comm_abort may set the flag from another thread. */
+static inline bool hc_comm_aborted(const struct hcomm_comm *comm)
+{
+    return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE) != 0;
+}
 
 bool hc_comm_valid(const struct hcomm_comm *comm);
 hcomm_status_t hc_comm_create(uint32_t ctx_id, int size, const int *world_ranks,

@@ -122,7 +122,7 @@ hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
             break;
         if ((++iter & 31) == 0) {
             hc_progress_slow();
-            if (req->comm && req->comm->aborted)
+            if (req->comm && hc_comm_aborted(req->comm))
                 hc_comm_handle_abort(req->comm);
             if (req->done)
                 break;
