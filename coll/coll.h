@@ -96,7 +96,9 @@ int hc_coll_progress(void);
 
 /* ---- node algorithms (coll_node.c) ----------------------------------------- */
 bool hc_coll_node_usable(struct hcomm_comm *comm);
-hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op);
+/* forced: NULL, "node", or a node sub-algorithm ("node-direct",
+ * "node-staged") that applies to allreduce. */
+hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op, const char *forced);
 void hc_coll_node_free(struct hc_coll_node *node);
 
 /* ---- p2p algorithms (coll_net.c) --------------------------------------------- */

@@ -65,11 +65,11 @@ static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
     if (op->comm->size == 1) {
         op->step = hc_coll_local_step;
         op->algo = "local";
-    } else if ((!forced || !strcasecmp(forced, "node")) && hc_coll_node_usable(op->comm)) {
-        op->step = hc_coll_node_select(op);
+    } else if ((!forced || !strncasecmp(forced, "node", 4)) && hc_coll_node_usable(op->comm)) {
+        op->step = hc_coll_node_select(op, forced);
     }
     if (!op->step)
-        op->step = hc_coll_net_select(op, forced && strcasecmp(forced, "node") ? forced : NULL);
+        op->step = hc_coll_net_select(op, forced && strncasecmp(forced, "node", 4) ? forced : NULL);
     if (!op->step)
         return hc_error(HCOMM_ERR_UNSUPPORTED, "%s: no algorithm for %zu bytes on %d ranks%s%s",
                         hc_coll_names[op->kind], op->bytes, op->comm->size,
