@@ -4,6 +4,9 @@
  * wrappers, groups, and hcomm_comm_split (an allgather on the parent).
  */
 #include "coll/coll.h"
+#include "core/stats.h"
+
+_Static_assert(HC_COLL_KIND_COUNT == HC_STATS_COLL_KINDS, "stats cover every collective");
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +78,12 @@ static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
                         hc_coll_names[op->kind], op->bytes, op->comm->size,
                         forced ? " with HCOMM_ALGO=" : "", forced ? forced : "");
     hc_coll_explain(op);
+    hc_stats.coll_calls[op->kind]++;
+    hc_stats.coll_bytes[op->kind] += op->bytes;
+    if (op->algo && !strncmp(op->algo, "node", 4))
+        hc_stats.coll_node++;
+    else if (op->comm->size > 1)
+        hc_stats.coll_p2p++;
     return HCOMM_OK;
 }
 

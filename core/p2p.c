@@ -6,6 +6,7 @@
  * by hc_p2p_flush_pending().
  */
 #include "core/hc_core.h"
+#include "core/stats.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ static hcomm_status_t hc_p2p_queue(hc_peer_t *p, const hc_frame_hdr_t *hdr, cons
     }
     hc_list_push_back(&p->pending, &f->link);
     hc_ctx.npending++;
+    hc_stats.credit_waits++;
     return HCOMM_OK;
 }
 
@@ -193,6 +195,7 @@ static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t siz
         hcomm_status_t st = conn->ops->get(conn, req->buf, addr, size);
         if (st == HCOMM_OK) {
             hc_p2p_control(p, HC_FRAME_FIN, req->ctx_id, sid, 0);
+            hc_stats.rndv_get++;
             hc_request_complete(req, HCOMM_OK);
             return;
         }
@@ -201,6 +204,7 @@ static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t siz
     }
     req->rndv = true;
     req->done_bytes = 0;
+    hc_stats.rndv_stream++;
     hc_list_push_back(&hc_ctx.rndv_active, &req->link);
     hc_p2p_control(p, HC_FRAME_CTS, req->ctx_id, sid, hc_request_id(req));
 }
@@ -292,6 +296,7 @@ static struct hcomm_comm *hc_p2p_comm_of(uint32_t ctx_id)
 static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr,
                               const void *payload)
 {
+    hc_stats.unexpected++;
     bool more = hdr->type == HC_FRAME_EAGER && (hdr->flags & HC_FRAME_FLAG_MORE);
     size_t dlen = hdr->type == HC_FRAME_EAGER ? (more ? hdr->a : hdr->len) : 0;
     hc_unexp_t *u = malloc(sizeof(*u) + dlen);
@@ -435,6 +440,9 @@ hcomm_status_t hc_p2p_send_eager_now(struct hcomm_comm *comm, const void *buf, s
     hcomm_status_t st = p->conn->ops->put(p->conn, &hdr, buf, NULL);
     if (HC_LIKELY(st == HCOMM_OK)) {
         *sent_p = true;
+        hc_stats.send_msgs++;
+        hc_stats.send_bytes += len;
+        hc_stats.eager++;
         return HCOMM_OK;
     }
     if (st == HCOMM_ERR_AGAIN)
@@ -466,6 +474,12 @@ hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void
     hc_frame_hdr_t hdr = {.ctx_id = ctx_id, .tag = tag};
     hcomm_status_t st;
     size_t frame = p->conn->max_frame;
+    hc_stats.send_msgs++;
+    hc_stats.send_bytes += len;
+    if (len <= frame)
+        hc_stats.eager++;
+    else if (len <= p->conn->eager_max)
+        hc_stats.fragmented++;
     if (len <= frame) {
         hdr.type = HC_FRAME_EAGER;
         hdr.len = (uint32_t)len;
@@ -511,6 +525,8 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
     struct hcomm_request *req = hc_request_alloc(HC_REQ_RECV);
     if (HC_UNLIKELY(!req))
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_recv: no memory for a request");
+    hc_stats.recv_msgs++;
+    hc_stats.recv_bytes += len;
     req->comm = comm;
     req->buf = buf;
     req->len = len;
