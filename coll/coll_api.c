@@ -6,7 +6,7 @@
 #include "coll/coll.h"
 #include "core/stats.h"
 
-_Static_assert(HC_COLL_KIND_COUNT == HC_STATS_COLL_KINDS, "stats cover every collective");
+_Static_assert((int)HC_COLL_KIND_COUNT == (int)HC_STATS_COLL_KINDS, "stats cover every collective");
 
 #include <stdio.h>
 #include <stdlib.h>
