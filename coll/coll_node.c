@@ -137,6 +137,18 @@ static void hc_node_begin(hc_coll_op_t *op, size_t per_rank_bytes)
     op->round = 0;
 }
 
+/* Stage bb bytes of src into my block of tick t and publish it; false while
+ * the block may still be read by a slower rank (tick t-2). */
+static bool hc_node_stage_publish(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t,
+                                  const void *src, size_t bb)
+{
+    if (!hc_node_can_write(nd, op, t))
+        return false;
+    memcpy(hc_node_stage(nd, nd->me, t), src, bb);
+    hc_node_post_a(nd, t);
+    return true;
+}
+
 /* ---- allreduce / reduce ------------------------------------------------------ */
 
 static int hc_node_allreduce_inline(hc_coll_op_t *op)
@@ -176,10 +188,8 @@ static int hc_node_allreduce_staged(hc_coll_op_t *op)
         size_t ec = bb / op->esize;
         switch (op->state) {
         case 0:
-            if (!hc_node_can_write(nd, op, t))
+            if (!hc_node_stage_publish(nd, op, t, (const uint8_t *)op->sbuf + off, bb))
                 return HC_COLL_PENDING;
-            memcpy(hc_node_stage(nd, nd->me, t), (const uint8_t *)op->sbuf + off, bb);
-            hc_node_post_a(nd, t);
             op->state = 1;
             /* fallthrough */
         case 1: {
@@ -226,10 +236,8 @@ static int hc_node_allreduce_direct(hc_coll_op_t *op)
         size_t off = (size_t)op->phase * nd->block;
         size_t bb = HC_MIN(nd->block, op->bytes - off);
         if (op->state == 0) {
-            if (!hc_node_can_write(nd, op, t))
+            if (!hc_node_stage_publish(nd, op, t, (const uint8_t *)op->sbuf + off, bb))
                 return HC_COLL_PENDING;
-            memcpy(hc_node_stage(nd, nd->me, t), (const uint8_t *)op->sbuf + off, bb);
-            hc_node_post_a(nd, t);
             op->state = 1;
         }
         if (want_result) {
@@ -264,10 +272,8 @@ static int hc_node_broadcast(hc_coll_op_t *op)
         size_t off = (size_t)op->phase * nd->block;
         size_t bb = op->bytes ? HC_MIN(nd->block, op->bytes - off) : 0;
         if (root) {
-            if (!hc_node_can_write(nd, op, t))
+            if (!hc_node_stage_publish(nd, op, t, (uint8_t *)op->rbuf + off, bb))
                 return HC_COLL_PENDING;
-            memcpy(hc_node_stage(nd, nd->me, t), (uint8_t *)op->rbuf + off, bb);
-            hc_node_post_a(nd, t);
             hc_node_post_b(nd, t);
         } else {
             if (__atomic_load_n(&nd->line[op->root].a, __ATOMIC_ACQUIRE) < t) {

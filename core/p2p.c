@@ -177,6 +177,18 @@ static void hc_p2p_control(hc_peer_t *p, uint8_t type, uint32_t ctx_id, uint64_t
                     hcomm_strerror(st));
 }
 
+/* Completes a receive whose matched message has msg_len bytes where the
+ * receive expects req->len: ERR_TRUNCATED naming both sizes. */
+static void hc_p2p_size_mismatch(struct hcomm_request *req, size_t msg_len)
+{
+    hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
+                                      "hcomm_recv: message of %zu bytes from rank %d tag %d %s "
+                                      "the %zu-byte receive%s",
+                                      msg_len, req->peer, req->tag,
+                                      msg_len > req->len ? "does not fit" : "is shorter than",
+                                      req->len, msg_len > req->len ? " buffer" : ""));
+}
+
 /* A receive met its rendezvous message: pull the data or ask for it. */
 static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t size, uint64_t sid,
                              uint64_t addr)
@@ -184,10 +196,7 @@ static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t siz
     req->msg_len = size;
     if (size > req->len) {
         hc_p2p_control(p, HC_FRAME_NACK, req->ctx_id, sid, (uint64_t)(-HCOMM_ERR_TRUNCATED));
-        hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
-                                          "hcomm_recv: message of %zu bytes from rank %d tag %d "
-                                          "does not fit the %zu-byte receive buffer",
-                                          size, req->peer, req->tag, req->len));
+        hc_p2p_size_mismatch(req, size);
         return;
     }
     hc_conn_t *conn = p->conn;
@@ -213,18 +222,9 @@ static void hc_p2p_eager_recv(struct hcomm_request *req, const void *data, size_
 {
     req->msg_len = len;
     if (HC_UNLIKELY(len != req->len)) {
-        if (len > req->len) {
-            hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
-                                              "hcomm_recv: message of %zu bytes from rank %d tag "
-                                              "%d does not fit the %zu-byte receive buffer",
-                                              len, req->peer, req->tag, req->len));
-            return;
-        }
-        memcpy(req->buf, data, len);
-        hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
-                                          "hcomm_recv: message of %zu bytes from rank %d tag %d "
-                                          "is shorter than the %zu-byte receive",
-                                          len, req->peer, req->tag, req->len));
+        if (len < req->len)
+            memcpy(req->buf, data, len);
+        hc_p2p_size_mismatch(req, len);
         return;
     }
     memcpy(req->buf, data, len);
@@ -242,10 +242,7 @@ static void hc_p2p_eager_first(struct hcomm_request *req, hc_peer_t *p, size_t t
     req->msg_len = total;
     if (total > req->len) {
         p->partial_req = NULL; /* its fragments are swallowed */
-        hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
-                                          "hcomm_recv: message of %zu bytes from rank %d tag %d "
-                                          "does not fit the %zu-byte receive buffer",
-                                          total, req->peer, req->tag, req->len));
+        hc_p2p_size_mismatch(req, total);
         return;
     }
     memcpy(req->buf, data, len);
@@ -278,10 +275,7 @@ static void hc_p2p_eager_cont(hc_peer_t *p, int wpeer, const void *data, size_t 
     if (req->msg_len == req->len)
         hc_request_complete(req, HCOMM_OK);
     else
-        hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
-                                          "hcomm_recv: message of %zu bytes from rank %d tag %d "
-                                          "is shorter than the %zu-byte receive",
-                                          req->msg_len, req->peer, req->tag, req->len));
+        hc_p2p_size_mismatch(req, req->msg_len);
 }
 
 static struct hcomm_comm *hc_p2p_comm_of(uint32_t ctx_id)
