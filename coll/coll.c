@@ -45,6 +45,8 @@ hc_coll_op_t *hc_coll_op_alloc(void)
     op->nreqs = 0;
     op->vrank = op->pof2 = op->rem = 0;
     op->algo = NULL;
+    op->on_done = NULL;
+    op->done_arg = NULL;
     hc_list_init(&op->link);
     return op;
 }
@@ -88,6 +90,8 @@ static void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status)
     hc_list_del(&op->link);
     if (status != HCOMM_OK)
         hc_coll_break(op->comm, hc_error_last());
+    if (op->on_done)
+        op->on_done(op, status);
     req->coll = NULL;
     hc_coll_op_release(op);
     hc_request_complete(req, status);
@@ -160,6 +164,24 @@ static void hc_coll_cancel(struct hcomm_request *req)
     hc_coll_op_release(op);
 }
 
+/* Which rank a stuck collective waits for: the peer of its first pending
+ * p2p request, or for node algorithms the rank whose flag it polls. Ops
+ * queued behind another wait for what the head waits for. */
+static int hc_coll_waiting(struct hcomm_request *req)
+{
+    hc_coll_op_t *op = req->coll;
+    if (!op)
+        return -1;
+    if (!hc_list_empty(&op->comm->coll_queue))
+        op = hc_container_of(op->comm->coll_queue.next, hc_coll_op_t, link);
+    for (int i = 0; i < op->nreqs; i++)
+        if (!op->reqs[i]->done)
+            return op->reqs[i]->peer;
+    if (op->algo && !strncmp(op->algo, "node", 4) && op->round < op->comm->size)
+        return op->round;
+    return -1;
+}
+
 static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status)
 {
     hc_coll_comm_t *cc = comm->coll_priv;
@@ -171,7 +193,7 @@ static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status)
                  status == HCOMM_ERR_ABORTED ? "aborted or freed" : "torn down");
         hc_coll_finish(op, status);
     }
-    if (comm->aborted) {
+    if (hc_comm_aborted(comm)) {
         hc_coll_break(comm, "the communicator was aborted");
         return; /* the comm stays allocated until hcomm_comm_free */
     }
@@ -193,6 +215,7 @@ hcomm_status_t hc_coll_init(void)
     hc_list_init(&hc_coll_active);
     hc_progress_hook = hc_coll_progress;
     hc_coll_cancel_hook = hc_coll_cancel;
+    hc_coll_waiting_hook = hc_coll_waiting;
     hc_coll_comm_free_hook = hc_coll_comm_free;
     return HCOMM_OK;
 }
@@ -203,7 +226,7 @@ void hc_coll_fini(void)
     hc_list_t *pos, *tmp;
     for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
         struct hcomm_comm *comm = hc_container_of(pos, struct hcomm_comm, link);
-        comm->aborted = 0;
+        __atomic_store_n(&comm->aborted, 0, __ATOMIC_RELAXED);
         hc_coll_comm_free(comm, HCOMM_ERR_ABORTED);
     }
     (void)tmp;
@@ -215,6 +238,7 @@ void hc_coll_fini(void)
     hc_coll_group_fini();
     hc_progress_hook = NULL;
     hc_coll_cancel_hook = NULL;
+    hc_coll_waiting_hook = NULL;
     hc_coll_comm_free_hook = NULL;
 }
 

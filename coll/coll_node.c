@@ -29,6 +29,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define HC_NODE_INLINE 24
 
@@ -269,8 +270,11 @@ static int hc_node_broadcast(hc_coll_op_t *op)
             hc_node_post_a(nd, t);
             hc_node_post_b(nd, t);
         } else {
-            if (__atomic_load_n(&nd->line[op->root].a, __ATOMIC_ACQUIRE) < t)
+            if (__atomic_load_n(&nd->line[op->root].a, __ATOMIC_ACQUIRE) < t) {
+                op->round = op->root; /* whom we wait for, should it time out */
                 return HC_COLL_PENDING;
+            }
+            op->round = 0;
             memcpy((uint8_t *)op->rbuf + off, hc_node_stage(nd, op->root, t), bb);
             hc_node_post_b(nd, t);
         }
@@ -397,8 +401,10 @@ void hc_coll_node_free(hc_coll_node_t *node)
     free(node);
 }
 
-hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op)
+hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op, const char *forced)
 {
+    bool want_direct = forced && !strcasecmp(forced, "node-direct");
+    bool want_staged = forced && !strcasecmp(forced, "node-staged");
     hc_coll_node_t *nd = hc_node_of(op);
     switch (op->kind) {
     case HC_COLL_ALLREDUCE:
@@ -409,7 +415,7 @@ hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op)
             return hc_node_allreduce_inline;
         }
         hc_node_begin(op, op->bytes);
-        if (op->kind == HC_COLL_REDUCE || nd->n <= 3) {
+        if (op->kind == HC_COLL_REDUCE || want_direct || (nd->n <= 3 && !want_staged)) {
             op->algo = "node-direct";
             return hc_node_allreduce_direct;
         }

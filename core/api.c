@@ -224,7 +224,7 @@ HC_EXPORT hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p)
     if (!req->done) {
         hc_progress();
         hc_progress_slow();
-        if (req->comm && req->comm->aborted)
+        if (req->comm && hc_comm_aborted(req->comm))
             hc_comm_handle_abort(req->comm);
     }
     if (!req->done) {

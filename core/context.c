@@ -11,6 +11,7 @@
  * Teardown is idempotent and used by both finalize and a failed init.
  */
 #include "core/hc_core.h"
+#include "core/stats.h"
 #include "mem/mem.h"
 #include "topo/topo.h"
 
@@ -153,8 +154,8 @@ static hcomm_status_t hc_ctx_connect_all(const uint8_t *table)
         if (st != HCOMM_OK)
             return st;
         conn->core_priv = &hc_ctx.peers[r];
-        if (conn->eager_max > conn->max_frame)
-            conn->eager_max = conn->max_frame;
+        if (conn->eager_max > 16 * conn->max_frame)
+            conn->eager_max = 16 * conn->max_frame;
         hc_ctx.peers[r].conn = conn;
     }
     return HCOMM_OK;
@@ -206,6 +207,7 @@ hcomm_status_t hc_ctx_init(void)
     hc_list_init(&hc_ctx.rndv_active);
     hc_list_init(&hc_ctx.orphans);
     hc_ctx.next_ctx_id = 1;
+    memset(&hc_stats, 0, sizeof(hc_stats));
 
     if ((st = hc_config_load()) != HCOMM_OK)
         return st;
@@ -329,8 +331,24 @@ err:
     return st;
 }
 
+static void hc_ctx_stats_line(const char *text, void *arg)
+{
+    (void)arg;
+    fprintf(stderr, "[hcomm] %s\n", text);
+}
+
+static void hc_ctx_mem_line(const char *text, void *arg)
+{
+    (void)arg;
+    hc_log_info("%s", text);
+}
+
 void hc_ctx_finalize(void)
 {
+    if (hc_cfg.stats)
+        hc_stats_print(hc_ctx.rank, hc_ctx_stats_line, NULL);
+    if (hc_log_level_current >= HC_LOG_INFO)
+        hc_mem_stats_print(hc_ctx_mem_line, NULL);
     /* Nobody may unmap what a peer may still be reading: wait for all. */
     if (hc_ctx.bs && hc_ctx.size > 1 && hc_ctx.nfailed == 0) {
         double t = hc_cfg.timeout < 30 ? hc_cfg.timeout : 30;

@@ -124,6 +124,12 @@ typedef struct hc_peer {
     hcomm_status_t fail_status;
     char fail_why[160];
     hc_list_t pending; /* frames waiting for credit, in order */
+    /* A multi-fragment EAGER message arriving from this peer: its receive or
+     * its unexpected-queue entry (one of the two, or neither: discarded). */
+    struct hcomm_request *partial_req;
+    void *partial_unexp;
+    size_t partial_off, partial_len;
+    bool partial_active;
 } hc_peer_t;
 
 /* ---- communicators ------------------------------------------------------- */
@@ -137,7 +143,7 @@ struct hcomm_comm {
     int *world_ranks;    /* comm rank -> world rank */
     int *comm_rank_of;   /* world rank -> comm rank, -1 if absent */
     bool is_world;
-    volatile int aborted; /* set from any thread by hcomm_comm_abort */
+    int aborted;          /* set from any thread by hcomm_comm_abort (atomic) */
     hc_list_t posted;    /* posted receives, in posting order */
     hc_list_t unexpected;
     hc_list_t link;      /* in hc_ctx.comms */
@@ -148,6 +154,12 @@ struct hcomm_comm {
 };
 
 #define HC_CTX_COLL 0x80000000u
+
+/* hcomm_comm_abort may set the flag from another thread. */
+static inline bool hc_comm_aborted(const struct hcomm_comm *comm)
+{
+    return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE) != 0;
+}
 
 bool hc_comm_valid(const struct hcomm_comm *comm);
 hcomm_status_t hc_comm_create(uint32_t ctx_id, int size, const int *world_ranks,
@@ -188,6 +200,8 @@ extern hc_ctx_t hc_ctx;
 extern int (*hc_progress_hook)(void);
 /* Set by the API layer: a collective request timed out; drop its state. */
 extern void (*hc_coll_cancel_hook)(struct hcomm_request *req);
+/* Set by the API layer: the comm rank a collective is waiting for, or -1. */
+extern int (*hc_coll_waiting_hook)(struct hcomm_request *req);
 /* Set by the API layer: fail and release the collective state of comm. */
 extern void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status);
 /* The thread that notices comm->aborted fails the comm's pending work. */

@@ -90,6 +90,9 @@ void hc_progress_slow(void)
 static void hc_request_detach(struct hcomm_request *req)
 {
     hc_list_del(&req->link);
+    for (int w = 0; w < hc_ctx.size; w++)
+        if (hc_ctx.peers[w].partial_req == req)
+            hc_ctx.peers[w].partial_req = NULL;
     for (int w = 0; w < hc_ctx.size && hc_ctx.npending; w++) {
         hc_list_t *pos, *tmp;
         hc_list_foreach_safe(pos, tmp, &hc_ctx.peers[w].pending)
@@ -119,7 +122,7 @@ hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
             break;
         if ((++iter & 31) == 0) {
             hc_progress_slow();
-            if (req->comm && req->comm->aborted)
+            if (req->comm && hc_comm_aborted(req->comm))
                 hc_comm_handle_abort(req->comm);
             if (req->done)
                 break;
@@ -127,13 +130,20 @@ hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
             if (deadline == 0)
                 deadline = now + (uint64_t)(hc_cfg.timeout * 1e9);
             if (now > deadline) {
+                int peer = req->peer;
+                if (req->kind == HC_REQ_COLL && hc_coll_waiting_hook)
+                    peer = hc_coll_waiting_hook(req);
                 hc_request_detach(req);
                 if (req->kind == HC_REQ_COLL && hc_coll_cancel_hook)
                     hc_coll_cancel_hook(req);
-                hc_request_complete(
-                    req, hc_error(HCOMM_ERR_TIMEOUT,
-                                  "%s: timed out after %g s waiting for rank %d (HCOMM_TIMEOUT)",
-                                  what, hc_cfg.timeout, req->peer));
+                if (peer >= 0)
+                    hc_error(HCOMM_ERR_TIMEOUT,
+                             "%s: timed out after %g s waiting for rank %d (HCOMM_TIMEOUT)", what,
+                             hc_cfg.timeout, peer);
+                else
+                    hc_error(HCOMM_ERR_TIMEOUT, "%s: timed out after %g s (HCOMM_TIMEOUT)", what,
+                             hc_cfg.timeout);
+                hc_request_complete(req, HCOMM_ERR_TIMEOUT);
                 break;
             }
         }

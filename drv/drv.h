@@ -35,6 +35,7 @@ enum {
     HC_FRAME_DATA,      /* rendezvous data: a = receiver request id, b = byte offset */
     HC_FRAME_FIN,       /* rendezvous done (receiver used get): a = sender request id */
     HC_FRAME_NACK,      /* receiver failed the rendezvous: a = sender request id, b = -status */
+    HC_FRAME_CONT,      /* next fragment of a multi-frame EAGER message */
     HC_FRAME_DRIVER = 0x80
 };
 
@@ -49,6 +50,10 @@ typedef struct {
     uint64_t b;
 } hc_frame_hdr_t;
 _Static_assert(sizeof(hc_frame_hdr_t) == 32, "frame header is 32 bytes on the wire");
+
+/* hdr.flags of an EAGER frame: more fragments follow (CONT frames, in order,
+ * on the same connection); hdr.a then holds the message's total length. */
+#define HC_FRAME_FLAG_MORE 0x01
 
 typedef struct {
     uint64_t addr; /* sender buffer address in the sender's process (for get) */
@@ -90,7 +95,8 @@ struct hc_conn {
     int peer;          /* world rank */
     uint32_t caps;     /* HC_CONN_CAP_* */
     size_t max_frame;  /* largest payload one put accepts */
-    size_t eager_max;  /* messages up to this size go eagerly (<= max_frame) */
+    size_t eager_max;  /* messages up to this size go eagerly, in one frame or in
+                          fragments of max_frame (the core caps it at 16 frames) */
     void *core_priv;   /* the core's per-peer state */
 };
 
