@@ -5,6 +5,7 @@
 #include "core/hc_base.h"
 
 #include <sched.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -67,5 +68,13 @@ void hc_backoff_step(hc_backoff_t *b)
         hc_cpu_relax();
         return;
     }
-    sched_yield();
+    /* A wait this long (~10 ms of yields) is a stalled or stopped peer, not
+     * a message in flight: stop burning the core, poll every 50 us. */
+    if (b->spins < (uint32_t)hc_backoff_spin_limit + 20000) {
+        b->spins++;
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
 }
