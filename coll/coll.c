@@ -104,8 +104,11 @@ static int hc_coll_run(struct hcomm_comm *comm)
     while (!hc_list_empty(&comm->coll_queue)) {
         hc_coll_op_t *op = hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
         op->started = true;
+        int before = op->phase * 8 + op->state;
         int rc = op->step(op);
         if (rc == HC_COLL_PENDING) {
+            /* A step that moved counts as an event: the wait stays hot. */
+            done += op->phase * 8 + op->state != before;
             int dead = hc_coll_failed_member(comm);
             if (HC_LIKELY(dead < 0))
                 break;
