@@ -337,6 +337,40 @@ static void test_moves(hcomm_dtype_t dt, size_t count, int inplace)
     free(r);
 }
 
+/* Floats whose sums round: every rank must still hold the same bits (rank 0
+ * compares everyone's result, sent over point-to-point). */
+static void test_identical(hcomm_dtype_t dt, hcomm_op_t op, size_t count)
+{
+    size_t es = hcomm_dtype_size(dt), bytes = count * es;
+    uint8_t *s = xmalloc(bytes), *r = xmalloc(bytes), *o = xmalloc(bytes);
+    char what[160];
+    snprintf(what, sizeof(what), "allreduce %s %s count %zu identical on all ranks",
+             dtype_names[dt], op_names[op], count);
+    for (size_t i = 0; i < count; i++)
+        put(dt, s, i,
+            (op == HCOMM_PROD ? 1.0 : 100.0) + 0.1 * (double)((i * 7 + (size_t)me * 3) % 11) +
+                (double)me / 3.0);
+    hcomm_status_t st = hcomm_allreduce(s, r, count, dt, op, world);
+    if (!status_ok(K_ALLREDUCE, st, what)) goto out;
+    if (me != 0) {
+        st = hcomm_send(r, bytes, HCOMM_UINT8, 0, 77, world);
+    } else {
+        for (int q = 1; q < n && st == HCOMM_OK; q++) {
+            st = hcomm_recv(o, bytes, HCOMM_UINT8, q, 77, world);
+            if (st == HCOMM_OK && memcmp(o, r, bytes)) {
+                char msg[80];
+                snprintf(msg, sizeof(msg), "rank %d's result differs from rank 0's", q);
+                fail(what, msg);
+            }
+        }
+    }
+    if (st != HCOMM_OK) fail(what, hcomm_last_error());
+out:
+    free(s);
+    free(r);
+    free(o);
+}
+
 /* Two outstanding iallreduces completed in reverse order, then a barrier. */
 static void test_nonblocking(void)
 {
@@ -457,6 +491,12 @@ int main(int argc, char **argv)
         test_reductions(HCOMM_FLOAT32, HCOMM_AVG, bc, 0);
         test_moves(HCOMM_FLOAT32, bc / (size_t)n, 0);
         test_moves(HCOMM_UINT8, bc, 1);
+    }
+    for (int c = 0; c < ncounts; c++) {
+        test_identical(HCOMM_FLOAT32, HCOMM_SUM, counts[c]);
+        test_identical(HCOMM_FLOAT32, HCOMM_PROD, counts[c]);
+        test_identical(HCOMM_BFLOAT16, HCOMM_AVG, counts[c]);
+        test_identical(HCOMM_FLOAT64, HCOMM_AVG, counts[c]);
     }
     test_nonblocking();
 
