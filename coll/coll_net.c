@@ -40,6 +40,7 @@
  */
 #include "coll/coll.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -91,6 +92,26 @@ static inline void hc_net_reduce2(hc_coll_op_t *op, void *dst, const void *a, co
                   last && op->op == HCOMM_AVG ? op->comm->size : 0);
 }
 
+/* A request of op failed with st: returns st with a message naming the
+ * collective and the failed peer (or the transport's own reason). */
+static HC_NOINLINE int hc_net_failed(hc_coll_op_t *op, int st)
+{
+    char what[96], why[256];
+    snprintf(what, sizeof(what), "%s (algorithm %s)", hc_net_names[op->kind], op->algo);
+    int dead = hc_coll_failed_member(op->comm);
+    if (dead >= 0) return hc_peer_error(dead, what);
+    snprintf(why, sizeof(why), "%s", hc_error_last());
+    return hc_error((hcomm_status_t)st, "%s: a transfer failed: %s", what,
+                    why[0] ? why : hcomm_strerror((hcomm_status_t)st));
+}
+
+/* hc_coll_reqs_test with failures explained. */
+static inline int hc_net_test(hc_coll_op_t *op)
+{
+    int rc = hc_coll_reqs_test(op);
+    return HC_UNLIKELY(rc < 0) ? hc_net_failed(op, rc) : rc;
+}
+
 static inline hcomm_status_t hc_net_send(hc_coll_op_t *op, const void *buf, size_t len, int peer)
 {
     return hc_coll_isend(op, len ? buf : &hc_net_zero, len, peer);
@@ -115,7 +136,7 @@ static int hc_net_pop(hc_coll_op_t *op, int32_t *ids, int32_t *id_p)
         op->nreqs--;
         op->reqs[i] = op->reqs[op->nreqs];
         ids[i] = ids[op->nreqs];
-        return st == HCOMM_OK ? 1 : (int)st;
+        return st == HCOMM_OK ? 1 : hc_net_failed(op, st);
     }
     return 0;
 }
@@ -143,7 +164,7 @@ static int hc_net_allreduce_rd(hc_coll_op_t *op)
     uint8_t *bufs[2];
     for (;;) {
         if (op->nreqs) {
-            int rc = hc_coll_reqs_test(op);
+            int rc = hc_net_test(op);
             if (rc != HC_COLL_DONE) return rc;
         }
         switch (op->phase) {
@@ -467,7 +488,7 @@ static int hc_net_reduce_ring(hc_coll_op_t *op)
         op->round = 0;
     }
     for (;;) {
-        int rc = hc_coll_reqs_test(op);
+        int rc = hc_net_test(op);
         if (rc != HC_COLL_DONE) return rc;
         if (op->round >= n) return HC_COLL_DONE;
         size_t lo, len;
@@ -495,7 +516,7 @@ static int hc_net_broadcast_tree(hc_coll_op_t *op)
 {
     int n = op->comm->size, vr = hc_net_mod(op->comm->rank - op->root, n);
     for (;;) {
-        int rc = hc_coll_reqs_test(op);
+        int rc = hc_net_test(op);
         if (rc != HC_COLL_DONE) return rc;
         int mask = 1;
         while (mask < n && !(vr & mask))
@@ -613,7 +634,7 @@ static int hc_net_reduce_tree(hc_coll_op_t *op)
     uint8_t *acc = root ? op->rbuf : (uint8_t *)op->tmp + op->bytes;
     uint8_t *in = op->tmp;
     for (;;) {
-        int rc = hc_coll_reqs_test(op);
+        int rc = hc_net_test(op);
         if (rc != HC_COLL_DONE) return rc;
         const void *val = op->vrank ? acc : op->sbuf;
         int mask = 1 << op->round;
@@ -653,7 +674,7 @@ static int hc_net_allgather_rd(hc_coll_op_t *op)
         op->phase = 1;
     }
     for (;;) {
-        int rc = hc_coll_reqs_test(op);
+        int rc = hc_net_test(op);
         if (rc != HC_COLL_DONE) return rc;
         int mask = 1 << op->round;
         if (mask >= n) return HC_COLL_DONE;
@@ -692,7 +713,7 @@ static int hc_net_alltoall(hc_coll_op_t *op)
         op->phase = 1;
     }
     for (;;) {
-        int rc = hc_coll_reqs_test(op);
+        int rc = hc_net_test(op);
         if (rc != HC_COLL_DONE) return rc;
         if (op->round >= n) return HC_COLL_DONE;
         if (inplace) {
@@ -719,7 +740,7 @@ static int hc_net_barrier(hc_coll_op_t *op)
 {
     int n = op->comm->size, me = op->comm->rank;
     for (;;) {
-        int rc = hc_coll_reqs_test(op);
+        int rc = hc_net_test(op);
         if (rc != HC_COLL_DONE) return rc;
         int d = 1 << op->round;
         if (d >= n) return HC_COLL_DONE;

@@ -13,6 +13,8 @@
  *     -c      element counts to test (default 1,7,1023,65537)
  *     --big   also a multi-MiB float32 case per collective (many ring chunks)
  *     --bench allreduce float32 SUM of BYTES, prints busbw (no checks)
+ *     --die   the last rank exits after a barrier; the others' allreduce must
+ *             fail promptly with ERR_PEER_FAILED and a message
  */
 #include "hcomm.h"
 
@@ -22,6 +24,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { K_ALLREDUCE, K_REDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_ALLTOALL, K_BARRIER };
 
@@ -442,10 +445,41 @@ static int bench(size_t bytes)
     return 0;
 }
 
+static int die_test(void)
+{
+    hcomm_status_t st = hcomm_barrier(world);
+    if (st != HCOMM_OK) {
+        fprintf(stderr, "rank %d: barrier: %s\n", me, hcomm_last_error());
+        return 1;
+    }
+    if (me == n - 1) _exit(0); /* no finalize: the others see the process vanish */
+    size_t count = (size_t)1 << 20;
+    float *s = xmalloc(count * 4), *r = xmalloc(count * 4);
+    memset(s, 0, count * 4);
+    double t0 = now();
+    st = hcomm_allreduce(s, r, count, HCOMM_FLOAT32, HCOMM_SUM, world);
+    /* A survivor may see rank n-1 vanish, or another survivor that gave up
+     * first: either way an error that explains itself, well before the
+     * timeout, never a hang. */
+    double took = now() - t0;
+    int ok = st == HCOMM_ERR_PEER_FAILED && hcomm_last_error()[0] && took < 20;
+    printf("rank %d: allreduce with a dead peer -> %s after %.2f s (%s): %s\n", me,
+           hcomm_strerror(st), took, hcomm_last_error(), ok ? "ok" : "FAIL");
+    /* The communicator is now broken: later collectives fail at once. */
+    st = hcomm_allreduce(s, r, 1, HCOMM_FLOAT32, HCOMM_SUM, world);
+    if (st == HCOMM_OK) {
+        printf("rank %d: FAIL: collective after the failure succeeded\n", me);
+        ok = 0;
+    }
+    free(s);
+    free(r);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     size_t counts[16] = {1, 7, 1023, 65537};
-    int ncounts = 4, big = 0;
+    int ncounts = 4, big = 0, die = 0;
     size_t bench_bytes = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-c") && i + 1 < argc) {
@@ -454,10 +488,12 @@ int main(int argc, char **argv)
                 counts[ncounts++] = strtoull(tok, NULL, 0);
         } else if (!strcmp(argv[i], "--big")) {
             big = 1;
+        } else if (!strcmp(argv[i], "--die")) {
+            die = 1;
         } else if (!strcmp(argv[i], "--bench") && i + 1 < argc) {
             bench_bytes = strtoull(argv[++i], NULL, 0);
         } else {
-            fprintf(stderr, "usage: %s [-c n,n,...] [--big] [--bench BYTES]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-c n,n,...] [--big] [--die] [--bench BYTES]\n", argv[0]);
             return 2;
         }
     }
@@ -470,6 +506,11 @@ int main(int argc, char **argv)
     me = hcomm_comm_rank(world);
     n = hcomm_comm_size(world);
     algo = getenv("HCOMM_ALGO");
+    if (die) {
+        int rc = die_test();
+        hcomm_finalize();
+        return rc;
+    }
     if (bench_bytes) {
         int rc = bench(bench_bytes);
         hcomm_finalize();
