@@ -152,5 +152,10 @@ hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
         else
             hc_backoff_step(&backoff);
     }
+    /* Requests failed in bulk (a peer died) carry no message of their own:
+     * name the peer for this caller. */
+    if (req->status == HCOMM_ERR_PEER_FAILED && req->kind != HC_REQ_COLL && req->wpeer >= 0 &&
+        req->wpeer < hc_ctx.size && hc_ctx.peers[req->wpeer].failed)
+        hc_peer_error(req->wpeer, what);
     return req->status;
 }
