@@ -104,6 +104,7 @@ hcomm_status_t hc_mem_init(void)
     st = hc_mem_reserve(HC_MAX(hc_cfg.mem_pool_max, HC_ALIGN_UP(hc_cfg.mem_pool_initial, hp)));
     if (st != HCOMM_OK) return st;
     hc_mem_g.initialized = true;
+    hc_mem_reg_cache_init();
     st = hc_mem_pool_init();
     if (st != HCOMM_OK) {
         hc_mem_finalize();
@@ -115,6 +116,7 @@ hcomm_status_t hc_mem_init(void)
 void hc_mem_finalize(void)
 {
     if (!hc_mem_g.initialized) return;
+    hc_mem_reg_cache_finalize();
     pthread_mutex_lock(&hc_mem_g.lock);
     for (uint32_t i = 0; i < HC_MEM_REGIONS_MAX; i++) {
         hc_mem_region_t *r = hc_mem_g.slots[i];
@@ -149,6 +151,7 @@ void hc_mem_stats_get(hc_mem_stats_t *s)
     s->bytes_huge = atomic_load(&hc_mem_g.bytes_huge);
     s->bytes_regular = atomic_load(&hc_mem_g.bytes_regular);
     hc_mem_pool_stats_get(s);
+    hc_mem_reg_cache_stats_get(s);
 }
 
 void hc_mem_stats_print(void (*line)(const char *text, void *arg), void *arg)
@@ -170,6 +173,12 @@ void hc_mem_stats_print(void (*line)(const char *text, void *arg), void *arg)
              s.pool_bytes, s.pool_max, (unsigned long long)s.large_allocs,
              (unsigned long long)s.large_frees, (unsigned long long)s.large_failures,
              (unsigned long long)s.fallback_frees, (unsigned long long)s.invalid_frees);
+    line(buf, arg);
+    snprintf(buf, sizeof(buf),
+             "mem: reg cache hits %llu misses %llu evictions %llu, %llu entries, %llu bytes",
+             (unsigned long long)s.cache_hits, (unsigned long long)s.cache_misses,
+             (unsigned long long)s.cache_evictions, (unsigned long long)s.cache_entries,
+             (unsigned long long)s.cache_bytes);
     line(buf, arg);
     for (unsigned i = 0; i < s.nclasses; i++) {
         const hc_mem_class_stats_t *c = &s.cls[i];

@@ -251,6 +251,8 @@ void hc_mem_region_dereg_locked(hc_mem_region_t *r)
 
 void hc_mem_set_reg_hooks(hc_mem_reg_fn reg, hc_mem_dereg_fn dereg, void *arg)
 {
+    /* Cache records were registered with the old hooks: drop them first. */
+    hc_mem_reg_cache_flush();
     pthread_mutex_lock(&hc_mem_g.lock);
     for (uint32_t i = 0; i < HC_MEM_REGIONS_MAX; i++)
         if (hc_mem_g.slots[i]) hc_mem_region_dereg_locked(hc_mem_g.slots[i]);

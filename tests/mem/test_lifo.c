@@ -28,10 +28,8 @@ static uint32_t pop(hc_mem_lifo_t *l)
     uint64_t h = hc_mem_lifo_load(l);
     for (;;) {
         uint32_t idx = hc_mem_lifo_idx(h);
-        if (idx == HC_MEM_LIFO_NIL)
-            return idx;
-        if (hc_mem_lifo_pop_commit(l, &h, atomic_load(&next_link[idx])))
-            return idx;
+        if (idx == HC_MEM_LIFO_NIL) return idx;
+        if (hc_mem_lifo_pop_commit(l, &h, atomic_load(&next_link[idx]))) return idx;
     }
 }
 

@@ -58,17 +58,14 @@ static void *worker(void *arg)
                 snprintf(w->msg, sizeof(w->msg), "free: %s", hc_error_last());
             held[slot] = NULL;
         }
-        if (i >= PAIRS_PER_THREAD)
-            continue;
+        if (i >= PAIRS_PER_THREAD) continue;
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
         size_t sz = size_for(rng);
-        if (sz < 2 * sizeof(stamp_t))
-            sz = 2 * sizeof(stamp_t);
+        if (sz < 2 * sizeof(stamp_t)) sz = 2 * sizeof(stamp_t);
         if (hc_mem_alloc(sz, &held[slot]) != HCOMM_OK) {
-            if (!w->errors++)
-                snprintf(w->msg, sizeof(w->msg), "alloc: %s", hc_error_last());
+            if (!w->errors++) snprintf(w->msg, sizeof(w->msg), "alloc: %s", hc_error_last());
             held[slot] = NULL;
             continue;
         }
@@ -96,8 +93,7 @@ static void test_stress_4_threads(void **state)
     for (int i = 0; i < NTHREADS; i++)
         pthread_join(t[i], NULL);
     for (int i = 0; i < NTHREADS; i++) {
-        if (w[i].errors)
-            fail_msg("%ld errors, first: %s", w[i].errors, w[i].msg);
+        if (w[i].errors) fail_msg("%ld errors, first: %s", w[i].errors, w[i].msg);
     }
     hc_mem_stats_t s;
     hc_mem_stats_get(&s);
