@@ -43,16 +43,17 @@ static void *worker(void *arg)
     for (uint64_t i = 0; i < PAIRS_PER_THREAD + HELD; i++) {
         unsigned slot = (unsigned)(i % HELD);
         if (held[slot]) {
-            stamp_t *head = held[slot];
-            stamp_t *tail = (stamp_t *)((char *)held[slot] + held_size[slot] - sizeof(stamp_t));
+            stamp_t head, tail; /* the tail stamp may be unaligned */
+            memcpy(&head, held[slot], sizeof(head));
+            memcpy(&tail, (char *)held[slot] + held_size[slot] - sizeof(tail), sizeof(tail));
             uint64_t seq = i - HELD;
-            if (head->owner != (uint64_t)w->id || head->seq != seq ||
-                tail->owner != (uint64_t)w->id || tail->seq != seq) {
+            if (head.owner != (uint64_t)w->id || head.seq != seq || tail.owner != (uint64_t)w->id ||
+                tail.seq != seq) {
                 if (!w->errors++)
                     snprintf(w->msg, sizeof(w->msg),
                              "thread %d: block %p stamp %llu/%llu, expected %d/%llu", w->id,
-                             held[slot], (unsigned long long)head->owner,
-                             (unsigned long long)head->seq, w->id, (unsigned long long)seq);
+                             held[slot], (unsigned long long)head.owner,
+                             (unsigned long long)head.seq, w->id, (unsigned long long)seq);
             }
             if (hc_mem_free(held[slot]) != HCOMM_OK && !w->errors++)
                 snprintf(w->msg, sizeof(w->msg), "free: %s", hc_error_last());
