@@ -89,7 +89,9 @@ static struct {
     .tc_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
-static __thread hc_mem_tcache_t hc_mem_tc;
+/* A pointer, initial-exec: one load from %fs, no __tls_get_addr call, and
+ * little static TLS taken from programs that dlopen the library. */
+static __thread hc_mem_tcache_t *hc_mem_tcp __attribute__((tls_model("initial-exec")));
 static pthread_key_t hc_mem_tc_key;
 static pthread_once_t hc_mem_tc_once = PTHREAD_ONCE_INIT;
 
@@ -223,6 +225,8 @@ static void hc_mem_tcache_release(void *arg)
     }
     tc->gen = 0;
     pthread_mutex_unlock(&hc_mem_pool.tc_lock);
+    hc_mem_tcp = NULL;
+    free(tc);
 }
 
 static void hc_mem_tcache_key_create(void)
@@ -230,9 +234,16 @@ static void hc_mem_tcache_key_create(void)
     pthread_key_create(&hc_mem_tc_key, hc_mem_tcache_release);
 }
 
-static HC_NOINLINE void hc_mem_tcache_attach(hc_mem_tcache_t *tc)
+static HC_NOINLINE hc_mem_tcache_t *hc_mem_tcache_attach(void)
 {
+    hc_mem_tcache_t *tc = hc_mem_tcp;
     pthread_once(&hc_mem_tc_once, hc_mem_tcache_key_create);
+    if (!tc) {
+        tc = aligned_alloc(HC_CACHE_LINE, HC_ALIGN_UP(sizeof(*tc), HC_CACHE_LINE));
+        if (!tc) return NULL;
+        memset(tc, 0, sizeof(*tc));
+        hc_mem_tcp = tc;
+    }
     pthread_mutex_lock(&hc_mem_pool.tc_lock);
     /* Blocks of a previous init cycle are gone with their pool. */
     memset(tc->n, 0, sizeof(tc->n));
@@ -247,6 +258,7 @@ static HC_NOINLINE void hc_mem_tcache_attach(hc_mem_tcache_t *tc)
     tc->gen = atomic_load(&hc_mem_pool.gen);
     pthread_mutex_unlock(&hc_mem_pool.tc_lock);
     pthread_setspecific(hc_mem_tc_key, tc);
+    return tc;
 }
 
 /* ---- growth ------------------------------------------------------------- */
@@ -365,9 +377,12 @@ hcomm_status_t hc_mem_alloc(size_t bytes, void **ptr_p)
     if (HC_UNLIKELY(bytes > HC_MEM_CLASS_MAX)) return hc_mem_alloc_region(bytes, UINT32_MAX, ptr_p);
     unsigned ci = hc_mem_pool_class_of(bytes);
     hc_mem_class_t *c = &hc_mem_pool.cls[ci];
-    hc_mem_tcache_t *tc = &hc_mem_tc;
-    if (HC_UNLIKELY(tc->gen != atomic_load_explicit(&hc_mem_pool.gen, memory_order_relaxed)))
-        hc_mem_tcache_attach(tc);
+    hc_mem_tcache_t *tc = hc_mem_tcp;
+    if (HC_UNLIKELY(!tc ||
+                    tc->gen != atomic_load_explicit(&hc_mem_pool.gen, memory_order_relaxed))) {
+        tc = hc_mem_tcache_attach();
+        if (!tc) return hc_error(HCOMM_ERR_NO_MEMORY, "hc_mem_alloc: thread cache");
+    }
     if (HC_UNLIKELY(tc->n[ci] == 0)) {
         uint32_t n = hc_mem_list_pop(c, tc->blk[ci], c->batch);
         if (n == 0) n = hc_mem_refill_slow(ci, tc->blk[ci], c->batch);
@@ -420,9 +435,18 @@ hcomm_status_t hc_mem_free(void *ptr)
         return hc_mem_free_invalid(ptr, "is already free (double free?)");
     unsigned ci = s->cls;
     hc_mem_class_t *c = &hc_mem_pool.cls[ci];
-    hc_mem_tcache_t *tc = &hc_mem_tc;
-    if (HC_UNLIKELY(tc->gen != atomic_load_explicit(&hc_mem_pool.gen, memory_order_relaxed)))
-        hc_mem_tcache_attach(tc);
+    hc_mem_tcache_t *tc = hc_mem_tcp;
+    if (HC_UNLIKELY(!tc ||
+                    tc->gen != atomic_load_explicit(&hc_mem_pool.gen, memory_order_relaxed))) {
+        tc = hc_mem_tcache_attach();
+        if (!tc) {
+            /* No cache for this thread: the block goes straight back. */
+            uint32_t idx = (uint32_t)(off >> HC_MEM_BLOCK_SHIFT);
+            hc_mem_list_push(c, &idx, 1);
+            hc_mem_out_add(c, -1);
+            return HCOMM_OK;
+        }
+    }
     if (HC_UNLIKELY(tc->n[ci] == c->tcache_max)) {
         /* Full: give the older half back to the shared list. */
         hc_mem_list_push(c, tc->blk[ci], c->batch);
