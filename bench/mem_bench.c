@@ -3,22 +3,10 @@
  *   - one thread, 4 KiB and 1 MiB (the block is touched once, as a user
  *     would, so that malloc cannot hand back untouched memory for free)
  *   - two threads on one class vs one thread
- * Uses mem/'s internal API: tests/mem/CMakeLists.txt builds it as
- * mem_bench_internal against the library objects, with HC_MEM_BENCH_INTERNAL.
- * bench/CMakeLists.txt (public API only) also globs this file; until it skips
- * it, that build gets the short main at the end, which says where to look.
+ * Uses mem/'s internal API: bench/CMakeLists.txt links it against the
+ * library objects rather than the public libhcomm.
  */
-#ifndef HC_MEM_BENCH_INTERNAL
-#include "hcomm.h"
-#include <stdio.h>
 
-int main(void)
-{
-    printf("skipped: mem_bench needs mem/ internals; run mem_bench_internal "
-           "(built from tests/mem/CMakeLists.txt)\n");
-    return 77;
-}
-#else
 #include "core/config.h"
 #include "mem/mem.h"
 
@@ -90,4 +78,3 @@ int main(void)
     hc_mem_finalize();
     return 0;
 }
-#endif /* HC_MEM_BENCH_INTERNAL */

@@ -428,11 +428,14 @@ hcomm_status_t hc_mem_free(void *ptr)
     size_t in_slab = (size_t)((uint8_t *)ptr - s->base);
     if (HC_UNLIKELY(in_slab & (((size_t)1 << s->shift) - 1)))
         return hc_mem_free_invalid(ptr, "points inside a block, not at its start");
-    uint8_t expect = HC_MEM_BLOCK_USED;
-    if (HC_UNLIKELY(!atomic_compare_exchange_strong_explicit(
-            &s->state[in_slab >> s->shift], &expect, HC_MEM_BLOCK_FREE, memory_order_relaxed,
-            memory_order_relaxed)))
+    /* Load + store, not a CAS: a locked instruction here was most of the
+     * cost of a free. A double free is still caught whenever the two frees
+     * are ordered (same thread, or handed over); only two threads racing to
+     * free one block, itself a user bug, could both pass. */
+    _Atomic uint8_t *state = &s->state[in_slab >> s->shift];
+    if (HC_UNLIKELY(atomic_load_explicit(state, memory_order_relaxed) != HC_MEM_BLOCK_USED))
         return hc_mem_free_invalid(ptr, "is already free (double free?)");
+    atomic_store_explicit(state, HC_MEM_BLOCK_FREE, memory_order_relaxed);
     unsigned ci = s->cls;
     hc_mem_class_t *c = &hc_mem_pool.cls[ci];
     hc_mem_tcache_t *tc = hc_mem_tcp;
