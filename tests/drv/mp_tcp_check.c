@@ -260,34 +260,75 @@ static hcomm_status_t coll_checks(size_t count)
     return HCOMM_OK;
 }
 
-/* Exchanges with every peer until one reports a failure. */
+/* Exchanges with every live peer at once, round after round. The first
+ * operation that reports HCOMM_ERR_PEER_FAILED is printed with its time and
+ * the failed rank's message; the failed rank is then left out and the rank
+ * keeps exchanging with the others for 3 more seconds, so that no survivor
+ * stalls another by leaving early. */
 static int until_fail(double limit)
 {
-    double t0 = now_s();
-    uint8_t sb[4096], rb[4096];
-    memset(sb, rank, sizeof(sb));
-    while (now_s() - t0 < limit) {
-        for (int k = 1; k < size; k++) {
-            int dst = (rank + k) % size, src = (rank - k + size) % size;
-            hcomm_request_t rr, sr;
-            hcomm_status_t st = hcomm_irecv(rb, sizeof(rb), HCOMM_UINT8, src, 9, world, &rr);
-            if (st == HCOMM_OK) st = hcomm_isend(sb, sizeof(sb), HCOMM_UINT8, dst, 9, world, &sr);
+    double t0 = now_s(), t_first = 0;
+    uint8_t *sb = xmalloc(4096), *rb = xmalloc(4096 * (size_t)size);
+    hcomm_request_t *reqs = xmalloc(sizeof(*reqs) * 2 * (size_t)size);
+    int *peer_of = xmalloc(sizeof(int) * 2 * (size_t)size);
+    char *dead = calloc((size_t)size, 1);
+    char first[600] = "";
+    memset(sb, rank, 4096);
+    printf("rank %d: exchanging\n", rank);
+    fflush(stdout);
+    while (now_s() - t0 < limit && !(t_first > 0 && now_s() - t_first > 3)) {
+        int n = 0;
+        for (int p = 0; p < size; p++) {
+            if (p == rank || dead[p]) continue;
+            hcomm_status_t st =
+                hcomm_irecv(rb + 4096 * (size_t)p, 4096, HCOMM_UINT8, p, 9, world, &reqs[n]);
             if (st == HCOMM_OK) {
-                hcomm_status_t s1 = hcomm_wait(sr), s2 = hcomm_wait(rr);
-                st = s1 != HCOMM_OK ? s1 : s2;
+                peer_of[n++] = p;
+                st = hcomm_isend(sb, 4096, HCOMM_UINT8, p, 9, world, &reqs[n]);
+                if (st == HCOMM_OK) peer_of[n++] = p;
             }
-            if (st == HCOMM_ERR_PEER_FAILED) {
-                printf("rank %d: peer failure reported: %s\n", rank, hcomm_last_error());
-                fflush(stdout);
-                return 0;
-            }
-            if (st != HCOMM_OK) {
+            if (st != HCOMM_OK && st != HCOMM_ERR_PEER_FAILED) {
                 fprintf(stderr, "rank %d: unexpected status %s: %s\n", rank, hcomm_strerror(st),
                         hcomm_last_error());
                 return 1;
             }
+            if (st == HCOMM_ERR_PEER_FAILED) dead[p] = 2; /* reported below */
+        }
+        for (int left = n; left > 0 && now_s() - t0 < limit;) {
+            for (int i = 0; i < n; i++) {
+                int done = 0;
+                if (!reqs[i]) continue;
+                hcomm_status_t st = hcomm_test(reqs[i], &done);
+                if (!done && st == HCOMM_OK) continue;
+                reqs[i] = NULL;
+                left--;
+                if (st == HCOMM_ERR_PEER_FAILED && !dead[peer_of[i]])
+                    dead[peer_of[i]] = 2;
+                else if (st != HCOMM_OK && st != HCOMM_ERR_PEER_FAILED) {
+                    fprintf(stderr, "rank %d: unexpected status %s: %s\n", rank, hcomm_strerror(st),
+                            hcomm_last_error());
+                    return 1;
+                }
+            }
+        }
+        for (int p = 0; p < size; p++) {
+            if (dead[p] != 2) continue;
+            dead[p] = 1;
+            if (first[0]) continue;
+            /* A new operation towards the failed rank says who it was and why. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            hcomm_request_t r;
+            hcomm_status_t st = hcomm_isend(sb, 0, HCOMM_UINT8, p, 10, world, &r);
+            snprintf(first, sizeof(first), "peer failure reported at T=%.3f: %s",
+                     (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9,
+                     st == HCOMM_ERR_PEER_FAILED ? hcomm_last_error() : "(no message)");
+            printf("rank %d: %s\n", rank, first);
+            fflush(stdout);
+            t_first = now_s();
         }
     }
+    if (first[0]) return 0;
     fprintf(stderr, "rank %d: no peer failure reported within %.0f s\n", rank, limit);
     return 1;
 }
