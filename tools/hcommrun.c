@@ -354,6 +354,8 @@ static int setup_signals(hc_run_job_t *job)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGTSTP);
+    sigaddset(&set, SIGCONT);
     if (sigprocmask(SIG_BLOCK, &set, &job->orig_mask) != 0) goto err;
     job->sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (job->sfd < 0) goto err;
@@ -551,6 +553,20 @@ static void on_signal(hc_run_job_t *job, int sig)
     }
 }
 
+/* ^Z reaches only hcommrun (the ranks are not in the terminal's foreground
+ * group): stop the ranks with it, and continue them when the shell continues
+ * us (SIGCONT resumes us even while blocked; the signalfd still reports it). */
+static void on_job_control(hc_run_job_t *job, int sig)
+{
+    if (job->nalive == 0) return;
+    if (sig == SIGTSTP) {
+        signal_all(job, SIGTSTP);
+        raise(SIGSTOP);
+    } else {
+        signal_all(job, SIGCONT);
+    }
+}
+
 static int drain_signalfd(hc_run_job_t *job)
 {
     struct signalfd_siginfo si[16];
@@ -562,6 +578,8 @@ static int drain_signalfd(hc_run_job_t *job)
             int sig = (int)si[k].ssi_signo;
             if (sig == SIGCHLD)
                 reap(job);
+            else if (sig == SIGTSTP || sig == SIGCONT)
+                on_job_control(job, sig);
             else
                 on_signal(job, sig);
         }
@@ -794,11 +812,24 @@ static int verdict(hc_run_job_t *job)
     return 0;
 }
 
+/* A closed stdin/stdout/stderr would let a pipe land on fd 0-2 and be closed
+ * again by the child's dup2 dance; keep them occupied. */
+static void ensure_std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+            if (n >= 0 && n != fd) close(n); /* cannot happen: open returns the lowest free fd */
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     hc_run_job_t job = {.sfd = -1, .epfd = -1, .skip_rank = -1};
     int ret = EXIT_INTERNAL, port;
 
+    ensure_std_fds();
     int prc = parse_args(argc, argv, &job.opts);
     if (prc != 0) {
         free(job.opts.envs);

@@ -45,6 +45,7 @@ typedef struct {
 
 static int out_append(outbuf_t *o, const void *data, size_t len)
 {
+    if (len == 0) return 0; /* data may be NULL (an empty partial line) */
     if (o->len + len > o->cap) {
         size_t ncap = o->cap ? o->cap : 4096;
         while (ncap < o->len + len)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tests of the hcommrun launcher against hcommrun_probe.
 #   test_hcommrun.sh HCOMMRUN PROBE CASE
-# CASE: env bind exit signal timeout sigterm pdeathsig tag usage skip
+# CASE: env bind exit signal timeout sigterm stop pdeathsig tag usage skip
 set -euo pipefail
 
 HR=$1
@@ -14,7 +14,7 @@ cleanup() {
     if [[ -n $BG ]]; then kill -9 "$BG" 2>/dev/null || true; fi
     # Ranks or grandchildren a failed test may have left behind.
     for f in "$T"/pid.* "$T"/gc.*; do
-        [[ -f $f ]] && kill -9 "$(cat "$f")" 2>/dev/null || true
+        if [[ -f $f ]]; then kill -9 "$(cat "$f")" 2>/dev/null || true; fi
     done
     rm -rf "$T"
 }
@@ -185,6 +185,35 @@ case_sigterm() {
         done
         expect_err "got SIG$sig, forwarding it to 3 ranks"
     done
+}
+
+state() { awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo gone; }
+
+wait_state() { # wait_state PID STATE
+    local i
+    for ((i = 0; i < 40; i++)); do
+        [[ $(state "$1") == "$2" ]] && return 0
+        sleep 0.05
+    done
+    fail "process $1 is in state $(state "$1"), expected $2"
+}
+
+case_stop() {
+    "$HR" -n 2 "$PROBE" trap "$T" >"$T/out" 2>"$T/err" &
+    BG=$!
+    wait_files "$T/pid.*" 2 5
+    kill -TSTP "$BG"
+    wait_state "$BG" T
+    wait_state "$(cat "$T/pid.0")" T
+    wait_state "$(cat "$T/pid.1")" T
+    kill -CONT "$BG"
+    wait_state "$(cat "$T/pid.0")" S
+    wait_state "$(cat "$T/pid.1")" S
+    kill -TERM "$BG"
+    local rc=0
+    wait "$BG" || rc=$?
+    BG=""
+    [[ $rc == 143 ]] || fail "after stop/continue/TERM: exit $rc"
 }
 
 case_pdeathsig() {
