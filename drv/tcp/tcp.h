@@ -1,0 +1,191 @@
+/*
+ * tcp: the network driver of last resort, kernel sockets between nodes.
+ * Internal header shared by tcp_setup.c (interface choice, listening,
+ * connection establishment and handshake, failure handling, teardown) and
+ * tcp_data.c (put, the send queues, MSG_ZEROCOPY completions, the receive
+ * path, progress and heartbeats). See tcp_setup.c for the design.
+ */
+#ifndef HC_DRV_TCP_H
+#define HC_DRV_TCP_H
+
+#include "core/hc_base.h"
+#include "drv/drv.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#define HC_TCP_MAX_SOCKS 16           /* sockets per peer we accept (we open conn_per_peer) */
+#define HC_TCP_MAX_FRAME (512u << 10) /* payload bytes per frame */
+#define HC_TCP_EAGER_MAX (64u << 10)
+#define HC_TCP_RBUF_SLACK (64u << 10)  /* room to read small frames in batches */
+#define HC_TCP_INLINE 64               /* control payloads copied into the queue entry */
+#define HC_TCP_QUEUE_BYTES (16u << 20) /* per socket: bytes queued before ERR_AGAIN */
+#define HC_TCP_QUEUE_COPY (1u << 20)   /* per socket: copied bytes before ERR_AGAIN */
+#define HC_TCP_KEY_LEN 64
+#define HC_TCP_MAGIC 0x68637470u /* "hctp" */
+#define HC_TCP_VERSION 1
+
+/* Driver-private frame types (never delivered to the core). */
+enum {
+    HC_TCP_FRAME_HB = HC_FRAME_DRIVER, /* heartbeat; flags & HC_TCP_HB_ECHO asks for a reply */
+    HC_TCP_FRAME_BYE,                  /* orderly close follows: EOF is not a failure */
+};
+#define HC_TCP_HB_ECHO 1u
+
+/* Address blob every rank publishes (round 2 of init). */
+typedef struct {
+    uint32_t magic;
+    uint16_t family; /* AF_INET / AF_INET6 */
+    uint16_t port;   /* network order */
+    uint8_t addr[16];
+    uint32_t pid;
+    uint32_t pad;
+    uint64_t instance; /* random per process: a change means the peer restarted */
+} hc_tcp_addr_t;
+
+/* First bytes a connector writes on a new socket. */
+typedef struct {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t sock_idx;
+    int32_t src_rank, dst_rank;
+    uint64_t src_instance, dst_instance;
+    uint8_t key[HC_TCP_KEY_LEN]; /* job key, zero padded (hashed when longer) */
+} hc_tcp_hello_t;
+
+/* The acceptor's answer; anything but ACCEPT is followed by close. */
+enum { HC_TCP_ACCEPT = 0, HC_TCP_REJ_TIEBREAK, HC_TCP_REJ_STALE, HC_TCP_REJ_BUSY };
+typedef struct {
+    uint32_t magic;
+    uint32_t verdict;
+    uint64_t instance;
+} hc_tcp_ack_t;
+
+enum { HC_TCP_OBJ_LISTEN = 1, HC_TCP_OBJ_ANON, HC_TCP_OBJ_SLOT };
+/* WAIT: lost a tie-break, the peer's connect for this socket is on its way. */
+enum { HC_TCP_S_NONE, HC_TCP_S_CONNECTING, HC_TCP_S_HELLO_SENT, HC_TCP_S_WAIT, HC_TCP_S_UP };
+
+typedef struct hc_tcp_tx {
+    struct hc_tcp_tx *next;
+    hc_frame_hdr_t hdr;
+    const uint8_t *payload;
+    size_t off;       /* bytes of hdr + payload written */
+    void *cookie;     /* put_done target when inprog */
+    uint8_t *heap;    /* owned copy of a large NULL-cookie payload */
+    bool inprog;      /* put returned IN_PROGRESS: put_done owed */
+    bool zc;          /* sent with MSG_ZEROCOPY */
+    uint32_t zc_lo;   /* first zerocopy id used */
+    uint32_t zc_ids;  /* zerocopy ids used */
+    uint32_t zc_left; /* of those, not completed yet */
+    uint8_t inline_buf[HC_TCP_INLINE];
+} hc_tcp_tx_t;
+
+typedef struct {
+    hc_tcp_tx_t *head, *tail;
+} hc_tcp_txq_t;
+
+struct hc_tcp_conn;
+
+/* One socket to a peer (or the listener, or an accepted socket whose hello
+ * has not arrived: the first field tells which, for epoll). */
+typedef struct hc_tcp_slot {
+    int obj; /* HC_TCP_OBJ_SLOT */
+    int fd;
+    int state;
+    int idx;
+    bool outgoing;   /* we connected (vs accepted) */
+    bool want_write; /* on the driver's flush list */
+    bool zc_on;      /* SO_ZEROCOPY set and not found useless */
+    int err;         /* errno of a failed write/connect, acted on by progress */
+    struct hc_tcp_conn *conn;
+    struct hc_tcp_slot *flush_next;
+    hc_tcp_txq_t txq;    /* frames not fully written, in order */
+    hc_tcp_txq_t zcwait; /* written with MSG_ZEROCOPY, completions owed */
+    size_t q_bytes, q_copy;
+    uint32_t zc_next;   /* next zerocopy id the kernel will assign */
+    uint32_t zc_copied; /* completions the kernel reported as copied */
+    uint32_t zc_real;
+    /* handshake */
+    uint8_t hs[sizeof(hc_tcp_hello_t)];
+    size_t hs_got;
+    uint64_t hs_deadline;
+    /* receive stream */
+    uint8_t *rbuf;
+    size_t rstart, rend, rcap;
+} hc_tcp_slot_t;
+
+typedef struct hc_tcp_anon {
+    int obj; /* HC_TCP_OBJ_ANON */
+    int fd;
+    struct hc_tcp_anon *next;
+    uint64_t deadline;
+    size_t got;
+    hc_tcp_hello_t hello;
+    char from[64];
+} hc_tcp_anon_t;
+
+typedef struct hc_tcp_drv hc_tcp_drv_t;
+
+typedef struct hc_tcp_conn {
+    hc_conn_t base;
+    hc_tcp_drv_t *drv;
+    hc_tcp_addr_t addr; /* the peer's blob */
+    char name[96];      /* "rank 3 (10.77.0.2:41234)" for logs */
+    bool failed;
+    bool bye; /* peer said goodbye: EOF is orderly */
+    bool suspect;
+    bool active; /* some socket is (being) connected */
+    uint32_t rr; /* round-robin cursor over bulk sockets */
+    uint64_t last_rx_ns, last_tx_ns, last_probe_ns;
+    struct hc_tcp_conn *active_next;
+    hc_tcp_slot_t slots[HC_TCP_MAX_SOCKS];
+} hc_tcp_conn_t;
+
+struct hc_tcp_drv {
+    hc_drv_t base;
+    const hc_drv_env_t *env;
+    int epfd;
+    hc_tcp_slot_t listen; /* obj = HC_TCP_OBJ_LISTEN, only fd used */
+    hc_tcp_addr_t me;
+    char me_str[64];
+    char ifname[32];
+    struct sockaddr_storage me_sa;
+    socklen_t me_salen;
+    int nsocks;          /* sockets we open per peer */
+    bool rr_all;         /* HCOMM_CONN_SCHED=round_robin */
+    size_t zc_threshold; /* SIZE_MAX: zerocopy off */
+    int sockbuf;         /* SO_SNDBUF/SO_RCVBUF to set (0: leave to autotuning) */
+    uint8_t key[HC_TCP_KEY_LEN];
+    hc_tcp_conn_t **conns; /* by world rank, NULL if not ours */
+    hc_tcp_conn_t *active; /* conns with sockets, for heartbeats */
+    hc_tcp_slot_t *flush;  /* slots with queued frames */
+    hc_tcp_anon_t *anon;   /* accepted, hello pending */
+    hc_tcp_tx_t *tx_free;
+    uint64_t hb_period_ns, suspect_ns, fail_ns;
+    uint64_t next_timer_ns;
+    unsigned idle_polls, calls;
+    bool closing;
+};
+
+/* tcp_setup.c */
+hcomm_status_t hc_drv_tcp_slot_start(hc_tcp_conn_t *c, int idx);
+void hc_drv_tcp_accept(hc_tcp_drv_t *d);
+void hc_drv_tcp_anon_readable(hc_tcp_drv_t *d, hc_tcp_anon_t *a);
+void hc_drv_tcp_anon_expire(hc_tcp_drv_t *d, uint64_t now);
+void hc_drv_tcp_slot_handshake(hc_tcp_slot_t *s, uint32_t events);
+void hc_drv_tcp_conn_fail(hc_tcp_conn_t *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void hc_drv_tcp_slot_close(hc_tcp_slot_t *s, hcomm_status_t status);
+void hc_drv_tcp_slot_up(hc_tcp_slot_t *s);
+
+/* tcp_data.c */
+hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
+                              void *cookie);
+int hc_drv_tcp_progress(hc_drv_t *drv);
+int hc_drv_tcp_flush(hc_tcp_slot_t *s);
+void hc_drv_tcp_flush_mark(hc_tcp_slot_t *s);
+void hc_drv_tcp_txq_fail(hc_tcp_slot_t *s, hcomm_status_t status);
+hc_tcp_tx_t *hc_drv_tcp_tx_get(hc_tcp_drv_t *d);
+void hc_drv_tcp_tx_free_all(hc_tcp_drv_t *d);
+
+#endif /* HC_DRV_TCP_H */

@@ -1,0 +1,601 @@
+/*
+ * tcp driver, data path: put, send queues, MSG_ZEROCOPY completions, the
+ * receive stream, progress and liveness.
+ *
+ * put() writes [frame header][payload] with one sendmsg when the socket is
+ * up and its queue empty, which is the common case. What does not fit is
+ * queued per socket, in order: with a cookie the driver keeps a reference to
+ * the caller's payload and answers IN_PROGRESS (large DATA frames are never
+ * copied); without one (control frames) it copies the few bytes and answers
+ * OK, except for user data (EAGER/DATA), which it refuses with ERR_AGAIN so
+ * that the core takes its request path and a blocking send never returns
+ * while its bytes sit in user space. A socket's queue is bounded
+ * (HC_TCP_QUEUE_BYTES): beyond it put answers ERR_AGAIN, the core's credit
+ * signal. Queued frames are written in batches with one sendmsg.
+ *
+ * Frames larger than HCOMM_ZCOPY_THRESHOLD bytes that carry a cookie go with
+ * MSG_ZEROCOPY on sockets that allow it: put_done then waits for the
+ * kernel's completion ranges on the socket's error queue. A socket whose
+ * completions keep reporting that the kernel copied anyway (loopback, some
+ * NICs) stops asking for zero copy, as the kernel documentation advises.
+ *
+ * Socket choice: every ordered frame (EAGER, RTS, CTS, FIN, NACK and the
+ * driver's own) goes on socket 0, so small messages never wait behind bulk
+ * data; DATA frames, which carry their byte offset and may arrive in any
+ * order, are striped round-robin over sockets 1..n-1 (HCOMM_CONN_SCHED=
+ * round_robin: over all n).
+ *
+ * Receive: each socket reads into its own buffer of max_frame plus slack,
+ * as much as the kernel has, and hands every complete frame to the core;
+ * small frames are thus read many per system call.
+ *
+ * Progress polls epoll with a zero timeout (every 16th call after a long
+ * idle stretch, so an idle rank spinning in a wait costs little), flushes
+ * the sockets that have queued frames and, every 10 ms, runs the timers:
+ * hello deadlines, a heartbeat on socket 0 when it sent nothing for a third
+ * of HCOMM_CONN_HALF_OPEN_TIMEOUT, suspicion (logged, probed with an echo
+ * request, forgotten when the peer speaks) after that long without a byte,
+ * and failure after HCOMM_CONN_FAIL_TIMEOUT.
+ */
+#include "drv/tcp/tcp.h"
+
+#include <errno.h>
+#include <linux/errqueue.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/uio.h>
+
+#ifndef MSG_ZEROCOPY
+#define MSG_ZEROCOPY 0x4000000
+#endif
+#ifndef SO_EE_ORIGIN_ZEROCOPY
+#define SO_EE_ORIGIN_ZEROCOPY 5
+#endif
+#ifndef SO_EE_CODE_ZEROCOPY_COPIED
+#define SO_EE_CODE_ZEROCOPY_COPIED 1
+#endif
+
+#define HC_TCP_HDR sizeof(hc_frame_hdr_t)
+#define HC_TCP_IOV 64
+#define HC_TCP_BATCH_BYTES (4u << 20)
+#define HC_TCP_TIMER_NS 10000000ull
+#define HC_TCP_ZC_GIVE_UP 64 /* copied completions, none real: stop asking */
+
+/* ---- queue entries ---------------------------------------------------------- */
+
+hc_tcp_tx_t *hc_drv_tcp_tx_get(hc_tcp_drv_t *d)
+{
+    hc_tcp_tx_t *t = d->tx_free;
+    if (HC_LIKELY(t))
+        d->tx_free = t->next;
+    else if (!(t = malloc(sizeof(*t))))
+        return NULL;
+    memset(t, 0, offsetof(hc_tcp_tx_t, inline_buf));
+    return t;
+}
+
+static void hc_drv_tcp_tx_put(hc_tcp_drv_t *d, hc_tcp_tx_t *t)
+{
+    free(t->heap);
+    t->heap = NULL;
+    t->next = d->tx_free;
+    d->tx_free = t;
+}
+
+void hc_drv_tcp_tx_free_all(hc_tcp_drv_t *d)
+{
+    while (d->tx_free) {
+        hc_tcp_tx_t *t = d->tx_free;
+        d->tx_free = t->next;
+        free(t);
+    }
+}
+
+static void hc_drv_tcp_q_push(hc_tcp_txq_t *q, hc_tcp_tx_t *t)
+{
+    t->next = NULL;
+    if (q->tail)
+        q->tail->next = t;
+    else
+        q->head = t;
+    q->tail = t;
+}
+
+static hc_tcp_tx_t *hc_drv_tcp_q_pop(hc_tcp_txq_t *q)
+{
+    hc_tcp_tx_t *t = q->head;
+    if (t) {
+        q->head = t->next;
+        if (!q->head) q->tail = NULL;
+    }
+    return t;
+}
+
+static inline size_t hc_drv_tcp_tx_total(const hc_tcp_tx_t *t)
+{
+    return HC_TCP_HDR + t->hdr.len;
+}
+
+static void hc_drv_tcp_tx_done(hc_tcp_slot_t *s, hc_tcp_tx_t *t, hcomm_status_t status)
+{
+    hc_tcp_conn_t *c = s->conn;
+    if (t->inprog) {
+        const hc_drv_env_t *env = c->drv->env;
+        env->put_done(env->core, &c->base, t->cookie, status);
+    }
+    hc_drv_tcp_tx_put(c->drv, t);
+}
+
+void hc_drv_tcp_txq_fail(hc_tcp_slot_t *s, hcomm_status_t status)
+{
+    hc_tcp_tx_t *t;
+    while ((t = hc_drv_tcp_q_pop(&s->txq)))
+        hc_drv_tcp_tx_done(s, t, status);
+    while ((t = hc_drv_tcp_q_pop(&s->zcwait)))
+        hc_drv_tcp_tx_done(s, t, status);
+    s->q_bytes = s->q_copy = 0;
+}
+
+void hc_drv_tcp_flush_mark(hc_tcp_slot_t *s)
+{
+    if (s->want_write) return;
+    hc_tcp_drv_t *d = s->conn->drv;
+    s->want_write = true;
+    s->flush_next = d->flush;
+    d->flush = s;
+}
+
+/* ---- sending ------------------------------------------------------------------ */
+
+static inline int hc_drv_tcp_pick(hc_tcp_conn_t *c, const hc_tcp_drv_t *d, uint8_t type)
+{
+    if (type != HC_FRAME_DATA || d->nsocks == 1) return 0;
+    if (d->rr_all) return (int)(c->rr++ % (uint32_t)d->nsocks);
+    return 1 + (int)(c->rr++ % (uint32_t)(d->nsocks - 1));
+}
+
+/* Bytes n of the queue went out: retire what is complete. */
+static int hc_drv_tcp_advance(hc_tcp_slot_t *s, size_t n)
+{
+    int done = 0;
+    while (n > 0 && s->txq.head) {
+        hc_tcp_tx_t *t = s->txq.head;
+        size_t total = hc_drv_tcp_tx_total(t), take = HC_MIN(n, total - t->off);
+        t->off += take;
+        n -= take;
+        if (t->off < total) break;
+        hc_drv_tcp_q_pop(&s->txq);
+        s->q_bytes -= total;
+        if (t->heap) s->q_copy -= t->hdr.len;
+        if (t->zc_left)
+            hc_drv_tcp_q_push(&s->zcwait, t);
+        else
+            hc_drv_tcp_tx_done(s, t, HCOMM_OK);
+        done++;
+    }
+    return done;
+}
+
+static void hc_drv_tcp_zc_used(hc_tcp_slot_t *s, hc_tcp_tx_t *t)
+{
+    if (t->zc_ids == 0) t->zc_lo = s->zc_next;
+    t->zc_ids++;
+    t->zc_left++;
+    s->zc_next++;
+}
+
+int hc_drv_tcp_flush(hc_tcp_slot_t *s)
+{
+    hc_tcp_conn_t *c = s->conn;
+    if (HC_UNLIKELY(s->err)) {
+        hc_drv_tcp_conn_fail(c, "writing to %s failed: %s", c->name, strerror(s->err));
+        return 0;
+    }
+    if (s->state != HC_TCP_S_UP) return 0;
+    int done = 0;
+    while (s->txq.head) {
+        struct iovec iov[HC_TCP_IOV];
+        int niov = 0;
+        size_t bytes = 0;
+        hc_tcp_tx_t *t = s->txq.head;
+        bool zc = t->zc && s->zc_on;
+        for (hc_tcp_tx_t *u = t; u && niov < HC_TCP_IOV - 1 && bytes < HC_TCP_BATCH_BYTES;
+             u = u->next) {
+            if (u != t && (zc || (u->zc && s->zc_on)))
+                break; /* a zerocopy frame goes alone: its ids must be its own */
+            if (u->off < HC_TCP_HDR) {
+                iov[niov++] = (struct iovec){(uint8_t *)&u->hdr + u->off, HC_TCP_HDR - u->off};
+                bytes += HC_TCP_HDR - u->off;
+            }
+            size_t poff = u->off > HC_TCP_HDR ? u->off - HC_TCP_HDR : 0;
+            if (u->hdr.len > poff) {
+                iov[niov++] = (struct iovec){(void *)(u->payload + poff), u->hdr.len - poff};
+                bytes += u->hdr.len - poff;
+            }
+        }
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+        ssize_t n = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT | (zc ? MSG_ZEROCOPY : 0));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == ENOBUFS && zc) {
+                t->zc = false; /* optmem exhausted: this one goes by copy */
+                continue;
+            }
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                hc_drv_tcp_conn_fail(c, "writing to %s failed: %s", c->name, strerror(errno));
+            break;
+        }
+        if (zc) hc_drv_tcp_zc_used(s, t);
+        c->last_tx_ns = hc_time_ns();
+        done += hc_drv_tcp_advance(s, (size_t)n);
+        if ((size_t)n < bytes) break;
+    }
+    return done;
+}
+
+hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
+                              void *cookie)
+{
+    hc_tcp_conn_t *c = (hc_tcp_conn_t *)conn;
+    hc_tcp_drv_t *d = c->drv;
+    if (HC_UNLIKELY(c->failed))
+        return hc_error(HCOMM_ERR_PEER_FAILED, "tcp: connection to %s failed", c->name);
+    size_t len = hdr->len, total = HC_TCP_HDR + len;
+    if (HC_UNLIKELY(len > HC_TCP_MAX_FRAME))
+        return hc_error(HCOMM_ERR_INVALID, "tcp put: frame of %zu bytes exceeds max_frame %u", len,
+                        HC_TCP_MAX_FRAME);
+    hc_tcp_slot_t *s = &c->slots[hc_drv_tcp_pick(c, d, hdr->type)];
+    bool zc = cookie && len > d->zc_threshold && s->zc_on;
+    size_t sent = 0;
+    hc_tcp_tx_t *t = NULL;
+    if (HC_LIKELY(s->state == HC_TCP_S_UP && !s->txq.head && !s->err)) {
+        if (zc) {
+            /* The kernel reads a zerocopy header after we return: it must
+             * live in the entry, not in the caller's (reused) header. */
+            if (!(t = hc_drv_tcp_tx_get(d)))
+                return hc_error(HCOMM_ERR_NO_MEMORY, "tcp put to %s: queue entry", c->name);
+            t->hdr = *hdr;
+            hdr = &t->hdr;
+        }
+        struct iovec iov[2] = {{(void *)hdr, HC_TCP_HDR}, {(void *)payload, len}};
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
+        ssize_t n = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT | (zc ? MSG_ZEROCOPY : 0));
+        if (HC_LIKELY(n == (ssize_t)total && !zc)) {
+            c->last_tx_ns = hc_time_ns();
+            return HCOMM_OK;
+        }
+        if (n > 0) {
+            sent = (size_t)n;
+            c->last_tx_ns = hc_time_ns();
+        } else if (n < 0 && errno == ENOBUFS && zc) {
+            zc = false; /* optmem exhausted: queued, goes by copy */
+        } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            s->err = errno; /* failed by progress, not inside the caller's put */
+            hc_drv_tcp_flush_mark(s);
+        }
+    } else if (s->state == HC_TCP_S_NONE) {
+        hcomm_status_t st = hc_drv_tcp_slot_start(c, s->idx);
+        if (st != HCOMM_OK) return st;
+    }
+    if (sent == 0) {
+        bool refuse = !cookie && (hdr->type == HC_FRAME_EAGER || hdr->type == HC_FRAME_DATA);
+        refuse |=
+            s->txq.head && s->q_bytes + total > HC_TCP_QUEUE_BYTES && hdr->type < HC_FRAME_DRIVER;
+        refuse |= !cookie && len > HC_TCP_INLINE && s->q_copy + len > HC_TCP_QUEUE_COPY;
+        if (refuse) {
+            if (t) hc_drv_tcp_tx_put(d, t);
+            return HCOMM_ERR_AGAIN;
+        }
+    }
+    if (!t) t = hc_drv_tcp_tx_get(d);
+    if (!t) {
+        if (sent) {
+            s->err = ENOMEM; /* half a frame is on the wire: the stream is lost */
+            hc_drv_tcp_flush_mark(s);
+        }
+        return hc_error(HCOMM_ERR_NO_MEMORY, "tcp put to %s: queue entry", c->name);
+    }
+    if (hdr != &t->hdr) t->hdr = *hdr;
+    t->off = sent;
+    t->cookie = cookie;
+    t->zc = zc;
+    if (zc && sent) hc_drv_tcp_zc_used(s, t);
+    if (cookie) {
+        t->payload = payload;
+        t->inprog = true;
+    } else if (len <= HC_TCP_INLINE) {
+        if (len) memcpy(t->inline_buf, payload, len);
+        t->payload = t->inline_buf;
+    } else {
+        t->heap = malloc(len);
+        if (!t->heap) {
+            hc_drv_tcp_tx_put(d, t);
+            if (sent) {
+                s->err = ENOMEM;
+                hc_drv_tcp_flush_mark(s);
+            }
+            return hc_error(HCOMM_ERR_NO_MEMORY, "tcp put to %s: %zu-byte copy", c->name, len);
+        }
+        memcpy(t->heap, payload, len);
+        t->payload = t->heap;
+        s->q_copy += len;
+    }
+    s->q_bytes += total;
+    if (sent == total) {
+        hc_drv_tcp_q_push(&s->zcwait, t); /* all written with MSG_ZEROCOPY */
+        return HCOMM_IN_PROGRESS;
+    }
+    hc_drv_tcp_q_push(&s->txq, t);
+    hc_drv_tcp_flush_mark(s);
+    return t->inprog ? HCOMM_IN_PROGRESS : HCOMM_OK;
+}
+
+static void hc_drv_tcp_ctrl(hc_tcp_conn_t *c, uint8_t type, uint8_t flags)
+{
+    hc_frame_hdr_t h = {.type = type, .flags = flags};
+    hcomm_status_t st = hc_drv_tcp_put(&c->base, &h, NULL, NULL);
+    if (st != HCOMM_OK)
+        hc_log_debug("tcp: control frame %u to %s: %s", type, c->name, hcomm_strerror(st));
+}
+
+/* ---- zerocopy completions -------------------------------------------------------- */
+
+static void hc_drv_tcp_zc_range(hc_tcp_slot_t *s, hc_tcp_tx_t *t, uint32_t lo, uint32_t hi)
+{
+    if (!t || !t->zc_left) return;
+    int64_t a = (int32_t)(t->zc_lo - lo), b = a + t->zc_ids - 1, span = (int64_t)(hi - lo);
+    int64_t from = HC_MAX(a, 0), to = HC_MIN(b, span);
+    (void)s;
+    if (to >= from) {
+        uint32_t k = (uint32_t)(to - from + 1);
+        t->zc_left -= HC_MIN(k, t->zc_left);
+    }
+}
+
+static int hc_drv_tcp_zc_reap(hc_tcp_slot_t *s)
+{
+    int done = 0;
+    for (int k = 0; k < 64; k++) {
+        char ctrl[128];
+        struct msghdr m = {.msg_control = ctrl, .msg_controllen = sizeof(ctrl)};
+        if (recvmsg(s->fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) break;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+            if (!((cm->cmsg_level == SOL_IP && cm->cmsg_type == IP_RECVERR) ||
+                  (cm->cmsg_level == SOL_IPV6 && cm->cmsg_type == IPV6_RECVERR)))
+                continue;
+            struct sock_extended_err ee;
+            memcpy(&ee, CMSG_DATA(cm), sizeof(ee));
+            if (ee.ee_origin != SO_EE_ORIGIN_ZEROCOPY || ee.ee_errno != 0) continue;
+            uint32_t lo = ee.ee_info, hi = ee.ee_data, nids = hi - lo + 1;
+            if (ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED)
+                s->zc_copied += nids;
+            else
+                s->zc_real += nids;
+            hc_drv_tcp_zc_range(s, s->txq.head, lo, hi);
+            for (hc_tcp_tx_t *t = s->zcwait.head; t; t = t->next)
+                hc_drv_tcp_zc_range(s, t, lo, hi);
+        }
+    }
+    /* Completions may retire frames out of order; each has its own cookie. */
+    hc_tcp_tx_t **pp = &s->zcwait.head, *prev = NULL;
+    while (*pp) {
+        hc_tcp_tx_t *t = *pp;
+        if (t->zc_left) {
+            prev = t;
+            pp = &t->next;
+            continue;
+        }
+        *pp = t->next;
+        if (s->zcwait.tail == t) s->zcwait.tail = prev;
+        s->q_bytes -= hc_drv_tcp_tx_total(t);
+        hc_drv_tcp_tx_done(s, t, HCOMM_OK);
+        done++;
+    }
+    if (s->zc_on && s->zc_copied >= HC_TCP_ZC_GIVE_UP && s->zc_real == 0) {
+        s->zc_on = false;
+        hc_log_info("tcp: the kernel copies MSG_ZEROCOPY sends to %s (socket %d): plain sends "
+                    "from now on",
+                    s->conn->name, s->idx);
+    }
+    return done;
+}
+
+/* ---- receiving ---------------------------------------------------------------------- */
+
+static void hc_drv_tcp_driver_frame(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
+{
+    switch (h->type) {
+    case HC_TCP_FRAME_HB:
+        if (h->flags & HC_TCP_HB_ECHO) hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0);
+        break;
+    case HC_TCP_FRAME_BYE:
+        c->bye = true;
+        break;
+    default:
+        hc_log_debug("tcp: unknown driver frame %u from %s ignored", h->type, c->name);
+    }
+}
+
+/* Hands every complete frame in the buffer to the core. */
+static int hc_drv_tcp_parse(hc_tcp_slot_t *s)
+{
+    hc_tcp_conn_t *c = s->conn;
+    const hc_drv_env_t *env = c->drv->env;
+    int n = 0;
+    while (s->rend - s->rstart >= HC_TCP_HDR) {
+        hc_frame_hdr_t h;
+        memcpy(&h, s->rbuf + s->rstart, HC_TCP_HDR);
+        if (HC_UNLIKELY(h.len > HC_TCP_MAX_FRAME)) {
+            hc_drv_tcp_conn_fail(c, "%s sent a malformed frame (type %u, %u bytes)", c->name,
+                                 h.type, h.len);
+            return -1;
+        }
+        size_t need = HC_TCP_HDR + h.len;
+        if (s->rend - s->rstart < need) {
+            if (s->rstart + need > s->rcap) {
+                memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
+                s->rend -= s->rstart;
+                s->rstart = 0;
+            }
+            break;
+        }
+        const uint8_t *payload = s->rbuf + s->rstart + HC_TCP_HDR;
+        s->rstart += need;
+        if (HC_UNLIKELY(h.type >= HC_FRAME_DRIVER))
+            hc_drv_tcp_driver_frame(c, &h);
+        else
+            env->deliver(env->core, &c->base, &h, payload);
+        n++;
+        if (HC_UNLIKELY(c->failed || s->fd < 0)) return -1;
+    }
+    if (s->rstart == s->rend) s->rstart = s->rend = 0;
+    return n;
+}
+
+static int hc_drv_tcp_read(hc_tcp_slot_t *s)
+{
+    hc_tcp_conn_t *c = s->conn;
+    int events = 0;
+    for (int k = 0; k < 8; k++) {
+        if (s->rend == s->rcap) {
+            memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
+            s->rend -= s->rstart;
+            s->rstart = 0;
+        }
+        size_t room = s->rcap - s->rend;
+        ssize_t n = recv(s->fd, s->rbuf + s->rend, room, MSG_DONTWAIT);
+        if (n > 0) {
+            s->rend += (size_t)n;
+            uint64_t now = hc_time_ns();
+            if (HC_UNLIKELY(c->suspect)) {
+                hc_log_info("tcp: %s speaks again after %.1f s of silence", c->name,
+                            (double)(now - c->last_rx_ns) * 1e-9);
+                c->suspect = false;
+            }
+            c->last_rx_ns = now;
+            int f = hc_drv_tcp_parse(s);
+            if (f < 0) return events;
+            events += f;
+            if ((size_t)n < room) break;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (c->bye || c->drv->closing) {
+            hc_drv_tcp_slot_close(s, HCOMM_ERR_PEER_FAILED);
+        } else if (n == 0) {
+            hc_drv_tcp_conn_fail(c, "%s closed its connection (process exited or was killed)",
+                                 c->name);
+        } else {
+            hc_drv_tcp_conn_fail(c, "reading from %s failed: %s", c->name, strerror(errno));
+        }
+        return events + 1;
+    }
+    return events;
+}
+
+static int hc_drv_tcp_slot_event(hc_tcp_slot_t *s, uint32_t ev)
+{
+    if (s->fd < 0) return 0; /* closed earlier in this batch */
+    if (s->state == HC_TCP_S_CONNECTING || s->state == HC_TCP_S_HELLO_SENT) {
+        hc_drv_tcp_slot_handshake(s, ev);
+        return 1;
+    }
+    if (s->state != HC_TCP_S_UP) return 0;
+    int n = 0;
+    if (ev & EPOLLERR) {
+        n += hc_drv_tcp_zc_reap(s);
+        int err = 0;
+        socklen_t el = sizeof(err);
+        if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err) {
+            hc_tcp_conn_t *c = s->conn;
+            if (c->bye || c->drv->closing)
+                hc_drv_tcp_slot_close(s, HCOMM_ERR_PEER_FAILED);
+            else
+                hc_drv_tcp_conn_fail(c, "connection to %s broke: %s", c->name, strerror(err));
+            return n + 1;
+        }
+    }
+    if (ev & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) n += hc_drv_tcp_read(s);
+    return n;
+}
+
+/* ---- timers ------------------------------------------------------------------------- */
+
+static void hc_drv_tcp_timers(hc_tcp_drv_t *d, uint64_t now)
+{
+    hc_drv_tcp_anon_expire(d, now);
+    for (hc_tcp_conn_t *c = d->active; c; c = c->active_next) {
+        if (c->failed || c->bye) continue;
+        for (int i = 0; i < HC_TCP_MAX_SOCKS && !c->failed; i++) {
+            hc_tcp_slot_t *s = &c->slots[i];
+            if (s->state != HC_TCP_S_NONE && s->state != HC_TCP_S_UP && now > s->hs_deadline)
+                hc_drv_tcp_conn_fail(c, "socket %d to %s not established in time", i, c->name);
+        }
+        hc_tcp_slot_t *s0 = &c->slots[0];
+        if (c->failed || s0->state != HC_TCP_S_UP) continue;
+        uint64_t silent = now - c->last_rx_ns;
+        if (silent > d->fail_ns) {
+            hc_drv_tcp_conn_fail(c, "%s silent for %.1f s (HCOMM_CONN_FAIL_TIMEOUT)", c->name,
+                                 (double)silent * 1e-9);
+            continue;
+        }
+        if (silent > d->suspect_ns) {
+            if (!c->suspect) {
+                c->suspect = true;
+                hc_log_info("tcp: %s silent for %.1f s: suspect, probing", c->name,
+                            (double)silent * 1e-9);
+            }
+            if (now - c->last_probe_ns >= d->hb_period_ns) {
+                c->last_probe_ns = now;
+                hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, HC_TCP_HB_ECHO);
+            }
+        } else if (now - c->last_tx_ns >= d->hb_period_ns && !s0->txq.head) {
+            hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0);
+        }
+    }
+}
+
+/* ---- progress ------------------------------------------------------------------------ */
+
+int hc_drv_tcp_progress(hc_drv_t *drv)
+{
+    hc_tcp_drv_t *d = (hc_tcp_drv_t *)drv;
+    int n = 0;
+    d->calls++;
+    if (d->idle_polls < 4096 || d->flush || (d->calls & 15) == 0) {
+        struct epoll_event ev[64];
+        int k = epoll_wait(d->epfd, ev, 64, 0);
+        if (k > 0) {
+            d->idle_polls = 0;
+            for (int i = 0; i < k; i++) {
+                int obj = *(int *)ev[i].data.ptr;
+                if (obj == HC_TCP_OBJ_SLOT)
+                    n += hc_drv_tcp_slot_event(ev[i].data.ptr, ev[i].events);
+                else if (obj == HC_TCP_OBJ_ANON)
+                    hc_drv_tcp_anon_readable(d, ev[i].data.ptr);
+                else
+                    hc_drv_tcp_accept(d);
+            }
+        } else {
+            d->idle_polls++;
+        }
+    }
+    for (hc_tcp_slot_t **pp = &d->flush; *pp;) {
+        hc_tcp_slot_t *s = *pp;
+        if (s->err || (s->state == HC_TCP_S_UP && s->txq.head)) n += hc_drv_tcp_flush(s);
+        if (s->state == HC_TCP_S_UP && s->txq.head && !s->err) {
+            pp = &s->flush_next;
+        } else {
+            *pp = s->flush_next; /* drained, or not up: slot_up marks it again */
+            s->want_write = false;
+        }
+    }
+    uint64_t now = hc_time_ns();
+    if (HC_UNLIKELY(now >= d->next_timer_ns)) {
+        d->next_timer_ns = now + HC_TCP_TIMER_NS;
+        hc_drv_tcp_timers(d, now);
+    }
+    return n;
+}

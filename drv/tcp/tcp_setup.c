@@ -1,0 +1,834 @@
+/*
+ * tcp driver, control path: interface choice, the listening socket,
+ * connection establishment, the handshake, failure and teardown.
+ *
+ * Each rank listens on one address (HCOMM_SOCKET_IFNAME, else the interface
+ * that routes to the rendezvous host, else the first non-loopback interface
+ * that is up, else loopback) and publishes {address, port, pid, instance} in
+ * its address blob. Nothing is connected at init: a peer gets sockets on the
+ * first frame sent to it, so a job whose ranks talk to few peers never holds
+ * n^2 sockets. Socket i of a pair (0 <= i < HCOMM_CONN_PER_PEER) is set up
+ * independently of the others; socket 0 carries every ordered frame (EAGER,
+ * RTS, CTS, FIN, NACK, heartbeats), the others the DATA frames of large
+ * messages (see tcp_data.c).
+ *
+ * Either side may connect socket i. The connector writes a hello {job key,
+ * ranks, socket index, both instance ids}; the acceptor answers with a
+ * verdict and only then do frames flow, so a socket that loses a tie-break
+ * has carried nothing. When both connect socket i at once, the lower rank's
+ * socket wins: the lower rank rejects an incoming hello while its own
+ * connect for that index is in flight (TIEBREAK), the higher rank drops its
+ * own attempt when the lower rank's hello arrives and waits for it. Each
+ * decision is local and one-shot, so simultaneous connects never deadlock.
+ *
+ * A hello with garbage, a wrong key or a wrong rank is logged with the remote
+ * address and closed; a hello that names an instance we do not know means one
+ * side restarted, and the connector fails the peer rather than write to a
+ * stale address. A peer whose socket closes without the goodbye frame, or
+ * that is silent past HCOMM_CONN_FAIL_TIMEOUT, is reported to the core with
+ * env->peer_failed, after every put still owed a completion is failed.
+ */
+#include "drv/tcp/tcp.h"
+#include "core/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define HC_TCP_HELLO_TIMEOUT_NS (5ull * 1000000000ull)
+#define HC_TCP_SOCKBUF (4 << 20)
+
+/* ---- interface choice ----------------------------------------------------- */
+
+/* NCCL_SOCKET_IFNAME rules: comma-separated prefixes ("=name" exact), a
+ * leading ^ turns the whole list into exclusions. */
+static bool hc_drv_tcp_if_match(const char *list, const char *name)
+{
+    if (!list || !list[0]) return true;
+    bool exclude = list[0] == '^';
+    const char *p = list + (exclude ? 1 : 0);
+    bool hit = false;
+    while (*p && !hit) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n > 0 && p[0] == '=')
+            hit = strlen(name) == n - 1 && !strncmp(name, p + 1, n - 1);
+        else if (n > 0)
+            hit = !strncmp(name, p, n);
+        p += n + (end ? 1 : 0);
+    }
+    return exclude ? !hit : hit;
+}
+
+static bool hc_drv_tcp_sa_equal(const struct sockaddr *a, const struct sockaddr *b)
+{
+    if (a->sa_family != b->sa_family) return false;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                   &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+}
+
+/* The local address the kernel would use to reach host (a UDP connect sends
+ * nothing). */
+static bool hc_drv_tcp_route_src(const char *host, struct sockaddr_storage *src)
+{
+    if (!host || !host[0]) return false;
+    struct addrinfo hints = {.ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
+    if (getaddrinfo(host, "9", &hints, &res) != 0 || !res) return false;
+    bool ok = false;
+    int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+        socklen_t len = sizeof(*src);
+        ok = getsockname(fd, (struct sockaddr *)src, &len) == 0;
+    }
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    return ok;
+}
+
+static bool hc_drv_tcp_if_usable(const struct ifaddrs *ifa)
+{
+    if (!ifa->ifa_addr || !(ifa->ifa_flags & IFF_UP)) return false;
+    if (ifa->ifa_addr->sa_family == AF_INET) return true;
+    if (ifa->ifa_addr->sa_family == AF_INET6)
+        return !IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr);
+    return false;
+}
+
+/* Picks the interface and address to listen on; on failure writes why. */
+static bool hc_drv_tcp_pick_if(const hc_drv_env_t *env, struct sockaddr_storage *sa,
+                               socklen_t *salen, char *ifname, size_t ifname_len, char *why,
+                               size_t why_len)
+{
+    struct ifaddrs *ifs = NULL, *best = NULL;
+    if (getifaddrs(&ifs) != 0) {
+        snprintf(why, why_len, "getifaddrs: %s", strerror(errno));
+        return false;
+    }
+    const char *filter = hc_cfg.socket_ifname;
+    if (filter && filter[0]) {
+        /* The user's list: the first usable match, IPv4 before IPv6. */
+        for (int pass = 0; pass < 2 && !best; pass++)
+            for (struct ifaddrs *i = ifs; i && !best; i = i->ifa_next)
+                if (hc_drv_tcp_if_usable(i) && hc_drv_tcp_if_match(filter, i->ifa_name) &&
+                    i->ifa_addr->sa_family == (pass ? AF_INET6 : AF_INET))
+                    best = i;
+        if (!best)
+            snprintf(why, why_len, "HCOMM_SOCKET_IFNAME=%s matches no interface that is up",
+                     filter);
+    } else {
+        struct sockaddr_storage src;
+        if (hc_drv_tcp_route_src(env ? env->bootstrap_host : NULL, &src))
+            for (struct ifaddrs *i = ifs; i && !best; i = i->ifa_next)
+                if (hc_drv_tcp_if_usable(i) &&
+                    hc_drv_tcp_sa_equal(i->ifa_addr, (struct sockaddr *)&src))
+                    best = i;
+        for (int pass = 0; pass < 3 && !best; pass++)
+            for (struct ifaddrs *i = ifs; i && !best; i = i->ifa_next) {
+                if (!hc_drv_tcp_if_usable(i)) continue;
+                bool lo = i->ifa_flags & IFF_LOOPBACK;
+                int fam = i->ifa_addr->sa_family;
+                if ((pass == 0 && !lo && fam == AF_INET) || (pass == 1 && !lo) || pass == 2)
+                    best = i;
+            }
+        if (!best) snprintf(why, why_len, "no network interface is up");
+    }
+    if (best) {
+        *salen = best->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                      : sizeof(struct sockaddr_in6);
+        memset(sa, 0, sizeof(*sa));
+        memcpy(sa, best->ifa_addr, *salen);
+        snprintf(ifname, ifname_len, "%s", best->ifa_name);
+    }
+    freeifaddrs(ifs);
+    return best != NULL;
+}
+
+static void hc_drv_tcp_addr_str(int family, const void *addr, uint16_t port_n, char *buf,
+                                size_t len)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    inet_ntop(family, addr, ip, sizeof(ip));
+    snprintf(buf, len, family == AF_INET6 ? "[%s]:%u" : "%s:%u", ip, ntohs(port_n));
+}
+
+static void hc_drv_tcp_sa_str(const struct sockaddr_storage *sa, char *buf, size_t len)
+{
+    if (sa->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        hc_drv_tcp_addr_str(AF_INET, &in->sin_addr, in->sin_port, buf, len);
+    } else if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        hc_drv_tcp_addr_str(AF_INET6, &in6->sin6_addr, in6->sin6_port, buf, len);
+    } else {
+        snprintf(buf, len, "(family %d)", sa->ss_family);
+    }
+}
+
+/* ---- sockets ---------------------------------------------------------------- */
+
+static int hc_drv_tcp_read_sysctl(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    long v = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%ld", &v) != 1) v = 0;
+    fclose(f);
+    return v > 0 && v < (1l << 30) ? (int)v : 0;
+}
+
+/* Returns whether MSG_ZEROCOPY may be used on fd: without SO_ZEROCOPY the
+ * kernel ignores the flag and no completion would ever come. */
+static bool hc_drv_tcp_sock_opts(hc_tcp_drv_t *d, int fd)
+{
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
+        hc_log_debug("tcp: TCP_NODELAY: %s", strerror(errno));
+    if (d->sockbuf) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &d->sockbuf, sizeof(d->sockbuf));
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &d->sockbuf, sizeof(d->sockbuf));
+    }
+    if (d->zc_threshold == SIZE_MAX) return false;
+    if (setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) != 0) {
+        hc_log_debug("tcp: SO_ZEROCOPY: %s", strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+static int hc_drv_tcp_ep(hc_tcp_drv_t *d, int op, int fd, uint32_t events, void *ptr)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = ptr};
+    return epoll_ctl(d->epfd, op, fd, &ev);
+}
+
+/* The key travels in the hello: keys longer than the field are folded. */
+static void hc_drv_tcp_key_fold(const char *key, uint8_t out[HC_TCP_KEY_LEN])
+{
+    size_t n = key ? strlen(key) : 0;
+    memset(out, 0, HC_TCP_KEY_LEN);
+    if (n <= HC_TCP_KEY_LEN) {
+        memcpy(out, key, n);
+        return;
+    }
+    for (int w = 0; w < HC_TCP_KEY_LEN / 8; w++) {
+        uint64_t h = 1469598103934665603ull ^ (uint64_t)w * 0x9e3779b97f4a7c15ull;
+        for (size_t i = 0; i < n; i++)
+            h = (h ^ (uint8_t)key[i]) * 1099511628211ull;
+        memcpy(out + w * 8, &h, 8);
+    }
+}
+
+static bool hc_drv_tcp_key_equal(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t diff = 0; /* constant time: a wrong key learns nothing from timing */
+    for (int i = 0; i < HC_TCP_KEY_LEN; i++)
+        diff |= a[i] ^ b[i];
+    return diff == 0;
+}
+
+/* ---- probe / open / addr ---------------------------------------------------- */
+
+static hcomm_status_t hc_drv_tcp_probe(const hc_drv_env_t *env, char *why, size_t why_len)
+{
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    char ifname[32];
+    if (!hc_drv_tcp_pick_if(env, &sa, &salen, ifname, sizeof(ifname), why, why_len))
+        return HCOMM_ERR_NO_DEVICE;
+    char a[64];
+    hc_drv_tcp_sa_str(&sa, a, sizeof(a));
+    snprintf(why, why_len, "interface %s (%s)", ifname, a);
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
+{
+    hcomm_status_t st;
+    char why[160];
+    hc_tcp_drv_t *d = calloc(1, sizeof(*d));
+    if (!d) return hc_error(HCOMM_ERR_NO_MEMORY, "tcp driver");
+    d->env = env;
+    d->epfd = -1;
+    d->listen.obj = HC_TCP_OBJ_LISTEN;
+    d->listen.fd = -1;
+    d->conns = calloc((size_t)env->size, sizeof(*d->conns));
+    if (!d->conns) {
+        st = hc_error(HCOMM_ERR_NO_MEMORY, "tcp driver: table of %d peers", env->size);
+        goto err_free;
+    }
+    if (hc_cfg.conn_per_peer < 1 || hc_cfg.conn_per_peer > HC_TCP_MAX_SOCKS) {
+        st = hc_error(HCOMM_ERR_INVALID, "HCOMM_CONN_PER_PEER must be in [1, %d] (got %lld)",
+                      HC_TCP_MAX_SOCKS, (long long)hc_cfg.conn_per_peer);
+        goto err_free;
+    }
+    d->nsocks = (int)hc_cfg.conn_per_peer;
+    if (!strcmp(hc_cfg.conn_sched, "round_robin")) {
+        d->rr_all = true;
+    } else if (strcmp(hc_cfg.conn_sched, "priority")) {
+        st =
+            hc_error(HCOMM_ERR_INVALID, "HCOMM_CONN_SCHED must be priority or round_robin (got %s)",
+                     hc_cfg.conn_sched);
+        goto err_free;
+    }
+    d->zc_threshold = hc_cfg.zcopy_threshold ? hc_cfg.zcopy_threshold : SIZE_MAX;
+    double half = hc_cfg.conn_half_open_timeout > 0.05 ? hc_cfg.conn_half_open_timeout : 0.05;
+    double fail = hc_cfg.conn_fail_timeout > half ? hc_cfg.conn_fail_timeout : half;
+    d->suspect_ns = (uint64_t)(half * 1e9);
+    d->hb_period_ns = d->suspect_ns / 3;
+    d->fail_ns = (uint64_t)(fail * 1e9);
+    /* An explicit SO_SNDBUF turns autotuning off and is capped by
+     * net.core.[wr]mem_max: set it only where the cap lets it be large. */
+    if (hc_drv_tcp_read_sysctl("/proc/sys/net/core/wmem_max") >= HC_TCP_SOCKBUF &&
+        hc_drv_tcp_read_sysctl("/proc/sys/net/core/rmem_max") >= HC_TCP_SOCKBUF)
+        d->sockbuf = HC_TCP_SOCKBUF;
+    hc_drv_tcp_key_fold(env->job_key, d->key);
+
+    if (!hc_drv_tcp_pick_if(env, &d->me_sa, &d->me_salen, d->ifname, sizeof(d->ifname), why,
+                            sizeof(why))) {
+        st = hc_error(HCOMM_ERR_NO_DEVICE, "tcp driver: %s", why);
+        goto err_free;
+    }
+    d->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (d->epfd < 0) {
+        st = hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: epoll_create1");
+        goto err_free;
+    }
+    d->listen.fd = socket(d->me_sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (d->listen.fd < 0) {
+        st = hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: socket");
+        goto err_epoll;
+    }
+    int one = 1;
+    setsockopt(d->listen.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ((struct sockaddr_in *)&d->me_sa)->sin_port = 0; /* same offset for in6 */
+    if (bind(d->listen.fd, (struct sockaddr *)&d->me_sa, d->me_salen) != 0 ||
+        listen(d->listen.fd, SOMAXCONN) != 0 ||
+        getsockname(d->listen.fd, (struct sockaddr *)&d->me_sa, &d->me_salen) != 0) {
+        char a[64];
+        hc_drv_tcp_sa_str(&d->me_sa, a, sizeof(a));
+        st = hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: cannot listen on %s (%s)", a,
+                            d->ifname);
+        goto err_listen;
+    }
+    if (hc_drv_tcp_ep(d, EPOLL_CTL_ADD, d->listen.fd, EPOLLIN, &d->listen) != 0) {
+        st = hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: epoll_ctl");
+        goto err_listen;
+    }
+    d->me.magic = HC_TCP_MAGIC;
+    d->me.family = d->me_sa.ss_family;
+    d->me.pid = (uint32_t)getpid();
+    if (d->me_sa.ss_family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&d->me_sa;
+        d->me.port = in->sin_port;
+        memcpy(d->me.addr, &in->sin_addr, 4);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&d->me_sa;
+        d->me.port = in6->sin6_port;
+        memcpy(d->me.addr, &in6->sin6_addr, 16);
+    }
+    if (getrandom(&d->me.instance, sizeof(d->me.instance), 0) != sizeof(d->me.instance))
+        d->me.instance = hc_time_ns() ^ ((uint64_t)getpid() << 32);
+    hc_drv_tcp_sa_str(&d->me_sa, d->me_str, sizeof(d->me_str));
+    hc_log_info("tcp: listening on %s (%s), %d sockets per peer, zerocopy above %zu bytes",
+                d->me_str, d->ifname, d->nsocks, d->zc_threshold);
+    *drv_p = &d->base;
+    return HCOMM_OK;
+
+err_listen:
+    close(d->listen.fd);
+err_epoll:
+    close(d->epfd);
+err_free:
+    free(d->conns);
+    free(d);
+    return st;
+}
+
+static hcomm_status_t hc_drv_tcp_addr_pack(hc_drv_t *drv, void *buf, size_t *len_p)
+{
+    hc_tcp_drv_t *d = (hc_tcp_drv_t *)drv;
+    if (*len_p < sizeof(d->me))
+        return hc_error(HCOMM_ERR_INTERNAL, "tcp: address blob needs %zu bytes, %zu available",
+                        sizeof(d->me), *len_p);
+    memcpy(buf, &d->me, sizeof(d->me));
+    *len_p = sizeof(d->me);
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_drv_tcp_connect(hc_drv_t *drv, int peer, const void *addr, size_t addr_len,
+                                         hc_conn_t **conn_p)
+{
+    hc_tcp_drv_t *d = (hc_tcp_drv_t *)drv;
+    hc_tcp_addr_t a;
+    if (peer < 0 || peer >= d->env->size)
+        return hc_error(HCOMM_ERR_INVALID, "tcp connect: rank %d out of range", peer);
+    if (addr_len != sizeof(a))
+        return hc_error(HCOMM_ERR_BOOTSTRAP,
+                        "tcp connect: rank %d published a %zu-byte address (expected %zu): does "
+                        "it run the tcp driver of this hcomm version?",
+                        peer, addr_len, sizeof(a));
+    memcpy(&a, addr, sizeof(a));
+    if (a.magic != HC_TCP_MAGIC || (a.family != AF_INET && a.family != AF_INET6))
+        return hc_error(HCOMM_ERR_BOOTSTRAP, "tcp connect: rank %d published a malformed address",
+                        peer);
+    if (d->conns[peer])
+        return hc_error(HCOMM_ERR_INTERNAL, "tcp connect: rank %d connected twice", peer);
+    hc_tcp_conn_t *c = calloc(1, sizeof(*c));
+    if (!c) return hc_error(HCOMM_ERR_NO_MEMORY, "tcp connect: rank %d", peer);
+    c->base.ops = drv->ops;
+    c->base.drv = drv;
+    c->base.peer = peer;
+    c->base.max_frame = HC_TCP_MAX_FRAME;
+    c->base.eager_max = HC_TCP_EAGER_MAX;
+    c->drv = d;
+    c->addr = a;
+    char s[56];
+    hc_drv_tcp_addr_str(a.family, a.addr, a.port, s, sizeof(s));
+    snprintf(c->name, sizeof(c->name), "rank %d (%s)", peer, s);
+    for (int i = 0; i < HC_TCP_MAX_SOCKS; i++) {
+        c->slots[i].obj = HC_TCP_OBJ_SLOT;
+        c->slots[i].fd = -1;
+        c->slots[i].idx = i;
+        c->slots[i].conn = c;
+    }
+    d->conns[peer] = c;
+    *conn_p = &c->base;
+    return HCOMM_OK;
+}
+
+/* ---- connection establishment -------------------------------------------------- */
+
+static void hc_drv_tcp_conn_activate(hc_tcp_conn_t *c)
+{
+    if (c->active) return;
+    c->active = true;
+    c->last_rx_ns = c->last_tx_ns = hc_time_ns();
+    c->active_next = c->drv->active;
+    c->drv->active = c;
+}
+
+hcomm_status_t hc_drv_tcp_slot_start(hc_tcp_conn_t *c, int idx)
+{
+    hc_tcp_drv_t *d = c->drv;
+    hc_tcp_slot_t *s = &c->slots[idx];
+    struct sockaddr_storage sa = {0};
+    socklen_t salen;
+    if (c->addr.family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&sa;
+        in->sin_family = AF_INET;
+        in->sin_port = c->addr.port;
+        memcpy(&in->sin_addr, c->addr.addr, 4);
+        salen = sizeof(*in);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&sa;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = c->addr.port;
+        memcpy(&in6->sin6_addr, c->addr.addr, 16);
+        salen = sizeof(*in6);
+    }
+    int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return hc_error_errno(HCOMM_ERR_IO, errno, "tcp: socket for %s", c->name);
+    s->zc_on = hc_drv_tcp_sock_opts(d, fd);
+    if (hc_drv_tcp_ep(d, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLOUT, s) != 0) {
+        hcomm_status_t st = hc_error_errno(HCOMM_ERR_IO, errno, "tcp: epoll_ctl for %s", c->name);
+        close(fd);
+        return st;
+    }
+    s->fd = fd;
+    s->outgoing = true;
+    s->state = HC_TCP_S_CONNECTING;
+    s->hs_got = 0;
+    s->hs_deadline = hc_time_ns() + HC_TCP_HELLO_TIMEOUT_NS + d->suspect_ns;
+    hc_drv_tcp_conn_activate(c);
+    if (connect(fd, (struct sockaddr *)&sa, salen) != 0 && errno != EINPROGRESS) {
+        /* Reported by progress (EPOLLERR/HUP on this fd), never from inside a put. */
+        s->err = errno;
+        hc_log_debug("tcp: connect to %s: %s", c->name, strerror(errno));
+    }
+    return HCOMM_OK;
+}
+
+/* The connector's side: the socket connected, write the hello. */
+static void hc_drv_tcp_send_hello(hc_tcp_slot_t *s)
+{
+    hc_tcp_conn_t *c = s->conn;
+    hc_tcp_drv_t *d = c->drv;
+    int err = 0;
+    socklen_t el = sizeof(err);
+    if (s->err)
+        err = s->err;
+    else if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
+        err = errno;
+    if (err) {
+        hc_drv_tcp_conn_fail(c, "cannot connect to %s: %s", c->name, strerror(err));
+        return;
+    }
+    hc_tcp_hello_t h = {.magic = HC_TCP_MAGIC,
+                        .version = HC_TCP_VERSION,
+                        .sock_idx = (uint16_t)s->idx,
+                        .src_rank = d->env->rank,
+                        .dst_rank = c->base.peer,
+                        .src_instance = d->me.instance,
+                        .dst_instance = c->addr.instance};
+    memcpy(h.key, d->key, sizeof(h.key));
+    /* A fresh socket's buffer always takes these bytes at once. */
+    ssize_t n = send(s->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n != (ssize_t)sizeof(h)) {
+        hc_drv_tcp_conn_fail(c, "cannot send the hello to %s: %s", c->name,
+                             n < 0 ? strerror(errno) : "short write");
+        return;
+    }
+    s->state = HC_TCP_S_HELLO_SENT;
+    s->hs_got = 0;
+    hc_drv_tcp_ep(d, EPOLL_CTL_MOD, s->fd, EPOLLIN, s);
+}
+
+static void hc_drv_tcp_slot_drop_fd(hc_tcp_slot_t *s)
+{
+    if (s->fd >= 0) {
+        epoll_ctl(s->conn->drv->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+        close(s->fd);
+    }
+    s->fd = -1;
+}
+
+void hc_drv_tcp_slot_up(hc_tcp_slot_t *s)
+{
+    hc_tcp_conn_t *c = s->conn;
+    if (!s->rbuf) {
+        s->rcap = HC_TCP_MAX_FRAME + sizeof(hc_frame_hdr_t) + HC_TCP_RBUF_SLACK;
+        s->rbuf = malloc(s->rcap);
+        if (!s->rbuf) {
+            hc_drv_tcp_conn_fail(c, "out of memory for the receive buffer of %s", c->name);
+            return;
+        }
+    }
+    s->rstart = s->rend = 0;
+    s->state = HC_TCP_S_UP;
+    c->last_rx_ns = hc_time_ns();
+    hc_log_debug("tcp: socket %d to %s up (%s)", s->idx, c->name,
+                 s->outgoing ? "connected" : "accepted");
+    if (s->txq.head) hc_drv_tcp_flush_mark(s);
+}
+
+/* Connector: the acceptor's verdict arrives. */
+void hc_drv_tcp_slot_handshake(hc_tcp_slot_t *s, uint32_t events)
+{
+    hc_tcp_conn_t *c = s->conn;
+    if (s->state == HC_TCP_S_CONNECTING) {
+        if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) hc_drv_tcp_send_hello(s);
+        return;
+    }
+    hc_tcp_ack_t ack;
+    ssize_t n = recv(s->fd, s->hs + s->hs_got, sizeof(ack) - s->hs_got, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+        hc_drv_tcp_conn_fail(c, "%s closed the connection during the handshake%s%s", c->name,
+                             n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+        return;
+    }
+    s->hs_got += (size_t)n;
+    if (s->hs_got < sizeof(ack)) return;
+    memcpy(&ack, s->hs, sizeof(ack));
+    if (ack.magic != HC_TCP_MAGIC) {
+        hc_drv_tcp_conn_fail(c, "%s answered the handshake with garbage", c->name);
+        return;
+    }
+    switch (ack.verdict) {
+    case HC_TCP_ACCEPT:
+        hc_drv_tcp_slot_up(s);
+        return;
+    case HC_TCP_REJ_TIEBREAK:
+        /* The peer's own connect for this socket wins; it is on its way. */
+        hc_drv_tcp_slot_drop_fd(s);
+        s->outgoing = false;
+        s->state = HC_TCP_S_WAIT;
+        s->hs_deadline = hc_time_ns() + HC_TCP_HELLO_TIMEOUT_NS + c->drv->suspect_ns;
+        return;
+    case HC_TCP_REJ_STALE:
+        hc_drv_tcp_conn_fail(c, "%s restarted (instance changed): not writing to a stale address",
+                             c->name);
+        return;
+    default:
+        hc_drv_tcp_conn_fail(c, "%s refused the connection (verdict %u)", c->name, ack.verdict);
+    }
+}
+
+/* ---- accepting ---------------------------------------------------------------- */
+
+void hc_drv_tcp_accept(hc_tcp_drv_t *d)
+{
+    for (int k = 0; k < 16; k++) {
+        struct sockaddr_storage sa;
+        socklen_t salen = sizeof(sa);
+        int fd =
+            accept4(d->listen.fd, (struct sockaddr *)&sa, &salen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                hc_log_warn("tcp: accept on %s: %s", d->me_str, strerror(errno));
+            return;
+        }
+        hc_tcp_anon_t *a = calloc(1, sizeof(*a));
+        if (!a) {
+            close(fd);
+            continue;
+        }
+        a->obj = HC_TCP_OBJ_ANON;
+        a->fd = fd;
+        a->deadline = hc_time_ns() + HC_TCP_HELLO_TIMEOUT_NS;
+        hc_drv_tcp_sa_str(&sa, a->from, sizeof(a->from));
+        if (hc_drv_tcp_ep(d, EPOLL_CTL_ADD, fd, EPOLLIN, a) != 0) {
+            close(fd);
+            free(a);
+            continue;
+        }
+        a->next = d->anon;
+        d->anon = a;
+    }
+}
+
+static void hc_drv_tcp_anon_free(hc_tcp_drv_t *d, hc_tcp_anon_t *a, bool close_fd)
+{
+    for (hc_tcp_anon_t **pp = &d->anon; *pp; pp = &(*pp)->next)
+        if (*pp == a) {
+            *pp = a->next;
+            break;
+        }
+    if (close_fd) {
+        epoll_ctl(d->epfd, EPOLL_CTL_DEL, a->fd, NULL);
+        close(a->fd);
+    }
+    free(a);
+}
+
+static void hc_drv_tcp_anon_reject(hc_tcp_drv_t *d, hc_tcp_anon_t *a, uint32_t verdict)
+{
+    hc_tcp_ack_t ack = {.magic = HC_TCP_MAGIC, .verdict = verdict, .instance = d->me.instance};
+    if (send(a->fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        hc_log_debug("tcp: verdict to %s: %s", a->from, strerror(errno));
+    hc_drv_tcp_anon_free(d, a, true);
+}
+
+/* A complete hello: check it, break a tie, hand the socket to its slot. */
+static void hc_drv_tcp_anon_hello(hc_tcp_drv_t *d, hc_tcp_anon_t *a)
+{
+    const hc_tcp_hello_t *h = &a->hello;
+    const hc_drv_env_t *env = d->env;
+    if (h->version != HC_TCP_VERSION || !hc_drv_tcp_key_equal(h->key, d->key) ||
+        h->dst_rank != env->rank || h->src_rank < 0 || h->src_rank >= env->size ||
+        h->src_rank == env->rank || h->sock_idx >= HC_TCP_MAX_SOCKS) {
+        hc_log_warn("tcp: dropped a connection from %s: bad hello (version %u, %s key, ranks "
+                    "%d -> %d)",
+                    a->from, h->version, hc_drv_tcp_key_equal(h->key, d->key) ? "right" : "wrong",
+                    h->src_rank, h->dst_rank);
+        hc_drv_tcp_anon_free(d, a, true);
+        return;
+    }
+    hc_tcp_conn_t *c = d->conns[h->src_rank];
+    if (!c || c->failed) {
+        hc_log_warn("tcp: dropped a connection from %s claiming to be rank %d: %s", a->from,
+                    h->src_rank, c ? "that rank failed" : "not a tcp peer of this rank");
+        hc_drv_tcp_anon_free(d, a, true);
+        return;
+    }
+    if (h->dst_instance != d->me.instance || h->src_instance != c->addr.instance) {
+        hc_log_warn("tcp: dropped a connection from %s claiming to be %s: instance ids do not "
+                    "match (a restarted process?)",
+                    a->from, c->name);
+        hc_drv_tcp_anon_reject(d, a, HC_TCP_REJ_STALE);
+        return;
+    }
+    hc_tcp_slot_t *s = &c->slots[h->sock_idx];
+    if (s->state == HC_TCP_S_UP && s->outgoing && env->rank < h->src_rank) {
+        /* The peer's attempt that lost the tie-break, read after ours won. */
+        hc_drv_tcp_anon_reject(d, a, HC_TCP_REJ_TIEBREAK);
+        return;
+    }
+    if (s->state == HC_TCP_S_UP) {
+        hc_log_warn("tcp: %s opened socket %u twice: second one dropped", c->name, h->sock_idx);
+        hc_drv_tcp_anon_reject(d, a, HC_TCP_REJ_BUSY);
+        return;
+    }
+    if (s->fd >= 0 && s->outgoing) {
+        if (env->rank < h->src_rank) {
+            hc_drv_tcp_anon_reject(d, a, HC_TCP_REJ_TIEBREAK);
+            return;
+        }
+        hc_drv_tcp_slot_drop_fd(s); /* the lower rank's socket wins; ours carried nothing */
+    }
+    hc_tcp_ack_t ack = {
+        .magic = HC_TCP_MAGIC, .verdict = HC_TCP_ACCEPT, .instance = d->me.instance};
+    if (send(a->fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack)) {
+        hc_log_debug("tcp: accept verdict to %s: %s", c->name, strerror(errno));
+        hc_drv_tcp_anon_free(d, a, true);
+        return;
+    }
+    int fd = a->fd;
+    hc_drv_tcp_anon_free(d, a, false);
+    s->fd = fd;
+    s->outgoing = false;
+    s->zc_on = hc_drv_tcp_sock_opts(d, fd);
+    hc_drv_tcp_ep(d, EPOLL_CTL_MOD, fd, EPOLLIN, s);
+    hc_drv_tcp_conn_activate(c);
+    hc_drv_tcp_slot_up(s);
+}
+
+void hc_drv_tcp_anon_readable(hc_tcp_drv_t *d, hc_tcp_anon_t *a)
+{
+    ssize_t n = recv(a->fd, (uint8_t *)&a->hello + a->got, sizeof(a->hello) - a->got, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+        /* A connect that lost a tie-break closes before its hello is read. */
+        hc_log_debug("tcp: %s closed before its hello: %s", a->from,
+                     n < 0 ? strerror(errno) : "EOF");
+        hc_drv_tcp_anon_free(d, a, true);
+        return;
+    }
+    a->got += (size_t)n;
+    if (a->got >= sizeof(uint32_t) && a->hello.magic != HC_TCP_MAGIC) {
+        hc_log_warn("tcp: dropped a connection from %s: not an hcomm peer (bad magic)", a->from);
+        hc_drv_tcp_anon_free(d, a, true);
+        return;
+    }
+    if (a->got == sizeof(a->hello)) hc_drv_tcp_anon_hello(d, a);
+}
+
+void hc_drv_tcp_anon_expire(hc_tcp_drv_t *d, uint64_t now)
+{
+    hc_tcp_anon_t *a = d->anon, *next;
+    for (; a; a = next) {
+        next = a->next;
+        if (now > a->deadline) {
+            hc_log_warn("tcp: dropped a connection from %s: no hello within %llu s", a->from,
+                        HC_TCP_HELLO_TIMEOUT_NS / 1000000000ull);
+            hc_drv_tcp_anon_free(d, a, true);
+        }
+    }
+}
+
+/* ---- failure and teardown ------------------------------------------------------- */
+
+void hc_drv_tcp_slot_close(hc_tcp_slot_t *s, hcomm_status_t status)
+{
+    hc_drv_tcp_slot_drop_fd(s);
+    hc_drv_tcp_txq_fail(s, status);
+    free(s->rbuf);
+    s->rbuf = NULL;
+    s->rstart = s->rend = s->rcap = 0;
+    s->state = HC_TCP_S_NONE;
+    s->err = 0;
+}
+
+void hc_drv_tcp_conn_fail(hc_tcp_conn_t *c, const char *fmt, ...)
+{
+    if (c->failed) return;
+    char why[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    c->failed = true;
+    /* Completions first: the core frees requests once the failure reaches
+     * them, and no put_done may name a freed request afterwards. */
+    for (int i = 0; i < HC_TCP_MAX_SOCKS; i++)
+        hc_drv_tcp_slot_close(&c->slots[i], HCOMM_ERR_PEER_FAILED);
+    hc_log_warn("tcp: %s", why);
+    const hc_drv_env_t *env = c->drv->env;
+    env->peer_failed(env->core, c->base.peer, HCOMM_ERR_PEER_FAILED, why);
+}
+
+/* Best effort on the way out: a goodbye so the peer does not take our EOF
+ * for a crash, and what is queued, for at most a short while. */
+static void hc_drv_tcp_conn_drain(hc_tcp_conn_t *c, uint64_t deadline)
+{
+    hc_tcp_slot_t *s0 = &c->slots[0];
+    if (!c->failed && s0->state == HC_TCP_S_UP) {
+        hc_frame_hdr_t bye = {.type = HC_TCP_FRAME_BYE};
+        hc_drv_tcp_put(&c->base, &bye, NULL, NULL);
+    }
+    for (int i = 0; i < HC_TCP_MAX_SOCKS; i++) {
+        hc_tcp_slot_t *s = &c->slots[i];
+        while (!c->failed && s->state == HC_TCP_S_UP && (s->txq.head || s->zcwait.head) &&
+               hc_time_ns() < deadline) {
+            hc_drv_tcp_flush(s);
+            if (s->zcwait.head || s->txq.head) {
+                struct pollfd p = {.fd = s->fd, .events = POLLOUT};
+                poll(&p, 1, 10);
+                hc_drv_tcp_progress(&c->drv->base);
+            }
+        }
+        if (s->fd >= 0) shutdown(s->fd, SHUT_WR);
+    }
+}
+
+static void hc_drv_tcp_disconnect(hc_conn_t *conn)
+{
+    hc_tcp_conn_t *c = (hc_tcp_conn_t *)conn;
+    hc_tcp_drv_t *d = c->drv;
+    d->closing = true;
+    hc_drv_tcp_conn_drain(c, hc_time_ns() + 1000000000ull);
+    for (int i = 0; i < HC_TCP_MAX_SOCKS; i++) {
+        hc_tcp_slot_t *s = &c->slots[i];
+        s->txq.head = s->txq.tail = NULL; /* the core is going away: no put_done */
+        s->zcwait.head = s->zcwait.tail = NULL;
+        hc_drv_tcp_slot_close(s, HCOMM_ERR_ABORTED);
+    }
+    for (hc_tcp_slot_t **pp = &d->flush; *pp;) {
+        if ((*pp)->conn == c)
+            *pp = (*pp)->flush_next;
+        else
+            pp = &(*pp)->flush_next;
+    }
+    for (hc_tcp_conn_t **pp = &d->active; *pp; pp = &(*pp)->active_next)
+        if (*pp == c) {
+            *pp = c->active_next;
+            break;
+        }
+    d->conns[conn->peer] = NULL;
+    free(c);
+}
+
+static void hc_drv_tcp_close(hc_drv_t *drv)
+{
+    hc_tcp_drv_t *d = (hc_tcp_drv_t *)drv;
+    d->closing = true;
+    for (int r = 0; r < d->env->size; r++)
+        if (d->conns[r]) hc_drv_tcp_disconnect(&d->conns[r]->base);
+    while (d->anon)
+        hc_drv_tcp_anon_free(d, d->anon, true);
+    hc_drv_tcp_tx_free_all(d);
+    close(d->listen.fd);
+    close(d->epfd);
+    free(d->conns);
+    free(d);
+}
+
+static const struct hc_drv_ops hc_drv_tcp_ops = {
+    .size = sizeof(struct hc_drv_ops),
+    .name = "tcp",
+    .scope = HC_DRV_SCOPE_NET,
+    .priority = 10,
+    .probe = hc_drv_tcp_probe,
+    .open = hc_drv_tcp_open,
+    .addr_pack = hc_drv_tcp_addr_pack,
+    .connect = hc_drv_tcp_connect,
+    .put = hc_drv_tcp_put,
+    .progress = hc_drv_tcp_progress,
+    .disconnect = hc_drv_tcp_disconnect,
+    .close = hc_drv_tcp_close,
+};
+HC_DRV_REGISTER(hc_drv_tcp_ops)

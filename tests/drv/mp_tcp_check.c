@@ -1,0 +1,395 @@
+/*
+ * mp_tcp_check: correctness of point-to-point (and, with --coll, the
+ * collectives) between ranks, meant to run over the tcp driver (several
+ * network namespaces, or HCOMM_SHM=0 on one host). Every byte received is
+ * compared with a pattern derived from (source, destination, size, index),
+ * so a frame that lands at the wrong offset, in the wrong receive or twice
+ * is caught.
+ *
+ *   mp_tcp_check [--max BYTES] [--duration S] [--coll] [--until-fail S]
+ *
+ * --max         largest p2p message (default 64M)
+ * --duration S  repeat the p2p rounds until S seconds have passed (used
+ *               while a rank is stopped, or under packet loss)
+ * --until-fail S exchange with every peer until an operation reports
+ *               HCOMM_ERR_PEER_FAILED (exit 0, printing the message) or S
+ *               seconds pass (exit 1): the harness kills one rank meanwhile
+ *
+ * Exit 0 on success, 1 on a wrong result or error; prints one line per
+ * failure naming the check.
+ */
+#include "hcomm.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int rank, size;
+static hcomm_comm_t world;
+static int failures;
+
+#define CHECK_ST(st, what)                                                                         \
+    do {                                                                                           \
+        hcomm_status_t st_ = (st);                                                                 \
+        if (st_ != HCOMM_OK) {                                                                     \
+            fprintf(stderr, "rank %d: %s failed: %s (%s)\n", rank, (what), hcomm_strerror(st_),    \
+                    hcomm_last_error());                                                           \
+            failures++;                                                                            \
+            return st_;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t seed_of(int src, int dst, size_t len, uint64_t idx)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    h ^= (uint64_t)src * 0xff51afd7ed558ccdull + (uint64_t)dst * 0xc4ceb9fe1a85ec53ull;
+    h ^= (uint64_t)len * 0x2545f4914f6cdd1dull + idx;
+    h ^= h >> 31;
+    return h * 0x94d049bb133111ebull;
+}
+
+static void fill(uint8_t *buf, size_t len, uint64_t seed)
+{
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t v = seed ^ (i * 0x9e3779b97f4a7c15ull);
+        memcpy(buf + i, &v, 8);
+    }
+    for (; i < len; i++)
+        buf[i] = (uint8_t)(seed >> (i % 8 * 8)) ^ (uint8_t)i;
+}
+
+/* Index of the first wrong byte, or len. */
+static size_t verify(const uint8_t *buf, size_t len, uint64_t seed)
+{
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t v = seed ^ (i * 0x9e3779b97f4a7c15ull), got;
+        memcpy(&got, buf + i, 8);
+        if (got != v)
+            for (size_t k = 0; k < 8; k++)
+                if (buf[i + k] != ((uint8_t *)&v)[k]) return i + k;
+    }
+    for (; i < len; i++)
+        if (buf[i] != ((uint8_t)(seed >> (i % 8 * 8)) ^ (uint8_t)i)) return i;
+    return len;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "rank %d: out of memory (%zu bytes)\n", rank, n);
+        exit(1);
+    }
+    return p;
+}
+
+/* Shift exchange: every rank sends to rank+k and receives from rank-k. */
+static hcomm_status_t p2p_sizes(size_t max, uint64_t round)
+{
+    static const size_t sizes[] = {0,        1,       8,      1000,       8192,    65535,
+                                   65536,    65537,   262144, 524288 + 7, 1 << 20, (1 << 22) + 3,
+                                   16 << 20, 64 << 20};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        size_t len = sizes[si];
+        if (len > max) break;
+        uint8_t *sb = xmalloc(len), *rb = xmalloc(len);
+        for (int k = 1; k < size; k++) {
+            int dst = (rank + k) % size, src = (rank - k + size) % size;
+            fill(sb, len, seed_of(rank, dst, len, round));
+            memset(rb, 0xee, len);
+            hcomm_request_t rr, sr;
+            CHECK_ST(hcomm_irecv(rb, len, HCOMM_UINT8, src, 7, world, &rr), "irecv");
+            CHECK_ST(hcomm_isend(sb, len, HCOMM_UINT8, dst, 7, world, &sr), "isend");
+            CHECK_ST(hcomm_wait(sr), "wait(send)");
+            CHECK_ST(hcomm_wait(rr), "wait(recv)");
+            size_t bad = verify(rb, len, seed_of(src, rank, len, round));
+            if (bad != len) {
+                fprintf(stderr, "rank %d: p2p %zu bytes from rank %d: byte %zu wrong\n", rank, len,
+                        src, bad);
+                failures++;
+            }
+        }
+        free(sb);
+        free(rb);
+    }
+    return HCOMM_OK;
+}
+
+/* Many messages in flight at once, same tag (order must hold) and distinct
+ * tags, mixing eager and rendezvous sizes; half the receives are posted
+ * after the sends (unexpected path). */
+#define NMSG 96
+static hcomm_status_t p2p_outstanding(size_t max, uint64_t round)
+{
+    static const size_t lens[] = {0, 17, 4096, 65536, 70001, 300000};
+    int dst = (rank + 1) % size, src = (rank - 1 + size) % size;
+    uint8_t *sb[NMSG], *rb[NMSG];
+    size_t ln[NMSG];
+    hcomm_request_t sr[NMSG], rr[NMSG];
+    for (int i = 0; i < NMSG; i++) {
+        ln[i] = lens[(i * 7 + (int)round) % 6];
+        if (ln[i] > max) ln[i] = max;
+        sb[i] = xmalloc(ln[i]);
+        rb[i] = xmalloc(ln[i]);
+        fill(sb[i], ln[i], seed_of(rank, dst, ln[i], round * 1000 + (uint64_t)i));
+        memset(rb[i], 0xee, ln[i]);
+    }
+    /* Even i: same tag 100 (FIFO matching); odd i: tag 200 + i. */
+    for (int i = 0; i < NMSG / 2; i++)
+        CHECK_ST(hcomm_irecv(rb[i], ln[i], HCOMM_UINT8, src, i % 2 ? 200 + i : 100, world, &rr[i]),
+                 "irecv(outstanding)");
+    for (int i = 0; i < NMSG; i++)
+        CHECK_ST(hcomm_isend(sb[i], ln[i], HCOMM_UINT8, dst, i % 2 ? 200 + i : 100, world, &sr[i]),
+                 "isend(outstanding)");
+    /* Late receives: tag 100 in order (FIFO), distinct tags in reverse. */
+    for (int i = NMSG / 2; i < NMSG; i += 2)
+        CHECK_ST(hcomm_irecv(rb[i], ln[i], HCOMM_UINT8, src, 100, world, &rr[i]),
+                 "irecv(outstanding, late)");
+    for (int i = NMSG - 1; i >= NMSG / 2; i -= 2)
+        CHECK_ST(hcomm_irecv(rb[i], ln[i], HCOMM_UINT8, src, 200 + i, world, &rr[i]),
+                 "irecv(outstanding, late)");
+    for (int i = 0; i < NMSG; i++) {
+        CHECK_ST(hcomm_wait(sr[i]), "wait(outstanding send)");
+        CHECK_ST(hcomm_wait(rr[i]), "wait(outstanding recv)");
+    }
+    for (int i = 0; i < NMSG; i++) {
+        size_t bad = verify(rb[i], ln[i], seed_of(src, rank, ln[i], round * 1000 + (uint64_t)i));
+        if (bad != ln[i]) {
+            fprintf(stderr,
+                    "rank %d: outstanding message %d (%zu bytes) from rank %d: byte %zu "
+                    "wrong\n",
+                    rank, i, ln[i], src, bad);
+            failures++;
+        }
+        free(sb[i]);
+        free(rb[i]);
+    }
+    return HCOMM_OK;
+}
+
+/* ---- collectives, exact references (integers) ------------------------------ */
+
+static int32_t elem(int r, size_t i)
+{
+    return (int32_t)((uint32_t)r * 2654435761u + (uint32_t)i * 40503u) % 100003;
+}
+
+static void expect_i32(const char *what, const int32_t *got, const int32_t *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            fprintf(stderr, "rank %d: %s: element %zu is %d, expected %d\n", rank, what, i, got[i],
+                    want[i]);
+            failures++;
+            return;
+        }
+}
+
+static hcomm_status_t coll_checks(size_t count)
+{
+    int32_t *a = xmalloc(count * sizeof(int32_t) * (size_t)size);
+    int32_t *b = xmalloc(count * sizeof(int32_t) * (size_t)size);
+    int32_t *w = xmalloc(count * sizeof(int32_t) * (size_t)size);
+    char what[64];
+
+    for (size_t i = 0; i < count; i++)
+        a[i] = elem(rank, i);
+    CHECK_ST(hcomm_allreduce(a, b, count, HCOMM_INT32, HCOMM_SUM, world), "allreduce");
+    for (size_t i = 0; i < count; i++) {
+        int64_t s = 0;
+        for (int r = 0; r < size; r++)
+            s += elem(r, i);
+        w[i] = (int32_t)s;
+    }
+    snprintf(what, sizeof(what), "allreduce(%zu)", count);
+    expect_i32(what, b, w, count);
+
+    int root = (int)(count % (size_t)size);
+    for (size_t i = 0; i < count; i++)
+        b[i] = rank == root ? elem(root, i) : -1;
+    CHECK_ST(hcomm_broadcast(b, count, HCOMM_INT32, root, world), "broadcast");
+    for (size_t i = 0; i < count; i++)
+        w[i] = elem(root, i);
+    snprintf(what, sizeof(what), "broadcast(%zu, root %d)", count, root);
+    expect_i32(what, b, w, count);
+
+    CHECK_ST(hcomm_allgather(a, b, count, HCOMM_INT32, world), "allgather");
+    for (int r = 0; r < size; r++)
+        for (size_t i = 0; i < count; i++)
+            w[(size_t)r * count + i] = elem(r, i);
+    snprintf(what, sizeof(what), "allgather(%zu)", count);
+    expect_i32(what, b, w, count * (size_t)size);
+
+    /* reduce_scatter: input is size blocks of count. */
+    for (size_t i = 0; i < count * (size_t)size; i++)
+        a[i] = elem(rank, i);
+    CHECK_ST(hcomm_reduce_scatter(a, b, count, HCOMM_INT32, HCOMM_SUM, world), "reduce_scatter");
+    for (size_t i = 0; i < count; i++) {
+        int64_t s = 0;
+        for (int r = 0; r < size; r++)
+            s += elem(r, (size_t)rank * count + i);
+        w[i] = (int32_t)s;
+    }
+    snprintf(what, sizeof(what), "reduce_scatter(%zu)", count);
+    expect_i32(what, b, w, count);
+
+    /* alltoall: block j of rank r goes to rank j. */
+    CHECK_ST(hcomm_alltoall(a, b, count, HCOMM_INT32, world), "alltoall");
+    for (int r = 0; r < size; r++)
+        for (size_t i = 0; i < count; i++)
+            w[(size_t)r * count + i] = elem(r, (size_t)rank * count + i);
+    snprintf(what, sizeof(what), "alltoall(%zu)", count);
+    expect_i32(what, b, w, count * (size_t)size);
+
+    CHECK_ST(hcomm_barrier(world), "barrier");
+    free(a);
+    free(b);
+    free(w);
+    return HCOMM_OK;
+}
+
+/* Exchanges with every live peer at once, round after round. The first
+ * operation that reports HCOMM_ERR_PEER_FAILED is printed with its time and
+ * the failed rank's message; the failed rank is then left out and the rank
+ * keeps exchanging with the others for 3 more seconds, so that no survivor
+ * stalls another by leaving early. */
+static int until_fail(double limit)
+{
+    double t0 = now_s(), t_first = 0;
+    uint8_t *sb = xmalloc(4096), *rb = xmalloc(4096 * (size_t)size);
+    hcomm_request_t *reqs = xmalloc(sizeof(*reqs) * 2 * (size_t)size);
+    int *peer_of = xmalloc(sizeof(int) * 2 * (size_t)size);
+    char *dead = calloc((size_t)size, 1);
+    char first[600] = "";
+    memset(sb, rank, 4096);
+    printf("rank %d: exchanging\n", rank);
+    fflush(stdout);
+    while (now_s() - t0 < limit && !(t_first > 0 && now_s() - t_first > 3)) {
+        int n = 0;
+        for (int p = 0; p < size; p++) {
+            if (p == rank || dead[p]) continue;
+            hcomm_status_t st =
+                hcomm_irecv(rb + 4096 * (size_t)p, 4096, HCOMM_UINT8, p, 9, world, &reqs[n]);
+            if (st == HCOMM_OK) {
+                peer_of[n++] = p;
+                st = hcomm_isend(sb, 4096, HCOMM_UINT8, p, 9, world, &reqs[n]);
+                if (st == HCOMM_OK) peer_of[n++] = p;
+            }
+            if (st != HCOMM_OK && st != HCOMM_ERR_PEER_FAILED) {
+                fprintf(stderr, "rank %d: unexpected status %s: %s\n", rank, hcomm_strerror(st),
+                        hcomm_last_error());
+                return 1;
+            }
+            if (st == HCOMM_ERR_PEER_FAILED) dead[p] = 2; /* reported below */
+        }
+        for (int left = n; left > 0 && now_s() - t0 < limit;) {
+            for (int i = 0; i < n; i++) {
+                int done = 0;
+                if (!reqs[i]) continue;
+                hcomm_status_t st = hcomm_test(reqs[i], &done);
+                if (!done && st == HCOMM_OK) continue;
+                reqs[i] = NULL;
+                left--;
+                if (st == HCOMM_ERR_PEER_FAILED && !dead[peer_of[i]])
+                    dead[peer_of[i]] = 2;
+                else if (st != HCOMM_OK && st != HCOMM_ERR_PEER_FAILED) {
+                    fprintf(stderr, "rank %d: unexpected status %s: %s\n", rank, hcomm_strerror(st),
+                            hcomm_last_error());
+                    return 1;
+                }
+            }
+        }
+        for (int p = 0; p < size; p++) {
+            if (dead[p] != 2) continue;
+            dead[p] = 1;
+            if (first[0]) continue;
+            /* A new operation towards the failed rank says who it was and why. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            hcomm_request_t r;
+            hcomm_status_t st = hcomm_isend(sb, 0, HCOMM_UINT8, p, 10, world, &r);
+            snprintf(first, sizeof(first), "peer failure reported at T=%.3f: %s",
+                     (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9,
+                     st == HCOMM_ERR_PEER_FAILED ? hcomm_last_error() : "(no message)");
+            printf("rank %d: %s\n", rank, first);
+            fflush(stdout);
+            t_first = now_s();
+        }
+    }
+    if (first[0]) return 0;
+    fprintf(stderr, "rank %d: no peer failure reported within %.0f s\n", rank, limit);
+    return 1;
+}
+
+static size_t parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*end == 'K' || *end == 'k')
+        v *= 1024;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1024 * 1024;
+    return (size_t)v;
+}
+
+int main(int argc, char **argv)
+{
+    size_t max = 64 << 20;
+    double duration = 0, fail_limit = 0;
+    int coll = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--max") && i + 1 < argc)
+            max = parse_size(argv[++i]);
+        else if (!strcmp(argv[i], "--duration") && i + 1 < argc)
+            duration = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--until-fail") && i + 1 < argc)
+            fail_limit = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--coll"))
+            coll = 1;
+        else {
+            fprintf(stderr, "usage: %s [--max BYTES] [--duration S] [--coll] [--until-fail S]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    hcomm_status_t st = hcomm_init(&argc, &argv);
+    if (st != HCOMM_OK) {
+        fprintf(stderr, "hcomm_init: %s (%s)\n", hcomm_strerror(st), hcomm_last_error());
+        return 1;
+    }
+    world = hcomm_comm_world();
+    rank = hcomm_comm_rank(world);
+    size = hcomm_comm_size(world);
+    if (fail_limit > 0) {
+        int rc = until_fail(fail_limit);
+        _exit(rc); /* the job is broken: no finalize barrier */
+    }
+    double t0 = now_s();
+    uint64_t round = 0;
+    do {
+        if (p2p_sizes(max, round) != HCOMM_OK || p2p_outstanding(max, round) != HCOMM_OK) break;
+        round++;
+    } while (now_s() - t0 < duration && failures == 0);
+    if (coll && failures == 0) {
+        static const size_t counts[] = {1, 3, 1000, 65536 + 5, 1 << 20};
+        for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]) && failures == 0; i++)
+            if (counts[i] * sizeof(int32_t) <= max) coll_checks(counts[i]);
+    }
+    if (failures == 0)
+        printf("rank %d: mp_tcp_check passed (%llu rounds, %.1f s)\n", rank,
+               (unsigned long long)round, now_s() - t0);
+    hcomm_finalize();
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,183 @@
+#!/bin/bash
+# Multi-node tcp tests: ranks launched by hand in network namespaces (as an
+# external launcher would: HCOMM_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE, a
+# rendezvous on node 0 at 10.77.0.1, a job key), one case per call:
+#
+#   netns_test.sh CASE MP_TCP_CHECK
+#
+#   p2p_1x1   2 nodes x 1 rank: p2p up to 64 MiB
+#   p2p_2x2   2 nodes x 2 ranks (shm inside, tcp between), p2p up to 16 MiB
+#   coll_2x2  2 nodes x 2 ranks: p2p + collectives (--coll)
+#   sigstop   2x2: one rank stopped 5 s mid-run, then continued: all pass
+#   sigkill   2x2: one rank killed: the others report HCOMM_ERR_PEER_FAILED
+#             naming it within 5 s
+#   netem     2x1 with 1% loss + 1 ms delay on the link: all pass
+#   loss_nft  2x1 with 1% of TCP segments dropped by nftables (for kernels
+#             without netem): all pass
+#   garbage   2x1: junk and a silent client on rank 1's data port: both
+#             dropped and logged, job passes
+#
+# Exit 0 pass, 1 fail, 77 skipped (not root, no netns, no netem).
+set -u
+case_=${1:?case}
+prog=${2:?path to mp_tcp_check}
+here=$(cd "$(dirname "$0")" && pwd)
+netns="$here/netns.sh"
+
+skip() { echo "skipped: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
+command -v ip >/dev/null || skip "iproute2 (ip) not installed"
+export HCN_JOB="t$$"
+probe="hcn-$HCN_JOB-probe"
+ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces (ip netns add failed)"
+ip netns del "$probe"
+
+work=$(mktemp -d /tmp/hcn-test.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    "$netns" down
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+fail() { echo "FAIL ($case_): $*"; for f in "$work"/r*.log; do [ -f "$f" ] && sed "s/^/[$(basename "$f" .log)] /" "$f" | tail -25; done; exit 1; }
+
+# launch NODES PPN args...: starts the ranks, fills pids[]
+launch() {
+    local nodes=$1 ppn=$2 r
+    shift 2
+    local size=$((nodes * ppn)) port=$((20000 + RANDOM % 30000))
+    local key
+    key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    for ((r = 0; r < size; r++)); do
+        env HCOMM_RANK=$r HCOMM_SIZE=$size HCOMM_LOCAL_RANK=$((r % ppn)) HCOMM_LOCAL_SIZE=$ppn \
+            HCOMM_BOOTSTRAP="tcp://10.77.0.1:$port" HCOMM_JOB_KEY="$key" \
+            HCOMM_TIMEOUT="${HCOMM_TIMEOUT:-60}" HCOMM_LOG="${HCOMM_LOG:-warn}" \
+            "$netns" run $((r / ppn)) "$prog" "$@" >"$work/r$r.log" 2>&1 &
+        pids+=($!)
+    done
+}
+
+# wait_all [LIMIT_S]: every rank exits 0 within the limit
+wait_all() {
+    local limit=${1:-120} t0=$SECONDS i rc bad=0
+    for i in "${!pids[@]}"; do
+        while kill -0 "${pids[$i]}" 2>/dev/null && ((SECONDS - t0 < limit)); do sleep 0.2; done
+        if kill -0 "${pids[$i]}" 2>/dev/null; then
+            fail "rank $i still running after ${limit} s"
+        fi
+        wait "${pids[$i]}"
+        rc=$?
+        [ $rc = 0 ] || { echo "rank $i exited with status $rc"; bad=1; }
+    done
+    pids=()
+    [ $bad = 0 ] || fail "some ranks failed"
+}
+
+wait_for_log() { # FILE PATTERN LIMIT_S
+    local t0=$SECONDS
+    until grep -q "$2" "$1" 2>/dev/null; do
+        ((SECONDS - t0 < $3)) || return 1
+        sleep 0.1
+    done
+}
+
+case "$case_" in
+p2p_1x1)
+    "$netns" up 2 || fail "netns setup"
+    launch 2 1
+    wait_all 120
+    ;;
+p2p_2x2)
+    "$netns" up 2 || fail "netns setup"
+    launch 2 2 --max 16M
+    wait_all 150
+    ;;
+coll_2x2)
+    "$netns" up 2 || fail "netns setup"
+    launch 2 2 --max 16M --coll
+    wait_all 150
+    ;;
+sigstop)
+    "$netns" up 2 || fail "netns setup"
+    HCOMM_LOG=info launch 2 2 --max 1M --duration 14
+    wait_for_log "$work/r2.log" "tcp: listening" 20 || fail "rank 2 never started"
+    sleep 3
+    kill -STOP "${pids[2]}"
+    sleep 5
+    kill -CONT "${pids[2]}"
+    wait_all 90
+    grep -h "suspect\|speaks again" "$work"/r*.log | head -4
+    ;;
+sigkill)
+    "$netns" up 2 || fail "netns setup"
+    launch 2 2 --until-fail 40
+    wait_for_log "$work/r3.log" "exchanging" 20 || fail "rank 3 never started exchanging"
+    sleep 2
+    t_kill=$(date +%s.%N)
+    kill -KILL "${pids[3]}"
+    victim=${pids[3]}
+    pids=("${pids[@]:0:3}")
+    wait "$victim" 2>/dev/null
+    wait_all 20
+    for r in 0 1 2; do
+        line=$(grep "peer failure reported" "$work/r$r.log") || fail "rank $r reported no failure"
+        echo "$line" | grep -q "rank 3" || fail "rank $r did not name rank 3: $line"
+        t=$(echo "$line" | sed -n 's/.*at T=\([0-9.]*\).*/\1/p')
+        dt=$(echo "$t - $t_kill" | bc)
+        echo "rank $r: failure seen after ${dt} s: $line"
+        [ "$(echo "$dt < 5" | bc)" = 1 ] || fail "rank $r took ${dt} s to notice"
+    done
+    ;;
+netem)
+    "$netns" up 2 || fail "netns setup"
+    ip netns exec "hcn-$HCN_JOB-1" tc qdisc add dev eth0 root netem loss 1% delay 1ms 2>/dev/null ||
+        skip "tc netem unavailable (sch_netem module?)"
+    ip netns exec "hcn-$HCN_JOB-br" tc qdisc add dev h1 root netem loss 1% delay 1ms ||
+        fail "netem on the bridge side"
+    launch 2 1 --max 16M
+    wait_all 170
+    ip netns exec "hcn-$HCN_JOB-1" tc -s qdisc show dev eth0 | grep -o "dropped [0-9]*" | head -1
+    ;;
+loss_nft)
+    # The same loss without netem (kernels built without sch_netem): nftables
+    # drops 1% of the TCP segments entering and leaving node 1. No delay.
+    command -v nft >/dev/null || skip "nft (nftables) not installed"
+    "$netns" up 2 || fail "netns setup"
+    n1="hcn-$HCN_JOB-1"
+    ip netns exec "$n1" nft add table inet hcl 2>/dev/null || skip "nftables unavailable in this kernel"
+    for hook in input output; do
+        ip netns exec "$n1" nft "add chain inet hcl $hook { type filter hook $hook priority 0; }" &&
+            ip netns exec "$n1" nft add rule inet hcl "$hook" meta l4proto tcp numgen random mod 100 0 \
+                counter drop || fail "nft rule for $hook"
+    done
+    launch 2 1 --max 16M
+    wait_all 170
+    ip netns exec "$n1" nft list table inet hcl | grep -o "packets [0-9]*" | tr '\n' ' '
+    echo "(segments dropped in, out)"
+    ;;
+garbage)
+    "$netns" up 2 || fail "netns setup"
+    HCOMM_LOG=info launch 2 1 --max 4M --duration 10
+    wait_for_log "$work/r1.log" "tcp: listening on" 20 || fail "rank 1 never listened"
+    port=$(sed -n 's/.*tcp: listening on 10\.77\.0\.2:\([0-9]*\).*/\1/p' "$work/r1.log" | head -1)
+    [ -n "$port" ] || fail "no data port in rank 1's log"
+    # junk right away, and a client that connects and says nothing
+    "$netns" run 0 bash -c "exec 3<>/dev/tcp/10.77.0.2/$port; head -c 8192 /dev/urandom >&3; sleep 1" 2>/dev/null
+    "$netns" run 0 bash -c "exec 3<>/dev/tcp/10.77.0.2/$port; sleep 7" 2>/dev/null &
+    silent=$!
+    wait_all 90
+    wait "$silent" 2>/dev/null
+    grep "dropped a connection from 10.77.0.1" "$work/r1.log" || fail "rank 1 did not log the drops"
+    [ "$(grep -c "dropped a connection from 10.77.0.1" "$work/r1.log")" -ge 2 ] ||
+        fail "expected both the junk and the silent client to be dropped"
+    ;;
+*)
+    echo "unknown case $case_" >&2
+    exit 2
+    ;;
+esac
+echo "PASS ($case_)"
+exit 0
