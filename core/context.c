@@ -244,7 +244,15 @@ hcomm_status_t hc_ctx_init(void)
     for (int r = 0; r < hc_ctx.size; r++)
         hc_ctx.peers[r].pid = (pid_t)info[r].pid;
 
+    /* The network driver picks the interface that routes to the rendezvous
+     * host (file:// rendezvous: no host, the driver chooses). */
+    hc_bootstrap_url_t url;
+    if (hc_ctx.bs_params.url[0] && hc_bootstrap_url_parse(hc_ctx.bs_params.url, "HCOMM_BOOTSTRAP",
+                                                          &url) == HCOMM_OK &&
+        !url.is_file)
+        snprintf(hc_ctx.bootstrap_host, sizeof(hc_ctx.bootstrap_host), "%s", url.host);
     hc_ctx.env = (hc_drv_env_t){
+        .bootstrap_host = hc_ctx.bootstrap_host,
         .rank = hc_ctx.rank,
         .size = hc_ctx.size,
         .local_rank = hc_ctx.local_rank,

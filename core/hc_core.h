@@ -176,6 +176,7 @@ typedef struct hc_ctx {
     int *node_of_rank;
     int *local_ranks;   /* world ranks of my node */
     char node_id[160];
+    char bootstrap_host[256]; /* host of a tcp:// rendezvous, "" otherwise */
     hc_bootstrap_params_t bs_params;
     hc_bootstrap_t *bs;
     hc_drv_env_t env;

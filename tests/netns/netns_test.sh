@@ -8,6 +8,8 @@
 #   p2p_1x1   2 nodes x 1 rank: p2p up to 64 MiB
 #   p2p_2x2   2 nodes x 2 ranks (shm inside, tcp between), p2p up to 16 MiB
 #   coll_2x2  2 nodes x 2 ranks: p2p + collectives (--coll)
+#   coll_1x1  2 nodes x 1 rank: p2p + collectives
+#   coll_3x1  3 nodes x 1 rank (bridge): p2p + collectives
 #   sigstop   2x2: one rank stopped 5 s mid-run, then continued: all pass
 #   sigkill   2x2: one rank killed: the others report HCOMM_ERR_PEER_FAILED
 #             naming it within 5 s
@@ -98,6 +100,16 @@ p2p_2x2)
 coll_2x2)
     "$netns" up 2 || fail "netns setup"
     launch 2 2 --max 16M --coll
+    wait_all 150
+    ;;
+coll_1x1)
+    "$netns" up 2 || fail "netns setup"
+    launch 2 1 --max 4M --coll
+    wait_all 150
+    ;;
+coll_3x1)
+    "$netns" up 3 || fail "netns setup"
+    launch 3 1 --max 4M --coll
     wait_all 150
     ;;
 sigstop)
