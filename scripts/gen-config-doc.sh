@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Regenerates docs/config.md from `hcomm_info -c` (run after adding a knob).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+info=${1:-build/bin/hcomm_info}
+{
+    echo "# Configuration knobs"
+    echo
+    echo "Every knob is an environment variable read once by \`hcomm_init\`. This list is"
+    echo "the output of \`hcomm_info -c\` with no \`HCOMM_*\` variable set; the test"
+    echo "\`config_doc\` fails when it drifts from the code (regenerate with"
+    echo "\`scripts/gen-config-doc.sh\`)."
+    echo
+    echo '```'
+    env -i "$info" -c
+    echo '```'
+} >docs/config.md
