@@ -402,6 +402,25 @@ static void expect_failed(hcomm_status_t st, double t0, int victim, const char *
                what);
 }
 
+/* Survivors wait for each other before finalizing: a survivor that exits
+ * early would otherwise be the failed peer the slower ones see first. */
+static void survivors_sync(int victim)
+{
+    hcomm_comm_t w = hcomm_comm_world();
+    hcomm_request_t *reqs = mp_xmalloc(sizeof(*reqs) * 2 * (size_t)mp_size);
+    int32_t out = 1, *in = mp_xmalloc(sizeof(int32_t) * (size_t)mp_size);
+    int nr = 0;
+    for (int p = 0; p < mp_size; p++) {
+        if (p == victim || p == mp_rank) continue;
+        MP_OK(hcomm_irecv(&in[p], 1, HCOMM_INT32, p, 999, w, &reqs[nr++]));
+        MP_OK(hcomm_isend(&out, 1, HCOMM_INT32, p, 999, w, &reqs[nr++]));
+    }
+    for (int i = 0; i < nr; i++)
+        MP_OK(hcomm_wait(reqs[i]));
+    free(reqs);
+    free(in);
+}
+
 static int run_kill(int victim)
 {
     hcomm_comm_t w = hcomm_comm_world();
@@ -424,6 +443,7 @@ static int run_kill(int victim)
     int64_t one = 1, s = 0;
     expect_failed(hcomm_allreduce(&one, &s, 1, HCOMM_INT64, HCOMM_SUM, w), t0, victim,
                   "hcomm_allreduce after");
+    survivors_sync(victim);
     free(buf);
     t0 = mp_now();
     hcomm_status_t st = hcomm_finalize();
