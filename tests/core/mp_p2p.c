@@ -10,6 +10,9 @@
  *                            (default 16 MiB)
  *   mp_p2p --huge            one 1.5 GiB message 0 -> 1 (skips, exit 77,
  *                            when MemAvailable is too small)
+ *   mp_p2p --short           messages shorter than the receive buffer give
+ *                            the same status at eager and rendezvous sizes;
+ *                            the largest tag
  */
 #include "mp_test.h"
 
@@ -383,6 +386,48 @@ static void phase_truncate(hcomm_comm_t w)
     }
 }
 
+/* A message shorter than the receive buffer: hcomm.h says a receive takes
+ * exactly count elements, so whichever status that gives, it must not depend
+ * on the protocol the message size happens to select (eager or rendezvous).
+ * Also the largest tag. */
+static void phase_short(hcomm_comm_t w)
+{
+    static const size_t ssz[] = {100, 64 * KIB};
+    int partner = mp_rank % 2 ? mp_rank - 1 : mp_rank + 1;
+    if (partner >= mp_size) return;
+    hcomm_status_t got[2];
+    for (int s = 0; s < 2; s++) {
+        size_t n = ssz[s];
+        uint8_t *buf = mp_xmalloc(n + 1);
+        if (mp_rank % 2 == 0) {
+            fill(buf, n, seed_of(mp_rank, partner, n, 70));
+            hcomm_status_t st = hcomm_send(buf, n, HCOMM_UINT8, partner, 70 + s, w);
+            if (st != HCOMM_OK && st != HCOMM_ERR_TRUNCATED)
+                mp_fail("short: sender of %zu bytes expected OK or ERR_TRUNCATED got %s (%s)", n,
+                        mp_status_name(st), hcomm_last_error());
+        } else {
+            got[s] = hcomm_recv(buf, n + 1, HCOMM_UINT8, partner, 70 + s, w);
+            if (got[s] == HCOMM_OK || got[s] == HCOMM_ERR_TRUNCATED)
+                verify(buf, n, seed_of(partner, mp_rank, n, 70), "short", partner);
+            else
+                mp_fail("short: %zu-byte message into %zu bytes expected OK or ERR_TRUNCATED "
+                        "got %s (%s)",
+                        n, n + 1, mp_status_name(got[s]), hcomm_last_error());
+        }
+        free(buf);
+    }
+    if (mp_rank % 2 && got[0] != got[1])
+        mp_fail("short message into a larger receive: expected the same status for eager (%zu "
+                "bytes) and rendezvous (%zu bytes) sizes got %s and %s",
+                ssz[0], ssz[1], mp_status_name(got[0]), mp_status_name(got[1]));
+    int32_t v = 0x7ead, r = 0;
+    hcomm_request_t sr;
+    MP_OK(hcomm_isend(&v, 1, HCOMM_INT32, mp_rank, INT32_MAX, w, &sr));
+    MP_OK(hcomm_recv(&r, 1, HCOMM_INT32, mp_rank, INT32_MAX, w));
+    MP_OK(hcomm_wait(sr));
+    if (r != v) mp_fail("tag INT32_MAX to self: expected 0x%x got 0x%x", v, r);
+}
+
 static size_t mem_available(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -433,14 +478,16 @@ static int run_huge(void)
 
 int main(int argc, char **argv)
 {
-    int huge = 0;
+    int huge = 0, only_short = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) {
             g_max_bytes = strtoull(argv[++i], NULL, 0);
         } else if (!strcmp(argv[i], "--huge")) {
             huge = 1;
+        } else if (!strcmp(argv[i], "--short")) {
+            only_short = 1;
         } else {
-            fprintf(stderr, "usage: mp_p2p [--max-bytes N] [--huge]\n");
+            fprintf(stderr, "usage: mp_p2p [--max-bytes N] [--huge | --short]\n");
             return 2;
         }
     }
@@ -451,15 +498,18 @@ int main(int argc, char **argv)
     struct {
         const char *name;
         void (*fn)(hcomm_comm_t);
+        int is_short;
     } phases[] = {
-        {"ring", phase_ring}, {"self", phase_self},         {"unexpected", phase_unexpected},
-        {"fifo", phase_fifo}, {"alltoall", phase_alltoall}, {"truncate", phase_truncate}};
+        {"ring", phase_ring},     {"self", phase_self},         {"unexpected", phase_unexpected},
+        {"fifo", phase_fifo},     {"alltoall", phase_alltoall}, {"truncate", phase_truncate},
+        {"short", phase_short, 1}};
     for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
+        if (phases[i].is_short != only_short) continue;
         double t0 = mp_now();
         phases[i].fn(w);
         MP_OK(hcomm_barrier(w));
         if (mp_rank == 0)
             printf("rank 0: phase %s done in %.2f s\n", phases[i].name, mp_now() - t0);
     }
-    return mp_finish("mp_p2p");
+    return mp_finish(only_short ? "mp_p2p --short" : "mp_p2p");
 }
