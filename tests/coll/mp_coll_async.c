@@ -10,7 +10,9 @@
  *                          (even/odd, reversed keys, HCOMM_UNDEFINED) with
  *                          collectives outstanding on several communicators
  *                          at once, posted in different orders on different
- *                          ranks; 40 split/free cycles (--no-cycles: without
+ *                          ranks; hcomm_comm_abort from a watchdog thread
+ *                          ending a blocked receive and a collective that
+ *                          cannot complete; 40 split/free cycles (--no-cycles: without
  *                          them, --cycles-only: only them).
  *   mp_coll_async --kill V rank V SIGKILLs itself right after posting large
  *                          collectives; the others must get ERR_PEER_FAILED
@@ -18,6 +20,7 @@
  */
 #include "mp_test.h"
 
+#include <pthread.h>
 #include <signal.h>
 
 #define NOPS 8
@@ -384,6 +387,63 @@ static void phase_cycles(hcomm_comm_t w)
     }
 }
 
+/* hcomm_comm_abort from a watchdog thread while the main thread is blocked
+ * in hcomm_recv, and while a collective that can never complete (rank 0
+ * does not join it) is outstanding: both must end with ERR_ABORTED promptly;
+ * world stays usable. */
+static void *watchdog(void *arg)
+{
+    mp_sleep_ms(300);
+    hcomm_status_t st = hcomm_comm_abort((hcomm_comm_t)arg);
+    if (st != HCOMM_OK)
+        mp_fail("hcomm_comm_abort from a watchdog thread expected OK got %s", mp_status_name(st));
+    return NULL;
+}
+
+static void phase_abort(hcomm_comm_t w)
+{
+    for (int kind = 0; kind < 2; kind++) {
+        hcomm_comm_t sub;
+        MP_OK(hcomm_comm_split(w, 0, mp_rank, &sub));
+        pthread_t th;
+        int joins = kind == 0 || mp_rank != 0;
+        if (joins && pthread_create(&th, NULL, watchdog, sub) != 0) {
+            mp_fail("pthread_create failed");
+            exit(1);
+        }
+        double t0 = mp_now();
+        if (kind == 0) {
+            int32_t x;
+            hcomm_status_t st = hcomm_recv(&x, 1, HCOMM_INT32, hcomm_comm_rank(sub), 5, sub);
+            if (st != HCOMM_ERR_ABORTED)
+                mp_fail("hcomm_recv on a communicator aborted by another thread expected "
+                        "ERR_ABORTED got %s (%s)",
+                        mp_status_name(st), hcomm_last_error());
+        } else if (joins) {
+            int64_t v = 1, r = 0;
+            hcomm_request_t req;
+            MP_OK(hcomm_iallreduce(&v, &r, 1, HCOMM_INT64, HCOMM_SUM, sub, &req));
+            hcomm_status_t st = hcomm_wait(req);
+            if (st != HCOMM_ERR_ABORTED)
+                mp_fail("iallreduce rank 0 never joins, aborted by another thread: expected "
+                        "ERR_ABORTED got %s (%s)",
+                        mp_status_name(st), hcomm_last_error());
+        }
+        if (joins) {
+            if (mp_now() - t0 > 10)
+                mp_fail("abort from another thread took %.1f s to end the wait", mp_now() - t0);
+            pthread_join(th, NULL);
+        }
+        MP_OK(hcomm_comm_free(sub));
+        MP_OK(hcomm_barrier(w));
+    }
+    int64_t one = 1, n = 0;
+    MP_OK(hcomm_allreduce(&one, &n, 1, HCOMM_INT64, HCOMM_SUM, w));
+    if (n != mp_size)
+        mp_fail("world allreduce after aborted sub-communicators expected %d got %lld", mp_size,
+                (long long)n);
+}
+
 static void expect_failed(hcomm_status_t st, double t0, int victim, const char *what)
 {
     double dt = mp_now() - t0;
@@ -485,6 +545,7 @@ int main(int argc, char **argv)
     } phases[] = {{"outstanding", phase_outstanding, others},
                   {"groups", phase_groups, others},
                   {"split", phase_split, others},
+                  {"abort", phase_abort, others},
                   {"split/free cycles", phase_cycles, cycles}};
     for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
         if (!phases[i].run) continue;
