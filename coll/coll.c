@@ -35,8 +35,18 @@ hc_coll_op_t *hc_coll_op_alloc(void)
         hc_coll_op_cache = *(hc_coll_op_t **)op;
     else if (!(op = malloc(sizeof(*op))))
         return NULL;
-    memset(op, 0, offsetof(hc_coll_op_t, reqs));
+    /* Only the algorithm state is reset: hc_coll_post sets the arguments. */
+    op->started = false;
+    op->state = op->phase = op->round = op->nrounds = 0;
+    op->tick = op->tick_end = 0;
+    op->off = op->chunk = 0;
+    op->tmp = NULL;
+    op->tmp_bytes = 0;
     op->nreqs = 0;
+    op->vrank = op->pof2 = op->rem = 0;
+    op->algo = NULL;
+    op->on_done = NULL;
+    op->done_arg = NULL;
     hc_list_init(&op->link);
     return op;
 }
@@ -80,6 +90,8 @@ static void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status)
     hc_list_del(&op->link);
     if (status != HCOMM_OK)
         hc_coll_break(op->comm, hc_error_last());
+    if (op->on_done)
+        op->on_done(op, status);
     req->coll = NULL;
     hc_coll_op_release(op);
     hc_request_complete(req, status);
@@ -92,8 +104,11 @@ static int hc_coll_run(struct hcomm_comm *comm)
     while (!hc_list_empty(&comm->coll_queue)) {
         hc_coll_op_t *op = hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
         op->started = true;
+        int before = op->phase * 8 + op->state;
         int rc = op->step(op);
         if (rc == HC_COLL_PENDING) {
+            /* A step that moved counts as an event: the wait stays hot. */
+            done += op->phase * 8 + op->state != before;
             int dead = hc_coll_failed_member(comm);
             if (HC_LIKELY(dead < 0))
                 break;
@@ -152,6 +167,24 @@ static void hc_coll_cancel(struct hcomm_request *req)
     hc_coll_op_release(op);
 }
 
+/* Which rank a stuck collective waits for: the peer of its first pending
+ * p2p request, or for node algorithms the rank whose flag it polls. Ops
+ * queued behind another wait for what the head waits for. */
+static int hc_coll_waiting(struct hcomm_request *req)
+{
+    hc_coll_op_t *op = req->coll;
+    if (!op)
+        return -1;
+    if (!hc_list_empty(&op->comm->coll_queue))
+        op = hc_container_of(op->comm->coll_queue.next, hc_coll_op_t, link);
+    for (int i = 0; i < op->nreqs; i++)
+        if (!op->reqs[i]->done)
+            return op->reqs[i]->peer;
+    if (op->algo && !strncmp(op->algo, "node", 4) && op->round < op->comm->size)
+        return op->round;
+    return -1;
+}
+
 static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status)
 {
     hc_coll_comm_t *cc = comm->coll_priv;
@@ -163,7 +196,7 @@ static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status)
                  status == HCOMM_ERR_ABORTED ? "aborted or freed" : "torn down");
         hc_coll_finish(op, status);
     }
-    if (comm->aborted) {
+    if (hc_comm_aborted(comm)) {
         hc_coll_break(comm, "the communicator was aborted");
         return; /* the comm stays allocated until hcomm_comm_free */
     }
@@ -176,13 +209,16 @@ static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status)
 }
 
 void hc_coll_group_fini(void);
+void hc_coll_api_init(void);
 
 hcomm_status_t hc_coll_init(void)
 {
     hc_reduce_init();
+    hc_coll_api_init();
     hc_list_init(&hc_coll_active);
     hc_progress_hook = hc_coll_progress;
     hc_coll_cancel_hook = hc_coll_cancel;
+    hc_coll_waiting_hook = hc_coll_waiting;
     hc_coll_comm_free_hook = hc_coll_comm_free;
     return HCOMM_OK;
 }
@@ -193,7 +229,7 @@ void hc_coll_fini(void)
     hc_list_t *pos, *tmp;
     for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
         struct hcomm_comm *comm = hc_container_of(pos, struct hcomm_comm, link);
-        comm->aborted = 0;
+        __atomic_store_n(&comm->aborted, 0, __ATOMIC_RELAXED);
         hc_coll_comm_free(comm, HCOMM_ERR_ABORTED);
     }
     (void)tmp;
@@ -205,6 +241,7 @@ void hc_coll_fini(void)
     hc_coll_group_fini();
     hc_progress_hook = NULL;
     hc_coll_cancel_hook = NULL;
+    hc_coll_waiting_hook = NULL;
     hc_coll_comm_free_hook = NULL;
 }
 

@@ -72,6 +72,9 @@ struct hc_coll_op {
     struct hcomm_request *reqs[HC_COLL_MAX_REQS];
     int nreqs;
     int vrank, pof2, rem;
+    /* Called when the op ends, before its request completes (group fusion). */
+    void (*on_done)(hc_coll_op_t *op, hcomm_status_t status);
+    void *done_arg;
 };
 
 /* Per-communicator state of coll/ (comm->coll_priv). */
@@ -93,7 +96,9 @@ int hc_coll_progress(void);
 
 /* ---- node algorithms (coll_node.c) ----------------------------------------- */
 bool hc_coll_node_usable(struct hcomm_comm *comm);
-hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op);
+/* forced: NULL, "node", or a node sub-algorithm ("node-direct",
+ * "node-staged") that applies to allreduce. */
+hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op, const char *forced);
 void hc_coll_node_free(struct hc_coll_node *node);
 
 /* ---- p2p algorithms (coll_net.c) --------------------------------------------- */

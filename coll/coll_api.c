@@ -4,6 +4,9 @@
  * wrappers, groups, and hcomm_comm_split (an allgather on the parent).
  */
 #include "coll/coll.h"
+#include "core/stats.h"
+
+_Static_assert((int)HC_COLL_KIND_COUNT == (int)HC_STATS_COLL_KINDS, "stats cover every collective");
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +24,8 @@ static const char *const hc_coll_names[HC_COLL_KIND_COUNT] = {
 static struct {
     hc_coll_op_t **ops;
     struct hcomm_request **blocking; /* requests of blocking calls, waited at end */
-    int nops, nblocking, cap;
+    struct hcomm_request **fused;    /* internal requests of fused ops, freed at end */
+    int nops, nblocking, nfused, cap;
 } hc_group;
 
 static uint64_t hc_coll_logged[HC_COLL_KIND_COUNT]; /* size classes already explained */
@@ -49,23 +53,37 @@ static int hc_coll_local_step(hc_coll_op_t *op)
     return HC_COLL_DONE;
 }
 
+static const char *hc_coll_forced; /* HCOMM_ALGO unless "auto", read at init */
+
+void hc_coll_api_init(void)
+{
+    hc_coll_forced = strcasecmp(hc_cfg.algo, "auto") ? hc_cfg.algo : NULL;
+    memset(hc_coll_logged, 0, sizeof(hc_coll_logged));
+}
+
 static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
 {
-    const char *forced = strcasecmp(hc_cfg.algo, "auto") ? hc_cfg.algo : NULL;
+    const char *forced = hc_coll_forced;
     op->step = NULL;
     if (op->comm->size == 1) {
         op->step = hc_coll_local_step;
         op->algo = "local";
-    } else if ((!forced || !strcasecmp(forced, "node")) && hc_coll_node_usable(op->comm)) {
-        op->step = hc_coll_node_select(op);
+    } else if ((!forced || !strncasecmp(forced, "node", 4)) && hc_coll_node_usable(op->comm)) {
+        op->step = hc_coll_node_select(op, forced);
     }
     if (!op->step)
-        op->step = hc_coll_net_select(op, forced && strcasecmp(forced, "node") ? forced : NULL);
+        op->step = hc_coll_net_select(op, forced && strncasecmp(forced, "node", 4) ? forced : NULL);
     if (!op->step)
         return hc_error(HCOMM_ERR_UNSUPPORTED, "%s: no algorithm for %zu bytes on %d ranks%s%s",
                         hc_coll_names[op->kind], op->bytes, op->comm->size,
                         forced ? " with HCOMM_ALGO=" : "", forced ? forced : "");
     hc_coll_explain(op);
+    hc_stats.coll_calls[op->kind]++;
+    hc_stats.coll_bytes[op->kind] += op->bytes;
+    if (op->algo && !strncmp(op->algo, "node", 4))
+        hc_stats.coll_node++;
+    else if (op->comm->size > 1)
+        hc_stats.coll_p2p++;
     return HCOMM_OK;
 }
 
@@ -81,6 +99,10 @@ static bool hc_group_push(void **arr_p, int *n, size_t elem)
         if (!bl)
             return false;
         hc_group.blocking = bl;
+        void *fu = realloc(hc_group.fused, sizeof(*hc_group.fused) * (size_t)cap);
+        if (!fu)
+            return false;
+        hc_group.fused = fu;
         hc_group.cap = cap;
     }
     (void)arr_p;
@@ -124,7 +146,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
     op->dtype = dtype;
     op->op = rop;
     op->root = root;
-    op->esize = hcomm_dtype_size(dtype);
+    op->esize = hc_dtype_size(dtype);
     op->bytes = bytes;
 
     if (hc_ctx.group_depth > 0) {
@@ -386,6 +408,113 @@ HC_EXPORT hcomm_status_t hcomm_ibarrier(hcomm_comm_t comm, hcomm_request_t *req_
 
 /* ---- groups ------------------------------------------------------------------------ */
 
+static hcomm_status_t hc_group_launch(hc_coll_op_t *op)
+{
+    struct hcomm_request *req = op->req;
+    hcomm_status_t st = hc_coll_select(op);
+    if (st == HCOMM_OK)
+        st = hc_coll_start(op);
+    if (st != HCOMM_OK) {
+        req->coll = NULL;
+        if (op->on_done)
+            op->on_done(op, st);
+        hc_coll_op_release(op);
+        hc_request_complete(req, st);
+    }
+    return st;
+}
+
+/* A fused allreduce: the members' inputs packed in op->tmp, the result
+ * unpacked into each member's output, each member's request completed. */
+typedef struct {
+    int n;
+    hc_coll_op_t *members[];
+} hc_fusion_t;
+
+static void hc_fusion_done(hc_coll_op_t *op, hcomm_status_t status)
+{
+    hc_fusion_t *f = op->done_arg;
+    size_t off = 0;
+    for (int i = 0; i < f->n; i++) {
+        hc_coll_op_t *m = f->members[i];
+        if (status == HCOMM_OK)
+            memcpy(m->rbuf, (uint8_t *)op->tmp + op->bytes + off, m->bytes);
+        off += m->bytes;
+        struct hcomm_request *req = m->req;
+        req->coll = NULL;
+        hc_coll_op_release(m);
+        hc_request_complete(req, status);
+    }
+    free(f);
+}
+
+/* Fuses small allreduces of the group that share comm, dtype and op with
+ * group op i into one, when their total fits HCOMM_GROUP_FUSE. */
+static hcomm_status_t hc_group_fuse(int i)
+{
+    hc_coll_op_t *lead = hc_group.ops[i];
+    if (lead->kind != HC_COLL_ALLREDUCE || lead->bytes > hc_cfg.group_fuse)
+        return HCOMM_OK;
+    int n = 0;
+    size_t total = 0;
+    for (int k = i; k < hc_group.nops; k++) {
+        hc_coll_op_t *m = hc_group.ops[k];
+        if (m && m->kind == HC_COLL_ALLREDUCE && m->comm == lead->comm && m->dtype == lead->dtype &&
+            m->op == lead->op && total + m->bytes <= hc_cfg.group_fuse) {
+            n++;
+            total += m->bytes;
+        } else if (m && m->comm == lead->comm) {
+            break; /* keep issue order on this communicator */
+        }
+    }
+    if (n < 2)
+        return HCOMM_OK;
+    hc_fusion_t *f = malloc(sizeof(*f) + sizeof(hc_coll_op_t *) * (size_t)n);
+    hc_coll_op_t *op = hc_coll_op_alloc();
+    struct hcomm_request *req = hc_request_alloc(HC_REQ_COLL);
+    uint8_t *buf = malloc(2 * total);
+    if (!f || !op || !req || !buf) {
+        free(f);
+        free(buf);
+        if (op)
+            hc_coll_op_release(op);
+        if (req)
+            hc_request_free(req);
+        return HCOMM_OK; /* no memory to fuse: launch them one by one */
+    }
+    f->n = 0;
+    size_t off = 0;
+    for (int k = i; k < hc_group.nops && f->n < n; k++) {
+        hc_coll_op_t *m = hc_group.ops[k];
+        if (!(m && m->kind == HC_COLL_ALLREDUCE && m->comm == lead->comm &&
+              m->dtype == lead->dtype && m->op == lead->op))
+            continue;
+        memcpy(buf + off, m->sbuf, m->bytes);
+        off += m->bytes;
+        f->members[f->n++] = m;
+        hc_group.ops[k] = NULL;
+    }
+    req->comm = lead->comm;
+    req->peer = -1;
+    req->coll = op;
+    op->req = req;
+    op->comm = lead->comm;
+    op->kind = HC_COLL_ALLREDUCE;
+    op->sbuf = buf;
+    op->rbuf = buf + total;
+    op->tmp = buf; /* freed with the op */
+    op->dtype = lead->dtype;
+    op->op = lead->op;
+    op->esize = lead->esize;
+    op->count = total / lead->esize;
+    op->bytes = total;
+    op->on_done = hc_fusion_done;
+    op->done_arg = f;
+    hc_group.fused[hc_group.nfused++] = req;
+    hc_group.ops[i] = NULL;
+    return hc_group_launch(op);
+}
+
 HC_EXPORT hcomm_status_t hcomm_group_start(void)
 {
     hcomm_status_t st = hc_check_init("hcomm_group_start");
@@ -407,17 +536,13 @@ HC_EXPORT hcomm_status_t hcomm_group_end(void)
     hcomm_status_t first = HCOMM_OK;
     for (int i = 0; i < hc_group.nops; i++) {
         hc_coll_op_t *op = hc_group.ops[i];
-        struct hcomm_request *req = op->req;
-        st = hc_coll_select(op);
-        if (st == HCOMM_OK)
-            st = hc_coll_start(op);
-        if (st != HCOMM_OK) {
-            req->coll = NULL;
-            hc_coll_op_release(op);
-            hc_request_complete(req, st);
-            if (first == HCOMM_OK)
-                first = st;
-        }
+        if (!op)
+            continue; /* fused into an earlier one */
+        st = hc_group_fuse(i);
+        if (st == HCOMM_OK && hc_group.ops[i])
+            st = hc_group_launch(op);
+        if (st != HCOMM_OK && first == HCOMM_OK)
+            first = st;
     }
     hc_group.nops = 0;
     for (int i = 0; i < hc_group.nblocking; i++) {
@@ -427,6 +552,13 @@ HC_EXPORT hcomm_status_t hcomm_group_end(void)
         hc_request_free(hc_group.blocking[i]);
     }
     hc_group.nblocking = 0;
+    for (int i = 0; i < hc_group.nfused; i++) {
+        st = hc_request_wait(hc_group.fused[i], "hcomm_group_end");
+        if (st != HCOMM_OK && first == HCOMM_OK)
+            first = st;
+        hc_request_free(hc_group.fused[i]);
+    }
+    hc_group.nfused = 0;
     return first;
 }
 
@@ -434,6 +566,7 @@ void hc_coll_group_fini(void)
 {
     free(hc_group.ops);
     free(hc_group.blocking);
+    free(hc_group.fused);
     memset(&hc_group, 0, sizeof(hc_group));
 }
 

@@ -4,7 +4,8 @@
  *
  * Dispatch: at first use hc_reduce_init() detects the CPU (CPUID, plus XGETBV
  * for the OS saving ymm/zmm state) and builds one table of kernels per ISA,
- * each layered over the one below (scalar, AVX2 over it, AVX-512 over that),
+ * each layered over the one below (scalar, AVX2 over it, AVX-512 over that,
+ * AVX512_FP16 over AVX-512),
  * so an ISA without a kernel for some (dtype, op) falls back to the best lower
  * one. hc_reduce() then costs one acquire load (a plain load on x86) and an
  * indirect call per call, nothing per element.
@@ -326,7 +327,7 @@ static const size_t hc_reduce_esize[HCOMM_DTYPE_COUNT] = {
     [HCOMM_FLOAT32] = 4, [HCOMM_FLOAT64] = 8,
 };
 
-static const char *const hc_reduce_isa_names[] = {"scalar", "avx2", "avx512"};
+static const char *const hc_reduce_isa_names[] = {"scalar", "avx2", "avx512", "avx512fp16"};
 #define HC_ISA_COUNT ((int)HC_ARRAY_SIZE(hc_reduce_isa_names))
 
 static hc_reduce_table_t hc_reduce_tables[HC_ISA_COUNT];
@@ -350,10 +351,11 @@ static void hc_reduce_cpu_detect(bool have[])
     bool os_zmm = (xlo & 0xe6u) == 0xe6u;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
     bool avx2 = b & (1u << 5), avx512f = b & (1u << 16), avx512dq = b & (1u << 17),
-         avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
+         avx512bw = b & (1u << 30), avx512vl = b & (1u << 31), avx512fp16 = d & (1u << 23);
     have[HC_ISA_AVX2] = os_ymm && avx2 && f16c && fma;
     have[HC_ISA_AVX512] =
         have[HC_ISA_AVX2] && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
+    have[HC_ISA_AVX512_FP16] = have[HC_ISA_AVX512] && avx512fp16;
 #else
     (void)have;
 #endif
@@ -370,6 +372,10 @@ static void hc_reduce_init_once(void)
     memcpy(hc_reduce_tables[HC_ISA_AVX512], hc_reduce_tables[HC_ISA_AVX2],
            sizeof(hc_reduce_table_t));
     hc_reduce_avx512_fill(hc_reduce_tables[HC_ISA_AVX512]);
+    memcpy(hc_reduce_tables[HC_ISA_AVX512_FP16], hc_reduce_tables[HC_ISA_AVX512],
+           sizeof(hc_reduce_table_t));
+    if (!hc_reduce_avx512fp16_fill(hc_reduce_tables[HC_ISA_AVX512_FP16]))
+        hc_reduce_have[HC_ISA_AVX512_FP16] = false;
 
     int best = HC_ISA_SCALAR;
     for (int i = 0; i < HC_ISA_COUNT; i++)
@@ -383,17 +389,18 @@ static void hc_reduce_init_once(void)
         for (int i = 0; i < HC_ISA_COUNT; i++)
             if (strcasecmp(force, hc_reduce_isa_names[i]) == 0) want = i;
         if (want < 0)
-            hc_log_warn("HCOMM_REDUCE_ISA=%s is not one of scalar|avx2|avx512; using %s", force,
-                        hc_reduce_isa_names[best]);
+            hc_log_warn("HCOMM_REDUCE_ISA=%s is not one of scalar|avx2|avx512|avx512fp16; using %s",
+                        force, hc_reduce_isa_names[best]);
         else if (!hc_reduce_have[want])
             hc_log_warn("HCOMM_REDUCE_ISA=%s: this CPU (or OS) lacks it; using %s", force,
                         hc_reduce_isa_names[best]);
         else
             best = want;
     }
-    hc_log_info("reduce kernels: %s (cpu has avx2: %s, avx512: %s)", hc_reduce_isa_names[best],
-                hc_reduce_have[HC_ISA_AVX2] ? "yes" : "no",
-                hc_reduce_have[HC_ISA_AVX512] ? "yes" : "no");
+    hc_log_info("reduce kernels: %s (usable: avx2 %s, avx512 %s, avx512fp16 %s)",
+                hc_reduce_isa_names[best], hc_reduce_have[HC_ISA_AVX2] ? "yes" : "no",
+                hc_reduce_have[HC_ISA_AVX512] ? "yes" : "no",
+                hc_reduce_have[HC_ISA_AVX512_FP16] ? "yes" : "no");
     atomic_store_explicit(&hc_reduce_cur, best, memory_order_release);
 }
 
@@ -429,9 +436,9 @@ static HC_NOINLINE bool hc_reduce_args_bad(const char *func, void *dst, const vo
     const char *what = NULL;
     long long value = 0;
     if ((unsigned)dtype >= HCOMM_DTYPE_COUNT)
-        what = "dtype", value = dtype;
+        what = "dtype", value = (int)dtype;
     else if ((unsigned)op >= HCOMM_OP_COUNT)
-        what = "op", value = op;
+        what = "op", value = (int)op;
     else if (nsrc < 1 || nsrc > HC_REDUCE_MAX_SRCS)
         what = "nsrc", value = nsrc;
     else if (op == HCOMM_AVG && avg_div < 0)

@@ -1,11 +1,12 @@
 /*
  * Reduction kernels: dst[i] = op(src[0][i], ..., src[n-1][i]). One scalar
- * reference implementation and AVX2 / AVX-512 (incl. AVX512_BF16 where
- * useful) variants, chosen once at init from CPUID (HCOMM_REDUCE_ISA=
- * scalar|avx2|avx512 forces one, for tests). fp16 and bf16 accumulate in
- * fp32 across all n inputs and are rounded to nearest-even once; integer
- * arithmetic wraps; MAX/MIN compare in the element type. Every ISA gives
- * bit-identical results to the scalar reference.
+ * reference implementation and AVX2 / AVX-512 / AVX512_FP16 variants (not
+ * AVX512_BF16: its conversion flushes subnormals), chosen once at init from
+ * CPUID (HCOMM_REDUCE_ISA=scalar|avx2|avx512|avx512fp16 forces one, for
+ * tests). fp16 and bf16 accumulate in fp32 across all n inputs and are rounded
+ * to nearest-even once; integer arithmetic wraps; MAX/MIN compare in the
+ * element type. Every ISA gives bit-identical results to the scalar
+ * reference.
  *
  * Floating-point results, precisely (float32, float64, and float16/bfloat16
  * through their fp32 accumulator):
@@ -27,7 +28,9 @@
 
 #include "core/hc_base.h"
 
-typedef enum { HC_ISA_SCALAR, HC_ISA_AVX2, HC_ISA_AVX512 } hc_isa_t;
+/* HC_ISA_AVX512_FP16: AVX-512 plus native AVX512_FP16 arithmetic for 2-input
+ * fp16 SUM/PROD (same bits as the fp32 path, see reduce_avx512.c). */
+typedef enum { HC_ISA_SCALAR, HC_ISA_AVX2, HC_ISA_AVX512, HC_ISA_AVX512_FP16 } hc_isa_t;
 
 /* Picks the best ISA the CPU has (or the forced one). Thread-safe, idempotent. */
 void hc_reduce_init(void);

@@ -50,21 +50,28 @@ HC_INLINE2 void hc2_st_f16(void *p, size_t i, __m256 v)
 {
     _mm_storeu_si128((__m128i *)HC_WPTR(p, i, 2), _mm256_cvtps_ph(v, HC_PH_RNE));
 }
-HC_INLINE2 __m256 hc2_ld_bf16(const void *p, size_t i)
+/* bf16 in place, even/odd halves of 32-bit lanes (see reduce_avx512.c). */
+typedef struct {
+    __m256 e, o;
+} hc2_bp_t;
+HC_INLINE2 hc2_bp_t hc2_ld_bf16(const void *p, size_t i)
 {
-    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)HC_PTR(p, i, 2)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    __m256i x = _mm256_loadu_si256((const __m256i *)HC_PTR(p, i, 2));
+    hc2_bp_t v = {_mm256_castsi256_ps(_mm256_slli_epi32(x, 16)),
+                  _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)))};
+    return v;
 }
-HC_INLINE2 void hc2_st_bf16(void *p, size_t i, __m256 v)
+HC_INLINE2 __m256i hc2_bf16_rne(__m256 v)
 {
-    /* integer RNE (NaNs are canonical by now, see reduce_avx512.c) */
     __m256i x = _mm256_castps_si256(v);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-    x = _mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-    x = _mm256_srli_epi32(x, 16);
-    /* lanes hold 0..0xffff, so the unsigned-saturating pack is exact */
-    __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
-    _mm_storeu_si128((__m128i *)HC_WPTR(p, i, 2), h);
+    return _mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+}
+HC_INLINE2 void hc2_st_bf16(void *p, size_t i, hc2_bp_t v)
+{
+    __m256i e = _mm256_srli_epi32(hc2_bf16_rne(v.e), 16);
+    __m256i o = _mm256_and_si256(hc2_bf16_rne(v.o), _mm256_set1_epi32((int)0xffff0000u));
+    _mm256_storeu_si256((__m256i *)HC_WPTR(p, i, 2), _mm256_or_si256(e, o));
 }
 #define HC2_INT_LDST(tag, sz)                                                                      \
     HC_INLINE2 __m256i hc2_ld_##tag(const void *p, size_t i)                                       \
@@ -114,6 +121,24 @@ HC_INLINE2 __m256 hc2_ps_fin_avg(__m256 v, __m256 div)
 HC_INLINE2 __m256 hc2_ps_div(int avg_div)
 {
     return _mm256_set1_ps((float)avg_div);
+}
+
+#define HC2_BP_OP(op)                                                                              \
+    HC_INLINE2 hc2_bp_t hc2_bp_##op(hc2_bp_t a, hc2_bp_t b)                                        \
+    {                                                                                              \
+        hc2_bp_t r = {hc2_ps_##op(a.e, b.e), hc2_ps_##op(a.o, b.o)};                               \
+        return r;                                                                                  \
+    }
+HC2_BP_OP(add)
+HC2_BP_OP(mul)
+HC2_BP_OP(max)
+HC2_BP_OP(min)
+HC2_BP_OP(fin)
+HC2_BP_OP(fin_avg)
+HC_INLINE2 hc2_bp_t hc2_bp_div(int avg_div)
+{
+    hc2_bp_t r = {hc2_ps_div(avg_div), hc2_ps_div(avg_div)};
+    return r;
 }
 
 HC_INLINE2 __m256d hc2_pd_add(__m256d a, __m256d b)
@@ -245,7 +270,7 @@ HC2_INT_OP(u64_min, _mm256_blendv_epi8(a, b, hc2_u64_gt(a, b)))
 
 HC2_FLOAT(HCOMM_FLOAT32, f32, __m256, 8, ps)
 HC2_FLOAT(HCOMM_FLOAT16, f16, __m256, 8, ps)
-HC2_FLOAT(HCOMM_BFLOAT16, bf16, __m256, 8, ps)
+HC2_FLOAT(HCOMM_BFLOAT16, bf16, hc2_bp_t, 16, bp)
 HC2_FLOAT(HCOMM_FLOAT64, f64, __m256d, 4, pd)
 
 /* Integers: the tail of a shared signed/unsigned SUM/PROD kernel may use

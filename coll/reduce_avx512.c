@@ -10,10 +10,10 @@
  * keeps the source pointers in registers.
  *
  * fp16 goes through vcvtph2ps/vcvtps2ph (round to nearest even). bf16 is
- * rounded with integer RNE arithmetic rather than AVX512_BF16 vcvtne2ps2bf16,
- * because that instruction flushes subnormal inputs to zero and the result
- * must match the scalar reference bit for bit. NaNs are made canonical before
- * the store (reduce.h), so the bf16 rounding never sees a NaN payload.
+ * widened in place (see hc512_bp_t) and rounded with integer RNE arithmetic rather than AVX512_BF16
+ * vcvtne2ps2bf16, because that instruction flushes subnormal inputs to zero and the result must
+ * match the scalar reference bit for bit. NaNs are made canonical before the store (reduce.h), so
+ * the bf16 rounding never sees a NaN payload.
  */
 #include "coll/reduce_impl.h"
 
@@ -80,33 +80,49 @@ HC_INLINE512 void hc512_stm_f16(void *p, size_t i, __m512 v, __mmask16 m)
     _mm256_mask_storeu_epi16(HC_WPTR(p, i, 2), m, _mm512_cvtps_ph(v, HC_PH_RNE));
 }
 
-HC_INLINE512 __m512 hc512_bf16_widen(__m256i h)
+/* bf16 stays in place: a 64-byte load holds 32 bf16, the even ones in the
+ * low halves of the 32-bit lanes, the odd ones in the high halves. Shifting
+ * the even ones up and masking the odd ones gives two fp32 vectors with no
+ * cross-lane shuffle; elementwise ops do not care which lane holds which
+ * element. The store rounds (integer RNE) and puts each half back. */
+typedef struct {
+    __m512 e, o;
+} hc512_bp_t;
+HC_INLINE512 hc512_bp_t hc512_bf16_split(__m512i x)
 {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    hc512_bp_t v = {_mm512_castsi512_ps(_mm512_slli_epi32(x, 16)),
+                    _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u)))};
+    return v;
 }
-/* RNE to the top 16 bits, left in the low half of each 32-bit lane. */
-HC_INLINE512 __m512i hc512_bf16_round(__m512 v)
+/* x + 0x7fff + lsb: RNE to the top 16 bits; a carry into the exponent (even
+ * into Inf) is right. */
+HC_INLINE512 __m512i hc512_bf16_rne(__m512 v)
 {
     __m512i x = _mm512_castps_si512(v);
     __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-    x = _mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    return _mm512_srli_epi32(x, 16);
+    return _mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
 }
-HC_INLINE512 __m512 hc512_ld_bf16(const void *p, size_t i)
+HC_INLINE512 __m512i hc512_bf16_join(hc512_bp_t v)
 {
-    return hc512_bf16_widen(_mm256_loadu_si256((const __m256i *)HC_PTR(p, i, 2)));
+    __m512i e = _mm512_srli_epi32(hc512_bf16_rne(v.e), 16);
+    __m512i o = _mm512_and_si512(hc512_bf16_rne(v.o), _mm512_set1_epi32((int)0xffff0000u));
+    return _mm512_or_si512(e, o);
 }
-HC_INLINE512 __m512 hc512_ldm_bf16(const void *p, size_t i, __mmask16 m)
+HC_INLINE512 hc512_bp_t hc512_ld_bf16(const void *p, size_t i)
 {
-    return hc512_bf16_widen(_mm256_maskz_loadu_epi16(m, HC_PTR(p, i, 2)));
+    return hc512_bf16_split(_mm512_loadu_si512(HC_PTR(p, i, 2)));
 }
-HC_INLINE512 void hc512_st_bf16(void *p, size_t i, __m512 v)
+HC_INLINE512 hc512_bp_t hc512_ldm_bf16(const void *p, size_t i, __mmask32 m)
 {
-    _mm256_storeu_si256((__m256i *)HC_WPTR(p, i, 2), _mm512_cvtepi32_epi16(hc512_bf16_round(v)));
+    return hc512_bf16_split(_mm512_maskz_loadu_epi16(m, HC_PTR(p, i, 2)));
 }
-HC_INLINE512 void hc512_stm_bf16(void *p, size_t i, __m512 v, __mmask16 m)
+HC_INLINE512 void hc512_st_bf16(void *p, size_t i, hc512_bp_t v)
 {
-    _mm512_mask_cvtepi32_storeu_epi16(HC_WPTR(p, i, 2), m, hc512_bf16_round(v));
+    _mm512_storeu_si512(HC_WPTR(p, i, 2), hc512_bf16_join(v));
+}
+HC_INLINE512 void hc512_stm_bf16(void *p, size_t i, hc512_bp_t v, __mmask32 m)
+{
+    _mm512_mask_storeu_epi16(HC_WPTR(p, i, 2), m, hc512_bf16_join(v));
 }
 
 #define HC512_INT_LDST(tag, sz, M, bits)                                                           \
@@ -168,6 +184,25 @@ HC_INLINE512 __m512 hc512_ps_fin_avg(__m512 v, __m512 div)
 HC_INLINE512 __m512 hc512_ps_div(int avg_div)
 {
     return _mm512_set1_ps((float)avg_div);
+}
+
+/* The bf16 pair applies the fp32 op to both halves. */
+#define HC512_BP_OP(op)                                                                            \
+    HC_INLINE512 hc512_bp_t hc512_bp_##op(hc512_bp_t a, hc512_bp_t b)                              \
+    {                                                                                              \
+        hc512_bp_t r = {hc512_ps_##op(a.e, b.e), hc512_ps_##op(a.o, b.o)};                         \
+        return r;                                                                                  \
+    }
+HC512_BP_OP(add)
+HC512_BP_OP(mul)
+HC512_BP_OP(max)
+HC512_BP_OP(min)
+HC512_BP_OP(fin)
+HC512_BP_OP(fin_avg)
+HC_INLINE512 hc512_bp_t hc512_bp_div(int avg_div)
+{
+    hc512_bp_t r = {hc512_ps_div(avg_div), hc512_ps_div(avg_div)};
+    return r;
 }
 
 HC_INLINE512 __m512d hc512_pd_add(__m512d a, __m512d b)
@@ -299,7 +334,7 @@ HC512_INT_OP(u64_min, _mm512_min_epu64(a, b))
 
 HC512_FLOAT(f32, f32, __m512, __mmask16, 16, ps)
 HC512_FLOAT(f16, f16, __m512, __mmask16, 16, ps)
-HC512_FLOAT(bf16, bf16, __m512, __mmask16, 16, ps)
+HC512_FLOAT(bf16, bf16, hc512_bp_t, __mmask32, 32, bp)
 HC512_FLOAT(f64, f64, __m512d, __mmask8, 8, pd)
 
 /* Integer kinds: signed and unsigned share SUM/PROD (wrapping arithmetic is
@@ -350,11 +385,73 @@ void hc_reduce_avx512_fill(hc_reduce_table_t t)
 #undef HC_FILL
 }
 
+/* ---- AVX512_FP16: native fp16 arithmetic for two inputs ---------------------
+ * One fp16 add or multiply of two fp16 values equals the same operation in
+ * fp32 rounded to fp16: double rounding is innocuous when the wider format has
+ * at least 2p + 2 significand bits (24 >= 2 * 11 + 2), and fp32 holds every
+ * fp16 subnormal exactly. So with two inputs the native instruction gives the
+ * reference's bits at 32 elements per instruction; more inputs (or AVG) need
+ * the fp32 accumulator. Needs compiler support for the intrinsics (GCC 12;
+ * clang only with -mavx512fp16, which we do not use). */
+#if (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12) || defined(__AVX512FP16__)
+#define HC_AVX512FP16                                                                              \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512fp16,avx2,f16c,fma")))
+
+#define HC512H_KERNEL(name, OPH, fallback)                                                         \
+    HC_AVX512FP16 static void name(void *dst, const void *const *srcs, int nsrc, size_t count,     \
+                                   int avg_div)                                                    \
+    {                                                                                              \
+        if (nsrc != 2) {                                                                           \
+            fallback(dst, srcs, nsrc, count, avg_div);                                             \
+            return;                                                                                \
+        }                                                                                          \
+        const __m512i qnan = _mm512_set1_epi16(0x7e00);                                            \
+        const void *s0 = srcs[0], *s1 = srcs[1];                                                   \
+        size_t i = 0;                                                                              \
+        for (; i + 32 <= count; i += 32) {                                                         \
+            __m512h r = OPH(_mm512_loadu_ph(HC_PTR(s0, i, 2)), _mm512_loadu_ph(HC_PTR(s1, i, 2))); \
+            __mmask32 nan = _mm512_cmp_ph_mask(r, r, _CMP_UNORD_Q);                                \
+            _mm512_storeu_si512(HC_WPTR(dst, i, 2),                                                \
+                                _mm512_mask_mov_epi16(_mm512_castph_si512(r), nan, qnan));         \
+        }                                                                                          \
+        if (i < count) {                                                                           \
+            __mmask32 m = (__mmask32)((1ull << (count - i)) - 1u);                                 \
+            __m512h a = _mm512_castsi512_ph(_mm512_maskz_loadu_epi16(m, HC_PTR(s0, i, 2)));        \
+            __m512h b = _mm512_castsi512_ph(_mm512_maskz_loadu_epi16(m, HC_PTR(s1, i, 2)));        \
+            __m512h r = OPH(a, b);                                                                 \
+            __mmask32 nan = _mm512_cmp_ph_mask(r, r, _CMP_UNORD_Q);                                \
+            _mm512_mask_storeu_epi16(HC_WPTR(dst, i, 2), m,                                        \
+                                     _mm512_mask_mov_epi16(_mm512_castph_si512(r), nan, qnan));    \
+        }                                                                                          \
+    }
+HC512H_KERNEL(hc512h_sum_f16, _mm512_add_ph, hc512_sum_f16)
+HC512H_KERNEL(hc512h_prod_f16, _mm512_mul_ph, hc512_prod_f16)
+
+bool hc_reduce_avx512fp16_fill(hc_reduce_table_t t)
+{
+    t[HCOMM_FLOAT16][HCOMM_SUM] = hc512h_sum_f16;
+    t[HCOMM_FLOAT16][HCOMM_PROD] = hc512h_prod_f16;
+    return true;
+}
+#else
+bool hc_reduce_avx512fp16_fill(hc_reduce_table_t t)
+{
+    (void)t;
+    return false;
+}
+#endif
+
 #else /* !__x86_64__ */
 
 void hc_reduce_avx512_fill(hc_reduce_table_t t)
 {
     (void)t; /* never selected: hc_reduce_cpu_detect reports no AVX-512 */
+}
+
+bool hc_reduce_avx512fp16_fill(hc_reduce_table_t t)
+{
+    (void)t;
+    return false;
 }
 
 #endif

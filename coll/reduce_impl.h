@@ -21,6 +21,8 @@ typedef hc_reduce_fn_t hc_reduce_table_t[HCOMM_DTYPE_COUNT][HCOMM_OP_COUNT];
 void hc_reduce_scalar_fill(hc_reduce_table_t tbl);
 void hc_reduce_avx2_fill(hc_reduce_table_t tbl);
 void hc_reduce_avx512_fill(hc_reduce_table_t tbl);
+/* False when the compiler could not build the AVX512_FP16 kernels. */
+bool hc_reduce_avx512fp16_fill(hc_reduce_table_t tbl);
 
 /* Runs the scalar kernel of (dtype, op) on elements [start, count) of every
  * input: the tail a vector loop leaves. */

@@ -14,7 +14,7 @@ void hc_ctx_finalize(void);
 hcomm_status_t hc_coll_init(void);
 void hc_coll_fini(void);
 
-static const size_t hc_dtype_sizes[HCOMM_DTYPE_COUNT] = {
+const size_t hc_dtype_sizes[HCOMM_DTYPE_COUNT] = {
     [HCOMM_INT8] = 1,    [HCOMM_UINT8] = 1,    [HCOMM_INT32] = 4,   [HCOMM_UINT32] = 4,
     [HCOMM_INT64] = 8,   [HCOMM_UINT64] = 8,   [HCOMM_FLOAT16] = 2, [HCOMM_BFLOAT16] = 2,
     [HCOMM_FLOAT32] = 4, [HCOMM_FLOAT64] = 8,
@@ -168,6 +168,10 @@ HC_EXPORT hcomm_status_t hcomm_send(const void *buf, size_t count, hcomm_dtype_t
     hcomm_status_t st = hc_api_p2p_check("hcomm_send", buf, count, dtype, peer, tag, comm, &bytes);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
+    bool sent;
+    st = hc_p2p_send_eager_now(comm, buf, bytes, peer, tag, &sent);
+    if (HC_LIKELY(sent) || HC_UNLIKELY(st != HCOMM_OK))
+        return st;
     struct hcomm_request *req;
     st = hc_p2p_isend(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
@@ -220,7 +224,7 @@ HC_EXPORT hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p)
     if (!req->done) {
         hc_progress();
         hc_progress_slow();
-        if (req->comm && req->comm->aborted)
+        if (req->comm && hc_comm_aborted(req->comm))
             hc_comm_handle_abort(req->comm);
     }
     if (!req->done) {

@@ -265,6 +265,11 @@ static hcomm_status_t hc_bs_abort_decode(const hc_bootstrap_msg_t *m, char *text
 static void hc_bs_abort_all(hc_bootstrap_t *bs, hcomm_status_t st, const char *text)
 {
     uint8_t payload[4 + HC_BOOTSTRAP_MAX_ABORT_TEXT];
+    char saved[HC_BOOTSTRAP_MAX_ABORT_TEXT + 1];
+    /* text is usually hc_error_last(), which a failed send below would
+     * overwrite: the caller must still see the original reason. */
+    snprintf(saved, sizeof(saved), "%s", text);
+    text = saved;
     size_t tl = HC_MIN(strlen(text), (size_t)HC_BOOTSTRAP_MAX_ABORT_TEXT);
     uint32_t code = (uint32_t)(int32_t)st;
     for (int i = 0; i < 4; i++)
@@ -284,6 +289,7 @@ static void hc_bs_abort_all(hc_bootstrap_t *bs, hcomm_status_t st, const char *t
                                 payload};
         (void)hc_bs_send_msg(c->fd, &m, 0.0, "abort", c->rank);
     }
+    (void)hc_error(st, "%s", saved);
 }
 
 /* "2, 5, 7" of the ranks whose flag is false, truncated to fit. */
@@ -532,8 +538,12 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
             int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0) {
                 if (errno == EINTR || errno == ECONNABORTED) continue;
-                if (errno != EAGAIN && errno != EWOULDBLOCK)
+                if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                    /* Out of descriptors or memory: the listening socket
+                     * stays readable, so pause rather than spin. */
                     hc_log_warn("bootstrap: accept: %s", strerror(errno));
+                    hc_bs_sleep(0.01);
+                }
                 break;
             }
             hc_bs_conn_t c;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 void (*hc_coll_cancel_hook)(struct hcomm_request *req);
+int (*hc_coll_waiting_hook)(struct hcomm_request *req);
 void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status);
 
 bool hc_comm_valid(const struct hcomm_comm *comm)
@@ -111,7 +112,7 @@ hcomm_status_t hc_check_comm(const char *fn, struct hcomm_comm *comm)
     if (HC_UNLIKELY(comm != hc_ctx.world && !hc_comm_valid(comm)))
         return hc_error(HCOMM_ERR_INVALID, "%s: communicator %p is NULL, freed or not a "
                                            "communicator", fn, (void *)comm);
-    if (HC_UNLIKELY(comm->aborted))
+    if (HC_UNLIKELY(hc_comm_aborted(comm)))
         return hc_error(HCOMM_ERR_ABORTED, "%s: communicator was aborted", fn);
     return HCOMM_OK;
 }
@@ -130,8 +131,8 @@ hcomm_status_t hc_check_buf(const char *fn, const char *name, const void *buf, s
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     size_t bytes;
-    if (HC_UNLIKELY(hc_mul_overflows(count, hcomm_dtype_size(dtype), &bytes) ||
-                    hc_mul_overflows(bytes, mult, &bytes) || bytes > (size_t)PTRDIFF_MAX))
+    if (HC_UNLIKELY(hc_mul_overflows(count, hc_dtype_size(dtype), &bytes) ||
+                    (mult != 1 && hc_mul_overflows(bytes, mult, &bytes)) || bytes > (size_t)PTRDIFF_MAX))
         return hc_error(HCOMM_ERR_INVALID, "%s: count %zu of dtype %d overflows the byte size", fn,
                         count, (int)dtype);
     if (HC_UNLIKELY(!buf && bytes))

@@ -17,7 +17,9 @@
     X(shm, "HCOMM_SHM", BOOL, "1", "use shared memory between ranks of one node")                  \
     X(node_id, "HCOMM_NODE_ID", STR, "", "node identity override (default: host name + netns)")    \
     X(algo, "HCOMM_ALGO", STR, "auto",                                                             \
-      "force a collective algorithm: auto|node|ring|rd|direct|tree|linear")                        \
+      "force a collective algorithm: auto | node (node-direct, node-staged: allreduce) | "         \
+      "ring (allreduce reduce broadcast allgather reduce_scatter) | rd (allreduce allgather) | "    \
+      "tree (reduce broadcast) | direct (alltoall); barrier takes any")                           \
     X(shm_slots, "HCOMM_SHM_SLOTS", INT, "64", "receive slots per shm connection")                 \
     X(shm_slot_size, "HCOMM_SHM_SLOT_SIZE", SIZE, "8K", "bytes per shm receive slot (eager size)") \
     X(shm_cma, "HCOMM_SHM_CMA", BOOL, "1",                                                         \

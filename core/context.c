@@ -11,10 +11,12 @@
  * Teardown is idempotent and used by both finalize and a failed init.
  */
 #include "core/hc_core.h"
+#include "core/stats.h"
 #include "mem/mem.h"
 #include "topo/topo.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +55,19 @@ static void hc_ctx_mem_dereg(void *arg, hc_mem_region_t *region)
     (void)arg;
     for (int i = 0; i < hc_ctx.ndrvs; i++)
         hc_ctx.drvs[i]->ops->mem_dereg(hc_ctx.drvs[i], region->keys[i]);
+}
+
+/* More ranks on this node than cores: waits must yield almost at once, or
+ * the rank being waited for cannot run. */
+static void hc_ctx_tune_backoff(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && hc_ctx.local_size > cpus) {
+        hc_backoff_spin_limit = 32;
+        hc_log_info("%d ranks on %ld cores: waits yield quickly", hc_ctx.local_size, cpus);
+    } else {
+        hc_backoff_spin_limit = 2048;
+    }
 }
 
 /* Node index of every rank: nodes numbered in order of their first rank. */
@@ -139,8 +154,8 @@ static hcomm_status_t hc_ctx_connect_all(const uint8_t *table)
         if (st != HCOMM_OK)
             return st;
         conn->core_priv = &hc_ctx.peers[r];
-        if (conn->eager_max > conn->max_frame)
-            conn->eager_max = conn->max_frame;
+        if (conn->eager_max > 16 * conn->max_frame)
+            conn->eager_max = 16 * conn->max_frame;
         hc_ctx.peers[r].conn = conn;
     }
     return HCOMM_OK;
@@ -192,6 +207,7 @@ hcomm_status_t hc_ctx_init(void)
     hc_list_init(&hc_ctx.rndv_active);
     hc_list_init(&hc_ctx.orphans);
     hc_ctx.next_ctx_id = 1;
+    memset(&hc_stats, 0, sizeof(hc_stats));
 
     if ((st = hc_config_load()) != HCOMM_OK)
         return st;
@@ -284,6 +300,7 @@ hcomm_status_t hc_ctx_init(void)
             hc_log_debug("pidfd_open(%d) for rank %d: %s", hc_ctx.peers[r].pid, r, strerror(errno));
     }
     hc_mem_set_reg_hooks(hc_ctx_mem_reg, hc_ctx_mem_dereg, NULL);
+    hc_ctx_tune_backoff();
 
     int *all = malloc(sizeof(int) * (size_t)hc_ctx.size);
     if (!all) {
@@ -314,8 +331,24 @@ err:
     return st;
 }
 
+static void hc_ctx_stats_line(const char *text, void *arg)
+{
+    (void)arg;
+    fprintf(stderr, "[hcomm] %s\n", text);
+}
+
+static void hc_ctx_mem_line(const char *text, void *arg)
+{
+    (void)arg;
+    hc_log_info("%s", text);
+}
+
 void hc_ctx_finalize(void)
 {
+    if (hc_cfg.stats)
+        hc_stats_print(hc_ctx.rank, hc_ctx_stats_line, NULL);
+    if (hc_log_level_current >= HC_LOG_INFO)
+        hc_mem_stats_print(hc_ctx_mem_line, NULL);
     /* Nobody may unmap what a peer may still be reading: wait for all. */
     if (hc_ctx.bs && hc_ctx.size > 1 && hc_ctx.nfailed == 0) {
         double t = hc_cfg.timeout < 30 ? hc_cfg.timeout : 30;

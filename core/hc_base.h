@@ -72,6 +72,9 @@ typedef struct {
     uint32_t spins;
 } hc_backoff_t;
 void hc_backoff_step(hc_backoff_t *b);
+/* Idle iterations before a wait starts yielding (lower when the node runs
+ * more ranks than this process may use cores). */
+extern int hc_backoff_spin_limit;
 static inline void hc_backoff_reset(hc_backoff_t *b)
 {
     b->spins = 0;

@@ -124,6 +124,12 @@ typedef struct hc_peer {
     hcomm_status_t fail_status;
     char fail_why[160];
     hc_list_t pending; /* frames waiting for credit, in order */
+    /* A multi-fragment EAGER message arriving from this peer: its receive or
+     * its unexpected-queue entry (one of the two, or neither: discarded). */
+    struct hcomm_request *partial_req;
+    void *partial_unexp;
+    size_t partial_off, partial_len;
+    bool partial_active;
 } hc_peer_t;
 
 /* ---- communicators ------------------------------------------------------- */
@@ -137,7 +143,7 @@ struct hcomm_comm {
     int *world_ranks;    /* comm rank -> world rank */
     int *comm_rank_of;   /* world rank -> comm rank, -1 if absent */
     bool is_world;
-    volatile int aborted; /* set from any thread by hcomm_comm_abort */
+    int aborted;          /* set from any thread by hcomm_comm_abort (atomic) */
     hc_list_t posted;    /* posted receives, in posting order */
     hc_list_t unexpected;
     hc_list_t link;      /* in hc_ctx.comms */
@@ -148,6 +154,12 @@ struct hcomm_comm {
 };
 
 #define HC_CTX_COLL 0x80000000u
+
+/* hcomm_comm_abort may set the flag from another thread. */
+static inline bool hc_comm_aborted(const struct hcomm_comm *comm)
+{
+    return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE) != 0;
+}
 
 bool hc_comm_valid(const struct hcomm_comm *comm);
 hcomm_status_t hc_comm_create(uint32_t ctx_id, int size, const int *world_ranks,
@@ -188,6 +200,8 @@ extern hc_ctx_t hc_ctx;
 extern int (*hc_progress_hook)(void);
 /* Set by the API layer: a collective request timed out; drop its state. */
 extern void (*hc_coll_cancel_hook)(struct hcomm_request *req);
+/* Set by the API layer: the comm rank a collective is waiting for, or -1. */
+extern int (*hc_coll_waiting_hook)(struct hcomm_request *req);
 /* Set by the API layer: fail and release the collective state of comm. */
 extern void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status);
 /* The thread that notices comm->aborted fails the comm's pending work. */
@@ -207,6 +221,10 @@ hcomm_status_t hc_peer_error(int wpeer, const char *what);
 /* ---- p2p (p2p.c) ------------------------------------------------------------ */
 hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf, size_t len,
                             int peer, int32_t tag, struct hcomm_request **req_p);
+/* Blocking-send fast path: puts an eager message straight away when nothing
+ * is queued for the peer; *sent_p false means use hc_p2p_isend. */
+hcomm_status_t hc_p2p_send_eager_now(struct hcomm_comm *comm, const void *buf, size_t len,
+                                     int peer, int32_t tag, bool *sent_p);
 hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf, size_t len,
                             int peer, int32_t tag, struct hcomm_request **req_p);
 void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload);
@@ -219,6 +237,13 @@ void hc_p2p_fail_peer(int wpeer, hcomm_status_t status);
 void hc_p2p_comm_cleanup(struct hcomm_comm *comm);
 void hc_p2p_adopt_orphans(struct hcomm_comm *comm);
 void hc_p2p_orphans_cleanup(void);
+
+/* Element size without going through the exported symbol (no PLT). */
+extern const size_t hc_dtype_sizes[HCOMM_DTYPE_COUNT];
+static inline size_t hc_dtype_size(hcomm_dtype_t dtype)
+{
+    return (unsigned)dtype < HCOMM_DTYPE_COUNT ? hc_dtype_sizes[dtype] : 0;
+}
 
 /* ---- argument checks shared by the API --------------------------------------- */
 hcomm_status_t hc_check_init(const char *fn);

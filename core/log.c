@@ -5,6 +5,7 @@
 #include "core/hc_base.h"
 
 #include <sched.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -54,19 +55,26 @@ void hc_log_emit(int level, const char *file, int line, const char *fmt, ...)
     (void)w;
 }
 
+int hc_backoff_spin_limit = 2048;
+
 void hc_backoff_step(hc_backoff_t *b)
 {
-    /* Spin hot for ~a few microseconds, then pause-spin, then give the core
-     * away: with more ranks than cores, the peer we wait for needs it. */
-    if (b->spins < 256) {
+    /* Spin while the wait is young (a peer on another core answers within
+     * microseconds), then give the core away: with more ranks than cores the
+     * rank we wait for may need this very core. When the node is
+     * oversubscribed the spin phase is short (set at init). */
+    if (b->spins < (uint32_t)hc_backoff_spin_limit) {
         b->spins++;
+        hc_cpu_relax();
         return;
     }
-    if (b->spins < 1024) {
+    /* A wait this long (~10 ms of yields) is a stalled or stopped peer, not
+     * a message in flight: stop burning the core, poll every 50 us. */
+    if (b->spins < (uint32_t)hc_backoff_spin_limit + 20000) {
         b->spins++;
-        for (int i = 0; i < 16; i++)
-            hc_cpu_relax();
+        sched_yield();
         return;
     }
-    sched_yield();
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
 }

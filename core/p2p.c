@@ -6,6 +6,7 @@
  * by hc_p2p_flush_pending().
  */
 #include "core/hc_core.h"
+#include "core/stats.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@ typedef struct {
     int32_t tag;
     uint8_t type;     /* EAGER or RTS */
     size_t len;       /* message bytes */
+    size_t have;      /* EAGER bytes arrived so far (< len while fragments follow) */
     uint64_t remote_id;
     uint64_t addr;
     uint8_t data[];   /* EAGER payload */
@@ -38,7 +40,8 @@ static hcomm_status_t hc_p2p_queue(hc_peer_t *p, const hc_frame_hdr_t *hdr, cons
                         p->conn->peer);
     f->hdr = *hdr;
     f->req = req;
-    if (hdr->type != HC_FRAME_EAGER && hdr->type != HC_FRAME_DATA && hdr->len) {
+    if (hdr->type != HC_FRAME_EAGER && hdr->type != HC_FRAME_DATA && hdr->type != HC_FRAME_CONT &&
+        hdr->len) {
         memcpy(f->inline_payload, payload, hdr->len); /* control payloads are tiny */
         f->payload = f->inline_payload;
     } else {
@@ -46,6 +49,7 @@ static hcomm_status_t hc_p2p_queue(hc_peer_t *p, const hc_frame_hdr_t *hdr, cons
     }
     hc_list_push_back(&p->pending, &f->link);
     hc_ctx.npending++;
+    hc_stats.credit_waits++;
     return HCOMM_OK;
 }
 
@@ -59,7 +63,8 @@ static hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr, const 
     hc_conn_t *conn = p->conn;
     hcomm_status_t st = conn->ops->put(conn, hdr, payload, req);
     if (HC_LIKELY(st == HCOMM_OK)) {
-        if (req && (hdr->type == HC_FRAME_EAGER || hdr->type == HC_FRAME_DATA)) {
+        if (req && (hdr->type == HC_FRAME_EAGER || hdr->type == HC_FRAME_DATA ||
+                    hdr->type == HC_FRAME_CONT)) {
             req->done_bytes += hdr->len;
             hc_p2p_send_check_done(req);
         }
@@ -130,7 +135,7 @@ int hc_p2p_flush_pending(void)
                 st = conn->ops->put(conn, &f->hdr, f->payload, f->req);
                 if (st == HCOMM_OK || st == HCOMM_IN_PROGRESS) {
                     sent++;
-                    if (f->req && f->hdr.type == HC_FRAME_EAGER) {
+                    if (f->req && (f->hdr.type == HC_FRAME_EAGER || f->hdr.type == HC_FRAME_CONT)) {
                         if (st == HCOMM_IN_PROGRESS)
                             f->req->inflight++;
                         f->req->done_bytes += f->hdr.len;
@@ -172,6 +177,18 @@ static void hc_p2p_control(hc_peer_t *p, uint8_t type, uint32_t ctx_id, uint64_t
                     hcomm_strerror(st));
 }
 
+/* Completes a receive whose matched message has msg_len bytes where the
+ * receive expects req->len: ERR_TRUNCATED naming both sizes. */
+static void hc_p2p_size_mismatch(struct hcomm_request *req, size_t msg_len)
+{
+    hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
+                                      "hcomm_recv: message of %zu bytes from rank %d tag %d %s "
+                                      "the %zu-byte receive%s",
+                                      msg_len, req->peer, req->tag,
+                                      msg_len > req->len ? "does not fit" : "is shorter than",
+                                      req->len, msg_len > req->len ? " buffer" : ""));
+}
+
 /* A receive met its rendezvous message: pull the data or ask for it. */
 static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t size, uint64_t sid,
                              uint64_t addr)
@@ -179,10 +196,7 @@ static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t siz
     req->msg_len = size;
     if (size > req->len) {
         hc_p2p_control(p, HC_FRAME_NACK, req->ctx_id, sid, (uint64_t)(-HCOMM_ERR_TRUNCATED));
-        hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
-                                          "hcomm_recv: message of %zu bytes from rank %d tag %d "
-                                          "does not fit the %zu-byte receive buffer",
-                                          size, req->peer, req->tag, req->len));
+        hc_p2p_size_mismatch(req, size);
         return;
     }
     hc_conn_t *conn = p->conn;
@@ -190,6 +204,7 @@ static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t siz
         hcomm_status_t st = conn->ops->get(conn, req->buf, addr, size);
         if (st == HCOMM_OK) {
             hc_p2p_control(p, HC_FRAME_FIN, req->ctx_id, sid, 0);
+            hc_stats.rndv_get++;
             hc_request_complete(req, HCOMM_OK);
             return;
         }
@@ -198,6 +213,7 @@ static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t siz
     }
     req->rndv = true;
     req->done_bytes = 0;
+    hc_stats.rndv_stream++;
     hc_list_push_back(&hc_ctx.rndv_active, &req->link);
     hc_p2p_control(p, HC_FRAME_CTS, req->ctx_id, sid, hc_request_id(req));
 }
@@ -206,22 +222,60 @@ static void hc_p2p_eager_recv(struct hcomm_request *req, const void *data, size_
 {
     req->msg_len = len;
     if (HC_UNLIKELY(len != req->len)) {
-        if (len > req->len) {
-            hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
-                                              "hcomm_recv: message of %zu bytes from rank %d tag "
-                                              "%d does not fit the %zu-byte receive buffer",
-                                              len, req->peer, req->tag, req->len));
-            return;
-        }
-        memcpy(req->buf, data, len);
-        hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
-                                          "hcomm_recv: message of %zu bytes from rank %d tag %d "
-                                          "is shorter than the %zu-byte receive",
-                                          len, req->peer, req->tag, req->len));
+        if (len < req->len)
+            memcpy(req->buf, data, len);
+        hc_p2p_size_mismatch(req, len);
         return;
     }
     memcpy(req->buf, data, len);
     hc_request_complete(req, HCOMM_OK);
+}
+
+/* The first fragment of a multi-frame EAGER message met its receive. */
+static void hc_p2p_eager_first(struct hcomm_request *req, hc_peer_t *p, size_t total,
+                               const void *data, size_t len)
+{
+    p->partial_active = true;
+    p->partial_unexp = NULL;
+    p->partial_off = len;
+    p->partial_len = total;
+    req->msg_len = total;
+    if (total > req->len) {
+        p->partial_req = NULL; /* its fragments are swallowed */
+        hc_p2p_size_mismatch(req, total);
+        return;
+    }
+    memcpy(req->buf, data, len);
+    p->partial_req = req;
+}
+
+/* A continuation fragment from peer p. */
+static void hc_p2p_eager_cont(hc_peer_t *p, int wpeer, const void *data, size_t len)
+{
+    if (HC_UNLIKELY(!p->partial_active || p->partial_off + len > p->partial_len)) {
+        hc_log_warn("unexpected continuation fragment from rank %d dropped", wpeer);
+        return;
+    }
+    struct hcomm_request *req = p->partial_req;
+    hc_unexp_t *u = p->partial_unexp;
+    if (req)
+        memcpy((char *)req->buf + p->partial_off, data, len);
+    else if (u)
+        memcpy(u->data + p->partial_off, data, len);
+    p->partial_off += len;
+    if (u)
+        u->have = p->partial_off;
+    if (p->partial_off < p->partial_len)
+        return;
+    p->partial_active = false;
+    p->partial_req = NULL;
+    p->partial_unexp = NULL;
+    if (!req)
+        return;
+    if (req->msg_len == req->len)
+        hc_request_complete(req, HCOMM_OK);
+    else
+        hc_p2p_size_mismatch(req, req->msg_len);
 }
 
 static struct hcomm_comm *hc_p2p_comm_of(uint32_t ctx_id)
@@ -236,10 +290,20 @@ static struct hcomm_comm *hc_p2p_comm_of(uint32_t ctx_id)
 static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr,
                               const void *payload)
 {
-    size_t dlen = hdr->type == HC_FRAME_EAGER ? hdr->len : 0;
+    hc_stats.unexpected++;
+    bool more = hdr->type == HC_FRAME_EAGER && (hdr->flags & HC_FRAME_FLAG_MORE);
+    size_t dlen = hdr->type == HC_FRAME_EAGER ? (more ? hdr->a : hdr->len) : 0;
     hc_unexp_t *u = malloc(sizeof(*u) + dlen);
+    hc_peer_t *p = &hc_ctx.peers[wpeer];
     if (!u) {
         hc_log_error("out of memory queueing a message from rank %d: dropped", wpeer);
+        if (more) {
+            p->partial_active = true; /* swallow its fragments */
+            p->partial_req = NULL;
+            p->partial_unexp = NULL;
+            p->partial_off = hdr->len;
+            p->partial_len = hdr->a;
+        }
         return;
     }
     u->wpeer = wpeer;
@@ -247,8 +311,16 @@ static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr
     u->tag = hdr->tag;
     u->type = hdr->type;
     if (hdr->type == HC_FRAME_EAGER) {
-        u->len = hdr->len;
-        memcpy(u->data, payload, dlen);
+        u->len = dlen;
+        u->have = hdr->len;
+        memcpy(u->data, payload, hdr->len);
+        if (more) {
+            p->partial_active = true;
+            p->partial_req = NULL;
+            p->partial_unexp = u;
+            p->partial_off = hdr->len;
+            p->partial_len = dlen;
+        }
     } else {
         hc_frame_rts_t rts;
         memcpy(&rts, payload, sizeof(rts));
@@ -286,7 +358,9 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
             if (req->peer != src || req->tag != hdr->tag || req->ctx_id != hdr->ctx_id)
                 continue;
             hc_list_del(&req->link);
-            if (hdr->type == HC_FRAME_EAGER) {
+            if (hdr->type == HC_FRAME_EAGER && (hdr->flags & HC_FRAME_FLAG_MORE)) {
+                hc_p2p_eager_first(req, p, hdr->a, payload, hdr->len);
+            } else if (hdr->type == HC_FRAME_EAGER) {
                 hc_p2p_eager_recv(req, payload, hdr->len);
             } else {
                 hc_frame_rts_t rts;
@@ -298,6 +372,9 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
         hc_p2p_unexpected(&comm->unexpected, wpeer, hdr, payload);
         return;
     }
+    case HC_FRAME_CONT:
+        hc_p2p_eager_cont(p, wpeer, payload, hdr->len);
+        return;
     case HC_FRAME_CTS:
         req = hc_request_by_id(hdr->a);
         if (!req || req->kind != HC_REQ_SEND || !req->rndv || req->done) {
@@ -342,6 +419,34 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
     }
 }
 
+hcomm_status_t hc_p2p_send_eager_now(struct hcomm_comm *comm, const void *buf, size_t len,
+                                     int peer, int32_t tag, bool *sent_p)
+{
+    int wpeer = comm->world_ranks[peer];
+    hc_peer_t *p = &hc_ctx.peers[wpeer];
+    *sent_p = false;
+    if (HC_UNLIKELY(p->failed))
+        return hc_peer_error(wpeer, "hcomm_send");
+    if (len > p->conn->max_frame || !hc_list_empty(&p->pending))
+        return HCOMM_OK;
+    hc_frame_hdr_t hdr = {.type = HC_FRAME_EAGER, .ctx_id = comm->ctx_id, .tag = tag,
+                          .len = (uint32_t)len};
+    hcomm_status_t st = p->conn->ops->put(p->conn, &hdr, buf, NULL);
+    if (HC_LIKELY(st == HCOMM_OK)) {
+        *sent_p = true;
+        hc_stats.send_msgs++;
+        hc_stats.send_bytes += len;
+        hc_stats.eager++;
+        return HCOMM_OK;
+    }
+    if (st == HCOMM_ERR_AGAIN)
+        return HCOMM_OK; /* the queued path below takes it */
+    if (st == HCOMM_IN_PROGRESS)
+        return hc_error(HCOMM_ERR_INTERNAL, "driver %s kept a NULL-cookie payload",
+                        p->conn->ops->name);
+    return st;
+}
+
 hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf, size_t len,
                             int peer, int32_t tag, struct hcomm_request **req_p)
 {
@@ -362,10 +467,32 @@ hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void
 
     hc_frame_hdr_t hdr = {.ctx_id = ctx_id, .tag = tag};
     hcomm_status_t st;
-    if (len <= p->conn->eager_max) {
+    size_t frame = p->conn->max_frame;
+    hc_stats.send_msgs++;
+    hc_stats.send_bytes += len;
+    if (len <= frame)
+        hc_stats.eager++;
+    else if (len <= p->conn->eager_max)
+        hc_stats.fragmented++;
+    if (len <= frame) {
         hdr.type = HC_FRAME_EAGER;
         hdr.len = (uint32_t)len;
         st = hc_p2p_put(p, &hdr, buf, req);
+    } else if (len <= p->conn->eager_max) {
+        /* Fragments in consecutive frames: nothing may come between them on
+         * this connection, which hc_p2p_put's in-order queue guarantees. */
+        hdr.type = HC_FRAME_EAGER;
+        hdr.flags = HC_FRAME_FLAG_MORE;
+        hdr.a = len;
+        hdr.len = (uint32_t)frame;
+        st = hc_p2p_put(p, &hdr, buf, req);
+        hdr.type = HC_FRAME_CONT;
+        hdr.flags = 0;
+        hdr.a = 0;
+        for (size_t off = frame; st == HCOMM_OK && off < len; off += frame) {
+            hdr.len = (uint32_t)HC_MIN(frame, len - off);
+            st = hc_p2p_put(p, &hdr, (const char *)buf + off, req);
+        }
     } else {
         hc_frame_rts_t rts = {.addr = (uint64_t)(uintptr_t)buf};
         hdr.type = HC_FRAME_RTS;
@@ -392,6 +519,8 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
     struct hcomm_request *req = hc_request_alloc(HC_REQ_RECV);
     if (HC_UNLIKELY(!req))
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_recv: no memory for a request");
+    hc_stats.recv_msgs++;
+    hc_stats.recv_bytes += len;
     req->comm = comm;
     req->buf = buf;
     req->len = len;
@@ -407,7 +536,12 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
         if (u->wpeer != wpeer || u->tag != tag || u->ctx_id != ctx_id)
             continue;
         hc_list_del(&u->link);
-        if (u->type == HC_FRAME_EAGER)
+        hc_peer_t *p = &hc_ctx.peers[wpeer];
+        if (u->type == HC_FRAME_EAGER && u->have < u->len) {
+            /* Its fragments are still arriving: they go to the receive now. */
+            hc_p2p_eager_first(req, p, u->len, u->data, u->have);
+            p->partial_off = u->have;
+        } else if (u->type == HC_FRAME_EAGER)
             hc_p2p_eager_recv(req, u->data, u->len);
         else
             hc_p2p_rndv_recv(req, &hc_ctx.peers[wpeer], u->len, u->remote_id, u->addr);
@@ -474,8 +608,23 @@ static void hc_p2p_fail_pending(struct hcomm_comm *comm, int wpeer, hcomm_status
     }
 }
 
+/* Receives that are midway through a fragmented message are in no queue. */
+static void hc_p2p_fail_partial(struct hcomm_comm *comm, int wpeer, hcomm_status_t status)
+{
+    for (int w = 0; w < hc_ctx.size; w++) {
+        hc_peer_t *p = &hc_ctx.peers[w];
+        struct hcomm_request *req = p->partial_req;
+        if (!req || (wpeer >= 0 && w != wpeer) || (comm && req->comm != comm))
+            continue;
+        p->partial_req = NULL; /* keep swallowing the rest */
+        if (!req->done)
+            hc_request_complete(req, status);
+    }
+}
+
 void hc_p2p_fail_comm(struct hcomm_comm *comm, hcomm_status_t status)
 {
+    hc_p2p_fail_partial(comm, -1, status);
     hc_p2p_fail_list(&comm->posted, comm, -1, status);
     hc_p2p_fail_list(&hc_ctx.rndv_active, comm, -1, status);
     hc_p2p_fail_pending(comm, -1, status);
@@ -483,6 +632,7 @@ void hc_p2p_fail_comm(struct hcomm_comm *comm, hcomm_status_t status)
 
 void hc_p2p_fail_peer(int wpeer, hcomm_status_t status)
 {
+    hc_p2p_fail_partial(NULL, wpeer, status);
     hc_list_t *pos;
     for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
         struct hcomm_comm *comm = hc_container_of(pos, struct hcomm_comm, link);
@@ -492,6 +642,16 @@ void hc_p2p_fail_peer(int wpeer, hcomm_status_t status)
     hc_p2p_fail_pending(NULL, wpeer, status);
 }
 
+/* Frees an unexpected message; one still receiving fragments is forgotten
+ * by its peer first (the rest of it is then swallowed). */
+static void hc_p2p_unexp_free(hc_unexp_t *u)
+{
+    for (int w = 0; hc_ctx.peers && w < hc_ctx.size; w++)
+        if (hc_ctx.peers[w].partial_unexp == u)
+            hc_ctx.peers[w].partial_unexp = NULL;
+    free(u);
+}
+
 void hc_p2p_comm_cleanup(struct hcomm_comm *comm)
 {
     hc_p2p_fail_comm(comm, HCOMM_ERR_ABORTED);
@@ -499,7 +659,7 @@ void hc_p2p_comm_cleanup(struct hcomm_comm *comm)
     hc_list_foreach_safe(pos, tmp, &comm->unexpected)
     {
         hc_list_del(pos);
-        free(hc_container_of(pos, hc_unexp_t, link));
+        hc_p2p_unexp_free(hc_container_of(pos, hc_unexp_t, link));
     }
 }
 
@@ -509,6 +669,6 @@ void hc_p2p_orphans_cleanup(void)
     hc_list_foreach_safe(pos, tmp, &hc_ctx.orphans)
     {
         hc_list_del(pos);
-        free(hc_container_of(pos, hc_unexp_t, link));
+        hc_p2p_unexp_free(hc_container_of(pos, hc_unexp_t, link));
     }
 }

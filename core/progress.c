@@ -90,6 +90,9 @@ void hc_progress_slow(void)
 static void hc_request_detach(struct hcomm_request *req)
 {
     hc_list_del(&req->link);
+    for (int w = 0; w < hc_ctx.size; w++)
+        if (hc_ctx.peers[w].partial_req == req)
+            hc_ctx.peers[w].partial_req = NULL;
     for (int w = 0; w < hc_ctx.size && hc_ctx.npending; w++) {
         hc_list_t *pos, *tmp;
         hc_list_foreach_safe(pos, tmp, &hc_ctx.peers[w].pending)
@@ -108,7 +111,9 @@ hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
 {
     if (req->done)
         return req->status;
-    uint64_t deadline = hc_time_ns() + (uint64_t)(hc_cfg.timeout * 1e9);
+    /* The deadline is taken at the first slow check, not here: a wait that
+     * ends within a few polls never reads the clock. */
+    uint64_t deadline = 0;
     hc_backoff_t backoff = {0};
     unsigned iter = 0;
     while (!req->done) {
@@ -117,18 +122,28 @@ hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
             break;
         if ((++iter & 31) == 0) {
             hc_progress_slow();
-            if (req->comm && req->comm->aborted)
+            if (req->comm && hc_comm_aborted(req->comm))
                 hc_comm_handle_abort(req->comm);
             if (req->done)
                 break;
-            if (hc_time_ns() > deadline) {
+            uint64_t now = hc_time_ns();
+            if (deadline == 0)
+                deadline = now + (uint64_t)(hc_cfg.timeout * 1e9);
+            if (now > deadline) {
+                int peer = req->peer;
+                if (req->kind == HC_REQ_COLL && hc_coll_waiting_hook)
+                    peer = hc_coll_waiting_hook(req);
                 hc_request_detach(req);
                 if (req->kind == HC_REQ_COLL && hc_coll_cancel_hook)
                     hc_coll_cancel_hook(req);
-                hc_request_complete(
-                    req, hc_error(HCOMM_ERR_TIMEOUT,
-                                  "%s: timed out after %g s waiting for rank %d (HCOMM_TIMEOUT)",
-                                  what, hc_cfg.timeout, req->peer));
+                if (peer >= 0)
+                    hc_error(HCOMM_ERR_TIMEOUT,
+                             "%s: timed out after %g s waiting for rank %d (HCOMM_TIMEOUT)", what,
+                             hc_cfg.timeout, peer);
+                else
+                    hc_error(HCOMM_ERR_TIMEOUT, "%s: timed out after %g s (HCOMM_TIMEOUT)", what,
+                             hc_cfg.timeout);
+                hc_request_complete(req, HCOMM_ERR_TIMEOUT);
                 break;
             }
         }
@@ -137,5 +152,10 @@ hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
         else
             hc_backoff_step(&backoff);
     }
+    /* Requests failed in bulk (a peer died) carry no message of their own:
+     * name the peer for this caller. */
+    if (req->status == HCOMM_ERR_PEER_FAILED && req->kind != HC_REQ_COLL && req->wpeer >= 0 &&
+        req->wpeer < hc_ctx.size && hc_ctx.peers[req->wpeer].failed)
+        hc_peer_error(req->wpeer, what);
     return req->status;
 }

@@ -35,6 +35,7 @@ enum {
     HC_FRAME_DATA,      /* rendezvous data: a = receiver request id, b = byte offset */
     HC_FRAME_FIN,       /* rendezvous done (receiver used get): a = sender request id */
     HC_FRAME_NACK,      /* receiver failed the rendezvous: a = sender request id, b = -status */
+    HC_FRAME_CONT,      /* next fragment of a multi-frame EAGER message */
     HC_FRAME_DRIVER = 0x80
 };
 
@@ -49,6 +50,10 @@ typedef struct {
     uint64_t b;
 } hc_frame_hdr_t;
 _Static_assert(sizeof(hc_frame_hdr_t) == 32, "frame header is 32 bytes on the wire");
+
+/* hdr.flags of an EAGER frame: more fragments follow (CONT frames, in order,
+ * on the same connection); hdr.a then holds the message's total length. */
+#define HC_FRAME_FLAG_MORE 0x01
 
 typedef struct {
     uint64_t addr; /* sender buffer address in the sender's process (for get) */
@@ -90,7 +95,8 @@ struct hc_conn {
     int peer;          /* world rank */
     uint32_t caps;     /* HC_CONN_CAP_* */
     size_t max_frame;  /* largest payload one put accepts */
-    size_t eager_max;  /* messages up to this size go eagerly (<= max_frame) */
+    size_t eager_max;  /* messages up to this size go eagerly, in one frame or in
+                          fragments of max_frame (the core caps it at 16 frames) */
     void *core_priv;   /* the core's per-peer state */
 };
 
@@ -113,7 +119,9 @@ struct hc_drv_ops {
     hcomm_status_t (*connect)(hc_drv_t *drv, int peer, const void *addr, size_t addr_len,
                               hc_conn_t **conn_p);
     /* Sends one frame. OK: payload may be reused; IN_PROGRESS: env->put_done(cookie)
-     * later; ERR_AGAIN: no credit now, call progress and retry; other: failed. */
+     * later; ERR_AGAIN: no credit now, call progress and retry; other: failed.
+     * With a NULL cookie the driver must not keep the payload: it copies it
+     * (OK) or refuses (ERR_AGAIN), never IN_PROGRESS. */
     hcomm_status_t (*put)(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
                           void *cookie);
     /* Copies len bytes from the peer's address remote_addr into dst

@@ -101,15 +101,22 @@ hcomm_status_t hc_mem_init(void)
     atomic_store(&hc_mem_g.reg_failures, 0);
 
     /* The pool can exceed its limit by rounding to a hugepage (1G pages). */
-    st = hc_mem_reserve(HC_MAX(hc_cfg.mem_pool_max, hp));
+    st = hc_mem_reserve(HC_MAX(hc_cfg.mem_pool_max, HC_ALIGN_UP(hc_cfg.mem_pool_initial, hp)));
     if (st != HCOMM_OK) return st;
     hc_mem_g.initialized = true;
+    hc_mem_reg_cache_init();
+    st = hc_mem_pool_init();
+    if (st != HCOMM_OK) {
+        hc_mem_finalize();
+        return st;
+    }
     return HCOMM_OK;
 }
 
 void hc_mem_finalize(void)
 {
     if (!hc_mem_g.initialized) return;
+    hc_mem_reg_cache_finalize();
     pthread_mutex_lock(&hc_mem_g.lock);
     for (uint32_t i = 0; i < HC_MEM_REGIONS_MAX; i++) {
         hc_mem_region_t *r = hc_mem_g.slots[i];
@@ -119,6 +126,7 @@ void hc_mem_finalize(void)
                          r->size);
     }
     pthread_mutex_unlock(&hc_mem_g.lock);
+    hc_mem_pool_finalize();
     for (uint32_t i = 0; i < HC_MEM_REGIONS_MAX; i++)
         if (hc_mem_g.slots[i]) hc_mem_region_destroy(hc_mem_g.slots[i]);
     munmap(hc_mem_g.pool_base, hc_mem_g.pool_reserved);
@@ -142,6 +150,8 @@ void hc_mem_stats_get(hc_mem_stats_t *s)
     s->reg_failures = atomic_load(&hc_mem_g.reg_failures);
     s->bytes_huge = atomic_load(&hc_mem_g.bytes_huge);
     s->bytes_regular = atomic_load(&hc_mem_g.bytes_regular);
+    hc_mem_pool_stats_get(s);
+    hc_mem_reg_cache_stats_get(s);
 }
 
 void hc_mem_stats_print(void (*line)(const char *text, void *arg), void *arg)
@@ -157,4 +167,29 @@ void hc_mem_stats_print(void (*line)(const char *text, void *arg), void *arg)
              (unsigned long long)s.mlock_failures, (unsigned long long)s.numa_bind_failures,
              (unsigned long long)s.reg_failures);
     line(buf, arg);
+    snprintf(buf, sizeof(buf),
+             "mem: pool %zu of %zu bytes mapped; large allocs %llu frees %llu failures %llu; "
+             "fallback frees %llu; invalid frees %llu",
+             s.pool_bytes, s.pool_max, (unsigned long long)s.large_allocs,
+             (unsigned long long)s.large_frees, (unsigned long long)s.large_failures,
+             (unsigned long long)s.fallback_frees, (unsigned long long)s.invalid_frees);
+    line(buf, arg);
+    snprintf(buf, sizeof(buf),
+             "mem: reg cache hits %llu misses %llu evictions %llu, %llu entries, %llu bytes",
+             (unsigned long long)s.cache_hits, (unsigned long long)s.cache_misses,
+             (unsigned long long)s.cache_evictions, (unsigned long long)s.cache_entries,
+             (unsigned long long)s.cache_bytes);
+    line(buf, arg);
+    for (unsigned i = 0; i < s.nclasses; i++) {
+        const hc_mem_class_stats_t *c = &s.cls[i];
+        snprintf(buf, sizeof(buf),
+                 "mem: class %7zu B: allocs %llu frees %llu in use %llu hwm %llu failures %llu "
+                 "fallbacks %llu waits %llu, huge %llu B regular %llu B",
+                 c->block_size, (unsigned long long)c->allocs, (unsigned long long)c->frees,
+                 (unsigned long long)c->in_use, (unsigned long long)c->hwm,
+                 (unsigned long long)c->failures, (unsigned long long)c->fallbacks,
+                 (unsigned long long)c->waits, (unsigned long long)c->bytes_huge,
+                 (unsigned long long)c->bytes_regular);
+        line(buf, arg);
+    }
 }

@@ -90,9 +90,10 @@ typedef struct {
 typedef struct {
     unsigned nclasses;
     hc_mem_class_stats_t cls[HC_MEM_CLASSES_MAX];
-    uint64_t large_allocs, large_frees; /* > largest class: own region */
-    uint64_t invalid_frees;             /* rejected hc_mem_free calls */
-    size_t pool_bytes, pool_max;        /* pool regions mapped / limit */
+    uint64_t large_allocs, large_frees, large_failures; /* > largest class: own region */
+    uint64_t fallback_frees;     /* frees of pool-limit fallback allocations */
+    uint64_t invalid_frees;      /* rejected hc_mem_free calls */
+    size_t pool_bytes, pool_max; /* pool regions mapped / limit */
     uint64_t regions_created, huge_fallbacks, mlock_failures, numa_bind_failures, reg_failures;
     uint64_t bytes_huge, bytes_regular; /* all regions created here, by page kind */
     uint64_t cache_hits, cache_misses, cache_evictions, cache_entries, cache_bytes;

@@ -67,11 +67,23 @@ enum {
     HC_MEM_KIND_CACHE,    /* a registration-cache record of user memory */
 };
 
+/* Internal create flag: regular pages only (the pool-limit fallback). */
+#define HC_MEM_INT_PLAIN (1u << 31)
+
 /* Creates a region at the fixed address addr (inside the pool range) when
  * addr is not NULL. kind is one of HC_MEM_KIND_*. */
 hcomm_status_t hc_mem_region_create_kind(size_t size, unsigned flags, int numa_node,
                                          const char *name, void *addr, uint32_t kind,
                                          hc_mem_region_t **region_p);
+
+/* Removes from the table the LARGE or FALLBACK region whose base is ptr and
+ * returns it (kind in *kind_p), or NULL: two racing frees cannot both win. */
+hc_mem_region_t *hc_mem_region_take(const void *ptr, uint32_t *kind_p);
+
+/* Size classes (for tests and the bench). */
+unsigned hc_mem_pool_nclasses(void);
+size_t hc_mem_pool_class_size(unsigned c);
+unsigned hc_mem_pool_class_of(size_t bytes);
 
 /* Pool and registration cache parts of init/finalize/stats. */
 hcomm_status_t hc_mem_pool_init(void);

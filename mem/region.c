@@ -251,6 +251,8 @@ void hc_mem_region_dereg_locked(hc_mem_region_t *r)
 
 void hc_mem_set_reg_hooks(hc_mem_reg_fn reg, hc_mem_dereg_fn dereg, void *arg)
 {
+    /* Cache records were registered with the old hooks: drop them first. */
+    hc_mem_reg_cache_flush();
     pthread_mutex_lock(&hc_mem_g.lock);
     for (uint32_t i = 0; i < HC_MEM_REGIONS_MAX; i++)
         if (hc_mem_g.slots[i]) hc_mem_region_dereg_locked(hc_mem_g.slots[i]);
@@ -278,7 +280,7 @@ hcomm_status_t hc_mem_region_create_kind(size_t size, unsigned flags, int numa_n
     if (size == 0 || size > ((size_t)1 << 46))
         return hc_error(HCOMM_ERR_INVALID, "hc_mem_region_create: argument size is bad (%zu)",
                         size);
-    if (flags & ~(unsigned)(HC_MEM_SHARED | HC_MEM_NO_REG))
+    if (flags & ~(unsigned)(HC_MEM_SHARED | HC_MEM_NO_REG | HC_MEM_INT_PLAIN))
         return hc_error(HCOMM_ERR_INVALID, "hc_mem_region_create: argument flags is bad (0x%x)",
                         flags);
     if (numa_node < -1 || (hc_mem_g.numa_ok && numa_node > numa_max_node()))
@@ -296,14 +298,16 @@ hcomm_status_t hc_mem_region_create_kind(size_t size, unsigned flags, int numa_n
     void *p = NULL;
     int fd = -1;
     /* A fixed (pool) address must be hugepage-aligned for the huge attempt. */
-    bool can_huge = !addr || ((uintptr_t)addr % hc_mem_g.hugepage_size == 0 && hlen == size);
+    bool can_huge = !(flags & HC_MEM_INT_PLAIN) &&
+                    (!addr || ((uintptr_t)addr % hc_mem_g.hugepage_size == 0 && hlen == size));
     int err = can_huge ? hc_mem_map_try(hlen, flags, node, name, addr, true, &p, &fd) : EINVAL;
+    flags &= ~HC_MEM_INT_PLAIN;
     if (err == 0) {
         r->size = hlen;
         r->page_size = hc_mem_g.hugepage_size;
         r->huge = true;
     } else {
-        hc_mem_warn_no_huge(hlen, err);
+        if (can_huge) hc_mem_warn_no_huge(hlen, err);
         size_t len = HC_ALIGN_UP(size, hc_mem_g.base_page);
         err = hc_mem_map_try(len, flags, node, name, addr, false, &p, &fd);
         if (err) {
@@ -361,6 +365,9 @@ err_free:
 hcomm_status_t hc_mem_region_create(size_t size, unsigned flags, int numa_node, const char *name,
                                     hc_mem_region_t **region_p)
 {
+    if (flags & HC_MEM_INT_PLAIN)
+        return hc_error(HCOMM_ERR_INVALID, "hc_mem_region_create: argument flags is bad (0x%x)",
+                        flags);
     return hc_mem_region_create_kind(size, flags, numa_node, name, NULL, HC_MEM_KIND_USER,
                                      region_p);
 }
@@ -425,7 +432,7 @@ void hc_mem_region_destroy(hc_mem_region_t *r)
     if (!r) return;
     pthread_mutex_lock(&hc_mem_g.lock);
     hc_mem_region_dereg_locked(r);
-    hc_mem_table_remove_locked(r);
+    if (hc_mem_g.slots[r->id] == r) hc_mem_table_remove_locked(r);
     pthread_mutex_unlock(&hc_mem_g.lock);
     if (r->owner)
         atomic_fetch_sub(r->huge ? &hc_mem_g.bytes_huge : &hc_mem_g.bytes_regular, r->size);
@@ -437,6 +444,32 @@ void hc_mem_region_destroy(hc_mem_region_t *r)
         munmap(r->base, r->size);
     if (r->fd >= 0) close(r->fd);
     free(r);
+}
+
+hc_mem_region_t *hc_mem_region_take(const void *ptr, uint32_t *kind_p)
+{
+    hc_mem_region_t *r = NULL;
+    pthread_mutex_lock(&hc_mem_g.lock);
+    pthread_rwlock_rdlock(&hc_mem_g.rw);
+    size_t lo = 0, hi = hc_mem_g.nsorted;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if ((uintptr_t)hc_mem_g.sorted[mid]->base < (uintptr_t)ptr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < hc_mem_g.nsorted && hc_mem_g.sorted[lo]->base == ptr &&
+        (hc_mem_g.sorted[lo]->kind == HC_MEM_KIND_LARGE ||
+         hc_mem_g.sorted[lo]->kind == HC_MEM_KIND_FALLBACK))
+        r = hc_mem_g.sorted[lo];
+    pthread_rwlock_unlock(&hc_mem_g.rw);
+    if (r) {
+        hc_mem_table_remove_locked(r);
+        *kind_p = r->kind;
+    }
+    pthread_mutex_unlock(&hc_mem_g.lock);
+    return r;
 }
 
 /* ---- lookup ------------------------------------------------------------- */

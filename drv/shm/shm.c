@@ -373,7 +373,9 @@ static hcomm_status_t hc_drv_shm_connect(hc_drv_t *drv, int peer, const void *ad
     c->base.drv = drv;
     c->base.peer = peer;
     c->base.max_frame = s->slot_size - HC_SHM_SLOT_HDR;
-    c->base.eager_max = c->base.max_frame;
+    /* Up to 64 KiB streams through consecutive slots (copy-in and copy-out
+     * overlap); beyond, one process_vm_readv copy beats two memcpys. */
+    c->base.eager_max = HC_MIN(64u * 1024, 8 * c->base.max_frame);
     c->out = hc_shm_fifo(s, s->lr, (int)a.local_rank);
     c->in = hc_shm_fifo(s, (int)a.local_rank, s->lr);
     c->pid = (pid_t)a.pid;

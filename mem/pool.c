@@ -1,0 +1,544 @@
+/*
+ * The pool: size classes 4 KiB .. 4 MiB (ratio 2^HCOMM_MEM_POOL_BUCKET_BITS,
+ * the last class exactly 4 MiB), carved out of pool regions that are mapped
+ * one after the other inside the range hc_mem_init reserved.
+ *
+ * Layout. A pool region is cut into slabs: runs of same-size blocks, each a
+ * multiple of 2 MiB and 2 MiB-aligned, so the granule table (one entry per
+ * 2 MiB of the range) maps any pool pointer to its region and slab with one
+ * shift. A block is named by its 32-bit index, (addr - pool base) / 4 KiB.
+ * Metadata stays out of the blocks: each slab has an array of next links and
+ * an array of block states (FREE/USED, changed with atomics, which is how a
+ * double or foreign free is caught without freeing anything).
+ *
+ * Fast path. Each class has a tagged lock-free LIFO (lifo.h) shared by all
+ * threads, and each thread keeps a small cache of block indices per class in
+ * front of it (taken and returned in batches, like a magazine), so a
+ * thread's alloc/free pair costs one CAS on the block state and no shared
+ * cache line; counters are per thread (relaxed atomics, summed by
+ * hc_mem_stats_get).
+ *
+ * Slow path. An empty class takes the growth mutex, carves a new slab (and,
+ * when the current region is used up, maps the next region) and pushes its
+ * blocks. Past HCOMM_MEM_POOL_MAX_SIZE an allocation gets its own plain
+ * mapping instead (counted as a fallback); requests above 4 MiB always get
+ * their own region. Both are freed with hc_mem_free and found by lookup.
+ */
+#include "mem/lifo.h"
+#include "mem/mem_int.h"
+#include "core/config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HC_MEM_BLOCK_SHIFT 12 /* block indices count 4 KiB units */
+#define HC_MEM_CLASS_MIN ((size_t)4 << 10)
+#define HC_MEM_CLASS_MAX ((size_t)4 << 20)
+#define HC_MEM_TCACHE_MAX 32          /* blocks a thread may hold per class */
+#define HC_MEM_TCACHE_BYTES (1 << 20) /* ...and at most about this many bytes */
+#define HC_MEM_REGION_GROW ((size_t)32 << 20)
+
+enum { HC_MEM_BLOCK_FREE = 0, HC_MEM_BLOCK_USED = 1 };
+
+typedef struct hc_mem_slab {
+    uint8_t *base;
+    size_t size;
+    hc_mem_region_t *region;
+    uint32_t cls, shift, nblocks;
+    _Atomic uint32_t *next; /* LIFO links, by block number in the slab */
+    _Atomic uint8_t *state;
+    struct hc_mem_slab *all_next;
+} hc_mem_slab_t;
+
+typedef struct {
+    hc_mem_lifo_t free HC_ALIGNED_CL;
+    size_t block_size;
+    uint32_t shift, tcache_max, batch;
+    size_t slab_size;
+    /* Slow-path counters. */
+    _Atomic uint64_t fallbacks HC_ALIGNED_CL, waits, failures, out, hwm, bytes_huge, bytes_regular;
+} hc_mem_class_t;
+
+/* A thread's cache and counters. Lives in TLS; linked in the registry while
+ * the thread uses the pool, so that stats can sum it and thread exit can
+ * return its blocks. */
+typedef struct hc_mem_tcache {
+    uint64_t gen;
+    struct hc_mem_tcache *next, *prev;
+    uint32_t n[HC_MEM_CLASSES_MAX];
+    uint32_t blk[HC_MEM_CLASSES_MAX][HC_MEM_TCACHE_MAX];
+    _Atomic uint64_t allocs[HC_MEM_CLASSES_MAX], frees[HC_MEM_CLASSES_MAX];
+} hc_mem_tcache_t;
+
+static struct {
+    hc_mem_class_t cls[HC_MEM_CLASSES_MAX];
+    unsigned ncls, bits;
+    _Atomic uint64_t gen; /* bumped at init and finalize: stale thread caches reset */
+    pthread_mutex_t grow_lock;
+    hc_mem_region_t *cur; /* region slabs are carved from */
+    size_t cur_used;
+    size_t pool_bytes, pool_max;
+    hc_mem_slab_t *slabs;
+    pthread_mutex_t tc_lock;
+    hc_mem_tcache_t *tcaches;
+    uint64_t retired_allocs[HC_MEM_CLASSES_MAX], retired_frees[HC_MEM_CLASSES_MAX];
+    _Atomic uint64_t large_allocs, large_frees, large_failures, fallback_frees, invalid_frees;
+} hc_mem_pool = {
+    .grow_lock = PTHREAD_MUTEX_INITIALIZER,
+    .tc_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+/* A pointer, initial-exec: one load from %fs, no __tls_get_addr call, and
+ * little static TLS taken from programs that dlopen the library. */
+static __thread hc_mem_tcache_t *hc_mem_tcp __attribute__((tls_model("initial-exec")));
+static pthread_key_t hc_mem_tc_key;
+static pthread_once_t hc_mem_tc_once = PTHREAD_ONCE_INIT;
+
+static inline void hc_mem_count(_Atomic uint64_t *c)
+{
+    /* Only the owning thread writes: no RMW needed, relaxed for readers. */
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* ---- classes ------------------------------------------------------------ */
+
+unsigned hc_mem_pool_nclasses(void)
+{
+    return hc_mem_pool.ncls;
+}
+
+size_t hc_mem_pool_class_size(unsigned c)
+{
+    return c < hc_mem_pool.ncls ? hc_mem_pool.cls[c].block_size : 0;
+}
+
+/* Class of a request of 1..4 MiB bytes: the smallest class that holds it. */
+unsigned hc_mem_pool_class_of(size_t bytes)
+{
+    if (bytes <= HC_MEM_CLASS_MIN) return 0;
+    unsigned log2 = 64u - (unsigned)__builtin_clzll((unsigned long long)(bytes - 1));
+    unsigned c = (log2 - HC_MEM_BLOCK_SHIFT + hc_mem_pool.bits - 1) / hc_mem_pool.bits;
+    return c < hc_mem_pool.ncls ? c : hc_mem_pool.ncls - 1;
+}
+
+static void hc_mem_classes_init(unsigned bits)
+{
+    unsigned n = 0;
+    hc_mem_pool.bits = bits;
+    for (size_t sz = HC_MEM_CLASS_MIN;; sz <<= bits) {
+        if (sz > HC_MEM_CLASS_MAX)
+            sz = HC_MEM_CLASS_MAX; /* a ratio that skips 4 MiB still ends there */
+        hc_mem_class_t *c = &hc_mem_pool.cls[n++];
+        memset(c, 0, sizeof(*c));
+        hc_mem_lifo_init(&c->free, true);
+        c->block_size = sz;
+        c->shift = (uint32_t)__builtin_ctzll(sz);
+        c->tcache_max = (uint32_t)HC_MAX(2, HC_MIN(HC_MEM_TCACHE_MAX, HC_MEM_TCACHE_BYTES / sz));
+        c->batch = HC_MAX(1, c->tcache_max / 2);
+        c->slab_size = HC_MAX(HC_MEM_GRANULE, 4 * sz);
+        if (sz == HC_MEM_CLASS_MAX) break;
+    }
+    hc_mem_pool.ncls = n;
+}
+
+/* ---- blocks ------------------------------------------------------------- */
+
+static inline hc_mem_slab_t *hc_mem_slab_of(uint32_t idx)
+{
+    size_t off = (size_t)idx << HC_MEM_BLOCK_SHIFT;
+    return atomic_load_explicit(&hc_mem_g.granules[off >> HC_MEM_GRANULE_SHIFT].slab,
+                                memory_order_acquire);
+}
+
+static inline uint32_t hc_mem_slab_local(const hc_mem_slab_t *s, uint32_t idx)
+{
+    size_t off = ((size_t)idx << HC_MEM_BLOCK_SHIFT) - (size_t)(s->base - hc_mem_g.pool_base);
+    return (uint32_t)(off >> s->shift);
+}
+
+static inline _Atomic uint32_t *hc_mem_next_of(uint32_t idx)
+{
+    hc_mem_slab_t *s = hc_mem_slab_of(idx);
+    return &s->next[hc_mem_slab_local(s, idx)];
+}
+
+/* Takes up to max blocks off the class list in one CAS. Walking the links of
+ * blocks we do not own yet is safe: links live in slab metadata, and a stale
+ * walk fails the tagged CAS. */
+static uint32_t hc_mem_list_pop(hc_mem_class_t *c, uint32_t *out, uint32_t max)
+{
+    uint64_t h = hc_mem_lifo_load(&c->free);
+    for (;;) {
+        uint32_t idx = hc_mem_lifo_idx(h), n = 0;
+        while (idx != HC_MEM_LIFO_NIL && n < max) {
+            out[n++] = idx;
+            idx = atomic_load_explicit(hc_mem_next_of(idx), memory_order_relaxed);
+        }
+        if (n == 0) return 0;
+        if (hc_mem_lifo_pop_commit(&c->free, &h, idx)) return n;
+    }
+}
+
+/* Pushes blocks[0..n) as one chain. */
+static void hc_mem_list_push(hc_mem_class_t *c, const uint32_t *blocks, uint32_t n)
+{
+    for (uint32_t i = 0; i + 1 < n; i++)
+        atomic_store_explicit(hc_mem_next_of(blocks[i]), blocks[i + 1], memory_order_relaxed);
+    _Atomic uint32_t *last = hc_mem_next_of(blocks[n - 1]);
+    uint64_t h = atomic_load_explicit(&c->free.head, memory_order_relaxed);
+    do {
+        atomic_store_explicit(last, hc_mem_lifo_idx(h), memory_order_relaxed);
+    } while (!hc_mem_lifo_push_commit(&c->free, &h, blocks[0]));
+}
+
+static void hc_mem_out_add(hc_mem_class_t *c, int64_t n)
+{
+    uint64_t out = atomic_fetch_add(&c->out, (uint64_t)n) + (uint64_t)n;
+    uint64_t hwm = atomic_load_explicit(&c->hwm, memory_order_relaxed);
+    while (n > 0 && out > hwm && !atomic_compare_exchange_weak(&c->hwm, &hwm, out))
+        ;
+}
+
+/* ---- thread caches ------------------------------------------------------ */
+
+static void hc_mem_tcache_release(void *arg)
+{
+    hc_mem_tcache_t *tc = arg;
+    pthread_mutex_lock(&hc_mem_pool.tc_lock);
+    if (tc->gen == atomic_load(&hc_mem_pool.gen)) {
+        for (unsigned c = 0; c < hc_mem_pool.ncls; c++) {
+            if (tc->n[c]) {
+                hc_mem_list_push(&hc_mem_pool.cls[c], tc->blk[c], tc->n[c]);
+                hc_mem_out_add(&hc_mem_pool.cls[c], -(int64_t)tc->n[c]);
+                tc->n[c] = 0;
+            }
+            hc_mem_pool.retired_allocs[c] += atomic_load(&tc->allocs[c]);
+            hc_mem_pool.retired_frees[c] += atomic_load(&tc->frees[c]);
+        }
+        if (tc->prev)
+            tc->prev->next = tc->next;
+        else
+            hc_mem_pool.tcaches = tc->next;
+        if (tc->next) tc->next->prev = tc->prev;
+    }
+    tc->gen = 0;
+    pthread_mutex_unlock(&hc_mem_pool.tc_lock);
+    hc_mem_tcp = NULL;
+    free(tc);
+}
+
+static void hc_mem_tcache_key_create(void)
+{
+    pthread_key_create(&hc_mem_tc_key, hc_mem_tcache_release);
+}
+
+static HC_NOINLINE hc_mem_tcache_t *hc_mem_tcache_attach(void)
+{
+    hc_mem_tcache_t *tc = hc_mem_tcp;
+    pthread_once(&hc_mem_tc_once, hc_mem_tcache_key_create);
+    if (!tc) {
+        tc = aligned_alloc(HC_CACHE_LINE, HC_ALIGN_UP(sizeof(*tc), HC_CACHE_LINE));
+        if (!tc) return NULL;
+        memset(tc, 0, sizeof(*tc));
+        hc_mem_tcp = tc;
+    }
+    pthread_mutex_lock(&hc_mem_pool.tc_lock);
+    /* Blocks of a previous init cycle are gone with their pool. */
+    memset(tc->n, 0, sizeof(tc->n));
+    for (unsigned c = 0; c < HC_MEM_CLASSES_MAX; c++) {
+        atomic_store(&tc->allocs[c], 0);
+        atomic_store(&tc->frees[c], 0);
+    }
+    tc->prev = NULL;
+    tc->next = hc_mem_pool.tcaches;
+    if (tc->next) tc->next->prev = tc;
+    hc_mem_pool.tcaches = tc;
+    tc->gen = atomic_load(&hc_mem_pool.gen);
+    pthread_mutex_unlock(&hc_mem_pool.tc_lock);
+    pthread_setspecific(hc_mem_tc_key, tc);
+    return tc;
+}
+
+/* ---- growth ------------------------------------------------------------- */
+
+/* Carves a slab for class ci and pushes its blocks. Called with grow_lock. */
+static hcomm_status_t hc_mem_slab_carve(unsigned ci)
+{
+    hc_mem_class_t *c = &hc_mem_pool.cls[ci];
+    size_t unit = HC_MAX(c->block_size, HC_MEM_GRANULE);
+    hcomm_status_t st;
+    if (!hc_mem_pool.cur || hc_mem_pool.cur->size - hc_mem_pool.cur_used < unit) {
+        size_t left = hc_mem_pool.pool_max - hc_mem_pool.pool_bytes;
+        size_t size = HC_ALIGN_UP(HC_MAX(HC_MEM_REGION_GROW, unit), hc_mem_g.hugepage_size);
+        if (size > left) size = left / HC_MEM_GRANULE * HC_MEM_GRANULE;
+        if (size < unit)
+            return hc_error(HCOMM_ERR_NO_MEMORY,
+                            "hc_mem_alloc: pool at its limit HCOMM_MEM_POOL_MAX_SIZE=%zu",
+                            hc_mem_pool.pool_max);
+        hc_mem_region_t *r;
+        st = hc_mem_region_create_kind(size, HC_MEM_SHARED, -1, "hcomm-pool",
+                                       hc_mem_g.pool_base + hc_mem_pool.pool_bytes,
+                                       HC_MEM_KIND_POOL, &r);
+        if (st != HCOMM_OK) return st;
+        hc_mem_pool.pool_bytes += r->size;
+        hc_mem_pool.cur = r;
+        hc_mem_pool.cur_used = 0;
+    }
+    hc_mem_region_t *r = hc_mem_pool.cur;
+    size_t size = HC_MIN(c->slab_size, (r->size - hc_mem_pool.cur_used) / unit * unit);
+    hc_mem_slab_t *s = calloc(1, sizeof(*s));
+    uint32_t nblocks = (uint32_t)(size >> c->shift);
+    uint32_t *idx = malloc(nblocks * sizeof(*idx));
+    if (s) {
+        s->next = calloc(nblocks, sizeof(*s->next));
+        s->state = calloc(nblocks, sizeof(*s->state));
+    }
+    if (!s || !idx || !s->next || !s->state) {
+        if (s) {
+            free((void *)s->next);
+            free((void *)s->state);
+        }
+        free(s);
+        free(idx);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hc_mem_alloc: slab metadata");
+    }
+    s->base = (uint8_t *)r->base + hc_mem_pool.cur_used;
+    s->size = size;
+    s->region = r;
+    s->cls = ci;
+    s->shift = c->shift;
+    s->nblocks = nblocks;
+    size_t first = (size_t)(s->base - hc_mem_g.pool_base);
+    for (size_t g = first >> HC_MEM_GRANULE_SHIFT; g < (first + size) >> HC_MEM_GRANULE_SHIFT; g++)
+        atomic_store_explicit(&hc_mem_g.granules[g].slab, s, memory_order_release);
+    hc_mem_pool.cur_used += size;
+    s->all_next = hc_mem_pool.slabs;
+    hc_mem_pool.slabs = s;
+    atomic_fetch_add(r->huge ? &c->bytes_huge : &c->bytes_regular, size);
+    for (uint32_t i = 0; i < nblocks; i++)
+        idx[i] = (uint32_t)((first + ((size_t)i << c->shift)) >> HC_MEM_BLOCK_SHIFT);
+    hc_mem_list_push(c, idx, nblocks);
+    free(idx);
+    return HCOMM_OK;
+}
+
+/* The class list is empty: grow under the mutex (another thread may have
+ * grown it meanwhile, hence the second pop). */
+static HC_NOINLINE uint32_t hc_mem_refill_slow(unsigned ci, uint32_t *out, uint32_t max)
+{
+    hc_mem_class_t *c = &hc_mem_pool.cls[ci];
+    atomic_fetch_add_explicit(&c->waits, 1, memory_order_relaxed);
+    pthread_mutex_lock(&hc_mem_pool.grow_lock);
+    uint32_t n = hc_mem_list_pop(c, out, max);
+    if (n == 0 && hc_mem_slab_carve(ci) == HCOMM_OK) n = hc_mem_list_pop(c, out, max);
+    pthread_mutex_unlock(&hc_mem_pool.grow_lock);
+    return n;
+}
+
+/* ---- alloc / free ------------------------------------------------------- */
+
+static HC_NOINLINE hcomm_status_t hc_mem_alloc_region(size_t bytes, unsigned ci, void **ptr_p)
+{
+    hc_mem_region_t *r;
+    hcomm_status_t st;
+    if (ci == UINT32_MAX) {
+        st = hc_mem_region_create_kind(bytes, HC_MEM_SHARED, -1, "hcomm-large", NULL,
+                                       HC_MEM_KIND_LARGE, &r);
+        atomic_fetch_add(st == HCOMM_OK ? &hc_mem_pool.large_allocs : &hc_mem_pool.large_failures,
+                         1);
+    } else {
+        /* Past the pool limit: a plain mapping of regular pages. */
+        st = hc_mem_region_create_kind(hc_mem_pool.cls[ci].block_size, HC_MEM_INT_PLAIN, -1,
+                                       "hcomm-fallback", NULL, HC_MEM_KIND_FALLBACK, &r);
+        if (st == HCOMM_OK) {
+            atomic_fetch_add(&hc_mem_pool.cls[ci].fallbacks, 1);
+            hc_log_debug("mem: pool at its limit (%zu bytes): %zu-byte allocation falls back to "
+                         "its own mapping",
+                         hc_mem_pool.pool_max, bytes);
+        } else {
+            atomic_fetch_add(&hc_mem_pool.cls[ci].failures, 1);
+        }
+    }
+    if (st != HCOMM_OK) return st;
+    *ptr_p = r->base;
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_mem_alloc(size_t bytes, void **ptr_p)
+{
+    if (HC_UNLIKELY(!ptr_p))
+        return hc_error(HCOMM_ERR_INVALID, "hc_mem_alloc: argument ptr_p is NULL");
+    if (HC_UNLIKELY(bytes == 0 || bytes > ((size_t)1 << 46)))
+        return hc_error(HCOMM_ERR_INVALID, "hc_mem_alloc: argument bytes is bad (%zu)", bytes);
+    if (HC_UNLIKELY(!hc_mem_g.initialized))
+        return hc_error(HCOMM_ERR_NOT_INITIALIZED, "hc_mem_alloc: hc_mem_init not called");
+    if (HC_UNLIKELY(bytes > HC_MEM_CLASS_MAX)) return hc_mem_alloc_region(bytes, UINT32_MAX, ptr_p);
+    unsigned ci = hc_mem_pool_class_of(bytes);
+    hc_mem_class_t *c = &hc_mem_pool.cls[ci];
+    hc_mem_tcache_t *tc = hc_mem_tcp;
+    if (HC_UNLIKELY(!tc ||
+                    tc->gen != atomic_load_explicit(&hc_mem_pool.gen, memory_order_relaxed))) {
+        tc = hc_mem_tcache_attach();
+        if (!tc) return hc_error(HCOMM_ERR_NO_MEMORY, "hc_mem_alloc: thread cache");
+    }
+    if (HC_UNLIKELY(tc->n[ci] == 0)) {
+        uint32_t n = hc_mem_list_pop(c, tc->blk[ci], c->batch);
+        if (n == 0) n = hc_mem_refill_slow(ci, tc->blk[ci], c->batch);
+        if (n == 0) return hc_mem_alloc_region(bytes, ci, ptr_p);
+        hc_mem_out_add(c, n);
+        tc->n[ci] = n;
+    }
+    uint32_t idx = tc->blk[ci][--tc->n[ci]];
+    hc_mem_slab_t *s = hc_mem_slab_of(idx);
+    atomic_store_explicit(&s->state[hc_mem_slab_local(s, idx)], HC_MEM_BLOCK_USED,
+                          memory_order_relaxed);
+    hc_mem_count(&tc->allocs[ci]);
+    *ptr_p = hc_mem_g.pool_base + ((size_t)idx << HC_MEM_BLOCK_SHIFT);
+    return HCOMM_OK;
+}
+
+static HC_NOINLINE hcomm_status_t hc_mem_free_invalid(void *ptr, const char *why)
+{
+    atomic_fetch_add(&hc_mem_pool.invalid_frees, 1);
+    return hc_error(HCOMM_ERR_INVALID, "hc_mem_free: argument ptr %p %s (nothing freed)", ptr, why);
+}
+
+static HC_NOINLINE hcomm_status_t hc_mem_free_region(void *ptr)
+{
+    uint32_t kind;
+    hc_mem_region_t *r = hc_mem_region_take(ptr, &kind);
+    if (!r) return hc_mem_free_invalid(ptr, "was not returned by hc_mem_alloc or is already freed");
+    atomic_fetch_add(
+        kind == HC_MEM_KIND_LARGE ? &hc_mem_pool.large_frees : &hc_mem_pool.fallback_frees, 1);
+    hc_mem_region_destroy(r);
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_mem_free(void *ptr)
+{
+    if (!ptr) return HCOMM_OK;
+    size_t off = (size_t)((uintptr_t)ptr - (uintptr_t)hc_mem_g.pool_base);
+    if (HC_UNLIKELY(off >= hc_mem_g.pool_reserved)) return hc_mem_free_region(ptr);
+    hc_mem_slab_t *s = atomic_load_explicit(&hc_mem_g.granules[off >> HC_MEM_GRANULE_SHIFT].slab,
+                                            memory_order_acquire);
+    if (HC_UNLIKELY(!s))
+        return hc_mem_free_invalid(ptr, "is in the pool range but not in any block");
+    size_t in_slab = (size_t)((uint8_t *)ptr - s->base);
+    if (HC_UNLIKELY(in_slab & (((size_t)1 << s->shift) - 1)))
+        return hc_mem_free_invalid(ptr, "points inside a block, not at its start");
+    /* Load + store, not a CAS: a locked instruction here was most of the
+     * cost of a free. A double free is still caught whenever the two frees
+     * are ordered (same thread, or handed over); only two threads racing to
+     * free one block, itself a user bug, could both pass. */
+    _Atomic uint8_t *state = &s->state[in_slab >> s->shift];
+    if (HC_UNLIKELY(atomic_load_explicit(state, memory_order_relaxed) != HC_MEM_BLOCK_USED))
+        return hc_mem_free_invalid(ptr, "is already free (double free?)");
+    atomic_store_explicit(state, HC_MEM_BLOCK_FREE, memory_order_relaxed);
+    unsigned ci = s->cls;
+    hc_mem_class_t *c = &hc_mem_pool.cls[ci];
+    hc_mem_tcache_t *tc = hc_mem_tcp;
+    if (HC_UNLIKELY(!tc ||
+                    tc->gen != atomic_load_explicit(&hc_mem_pool.gen, memory_order_relaxed))) {
+        tc = hc_mem_tcache_attach();
+        if (!tc) {
+            /* No cache for this thread: the block goes straight back. */
+            uint32_t idx = (uint32_t)(off >> HC_MEM_BLOCK_SHIFT);
+            hc_mem_list_push(c, &idx, 1);
+            hc_mem_out_add(c, -1);
+            return HCOMM_OK;
+        }
+    }
+    if (HC_UNLIKELY(tc->n[ci] == c->tcache_max)) {
+        /* Full: give the older half back to the shared list. */
+        hc_mem_list_push(c, tc->blk[ci], c->batch);
+        hc_mem_out_add(c, -(int64_t)c->batch);
+        tc->n[ci] -= c->batch;
+        memmove(tc->blk[ci], tc->blk[ci] + c->batch, tc->n[ci] * sizeof(uint32_t));
+    }
+    tc->blk[ci][tc->n[ci]++] = (uint32_t)(off >> HC_MEM_BLOCK_SHIFT);
+    hc_mem_count(&tc->frees[ci]);
+    return HCOMM_OK;
+}
+
+/* ---- init / finalize / stats -------------------------------------------- */
+
+hcomm_status_t hc_mem_pool_init(void)
+{
+    hc_mem_classes_init((unsigned)hc_cfg.mem_pool_bucket_bits);
+    hc_mem_pool.pool_max =
+        HC_MAX(hc_cfg.mem_pool_max, HC_ALIGN_UP(hc_cfg.mem_pool_initial, hc_mem_g.hugepage_size));
+    hc_mem_pool.pool_max = HC_MIN(hc_mem_pool.pool_max, hc_mem_g.pool_reserved);
+    hc_mem_pool.pool_bytes = 0;
+    hc_mem_pool.cur = NULL;
+    hc_mem_pool.cur_used = 0;
+    hc_mem_pool.slabs = NULL;
+    memset(hc_mem_pool.retired_allocs, 0, sizeof(hc_mem_pool.retired_allocs));
+    memset(hc_mem_pool.retired_frees, 0, sizeof(hc_mem_pool.retired_frees));
+    atomic_store(&hc_mem_pool.large_allocs, 0);
+    atomic_store(&hc_mem_pool.large_frees, 0);
+    atomic_store(&hc_mem_pool.large_failures, 0);
+    atomic_store(&hc_mem_pool.fallback_frees, 0);
+    atomic_store(&hc_mem_pool.invalid_frees, 0);
+    atomic_fetch_add(&hc_mem_pool.gen, 1);
+    if (hc_cfg.mem_pool_initial == 0) return HCOMM_OK;
+    size_t size = HC_ALIGN_UP(hc_cfg.mem_pool_initial, hc_mem_g.hugepage_size);
+    hc_mem_region_t *r;
+    hcomm_status_t st = hc_mem_region_create_kind(size, HC_MEM_SHARED, -1, "hcomm-pool",
+                                                  hc_mem_g.pool_base, HC_MEM_KIND_POOL, &r);
+    if (st != HCOMM_OK) return st;
+    hc_mem_pool.pool_bytes = r->size;
+    hc_mem_pool.cur = r;
+    return HCOMM_OK;
+}
+
+void hc_mem_pool_finalize(void)
+{
+    pthread_mutex_lock(&hc_mem_pool.tc_lock);
+    atomic_fetch_add(&hc_mem_pool.gen, 1); /* every thread cache is now stale */
+    hc_mem_pool.tcaches = NULL;
+    pthread_mutex_unlock(&hc_mem_pool.tc_lock);
+    for (hc_mem_slab_t *s = hc_mem_pool.slabs, *n; s; s = n) {
+        n = s->all_next;
+        free((void *)s->next);
+        free((void *)s->state);
+        free(s);
+    }
+    hc_mem_pool.slabs = NULL;
+    hc_mem_pool.cur = NULL;
+    for (unsigned c = 0; c < hc_mem_pool.ncls; c++)
+        hc_mem_lifo_init(&hc_mem_pool.cls[c].free, true);
+}
+
+void hc_mem_pool_stats_get(hc_mem_stats_t *s)
+{
+    s->nclasses = hc_mem_pool.ncls;
+    s->pool_bytes = hc_mem_pool.pool_bytes;
+    s->pool_max = hc_mem_pool.pool_max;
+    s->large_allocs = atomic_load(&hc_mem_pool.large_allocs);
+    s->large_frees = atomic_load(&hc_mem_pool.large_frees);
+    s->large_failures = atomic_load(&hc_mem_pool.large_failures);
+    s->fallback_frees = atomic_load(&hc_mem_pool.fallback_frees);
+    s->invalid_frees = atomic_load(&hc_mem_pool.invalid_frees);
+    pthread_mutex_lock(&hc_mem_pool.tc_lock);
+    for (unsigned i = 0; i < hc_mem_pool.ncls; i++) {
+        hc_mem_class_t *c = &hc_mem_pool.cls[i];
+        hc_mem_class_stats_t *o = &s->cls[i];
+        o->block_size = c->block_size;
+        o->allocs = hc_mem_pool.retired_allocs[i];
+        o->frees = hc_mem_pool.retired_frees[i];
+        for (hc_mem_tcache_t *tc = hc_mem_pool.tcaches; tc; tc = tc->next) {
+            o->allocs += atomic_load_explicit(&tc->allocs[i], memory_order_relaxed);
+            o->frees += atomic_load_explicit(&tc->frees[i], memory_order_relaxed);
+        }
+        o->in_use = o->allocs - o->frees;
+        o->failures = atomic_load(&c->failures);
+        o->fallbacks = atomic_load(&c->fallbacks);
+        o->waits = atomic_load(&c->waits);
+        o->hwm = atomic_load(&c->hwm);
+        o->bytes_huge = atomic_load(&c->bytes_huge);
+        o->bytes_regular = atomic_load(&c->bytes_regular);
+    }
+    pthread_mutex_unlock(&hc_mem_pool.tc_lock);
+}

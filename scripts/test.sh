@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The README's second command (and what .ci/run calls): installs the
+# dependencies, reserves hugepages, then builds and runs the whole suite:
+#   build/       RelWithDebInfo: every test (unit, mp, tools, netns, slow)
+#   build-asan/  ASan+UBSan: unit and mp tests (not slow)
+#   build-tsan/  ThreadSanitizer: pool and progress tests (label tsan)
+#   build-fuzz/  clang + libFuzzer: short fuzz runs (label fuzz)
+# Set HCOMM_TEST_QUICK=1 to skip the sanitizer and fuzz builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+if [[ $(id -u) == 0 ]]; then
+    hugepages/hcomm-hugepages -n "${HCOMM_HUGEPAGES:-1024}" || echo "test: could not reserve hugepages; tests run on regular pages"
+fi
+jobs=$(nproc)
+status=0
+run() { # name, build dir, cmake args..., -- ctest args...
+    local name=$1 dir=$2; shift 2
+    local cargs=() targs=()
+    while (($#)) && [[ $1 != -- ]]; do cargs+=("$1"); shift; done
+    (($#)) && shift
+    targs=("$@")
+    echo "=== $name: configure + build ($dir)"
+    cmake -S . -B "$dir" -G Ninja "${cargs[@]}" >/dev/null
+    cmake --build "$dir" -j "$jobs" >/dev/null
+    echo "=== $name: ctest ${targs[*]}"
+    if ! ctest --test-dir "$dir" --output-on-failure --timeout 600 "${targs[@]}"; then
+        echo "=== $name: FAILED"
+        status=1
+    fi
+}
+run release build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -j 2
+if [[ -z ${HCOMM_TEST_QUICK:-} ]]; then
+    run asan build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_SANITIZE=address,undefined -- -j 2 -L "unit|mp|tools" -LE "slow|tsan|fuzz|netns"
+    run tsan build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_SANITIZE=thread -- -L tsan
+    if command -v clang >/dev/null; then
+        run fuzz build-fuzz -DCMAKE_C_COMPILER=clang -DHCOMM_BUILD_FUZZ=ON -- -L fuzz
+    fi
+fi
+exit $status

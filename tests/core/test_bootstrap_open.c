@@ -1,0 +1,690 @@
+/*
+ * The rendezvous with real processes on loopback: each test forks the ranks
+ * (the test process itself is rank 0, so its assertions see rank 0's view),
+ * plus hostile clients where the test is about them. A child reports through
+ * its exit status only (0 = every check passed; otherwise a code saying which
+ * check failed, with the reason on stderr). Every child is killed at the end
+ * of its test, so a failure cannot leave ranks behind.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "core/bootstrap.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BLOB_LEN 24
+#define KEY "test-key-42"
+#define TIMEOUT 10.0
+
+static pid_t kids[16];
+static int nkids;
+
+static void blob_fill(uint8_t *b, int rank)
+{
+    for (int i = 0; i < BLOB_LEN; i++)
+        b[i] = (uint8_t)(rank * 31 + i);
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static hc_bootstrap_params_t params(int rank, int size, const char *url, const char *key)
+{
+    hc_bootstrap_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.rank = rank;
+    p.size = size;
+    p.local_rank = p.local_size = -1;
+    snprintf(p.url, sizeof(p.url), "%s", url);
+    snprintf(p.job_key, sizeof(p.job_key), "%s", key);
+    p.source = "test";
+    return p;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+typedef int (*child_fn)(void *arg);
+
+static pid_t spawn(child_fn fn, void *arg)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) exit(fn(arg));
+    kids[nkids++] = pid;
+    return pid;
+}
+
+/* Exit status of pid, waiting at most timeout_s (then -1). */
+static int reap(pid_t pid, double timeout_s)
+{
+    double end = hc_time_sec() + timeout_s;
+    int status;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) {
+            for (int i = 0; i < nkids; i++)
+                if (kids[i] == pid) kids[i] = 0;
+            if (WIFEXITED(status)) return WEXITSTATUS(status);
+            return 128 + WTERMSIG(status);
+        }
+        if (hc_time_sec() > end) return -1;
+        sleep_ms(5);
+    }
+}
+
+static int kill_all(void **state)
+{
+    (void)state;
+    for (int i = 0; i < nkids; i++) {
+        if (kids[i] > 0) {
+            kill(kids[i], SIGKILL);
+            waitpid(kids[i], NULL, 0);
+        }
+    }
+    nkids = 0;
+    return 0;
+}
+
+static void reap_all_ok(void)
+{
+    for (int i = 0; i < nkids; i++) {
+        if (kids[i] <= 0) continue;
+        pid_t pid = kids[i];
+        int rc = reap(pid, 20);
+        if (rc != 0) fail_msg("child %d (pid %d) ended with %d", i, (int)pid, rc);
+    }
+}
+
+static bool table_ok(const void *table, int size)
+{
+    uint8_t want[BLOB_LEN];
+    for (int r = 0; r < size; r++) {
+        blob_fill(want, r);
+        if (memcmp((const uint8_t *)table + (size_t)r * BLOB_LEN, want, BLOB_LEN)) return false;
+    }
+    return true;
+}
+
+/* ---- a well-behaved rank ------------------------------------------------- */
+
+typedef struct {
+    hc_bootstrap_params_t p;
+    int delay_ms;          /* start late */
+    bool wait_rank0_death; /* after the collectives, wait for check_peers to say 0 */
+} rank_arg_t;
+
+#define CHILD_FAIL(code, ...)                                                                      \
+    do {                                                                                           \
+        fprintf(stderr, "rank %d: ", a->p.rank);                                                   \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fprintf(stderr, " [%s]\n", hc_error_last());                                               \
+        rc = code;                                                                                 \
+        goto out;                                                                                  \
+    } while (0)
+
+/* Open, check the table, allgather, barrier; 0 on success. */
+static int run_rank(void *arg)
+{
+    rank_arg_t *a = arg;
+    uint8_t blob[BLOB_LEN];
+    hc_bootstrap_t *bs = NULL;
+    const void *table;
+    int rc = 0;
+
+    sleep_ms(a->delay_ms);
+    blob_fill(blob, a->p.rank);
+    if (hc_bootstrap_open(&a->p, blob, BLOB_LEN, TIMEOUT, &bs, &table) != HCOMM_OK)
+        CHILD_FAIL(10, "open failed");
+    if (!table_ok(table, a->p.size)) CHILD_FAIL(11, "wrong table");
+    uint64_t in = 1000u + (uint64_t)a->p.rank, out[16] = {0};
+    if (hc_bootstrap_allgather(bs, &in, sizeof(in), out, TIMEOUT) != HCOMM_OK)
+        CHILD_FAIL(12, "allgather failed");
+    for (int r = 0; r < a->p.size; r++)
+        if (out[r] != 1000u + (uint64_t)r)
+            CHILD_FAIL(13, "allgather slot %d holds %llu", r, (unsigned long long)out[r]);
+    if (hc_bootstrap_barrier(bs, TIMEOUT) != HCOMM_OK) CHILD_FAIL(14, "barrier failed");
+    /* Nobody can have left yet: every rank still has to do the allgather below
+     * (a contribution already waiting on a socket is not a failure). */
+    if (hc_bootstrap_check_peers(bs) != -1)
+        CHILD_FAIL(17, "check_peers reports a failure in a healthy job");
+    /* A second round with a different length: no stale state between rounds. */
+    uint8_t in2[3] = {(uint8_t)a->p.rank, 7, 9}, out2[16 * 3];
+    if (hc_bootstrap_allgather(bs, in2, 3, out2, TIMEOUT) != HCOMM_OK)
+        CHILD_FAIL(15, "second allgather failed");
+    for (int r = 0; r < a->p.size; r++)
+        if (out2[3 * r] != r || out2[3 * r + 2] != 9)
+            CHILD_FAIL(16, "second allgather slot %d wrong", r);
+    if (a->wait_rank0_death) {
+        double end = hc_time_sec() + TIMEOUT;
+        int dead;
+        while ((dead = hc_bootstrap_check_peers(bs)) == -1 && hc_time_sec() < end)
+            sleep_ms(1);
+        if (dead != 0) CHILD_FAIL(18, "check_peers did not report rank 0 gone (%d)", dead);
+    }
+out:
+    hc_bootstrap_close(bs);
+    return rc;
+}
+
+static void run_job(const char *url, int size, int rank0_delay_ms, const char *key)
+{
+    rank_arg_t args[8];
+    for (int r = 1; r < size; r++) {
+        args[r] = (rank_arg_t){params(r, size, url, key), 0, true};
+        spawn(run_rank, &args[r]);
+    }
+    rank_arg_t a0 = {params(0, size, url, key), rank0_delay_ms, false};
+    assert_int_equal(run_rank(&a0), 0);
+    reap_all_ok();
+}
+
+static void test_single_rank(void **state)
+{
+    (void)state;
+    hc_bootstrap_params_t p = params(0, 1, "", "");
+    uint8_t blob[BLOB_LEN];
+    blob_fill(blob, 0);
+    hc_bootstrap_t *bs;
+    const void *table;
+    assert_int_equal(hc_bootstrap_open(&p, blob, BLOB_LEN, 1.0, &bs, &table), HCOMM_OK);
+    assert_true(table_ok(table, 1));
+    uint32_t in = 77, out = 0;
+    assert_int_equal(hc_bootstrap_allgather(bs, &in, 4, &out, 1.0), HCOMM_OK);
+    assert_int_equal(out, 77);
+    assert_int_equal(hc_bootstrap_barrier(bs, 1.0), HCOMM_OK);
+    assert_int_equal(hc_bootstrap_check_peers(bs), -1);
+    hc_bootstrap_close(bs);
+    hc_bootstrap_close(NULL);
+}
+
+static void test_bad_args(void **state)
+{
+    (void)state;
+    hc_bootstrap_params_t p = params(0, 2, "tcp://127.0.0.1:1", KEY);
+    uint8_t blob[8] = {0};
+    hc_bootstrap_t *bs = (hc_bootstrap_t *)0x1;
+    const void *table = (const void *)0x1;
+    assert_int_equal(hc_bootstrap_open(NULL, blob, 8, 1, &bs, &table), HCOMM_ERR_INVALID);
+    assert_int_equal(hc_bootstrap_open(&p, NULL, 8, 1, &bs, &table), HCOMM_ERR_INVALID);
+    assert_int_equal(hc_bootstrap_open(&p, blob, 8, 0, &bs, &table), HCOMM_ERR_INVALID);
+    assert_non_null(strstr(hc_error_last(), "timeout_sec"));
+    assert_int_equal(hc_bootstrap_open(&p, blob, 8, 1, NULL, &table), HCOMM_ERR_INVALID);
+    assert_int_equal(hc_bootstrap_open(&p, blob, HC_BOOTSTRAP_MAX_BLOB + 1, 1, &bs, &table),
+                     HCOMM_ERR_INVALID);
+    p.rank = 2;
+    assert_int_equal(hc_bootstrap_open(&p, blob, 8, 1, &bs, &table), HCOMM_ERR_INVALID);
+    assert_non_null(strstr(hc_error_last(), "rank 2"));
+    p = params(1, 2, "", KEY);
+    assert_int_equal(hc_bootstrap_open(&p, blob, 8, 1, &bs, &table), HCOMM_ERR_INVALID);
+    p = params(1, 2, "udp://x:1", KEY);
+    assert_int_equal(hc_bootstrap_open(&p, blob, 8, 1, &bs, &table), HCOMM_ERR_INVALID);
+    /* Outputs untouched on failure. */
+    assert_ptr_equal(bs, (hc_bootstrap_t *)0x1);
+    assert_ptr_equal(table, (const void *)0x1);
+}
+
+static void test_tcp_4(void **state)
+{
+    (void)state;
+    char url[64];
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
+    /* Rank 0 comes up last: the others must retry their connects. */
+    run_job(url, 4, 300, KEY);
+}
+
+static void test_file_4(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/hc_bs_test_XXXXXX", url[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(url, sizeof(url), "file://%s", dir);
+    /* Rank 0 late: the others poll for the address file. */
+    run_job(url, 4, 300, KEY);
+    /* Rank 0 removed its address file at close. */
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    int left = 0;
+    while ((e = readdir(d)))
+        left += e->d_name[0] != '.';
+    closedir(d);
+    assert_int_equal(left, 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static void test_file_stale_nokey(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/hc_bs_test_XXXXXX", url[128], path[160];
+    assert_non_null(mkdtemp(dir));
+    snprintf(url, sizeof(url), "file://%s", dir);
+    /* A crashed earlier job without a key left its address behind, pointing
+     * at a port where nobody listens: the ranks must keep re-reading the file
+     * until rank 0 replaces it. */
+    snprintf(path, sizeof(path), "%s/hcomm-nokey.addr", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "tcp://127.0.0.1:%d\n", free_port());
+    fclose(f);
+    run_job(url, 3, 300, "");
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* ---- hostile clients -------------------------------------------------------- */
+
+enum {
+    G_RANDOM,
+    G_WRONG_KEY,
+    G_PARTIAL,
+    G_SILENT,
+    G_RANK_RANGE,
+    G_WRONG_SIZE,
+    G_BLOB_LEN,
+    G_VERSION,
+    G_DUPLICATE,
+    G_NO_KEY,
+    G_COUNT
+};
+
+typedef struct {
+    int kind, port, size;
+    double close_min, close_max; /* when rank 0 must hang up, seconds after connect; 0 = any */
+} garbage_arg_t;
+
+static int connect_retry(int port, double timeout)
+{
+    double end = hc_time_sec() + timeout;
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    while (hc_time_sec() < end) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) return fd;
+        close(fd);
+        sleep_ms(2);
+    }
+    return -1;
+}
+
+/* Sends its kind of garbage; succeeds when rank 0 closes the connection
+ * without ever sending it anything. */
+static int run_garbage(void *arg)
+{
+    garbage_arg_t *g = arg;
+    uint8_t buf[4096], blob[BLOB_LEN] = {0};
+    long n = 0;
+    hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
+                            HC_BOOTSTRAP_VERSION,
+                            HC_BOOTSTRAP_MSG_HELLO,
+                            1,
+                            (uint32_t)g->size,
+                            (uint32_t)strlen(KEY),
+                            KEY,
+                            BLOB_LEN,
+                            blob};
+    if (g->kind == G_DUPLICATE) sleep_ms(300); /* after the real rank 1, before the real rank 2 */
+    int fd = connect_retry(g->port, 5);
+    if (fd < 0) return 20;
+    switch (g->kind) {
+    case G_RANDOM:
+        srand(7);
+        for (size_t i = 0; i < 1000; i++)
+            buf[i] = (uint8_t)rand();
+        n = 1000;
+        break;
+    case G_WRONG_KEY:
+        m.key = "test-key-43";
+        break;
+    case G_NO_KEY:
+        m.key_len = 0;
+        break;
+    case G_PARTIAL:
+        n = hc_bootstrap_msg_pack(&m, buf, sizeof(buf));
+        n = 10;
+        break;
+    case G_SILENT:
+        break;
+    case G_RANK_RANGE:
+        break;
+    case G_WRONG_SIZE:
+        m.size = (uint32_t)g->size + 1;
+        break;
+    case G_BLOB_LEN:
+        m.payload_len = BLOB_LEN - 1;
+        break;
+    case G_VERSION:
+        break;
+    case G_DUPLICATE:
+        break;
+    }
+    if (g->kind != G_RANDOM && g->kind != G_PARTIAL && g->kind != G_SILENT) {
+        n = hc_bootstrap_msg_pack(&m, buf, sizeof(buf));
+        if (n <= 0) return 21;
+        /* pack refuses to encode these two, so patch the bytes. */
+        if (g->kind == G_VERSION) buf[4] = 2;
+        if (g->kind == G_RANK_RANGE) buf[12] = (uint8_t)g->size; /* rank == size */
+    }
+    if (n > 0 && send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n && g->kind != G_RANDOM) return 22;
+    /* Wait for rank 0 to hang up: EOF or reset, never data. */
+    double t0 = hc_time_sec();
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, 15000) != 1) return 23;
+    ssize_t r = recv(fd, buf, sizeof(buf), 0);
+    close(fd);
+    double took = hc_time_sec() - t0;
+    if (g->close_max > 0 && (took < g->close_min || took > g->close_max)) {
+        fprintf(stderr, "garbage client %d was closed after %.2f s\n", g->kind, took);
+        return 25;
+    }
+    if (r > 0) {
+        fprintf(stderr, "garbage client %d was answered with %zd bytes\n", g->kind, r);
+        return 24;
+    }
+    return 0;
+}
+
+static void test_garbage_clients(void **state)
+{
+    (void)state;
+    char url[64];
+    int port = free_port(), size = 3;
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+    garbage_arg_t g[G_COUNT];
+    for (int k = 0; k < G_COUNT; k++) {
+        g[k] = (garbage_arg_t){k, port, size, 0, 0};
+        spawn(run_garbage, &g[k]);
+    }
+    /* Rank 1 early, rank 2 late (after the duplicate of rank 1 came). */
+    rank_arg_t r1 = {params(1, size, url, KEY), 100, false};
+    rank_arg_t r2 = {params(2, size, url, KEY), 800, false};
+    spawn(run_rank, &r1);
+    spawn(run_rank, &r2);
+    rank_arg_t a0 = {params(0, size, url, KEY), 0, false};
+    double t0 = hc_time_sec();
+    assert_int_equal(run_rank(&a0), 0);
+    /* The silent and stalled clients did not hold the job up. */
+    assert_true(hc_time_sec() - t0 < 4.0);
+    reap_all_ok();
+}
+
+static void test_silent_clients_dropped(void **state)
+{
+    (void)state;
+    char url[64];
+    int port = free_port();
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+    /* Rank 1 comes after 6 s; a silent and a stalled client must be dropped
+     * by the 5 s hello limit, not kept until the rendezvous ends. */
+    garbage_arg_t g[2] = {{G_SILENT, port, 2, 4.5, 5.8}, {G_PARTIAL, port, 2, 4.5, 5.8}};
+    spawn(run_garbage, &g[0]);
+    spawn(run_garbage, &g[1]);
+    rank_arg_t r1 = {params(1, 2, url, KEY), 6000, false};
+    spawn(run_rank, &r1);
+    rank_arg_t a0 = {params(0, 2, url, KEY), 0, false};
+    assert_int_equal(run_rank(&a0), 0);
+    reap_all_ok();
+}
+
+/* ---- failures ------------------------------------------------------------ */
+
+typedef struct {
+    hc_bootstrap_params_t p;
+    hcomm_status_t want;
+    const char *want_text;
+    double timeout;
+    double max_time; /* seconds the failure may take; 0 = any */
+} expect_fail_arg_t;
+
+static int run_expect_fail(void *arg)
+{
+    expect_fail_arg_t *a = arg;
+    uint8_t blob[BLOB_LEN];
+    hc_bootstrap_t *bs = NULL;
+    const void *table;
+    blob_fill(blob, a->p.rank);
+    double t0 = hc_time_sec();
+    hcomm_status_t st = hc_bootstrap_open(&a->p, blob, BLOB_LEN, a->timeout, &bs, &table);
+    if (a->max_time > 0 && hc_time_sec() - t0 > a->max_time) {
+        fprintf(stderr, "rank %d: failing took %.2f s\n", a->p.rank, hc_time_sec() - t0);
+        return 31;
+    }
+    if (st != a->want || !strstr(hc_error_last(), a->want_text)) {
+        fprintf(stderr, "rank %d: got %d \"%s\", wanted %d containing \"%s\"\n", a->p.rank, st,
+                hc_error_last(), a->want, a->want_text);
+        hc_bootstrap_close(bs);
+        return 30;
+    }
+    return 0;
+}
+
+static void test_missing_rank(void **state)
+{
+    (void)state;
+    char url[64];
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
+    /* Rank 2 never comes: rank 1 learns who is missing from rank 0. */
+    expect_fail_arg_t a1 = {params(1, 3, url, KEY), HCOMM_ERR_TIMEOUT, "rank(s) 2 never joined",
+                            1.0};
+    spawn(run_expect_fail, &a1);
+    expect_fail_arg_t a0 = {params(0, 3, url, KEY), HCOMM_ERR_TIMEOUT, "rank(s) 2 never joined",
+                            1.0};
+    double t0 = hc_time_sec();
+    assert_int_equal(run_expect_fail(&a0), 0);
+    double took = hc_time_sec() - t0;
+    assert_true(took >= 0.9 && took < 3.0);
+    reap_all_ok();
+}
+
+static void test_missing_rank0(void **state)
+{
+    (void)state;
+    char url[64];
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
+    expect_fail_arg_t a1 = {params(1, 2, url, KEY), HCOMM_ERR_TIMEOUT, "could not reach rank 0",
+                            1.0};
+    double t0 = hc_time_sec();
+    assert_int_equal(run_expect_fail(&a1), 0);
+    assert_true(hc_time_sec() - t0 < 3.0);
+}
+
+static void test_wrong_key_rank(void **state)
+{
+    (void)state;
+    char url[64];
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
+    /* A rank with another job's key is turned away at once and says why;
+     * rank 0 keeps waiting for a real rank 1. */
+    expect_fail_arg_t a1 = {params(1, 2, url, "another-job"), HCOMM_ERR_BOOTSTRAP, "HCOMM_JOB_KEY",
+                            5.0, 2.0};
+    spawn(run_expect_fail, &a1);
+    expect_fail_arg_t a0 = {params(0, 2, url, KEY), HCOMM_ERR_TIMEOUT, "rank(s) 1 never joined",
+                            1.0, 0};
+    assert_int_equal(run_expect_fail(&a0), 0);
+    reap_all_ok();
+}
+
+static int run_mismatch(void *arg)
+{
+    rank_arg_t *a = arg;
+    uint8_t blob[BLOB_LEN], in[8] = {0}, out[8 * 4];
+    hc_bootstrap_t *bs = NULL;
+    const void *table;
+    int rc = 0;
+    blob_fill(blob, a->p.rank);
+    if (hc_bootstrap_open(&a->p, blob, BLOB_LEN, TIMEOUT, &bs, &table) != HCOMM_OK)
+        CHILD_FAIL(50, "open failed");
+    /* Rank 2 disagrees about the length: everyone fails, naming rank 2. */
+    hcomm_status_t st = hc_bootstrap_allgather(bs, in, a->p.rank == 2 ? 4 : 8, out, TIMEOUT);
+    if (st != HCOMM_ERR_BOOTSTRAP || !strstr(hc_error_last(), "rank 2"))
+        CHILD_FAIL(51, "allgather gave %d", st);
+out:
+    hc_bootstrap_close(bs);
+    return rc;
+}
+
+static void test_allgather_len_mismatch(void **state)
+{
+    (void)state;
+    char url[64];
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
+    rank_arg_t args[3];
+    for (int r = 1; r < 3; r++) {
+        args[r] = (rank_arg_t){params(r, 3, url, KEY), 0, false};
+        spawn(run_mismatch, &args[r]);
+    }
+    args[0] = (rank_arg_t){params(0, 3, url, KEY), 0, false};
+    assert_int_equal(run_mismatch(&args[0]), 0);
+    reap_all_ok();
+}
+
+static void test_tcp_ipv6(void **state)
+{
+    (void)state;
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    socklen_t sl = sizeof(sa);
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        if (fd >= 0) close(fd);
+        print_message("skipped: no IPv6 loopback here\n");
+        skip();
+    }
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    close(fd);
+    char url[64];
+    snprintf(url, sizeof(url), "tcp://[::1]:%d", ntohs(sa.sin6_port));
+    run_job(url, 3, 100, KEY);
+}
+
+/* ---- liveness ------------------------------------------------------------- */
+
+typedef struct {
+    hc_bootstrap_params_t p;
+    int victim;
+} peer_arg_t;
+
+/* Survivors: barrier, then an allgather that must fail naming the victim. */
+static int run_survivor(void *arg)
+{
+    peer_arg_t *a = arg;
+    uint8_t blob[BLOB_LEN];
+    hc_bootstrap_t *bs = NULL;
+    const void *table;
+    char want[32];
+    int rc = 0;
+    blob_fill(blob, a->p.rank);
+    if (hc_bootstrap_open(&a->p, blob, BLOB_LEN, TIMEOUT, &bs, &table) != HCOMM_OK) return 40;
+    if (a->p.rank == a->victim) {
+        /* Wait to be killed. */
+        if (hc_bootstrap_barrier(bs, TIMEOUT) != HCOMM_OK) rc = 41;
+        for (;;)
+            pause();
+    }
+    if (hc_bootstrap_barrier(bs, TIMEOUT) != HCOMM_OK) rc = 42;
+    uint32_t in = 5, out[8];
+    hcomm_status_t st = hc_bootstrap_allgather(bs, &in, 4, out, TIMEOUT);
+    snprintf(want, sizeof(want), "rank %d", a->victim);
+    if (rc == 0 && (st != HCOMM_ERR_PEER_FAILED || !strstr(hc_error_last(), want))) {
+        fprintf(stderr, "rank %d: allgather gave %d \"%s\"\n", a->p.rank, st, hc_error_last());
+        rc = 43;
+    }
+    hc_bootstrap_close(bs);
+    return rc;
+}
+
+static void test_check_peers_kill(void **state)
+{
+    (void)state;
+    char url[64];
+    int size = 4, victim = 2;
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
+    peer_arg_t args[4];
+    pid_t pids[4];
+    for (int r = 1; r < size; r++) {
+        args[r] = (peer_arg_t){params(r, size, url, KEY), victim};
+        pids[r] = spawn(run_survivor, &args[r]);
+    }
+    hc_bootstrap_params_t p = params(0, size, url, KEY);
+    uint8_t blob[BLOB_LEN];
+    blob_fill(blob, 0);
+    hc_bootstrap_t *bs;
+    const void *table;
+    assert_int_equal(hc_bootstrap_open(&p, blob, BLOB_LEN, TIMEOUT, &bs, &table), HCOMM_OK);
+    assert_true(table_ok(table, size));
+    /* The others are inside the barrier: their messages wait on our sockets,
+     * and pending data is not a failure. */
+    sleep_ms(100);
+    assert_int_equal(hc_bootstrap_check_peers(bs), -1);
+    assert_int_equal(hc_bootstrap_barrier(bs, TIMEOUT), HCOMM_OK);
+    assert_int_equal(hc_bootstrap_check_peers(bs), -1);
+
+    assert_int_equal(kill(pids[victim], SIGKILL), 0);
+    double t0 = hc_time_sec();
+    int dead;
+    while ((dead = hc_bootstrap_check_peers(bs)) == -1 && hc_time_sec() - t0 < 1.0)
+        sleep_ms(1);
+    double took = hc_time_sec() - t0;
+    print_message("check_peers saw rank %d die after %.1f ms\n", dead, took * 1e3);
+    assert_int_equal(dead, victim);
+    assert_true(took < 0.100);
+    assert_int_equal(reap(pids[victim], 5), 128 + SIGKILL);
+
+    uint32_t in = 5, out[8];
+    assert_int_equal(hc_bootstrap_allgather(bs, &in, 4, out, TIMEOUT), HCOMM_ERR_PEER_FAILED);
+    assert_non_null(strstr(hc_error_last(), "rank 2"));
+    /* The star is unusable after a failure, and says so at once. */
+    assert_int_equal(hc_bootstrap_barrier(bs, TIMEOUT), HCOMM_ERR_PEER_FAILED);
+    hc_bootstrap_close(bs);
+    reap_all_ok();
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+#define T(f) cmocka_unit_test_teardown(f, kill_all)
+    const struct CMUnitTest tests[] = {
+        T(test_single_rank),
+        T(test_bad_args),
+        T(test_tcp_4),
+        T(test_file_4),
+        T(test_file_stale_nokey),
+        T(test_wrong_key_rank),
+        T(test_garbage_clients),
+        T(test_missing_rank),
+        T(test_missing_rank0),
+        T(test_check_peers_kill),
+        T(test_allgather_len_mismatch),
+        T(test_tcp_ipv6),
+        T(test_silent_clients_dropped),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,104 @@
+/* core/config.c: defaults, size suffixes, malformed values named in the
+ * error, and the table walk hcomm_info -c prints. */
+#include "core/config.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    unsetenv("HCOMM_TIMEOUT");
+    unsetenv("HCOMM_SHM_SLOT_SIZE");
+    unsetenv("HCOMM_SHM");
+    assert_int_equal(hc_config_load(), HCOMM_OK);
+    assert_true(hc_cfg.timeout == 300.0);
+    assert_int_equal(hc_cfg.shm_slot_size, 8192);
+    assert_true(hc_cfg.shm);
+    assert_string_equal(hc_cfg.algo, "auto");
+}
+
+static void test_sizes(void **state)
+{
+    (void)state;
+    size_t v;
+    assert_true(hc_config_parse_size("4096", &v) && v == 4096);
+    assert_true(hc_config_parse_size("8K", &v) && v == 8192);
+    assert_true(hc_config_parse_size("64M", &v) && v == 64u << 20);
+    assert_true(hc_config_parse_size("1G", &v) && v == 1u << 30);
+    assert_true(hc_config_parse_size("2MiB", &v) && v == 2u << 20);
+    assert_true(hc_config_parse_size("0x10", &v) && v == 16);
+    assert_false(hc_config_parse_size("", &v));
+    assert_false(hc_config_parse_size("-1", &v));
+    assert_false(hc_config_parse_size("12Q", &v));
+    assert_false(hc_config_parse_size("99999999999999999999T", &v));
+}
+
+static void test_env_values(void **state)
+{
+    (void)state;
+    setenv("HCOMM_TIMEOUT", "2.5", 1);
+    setenv("HCOMM_SHM_SLOT_SIZE", "16K", 1);
+    setenv("HCOMM_SHM", "off", 1);
+    assert_int_equal(hc_config_load(), HCOMM_OK);
+    assert_true(hc_cfg.timeout == 2.5);
+    assert_int_equal(hc_cfg.shm_slot_size, 16384);
+    assert_false(hc_cfg.shm);
+    unsetenv("HCOMM_TIMEOUT");
+    unsetenv("HCOMM_SHM_SLOT_SIZE");
+    unsetenv("HCOMM_SHM");
+}
+
+static void test_bad_values_named(void **state)
+{
+    (void)state;
+    static const char *const bad[][2] = {
+        {"HCOMM_TIMEOUT", "soon"}, {"HCOMM_TIMEOUT", "-3"},  {"HCOMM_SHM", "maybe"},
+        {"HCOMM_SHM_SLOTS", "12x"}, {"HCOMM_LOG", "loud"},    {"HCOMM_COLL_CHUNK", "1Z"},
+        {"HCOMM_TIMEOUT", "0"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv(bad[i][0], bad[i][1], 1);
+        hcomm_status_t st = hc_config_load();
+        assert_int_equal(st, HCOMM_ERR_INVALID);
+        assert_non_null(strstr(hc_error_last(), bad[i][0]));
+        unsetenv(bad[i][0]);
+    }
+    assert_int_equal(hc_config_load(), HCOMM_OK);
+}
+
+static int seen;
+static void count_knob(const char *env, const char *value, const char *def, const char *help,
+                       void *arg)
+{
+    (void)arg;
+    assert_true(!strncmp(env, "HCOMM_", 6));
+    assert_non_null(value);
+    assert_non_null(def);
+    assert_true(strlen(help) > 10);
+    seen++;
+}
+
+static void test_foreach(void **state)
+{
+    (void)state;
+    assert_int_equal(hc_config_load(), HCOMM_OK);
+    seen = 0;
+    hc_config_foreach(count_knob, NULL);
+    assert_true(seen >= 20);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),       cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_env_values),     cmocka_unit_test(test_bad_values_named),
+        cmocka_unit_test(test_foreach),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
