@@ -402,9 +402,9 @@ static void check_mem(void)
     MP_OK(hcomm_mem_deregister(NULL, 0));
 
     char stack_buf[256];
-    BAD(INV, hcomm_mem_free(stack_buf), "hcomm_mem_free", "hcomm_mem_alloc");
+    BAD(INV, hcomm_mem_free(stack_buf), "hcomm_mem_free", "ptr");
     char *heap = mp_xmalloc(256);
-    BAD(INV, hcomm_mem_free(heap), "hcomm_mem_free", "hcomm_mem_alloc");
+    BAD(INV, hcomm_mem_free(heap), "hcomm_mem_free", "ptr");
     heap[0] = 1; /* still ours: not freed by the refused call */
     free(heap);
 
@@ -413,9 +413,9 @@ static void check_mem(void)
     if (!q || ((uintptr_t)q & 63))
         mp_fail("hcomm_mem_alloc(4096) expected a 64-byte aligned pointer got %p", (void *)q);
     memset(q, 0x5a, 4096);
-    BAD(INV, hcomm_mem_free(q + 64), "hcomm_mem_free", "hcomm_mem_alloc");
+    BAD(INV, hcomm_mem_free(q + 64), "hcomm_mem_free", "ptr");
     MP_OK(hcomm_mem_free(q));
-    BAD(INV, hcomm_mem_free(q), "hcomm_mem_free", "hcomm_mem_alloc");
+    BAD(INV, hcomm_mem_free(q), "hcomm_mem_free", "ptr");
     still_ok("bad hcomm_mem_free pointers");
 
     /* Pool memory works as a message buffer. */
