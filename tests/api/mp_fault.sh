@@ -16,6 +16,10 @@
 #                 connections hit rank 0's rendezvous port before rank 1 joins
 #   garbage_flood as garbage, plus more silent connections than rank 0 keeps
 #                 waiting for a hello
+#   region_leak   (not a fault) 40 comm_split/comm_free cycles on 4 ranks
+#                 under HCOMM_LOG=info: every communicator must still get a
+#                 node-shared region (freed communicators give theirs back),
+#                 not fall back to p2p algorithms
 set -u
 CASE=$1
 HCOMMRUN=$2
@@ -164,8 +168,16 @@ garbage | garbage_flood)
     done
     ((SECONDS - t0 < 30)) || fail "job expected to finish within 30 s took $((SECONDS - t0)) s"
     ;;
+region_leak)
+    HCOMM_LOG=info HCOMM_TIMEOUT=60 "$HCOMMRUN" -n 4 --timeout 100 "$BINDIR/mp_coll_async" \
+        --cycles-only >"$TMP/out.all" 2>&1
+    rc=$?
+    ((rc == 0)) || fail "hcommrun expected exit 0 got $rc"
+    n=$(grep -c "no node-shared region" "$TMP/out.all")
+    ((n == 0)) || fail "expected every communicator to get a node-shared region, $n fell back to p2p (\"$(grep -m1 "no node-shared region" "$TMP/out.all")\")"
+    ;;
 *)
-    echo "usage: mp_fault.sh killed|killed_root|killed_hcommrun|coll_killed|garbage|garbage_flood HCOMMRUN BINDIR" >&2
+    echo "usage: mp_fault.sh killed|killed_root|killed_hcommrun|coll_killed|garbage|garbage_flood|region_leak HCOMMRUN BINDIR" >&2
     exit 2
     ;;
 esac
