@@ -16,7 +16,8 @@
  * back unchanged; every receive buffer has guard bytes that must stay intact.
  *
  *   mp_coll_matrix [--counts 0,1,7,...] [--colls allreduce,reduce,...]
- *                  [--dtypes int8,...] [--ops sum,...]
+ *                  [--dtypes int8,...] [--ops sum,...] [--pool]
+ *   --pool: every buffer comes from hcomm_mem_alloc (the zero-copy paths)
  */
 #include "mp_test.h"
 
@@ -461,9 +462,15 @@ static void check_guard(const case_t *c, const uint8_t *end, const char *what)
         }
 }
 
+static int g_pool; /* --pool: buffers from hcomm_mem_alloc (zero-copy paths) */
+
 static void *alloc_buf(size_t bytes, int fill)
 {
-    uint8_t *p = mp_xmalloc(bytes + GUARD);
+    uint8_t *p;
+    if (g_pool)
+        MP_OK(hcomm_mem_alloc(bytes + GUARD, (void **)&p));
+    else
+        p = mp_xmalloc(bytes + GUARD);
     memset(p, fill, bytes);
     memset(p + bytes, GUARD_BYTE, GUARD);
     return p;
@@ -587,8 +594,13 @@ static void run_case(const case_t *c, hcomm_comm_t w)
         fail_case(c, "send buffer expected unchanged out of place got modified");
     if (sb) check_guard(c, sb + sbytes, "send buffer");
     if (rb) check_guard(c, rb + rbytes, "receive buffer");
-    free(sb);
-    free(rb);
+    if (g_pool) {
+        MP_OK(hcomm_mem_free(sb));
+        MP_OK(hcomm_mem_free(rb));
+    } else {
+        free(sb);
+        free(rb);
+    }
     free(copy);
 }
 
@@ -656,6 +668,9 @@ int main(int argc, char **argv)
             barrier = strstr(argv[i], "barrier") != NULL;
         } else if (!bad && !strcmp(argv[i], "--dtypes")) {
             bad = parse_list(argv[++i], dtype_names, HCOMM_DTYPE_COUNT, dsel);
+        } else if (!strcmp(argv[i], "--pool")) {
+            g_pool = 1;
+            bad = 0;
         } else if (!bad && !strcmp(argv[i], "--ops")) {
             bad = parse_list(argv[++i], op_names, HCOMM_OP_COUNT, osel);
         } else {
@@ -663,7 +678,7 @@ int main(int argc, char **argv)
         }
         if (bad) {
             fprintf(stderr, "usage: mp_coll_matrix [--counts a,b,..] [--colls x,..] "
-                            "[--dtypes x,..] [--ops x,..]\n");
+                            "[--dtypes x,..] [--ops x,..] [--pool]\n");
             return 2;
         }
     }
