@@ -9,6 +9,7 @@
  *   mp_badinput          everything except the bad-pointer hcomm_mem_free
  *   mp_badinput mem      hcomm_mem_alloc/free checks (pointers hcomm did not
  *                        return, double free, interior pointers)
+ *   mp_badinput abort_freed  hcomm_comm_abort on a freed communicator
  *
  * Every rank makes the same calls; a bad call fails locally before any
  * communication, so the ranks stay in step.
@@ -343,7 +344,6 @@ static void check_comms(hcomm_comm_t w, hcomm_comm_t freed)
     BAD(INV, hcomm_comm_free(w), "hcomm_comm_free", "world");
     BAD(INV, hcomm_comm_free(freed), "hcomm_comm_free", "comm");
     BAD(INV, hcomm_comm_abort(NULL), "hcomm_comm_abort", "comm");
-    BAD(INV, hcomm_comm_abort(freed), "hcomm_comm_abort", "comm");
     still_ok("bad communicators");
 
     /* An aborted communicator: pending and later operations return
@@ -438,9 +438,10 @@ static void check_mem(void)
 int main(int argc, char **argv)
 {
     int mem = argc > 1 && !strcmp(argv[1], "mem");
+    int abort_freed = argc > 1 && !strcmp(argv[1], "abort_freed");
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc > 1 && !mem) {
-        fprintf(stderr, "usage: mp_badinput [mem]\n");
+    if (argc > 1 && !mem && !abort_freed) {
+        fprintf(stderr, "usage: mp_badinput [mem | abort_freed]\n");
         return 2;
     }
     check_not_initialized(NULL, "before hcomm_init");
@@ -451,6 +452,12 @@ int main(int argc, char **argv)
 
     if (mem) {
         check_mem();
+    } else if (abort_freed) {
+        /* Kept apart: today it writes into the freed communicator. */
+        hcomm_comm_t freed;
+        MP_OK(hcomm_comm_split(w, 1, 0, &freed));
+        MP_OK(hcomm_comm_free(freed));
+        BAD(HCOMM_ERR_INVALID, hcomm_comm_abort(freed), "hcomm_comm_abort", "comm");
     } else {
         /* A communicator that existed and was freed. */
         hcomm_comm_t freed;
@@ -478,5 +485,7 @@ int main(int argc, char **argv)
                 hcomm_comm_rank(hcomm_comm_world()), hcomm_comm_size(hcomm_comm_world()));
     still_ok("init -> finalize -> init");
     if (mp_rank == 0) printf("rank 0: %d checkpoints passed through\n", g_checkpoints);
-    return mp_finish(mem ? "mp_badinput mem" : "mp_badinput");
+    return mp_finish(mem           ? "mp_badinput mem"
+                     : abort_freed ? "mp_badinput abort_freed"
+                                   : "mp_badinput");
 }
