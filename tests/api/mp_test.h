@@ -1,0 +1,156 @@
+/*
+ * Helpers shared by the multi-process API tests (tests/core/mp_*.c,
+ * tests/coll/mp_coll_*.c). They use only the public API.
+ *
+ * Every failure prints one line "rank R: <what> expected X got Y" on stderr
+ * and is counted; a failed call that leaves the test unable to go on exits
+ * at once (the other ranks then see a failed peer instead of a silent hang).
+ * mp_exit() ends the program with 0 only if nothing failed.
+ */
+#ifndef MP_TEST_H
+#define MP_TEST_H
+
+#include <hcomm.h>
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int mp_rank = -1;
+static int mp_size = 0;
+static int mp_failures;
+
+static inline double mp_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline void mp_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+__attribute__((format(printf, 1, 2))) static inline void mp_fail(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "rank %d: %s\n", mp_rank, msg);
+    fflush(stderr);
+    mp_failures++;
+}
+
+static inline const char *mp_status_name(hcomm_status_t st)
+{
+    switch (st) {
+#define MP_STATUS_CASE_(name, value, text)                                                         \
+    case HCOMM_##name:                                                                             \
+        return #name;
+        HCOMM_STATUS_MAP(MP_STATUS_CASE_)
+#undef MP_STATUS_CASE_
+    }
+    return "?";
+}
+
+/* A call that must succeed; on failure the test cannot go on. */
+#define MP_OK(call)                                                                                \
+    do {                                                                                           \
+        hcomm_status_t mp_st_ = (call);                                                            \
+        if (mp_st_ != HCOMM_OK) {                                                                  \
+            mp_fail("%s:%d: %s expected OK got %s (%s)", __FILE__, __LINE__, #call,                \
+                    mp_status_name(mp_st_), hcomm_last_error());                                   \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* A call that must return `want`; a failure is counted, the test goes on. */
+#define MP_EXPECT(want, call) mp_expect_status_((want), (call), #call, __FILE__, __LINE__)
+
+static inline int mp_expect_status_(hcomm_status_t want, hcomm_status_t got, const char *what,
+                                    const char *file, int line)
+{
+    if (got == want) return 1;
+    mp_fail("%s:%d: %s expected %s got %s (last_error: %s)", file, line, what, mp_status_name(want),
+            mp_status_name(got), hcomm_last_error());
+    return 0;
+}
+
+/* last_error must contain every NULL-terminated substring. */
+static inline void mp_expect_msg(const char *what, ...)
+{
+    const char *msg = hcomm_last_error();
+    va_list ap;
+    va_start(ap, what);
+    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
+        if (!msg || !strstr(msg, s))
+            mp_fail("%s: last_error expected to contain \"%s\" got \"%s\"", what, s,
+                    msg ? msg : "(null)");
+    va_end(ap);
+}
+
+/* hcomm_init plus the rank and size of world. */
+static inline void mp_init(void)
+{
+    MP_OK(hcomm_init(NULL, NULL));
+    mp_rank = hcomm_comm_rank(hcomm_comm_world());
+    mp_size = hcomm_comm_size(hcomm_comm_world());
+    if (mp_rank < 0 || mp_size < 1 || mp_rank >= mp_size) {
+        mp_fail("world rank/size expected valid got %d/%d", mp_rank, mp_size);
+        exit(1);
+    }
+}
+
+/* Agrees on the failure count (so every rank reports the same verdict),
+ * finalizes and exits. */
+static inline int mp_finish(const char *name)
+{
+    int64_t mine = mp_failures, all = 0;
+    hcomm_status_t st = hcomm_allreduce(&mine, &all, 1, HCOMM_INT64, HCOMM_SUM, hcomm_comm_world());
+    if (st != HCOMM_OK) {
+        mp_fail("final allreduce expected OK got %s (%s)", mp_status_name(st), hcomm_last_error());
+        all = mine + 1;
+    }
+    st = hcomm_finalize();
+    if (st != HCOMM_OK) {
+        mp_fail("hcomm_finalize expected OK got %s (%s)", mp_status_name(st), hcomm_last_error());
+        mine++;
+    }
+    if (mp_rank == 0 || mine)
+        printf("rank %d: %s: %s (%lld failures on this rank, %lld in all)\n", mp_rank, name,
+               all || mine ? "FAILED" : "passed", (long long)mine, (long long)all);
+    fflush(stdout);
+    return all || mine ? 1 : 0;
+}
+
+/* xorshift64*: deterministic data that every rank can regenerate. */
+static inline uint64_t mp_hash(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static inline void *mp_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        mp_fail("malloc(%zu) expected memory got NULL", n);
+        exit(1);
+    }
+    return p;
+}
+
+#endif /* MP_TEST_H */
