@@ -185,7 +185,7 @@ static int hc_coll_waiting(struct hcomm_request *req)
     return -1;
 }
 
-static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status)
+static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status, bool release)
 {
     hc_coll_comm_t *cc = comm->coll_priv;
     if (!cc)
@@ -196,9 +196,9 @@ static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status)
                  status == HCOMM_ERR_ABORTED ? "aborted or freed" : "torn down");
         hc_coll_finish(op, status);
     }
-    if (hc_comm_aborted(comm)) {
+    if (!release) {
         hc_coll_break(comm, "the communicator was aborted");
-        return; /* the comm stays allocated until hcomm_comm_free */
+        return; /* the state stays until hcomm_comm_free destroys the comm */
     }
     if (cc->active)
         hc_list_del(&cc->active_link);
@@ -229,8 +229,7 @@ void hc_coll_fini(void)
     hc_list_t *pos, *tmp;
     for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
         struct hcomm_comm *comm = hc_container_of(pos, struct hcomm_comm, link);
-        __atomic_store_n(&comm->aborted, 0, __ATOMIC_RELAXED);
-        hc_coll_comm_free(comm, HCOMM_ERR_ABORTED);
+        hc_coll_comm_free(comm, HCOMM_ERR_ABORTED, true);
     }
     (void)tmp;
     while (hc_coll_op_cache) {

@@ -72,6 +72,8 @@ typedef struct {
 #define HC_NODE_ZC_MIN (256u * 1024)
 
 typedef struct hc_coll_node {
+    hc_drv_t *drv;  /* the node driver the region came from */
+    uint64_t key;   /* its shared_get key, released with shared_put */
     int n, me;
     size_t block;
     hc_node_line_t *line;
@@ -560,8 +562,12 @@ bool hc_coll_node_usable(struct hcomm_comm *comm)
         return false;
     }
     hc_coll_node_t *nd = calloc(1, sizeof(*nd));
-    if (!nd)
+    if (!nd) {
+        d->ops->shared_put(d, key | 1);
         return false;
+    }
+    nd->drv = d;
+    nd->key = key | 1;
     nd->n = n;
     nd->me = comm->rank;
     nd->block = block;
@@ -581,6 +587,7 @@ void hc_coll_node_free(hc_coll_node_t *node)
     for (int i = 0; i < node->nmaps; i++)
         munmap(node->maps[i].base, node->maps[i].size);
     free(node->scratch);
+    node->drv->ops->shared_put(node->drv, node->key);
     free(node);
 }
 

@@ -91,13 +91,11 @@ HC_EXPORT hcomm_status_t hcomm_comm_free(hcomm_comm_t comm)
 
 HC_EXPORT hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm)
 {
-    /* Any thread: only an atomic store, the waiting thread does the rest. */
+    /* Any thread: validates under the communicator-list lock and raises a
+     * flag; the thread waiting on comm fails its operations. */
     if (!hc_ctx.initialized)
         return hc_error(HCOMM_ERR_NOT_INITIALIZED, "hcomm_comm_abort: not initialized");
-    if (!comm)
-        return hc_error(HCOMM_ERR_INVALID, "hcomm_comm_abort: communicator is NULL");
-    __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
-    return HCOMM_OK;
+    return hc_comm_abort(comm);
 }
 
 /* ---- point-to-point --------------------------------------------------------- */
@@ -239,6 +237,21 @@ HC_EXPORT hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p)
 
 /* ---- memory ----------------------------------------------------------------- */
 
+/* mem/ names its own functions in messages; the user called the public one. */
+static hcomm_status_t hc_api_rename(hcomm_status_t st, const char *inner, const char *outer)
+{
+    if (st == HCOMM_OK)
+        return st;
+    const char *msg = hc_error_last();
+    size_t n = strlen(inner);
+    if (!strncmp(msg, inner, n)) {
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", msg + n);
+        return hc_error(st, "%s%s", outer, saved);
+    }
+    return hc_error(st, "%s: %s", outer, msg);
+}
+
 HC_EXPORT hcomm_status_t hcomm_mem_alloc(size_t bytes, void **ptr_p)
 {
     hcomm_status_t st = hc_check_init("hcomm_mem_alloc");
@@ -248,7 +261,7 @@ HC_EXPORT hcomm_status_t hcomm_mem_alloc(size_t bytes, void **ptr_p)
         return hc_error(HCOMM_ERR_INVALID, "hcomm_mem_alloc: ptr_p is NULL");
     if (bytes == 0)
         return hc_error(HCOMM_ERR_INVALID, "hcomm_mem_alloc: bytes is 0");
-    return hc_mem_alloc(bytes, ptr_p);
+    return hc_api_rename(hc_mem_alloc(bytes, ptr_p), "hc_mem_alloc", "hcomm_mem_alloc");
 }
 
 HC_EXPORT hcomm_status_t hcomm_mem_free(void *ptr)
@@ -258,7 +271,7 @@ HC_EXPORT hcomm_status_t hcomm_mem_free(void *ptr)
         return st;
     if (!ptr)
         return HCOMM_OK;
-    return hc_mem_free(ptr);
+    return hc_api_rename(hc_mem_free(ptr), "hc_mem_free", "hcomm_mem_free");
 }
 
 HC_EXPORT hcomm_status_t hcomm_mem_deregister(void *ptr, size_t bytes)

@@ -6,12 +6,18 @@
  */
 #include "core/hc_core.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 void (*hc_coll_cancel_hook)(struct hcomm_request *req);
 int (*hc_coll_waiting_hook)(struct hcomm_request *req);
-void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status);
+void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status, bool release);
+
+/* Guards the communicator list against hcomm_comm_abort, which may run on
+ * another thread. Only the communicating thread changes the list (under the
+ * lock); its own unlocked reads never race with itself. */
+static pthread_mutex_t hc_comm_list_lock = PTHREAD_MUTEX_INITIALIZER;
 
 bool hc_comm_valid(const struct hcomm_comm *comm)
 {
@@ -61,7 +67,9 @@ hcomm_status_t hc_comm_create(uint32_t ctx_id, int size, const int *world_ranks,
     hc_list_init(&c->posted);
     hc_list_init(&c->unexpected);
     hc_list_init(&c->coll_queue);
+    pthread_mutex_lock(&hc_comm_list_lock);
     hc_list_push_back(&hc_ctx.comms, &c->link);
+    pthread_mutex_unlock(&hc_comm_list_lock);
     if (ctx_id >= hc_ctx.next_ctx_id)
         hc_ctx.next_ctx_id = ctx_id + 1;
     hc_p2p_adopt_orphans(c);
@@ -78,19 +86,34 @@ err:
 void hc_comm_destroy(struct hcomm_comm *comm)
 {
     if (hc_coll_comm_free_hook)
-        hc_coll_comm_free_hook(comm, HCOMM_ERR_ABORTED);
+        hc_coll_comm_free_hook(comm, HCOMM_ERR_ABORTED, true);
     hc_p2p_comm_cleanup(comm);
+    pthread_mutex_lock(&hc_comm_list_lock);
     hc_list_del(&comm->link);
     comm->magic = HC_COMM_FREED;
+    pthread_mutex_unlock(&hc_comm_list_lock);
     free(comm->world_ranks);
     free(comm->comm_rank_of);
     free(comm);
 }
 
+hcomm_status_t hc_comm_abort(struct hcomm_comm *comm)
+{
+    pthread_mutex_lock(&hc_comm_list_lock);
+    bool ok = hc_ctx.initialized && (comm == hc_ctx.world || hc_comm_valid(comm));
+    if (ok)
+        __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&hc_comm_list_lock);
+    if (!ok)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_comm_abort: communicator %p is NULL, freed or "
+                                           "not a communicator", (void *)comm);
+    return HCOMM_OK;
+}
+
 void hc_comm_handle_abort(struct hcomm_comm *comm)
 {
     if (hc_coll_comm_free_hook)
-        hc_coll_comm_free_hook(comm, HCOMM_ERR_ABORTED);
+        hc_coll_comm_free_hook(comm, HCOMM_ERR_ABORTED, false);
     hc_p2p_fail_comm(comm, hc_error(HCOMM_ERR_ABORTED, "hcomm: communicator was aborted"));
 }
 

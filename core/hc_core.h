@@ -203,8 +203,13 @@ extern int (*hc_progress_hook)(void);
 extern void (*hc_coll_cancel_hook)(struct hcomm_request *req);
 /* Set by the API layer: the comm rank a collective is waiting for, or -1. */
 extern int (*hc_coll_waiting_hook)(struct hcomm_request *req);
-/* Set by the API layer: fail and release the collective state of comm. */
-extern void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status);
+/* Set by the API layer: fail the collectives queued on comm; with release,
+ * also free coll/'s state for it (the communicator is being destroyed). */
+extern void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status,
+                                      bool release);
+/* hcomm_comm_abort's body: validates comm against the live list under a
+ * lock (any thread), then raises the flag. */
+hcomm_status_t hc_comm_abort(struct hcomm_comm *comm);
 /* The thread that notices comm->aborted fails the comm's pending work. */
 void hc_comm_handle_abort(struct hcomm_comm *comm);
 /* One pass over every driver plus queued frames; returns events seen. */

@@ -205,7 +205,10 @@ static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t siz
         if (st == HCOMM_OK) {
             hc_p2p_control(p, HC_FRAME_FIN, req->ctx_id, sid, 0);
             hc_stats.rndv_get++;
-            hc_request_complete(req, HCOMM_OK);
+            if (size == req->len)
+                hc_request_complete(req, HCOMM_OK);
+            else
+                hc_p2p_size_mismatch(req, size);
             return;
         }
         hc_log_debug("get from rank %d failed (%s), streaming instead", conn->peer,
@@ -222,12 +225,13 @@ static void hc_p2p_eager_recv(struct hcomm_request *req, const void *data, size_
 {
     req->msg_len = len;
     if (HC_UNLIKELY(len != req->len)) {
-        if (len < req->len)
+        if (len && len < req->len)
             memcpy(req->buf, data, len);
         hc_p2p_size_mismatch(req, len);
         return;
     }
-    memcpy(req->buf, data, len);
+    if (len)
+        memcpy(req->buf, data, len);
     hc_request_complete(req, HCOMM_OK);
 }
 
@@ -313,7 +317,8 @@ static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr
     if (hdr->type == HC_FRAME_EAGER) {
         u->len = dlen;
         u->have = hdr->len;
-        memcpy(u->data, payload, hdr->len);
+        if (hdr->len)
+            memcpy(u->data, payload, hdr->len);
         if (more) {
             p->partial_active = true;
             p->partial_req = NULL;
@@ -396,7 +401,10 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
         if (req->done_bytes == req->msg_len) {
             req->rndv = false;
             hc_list_del(&req->link);
-            hc_request_complete(req, HCOMM_OK);
+            if (req->msg_len == req->len)
+                hc_request_complete(req, HCOMM_OK);
+            else
+                hc_p2p_size_mismatch(req, req->msg_len);
         }
         return;
     case HC_FRAME_FIN:

@@ -94,6 +94,11 @@ static void *hc_drv_no_shared(hc_drv_t *drv, uint64_t key, size_t size)
     (void)size;
     return NULL;
 }
+static void hc_drv_noop_shared_put(hc_drv_t *drv, uint64_t key)
+{
+    (void)drv;
+    (void)key;
+}
 static void hc_drv_noop_disconnect(hc_conn_t *conn)
 {
     (void)conn;
@@ -118,6 +123,7 @@ static const struct hc_drv_ops hc_drv_base = {
     .shared_get = hc_drv_no_shared,
     .disconnect = hc_drv_noop_disconnect,
     .close = hc_drv_noop_close,
+    .shared_put = hc_drv_noop_shared_put,
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops)
@@ -136,7 +142,7 @@ void hc_drv_register(const struct hc_drv_ops *ops)
     HC_DRV_FILL_(probe) HC_DRV_FILL_(open) HC_DRV_FILL_(addr_pack) HC_DRV_FILL_(wireup)
     HC_DRV_FILL_(connect) HC_DRV_FILL_(put) HC_DRV_FILL_(get) HC_DRV_FILL_(progress)
     HC_DRV_FILL_(mem_reg) HC_DRV_FILL_(mem_dereg) HC_DRV_FILL_(shared_get)
-    HC_DRV_FILL_(disconnect) HC_DRV_FILL_(close)
+    HC_DRV_FILL_(disconnect) HC_DRV_FILL_(close) HC_DRV_FILL_(shared_put)
 #undef HC_DRV_FILL_
 }
 

@@ -138,6 +138,9 @@ struct hc_drv_ops {
     void *(*shared_get)(hc_drv_t *drv, uint64_t key, size_t size);
     void (*disconnect)(hc_conn_t *conn);
     void (*close)(hc_drv_t *drv);
+    /* Drops this rank's use of the shared_get block of key; the last user's
+     * put lets the driver reuse it. */
+    void (*shared_put)(hc_drv_t *drv, uint64_t key);
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops);

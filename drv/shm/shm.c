@@ -43,13 +43,16 @@
 #define HC_SHM_DIR_ENTRIES 256
 #define HC_SHM_SLOT_HDR 40 /* seq (8) + frame header (32) */
 
+/* A directory entry: key 0 = never used, HC_SHM_KEY_FREE = a released block
+ * (off/size kept for reuse), anything else = live, used by `refs` ranks. */
 typedef struct {
-    uint64_t key;   /* 0: free; claimed by CAS */
-    uint64_t off;   /* from the segment base */
+    uint64_t key;
+    uint64_t off; /* from the segment base */
     uint64_t size;
-    uint32_t ready; /* published with release order */
+    uint32_t refs;
     uint32_t pad;
 } hc_shm_dir_t;
+#define HC_SHM_KEY_FREE 1ull
 
 typedef struct {
     uint64_t magic;
@@ -58,6 +61,7 @@ typedef struct {
     uint64_t fifo_off, fifo_stride;
     uint64_t arena_off, arena_size;
     uint64_t arena_used HC_ALIGNED_CL;
+    uint32_t arena_lock; /* held only while the directory changes */
     hc_shm_dir_t dir[HC_SHM_DIR_ENTRIES];
 } hc_shm_seg_t;
 
@@ -460,45 +464,94 @@ static int hc_drv_shm_progress(hc_drv_t *drv)
     return events;
 }
 
+/* The arena lock lives in the shared segment. A rank that dies holding it
+ * makes the others give up at the deadline (their callers then fall back to
+ * algorithms that need no shared memory). */
+static bool hc_shm_arena_lock(hc_shm_seg_t *g)
+{
+    double deadline = hc_time_sec() + hc_cfg.timeout;
+    hc_backoff_t b = {0};
+    for (;;) {
+        uint32_t expect = 0;
+        if (__atomic_compare_exchange_n(&g->arena_lock, &expect, 1, false, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED))
+            return true;
+        if (hc_time_sec() > deadline)
+            return false;
+        hc_backoff_step(&b);
+    }
+}
+
+static void hc_shm_arena_unlock(hc_shm_seg_t *g)
+{
+    __atomic_store_n(&g->arena_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* Node-shared memory by key: the first local rank to ask creates it (zeroed:
+ * a released block of a fitting size is reused, else the arena grows),
+ * later ones share it; shared_put drops a reference and the last one
+ * releases the block for reuse. Keys are never reused for different data. */
 static void *hc_drv_shm_shared_get(hc_drv_t *drv, uint64_t key, size_t size)
 {
     hc_drv_shm_t *s = (hc_drv_shm_t *)drv;
     hc_shm_seg_t *g = s->seg;
-    if (!g || key == 0)
+    if (!g || key <= HC_SHM_KEY_FREE)
         return NULL;
     size = HC_ALIGN_UP(size, (size_t)4096);
-    double deadline = hc_time_sec() + hc_cfg.timeout;
-    for (int i = 0; i < HC_SHM_DIR_ENTRIES; i++) {
-        hc_shm_dir_t *e = &g->dir[(key + (uint64_t)i) % HC_SHM_DIR_ENTRIES];
-        uint64_t cur = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
-        if (cur == 0) {
-            uint64_t expect = 0;
-            if (__atomic_compare_exchange_n(&e->key, &expect, key, false, __ATOMIC_ACQ_REL,
-                                            __ATOMIC_ACQUIRE)) {
-                uint64_t off = __atomic_fetch_add(&g->arena_used, size, __ATOMIC_RELAXED);
-                if (off + size > g->arena_size) {
-                    e->off = 0;
-                    e->size = 0; /* published as "no space": everyone falls back alike */
-                } else {
-                    e->off = g->arena_off + off;
-                    e->size = size;
-                }
-                __atomic_store_n(&e->ready, 1, __ATOMIC_RELEASE);
-                return e->size ? (uint8_t *)g + e->off : NULL;
-            }
-            cur = expect;
-        }
-        if (cur != key)
-            continue;
-        hc_backoff_t b = {0};
-        while (!__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE)) {
-            if (hc_time_sec() > deadline)
-                return NULL;
-            hc_backoff_step(&b);
-        }
-        return (e->size >= size) ? (uint8_t *)g + e->off : NULL;
+    if (!hc_shm_arena_lock(g)) {
+        hc_log_warn("shm: node arena lock not released before the deadline");
+        return NULL;
     }
-    return NULL;
+    hc_shm_dir_t *hit = NULL, *reuse = NULL, *empty = NULL;
+    for (int i = 0; i < HC_SHM_DIR_ENTRIES; i++) {
+        hc_shm_dir_t *e = &g->dir[i];
+        if (e->key == key) {
+            hit = e;
+            break;
+        }
+        if (e->key == HC_SHM_KEY_FREE && e->size >= size && (!reuse || e->size < reuse->size))
+            reuse = e;
+        if (e->key == 0 && !empty)
+            empty = e;
+    }
+    void *base = NULL;
+    if (hit) {
+        if (hit->size >= size) {
+            hit->refs++;
+            base = (uint8_t *)g + hit->off;
+        }
+    } else if (reuse) {
+        reuse->key = key;
+        reuse->refs = 1;
+        base = (uint8_t *)g + reuse->off;
+        memset(base, 0, reuse->size);
+    } else if (empty && g->arena_used + size <= g->arena_size) {
+        empty->key = key;
+        empty->off = g->arena_off + g->arena_used;
+        empty->size = size;
+        empty->refs = 1;
+        g->arena_used += size;
+        base = (uint8_t *)g + empty->off; /* never used before: still zero */
+    }
+    hc_shm_arena_unlock(g);
+    return base;
+}
+
+static void hc_drv_shm_shared_put(hc_drv_t *drv, uint64_t key)
+{
+    hc_drv_shm_t *s = (hc_drv_shm_t *)drv;
+    hc_shm_seg_t *g = s->seg;
+    if (!g || key <= HC_SHM_KEY_FREE || !hc_shm_arena_lock(g))
+        return;
+    for (int i = 0; i < HC_SHM_DIR_ENTRIES; i++) {
+        hc_shm_dir_t *e = &g->dir[i];
+        if (e->key != key)
+            continue;
+        if (e->refs > 0 && --e->refs == 0)
+            e->key = HC_SHM_KEY_FREE;
+        break;
+    }
+    hc_shm_arena_unlock(g);
 }
 
 static void hc_drv_shm_close(hc_drv_t *drv)
@@ -525,6 +578,7 @@ static const struct hc_drv_ops hc_drv_shm_ops = {
     .get = hc_drv_shm_get,
     .progress = hc_drv_shm_progress,
     .shared_get = hc_drv_shm_shared_get,
+    .shared_put = hc_drv_shm_shared_put,
     .close = hc_drv_shm_close,
 };
 HC_DRV_REGISTER(hc_drv_shm_ops)
