@@ -20,7 +20,8 @@
       "force a collective algorithm: auto | node (node-direct, node-staged: allreduce) | "         \
       "ring (allreduce reduce broadcast allgather reduce_scatter) | rd (allreduce allgather) | "    \
       "tree (reduce broadcast) | direct (alltoall); barrier takes any")                           \
-    X(shm_slots, "HCOMM_SHM_SLOTS", INT, "64", "receive slots per shm connection")                 \
+    X(shm_slots, "HCOMM_SHM_SLOTS", INT, "64",                                                     \
+      "receive slots per shm connection (rounded up to a power of two)")                 \
     X(shm_slot_size, "HCOMM_SHM_SLOT_SIZE", SIZE, "8K", "bytes per shm receive slot (eager size)") \
     X(shm_cma, "HCOMM_SHM_CMA", BOOL, "1",                                                         \
       "single-copy large shm messages with process_vm_readv when the kernel allows it")            \

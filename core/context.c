@@ -268,6 +268,9 @@ hcomm_status_t hc_ctx_init(void)
     };
     if ((st = hc_drv_select_open(&hc_ctx.env, hc_ctx.drvs, &hc_ctx.ndrvs)) != HCOMM_OK)
         goto err;
+    for (int i = 0; i < hc_ctx.ndrvs; i++)
+        if (!hc_drv_progress_is_noop(hc_ctx.drvs[i]->ops))
+            hc_ctx.poll[hc_ctx.npoll++] = hc_ctx.drvs[i];
 
     /* Round 2: driver addresses. */
     size_t stride = (size_t)HC_DRV_MAX * HC_DRV_ADDR_MAX;

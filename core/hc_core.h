@@ -182,6 +182,8 @@ typedef struct hc_ctx {
     hc_drv_env_t env;
     hc_drv_t *drvs[HC_DRV_MAX];
     int ndrvs;
+    hc_drv_t *poll[HC_DRV_MAX]; /* the open drivers that have progress work */
+    int npoll;
     hc_peer_t *peers;
     struct hcomm_comm *world;
     hc_list_t comms;

@@ -23,8 +23,8 @@ int (*hc_progress_hook)(void);
 int hc_progress(void)
 {
     int n = 0;
-    for (int i = 0; i < hc_ctx.ndrvs; i++)
-        n += hc_ctx.drvs[i]->ops->progress(hc_ctx.drvs[i]);
+    for (int i = 0; i < hc_ctx.npoll; i++)
+        n += hc_ctx.poll[i]->ops->progress(hc_ctx.poll[i]);
     if (HC_UNLIKELY(hc_ctx.npending))
         n += hc_p2p_flush_pending();
     if (hc_progress_hook)

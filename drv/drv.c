@@ -146,6 +146,11 @@ void hc_drv_register(const struct hc_drv_ops *ops)
 #undef HC_DRV_FILL_
 }
 
+bool hc_drv_progress_is_noop(const struct hc_drv_ops *ops)
+{
+    return ops->progress == hc_drv_noop_progress;
+}
+
 int hc_drv_count(void)
 {
     return hc_drv_n;

@@ -164,6 +164,10 @@ const struct hc_drv_ops *hc_drv_find(const char *name);
  * drvs_p receives up to HC_DRV_MAX open drivers. */
 hcomm_status_t hc_drv_select_open(const hc_drv_env_t *env, hc_drv_t **drvs, int *ndrvs_p);
 
+/* True when the driver left progress to the base table (nothing to poll:
+ * the self driver delivers inside put). */
+bool hc_drv_progress_is_noop(const struct hc_drv_ops *ops);
+
 /* Writes "name: reason" lines for every registered driver (hcomm_info). */
 void hc_drv_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg), void *arg);
 

@@ -156,7 +156,11 @@ static hcomm_status_t hc_drv_shm_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     s->base.env = env;
     s->lr = env->local_rank;
     s->L = env->local_size;
-    s->nslots = (uint32_t)hc_cfg.shm_slots;
+    /* A power of two, so that slot positions are masks, not divisions, on
+     * the data path. */
+    s->nslots = 1;
+    while (s->nslots < (uint32_t)hc_cfg.shm_slots)
+        s->nslots <<= 1;
     s->slot_size = HC_ALIGN_UP(hc_cfg.shm_slot_size, (size_t)HC_CACHE_LINE);
     s->conns = calloc((size_t)s->L, sizeof(*s->conns));
     s->active = calloc((size_t)s->L, sizeof(int));
@@ -417,7 +421,7 @@ static hcomm_status_t hc_drv_shm_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr,
             return HCOMM_ERR_AGAIN;
     }
     hc_shm_slot_t *slot =
-        (hc_shm_slot_t *)(c->out->slots + (c->head % s->nslots) * s->slot_size);
+        (hc_shm_slot_t *)(c->out->slots + (c->head & (s->nslots - 1)) * s->slot_size);
     slot->hdr = *hdr;
     if (hdr->len)
         memcpy(slot->payload, payload, hdr->len);
@@ -452,7 +456,7 @@ static int hc_drv_shm_progress(hc_drv_t *drv)
         hc_shm_conn_t *c = &s->conns[s->active[i]];
         for (int budget = 0; budget < 16; budget++) {
             hc_shm_slot_t *slot =
-                (hc_shm_slot_t *)(c->in->slots + (c->in_tail % s->nslots) * s->slot_size);
+                (hc_shm_slot_t *)(c->in->slots + (c->in_tail & (s->nslots - 1)) * s->slot_size);
             if (__atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != c->in_tail + 1)
                 break;
             env->deliver(env->core, &c->base, &slot->hdr, slot->payload);
