@@ -7,16 +7,33 @@
  * multiple of 2 MiB and 2 MiB-aligned, so the granule table (one entry per
  * 2 MiB of the range) maps any pool pointer to its region and slab with one
  * shift. A block is named by its 32-bit index, (addr - pool base) / 4 KiB.
- * Metadata stays out of the blocks: each slab has an array of next links and
- * an array of block states (FREE/USED, changed with atomics, which is how a
- * double or foreign free is caught without freeing anything).
+ * Metadata stays out of the blocks: each slab has an array of next links, and
+ * one flat state array covers the whole reserved range, a byte per 4 KiB unit
+ * (mmap'ed MAP_NORESERVE: only the pages of carved slabs are ever touched).
+ * The byte of a block's first unit says "block start", its class and whether
+ * it is FREE or USED; every other byte is 0. That is all hc_mem_free needs to
+ * reject a double free, an interior pointer or a pointer it never handed out,
+ * and to find the block's class, with one load and no slab lookup.
  *
  * Fast path. Each class has a tagged lock-free LIFO (lifo.h) shared by all
- * threads, and each thread keeps a small cache of block indices per class in
- * front of it (taken and returned in batches, like a magazine), so a
- * thread's alloc/free pair costs one CAS on the block state and no shared
- * cache line; counters are per thread (relaxed atomics, summed by
- * hc_mem_stats_get).
+ * threads, and each thread keeps a small array of block indices per class in
+ * front of it (taken and returned in batches, like a magazine). An alloc or
+ * a free is then: TLS pointer, cache slot, one state byte, one counter, all
+ * plain loads and stores (no atomic RMW, no shared cache line written). The
+ * hot globals (pool base, state array, generation, size -> class table) sit
+ * in one read-mostly cache line. Counters are per thread (written by their
+ * owner only, relaxed, summed by hc_mem_stats_get).
+ *
+ * State bytes are spread (block i at i * 65 modulo the array size), so that
+ * neighbouring blocks, which threads take in batches from a fresh slab, never
+ * share a state cache line: two threads hammering one class write disjoint
+ * lines.
+ *
+ * Double frees: the state byte is read then written (no CAS: a locked
+ * instruction was most of the cost of a free). A second free is caught
+ * whenever the two frees are ordered (same thread, or handed over through any
+ * synchronization); two threads racing to free the same block, itself a user
+ * bug, may both pass.
  *
  * Slow path. An empty class takes the growth mutex, carves a new slab (and,
  * when the current region is used up, maps the next region) and pushes its
@@ -28,18 +45,23 @@
 #include "mem/mem_int.h"
 #include "core/config.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define HC_MEM_BLOCK_SHIFT 12 /* block indices count 4 KiB units */
+#define HC_MEM_BLOCK_UNIT ((size_t)1 << HC_MEM_BLOCK_SHIFT)
 #define HC_MEM_CLASS_MIN ((size_t)4 << 10)
 #define HC_MEM_CLASS_MAX ((size_t)4 << 20)
 #define HC_MEM_TCACHE_MAX 32          /* blocks a thread may hold per class */
 #define HC_MEM_TCACHE_BYTES (1 << 20) /* ...and at most about this many bytes */
 #define HC_MEM_REGION_GROW ((size_t)32 << 20)
 
-enum { HC_MEM_BLOCK_FREE = 0, HC_MEM_BLOCK_USED = 1 };
+/* State byte of a block's first unit: START | class << 2 | USED. 0 for every
+ * unit that does not start a block (interior, or not carved). */
+enum { HC_MEM_ST_USED = 1, HC_MEM_ST_START = 2, HC_MEM_ST_CLS_SHIFT = 2 };
 
 typedef struct hc_mem_slab {
     uint8_t *base;
@@ -47,7 +69,6 @@ typedef struct hc_mem_slab {
     hc_mem_region_t *region;
     uint32_t cls, shift, nblocks;
     _Atomic uint32_t *next; /* LIFO links, by block number in the slab */
-    _Atomic uint8_t *state;
     struct hc_mem_slab *all_next;
 } hc_mem_slab_t;
 
@@ -62,19 +83,31 @@ typedef struct {
 
 /* A thread's cache and counters. Lives in TLS; linked in the registry while
  * the thread uses the pool, so that stats can sum it and thread exit can
- * return its blocks. */
+ * return its blocks. Only the owner writes it (stats read the counters). */
 typedef struct hc_mem_tcache {
     uint64_t gen;
-    struct hc_mem_tcache *next, *prev;
     uint32_t n[HC_MEM_CLASSES_MAX];
-    uint32_t blk[HC_MEM_CLASSES_MAX][HC_MEM_TCACHE_MAX];
+    uint32_t max[HC_MEM_CLASSES_MAX]; /* the class's tcache_max, copied at attach */
     _Atomic uint64_t allocs[HC_MEM_CLASSES_MAX], frees[HC_MEM_CLASSES_MAX];
+    uint32_t slot; /* one free block of any class, HC_MEM_LIFO_NIL if none */
+    uint32_t blk[HC_MEM_CLASSES_MAX][HC_MEM_TCACHE_MAX];
+    struct hc_mem_tcache *next, *prev;
 } hc_mem_tcache_t;
+
+/* What the fast paths read, in one line, written only by init/finalize. */
+static struct {
+    uint8_t *base;           /* hc_mem_g.pool_base */
+    size_t reserved;         /* hc_mem_g.pool_reserved (0: not initialized) */
+    size_t units;            /* reserved >> 12 */
+    _Atomic uint8_t *state;  /* one byte per 4 KiB unit of the range, spread */
+    size_t state_mask;       /* array size - 1 (a power of two >= units) */
+    _Atomic uint64_t gen;    /* bumped at init and finalize: stale thread caches reset */
+    uint8_t cls_of_log2[24]; /* class of a request by ceil(log2(bytes)), 1..22 */
+} hc_mem_hot HC_ALIGNED_CL;
 
 static struct {
     hc_mem_class_t cls[HC_MEM_CLASSES_MAX];
     unsigned ncls, bits;
-    _Atomic uint64_t gen; /* bumped at init and finalize: stale thread caches reset */
     pthread_mutex_t grow_lock;
     hc_mem_region_t *cur; /* region slabs are carved from */
     size_t cur_used;
@@ -114,13 +147,16 @@ size_t hc_mem_pool_class_size(unsigned c)
     return c < hc_mem_pool.ncls ? hc_mem_pool.cls[c].block_size : 0;
 }
 
+/* ceil(log2(bytes)) for 1 <= bytes (1 for bytes 1 and 2). */
+static inline unsigned hc_mem_ceil_log2(size_t bytes)
+{
+    return 64u - (unsigned)__builtin_clzll((unsigned long long)((bytes - 1) | 1));
+}
+
 /* Class of a request of 1..4 MiB bytes: the smallest class that holds it. */
 unsigned hc_mem_pool_class_of(size_t bytes)
 {
-    if (bytes <= HC_MEM_CLASS_MIN) return 0;
-    unsigned log2 = 64u - (unsigned)__builtin_clzll((unsigned long long)(bytes - 1));
-    unsigned c = (log2 - HC_MEM_BLOCK_SHIFT + hc_mem_pool.bits - 1) / hc_mem_pool.bits;
-    return c < hc_mem_pool.ncls ? c : hc_mem_pool.ncls - 1;
+    return hc_mem_hot.cls_of_log2[hc_mem_ceil_log2(bytes)];
 }
 
 static void hc_mem_classes_init(unsigned bits)
@@ -141,9 +177,23 @@ static void hc_mem_classes_init(unsigned bits)
         if (sz == HC_MEM_CLASS_MAX) break;
     }
     hc_mem_pool.ncls = n;
+    /* Sizes up to 2^12 are class 0; above, class c holds 2^(12 + c * bits). */
+    for (unsigned l = 0; l < HC_ARRAY_SIZE(hc_mem_hot.cls_of_log2); l++) {
+        unsigned c = l <= HC_MEM_BLOCK_SHIFT ? 0 : (l - HC_MEM_BLOCK_SHIFT + bits - 1) / bits;
+        hc_mem_hot.cls_of_log2[l] = (uint8_t)(c < n ? c : n - 1);
+    }
 }
 
 /* ---- blocks ------------------------------------------------------------- */
+
+/* The state byte of block idx: at idx * 65 modulo the (power of two) array
+ * size, a bijection that puts the states of neighbouring blocks (which a
+ * thread takes in a batch from a fresh slab) a cache line apart, so two
+ * threads hammering one class never write the same state line. */
+static inline _Atomic uint8_t *hc_mem_state_of(uint32_t idx)
+{
+    return &hc_mem_hot.state[((size_t)idx * 65) & hc_mem_hot.state_mask];
+}
 
 static inline hc_mem_slab_t *hc_mem_slab_of(uint32_t idx)
 {
@@ -207,7 +257,14 @@ static void hc_mem_tcache_release(void *arg)
 {
     hc_mem_tcache_t *tc = arg;
     pthread_mutex_lock(&hc_mem_pool.tc_lock);
-    if (tc->gen == atomic_load(&hc_mem_pool.gen)) {
+    if (tc->gen == atomic_load(&hc_mem_hot.gen)) {
+        if (tc->slot != HC_MEM_LIFO_NIL) {
+            hc_mem_class_t *c =
+                &hc_mem_pool.cls[atomic_load(hc_mem_state_of(tc->slot)) >> HC_MEM_ST_CLS_SHIFT];
+            hc_mem_list_push(c, &tc->slot, 1);
+            hc_mem_out_add(c, -1);
+            tc->slot = HC_MEM_LIFO_NIL;
+        }
         for (unsigned c = 0; c < hc_mem_pool.ncls; c++) {
             if (tc->n[c]) {
                 hc_mem_list_push(&hc_mem_pool.cls[c], tc->blk[c], tc->n[c]);
@@ -245,9 +302,12 @@ static HC_NOINLINE hc_mem_tcache_t *hc_mem_tcache_attach(void)
         hc_mem_tcp = tc;
     }
     pthread_mutex_lock(&hc_mem_pool.tc_lock);
-    /* Blocks of a previous init cycle are gone with their pool. */
+    /* Blocks of a previous init cycle are gone with their pool, and the
+     * classes may differ. */
     memset(tc->n, 0, sizeof(tc->n));
+    tc->slot = HC_MEM_LIFO_NIL;
     for (unsigned c = 0; c < HC_MEM_CLASSES_MAX; c++) {
+        tc->max[c] = c < hc_mem_pool.ncls ? hc_mem_pool.cls[c].tcache_max : 0;
         atomic_store(&tc->allocs[c], 0);
         atomic_store(&tc->frees[c], 0);
     }
@@ -255,9 +315,20 @@ static HC_NOINLINE hc_mem_tcache_t *hc_mem_tcache_attach(void)
     tc->next = hc_mem_pool.tcaches;
     if (tc->next) tc->next->prev = tc;
     hc_mem_pool.tcaches = tc;
-    tc->gen = atomic_load(&hc_mem_pool.gen);
+    tc->gen = atomic_load(&hc_mem_hot.gen);
     pthread_mutex_unlock(&hc_mem_pool.tc_lock);
     pthread_setspecific(hc_mem_tc_key, tc);
+    return tc;
+}
+
+/* The calling thread's cache, or NULL when it is missing or from another
+ * init cycle (the slow paths attach it). */
+static inline hc_mem_tcache_t *hc_mem_tcache_get(void)
+{
+    hc_mem_tcache_t *tc = hc_mem_tcp;
+    if (HC_UNLIKELY(!tc) ||
+        HC_UNLIKELY(tc->gen != atomic_load_explicit(&hc_mem_hot.gen, memory_order_relaxed)))
+        return NULL;
     return tc;
 }
 
@@ -291,15 +362,9 @@ static hcomm_status_t hc_mem_slab_carve(unsigned ci)
     hc_mem_slab_t *s = calloc(1, sizeof(*s));
     uint32_t nblocks = (uint32_t)(size >> c->shift);
     uint32_t *idx = malloc(nblocks * sizeof(*idx));
-    if (s) {
-        s->next = calloc(nblocks, sizeof(*s->next));
-        s->state = calloc(nblocks, sizeof(*s->state));
-    }
-    if (!s || !idx || !s->next || !s->state) {
-        if (s) {
-            free((void *)s->next);
-            free((void *)s->state);
-        }
+    if (s) s->next = calloc(nblocks, sizeof(*s->next));
+    if (!s || !idx || !s->next) {
+        if (s) free((void *)s->next);
         free(s);
         free(idx);
         return hc_error(HCOMM_ERR_NO_MEMORY, "hc_mem_alloc: slab metadata");
@@ -311,14 +376,20 @@ static hcomm_status_t hc_mem_slab_carve(unsigned ci)
     s->shift = c->shift;
     s->nblocks = nblocks;
     size_t first = (size_t)(s->base - hc_mem_g.pool_base);
+    /* Block states first: the push below publishes them (release) with the
+     * blocks, and the granule store publishes them to the error paths. */
+    for (uint32_t i = 0; i < nblocks; i++) {
+        idx[i] = (uint32_t)((first + ((size_t)i << c->shift)) >> HC_MEM_BLOCK_SHIFT);
+        atomic_store_explicit(hc_mem_state_of(idx[i]),
+                              (uint8_t)(HC_MEM_ST_START | ci << HC_MEM_ST_CLS_SHIFT),
+                              memory_order_relaxed);
+    }
     for (size_t g = first >> HC_MEM_GRANULE_SHIFT; g < (first + size) >> HC_MEM_GRANULE_SHIFT; g++)
         atomic_store_explicit(&hc_mem_g.granules[g].slab, s, memory_order_release);
     hc_mem_pool.cur_used += size;
     s->all_next = hc_mem_pool.slabs;
     hc_mem_pool.slabs = s;
     atomic_fetch_add(r->huge ? &c->bytes_huge : &c->bytes_regular, size);
-    for (uint32_t i = 0; i < nblocks; i++)
-        idx[i] = (uint32_t)((first + ((size_t)i << c->shift)) >> HC_MEM_BLOCK_SHIFT);
     hc_mem_list_push(c, idx, nblocks);
     free(idx);
     return HCOMM_OK;
@@ -366,36 +437,104 @@ static HC_NOINLINE hcomm_status_t hc_mem_alloc_region(size_t bytes, unsigned ci,
     return HCOMM_OK;
 }
 
-hcomm_status_t hc_mem_alloc(size_t bytes, void **ptr_p)
+/* State byte values of a block start of class ci. */
+#define HC_MEM_ST_FREE(ci) ((uint8_t)(HC_MEM_ST_START | (ci) << HC_MEM_ST_CLS_SHIFT))
+#define HC_MEM_ST_INUSE(ci) ((uint8_t)(HC_MEM_ST_FREE(ci) | HC_MEM_ST_USED))
+
+/* Spills the older half of a full class cache to the shared list. */
+static HC_NOINLINE void hc_mem_tcache_spill(hc_mem_tcache_t *tc, unsigned ci)
 {
-    if (HC_UNLIKELY(!ptr_p))
-        return hc_error(HCOMM_ERR_INVALID, "hc_mem_alloc: argument ptr_p is NULL");
-    if (HC_UNLIKELY(bytes == 0 || bytes > ((size_t)1 << 46)))
+    hc_mem_class_t *c = &hc_mem_pool.cls[ci];
+    hc_mem_list_push(c, tc->blk[ci], c->batch);
+    hc_mem_out_add(c, -(int64_t)c->batch);
+    tc->n[ci] -= c->batch;
+    memmove(tc->blk[ci], tc->blk[ci] + c->batch, tc->n[ci] * sizeof(uint32_t));
+}
+
+/* The slot's previous block moves to its class array. */
+static HC_NOINLINE void hc_mem_tcache_evict(hc_mem_tcache_t *tc, uint32_t old)
+{
+    unsigned ci =
+        atomic_load_explicit(hc_mem_state_of(old), memory_order_relaxed) >> HC_MEM_ST_CLS_SHIFT;
+    if (tc->n[ci] == tc->max[ci]) hc_mem_tcache_spill(tc, ci);
+    tc->blk[ci][tc->n[ci]++] = old;
+}
+
+/* Parks free block idx (already marked FREE) in the thread's cache: in the
+ * one-block slot, whose previous block moves to its class array. The slot
+ * is what makes an alloc+free pair cheap: its address does not depend on the
+ * block's class, so the next alloc reads what this free wrote without
+ * waiting for the free's state load. */
+static inline void hc_mem_tcache_put(hc_mem_tcache_t *tc, uint32_t idx)
+{
+    uint32_t old = tc->slot;
+    tc->slot = idx;
+    if (old != HC_MEM_LIFO_NIL) hc_mem_tcache_evict(tc, old);
+}
+
+/* Marks block idx of class ci USED and returns its address. */
+static inline void *hc_mem_block_hand_out(hc_mem_tcache_t *tc, uint32_t idx, unsigned ci)
+{
+    atomic_store_explicit(hc_mem_state_of(idx), HC_MEM_ST_INUSE(ci), memory_order_relaxed);
+    hc_mem_count(&tc->allocs[ci]);
+    return hc_mem_hot.base + ((size_t)idx << HC_MEM_BLOCK_SHIFT);
+}
+
+/* Everything the fast path does not: argument errors, large requests, a
+ * missing or stale thread cache, an empty cache (refill, growth, fallback). */
+static HC_NOINLINE hcomm_status_t hc_mem_alloc_slow(size_t bytes, void **ptr_p)
+{
+    if (!ptr_p) return hc_error(HCOMM_ERR_INVALID, "hc_mem_alloc: argument ptr_p is NULL");
+    if (bytes == 0 || bytes > ((size_t)1 << 46))
         return hc_error(HCOMM_ERR_INVALID, "hc_mem_alloc: argument bytes is bad (%zu)", bytes);
-    if (HC_UNLIKELY(!hc_mem_g.initialized))
+    if (!hc_mem_g.initialized)
         return hc_error(HCOMM_ERR_NOT_INITIALIZED, "hc_mem_alloc: hc_mem_init not called");
-    if (HC_UNLIKELY(bytes > HC_MEM_CLASS_MAX)) return hc_mem_alloc_region(bytes, UINT32_MAX, ptr_p);
+    if (bytes > HC_MEM_CLASS_MAX) return hc_mem_alloc_region(bytes, UINT32_MAX, ptr_p);
     unsigned ci = hc_mem_pool_class_of(bytes);
     hc_mem_class_t *c = &hc_mem_pool.cls[ci];
-    hc_mem_tcache_t *tc = hc_mem_tcp;
-    if (HC_UNLIKELY(!tc ||
-                    tc->gen != atomic_load_explicit(&hc_mem_pool.gen, memory_order_relaxed))) {
+    hc_mem_tcache_t *tc = hc_mem_tcache_get();
+    if (!tc) {
         tc = hc_mem_tcache_attach();
         if (!tc) return hc_error(HCOMM_ERR_NO_MEMORY, "hc_mem_alloc: thread cache");
     }
-    if (HC_UNLIKELY(tc->n[ci] == 0)) {
+    uint32_t s = tc->slot;
+    if (s != HC_MEM_LIFO_NIL &&
+        atomic_load_explicit(hc_mem_state_of(s), memory_order_relaxed) == HC_MEM_ST_FREE(ci)) {
+        tc->slot = HC_MEM_LIFO_NIL;
+        *ptr_p = hc_mem_block_hand_out(tc, s, ci);
+        return HCOMM_OK;
+    }
+    if (tc->n[ci] == 0) {
         uint32_t n = hc_mem_list_pop(c, tc->blk[ci], c->batch);
         if (n == 0) n = hc_mem_refill_slow(ci, tc->blk[ci], c->batch);
         if (n == 0) return hc_mem_alloc_region(bytes, ci, ptr_p);
         hc_mem_out_add(c, n);
         tc->n[ci] = n;
     }
-    uint32_t idx = tc->blk[ci][--tc->n[ci]];
-    hc_mem_slab_t *s = hc_mem_slab_of(idx);
-    atomic_store_explicit(&s->state[hc_mem_slab_local(s, idx)], HC_MEM_BLOCK_USED,
-                          memory_order_relaxed);
-    hc_mem_count(&tc->allocs[ci]);
-    *ptr_p = hc_mem_g.pool_base + ((size_t)idx << HC_MEM_BLOCK_SHIFT);
+    *ptr_p = hc_mem_block_hand_out(tc, tc->blk[ci][--tc->n[ci]], ci);
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_mem_alloc(size_t bytes, void **ptr_p)
+{
+    hc_mem_tcache_t *tc = hc_mem_tcache_get();
+    /* bytes - 1 wraps for 0: one compare rejects 0 and large requests. */
+    if (HC_UNLIKELY(!tc || !ptr_p || bytes - 1 >= HC_MEM_CLASS_MAX))
+        return hc_mem_alloc_slow(bytes, ptr_p);
+    unsigned ci = hc_mem_hot.cls_of_log2[hc_mem_ceil_log2(bytes)];
+    uint32_t idx = tc->slot;
+    /* The slot's block if it is of this class (the state load only feeds a
+     * predicted branch: the returned address waits for nothing but the
+     * slot), else the top of the class array. */
+    if (HC_LIKELY(idx != HC_MEM_LIFO_NIL) &&
+        HC_LIKELY(atomic_load_explicit(hc_mem_state_of(idx), memory_order_relaxed) ==
+                  HC_MEM_ST_FREE(ci))) {
+        tc->slot = HC_MEM_LIFO_NIL;
+    } else {
+        if (HC_UNLIKELY(tc->n[ci] == 0)) return hc_mem_alloc_slow(bytes, ptr_p);
+        idx = tc->blk[ci][--tc->n[ci]];
+    }
+    *ptr_p = hc_mem_block_hand_out(tc, idx, ci);
     return HCOMM_OK;
 }
 
@@ -416,49 +555,58 @@ static HC_NOINLINE hcomm_status_t hc_mem_free_region(void *ptr)
     return HCOMM_OK;
 }
 
-hcomm_status_t hc_mem_free(void *ptr)
+/* Everything the fast path does not: NULL, memory outside the pool range,
+ * rejected pointers (with the reason), a missing or stale thread cache. */
+static HC_NOINLINE hcomm_status_t hc_mem_free_slow(void *ptr)
 {
     if (!ptr) return HCOMM_OK;
-    size_t off = (size_t)((uintptr_t)ptr - (uintptr_t)hc_mem_g.pool_base);
-    if (HC_UNLIKELY(off >= hc_mem_g.pool_reserved)) return hc_mem_free_region(ptr);
-    hc_mem_slab_t *s = atomic_load_explicit(&hc_mem_g.granules[off >> HC_MEM_GRANULE_SHIFT].slab,
-                                            memory_order_acquire);
-    if (HC_UNLIKELY(!s))
-        return hc_mem_free_invalid(ptr, "is in the pool range but not in any block");
-    size_t in_slab = (size_t)((uint8_t *)ptr - s->base);
-    if (HC_UNLIKELY(in_slab & (((size_t)1 << s->shift) - 1)))
-        return hc_mem_free_invalid(ptr, "points inside a block, not at its start");
-    /* Load + store, not a CAS: a locked instruction here was most of the
-     * cost of a free. A double free is still caught whenever the two frees
-     * are ordered (same thread, or handed over); only two threads racing to
-     * free one block, itself a user bug, could both pass. */
-    _Atomic uint8_t *state = &s->state[in_slab >> s->shift];
-    if (HC_UNLIKELY(atomic_load_explicit(state, memory_order_relaxed) != HC_MEM_BLOCK_USED))
-        return hc_mem_free_invalid(ptr, "is already free (double free?)");
-    atomic_store_explicit(state, HC_MEM_BLOCK_FREE, memory_order_relaxed);
-    unsigned ci = s->cls;
-    hc_mem_class_t *c = &hc_mem_pool.cls[ci];
-    hc_mem_tcache_t *tc = hc_mem_tcp;
-    if (HC_UNLIKELY(!tc ||
-                    tc->gen != atomic_load_explicit(&hc_mem_pool.gen, memory_order_relaxed))) {
-        tc = hc_mem_tcache_attach();
-        if (!tc) {
-            /* No cache for this thread: the block goes straight back. */
-            uint32_t idx = (uint32_t)(off >> HC_MEM_BLOCK_SHIFT);
-            hc_mem_list_push(c, &idx, 1);
-            hc_mem_out_add(c, -1);
-            return HCOMM_OK;
-        }
+    size_t off = (size_t)((uintptr_t)ptr - (uintptr_t)hc_mem_hot.base);
+    if (off >= hc_mem_hot.reserved) return hc_mem_free_region(ptr);
+    uint32_t idx = (uint32_t)(off >> HC_MEM_BLOCK_SHIFT);
+    _Atomic uint8_t *state = hc_mem_state_of(idx);
+    uint8_t st = atomic_load_explicit(state, memory_order_relaxed);
+    if ((off & (HC_MEM_BLOCK_UNIT - 1)) || !(st & HC_MEM_ST_START)) {
+        bool in_slab = atomic_load_explicit(&hc_mem_g.granules[off >> HC_MEM_GRANULE_SHIFT].slab,
+                                            memory_order_acquire) != NULL;
+        return hc_mem_free_invalid(ptr, in_slab ? "points inside a block, not at its start"
+                                                : "is in the pool range but not in any block");
     }
-    if (HC_UNLIKELY(tc->n[ci] == c->tcache_max)) {
-        /* Full: give the older half back to the shared list. */
-        hc_mem_list_push(c, tc->blk[ci], c->batch);
-        hc_mem_out_add(c, -(int64_t)c->batch);
-        tc->n[ci] -= c->batch;
-        memmove(tc->blk[ci], tc->blk[ci] + c->batch, tc->n[ci] * sizeof(uint32_t));
+    if (!(st & HC_MEM_ST_USED)) return hc_mem_free_invalid(ptr, "is already free (double free?)");
+    unsigned ci = st >> HC_MEM_ST_CLS_SHIFT;
+    hc_mem_tcache_t *tc = hc_mem_tcache_get();
+    if (!tc) tc = hc_mem_tcache_attach();
+    atomic_store_explicit(state, st & ~HC_MEM_ST_USED, memory_order_relaxed);
+    if (!tc) {
+        /* No cache for this thread: the block goes straight back. */
+        hc_mem_class_t *c = &hc_mem_pool.cls[ci];
+        hc_mem_list_push(c, &idx, 1);
+        hc_mem_out_add(c, -1);
+        return HCOMM_OK;
     }
-    tc->blk[ci][tc->n[ci]++] = (uint32_t)(off >> HC_MEM_BLOCK_SHIFT);
     hc_mem_count(&tc->frees[ci]);
+    hc_mem_tcache_put(tc, idx);
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_mem_free(void *ptr)
+{
+    /* The offset rotated by 12: the block index when ptr is 4 KiB-aligned
+     * inside the range, else a huge value (low bits rotated to the top), so
+     * one compare sends NULL, foreign and unaligned pointers, and everything
+     * before init (units 0), to the slow path. */
+    size_t off = (size_t)((uintptr_t)ptr - (uintptr_t)hc_mem_hot.base);
+    size_t ridx = (off >> HC_MEM_BLOCK_SHIFT) | (off << (64 - HC_MEM_BLOCK_SHIFT));
+    if (HC_UNLIKELY(ridx >= hc_mem_hot.units)) return hc_mem_free_slow(ptr);
+    uint32_t idx = (uint32_t)ridx;
+    _Atomic uint8_t *state = hc_mem_state_of(idx);
+    uint8_t st = atomic_load_explicit(state, memory_order_relaxed);
+    hc_mem_tcache_t *tc = hc_mem_tcache_get();
+    /* Not a used block start (interior, free, never carved: USED implies
+     * START), or no cache: the slow path says which. */
+    if (HC_UNLIKELY(!(st & HC_MEM_ST_USED) || !tc)) return hc_mem_free_slow(ptr);
+    atomic_store_explicit(state, st & ~HC_MEM_ST_USED, memory_order_relaxed);
+    hc_mem_count(&tc->frees[st >> HC_MEM_ST_CLS_SHIFT]);
+    hc_mem_tcache_put(tc, idx);
     return HCOMM_OK;
 }
 
@@ -481,13 +629,28 @@ hcomm_status_t hc_mem_pool_init(void)
     atomic_store(&hc_mem_pool.large_failures, 0);
     atomic_store(&hc_mem_pool.fallback_frees, 0);
     atomic_store(&hc_mem_pool.invalid_frees, 0);
-    atomic_fetch_add(&hc_mem_pool.gen, 1);
+    /* The state array: one byte per 4 KiB of the reserved range, rounded up
+     * to a power of two for hc_mem_state_of. Untouched pages read 0. */
+    size_t bytes = 4096;
+    while (bytes < hc_mem_g.pool_reserved >> HC_MEM_BLOCK_SHIFT)
+        bytes <<= 1;
+    void *st = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (st == MAP_FAILED)
+        return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
+                              "hc_mem_init: pool block state array (%zu bytes)", bytes);
+    hc_mem_hot.state = st;
+    hc_mem_hot.state_mask = bytes - 1;
+    hc_mem_hot.base = hc_mem_g.pool_base;
+    hc_mem_hot.reserved = hc_mem_g.pool_reserved;
+    hc_mem_hot.units = hc_mem_g.pool_reserved >> HC_MEM_BLOCK_SHIFT;
+    atomic_fetch_add(&hc_mem_hot.gen, 1);
     if (hc_cfg.mem_pool_initial == 0) return HCOMM_OK;
     size_t size = HC_ALIGN_UP(hc_cfg.mem_pool_initial, hc_mem_g.hugepage_size);
     hc_mem_region_t *r;
-    hcomm_status_t st = hc_mem_region_create_kind(size, HC_MEM_SHARED, -1, "hcomm-pool",
+    hcomm_status_t rc = hc_mem_region_create_kind(size, HC_MEM_SHARED, -1, "hcomm-pool",
                                                   hc_mem_g.pool_base, HC_MEM_KIND_POOL, &r);
-    if (st != HCOMM_OK) return st;
+    if (rc != HCOMM_OK) return rc;
     hc_mem_pool.pool_bytes = r->size;
     hc_mem_pool.cur = r;
     return HCOMM_OK;
@@ -496,13 +659,20 @@ hcomm_status_t hc_mem_pool_init(void)
 void hc_mem_pool_finalize(void)
 {
     pthread_mutex_lock(&hc_mem_pool.tc_lock);
-    atomic_fetch_add(&hc_mem_pool.gen, 1); /* every thread cache is now stale */
+    atomic_fetch_add(&hc_mem_hot.gen, 1); /* every thread cache is now stale */
     hc_mem_pool.tcaches = NULL;
     pthread_mutex_unlock(&hc_mem_pool.tc_lock);
+    /* From here on every hc_mem_free of a pool pointer takes the slow path
+     * and finds no region. */
+    hc_mem_hot.base = NULL;
+    hc_mem_hot.reserved = 0;
+    hc_mem_hot.units = 0;
+    if (hc_mem_hot.state) munmap((void *)hc_mem_hot.state, hc_mem_hot.state_mask + 1);
+    hc_mem_hot.state = NULL;
+    hc_mem_hot.state_mask = 0;
     for (hc_mem_slab_t *s = hc_mem_pool.slabs, *n; s; s = n) {
         n = s->all_next;
         free((void *)s->next);
-        free((void *)s->state);
         free(s);
     }
     hc_mem_pool.slabs = NULL;
