@@ -24,7 +24,7 @@
  * in one read-mostly cache line. Counters are per thread (written by their
  * owner only, relaxed, summed by hc_mem_stats_get).
  *
- * State bytes are spread (block i at i * 65 modulo the array size), so that
+ * State bytes are spread (block i at i * 73 modulo the array size), so that
  * neighbouring blocks, which threads take in batches from a fresh slab, never
  * share a state cache line: two threads hammering one class write disjoint
  * lines.
@@ -62,6 +62,10 @@
 /* State byte of a block's first unit: START | class << 2 | USED. 0 for every
  * unit that does not start a block (interior, or not carved). */
 enum { HC_MEM_ST_USED = 1, HC_MEM_ST_START = 2, HC_MEM_ST_CLS_SHIFT = 2 };
+#define HC_MEM_ST_FREE(ci) ((uint8_t)(HC_MEM_ST_START | (ci) << HC_MEM_ST_CLS_SHIFT))
+#define HC_MEM_ST_INUSE(ci) ((uint8_t)(HC_MEM_ST_FREE(ci) | HC_MEM_ST_USED))
+#define HC_MEM_ST_MAX (HC_MEM_CLASSES_MAX << HC_MEM_ST_CLS_SHIFT)
+#define HC_MEM_SLOT_STALE 0xffu /* no state byte has every bit set */
 
 typedef struct hc_mem_slab {
     uint8_t *base;
@@ -86,23 +90,33 @@ typedef struct {
  * return its blocks. Only the owner writes it (stats read the counters). */
 typedef struct hc_mem_tcache {
     uint64_t gen;
+    uint32_t slot; /* one free block of any class (see hc_mem_tcache_park) */
+    /* The slot block's state byte, HC_MEM_ST_FREE(class); 0: the slot is
+     * empty; HC_MEM_SLOT_STALE: this cache is from another init cycle (set
+     * by finalize, hence atomic), which sends both fast paths to the paths
+     * that check the generation. */
+    _Atomic uint8_t slot_st;
     uint32_t n[HC_MEM_CLASSES_MAX];
     uint32_t max[HC_MEM_CLASSES_MAX]; /* the class's tcache_max, copied at attach */
-    _Atomic uint64_t allocs[HC_MEM_CLASSES_MAX], frees[HC_MEM_CLASSES_MAX];
-    uint32_t slot; /* one free block of any class, HC_MEM_LIFO_NIL if none */
+    /* Blocks handed out, indexed by HC_MEM_ST_FREE(class), the byte alloc
+     * works with, so that no index conversion sits on the fast path. Frees
+     * are not counted: hc_mem_stats_get derives them from the state array
+     * (frees = allocs - blocks marked USED). */
+    _Atomic uint64_t allocs[HC_MEM_ST_MAX];
     uint32_t blk[HC_MEM_CLASSES_MAX][HC_MEM_TCACHE_MAX];
     struct hc_mem_tcache *next, *prev;
 } hc_mem_tcache_t;
 
 /* What the fast paths read, in one line, written only by init/finalize. */
 static struct {
-    uint8_t *base;           /* hc_mem_g.pool_base */
-    size_t reserved;         /* hc_mem_g.pool_reserved (0: not initialized) */
-    size_t units;            /* reserved >> 12 */
-    _Atomic uint8_t *state;  /* one byte per 4 KiB unit of the range, spread */
-    size_t state_mask;       /* array size - 1 (a power of two >= units) */
-    _Atomic uint64_t gen;    /* bumped at init and finalize: stale thread caches reset */
-    uint8_t cls_of_log2[24]; /* class of a request by ceil(log2(bytes)), 1..22 */
+    uint8_t *base;          /* hc_mem_g.pool_base */
+    size_t reserved;        /* hc_mem_g.pool_reserved (0: not initialized) */
+    size_t units;           /* reserved >> 12 */
+    _Atomic uint8_t *state; /* one byte per 4 KiB unit of the range, spread */
+    size_t state_mask;      /* array size - 1 (a power of two >= units) */
+    _Atomic uint64_t gen;   /* bumped at init and finalize: stale thread caches reset */
+    /* HC_MEM_ST_FREE(class of a request) by hc_mem_size_bucket, 0..21 */
+    uint8_t st_of_bucket[24];
 } hc_mem_hot HC_ALIGNED_CL;
 
 static struct {
@@ -115,7 +129,7 @@ static struct {
     hc_mem_slab_t *slabs;
     pthread_mutex_t tc_lock;
     hc_mem_tcache_t *tcaches;
-    uint64_t retired_allocs[HC_MEM_CLASSES_MAX], retired_frees[HC_MEM_CLASSES_MAX];
+    uint64_t retired_allocs[HC_MEM_CLASSES_MAX]; /* of exited threads */
     _Atomic uint64_t large_allocs, large_frees, large_failures, fallback_frees, invalid_frees;
 } hc_mem_pool = {
     .grow_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -124,7 +138,12 @@ static struct {
 
 /* A pointer, initial-exec: one load from %fs, no __tls_get_addr call, and
  * little static TLS taken from programs that dlopen the library. */
-static __thread hc_mem_tcache_t *hc_mem_tcp __attribute__((tls_model("initial-exec")));
+/* Threads without a cache point at hc_mem_tc_none: stale slot, empty arrays,
+ * a generation that never matches, never written. The fast paths need no
+ * NULL test. */
+static hc_mem_tcache_t hc_mem_tc_none = {.gen = UINT64_MAX, .slot_st = HC_MEM_SLOT_STALE};
+static __thread hc_mem_tcache_t *hc_mem_tcp __attribute__((tls_model("initial-exec"))) =
+    &hc_mem_tc_none;
 static pthread_key_t hc_mem_tc_key;
 static pthread_once_t hc_mem_tc_once = PTHREAD_ONCE_INIT;
 
@@ -147,16 +166,17 @@ size_t hc_mem_pool_class_size(unsigned c)
     return c < hc_mem_pool.ncls ? hc_mem_pool.cls[c].block_size : 0;
 }
 
-/* ceil(log2(bytes)) for 1 <= bytes (1 for bytes 1 and 2). */
-static inline unsigned hc_mem_ceil_log2(size_t bytes)
+/* floor(log2(bytes - 1)) for 2 < bytes (0 for 1 and 2): one bsr. A request
+ * of bucket b needs at most 2^(b + 1) bytes. */
+static inline unsigned hc_mem_size_bucket(size_t bytes)
 {
-    return 64u - (unsigned)__builtin_clzll((unsigned long long)((bytes - 1) | 1));
+    return 63u - (unsigned)__builtin_clzll((unsigned long long)((bytes - 1) | 1));
 }
 
 /* Class of a request of 1..4 MiB bytes: the smallest class that holds it. */
 unsigned hc_mem_pool_class_of(size_t bytes)
 {
-    return hc_mem_hot.cls_of_log2[hc_mem_ceil_log2(bytes)];
+    return hc_mem_hot.st_of_bucket[hc_mem_size_bucket(bytes)] >> HC_MEM_ST_CLS_SHIFT;
 }
 
 static void hc_mem_classes_init(unsigned bits)
@@ -177,22 +197,24 @@ static void hc_mem_classes_init(unsigned bits)
         if (sz == HC_MEM_CLASS_MAX) break;
     }
     hc_mem_pool.ncls = n;
-    /* Sizes up to 2^12 are class 0; above, class c holds 2^(12 + c * bits). */
-    for (unsigned l = 0; l < HC_ARRAY_SIZE(hc_mem_hot.cls_of_log2); l++) {
+    /* Sizes up to 2^12 are class 0; above, class c holds 2^(12 + c * bits).
+     * Bucket b holds requests of up to 2^(b + 1) bytes. */
+    for (unsigned b = 0; b < HC_ARRAY_SIZE(hc_mem_hot.st_of_bucket); b++) {
+        unsigned l = b + 1;
         unsigned c = l <= HC_MEM_BLOCK_SHIFT ? 0 : (l - HC_MEM_BLOCK_SHIFT + bits - 1) / bits;
-        hc_mem_hot.cls_of_log2[l] = (uint8_t)(c < n ? c : n - 1);
+        hc_mem_hot.st_of_bucket[b] = HC_MEM_ST_FREE(c < n ? c : n - 1);
     }
 }
 
 /* ---- blocks ------------------------------------------------------------- */
 
-/* The state byte of block idx: at idx * 65 modulo the (power of two) array
+/* The state byte of block idx: at idx * 73 modulo the (power of two) array
  * size, a bijection that puts the states of neighbouring blocks (which a
  * thread takes in a batch from a fresh slab) a cache line apart, so two
  * threads hammering one class never write the same state line. */
 static inline _Atomic uint8_t *hc_mem_state_of(uint32_t idx)
 {
-    return &hc_mem_hot.state[((size_t)idx * 65) & hc_mem_hot.state_mask];
+    return &hc_mem_hot.state[((size_t)idx * 73) & hc_mem_hot.state_mask];
 }
 
 static inline hc_mem_slab_t *hc_mem_slab_of(uint32_t idx)
@@ -258,12 +280,11 @@ static void hc_mem_tcache_release(void *arg)
     hc_mem_tcache_t *tc = arg;
     pthread_mutex_lock(&hc_mem_pool.tc_lock);
     if (tc->gen == atomic_load(&hc_mem_hot.gen)) {
-        if (tc->slot != HC_MEM_LIFO_NIL) {
-            hc_mem_class_t *c =
-                &hc_mem_pool.cls[atomic_load(hc_mem_state_of(tc->slot)) >> HC_MEM_ST_CLS_SHIFT];
+        uint8_t sst = atomic_load_explicit(&tc->slot_st, memory_order_relaxed);
+        if (sst) {
+            hc_mem_class_t *c = &hc_mem_pool.cls[sst >> HC_MEM_ST_CLS_SHIFT];
             hc_mem_list_push(c, &tc->slot, 1);
             hc_mem_out_add(c, -1);
-            tc->slot = HC_MEM_LIFO_NIL;
         }
         for (unsigned c = 0; c < hc_mem_pool.ncls; c++) {
             if (tc->n[c]) {
@@ -271,8 +292,7 @@ static void hc_mem_tcache_release(void *arg)
                 hc_mem_out_add(&hc_mem_pool.cls[c], -(int64_t)tc->n[c]);
                 tc->n[c] = 0;
             }
-            hc_mem_pool.retired_allocs[c] += atomic_load(&tc->allocs[c]);
-            hc_mem_pool.retired_frees[c] += atomic_load(&tc->frees[c]);
+            hc_mem_pool.retired_allocs[c] += atomic_load(&tc->allocs[HC_MEM_ST_FREE(c)]);
         }
         if (tc->prev)
             tc->prev->next = tc->next;
@@ -282,7 +302,7 @@ static void hc_mem_tcache_release(void *arg)
     }
     tc->gen = 0;
     pthread_mutex_unlock(&hc_mem_pool.tc_lock);
-    hc_mem_tcp = NULL;
+    hc_mem_tcp = &hc_mem_tc_none;
     free(tc);
 }
 
@@ -295,7 +315,7 @@ static HC_NOINLINE hc_mem_tcache_t *hc_mem_tcache_attach(void)
 {
     hc_mem_tcache_t *tc = hc_mem_tcp;
     pthread_once(&hc_mem_tc_once, hc_mem_tcache_key_create);
-    if (!tc) {
+    if (tc == &hc_mem_tc_none) {
         tc = aligned_alloc(HC_CACHE_LINE, HC_ALIGN_UP(sizeof(*tc), HC_CACHE_LINE));
         if (!tc) return NULL;
         memset(tc, 0, sizeof(*tc));
@@ -305,12 +325,11 @@ static HC_NOINLINE hc_mem_tcache_t *hc_mem_tcache_attach(void)
     /* Blocks of a previous init cycle are gone with their pool, and the
      * classes may differ. */
     memset(tc->n, 0, sizeof(tc->n));
-    tc->slot = HC_MEM_LIFO_NIL;
-    for (unsigned c = 0; c < HC_MEM_CLASSES_MAX; c++) {
+    atomic_store_explicit(&tc->slot_st, 0, memory_order_relaxed);
+    for (unsigned c = 0; c < HC_MEM_CLASSES_MAX; c++)
         tc->max[c] = c < hc_mem_pool.ncls ? hc_mem_pool.cls[c].tcache_max : 0;
-        atomic_store(&tc->allocs[c], 0);
-        atomic_store(&tc->frees[c], 0);
-    }
+    for (unsigned i = 0; i < HC_MEM_ST_MAX; i++)
+        atomic_store(&tc->allocs[i], 0);
     tc->prev = NULL;
     tc->next = hc_mem_pool.tcaches;
     if (tc->next) tc->next->prev = tc;
@@ -326,8 +345,7 @@ static HC_NOINLINE hc_mem_tcache_t *hc_mem_tcache_attach(void)
 static inline hc_mem_tcache_t *hc_mem_tcache_get(void)
 {
     hc_mem_tcache_t *tc = hc_mem_tcp;
-    if (HC_UNLIKELY(!tc) ||
-        HC_UNLIKELY(tc->gen != atomic_load_explicit(&hc_mem_hot.gen, memory_order_relaxed)))
+    if (HC_UNLIKELY(tc->gen != atomic_load_explicit(&hc_mem_hot.gen, memory_order_relaxed)))
         return NULL;
     return tc;
 }
@@ -437,10 +455,6 @@ static HC_NOINLINE hcomm_status_t hc_mem_alloc_region(size_t bytes, unsigned ci,
     return HCOMM_OK;
 }
 
-/* State byte values of a block start of class ci. */
-#define HC_MEM_ST_FREE(ci) ((uint8_t)(HC_MEM_ST_START | (ci) << HC_MEM_ST_CLS_SHIFT))
-#define HC_MEM_ST_INUSE(ci) ((uint8_t)(HC_MEM_ST_FREE(ci) | HC_MEM_ST_USED))
-
 /* Spills the older half of a full class cache to the shared list. */
 static HC_NOINLINE void hc_mem_tcache_spill(hc_mem_tcache_t *tc, unsigned ci)
 {
@@ -451,32 +465,51 @@ static HC_NOINLINE void hc_mem_tcache_spill(hc_mem_tcache_t *tc, unsigned ci)
     memmove(tc->blk[ci], tc->blk[ci] + c->batch, tc->n[ci] * sizeof(uint32_t));
 }
 
-/* The slot's previous block moves to its class array. */
-static HC_NOINLINE void hc_mem_tcache_evict(hc_mem_tcache_t *tc, uint32_t old)
+/* The slot's previous block (state byte st) moves to its class array. */
+static HC_NOINLINE void hc_mem_tcache_evict(hc_mem_tcache_t *tc, uint32_t old, uint8_t st)
 {
-    unsigned ci =
-        atomic_load_explicit(hc_mem_state_of(old), memory_order_relaxed) >> HC_MEM_ST_CLS_SHIFT;
+    unsigned ci = st >> HC_MEM_ST_CLS_SHIFT;
     if (tc->n[ci] == tc->max[ci]) hc_mem_tcache_spill(tc, ci);
     tc->blk[ci][tc->n[ci]++] = old;
 }
 
-/* Parks free block idx (already marked FREE) in the thread's cache: in the
- * one-block slot, whose previous block moves to its class array. The slot
- * is what makes an alloc+free pair cheap: its address does not depend on the
- * block's class, so the next alloc reads what this free wrote without
- * waiting for the free's state load. */
-static inline void hc_mem_tcache_put(hc_mem_tcache_t *tc, uint32_t idx)
+/* Parks free block idx (state byte st, already stored) in the one-block
+ * slot of the thread's cache. The slot is what makes an alloc+free pair
+ * cheap: its address does not depend on the block's class, so the next
+ * alloc reads what this free wrote without waiting for the free's state
+ * load, and checks the class with one compare. */
+static inline void hc_mem_tcache_park(hc_mem_tcache_t *tc, uint32_t idx, uint8_t st)
 {
-    uint32_t old = tc->slot;
     tc->slot = idx;
-    if (old != HC_MEM_LIFO_NIL) hc_mem_tcache_evict(tc, old);
+    atomic_store_explicit(&tc->slot_st, st, memory_order_relaxed);
 }
 
-/* Marks block idx of class ci USED and returns its address. */
-static inline void *hc_mem_block_hand_out(hc_mem_tcache_t *tc, uint32_t idx, unsigned ci)
+/* The slot is taken (its block goes to its class array) or the cache is
+ * stale or missing (attach it first). */
+static HC_NOINLINE hcomm_status_t hc_mem_free_park_slow(uint32_t idx, uint8_t st)
 {
-    atomic_store_explicit(hc_mem_state_of(idx), HC_MEM_ST_INUSE(ci), memory_order_relaxed);
-    hc_mem_count(&tc->allocs[ci]);
+    hc_mem_tcache_t *tc = hc_mem_tcache_get();
+    if (!tc) {
+        tc = hc_mem_tcache_attach();
+        if (!tc) {
+            /* No cache for this thread: the block goes straight back. */
+            hc_mem_class_t *c = &hc_mem_pool.cls[st >> HC_MEM_ST_CLS_SHIFT];
+            hc_mem_list_push(c, &idx, 1);
+            hc_mem_out_add(c, -1);
+            return HCOMM_OK;
+        }
+    }
+    uint8_t old_st = atomic_load_explicit(&tc->slot_st, memory_order_relaxed);
+    if (old_st) hc_mem_tcache_evict(tc, tc->slot, old_st);
+    hc_mem_tcache_park(tc, idx, st);
+    return HCOMM_OK;
+}
+
+/* Marks block idx (free state byte fst) USED and returns its address. */
+static inline void *hc_mem_block_hand_out(hc_mem_tcache_t *tc, uint32_t idx, uint8_t fst)
+{
+    atomic_store_explicit(hc_mem_state_of(idx), fst | HC_MEM_ST_USED, memory_order_relaxed);
+    hc_mem_count(&tc->allocs[fst]);
     return hc_mem_hot.base + ((size_t)idx << HC_MEM_BLOCK_SHIFT);
 }
 
@@ -497,11 +530,9 @@ static HC_NOINLINE hcomm_status_t hc_mem_alloc_slow(size_t bytes, void **ptr_p)
         tc = hc_mem_tcache_attach();
         if (!tc) return hc_error(HCOMM_ERR_NO_MEMORY, "hc_mem_alloc: thread cache");
     }
-    uint32_t s = tc->slot;
-    if (s != HC_MEM_LIFO_NIL &&
-        atomic_load_explicit(hc_mem_state_of(s), memory_order_relaxed) == HC_MEM_ST_FREE(ci)) {
-        tc->slot = HC_MEM_LIFO_NIL;
-        *ptr_p = hc_mem_block_hand_out(tc, s, ci);
+    if (atomic_load_explicit(&tc->slot_st, memory_order_relaxed) == HC_MEM_ST_FREE(ci)) {
+        atomic_store_explicit(&tc->slot_st, 0, memory_order_relaxed);
+        *ptr_p = hc_mem_block_hand_out(tc, tc->slot, HC_MEM_ST_FREE(ci));
         return HCOMM_OK;
     }
     if (tc->n[ci] == 0) {
@@ -511,30 +542,36 @@ static HC_NOINLINE hcomm_status_t hc_mem_alloc_slow(size_t bytes, void **ptr_p)
         hc_mem_out_add(c, n);
         tc->n[ci] = n;
     }
-    *ptr_p = hc_mem_block_hand_out(tc, tc->blk[ci][--tc->n[ci]], ci);
+    *ptr_p = hc_mem_block_hand_out(tc, tc->blk[ci][--tc->n[ci]], HC_MEM_ST_FREE(ci));
+    return HCOMM_OK;
+}
+
+/* The slot holds no block of class ci (or the cache is stale): the top of
+ * the class array. */
+static HC_NOINLINE hcomm_status_t hc_mem_alloc_array(hc_mem_tcache_t *tc, unsigned ci, size_t bytes,
+                                                     void **ptr_p)
+{
+    if (HC_UNLIKELY(tc->gen != atomic_load_explicit(&hc_mem_hot.gen, memory_order_relaxed)) ||
+        HC_UNLIKELY(tc->n[ci] == 0))
+        return hc_mem_alloc_slow(bytes, ptr_p);
+    *ptr_p = hc_mem_block_hand_out(tc, tc->blk[ci][--tc->n[ci]], HC_MEM_ST_FREE(ci));
     return HCOMM_OK;
 }
 
 hcomm_status_t hc_mem_alloc(size_t bytes, void **ptr_p)
 {
-    hc_mem_tcache_t *tc = hc_mem_tcache_get();
+    hc_mem_tcache_t *tc = hc_mem_tcp;
     /* bytes - 1 wraps for 0: one compare rejects 0 and large requests. */
-    if (HC_UNLIKELY(!tc || !ptr_p || bytes - 1 >= HC_MEM_CLASS_MAX))
+    if (HC_UNLIKELY(!ptr_p || bytes - 1 >= HC_MEM_CLASS_MAX))
         return hc_mem_alloc_slow(bytes, ptr_p);
-    unsigned ci = hc_mem_hot.cls_of_log2[hc_mem_ceil_log2(bytes)];
-    uint32_t idx = tc->slot;
-    /* The slot's block if it is of this class (the state load only feeds a
-     * predicted branch: the returned address waits for nothing but the
-     * slot), else the top of the class array. */
-    if (HC_LIKELY(idx != HC_MEM_LIFO_NIL) &&
-        HC_LIKELY(atomic_load_explicit(hc_mem_state_of(idx), memory_order_relaxed) ==
-                  HC_MEM_ST_FREE(ci))) {
-        tc->slot = HC_MEM_LIFO_NIL;
-    } else {
-        if (HC_UNLIKELY(tc->n[ci] == 0)) return hc_mem_alloc_slow(bytes, ptr_p);
-        idx = tc->blk[ci][--tc->n[ci]];
-    }
-    *ptr_p = hc_mem_block_hand_out(tc, idx, ci);
+    uint8_t fst = hc_mem_hot.st_of_bucket[hc_mem_size_bucket(bytes)];
+    /* The slot's block if it is of this class, else the top of the class
+     * array. Neither an empty slot (0) nor a stale cache (the generation is
+     * checked on that path) matches a class. */
+    if (HC_UNLIKELY(atomic_load_explicit(&tc->slot_st, memory_order_relaxed) != fst))
+        return hc_mem_alloc_array(tc, fst >> HC_MEM_ST_CLS_SHIFT, bytes, ptr_p);
+    atomic_store_explicit(&tc->slot_st, 0, memory_order_relaxed);
+    *ptr_p = hc_mem_block_hand_out(tc, tc->slot, fst);
     return HCOMM_OK;
 }
 
@@ -572,20 +609,9 @@ static HC_NOINLINE hcomm_status_t hc_mem_free_slow(void *ptr)
                                                 : "is in the pool range but not in any block");
     }
     if (!(st & HC_MEM_ST_USED)) return hc_mem_free_invalid(ptr, "is already free (double free?)");
-    unsigned ci = st >> HC_MEM_ST_CLS_SHIFT;
-    hc_mem_tcache_t *tc = hc_mem_tcache_get();
-    if (!tc) tc = hc_mem_tcache_attach();
-    atomic_store_explicit(state, st & ~HC_MEM_ST_USED, memory_order_relaxed);
-    if (!tc) {
-        /* No cache for this thread: the block goes straight back. */
-        hc_mem_class_t *c = &hc_mem_pool.cls[ci];
-        hc_mem_list_push(c, &idx, 1);
-        hc_mem_out_add(c, -1);
-        return HCOMM_OK;
-    }
-    hc_mem_count(&tc->frees[ci]);
-    hc_mem_tcache_put(tc, idx);
-    return HCOMM_OK;
+    st &= (uint8_t)~HC_MEM_ST_USED;
+    atomic_store_explicit(state, st, memory_order_relaxed);
+    return hc_mem_free_park_slow(idx, st);
 }
 
 hcomm_status_t hc_mem_free(void *ptr)
@@ -600,13 +626,16 @@ hcomm_status_t hc_mem_free(void *ptr)
     uint32_t idx = (uint32_t)ridx;
     _Atomic uint8_t *state = hc_mem_state_of(idx);
     uint8_t st = atomic_load_explicit(state, memory_order_relaxed);
-    hc_mem_tcache_t *tc = hc_mem_tcache_get();
     /* Not a used block start (interior, free, never carved: USED implies
-     * START), or no cache: the slow path says which. */
-    if (HC_UNLIKELY(!(st & HC_MEM_ST_USED) || !tc)) return hc_mem_free_slow(ptr);
-    atomic_store_explicit(state, st & ~HC_MEM_ST_USED, memory_order_relaxed);
-    hc_mem_count(&tc->frees[st >> HC_MEM_ST_CLS_SHIFT]);
-    hc_mem_tcache_put(tc, idx);
+     * START): the slow path says which. */
+    if (HC_UNLIKELY(!(st & HC_MEM_ST_USED))) return hc_mem_free_slow(ptr);
+    st -= HC_MEM_ST_USED;
+    atomic_store_explicit(state, st, memory_order_relaxed);
+    hc_mem_tcache_t *tc = hc_mem_tcp;
+    /* A taken slot, or a stale or missing cache (HC_MEM_SLOT_STALE). */
+    if (HC_UNLIKELY(atomic_load_explicit(&tc->slot_st, memory_order_relaxed) != 0))
+        return hc_mem_free_park_slow(idx, st);
+    hc_mem_tcache_park(tc, idx, st);
     return HCOMM_OK;
 }
 
@@ -623,7 +652,6 @@ hcomm_status_t hc_mem_pool_init(void)
     hc_mem_pool.cur_used = 0;
     hc_mem_pool.slabs = NULL;
     memset(hc_mem_pool.retired_allocs, 0, sizeof(hc_mem_pool.retired_allocs));
-    memset(hc_mem_pool.retired_frees, 0, sizeof(hc_mem_pool.retired_frees));
     atomic_store(&hc_mem_pool.large_allocs, 0);
     atomic_store(&hc_mem_pool.large_frees, 0);
     atomic_store(&hc_mem_pool.large_failures, 0);
@@ -660,6 +688,9 @@ void hc_mem_pool_finalize(void)
 {
     pthread_mutex_lock(&hc_mem_pool.tc_lock);
     atomic_fetch_add(&hc_mem_hot.gen, 1); /* every thread cache is now stale */
+    /* ...and must leave the fast paths (which do not read the generation). */
+    for (hc_mem_tcache_t *tc = hc_mem_pool.tcaches; tc; tc = tc->next)
+        atomic_store_explicit(&tc->slot_st, HC_MEM_SLOT_STALE, memory_order_relaxed);
     hc_mem_pool.tcaches = NULL;
     pthread_mutex_unlock(&hc_mem_pool.tc_lock);
     /* From here on every hc_mem_free of a pool pointer takes the slow path
@@ -691,18 +722,30 @@ void hc_mem_pool_stats_get(hc_mem_stats_t *s)
     s->large_failures = atomic_load(&hc_mem_pool.large_failures);
     s->fallback_frees = atomic_load(&hc_mem_pool.fallback_frees);
     s->invalid_frees = atomic_load(&hc_mem_pool.invalid_frees);
+    /* Blocks in use, by class: the USED marks of every carved block. */
+    uint64_t used[HC_MEM_CLASSES_MAX] = {0};
+    pthread_mutex_lock(&hc_mem_pool.grow_lock);
+    for (hc_mem_slab_t *sl = hc_mem_pool.slabs; sl; sl = sl->all_next) {
+        uint32_t first = (uint32_t)((size_t)(sl->base - hc_mem_g.pool_base) >> HC_MEM_BLOCK_SHIFT);
+        uint32_t step = 1u << (sl->shift - HC_MEM_BLOCK_SHIFT);
+        for (uint32_t b = 0; b < sl->nblocks; b++)
+            used[sl->cls] +=
+                atomic_load_explicit(hc_mem_state_of(first + b * step), memory_order_relaxed) &
+                HC_MEM_ST_USED;
+    }
+    pthread_mutex_unlock(&hc_mem_pool.grow_lock);
     pthread_mutex_lock(&hc_mem_pool.tc_lock);
     for (unsigned i = 0; i < hc_mem_pool.ncls; i++) {
         hc_mem_class_t *c = &hc_mem_pool.cls[i];
         hc_mem_class_stats_t *o = &s->cls[i];
         o->block_size = c->block_size;
         o->allocs = hc_mem_pool.retired_allocs[i];
-        o->frees = hc_mem_pool.retired_frees[i];
         for (hc_mem_tcache_t *tc = hc_mem_pool.tcaches; tc; tc = tc->next) {
-            o->allocs += atomic_load_explicit(&tc->allocs[i], memory_order_relaxed);
-            o->frees += atomic_load_explicit(&tc->frees[i], memory_order_relaxed);
+            o->allocs += atomic_load_explicit(&tc->allocs[HC_MEM_ST_FREE(i)], memory_order_relaxed);
         }
-        o->in_use = o->allocs - o->frees;
+        /* Counted after its state store: clamp a block caught in between. */
+        o->in_use = HC_MIN(used[i], o->allocs);
+        o->frees = o->allocs - o->in_use;
         o->failures = atomic_load(&c->failures);
         o->fallbacks = atomic_load(&c->fallbacks);
         o->waits = atomic_load(&c->waits);
