@@ -85,39 +85,54 @@ typedef struct {
     _Atomic uint64_t fallbacks HC_ALIGNED_CL, waits, failures, out, hwm, bytes_huge, bytes_regular;
 } hc_mem_class_t;
 
+/* Page layout of the fast paths' data. A load that follows a store to a
+ * different address with the same low 12 bits (4K aliasing) waits for that
+ * store: with the state byte of the block in hand landing on the same page
+ * offset as a thread-cache counter, an alloc+free pair took twice as long.
+ * So state bytes only use the lower half of each 4 KiB page of their array,
+ * and everything else the fast paths touch (the thread cache's hot part, the
+ * hot globals) sits in the upper half of its page. */
+#define HC_MEM_HALF_PAGE 2048
+
 /* A thread's cache and counters. Lives in TLS; linked in the registry while
  * the thread uses the pool, so that stats can sum it and thread exit can
- * return its blocks. Only the owner writes it (stats read the counters). */
+ * return its blocks. Only the owner writes it (stats read the counters).
+ * Page-aligned, cold arrays first, hot part from offset 2048. */
 typedef struct hc_mem_tcache {
-    uint64_t gen;
+    uint32_t blk[HC_MEM_CLASSES_MAX][HC_MEM_TCACHE_MAX];
+    uint32_t n[HC_MEM_CLASSES_MAX];
+    uint32_t max[HC_MEM_CLASSES_MAX]; /* the class's tcache_max, copied at attach */
+    struct hc_mem_tcache *next, *prev;
+    _Alignas(HC_MEM_HALF_PAGE) uint64_t gen;
     uint32_t slot; /* one free block of any class (see hc_mem_tcache_park) */
     /* The slot block's state byte, HC_MEM_ST_FREE(class); 0: the slot is
      * empty; HC_MEM_SLOT_STALE: this cache is from another init cycle (set
      * by finalize, hence atomic), which sends both fast paths to the paths
      * that check the generation. */
     _Atomic uint8_t slot_st;
-    uint32_t n[HC_MEM_CLASSES_MAX];
-    uint32_t max[HC_MEM_CLASSES_MAX]; /* the class's tcache_max, copied at attach */
     /* Blocks handed out, indexed by HC_MEM_ST_FREE(class), the byte alloc
      * works with, so that no index conversion sits on the fast path. Frees
      * are not counted: hc_mem_stats_get derives them from the state array
      * (frees = allocs - blocks marked USED). */
     _Atomic uint64_t allocs[HC_MEM_ST_MAX];
-    uint32_t blk[HC_MEM_CLASSES_MAX][HC_MEM_TCACHE_MAX];
-    struct hc_mem_tcache *next, *prev;
 } hc_mem_tcache_t;
 
-/* What the fast paths read, in one line, written only by init/finalize. */
+/* What the fast paths read, in one line, written only by init/finalize;
+ * in the upper half of its page. */
 static struct {
-    uint8_t *base;          /* hc_mem_g.pool_base */
-    size_t reserved;        /* hc_mem_g.pool_reserved (0: not initialized) */
-    size_t units;           /* reserved >> 12 */
-    _Atomic uint8_t *state; /* one byte per 4 KiB unit of the range, spread */
-    size_t state_mask;      /* array size - 1 (a power of two >= units) */
-    _Atomic uint64_t gen;   /* bumped at init and finalize: stale thread caches reset */
-    /* HC_MEM_ST_FREE(class of a request) by hc_mem_size_bucket, 0..21 */
-    uint8_t st_of_bucket[24];
-} hc_mem_hot HC_ALIGNED_CL;
+    char pad[HC_MEM_HALF_PAGE];
+    struct {
+        uint8_t *base;          /* hc_mem_g.pool_base */
+        size_t reserved;        /* hc_mem_g.pool_reserved (0: not initialized) */
+        size_t units;           /* reserved >> 12 */
+        _Atomic uint8_t *state; /* one byte per 4 KiB unit of the range, spread */
+        size_t state_mask;      /* state bytes - 1 (a power of two >= units) */
+        _Atomic uint64_t gen;   /* bumped at init and finalize: stale thread caches reset */
+        /* HC_MEM_ST_FREE(class of a request) by hc_mem_size_bucket, 0..21 */
+        uint8_t st_of_bucket[24];
+    } h;
+} hc_mem_hot_page __attribute__((aligned(4096)));
+#define hc_mem_hot (hc_mem_hot_page.h)
 
 static struct {
     hc_mem_class_t cls[HC_MEM_CLASSES_MAX];
@@ -141,7 +156,8 @@ static struct {
 /* Threads without a cache point at hc_mem_tc_none: stale slot, empty arrays,
  * a generation that never matches, never written. The fast paths need no
  * NULL test. */
-static hc_mem_tcache_t hc_mem_tc_none = {.gen = UINT64_MAX, .slot_st = HC_MEM_SLOT_STALE};
+static hc_mem_tcache_t hc_mem_tc_none
+    __attribute__((aligned(4096))) = {.gen = UINT64_MAX, .slot_st = HC_MEM_SLOT_STALE};
 static __thread hc_mem_tcache_t *hc_mem_tcp __attribute__((tls_model("initial-exec"))) =
     &hc_mem_tc_none;
 static pthread_key_t hc_mem_tc_key;
@@ -208,13 +224,16 @@ static void hc_mem_classes_init(unsigned bits)
 
 /* ---- blocks ------------------------------------------------------------- */
 
-/* The state byte of block idx: at idx * 73 modulo the (power of two) array
- * size, a bijection that puts the states of neighbouring blocks (which a
- * thread takes in a batch from a fresh slab) a cache line apart, so two
- * threads hammering one class never write the same state line. */
+/* The state byte of block idx: v = idx * 73 modulo the (power of two)
+ * number of state bytes, a bijection that puts the states of neighbouring
+ * blocks (which a thread takes in a batch from a fresh slab) a cache line
+ * apart, so two threads hammering one class never write the same state line;
+ * then stretched into the lower half of each 4 KiB page (see
+ * HC_MEM_HALF_PAGE). */
 static inline _Atomic uint8_t *hc_mem_state_of(uint32_t idx)
 {
-    return &hc_mem_hot.state[((size_t)idx * 73) & hc_mem_hot.state_mask];
+    size_t v = ((size_t)idx * 73) & hc_mem_hot.state_mask;
+    return &hc_mem_hot.state[v + (v & ~(size_t)(HC_MEM_HALF_PAGE - 1))];
 }
 
 static inline hc_mem_slab_t *hc_mem_slab_of(uint32_t idx)
@@ -316,7 +335,7 @@ static HC_NOINLINE hc_mem_tcache_t *hc_mem_tcache_attach(void)
     hc_mem_tcache_t *tc = hc_mem_tcp;
     pthread_once(&hc_mem_tc_once, hc_mem_tcache_key_create);
     if (tc == &hc_mem_tc_none) {
-        tc = aligned_alloc(HC_CACHE_LINE, HC_ALIGN_UP(sizeof(*tc), HC_CACHE_LINE));
+        tc = aligned_alloc(4096, HC_ALIGN_UP(sizeof(*tc), 4096));
         if (!tc) return NULL;
         memset(tc, 0, sizeof(*tc));
         hc_mem_tcp = tc;
@@ -658,17 +677,19 @@ hcomm_status_t hc_mem_pool_init(void)
     atomic_store(&hc_mem_pool.fallback_frees, 0);
     atomic_store(&hc_mem_pool.invalid_frees, 0);
     /* The state array: one byte per 4 KiB of the reserved range, rounded up
-     * to a power of two for hc_mem_state_of. Untouched pages read 0. */
-    size_t bytes = 4096;
-    while (bytes < hc_mem_g.pool_reserved >> HC_MEM_BLOCK_SHIFT)
-        bytes <<= 1;
+     * to a power of two for hc_mem_state_of, in the lower halves of twice as
+     * many pages. Untouched pages read 0. */
+    size_t nstate = 4096;
+    while (nstate < hc_mem_g.pool_reserved >> HC_MEM_BLOCK_SHIFT)
+        nstate <<= 1;
+    size_t bytes = 2 * nstate;
     void *st = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (st == MAP_FAILED)
         return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
                               "hc_mem_init: pool block state array (%zu bytes)", bytes);
     hc_mem_hot.state = st;
-    hc_mem_hot.state_mask = bytes - 1;
+    hc_mem_hot.state_mask = nstate - 1;
     hc_mem_hot.base = hc_mem_g.pool_base;
     hc_mem_hot.reserved = hc_mem_g.pool_reserved;
     hc_mem_hot.units = hc_mem_g.pool_reserved >> HC_MEM_BLOCK_SHIFT;
@@ -698,7 +719,7 @@ void hc_mem_pool_finalize(void)
     hc_mem_hot.base = NULL;
     hc_mem_hot.reserved = 0;
     hc_mem_hot.units = 0;
-    if (hc_mem_hot.state) munmap((void *)hc_mem_hot.state, hc_mem_hot.state_mask + 1);
+    if (hc_mem_hot.state) munmap((void *)hc_mem_hot.state, 2 * (hc_mem_hot.state_mask + 1));
     hc_mem_hot.state = NULL;
     hc_mem_hot.state_mask = 0;
     for (hc_mem_slab_t *s = hc_mem_pool.slabs, *n; s; s = n) {
