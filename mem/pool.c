@@ -8,30 +8,38 @@
  * 2 MiB of the range) maps any pool pointer to its region and slab with one
  * shift. A block is named by its 32-bit index, (addr - pool base) / 4 KiB.
  * Metadata stays out of the blocks: each slab has an array of next links, and
- * one flat state array covers the whole reserved range, a byte per 4 KiB unit
- * (mmap'ed MAP_NORESERVE: only the pages of carved slabs are ever touched).
- * The byte of a block's first unit says "block start", its class and whether
- * it is FREE or USED; every other byte is 0. That is all hc_mem_free needs to
- * reject a double free, an interior pointer or a pointer it never handed out,
- * and to find the block's class, with one load and no slab lookup.
+ * one flat state array covers the whole reserved range, a state byte per
+ * 4 KiB unit, each on a cache line of its own (mmap'ed MAP_NORESERVE: only
+ * the pages of carved slabs are ever touched). The byte of a block's first
+ * unit says "block start", its class and whether it is FREE or USED; every
+ * other byte is 0. That is all hc_mem_free needs to reject a double free, an
+ * interior pointer or a pointer it never handed out, and to find the block's
+ * class: one shift and one load, no slab lookup.
  *
  * Fast path. Each class has a tagged lock-free LIFO (lifo.h) shared by all
- * threads, and each thread keeps a small array of block indices per class in
- * front of it (taken and returned in batches, like a magazine). An alloc or
- * a free is then: TLS pointer, cache slot, one state byte, one counter, all
- * plain loads and stores (no atomic RMW, no shared cache line written). The
- * hot globals (pool base, state array, generation, size -> class table) sit
- * in one read-mostly cache line. Counters are per thread (written by their
- * owner only, relaxed, summed by hc_mem_stats_get).
+ * threads; each thread keeps an array of block indices per class in front of
+ * it (taken and returned in batches, like a magazine) and, in front of those,
+ * a one-block slot of any class: free parks the block there (its previous
+ * block moving to its class array), alloc takes it back when the class
+ * matches. An alloc+free pair of one size thus touches the TLS pointer, the
+ * slot, the block's state line and one counter: about 25 instructions per
+ * call, plain loads and stores (no atomic RMW, no shared line written, no
+ * load whose address waits for another load of the pair). The hot globals
+ * (pool base, state array, size -> class table) sit in one read-mostly line.
+ * Allocs are counted per thread (written by their owner only, relaxed,
+ * summed by hc_mem_stats_get); frees are not counted at all: stats derive
+ * them as allocs minus the blocks whose state says USED.
  *
- * Each state byte has a cache line of its own (see HC_MEM_ST_LINE_SHIFT), so
- * two threads hammering one class write disjoint lines.
+ * The fast paths do not read the init generation: finalize marks every
+ * registered thread cache's slot STALE, which matches no class (alloc falls
+ * to the array path, which checks the generation) and is not empty (free
+ * falls to the parking slow path, which checks it too).
  *
  * Double frees: the state byte is read then written (no CAS: a locked
  * instruction was most of the cost of a free). A second free is caught
  * whenever the two frees are ordered (same thread, or handed over through any
  * synchronization); two threads racing to free the same block, itself a user
- * bug, may both pass.
+ * bug, may both pass (and the block then sits in two caches).
  *
  * Slow path. An empty class takes the growth mutex, carves a new slab (and,
  * when the current region is used up, maps the next region) and pushes its
@@ -149,11 +157,12 @@ static struct {
     .tc_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
-/* A pointer, initial-exec: one load from %fs, no __tls_get_addr call, and
- * little static TLS taken from programs that dlopen the library. */
-/* Threads without a cache point at hc_mem_tc_none: stale slot, empty arrays,
- * a generation that never matches, never written. The fast paths need no
- * NULL test. */
+/* The thread's cache: a pointer, initial-exec (one load from %fs, no
+ * __tls_get_addr call, little static TLS taken from programs that dlopen the
+ * library), line-aligned (clear of byte 32, see HC_MEM_ST_LINE_OFF). Threads
+ * without a cache point at hc_mem_tc_none: stale slot, empty arrays, a
+ * generation that never matches, never written. The fast paths need no NULL
+ * test. */
 static hc_mem_tcache_t hc_mem_tc_none = {.gen = UINT64_MAX, .slot_st = HC_MEM_SLOT_STALE};
 static __thread hc_mem_tcache_t *hc_mem_tcp
     __attribute__((tls_model("initial-exec"), aligned(HC_CACHE_LINE))) = &hc_mem_tc_none;
