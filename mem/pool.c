@@ -22,7 +22,7 @@
  * a one-block slot of any class: free parks the block there (its previous
  * block moving to its class array), alloc takes it back when the class
  * matches. An alloc+free pair of one size thus touches the TLS pointer, the
- * slot, the block's state line and one counter: about 25 instructions per
+ * slot, the block's state line and one counter: 25 to 30 instructions per
  * call, plain loads and stores (no atomic RMW, no shared line written, no
  * load whose address waits for another load of the pair). The hot globals
  * (pool base, state array, size -> class table) sit in one read-mostly line.
