@@ -209,6 +209,10 @@ static int hc_node_allreduce_inline(hc_coll_op_t *op)
     return HC_COLL_DONE;
 }
 
+/* Reduce-scatter + allgather through shared memory, block by block: each
+ * rank stages the slices the others reduce (its own slice it reads straight
+ * from its input: nobody else does), reduces its slice of every rank's
+ * block into the shared result, and copies the whole result block out. */
 static int hc_node_allreduce_staged(hc_coll_op_t *op)
 {
     hc_coll_node_t *nd = hc_node_of(op);
@@ -220,33 +224,40 @@ static int hc_node_allreduce_staged(hc_coll_op_t *op)
             return HC_COLL_DONE;
         size_t off = (size_t)op->phase * nd->block;
         size_t bb = HC_MIN(nd->block, op->bytes - off);
-        size_t ec = bb / op->esize;
+        size_t ec = bb / op->esize, lo, hi;
+        hc_node_slice(ec, nd->n, nd->me, &lo, &hi);
+        const uint8_t *in = (const uint8_t *)op->sbuf + off;
         switch (op->state) {
-        case 0:
-            if (!hc_node_stage_publish(nd, op, t, (const uint8_t *)op->sbuf + off, bb))
+        case 0: {
+            if (!hc_node_can_write(nd, op, t))
                 return HC_COLL_PENDING;
+            uint8_t *st = hc_node_stage(nd, nd->me, t);
+            memcpy(st, in, lo * op->esize);
+            memcpy(st + hi * op->esize, in + hi * op->esize, bb - hi * op->esize);
+            hc_node_post_a(nd, t);
             op->state = 1;
+        }
             /* fallthrough */
-        case 1: {
+        case 1:
             if (!hc_node_wait_a(nd, op, t))
                 return HC_COLL_PENDING;
-            size_t lo, hi;
-            hc_node_slice(ec, nd->n, nd->me, &lo, &hi);
             if (hi > lo) {
                 for (int j = 0; j < nd->n; j++)
-                    srcs[j] = hc_node_stage(nd, j, t) + lo * op->esize;
+                    srcs[j] = (j == nd->me ? in : hc_node_stage(nd, j, t)) + lo * op->esize;
                 hc_reduce(hc_node_res(nd, t) + lo * op->esize, srcs, nd->n, hi - lo, op->dtype,
                           op->op, nd->n);
             }
             hc_node_post_b(nd, t);
             op->state = 2;
-        }
             /* fallthrough */
         case 2:
             if (want_result) {
                 if (!hc_node_wait_b(nd, op, t))
                     return HC_COLL_PENDING;
-                memcpy((uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb);
+                if (op->bytes >= HC_COPY_NT_THRESHOLD)
+                    hc_copy_nt((uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb);
+                else
+                    memcpy((uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb);
             }
             op->state = 0;
             op->phase++;
