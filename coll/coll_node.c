@@ -50,16 +50,22 @@ typedef struct {
     uint64_t b;
 } HC_ALIGNED_CL hc_node_done_t;
 
-/* Zero-copy descriptor: where a rank's input and output live, when both are
- * pool memory (shared memfds) another local rank can map. */
+/* Single-copy descriptor of a rank's buffers for the current allreduce:
+ * their addresses in its process (for the node driver's get) and, when they
+ * are pool memory, the memfd that maps them (zero copy). */
 typedef struct {
     uint32_t pid;
     int32_t sfd, rfd;
-    uint32_t ok;   /* 1: buffers published; vote: 2 = I can map every peer's */
+    uint32_t pub;  /* 1: the memfd fields describe pool buffers */
+    uint32_t vote; /* HC_NODE_VOTE_*: what this rank can do with everyone's buffers */
+    uint32_t pad;
+    uint64_t saddr, raddr;
     uint64_t sino, soff, ssize;
     uint64_t rino, roff, rsize;
 } HC_ALIGNED_CL hc_node_desc_t;
-_Static_assert(sizeof(hc_node_desc_t) == HC_CACHE_LINE, "one line per rank");
+_Static_assert(sizeof(hc_node_desc_t) == 2 * HC_CACHE_LINE, "two lines per rank");
+
+enum { HC_NODE_VOTE_STAGE, HC_NODE_VOTE_GET, HC_NODE_VOTE_MAP };
 
 typedef struct {
     uint32_t pid;
@@ -352,92 +358,160 @@ static uint8_t *hc_node_zc_map(hc_coll_node_t *nd, uint32_t pid, int32_t fd, uin
     return base;
 }
 
-/* Ticks: op->tick is the handshake (a: descriptors published, b: votes
- * cast), then the data ticks. When every rank's buffers are mappable by every
- * rank, each rank reduces its slice of the whole message out of every
- * rank's input and writes it into every rank's output, then all meet at
- * the last tick; otherwise the data ticks run the staged algorithm. Every
- * rank reads the same descriptors and votes, so all decide alike. */
+/* Large allreduce without staging. Ticks: op->tick is the handshake (a:
+ * descriptors published; b: votes cast), then the data ticks. Every rank
+ * votes for the best it can do with everyone's buffers and all take the
+ * lowest vote, so all decide alike:
+ *   MAP (every buffer is pool memory every rank can map): each rank reduces
+ *     its slice of the message out of every rank's input and writes it into
+ *     every rank's output; one barrier at the end. No copy besides the result.
+ *   GET (the node driver reads and writes peers' memory: process_vm_readv
+ *     and _writev): each rank pulls its slice of every peer's input,
+ *     reduces it, and writes the result into its own output and every
+ *     peer's; one barrier at the end. One copy per byte in and out.
+ *   STAGE: the data ticks run the staged algorithms. */
+static hcomm_status_t hc_node_get(hc_coll_op_t *op, int j, void *dst, uint64_t raddr, size_t len)
+{
+    hc_conn_t *c = hc_ctx.peers[op->comm->world_ranks[j]].conn;
+    return len ? c->ops->get(c, dst, raddr, len) : HCOMM_OK;
+}
+
+static hcomm_status_t hc_node_write(hc_coll_op_t *op, int j, uint64_t raddr, const void *src,
+                                    size_t len)
+{
+    hc_conn_t *c = hc_ctx.peers[op->comm->world_ranks[j]].conn;
+    return len ? c->ops->write(c, raddr, src, len) : HCOMM_OK;
+}
+
+static bool hc_node_can_get(hc_coll_op_t *op)
+{
+    const uint32_t need = HC_CONN_CAP_GET | HC_CONN_CAP_WRITE;
+    for (int j = 0; j < op->comm->size; j++) {
+        if (j == op->comm->rank)
+            continue;
+        hc_conn_t *c = hc_ctx.peers[op->comm->world_ranks[j]].conn;
+        if (!c || (c->caps & need) != need || c->ops->scope != HC_DRV_SCOPE_NODE)
+            return false;
+    }
+    return true;
+}
+
 static int hc_node_allreduce_zc(hc_coll_op_t *op)
 {
     hc_coll_node_t *nd = hc_node_of(op);
     uint64_t t0 = op->tick, last = op->tick_end - 1;
     hc_node_desc_t *me = &nd->desc[nd->me];
+    size_t es = op->esize, lo, hi;
+    const void *srcs[64];
+    hc_node_slice(op->count, nd->n, nd->me, &lo, &hi);
     switch (op->state) {
     case 0: /* publish: descriptors are read up to the vote, so wait b >= t0-1 */
         if (!hc_node_wait_b(nd, op, t0 - 1))
             return HC_COLL_PENDING;
         me->pid = (uint32_t)getpid();
-        me->ok = hc_node_zc_describe(op->sbuf, op->bytes, &me->sfd, &me->sino, &me->soff,
-                                     &me->ssize) &&
-                 hc_node_zc_describe(op->rbuf, op->bytes, &me->rfd, &me->rino, &me->roff,
-                                     &me->rsize);
+        me->saddr = (uint64_t)(uintptr_t)op->sbuf;
+        me->raddr = (uint64_t)(uintptr_t)op->rbuf;
+        me->pub = hc_node_zc_describe(op->sbuf, op->bytes, &me->sfd, &me->sino, &me->soff,
+                                      &me->ssize) &&
+                  hc_node_zc_describe(op->rbuf, op->bytes, &me->rfd, &me->rino, &me->roff,
+                                      &me->rsize);
         hc_node_post_a(nd, t0);
         op->state = 1;
         /* fallthrough */
-    case 1: { /* vote: can I map everyone's buffers? */
+    case 1: { /* vote */
         if (!hc_node_wait_a(nd, op, t0))
             return HC_COLL_PENDING;
-        bool ok = true;
-        for (int j = 0; j < nd->n && ok; j++) {
-            hc_node_desc_t d = nd->desc[j];
-            if (d.ok != 1 && d.ok != 2) {
-                ok = false;
+        bool map = true;
+        for (int j = 0; j < nd->n && map; j++) {
+            hc_node_desc_t *d = &nd->desc[j];
+            if (!d->pub) {
+                map = false;
             } else if (j == nd->me) {
                 nd->zs[j] = op->sbuf;
                 nd->zr[j] = op->rbuf;
             } else {
-                uint8_t *sb = hc_node_zc_map(nd, d.pid, d.sfd, d.sino, d.ssize);
-                uint8_t *rb = hc_node_zc_map(nd, d.pid, d.rfd, d.rino, d.rsize);
-                ok = sb && rb;
-                if (ok) {
-                    nd->zs[j] = sb + d.soff;
-                    nd->zr[j] = rb + d.roff;
+                uint8_t *sb = hc_node_zc_map(nd, d->pid, d->sfd, d->sino, d->ssize);
+                uint8_t *rb = hc_node_zc_map(nd, d->pid, d->rfd, d->rino, d->rsize);
+                map = sb && rb;
+                if (map) {
+                    nd->zs[j] = sb + d->soff;
+                    nd->zr[j] = rb + d->roff;
                 }
             }
         }
-        /* My vote, published by b(t0). */
-        __atomic_store_n(&me->ok, me->ok ? (ok ? 2u : 1u) : 0u, __ATOMIC_RELAXED);
-        hc_node_post_b(nd, t0);
+        me->vote = map ? HC_NODE_VOTE_MAP : hc_node_can_get(op) ? HC_NODE_VOTE_GET
+                                                                : HC_NODE_VOTE_STAGE;
+        hc_node_post_b(nd, t0); /* publishes the vote */
         op->state = 2;
     }
         /* fallthrough */
     case 2: {
         if (!hc_node_wait_b(nd, op, t0))
             return HC_COLL_PENDING;
-        bool all = true;
+        uint32_t mode = HC_NODE_VOTE_MAP;
         for (int j = 0; j < nd->n; j++)
-            all = all && __atomic_load_n(&nd->desc[j].ok, __ATOMIC_RELAXED) == 2;
-        if (!all) {
-            /* Someone cannot take part: the data ticks run staged. */
+            mode = HC_MIN(mode, nd->desc[j].vote);
+        if (mode == HC_NODE_VOTE_STAGE) {
             op->tick = t0 + 1;
-            op->state = 0;
-            op->phase = 0;
-            op->round = 0;
+            op->state = op->phase = op->round = 0;
             op->step = nd->n <= 3 ? hc_node_allreduce_direct : hc_node_allreduce_staged;
-            op->algo = "node-zc-fallback";
+            op->algo = "node-staged";
             return op->step(op);
         }
-        /* My slice of the whole message, in chunks through the scratch block. */
-        size_t ec = op->count, lo, hi;
-        hc_node_slice(ec, nd->n, nd->me, &lo, &hi);
-        const void *srcs[64];
-        size_t chunk = nd->block / op->esize;
+        if (mode == HC_NODE_VOTE_MAP) {
+            size_t chunk = nd->block / es;
+            for (size_t e = lo; e < hi; e += chunk) {
+                size_t m = HC_MIN(chunk, hi - e);
+                for (int j = 0; j < nd->n; j++)
+                    srcs[j] = nd->zs[j] + e * es;
+                hc_reduce(nd->scratch, srcs, nd->n, m, op->dtype, op->op, nd->n);
+                for (int j = 0; j < nd->n; j++)
+                    hc_copy_nt(nd->zr[j] + e * es, nd->scratch, m * es);
+            }
+            /* b before a: seeing a(t) must keep implying b >= t-1. */
+            hc_node_post_b(nd, last);
+            hc_node_post_a(nd, last);
+            op->state = 4;
+            return hc_node_wait_b(nd, op, last) ? HC_COLL_DONE : HC_COLL_PENDING;
+        }
+        /* GET: my slice of every peer's input pulled next to mine, reduced
+         * into the scratch block, then written into my output and pushed
+         * into every peer's output. One copy per byte in, one out. */
+        size_t chunk = nd->block / (size_t)nd->n / es;
+        uint8_t *res = nd->scratch + (size_t)(nd->n - 1) * chunk * es;
+        bool nt = op->bytes >= HC_COPY_NT_THRESHOLD;
         for (size_t e = lo; e < hi; e += chunk) {
             size_t m = HC_MIN(chunk, hi - e);
-            for (int j = 0; j < nd->n; j++)
-                srcs[j] = nd->zs[j] + e * op->esize;
-            hc_reduce(nd->scratch, srcs, nd->n, m, op->dtype, op->op, nd->n);
-            for (int j = 0; j < nd->n; j++)
-                hc_copy_nt(nd->zr[j] + e * op->esize, nd->scratch, m * op->esize);
+            for (int j = 0, k = 0; j < nd->n; j++) {
+                if (j == nd->me) {
+                    srcs[j] = (const uint8_t *)op->sbuf + e * es;
+                    continue;
+                }
+                uint8_t *tmp = nd->scratch + (size_t)k++ * chunk * es;
+                hcomm_status_t st = hc_node_get(op, j, tmp, nd->desc[j].saddr + e * es, m * es);
+                if (st != HCOMM_OK)
+                    return st;
+                srcs[j] = tmp;
+            }
+            hc_reduce(res, srcs, nd->n, m, op->dtype, op->op, nd->n);
+            if (nt)
+                hc_copy_nt((uint8_t *)op->rbuf + e * es, res, m * es);
+            else
+                memcpy((uint8_t *)op->rbuf + e * es, res, m * es);
+            for (int j = 0; j < nd->n; j++) {
+                if (j == nd->me)
+                    continue;
+                hcomm_status_t st = hc_node_write(op, j, nd->desc[j].raddr + e * es, res, m * es);
+                if (st != HCOMM_OK)
+                    return st;
+            }
         }
-        /* b before a: seeing a(t) must keep implying b >= t-1. */
         hc_node_post_b(nd, last);
         hc_node_post_a(nd, last);
-        op->state = 3;
+        op->state = 4;
     }
         /* fallthrough */
-    case 3: /* nobody returns while others may still read its input or write its output */
+    case 4: /* nobody returns while others may still read its buffers */
         if (!hc_node_wait_b(nd, op, last))
             return HC_COLL_PENDING;
         return HC_COLL_DONE;
@@ -621,7 +695,7 @@ hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op, const char *forced)
             hc_node_begin(op, op->bytes);
             op->tick_end += 1;
             nd->tick += 1;
-            op->algo = "node-zc";
+            op->algo = "node-1copy";
             return hc_node_allreduce_zc;
         }
         hc_node_begin(op, op->bytes);

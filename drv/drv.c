@@ -69,6 +69,15 @@ static hcomm_status_t hc_drv_unsup_get(hc_conn_t *conn, void *dst, uint64_t radd
     (void)len;
     return HCOMM_ERR_UNSUPPORTED;
 }
+static hcomm_status_t hc_drv_unsup_write(hc_conn_t *conn, uint64_t raddr, const void *src,
+                                         size_t len)
+{
+    (void)conn;
+    (void)raddr;
+    (void)src;
+    (void)len;
+    return HCOMM_ERR_UNSUPPORTED;
+}
 static int hc_drv_noop_progress(hc_drv_t *drv)
 {
     (void)drv;
@@ -124,6 +133,7 @@ static const struct hc_drv_ops hc_drv_base = {
     .disconnect = hc_drv_noop_disconnect,
     .close = hc_drv_noop_close,
     .shared_put = hc_drv_noop_shared_put,
+    .write = hc_drv_unsup_write,
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops)
@@ -143,6 +153,7 @@ void hc_drv_register(const struct hc_drv_ops *ops)
     HC_DRV_FILL_(connect) HC_DRV_FILL_(put) HC_DRV_FILL_(get) HC_DRV_FILL_(progress)
     HC_DRV_FILL_(mem_reg) HC_DRV_FILL_(mem_dereg) HC_DRV_FILL_(shared_get)
     HC_DRV_FILL_(disconnect) HC_DRV_FILL_(close) HC_DRV_FILL_(shared_put)
+    HC_DRV_FILL_(write)
 #undef HC_DRV_FILL_
 }
 

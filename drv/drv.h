@@ -79,7 +79,7 @@ typedef struct hc_drv_env {
 } hc_drv_env_t;
 
 enum { HC_DRV_SCOPE_SELF, HC_DRV_SCOPE_NODE, HC_DRV_SCOPE_NET };
-enum { HC_CONN_CAP_GET = 1u << 0 };
+enum { HC_CONN_CAP_GET = 1u << 0, HC_CONN_CAP_WRITE = 1u << 1 };
 
 /* Base of every driver instance; drivers embed it first. */
 struct hc_drv {
@@ -141,6 +141,9 @@ struct hc_drv_ops {
     /* Drops this rank's use of the shared_get block of key; the last user's
      * put lets the driver reuse it. */
     void (*shared_put)(hc_drv_t *drv, uint64_t key);
+    /* Copies len bytes from src into the peer's address remote_addr
+     * (HC_CONN_CAP_WRITE only): the mirror of get. */
+    hcomm_status_t (*write)(hc_conn_t *conn, uint64_t remote_addr, const void *src, size_t len);
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops);

@@ -392,8 +392,14 @@ static hcomm_status_t hc_drv_shm_connect(hc_drv_t *drv, int peer, const void *ad
         struct iovec l = {.iov_base = &seen, .iov_len = sizeof(seen)};
         struct iovec r = {.iov_base = (void *)(uintptr_t)a.canary_addr, .iov_len = sizeof(seen)};
         ssize_t n = process_vm_readv(c->pid, &l, 1, &r, 1, 0);
-        if (n == (ssize_t)sizeof(seen) && seen == a.canary)
+        if (n == (ssize_t)sizeof(seen) && seen == a.canary) {
             c->base.caps |= HC_CONN_CAP_GET;
+            /* Writing needs the same permission; prove it by writing the
+             * canary's own value back. */
+            struct iovec w = {.iov_base = &seen, .iov_len = sizeof(seen)};
+            if (process_vm_writev(c->pid, &w, 1, &r, 1, 0) == (ssize_t)sizeof(seen))
+                c->base.caps |= HC_CONN_CAP_WRITE;
+        }
         else
             hc_log_info("shm: single-copy reads from rank %d unavailable (%s): large messages "
                         "go through the slots",
@@ -441,6 +447,23 @@ static hcomm_status_t hc_drv_shm_get(hc_conn_t *conn, void *dst, uint64_t raddr,
         ssize_t n = process_vm_readv(c->pid, &l, 1, &r, 1, 0);
         if (n <= 0)
             return hc_error_errno(HCOMM_ERR_IO, errno, "shm: process_vm_readv from rank %d",
+                                  conn->peer);
+        done += (size_t)n;
+    }
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_drv_shm_write(hc_conn_t *conn, uint64_t raddr, const void *src,
+                                       size_t len)
+{
+    hc_shm_conn_t *c = (hc_shm_conn_t *)conn;
+    size_t done = 0;
+    while (done < len) {
+        struct iovec l = {.iov_base = (char *)src + done, .iov_len = len - done};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(raddr + done), .iov_len = len - done};
+        ssize_t n = process_vm_writev(c->pid, &l, 1, &r, 1, 0);
+        if (n <= 0)
+            return hc_error_errno(HCOMM_ERR_IO, errno, "shm: process_vm_writev to rank %d",
                                   conn->peer);
         done += (size_t)n;
     }
@@ -580,6 +603,7 @@ static const struct hc_drv_ops hc_drv_shm_ops = {
     .connect = hc_drv_shm_connect,
     .put = hc_drv_shm_put,
     .get = hc_drv_shm_get,
+    .write = hc_drv_shm_write,
     .progress = hc_drv_shm_progress,
     .shared_get = hc_drv_shm_shared_get,
     .shared_put = hc_drv_shm_shared_put,
