@@ -45,6 +45,7 @@ hc_coll_op_t *hc_coll_op_alloc(void)
     op->nreqs = 0;
     op->vrank = op->pof2 = op->rem = 0;
     op->algo = NULL;
+    op->fallback = NULL;
     op->on_done = NULL;
     op->done_arg = NULL;
     hc_list_init(&op->link);

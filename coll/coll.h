@@ -60,6 +60,7 @@ struct hc_coll_op {
     size_t bytes; /* count * esize */
     uint64_t seq; /* position in the communicator's collective order */
     hc_coll_step_fn step;
+    hc_coll_step_fn fallback; /* node single-copy: the staged algorithm to run instead */
     const char *algo;
     bool started;
     /* algorithm state */

@@ -65,7 +65,7 @@ typedef struct {
 } HC_ALIGNED_CL hc_node_desc_t;
 _Static_assert(sizeof(hc_node_desc_t) == 2 * HC_CACHE_LINE, "two lines per rank");
 
-enum { HC_NODE_VOTE_STAGE, HC_NODE_VOTE_GET, HC_NODE_VOTE_MAP };
+enum { HC_NODE_CAN_GET = 1u << 0, HC_NODE_CAN_MAP = 1u << 1 };
 
 typedef struct {
     uint32_t pid;
@@ -396,7 +396,65 @@ static bool hc_node_can_get(hc_coll_op_t *op)
     return true;
 }
 
-static int hc_node_allreduce_zc(hc_coll_op_t *op)
+/* GET-mode data movement of the collectives other than allreduce: every
+ * rank reads what it needs straight out of the peers' buffers. */
+static hcomm_status_t hc_node_get_phase(hc_coll_op_t *op, hc_coll_node_t *nd)
+{
+    size_t b = op->bytes, es = op->esize;
+    uint8_t *out = op->rbuf;
+    const uint8_t *in = op->sbuf;
+    const void *srcs[64];
+    hcomm_status_t st = HCOMM_OK;
+    switch (op->kind) {
+    case HC_COLL_BROADCAST:
+        if (op->comm->rank != op->root)
+            st = hc_node_get(op, op->root, out, nd->desc[op->root].raddr, b);
+        break;
+    case HC_COLL_ALLGATHER:
+        for (int j = 0; j < nd->n && st == HCOMM_OK; j++) {
+            if (j != nd->me)
+                st = hc_node_get(op, j, out + (size_t)j * b, nd->desc[j].saddr, b);
+            else if (in != out + (size_t)j * b)
+                memcpy(out + (size_t)j * b, in, b);
+        }
+        break;
+    case HC_COLL_ALLTOALL:
+        for (int j = 0; j < nd->n && st == HCOMM_OK; j++) {
+            if (j != nd->me)
+                st = hc_node_get(op, j, out + (size_t)j * b,
+                                 nd->desc[j].saddr + (size_t)nd->me * b, b);
+            else if (in != out)
+                memcpy(out + (size_t)j * b, in + (size_t)j * b, b);
+        }
+        break;
+    case HC_COLL_REDUCE_SCATTER: {
+        /* My block of every rank's input, chunk by chunk; my own input
+         * first so that in place (out is my block of in) aliases srcs[0]. */
+        size_t chunk = nd->block / (size_t)nd->n / es, count = b / es;
+        for (size_t e = 0; e < count && st == HCOMM_OK; e += chunk) {
+            size_t m = HC_MIN(chunk, count - e);
+            int k = 1;
+            srcs[0] = in + (size_t)nd->me * b + e * es;
+            for (int j = 0; j < nd->n && st == HCOMM_OK; j++) {
+                if (j == nd->me)
+                    continue;
+                uint8_t *tmp = nd->scratch + (size_t)(k - 1) * chunk * es;
+                st = hc_node_get(op, j, tmp, nd->desc[j].saddr + (size_t)nd->me * b + e * es,
+                                 m * es);
+                srcs[k++] = tmp;
+            }
+            if (st == HCOMM_OK)
+                hc_reduce(out + e * es, srcs, nd->n, m, op->dtype, op->op, nd->n);
+        }
+        break;
+    }
+    default:
+        st = hc_error(HCOMM_ERR_INTERNAL, "node single copy: collective %d", (int)op->kind);
+    }
+    return st;
+}
+
+static int hc_node_1copy(hc_coll_op_t *op)
 {
     hc_coll_node_t *nd = hc_node_of(op);
     uint64_t t0 = op->tick, last = op->tick_end - 1;
@@ -421,7 +479,7 @@ static int hc_node_allreduce_zc(hc_coll_op_t *op)
     case 1: { /* vote */
         if (!hc_node_wait_a(nd, op, t0))
             return HC_COLL_PENDING;
-        bool map = true;
+        bool map = op->kind == HC_COLL_ALLREDUCE;
         for (int j = 0; j < nd->n && map; j++) {
             hc_node_desc_t *d = &nd->desc[j];
             if (!d->pub) {
@@ -439,8 +497,7 @@ static int hc_node_allreduce_zc(hc_coll_op_t *op)
                 }
             }
         }
-        me->vote = map ? HC_NODE_VOTE_MAP : hc_node_can_get(op) ? HC_NODE_VOTE_GET
-                                                                : HC_NODE_VOTE_STAGE;
+        me->vote = (map ? HC_NODE_CAN_MAP : 0u) | (hc_node_can_get(op) ? HC_NODE_CAN_GET : 0u);
         hc_node_post_b(nd, t0); /* publishes the vote */
         op->state = 2;
     }
@@ -448,17 +505,26 @@ static int hc_node_allreduce_zc(hc_coll_op_t *op)
     case 2: {
         if (!hc_node_wait_b(nd, op, t0))
             return HC_COLL_PENDING;
-        uint32_t mode = HC_NODE_VOTE_MAP;
+        uint32_t mode = HC_NODE_CAN_GET | HC_NODE_CAN_MAP;
         for (int j = 0; j < nd->n; j++)
-            mode = HC_MIN(mode, nd->desc[j].vote);
-        if (mode == HC_NODE_VOTE_STAGE) {
+            mode &= nd->desc[j].vote;
+        if (!mode) {
             op->tick = t0 + 1;
             op->state = op->phase = op->round = 0;
-            op->step = nd->n <= 3 ? hc_node_allreduce_direct : hc_node_allreduce_staged;
+            op->step = op->fallback;
             op->algo = "node-staged";
             return op->step(op);
         }
-        if (mode == HC_NODE_VOTE_MAP) {
+        if (op->kind != HC_COLL_ALLREDUCE) {
+            hcomm_status_t st = hc_node_get_phase(op, nd);
+            if (st != HCOMM_OK)
+                return st;
+            hc_node_post_b(nd, last);
+            hc_node_post_a(nd, last);
+            op->state = 4;
+            return hc_node_wait_b(nd, op, last) ? HC_COLL_DONE : HC_COLL_PENDING;
+        }
+        if (mode & HC_NODE_CAN_MAP) {
             size_t chunk = nd->block / es;
             for (size_t e = lo; e < hi; e += chunk) {
                 size_t m = HC_MIN(chunk, hi - e);
@@ -676,11 +742,40 @@ void hc_coll_node_free(hc_coll_node_t *node)
     free(node);
 }
 
+/* Ticks for per_rank_bytes moved in pieces of chunk bytes (at least one). */
+static void hc_node_begin_chunks(hc_coll_op_t *op, size_t per_rank_bytes, size_t chunk)
+{
+    hc_coll_node_t *nd = hc_node_of(op);
+    size_t nb = per_rank_bytes ? (per_rank_bytes + chunk - 1) / chunk : 1;
+    op->tick = nd->tick + 1;
+    op->tick_end = op->tick + nb;
+    nd->tick += nb;
+    op->state = 0;
+    op->round = 0;
+}
+
+/* Large collectives first try the single-copy path, keeping the staged
+ * algorithm (and its ticks) as the fallback all ranks agree on. */
+static hc_coll_step_fn hc_node_try_1copy(hc_coll_op_t *op, hc_coll_step_fn staged, bool allowed)
+{
+    hc_coll_node_t *nd = hc_node_of(op);
+    size_t moved = op->kind == HC_COLL_BROADCAST ? op->bytes : op->bytes * (size_t)nd->n;
+    if (!allowed || !nd->scratch || moved < HC_NODE_ZC_MIN)
+        return staged;
+    op->fallback = staged;
+    op->tick_end += 1; /* the handshake tick */
+    nd->tick += 1;
+    op->algo = "node-1copy";
+    return hc_node_1copy;
+}
+
 hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op, const char *forced)
 {
     bool want_direct = forced && !strcasecmp(forced, "node-direct");
     bool want_staged = forced && !strcasecmp(forced, "node-staged");
+    bool one_copy = !want_direct && !want_staged;
     hc_coll_node_t *nd = hc_node_of(op);
+    hc_coll_step_fn staged;
     switch (op->kind) {
     case HC_COLL_ALLREDUCE:
     case HC_COLL_REDUCE:
@@ -689,47 +784,37 @@ hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op, const char *forced)
             op->algo = "node-inline";
             return hc_node_allreduce_inline;
         }
-        if (op->kind == HC_COLL_ALLREDUCE && op->bytes >= HC_NODE_ZC_MIN && nd->scratch &&
-            !want_direct && !want_staged) {
-            /* One extra tick for the handshake (a) and the vote (b). */
-            hc_node_begin(op, op->bytes);
-            op->tick_end += 1;
-            nd->tick += 1;
-            op->algo = "node-1copy";
-            return hc_node_allreduce_zc;
-        }
         hc_node_begin(op, op->bytes);
         if (op->kind == HC_COLL_REDUCE || want_direct || (nd->n <= 3 && !want_staged)) {
             op->algo = "node-direct";
-            return hc_node_allreduce_direct;
+            staged = hc_node_allreduce_direct;
+        } else {
+            op->algo = "node-staged";
+            staged = hc_node_allreduce_staged;
         }
-        op->algo = "node-staged";
-        return hc_node_allreduce_staged;
+        return hc_node_try_1copy(op, staged, one_copy && op->kind == HC_COLL_ALLREDUCE);
     case HC_COLL_BROADCAST:
         hc_node_begin(op, op->bytes);
+        /* Staged beats a single copy here: the root's copy-in and the
+         * receivers' copy-out overlap block by block (measured). */
         op->algo = "node-staged";
         return hc_node_broadcast;
     case HC_COLL_ALLGATHER:
         op->chunk = nd->block;
         hc_node_begin(op, op->bytes);
         op->algo = "node-staged";
-        return hc_node_blocks;
+        return hc_node_try_1copy(op, hc_node_blocks, one_copy);
     case HC_COLL_REDUCE_SCATTER:
     case HC_COLL_ALLTOALL:
         op->chunk = hc_node_sub(nd, op->esize);
         if (op->chunk == 0)
             return NULL;
-        op->tick = 0;
-        {
-            size_t nb = op->bytes ? (op->bytes + op->chunk - 1) / op->chunk : 1;
-            op->tick = nd->tick + 1;
-            op->tick_end = op->tick + nb;
-            nd->tick += nb;
-            op->state = 0;
-            op->round = 0;
-        }
+        hc_node_begin_chunks(op, op->bytes, op->chunk);
         op->algo = "node-staged";
-        return hc_node_blocks;
+        /* In-place alltoall: a peer may still read the block I would
+         * overwrite; it stays staged. */
+        return hc_node_try_1copy(op, hc_node_blocks,
+                                 one_copy && !(op->kind == HC_COLL_ALLTOALL && op->sbuf == op->rbuf));
     case HC_COLL_BARRIER:
         op->chunk = 0;
         hc_node_begin(op, 0);
