@@ -406,10 +406,6 @@ static hcomm_status_t hc_node_get_phase(hc_coll_op_t *op, hc_coll_node_t *nd)
     const void *srcs[64];
     hcomm_status_t st = HCOMM_OK;
     switch (op->kind) {
-    case HC_COLL_BROADCAST:
-        if (op->comm->rank != op->root)
-            st = hc_node_get(op, op->root, out, nd->desc[op->root].raddr, b);
-        break;
     case HC_COLL_ALLGATHER:
         for (int j = 0; j < nd->n && st == HCOMM_OK; j++) {
             if (j != nd->me)
@@ -759,7 +755,7 @@ static void hc_node_begin_chunks(hc_coll_op_t *op, size_t per_rank_bytes, size_t
 static hc_coll_step_fn hc_node_try_1copy(hc_coll_op_t *op, hc_coll_step_fn staged, bool allowed)
 {
     hc_coll_node_t *nd = hc_node_of(op);
-    size_t moved = op->kind == HC_COLL_BROADCAST ? op->bytes : op->bytes * (size_t)nd->n;
+    size_t moved = op->kind == HC_COLL_ALLREDUCE ? op->bytes : op->bytes * (size_t)nd->n;
     if (!allowed || !nd->scratch || moved < HC_NODE_ZC_MIN)
         return staged;
     op->fallback = staged;
