@@ -89,6 +89,15 @@ int main(int argc, char **argv)
     printf("drivers:\n");
     hc_drv_describe(&env, print_line, "  ");
 
+    /* Transports whose drivers this build does not contain, and why. */
+    printf("not built:\n");
+    printf("  verbs, mlx5: no driver in this version (rdma-core %s at configure time)\n",
+           HCOMM_BUILD_VERBS ? "found" : "not found");
+    printf("  dpdk: no driver in this version (DPDK %s at configure time)\n",
+           HCOMM_BUILD_DPDK ? "found" : "not found");
+    printf("  cuda: no GPU memory support in this version (CUDA toolkit %s)\n",
+           HCOMM_BUILD_CUDA ? "found" : "not found");
+
     hc_reduce_init();
     printf("reduction kernels: %s\n", hc_reduce_isa_name(hc_reduce_isa()));
     printf("hugepages:\n");
