@@ -23,6 +23,12 @@
  *   3. allreduce/reduce only: wait until every b[j] >= t, copy res out.
  * A message that fits inline travels in the flag's own cache line: one line
  * moves between cores per peer.
+ *
+ * Large allreduce, allgather, reduce_scatter and alltoall first try a single
+ * copy (hc_node_1copy): a handshake tick publishes each rank's buffer
+ * addresses and a vote; then ranks read (and, for allreduce, write) each
+ * other's buffers directly, through mapped pool memory or the node driver's
+ * get/write, and meet once at the end. If any rank cannot, all run staged.
  */
 #include "coll/coll.h"
 #include "coll/copy.h"
@@ -358,7 +364,7 @@ static uint8_t *hc_node_zc_map(hc_coll_node_t *nd, uint32_t pid, int32_t fd, uin
     return base;
 }
 
-/* Large allreduce without staging. Ticks: op->tick is the handshake (a:
+/* Large collectives without staging. Ticks: op->tick is the handshake (a:
  * descriptors published; b: votes cast), then the data ticks. Every rank
  * votes for the best it can do with everyone's buffers and all take the
  * lowest vote, so all decide alike:
