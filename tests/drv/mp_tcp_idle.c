@@ -269,9 +269,11 @@ int main(int argc, char **argv)
             cycles = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--idle") && i + 1 < argc)
             idle = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--big") && i + 1 < argc)
-            big = strtoull(argv[++i], NULL, 0);
-        else {
+        else if (!strcmp(argv[i], "--big") && i + 1 < argc) {
+            char *end;
+            big = strtoull(argv[++i], &end, 0);
+            big <<= *end == 'G' ? 30 : *end == 'M' ? 20 : *end == 'K' ? 10 : 0;
+        } else {
             fprintf(stderr, "usage: %s [--cycles N] [--idle S] [--big BYTES]\n", argv[0]);
             return 2;
         }
