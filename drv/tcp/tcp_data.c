@@ -35,7 +35,8 @@
  * hello deadlines, a heartbeat on socket 0 when it sent nothing for a third
  * of HCOMM_CONN_HALF_OPEN_TIMEOUT, suspicion (logged, probed with an echo
  * request, forgotten when the peer speaks) after that long without a byte,
- * and failure after HCOMM_CONN_FAIL_TIMEOUT.
+ * failure after HCOMM_CONN_FAIL_TIMEOUT, and the idle close (tcp_idle.c),
+ * which put and flush honour by holding core frames while it is in flight.
  */
 #include "drv/tcp/tcp.h"
 

@@ -27,6 +27,10 @@
  * stale address. A peer whose socket closes without the goodbye frame, or
  * that is silent past HCOMM_CONN_FAIL_TIMEOUT, is reported to the core with
  * env->peer_failed, after every put still owed a completion is failed.
+ * Idle connections are closed by a handshake of their own and reopened by
+ * the next put through the same path (tcp_idle.c); the connector checks the
+ * instance in the acceptor's verdict too, so a reopen never reaches a
+ * process that replaced the one recorded at wireup.
  */
 #include "drv/tcp/tcp.h"
 #include "core/config.h"
