@@ -3,7 +3,8 @@
  * Internal header shared by tcp_setup.c (interface choice, listening,
  * connection establishment and handshake, failure handling, teardown) and
  * tcp_data.c (put, the send queues, MSG_ZEROCOPY completions, the receive
- * path, progress and heartbeats). See tcp_setup.c for the design.
+ * path, progress and heartbeats) and tcp_idle.c (closing idle connections).
+ * See tcp_setup.c for the design.
  */
 #ifndef HC_DRV_TCP_H
 #define HC_DRV_TCP_H
@@ -29,7 +30,12 @@
 enum {
     HC_TCP_FRAME_HB = HC_FRAME_DRIVER, /* heartbeat; flags & HC_TCP_HB_ECHO asks for a reply */
     HC_TCP_FRAME_BYE,                  /* orderly close follows: EOF is not a failure */
+    HC_TCP_FRAME_CLOSE,    /* idle close request: a = core frames sent, b = core frames received */
+    HC_TCP_FRAME_CLOSE_OK, /* agreed: the requester closes every socket, we wait for EOF */
+    HC_TCP_FRAME_CLOSE_NO, /* refused (traffic pending): the connection stays */
 };
+/* Idle-close handshake state of a connection (tcp_idle.c). */
+enum { HC_TCP_IDLE_NONE, HC_TCP_IDLE_CLOSE_SENT, HC_TCP_IDLE_ACKED };
 #define HC_TCP_HB_ECHO 1u
 
 /* Address blob every rank publishes (round 2 of init). */
@@ -135,7 +141,14 @@ typedef struct hc_tcp_conn {
     bool bye; /* peer said goodbye: EOF is orderly */
     bool suspect;
     bool active; /* some socket is (being) connected */
-    uint32_t rr; /* round-robin cursor over bulk sockets */
+    /* Idle close: while a handshake is in flight (hold), core frames are
+     * queued but not written, so none can cross the close. */
+    bool hold;
+    int idle_state;      /* HC_TCP_IDLE_* */
+    uint32_t idle_mask;  /* ACKED: sockets whose EOF we still wait for */
+    uint32_t rr;         /* round-robin cursor over bulk sockets */
+    uint64_t n_tx, n_rx; /* core frames accepted by put / delivered, over the conn's life */
+    uint64_t seen_tx, seen_rx, last_act_ns, idle_t_ns;
     uint64_t last_rx_ns, last_tx_ns, last_probe_ns;
     struct hc_tcp_conn *active_next;
     hc_tcp_slot_t slots[HC_TCP_MAX_SOCKS];
@@ -162,6 +175,8 @@ struct hc_tcp_drv {
     hc_tcp_anon_t *anon;   /* accepted, hello pending */
     hc_tcp_tx_t *tx_free;
     uint64_t hb_period_ns, suspect_ns, fail_ns;
+    uint64_t idle_ns;     /* HCOMM_CONN_IDLE_TIMEOUT, 0: never close */
+    uint64_t idle_closed; /* connections closed for idleness (logged) */
     uint64_t next_timer_ns;
     unsigned idle_polls, calls;
     bool closing;
@@ -177,6 +192,7 @@ void hc_drv_tcp_conn_fail(hc_tcp_conn_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void hc_drv_tcp_slot_close(hc_tcp_slot_t *s, hcomm_status_t status);
 void hc_drv_tcp_slot_up(hc_tcp_slot_t *s);
+void hc_drv_tcp_slot_drop_fd(hc_tcp_slot_t *s);
 
 /* tcp_data.c */
 hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
@@ -187,5 +203,12 @@ void hc_drv_tcp_flush_mark(hc_tcp_slot_t *s);
 void hc_drv_tcp_txq_fail(hc_tcp_slot_t *s, hcomm_status_t status);
 hc_tcp_tx_t *hc_drv_tcp_tx_get(hc_tcp_drv_t *d);
 void hc_drv_tcp_tx_free_all(hc_tcp_drv_t *d);
+void hc_drv_tcp_ctrl(hc_tcp_conn_t *c, uint8_t type, uint8_t flags, uint64_t a, uint64_t b);
+
+/* tcp_idle.c */
+void hc_drv_tcp_idle_timer(hc_tcp_conn_t *c, uint64_t now);
+void hc_drv_tcp_idle_frame(hc_tcp_conn_t *c, const hc_frame_hdr_t *h);
+bool hc_drv_tcp_idle_eof(hc_tcp_slot_t *s);
+void hc_drv_tcp_idle_reopen(hc_tcp_slot_t *s);
 
 #endif /* HC_DRV_TCP_H */

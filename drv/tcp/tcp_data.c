@@ -35,7 +35,8 @@
  * hello deadlines, a heartbeat on socket 0 when it sent nothing for a third
  * of HCOMM_CONN_HALF_OPEN_TIMEOUT, suspicion (logged, probed with an echo
  * request, forgotten when the peer speaks) after that long without a byte,
- * and failure after HCOMM_CONN_FAIL_TIMEOUT.
+ * failure after HCOMM_CONN_FAIL_TIMEOUT, and the idle close (tcp_idle.c),
+ * which put and flush honour by holding core frames while it is in flight.
  */
 #include "drv/tcp/tcp.h"
 
@@ -204,6 +205,8 @@ int hc_drv_tcp_flush(hc_tcp_slot_t *s)
              u = u->next) {
             if (u != t && (zc || (u->zc && s->zc_on)))
                 break; /* a zerocopy frame goes alone: its ids must be its own */
+            if (HC_UNLIKELY(c->hold) && u->hdr.type < HC_FRAME_DRIVER)
+                break; /* an idle-close handshake is in flight: core frames wait */
             if (u->off < HC_TCP_HDR) {
                 iov[niov++] = (struct iovec){(uint8_t *)&u->hdr + u->off, HC_TCP_HDR - u->off};
                 bytes += HC_TCP_HDR - u->off;
@@ -214,6 +217,7 @@ int hc_drv_tcp_flush(hc_tcp_slot_t *s)
                 bytes += u->hdr.len - poff;
             }
         }
+        if (niov == 0) break;
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
         ssize_t n = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT | (zc ? MSG_ZEROCOPY : 0));
         if (n < 0) {
@@ -247,9 +251,11 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
                         HC_TCP_MAX_FRAME);
     hc_tcp_slot_t *s = &c->slots[hc_drv_tcp_pick(c, d, hdr->type)];
     bool zc = cookie && len > d->zc_threshold && s->zc_on;
+    bool core = hdr->type < HC_FRAME_DRIVER;
+    bool held = c->hold && core; /* queued until the idle-close handshake ends */
     size_t sent = 0;
     hc_tcp_tx_t *t = NULL;
-    if (HC_LIKELY(s->state == HC_TCP_S_UP && !s->txq.head && !s->err)) {
+    if (HC_LIKELY(s->state == HC_TCP_S_UP && !s->txq.head && !s->err && !held)) {
         if (zc) {
             /* The kernel reads a zerocopy header after we return: it must
              * live in the entry, not in the caller's (reused) header. */
@@ -263,6 +269,7 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
         ssize_t n = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT | (zc ? MSG_ZEROCOPY : 0));
         if (HC_LIKELY(n == (ssize_t)total && !zc)) {
             c->last_tx_ns = hc_time_ns();
+            c->n_tx += core;
             return HCOMM_OK;
         }
         if (n > 0) {
@@ -274,14 +281,13 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
             s->err = errno; /* failed by progress, not inside the caller's put */
             hc_drv_tcp_flush_mark(s);
         }
-    } else if (s->state == HC_TCP_S_NONE) {
+    } else if (s->state == HC_TCP_S_NONE && !held) {
         hcomm_status_t st = hc_drv_tcp_slot_start(c, s->idx);
         if (st != HCOMM_OK) return st;
     }
     if (sent == 0) {
         bool refuse = !cookie && (hdr->type == HC_FRAME_EAGER || hdr->type == HC_FRAME_DATA);
-        refuse |=
-            s->txq.head && s->q_bytes + total > HC_TCP_QUEUE_BYTES && hdr->type < HC_FRAME_DRIVER;
+        refuse |= s->txq.head && s->q_bytes + total > HC_TCP_QUEUE_BYTES && core;
         refuse |= !cookie && len > HC_TCP_INLINE && s->q_copy + len > HC_TCP_QUEUE_COPY;
         if (refuse) {
             if (t) hc_drv_tcp_tx_put(d, t);
@@ -322,6 +328,7 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
         s->q_copy += len;
     }
     s->q_bytes += total;
+    c->n_tx += core;
     if (sent == total) {
         hc_drv_tcp_q_push(&s->zcwait, t); /* all written with MSG_ZEROCOPY */
         return HCOMM_IN_PROGRESS;
@@ -331,9 +338,9 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
     return t->inprog ? HCOMM_IN_PROGRESS : HCOMM_OK;
 }
 
-static void hc_drv_tcp_ctrl(hc_tcp_conn_t *c, uint8_t type, uint8_t flags)
+void hc_drv_tcp_ctrl(hc_tcp_conn_t *c, uint8_t type, uint8_t flags, uint64_t a, uint64_t b)
 {
-    hc_frame_hdr_t h = {.type = type, .flags = flags};
+    hc_frame_hdr_t h = {.type = type, .flags = flags, .a = a, .b = b};
     hcomm_status_t st = hc_drv_tcp_put(&c->base, &h, NULL, NULL);
     if (st != HCOMM_OK)
         hc_log_debug("tcp: control frame %u to %s: %s", type, c->name, hcomm_strerror(st));
@@ -407,10 +414,15 @@ static void hc_drv_tcp_driver_frame(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
 {
     switch (h->type) {
     case HC_TCP_FRAME_HB:
-        if (h->flags & HC_TCP_HB_ECHO) hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0);
+        if (h->flags & HC_TCP_HB_ECHO) hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0, 0, 0);
         break;
     case HC_TCP_FRAME_BYE:
         c->bye = true;
+        break;
+    case HC_TCP_FRAME_CLOSE:
+    case HC_TCP_FRAME_CLOSE_OK:
+    case HC_TCP_FRAME_CLOSE_NO:
+        hc_drv_tcp_idle_frame(c, h);
         break;
     default:
         hc_log_debug("tcp: unknown driver frame %u from %s ignored", h->type, c->name);
@@ -442,10 +454,12 @@ static int hc_drv_tcp_parse(hc_tcp_slot_t *s)
         }
         const uint8_t *payload = s->rbuf + s->rstart + HC_TCP_HDR;
         s->rstart += need;
-        if (HC_UNLIKELY(h.type >= HC_FRAME_DRIVER))
+        if (HC_UNLIKELY(h.type >= HC_FRAME_DRIVER)) {
             hc_drv_tcp_driver_frame(c, &h);
-        else
+        } else {
+            c->n_rx++;
             env->deliver(env->core, &c->base, &h, payload);
+        }
         n++;
         if (HC_UNLIKELY(c->failed || s->fd < 0)) return -1;
     }
@@ -482,13 +496,16 @@ static int hc_drv_tcp_read(hc_tcp_slot_t *s)
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        if (c->bye || c->drv->closing) {
+        int rerr = n < 0 ? errno : 0;
+        if (hc_drv_tcp_idle_eof(s)) {
+            /* the peer closed this socket after we agreed to an idle close */
+        } else if (c->bye || c->drv->closing) {
             hc_drv_tcp_slot_close(s, HCOMM_ERR_PEER_FAILED);
         } else if (n == 0) {
             hc_drv_tcp_conn_fail(c, "%s closed its connection (process exited or was killed)",
                                  c->name);
         } else {
-            hc_drv_tcp_conn_fail(c, "reading from %s failed: %s", c->name, strerror(errno));
+            hc_drv_tcp_conn_fail(c, "reading from %s failed: %s", c->name, strerror(rerr));
         }
         return events + 1;
     }
@@ -510,7 +527,9 @@ static int hc_drv_tcp_slot_event(hc_tcp_slot_t *s, uint32_t ev)
         socklen_t el = sizeof(err);
         if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err) {
             hc_tcp_conn_t *c = s->conn;
-            if (c->bye || c->drv->closing)
+            if (hc_drv_tcp_idle_eof(s))
+                ;
+            else if (c->bye || c->drv->closing)
                 hc_drv_tcp_slot_close(s, HCOMM_ERR_PEER_FAILED);
             else
                 hc_drv_tcp_conn_fail(c, "connection to %s broke: %s", c->name, strerror(err));
@@ -533,6 +552,8 @@ static void hc_drv_tcp_timers(hc_tcp_drv_t *d, uint64_t now)
             if (s->state != HC_TCP_S_NONE && s->state != HC_TCP_S_UP && now > s->hs_deadline)
                 hc_drv_tcp_conn_fail(c, "socket %d to %s not established in time", i, c->name);
         }
+        if (c->failed) continue;
+        hc_drv_tcp_idle_timer(c, now);
         hc_tcp_slot_t *s0 = &c->slots[0];
         if (c->failed || s0->state != HC_TCP_S_UP) continue;
         uint64_t silent = now - c->last_rx_ns;
@@ -549,10 +570,10 @@ static void hc_drv_tcp_timers(hc_tcp_drv_t *d, uint64_t now)
             }
             if (now - c->last_probe_ns >= d->hb_period_ns) {
                 c->last_probe_ns = now;
-                hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, HC_TCP_HB_ECHO);
+                hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, HC_TCP_HB_ECHO, 0, 0);
             }
         } else if (now - c->last_tx_ns >= d->hb_period_ns && !s0->txq.head) {
-            hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0);
+            hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0, 0, 0);
         }
     }
 }
@@ -584,11 +605,14 @@ int hc_drv_tcp_progress(hc_drv_t *drv)
     }
     for (hc_tcp_slot_t **pp = &d->flush; *pp;) {
         hc_tcp_slot_t *s = *pp;
+        if (HC_UNLIKELY(s->state == HC_TCP_S_NONE && s->txq.head)) hc_drv_tcp_idle_reopen(s);
         if (s->err || (s->state == HC_TCP_S_UP && s->txq.head)) n += hc_drv_tcp_flush(s);
-        if (s->state == HC_TCP_S_UP && s->txq.head && !s->err) {
+        if (s->state == HC_TCP_S_UP && s->txq.head && !s->err &&
+            !(s->conn->hold && s->txq.head->hdr.type < HC_FRAME_DRIVER)) {
             pp = &s->flush_next;
         } else {
-            *pp = s->flush_next; /* drained, or not up: slot_up marks it again */
+            /* drained, not up or held: slot_up or the end of the idle close marks it again */
+            *pp = s->flush_next;
             s->want_write = false;
         }
     }

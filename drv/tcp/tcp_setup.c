@@ -27,6 +27,10 @@
  * stale address. A peer whose socket closes without the goodbye frame, or
  * that is silent past HCOMM_CONN_FAIL_TIMEOUT, is reported to the core with
  * env->peer_failed, after every put still owed a completion is failed.
+ * Idle connections are closed by a handshake of their own and reopened by
+ * the next put through the same path (tcp_idle.c); the connector checks the
+ * instance in the acceptor's verdict too, so a reopen never reaches a
+ * process that replaced the one recorded at wireup.
  */
 #include "drv/tcp/tcp.h"
 #include "core/config.h"
@@ -290,6 +294,7 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     d->suspect_ns = (uint64_t)(half * 1e9);
     d->hb_period_ns = d->suspect_ns / 3;
     d->fail_ns = (uint64_t)(fail * 1e9);
+    d->idle_ns = hc_cfg.conn_idle_timeout > 0 ? (uint64_t)(hc_cfg.conn_idle_timeout * 1e9) : 0;
     /* An explicit SO_SNDBUF turns autotuning off and is capped by
      * net.core.[wr]mem_max: set it only where the cap lets it be large. */
     if (hc_drv_tcp_read_sysctl("/proc/sys/net/core/wmem_max") >= HC_TCP_SOCKBUF &&
@@ -416,7 +421,7 @@ static void hc_drv_tcp_conn_activate(hc_tcp_conn_t *c)
 {
     if (c->active) return;
     c->active = true;
-    c->last_rx_ns = c->last_tx_ns = hc_time_ns();
+    c->last_rx_ns = c->last_tx_ns = c->last_act_ns = hc_time_ns();
     c->active_next = c->drv->active;
     c->drv->active = c;
 }
@@ -497,7 +502,7 @@ static void hc_drv_tcp_send_hello(hc_tcp_slot_t *s)
     hc_drv_tcp_ep(d, EPOLL_CTL_MOD, s->fd, EPOLLIN, s);
 }
 
-static void hc_drv_tcp_slot_drop_fd(hc_tcp_slot_t *s)
+void hc_drv_tcp_slot_drop_fd(hc_tcp_slot_t *s)
 {
     if (s->fd >= 0) {
         epoll_ctl(s->conn->drv->epfd, EPOLL_CTL_DEL, s->fd, NULL);
@@ -550,6 +555,17 @@ void hc_drv_tcp_slot_handshake(hc_tcp_slot_t *s, uint32_t events)
     }
     switch (ack.verdict) {
     case HC_TCP_ACCEPT:
+        /* The address table's instance, recorded at wireup, must still be the
+         * process that answers: a restarted rank (same address, new process)
+         * never gets a frame meant for its predecessor. */
+        if (ack.instance != c->addr.instance) {
+            hc_drv_tcp_conn_fail(c,
+                                 "%s answered as instance %016llx, not %016llx recorded at "
+                                 "wireup: it restarted, not writing to it",
+                                 c->name, (unsigned long long)ack.instance,
+                                 (unsigned long long)c->addr.instance);
+            return;
+        }
         hc_drv_tcp_slot_up(s);
         return;
     case HC_TCP_REJ_TIEBREAK:
@@ -653,6 +669,11 @@ static void hc_drv_tcp_anon_hello(hc_tcp_drv_t *d, hc_tcp_anon_t *a)
         return;
     }
     hc_tcp_slot_t *s = &c->slots[h->sock_idx];
+    if (c->idle_mask & (1u << h->sock_idx)) {
+        /* We agreed to an idle close and the peer, which closes every socket
+         * before it reconnects, is back before we read this one's EOF. */
+        hc_drv_tcp_idle_eof(s);
+    }
     if (s->state == HC_TCP_S_UP && s->outgoing && env->rank < h->src_rank) {
         /* The peer's attempt that lost the tie-break, read after ours won. */
         hc_drv_tcp_anon_reject(d, a, HC_TCP_REJ_TIEBREAK);
@@ -756,6 +777,7 @@ void hc_drv_tcp_conn_fail(hc_tcp_conn_t *c, const char *fmt, ...)
 static void hc_drv_tcp_conn_drain(hc_tcp_conn_t *c, uint64_t deadline)
 {
     hc_tcp_slot_t *s0 = &c->slots[0];
+    c->hold = false; /* on the way out, frames held by an idle close go too */
     if (!c->failed && s0->state == HC_TCP_S_UP) {
         hc_frame_hdr_t bye = {.type = HC_TCP_FRAME_BYE};
         hc_drv_tcp_put(&c->base, &bye, NULL, NULL);

@@ -378,10 +378,23 @@ int main(int argc, char **argv)
     }
     double t0 = now_s();
     uint64_t round = 0;
+    int more = 0;
     do {
         if (p2p_sizes(max, round) != HCOMM_OK || p2p_outstanding(max, round) != HCOMM_OK) break;
         round++;
-    } while (now_s() - t0 < duration && failures == 0);
+        /* Every rank must run the same number of rounds: each one's clock
+         * alone would let one rank stop while its peers wait for another. */
+        int mine = now_s() - t0 < duration;
+        more = 0;
+        if (duration > 0) {
+            hcomm_status_t st = hcomm_allreduce(&mine, &more, 1, HCOMM_INT32, HCOMM_MIN, world);
+            if (st != HCOMM_OK) {
+                fprintf(stderr, "rank %d: round agreement failed: %s (%s)\n", rank,
+                        hcomm_strerror(st), hcomm_last_error());
+                failures++;
+            }
+        }
+    } while (more && failures == 0);
     if (coll && failures == 0) {
         static const size_t counts[] = {1, 3, 1000, 65536 + 5, 1 << 20};
         for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]) && failures == 0; i++)

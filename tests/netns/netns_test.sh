@@ -16,6 +16,9 @@
 #   netem     2x1 with 1% loss + 1 ms delay on the link: all pass
 #   loss_nft  2x1 with 1% of TCP segments dropped by nftables (for kernels
 #             without netem): all pass
+#   idle      3 nodes x 1 rank, HCOMM_CONN_IDLE_TIMEOUT=1: mp_tcp_idle (next
+#             to MP_TCP_CHECK): connections over veth close when idle and
+#             reopen, data intact; every rank logs idle closes
 #   garbage   2x1: junk and a silent client on rank 1's data port: both
 #             dropped and logged, job passes
 #
@@ -185,6 +188,19 @@ garbage)
     grep "dropped a connection from 10.77.0.1" "$work/r1.log" || fail "rank 1 did not log the drops"
     [ "$(grep -c "dropped a connection from 10.77.0.1" "$work/r1.log")" -ge 2 ] ||
         fail "expected both the junk and the silent client to be dropped"
+    ;;
+idle)
+    idle_prog="$(dirname "$prog")/mp_tcp_idle"
+    [ -x "$idle_prog" ] || fail "mp_tcp_idle not built next to $prog"
+    prog=$idle_prog
+    "$netns" up 3 || fail "netns setup"
+    HCOMM_CONN_IDLE_TIMEOUT=1 HCOMM_LOG=info launch 3 1 --cycles 2 --idle 2.5
+    wait_all 90
+    for r in 0 1 2; do
+        n=$(grep -c "idle-closed" "$work/r$r.log")
+        echo "rank $r: $n idle closes"
+        [ "$n" -ge 2 ] || fail "rank $r logged $n idle closes, expected at least 2"
+    done
     ;;
 *)
     echo "unknown case $case_" >&2

@@ -1,0 +1,233 @@
+/* drv/tcp/tcp_idle.c: two tcp driver instances in one process (ranks 0 and 1
+ * of a pretend job, over loopback) with HCOMM_CONN_IDLE_TIMEOUT=0.2:
+ * idle close and transparent reopen keep frame order; frames put during the
+ * handshake are held, not lost; a handshake refused because of traffic;
+ * both sides asking at once; a peer that restarted at the address the table
+ * holds is failed with HCOMM_ERR_PEER_FAILED and gets no frame. */
+#include "core/config.h"
+#include "drv/tcp/tcp.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+typedef struct {
+    uint64_t next_seq; /* expected hdr.a of the next EAGER frame */
+    int delivered, bad_order, done, failed;
+    hcomm_status_t fail_status;
+    char why[160];
+} side_t;
+
+static side_t side[3];
+static hc_drv_env_t env[3];
+static const int node_of_rank[2] = {0, 1};
+static const int local0[1] = {0}, local1[1] = {1};
+static const struct hc_drv_ops *ops;
+static uint8_t payload[64];
+
+static void cb_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *p)
+{
+    side_t *s = core;
+    (void)conn;
+    (void)p;
+    if (hdr->type != HC_FRAME_EAGER || hdr->a != s->next_seq) s->bad_order++;
+    s->next_seq = hdr->a + 1;
+    s->delivered++;
+}
+
+static void cb_put_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t st)
+{
+    (void)conn;
+    (void)cookie;
+    if (st == HCOMM_OK) ((side_t *)core)->done++;
+}
+
+static void cb_peer_failed(void *core, int peer, hcomm_status_t st, const char *why)
+{
+    side_t *s = core;
+    (void)peer;
+    s->failed++;
+    s->fail_status = st;
+    snprintf(s->why, sizeof(s->why), "%s", why);
+}
+
+static hc_drv_t *open_rank(int i, int rank)
+{
+    memset(&side[i], 0, sizeof(side[i]));
+    env[i] = (hc_drv_env_t){.rank = rank,
+                            .size = 2,
+                            .local_rank = 0,
+                            .local_size = 1,
+                            .local_ranks = rank ? local1 : local0,
+                            .node_of_rank = node_of_rank,
+                            .node_id = rank ? "n1" : "n0",
+                            .job_key = "test-key",
+                            .bootstrap_host = "",
+                            .core = &side[i],
+                            .deliver = cb_deliver,
+                            .put_done = cb_put_done,
+                            .peer_failed = cb_peer_failed};
+    hc_drv_t *d = NULL;
+    assert_int_equal(ops->open(&env[i], &d), HCOMM_OK);
+    return d;
+}
+
+static hc_conn_t *wire(hc_drv_t *from, int peer, hc_drv_t *to)
+{
+    hc_tcp_addr_t a;
+    size_t len = sizeof(a);
+    assert_int_equal(ops->addr_pack(to, &a, &len), HCOMM_OK);
+    hc_conn_t *c = NULL;
+    assert_int_equal(ops->connect(from, peer, &a, len, &c), HCOMM_OK);
+    return c;
+}
+
+static void pump(hc_drv_t *a, hc_drv_t *b, double secs)
+{
+    uint64_t end = hc_time_ns() + (uint64_t)(secs * 1e9);
+    while (hc_time_ns() < end) {
+        if (a) ops->progress(a);
+        if (b) ops->progress(b);
+        usleep(200);
+    }
+}
+
+/* Pumps until *v >= want or 5 s pass. */
+static void pump_until(hc_drv_t *a, hc_drv_t *b, const int *v, int want)
+{
+    uint64_t end = hc_time_ns() + 5000000000ull;
+    while (*v < want && hc_time_ns() < end) {
+        if (a) ops->progress(a);
+        if (b) ops->progress(b);
+        usleep(100);
+    }
+    assert_true(*v >= want);
+}
+
+static uint64_t seq_of[2];
+
+static void put_n(hc_conn_t *c, int from, int n)
+{
+    for (int i = 0; i < n; i++) {
+        hc_frame_hdr_t h = {.type = HC_FRAME_EAGER, .len = sizeof(payload), .a = seq_of[from]++};
+        hcomm_status_t st = ops->put(c, &h, payload, payload);
+        assert_true(st == HCOMM_OK || st == HCOMM_IN_PROGRESS);
+    }
+}
+
+static bool all_closed(hc_conn_t *conn)
+{
+    hc_tcp_conn_t *c = (hc_tcp_conn_t *)conn;
+    for (int i = 0; i < HC_TCP_MAX_SOCKS; i++)
+        if (c->slots[i].fd >= 0) return false;
+    return c->idle_state == HC_TCP_IDLE_NONE && !c->hold;
+}
+
+static void test_idle(void **state)
+{
+    (void)state;
+    setenv("HCOMM_CONN_IDLE_TIMEOUT", "0.2", 1);
+    setenv("HCOMM_SOCKET_IFNAME", "lo", 1);
+    assert_int_equal(hc_config_load(), HCOMM_OK);
+    ops = hc_drv_find("tcp");
+    assert_non_null(ops);
+    hc_drv_t *d0 = open_rank(0, 0), *d1 = open_rank(1, 1);
+    hc_conn_t *c01 = wire(d0, 1, d1), *c10 = wire(d1, 0, d0);
+    hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01, *t10 = (hc_tcp_conn_t *)c10;
+    hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0, *td1 = (hc_tcp_drv_t *)d1;
+
+    /* 1. traffic both ways, idle, closed on both sides, reopened in order */
+    put_n(c01, 0, 50);
+    put_n(c10, 1, 50);
+    pump_until(d0, d1, &side[1].delivered, 50);
+    pump_until(d0, d1, &side[0].delivered, 50);
+    assert_false(all_closed(c01));
+    pump(d0, d1, 0.5);
+    assert_true(all_closed(c01));
+    assert_true(all_closed(c10));
+    assert_true(td0->idle_closed == 1 && td1->idle_closed == 1);
+    put_n(c01, 0, 50);
+    pump_until(d0, d1, &side[1].delivered, 100);
+    put_n(c10, 1, 50);
+    pump_until(d0, d1, &side[0].delivered, 100);
+
+    /* 2. frames put while our CLOSE is in flight are held, then the peer
+     * (which sent meanwhile) refuses: nothing lost, order kept */
+    pump(d0, d1, 0.1);
+    uint64_t end = hc_time_ns() + 2000000000ull;
+    t10->last_act_ns = hc_time_ns(); /* rank 1 stays busy-looking: rank 0 asks */
+    while (t01->idle_state != HC_TCP_IDLE_CLOSE_SENT && hc_time_ns() < end)
+        ops->progress(d0), usleep(200);
+    assert_int_equal(t01->idle_state, HC_TCP_IDLE_CLOSE_SENT);
+    put_n(c01, 0, 10); /* held */
+    assert_non_null(t01->slots[0].txq.head);
+    put_n(c10, 1, 10); /* crosses the CLOSE: rank 1 will refuse */
+    pump_until(d0, d1, &side[1].delivered, 110);
+    pump_until(d0, d1, &side[0].delivered, 110);
+    assert_int_equal(t01->idle_state, HC_TCP_IDLE_NONE);
+    assert_true(td0->idle_closed == 1 && td1->idle_closed == 1);
+
+    /* 3. held frames, peer agrees: closed, reopened, the held frames arrive */
+    end = hc_time_ns() + 2000000000ull;
+    t10->last_act_ns = hc_time_ns();
+    while (t01->idle_state != HC_TCP_IDLE_CLOSE_SENT && hc_time_ns() < end)
+        ops->progress(d0), usleep(200);
+    assert_int_equal(t01->idle_state, HC_TCP_IDLE_CLOSE_SENT);
+    put_n(c01, 0, 10);
+    pump_until(d0, d1, &side[1].delivered, 120);
+    assert_true(td0->idle_closed == 2 && td1->idle_closed == 2);
+
+    /* 4. both ask at once: the lower rank's request stands */
+    pump(d0, d1, 0.05);
+    uint64_t now = hc_time_ns();
+    t01->last_act_ns = t10->last_act_ns = now - 1000000000ull;
+    t01->seen_tx = t01->n_tx, t01->seen_rx = t01->n_rx;
+    t10->seen_tx = t10->n_tx, t10->seen_rx = t10->n_rx;
+    hc_drv_tcp_idle_timer(t01, now);
+    hc_drv_tcp_idle_timer(t10, now);
+    assert_int_equal(t01->idle_state, HC_TCP_IDLE_CLOSE_SENT);
+    assert_int_equal(t10->idle_state, HC_TCP_IDLE_CLOSE_SENT);
+    pump(d0, d1, 0.1);
+    assert_true(all_closed(c01) && all_closed(c10));
+    assert_true(td0->idle_closed == 3 && td1->idle_closed == 3);
+    put_n(c10, 1, 5);
+    pump_until(d0, d1, &side[0].delivered, 115);
+
+    assert_int_equal(side[0].bad_order, 0);
+    assert_int_equal(side[1].bad_order, 0);
+    assert_int_equal(side[0].failed + side[1].failed, 0);
+
+    /* 5. rank 1 restarts at the address the table holds (same address, new
+     * process): rank 0's reconnect must fail the peer, and the new process
+     * gets nothing. The table keeps the old instance; only the port moves. */
+    pump(d0, d1, 0.5);
+    assert_true(all_closed(c01));
+    ops->close(d1);
+    hc_drv_t *d2 = open_rank(2, 1);
+    wire(d2, 0, d0);
+    hc_tcp_drv_t *td2 = (hc_tcp_drv_t *)d2;
+    assert_true(td2->me.instance != t01->addr.instance);
+    t01->addr.port = td2->me.port;
+    memcpy(t01->addr.addr, td2->me.addr, sizeof(t01->addr.addr));
+    put_n(c01, 0, 3);
+    pump_until(d0, d2, &side[0].failed, 1);
+    assert_int_equal(side[0].fail_status, HCOMM_ERR_PEER_FAILED);
+    assert_non_null(strstr(side[0].why, "restarted"));
+    assert_int_equal(side[2].delivered, 0);
+    hc_frame_hdr_t h = {.type = HC_FRAME_EAGER, .len = 0};
+    assert_int_equal(ops->put(c01, &h, NULL, payload), HCOMM_ERR_PEER_FAILED);
+    ops->close(d2);
+    ops->close(d0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_idle)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
