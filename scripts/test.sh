@@ -21,8 +21,14 @@ run() { # name, build dir, cmake args..., -- ctest args...
     (($#)) && shift
     targs=("$@")
     echo "=== $name: configure + build ($dir)"
-    cmake -S . -B "$dir" -G Ninja "${cargs[@]}" >/dev/null
-    cmake --build "$dir" -j "$jobs" >/dev/null
+    mkdir -p "$dir"
+    if ! cmake -S . -B "$dir" -G Ninja "${cargs[@]}" >"$dir/configure.log" 2>&1 ||
+        ! cmake --build "$dir" -j "$jobs" >"$dir/build.log" 2>&1; then
+        echo "=== $name: BUILD FAILED"
+        tail -40 "$dir/configure.log" "$dir/build.log" 2>/dev/null
+        status=1
+        return
+    fi
     echo "=== $name: ctest ${targs[*]}"
     if ! ctest --test-dir "$dir" --output-on-failure --timeout 600 "${targs[@]}"; then
         echo "=== $name: FAILED"

@@ -705,7 +705,8 @@ int main(int argc, char **argv)
                                     .count = counts[k],
                                     .inplace = inplace,
                                     .root = (int)((salt * 7 + 1) % (uint64_t)g_n),
-                                    .salt = salt++};
+                                    .salt = salt};
+                        salt++;
                         if (co == C_BROADCAST && inplace) /* broadcast is in place */
                             c.root = (c.root + g_n / 2) % g_n;
                         run_case(&c, w);

@@ -1,5 +1,6 @@
 #!/bin/bash
-# bench_tcp.sh BUILD_DIR: hcomm (tcp driver) vs Open MPI (btl tcp,self)
+# bench_tcp.sh BUILD_DIR: hcomm (tcp driver) vs Open MPI (btl tcp,self) and
+# torch.distributed gloo
 # between two network namespaces joined by veth + bridge, one rank each:
 # 8-byte ping-pong latency and 32 MiB float allreduce bus bandwidth.
 #
@@ -47,4 +48,19 @@ AGENT
         --mca pml ob1 "$work/mpi_ref" 2>&1 | grep -v "^$"
 else
     echo "Open MPI not installed: no reference"
+fi
+
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    echo "== gloo (torch.distributed $(/usr/bin/python3 -c 'import torch;print(torch.__version__)')), 32 MiB allreduce"
+    port=$((20000 + RANDOM % 30000)) pids=()
+    for r in 0 1; do
+        env RANK=$r WORLD_SIZE=2 MASTER_ADDR=10.77.0.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 \
+            "$here/netns.sh" run $r /usr/bin/python3 "$here/gloo_ref.py" $((32 << 20)) 20 \
+            >"$work/gl$r.log" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    cat "$work/gl0.log"
+else
+    echo "torch not installed: no gloo reference (apt-get install python3-torch)"
 fi
