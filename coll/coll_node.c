@@ -71,7 +71,11 @@ typedef struct {
 } HC_ALIGNED_CL hc_node_desc_t;
 _Static_assert(sizeof(hc_node_desc_t) == 2 * HC_CACHE_LINE, "two lines per rank");
 
-enum { HC_NODE_CAN_GET = 1u << 0, HC_NODE_CAN_MAP = 1u << 1 };
+enum {
+    HC_NODE_CAN_GET = 1u << 0,
+    HC_NODE_CAN_MAP = 1u << 1,
+    HC_NODE_OUT_OF_PLACE = 1u << 2, /* my output does not overlap my input */
+};
 
 typedef struct {
     uint32_t pid;
@@ -499,7 +503,10 @@ static int hc_node_1copy(hc_coll_op_t *op)
                 }
             }
         }
-        me->vote = (map ? HC_NODE_CAN_MAP : 0u) | (hc_node_can_get(op) ? HC_NODE_CAN_GET : 0u);
+        const uint8_t *sb = op->sbuf, *rb = op->rbuf;
+        bool apart = sb + op->bytes <= rb || rb + op->bytes <= sb;
+        me->vote = (map ? HC_NODE_CAN_MAP : 0u) | (hc_node_can_get(op) ? HC_NODE_CAN_GET : 0u) |
+                   (apart ? HC_NODE_OUT_OF_PLACE : 0u);
         hc_node_post_b(nd, t0); /* publishes the vote */
         op->state = 2;
     }
@@ -507,10 +514,10 @@ static int hc_node_1copy(hc_coll_op_t *op)
     case 2: {
         if (!hc_node_wait_b(nd, op, t0))
             return HC_COLL_PENDING;
-        uint32_t mode = HC_NODE_CAN_GET | HC_NODE_CAN_MAP;
+        uint32_t mode = HC_NODE_CAN_GET | HC_NODE_CAN_MAP | HC_NODE_OUT_OF_PLACE;
         for (int j = 0; j < nd->n; j++)
             mode &= nd->desc[j].vote;
-        if (!mode) {
+        if (!(mode & (HC_NODE_CAN_GET | HC_NODE_CAN_MAP))) {
             op->tick = t0 + 1;
             op->state = op->phase = op->round = 0;
             op->step = op->fallback;
@@ -542,14 +549,23 @@ static int hc_node_1copy(hc_coll_op_t *op)
             op->state = 4;
             return hc_node_wait_b(nd, op, last) ? HC_COLL_DONE : HC_COLL_PENDING;
         }
-        /* GET: my slice of every peer's input pulled next to mine, reduced
-         * into the scratch block, then written into my output and pushed
-         * into every peer's output. One copy per byte in, one out. */
+        /* GET. Outputs that fit the caches: my slice of every peer's input
+         * is pulled next to mine, reduced, written into my output and pushed
+         * into every peer's; one barrier. Larger outputs with few ranks are
+         * memory bound: each rank pulls every peer's whole input and reduces
+         * it into its own output (streaming stores), touching exactly its
+         * inputs once and its output once, like `c = a + b`; no remote
+         * writes (each would pay a read for ownership of the line). All
+         * ranks reduce in rank order, so results are bit-identical. Only when
+         * no rank works in place: a peer may still be pulling the input I
+         * would overwrite. */
+        bool full = op->bytes >= HC_COPY_NT_THRESHOLD && nd->n <= 3 &&
+                    (mode & HC_NODE_OUT_OF_PLACE);
         size_t chunk = nd->block / (size_t)nd->n / es;
         uint8_t *res = nd->scratch + (size_t)(nd->n - 1) * chunk * es;
-        bool nt = op->bytes >= HC_COPY_NT_THRESHOLD;
-        for (size_t e = lo; e < hi; e += chunk) {
-            size_t m = HC_MIN(chunk, hi - e);
+        size_t from = full ? 0 : lo, to = full ? op->count : hi;
+        for (size_t e = from; e < to; e += chunk) {
+            size_t m = HC_MIN(chunk, to - e);
             for (int j = 0, k = 0; j < nd->n; j++) {
                 if (j == nd->me) {
                     srcs[j] = (const uint8_t *)op->sbuf + e * es;
@@ -562,10 +578,11 @@ static int hc_node_1copy(hc_coll_op_t *op)
                 srcs[j] = tmp;
             }
             hc_reduce(res, srcs, nd->n, m, op->dtype, op->op, nd->n);
-            if (nt)
+            if (full) {
                 hc_copy_nt((uint8_t *)op->rbuf + e * es, res, m * es);
-            else
-                memcpy((uint8_t *)op->rbuf + e * es, res, m * es);
+                continue;
+            }
+            memcpy((uint8_t *)op->rbuf + e * es, res, m * es);
             for (int j = 0; j < nd->n; j++) {
                 if (j == nd->me)
                     continue;
