@@ -28,13 +28,8 @@ hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm)
     return comm->coll_priv;
 }
 
-hc_coll_op_t *hc_coll_op_alloc(void)
+void hc_coll_op_init(hc_coll_op_t *op)
 {
-    hc_coll_op_t *op = hc_coll_op_cache;
-    if (op)
-        hc_coll_op_cache = *(hc_coll_op_t **)op;
-    else if (!(op = malloc(sizeof(*op))))
-        return NULL;
     /* Only the algorithm state is reset: hc_coll_post sets the arguments. */
     op->started = false;
     op->state = op->phase = op->round = op->nrounds = 0;
@@ -49,6 +44,16 @@ hc_coll_op_t *hc_coll_op_alloc(void)
     op->on_done = NULL;
     op->done_arg = NULL;
     hc_list_init(&op->link);
+}
+
+hc_coll_op_t *hc_coll_op_alloc(void)
+{
+    hc_coll_op_t *op = hc_coll_op_cache;
+    if (op)
+        hc_coll_op_cache = *(hc_coll_op_t **)op;
+    else if (!(op = malloc(sizeof(*op))))
+        return NULL;
+    hc_coll_op_init(op);
     return op;
 }
 
@@ -75,7 +80,7 @@ int hc_coll_failed_member(struct hcomm_comm *comm)
     return -1;
 }
 
-static void hc_coll_break(struct hcomm_comm *comm, const char *why)
+void hc_coll_break(struct hcomm_comm *comm, const char *why)
 {
     hc_coll_comm_t *cc = hc_coll_comm(comm);
     if (cc && !cc->broken) {
@@ -243,6 +248,49 @@ void hc_coll_fini(void)
     hc_coll_cancel_hook = NULL;
     hc_coll_waiting_hook = NULL;
     hc_coll_comm_free_hook = NULL;
+}
+
+/* Runs a blocking collective to completion on the caller's stack, outside
+ * the queues: for small node collectives, whose whole cost is this path.
+ * Only used when nothing is queued on the communicator, so issue order is
+ * kept. Progress of everything else, liveness, aborts and the deadline are
+ * checked every 64 polls, as hc_request_wait does. */
+hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn)
+{
+    struct hcomm_comm *comm = op->comm;
+    uint64_t deadline = 0;
+    hc_backoff_t backoff = {0};
+    for (unsigned it = 1;; it++) {
+        int rc = op->step(op);
+        if (HC_LIKELY(rc == HC_COLL_DONE))
+            return HCOMM_OK;
+        hcomm_status_t st = HCOMM_OK;
+        if (rc < 0) {
+            st = (hcomm_status_t)rc;
+        } else if ((it & 63) == 0) {
+            hc_progress();
+            hc_progress_slow();
+            int dead = hc_coll_failed_member(comm);
+            uint64_t now = hc_time_ns();
+            if (!deadline)
+                deadline = now + (uint64_t)(hc_cfg.timeout * 1e9);
+            if (hc_comm_aborted(comm)) {
+                hc_comm_handle_abort(comm);
+                st = hc_error(HCOMM_ERR_ABORTED, "%s: communicator was aborted", fn);
+            } else if (dead >= 0) {
+                st = hc_peer_error(dead, fn);
+            } else if (now > deadline) {
+                st = hc_error(HCOMM_ERR_TIMEOUT,
+                              "%s: timed out after %g s waiting for rank %d (HCOMM_TIMEOUT)", fn,
+                              hc_cfg.timeout, op->round);
+            }
+        }
+        if (HC_UNLIKELY(st != HCOMM_OK)) {
+            hc_coll_break(comm, hc_error_last());
+            return st;
+        }
+        hc_backoff_step(&backoff);
+    }
 }
 
 /* ---- helpers for p2p algorithms ---------------------------------------------- */

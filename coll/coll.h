@@ -91,6 +91,14 @@ typedef struct hc_coll_comm {
 
 hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm);
 
+void hc_coll_op_init(hc_coll_op_t *op);
+/* Marks comm unusable for collectives, with the reason (first one kept). */
+void hc_coll_break(struct hcomm_comm *comm, const char *why);
+/* Runs a blocking op to completion outside the queues (small node ops). */
+hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn);
+/* Largest allreduce/reduce that travels inside the node flag line. */
+#define HC_COLL_NODE_INLINE 24
+
 /* Starts op (queued behind earlier collectives of its comm). */
 hcomm_status_t hc_coll_start(hc_coll_op_t *op);
 int hc_coll_progress(void);

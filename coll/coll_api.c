@@ -61,6 +61,18 @@ void hc_coll_api_init(void)
     memset(hc_coll_logged, 0, sizeof(hc_coll_logged));
 }
 
+/* Explains (HCOMM_LOG=info) and counts (HCOMM_STATS) a chosen algorithm. */
+static void hc_coll_account(const hc_coll_op_t *op)
+{
+    hc_coll_explain(op);
+    hc_stats.coll_calls[op->kind]++;
+    hc_stats.coll_bytes[op->kind] += op->bytes;
+    if (op->algo && !strncmp(op->algo, "node", 4))
+        hc_stats.coll_node++;
+    else if (op->comm->size > 1)
+        hc_stats.coll_p2p++;
+}
+
 static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
 {
     const char *forced = hc_coll_forced;
@@ -77,13 +89,7 @@ static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
         return hc_error(HCOMM_ERR_UNSUPPORTED, "%s: no algorithm for %zu bytes on %d ranks%s%s",
                         hc_coll_names[op->kind], op->bytes, op->comm->size,
                         forced ? " with HCOMM_ALGO=" : "", forced ? forced : "");
-    hc_coll_explain(op);
-    hc_stats.coll_calls[op->kind]++;
-    hc_stats.coll_bytes[op->kind] += op->bytes;
-    if (op->algo && !strncmp(op->algo, "node", 4))
-        hc_stats.coll_node++;
-    else if (op->comm->size > 1)
-        hc_stats.coll_p2p++;
+    hc_coll_account(op);
     return HCOMM_OK;
 }
 
@@ -125,6 +131,30 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
     int dead = hc_coll_failed_member(comm);
     if (HC_UNLIKELY(dead >= 0))
         return hc_peer_error(dead, fn);
+    if (!req_p && hc_ctx.group_depth == 0 && bytes <= HC_COLL_NODE_INLINE &&
+        (kind == HC_COLL_ALLREDUCE || kind == HC_COLL_REDUCE || kind == HC_COLL_BARRIER) &&
+        hc_list_empty(&comm->coll_queue) && comm->size > 1 &&
+        (!hc_coll_forced || !strncasecmp(hc_coll_forced, "node", 4)) &&
+        hc_coll_node_usable(comm)) {
+        /* Small blocking node collective: no request, no queue. */
+        hc_coll_op_t op;
+        hc_coll_op_init(&op);
+        op.req = NULL;
+        op.comm = comm;
+        op.kind = kind;
+        op.sbuf = sbuf;
+        op.rbuf = rbuf;
+        op.count = count;
+        op.dtype = dtype;
+        op.op = rop;
+        op.root = root;
+        op.esize = hc_dtype_size(dtype);
+        op.bytes = bytes;
+        op.seq = comm->coll_seq++;
+        op.step = hc_coll_node_select(&op, hc_coll_forced);
+        hc_coll_account(&op);
+        return hc_coll_run_inline(&op, fn);
+    }
     struct hcomm_request *req = hc_request_alloc(HC_REQ_COLL);
     hc_coll_op_t *op = hc_coll_op_alloc();
     if (HC_UNLIKELY(!req || !op)) {

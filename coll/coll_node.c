@@ -44,7 +44,7 @@
 
 #include "mem/mem.h"
 
-#define HC_NODE_INLINE 24
+#define HC_NODE_INLINE HC_COLL_NODE_INLINE
 
 typedef struct {
     uint64_t a;
