@@ -36,10 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mem/mem.h"
@@ -323,48 +319,20 @@ static int hc_node_allreduce_direct(hc_coll_op_t *op)
 
 /* ---- zero-copy allreduce of pool memory ------------------------------------------ */
 
-/* Describes buf (len bytes) if it is pool memory a peer can map. */
-static bool hc_node_zc_describe(const void *buf, size_t len, int32_t *fd, uint64_t *ino,
-                                uint64_t *off, uint64_t *size)
-{
-    size_t o;
-    hc_mem_region_t *r = hc_mem_region_lookup(buf, len, &o);
-    struct stat st;
-    if (!r || r->fd < 0 || !(r->flags & HC_MEM_SHARED) || fstat(r->fd, &st) != 0)
-        return false;
-    *fd = r->fd;
-    *ino = (uint64_t)st.st_ino;
-    *off = o;
-    *size = r->size;
-    return true;
-}
-
-/* The peer's region (pid, fd, inode) mapped here, from the cache or by
- * opening its memfd through /proc (the same permission as reading its
- * memory); NULL when not allowed. The inode guards against a reused fd. */
-static uint8_t *hc_node_zc_map(hc_coll_node_t *nd, uint32_t pid, int32_t fd, uint64_t ino,
-                               uint64_t size)
+/* A peer's shared region, mapped here once and cached (by pid and inode). */
+static uint8_t *hc_node_map(hc_coll_node_t *nd, uint32_t pid, int32_t fd, uint64_t ino,
+                            uint64_t size)
 {
     for (int i = 0; i < nd->nmaps; i++)
         if (nd->maps[i].pid == pid && nd->maps[i].ino == ino && nd->maps[i].size == size)
             return nd->maps[i].base;
     if (nd->nmaps == HC_NODE_MAPS) {
         nd->nmaps--;
-        munmap(nd->maps[nd->nmaps].base, nd->maps[nd->nmaps].size);
+        hc_mem_share_unmap(nd->maps[nd->nmaps].base, nd->maps[nd->nmaps].size);
     }
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%u/fd/%d", pid, fd);
-    int mfd = open(path, O_RDWR | O_CLOEXEC);
-    if (mfd < 0)
-        return NULL;
-    struct stat st;
-    void *base = MAP_FAILED;
-    if (fstat(mfd, &st) == 0 && (uint64_t)st.st_ino == ino && (uint64_t)st.st_size >= size)
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-    close(mfd);
-    if (base == MAP_FAILED)
-        return NULL;
-    nd->maps[nd->nmaps++] = (hc_node_map_t){.pid = pid, .ino = ino, .size = size, .base = base};
+    uint8_t *base = hc_mem_share_map(pid, fd, ino, size);
+    if (base)
+        nd->maps[nd->nmaps++] = (hc_node_map_t){.pid = pid, .ino = ino, .size = size, .base = base};
     return base;
 }
 
@@ -475,9 +443,9 @@ static int hc_node_1copy(hc_coll_op_t *op)
         me->pid = (uint32_t)getpid();
         me->saddr = (uint64_t)(uintptr_t)op->sbuf;
         me->raddr = (uint64_t)(uintptr_t)op->rbuf;
-        me->pub = hc_node_zc_describe(op->sbuf, op->bytes, &me->sfd, &me->sino, &me->soff,
+        me->pub = hc_mem_share_describe(op->sbuf, op->bytes, &me->sfd, &me->sino, &me->soff,
                                       &me->ssize) &&
-                  hc_node_zc_describe(op->rbuf, op->bytes, &me->rfd, &me->rino, &me->roff,
+                  hc_mem_share_describe(op->rbuf, op->bytes, &me->rfd, &me->rino, &me->roff,
                                       &me->rsize);
         hc_node_post_a(nd, t0);
         op->state = 1;
@@ -494,8 +462,8 @@ static int hc_node_1copy(hc_coll_op_t *op)
                 nd->zs[j] = op->sbuf;
                 nd->zr[j] = op->rbuf;
             } else {
-                uint8_t *sb = hc_node_zc_map(nd, d->pid, d->sfd, d->sino, d->ssize);
-                uint8_t *rb = hc_node_zc_map(nd, d->pid, d->rfd, d->rino, d->rsize);
+                uint8_t *sb = hc_node_map(nd, d->pid, d->sfd, d->sino, d->ssize);
+                uint8_t *rb = hc_node_map(nd, d->pid, d->rfd, d->rino, d->rsize);
                 map = sb && rb;
                 if (map) {
                     nd->zs[j] = sb + d->soff;
@@ -755,7 +723,7 @@ bool hc_coll_node_usable(struct hcomm_comm *comm)
 void hc_coll_node_free(hc_coll_node_t *node)
 {
     for (int i = 0; i < node->nmaps; i++)
-        munmap(node->maps[i].base, node->maps[i].size);
+        hc_mem_share_unmap(node->maps[i].base, node->maps[i].size);
     free(node->scratch);
     node->drv->ops->shared_put(node->drv, node->key);
     free(node);
