@@ -437,37 +437,35 @@ static hcomm_status_t hc_drv_shm_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr,
     return HCOMM_OK;
 }
 
-static hcomm_status_t hc_drv_shm_get(hc_conn_t *conn, void *dst, uint64_t raddr, size_t len)
+/* Single-copy transfer with the peer process (CMA), looping over partial
+ * transfers: process_vm_readv for get, process_vm_writev for write. */
+static hcomm_status_t hc_shm_cma(hc_conn_t *conn, void *local, uint64_t raddr, size_t len,
+                                 bool write)
 {
     hc_shm_conn_t *c = (hc_shm_conn_t *)conn;
     size_t done = 0;
     while (done < len) {
-        struct iovec l = {.iov_base = (char *)dst + done, .iov_len = len - done};
+        struct iovec l = {.iov_base = (char *)local + done, .iov_len = len - done};
         struct iovec r = {.iov_base = (void *)(uintptr_t)(raddr + done), .iov_len = len - done};
-        ssize_t n = process_vm_readv(c->pid, &l, 1, &r, 1, 0);
+        ssize_t n = write ? process_vm_writev(c->pid, &l, 1, &r, 1, 0)
+                          : process_vm_readv(c->pid, &l, 1, &r, 1, 0);
         if (n <= 0)
-            return hc_error_errno(HCOMM_ERR_IO, errno, "shm: process_vm_readv from rank %d",
-                                  conn->peer);
+            return hc_error_errno(HCOMM_ERR_IO, errno, "shm: process_vm_%s rank %d",
+                                  write ? "writev to" : "readv from", conn->peer);
         done += (size_t)n;
     }
     return HCOMM_OK;
 }
 
+static hcomm_status_t hc_drv_shm_get(hc_conn_t *conn, void *dst, uint64_t raddr, size_t len)
+{
+    return hc_shm_cma(conn, dst, raddr, len, false);
+}
+
 static hcomm_status_t hc_drv_shm_write(hc_conn_t *conn, uint64_t raddr, const void *src,
                                        size_t len)
 {
-    hc_shm_conn_t *c = (hc_shm_conn_t *)conn;
-    size_t done = 0;
-    while (done < len) {
-        struct iovec l = {.iov_base = (char *)src + done, .iov_len = len - done};
-        struct iovec r = {.iov_base = (void *)(uintptr_t)(raddr + done), .iov_len = len - done};
-        ssize_t n = process_vm_writev(c->pid, &l, 1, &r, 1, 0);
-        if (n <= 0)
-            return hc_error_errno(HCOMM_ERR_IO, errno, "shm: process_vm_writev to rank %d",
-                                  conn->peer);
-        done += (size_t)n;
-    }
-    return HCOMM_OK;
+    return hc_shm_cma(conn, (void *)src, raddr, len, true);
 }
 
 static int hc_drv_shm_progress(hc_drv_t *drv)
