@@ -153,4 +153,45 @@ static inline void *mp_xmalloc(size_t n)
     return p;
 }
 
+/* A call that needed the killed rank `victim`: it must fail with
+ * ERR_PEER_FAILED, name the rank, and within 10 s of t0. */
+static inline void mp_expect_peer_failed(hcomm_status_t st, double t0, int victim,
+                                         const char *what)
+{
+    double dt = mp_now() - t0;
+    char name[32];
+    snprintf(name, sizeof(name), "rank %d", victim);
+    if (st != HCOMM_ERR_PEER_FAILED)
+        mp_fail("%s: expected ERR_PEER_FAILED got %s (%s) after %.2f s", what, mp_status_name(st),
+                hcomm_last_error(), dt);
+    else if (!strstr(hcomm_last_error(), name))
+        mp_fail("%s: last_error expected to name \"%s\" got \"%s\"", what, name,
+                hcomm_last_error());
+    else if (dt > 10)
+        mp_fail("%s: ERR_PEER_FAILED expected within 10 s got %.2f s", what, dt);
+    else
+        printf("rank %d: got PEER_FAILED naming rank %d after %.2f s (%s)\n", mp_rank, victim, dt,
+               what);
+}
+
+/* Survivors wait for each other before finalizing: a survivor that exits
+ * early would otherwise be the failed peer the slower ones see first. */
+static inline void mp_survivors_sync(int victim)
+{
+    hcomm_comm_t w = hcomm_comm_world();
+    hcomm_request_t *reqs = mp_xmalloc(sizeof(*reqs) * 2 * (size_t)mp_size);
+    int32_t out = 1, *in = mp_xmalloc(sizeof(int32_t) * (size_t)mp_size);
+    int nr = 0;
+    for (int p = 0; p < mp_size; p++) {
+        if (p == victim || p == mp_rank)
+            continue;
+        MP_OK(hcomm_irecv(&in[p], 1, HCOMM_INT32, p, 999, w, &reqs[nr++]));
+        MP_OK(hcomm_isend(&out, 1, HCOMM_INT32, p, 999, w, &reqs[nr++]));
+    }
+    for (int i = 0; i < nr; i++)
+        MP_OK(hcomm_wait(reqs[i]));
+    free(reqs);
+    free(in);
+}
+
 #endif /* MP_TEST_H */

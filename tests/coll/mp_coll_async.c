@@ -444,42 +444,6 @@ static void phase_abort(hcomm_comm_t w)
                 (long long)n);
 }
 
-static void expect_failed(hcomm_status_t st, double t0, int victim, const char *what)
-{
-    double dt = mp_now() - t0;
-    char name[32];
-    snprintf(name, sizeof(name), "rank %d", victim);
-    if (st != HCOMM_ERR_PEER_FAILED)
-        mp_fail("%s: expected ERR_PEER_FAILED got %s (%s) after %.2f s", what, mp_status_name(st),
-                hcomm_last_error(), dt);
-    else if (!strstr(hcomm_last_error(), name))
-        mp_fail("%s: last_error expected to name \"%s\" got \"%s\"", what, name,
-                hcomm_last_error());
-    else if (dt > 10)
-        mp_fail("%s: ERR_PEER_FAILED expected within 10 s got %.2f s", what, dt);
-    else
-        printf("rank %d: got PEER_FAILED naming rank %d after %.2f s (%s)\n", mp_rank, victim, dt,
-               what);
-}
-
-/* Survivors wait for each other before finalizing: a survivor that exits
- * early would otherwise be the failed peer the slower ones see first. */
-static void survivors_sync(int victim)
-{
-    hcomm_comm_t w = hcomm_comm_world();
-    hcomm_request_t *reqs = mp_xmalloc(sizeof(*reqs) * 2 * (size_t)mp_size);
-    int32_t out = 1, *in = mp_xmalloc(sizeof(int32_t) * (size_t)mp_size);
-    int nr = 0;
-    for (int p = 0; p < mp_size; p++) {
-        if (p == victim || p == mp_rank) continue;
-        MP_OK(hcomm_irecv(&in[p], 1, HCOMM_INT32, p, 999, w, &reqs[nr++]));
-        MP_OK(hcomm_isend(&out, 1, HCOMM_INT32, p, 999, w, &reqs[nr++]));
-    }
-    for (int i = 0; i < nr; i++)
-        MP_OK(hcomm_wait(reqs[i]));
-    free(reqs);
-    free(in);
-}
 
 static int run_kill(int victim)
 {
@@ -496,14 +460,14 @@ static int run_kill(int victim)
     MP_OK(hcomm_iallreduce(buf, buf, big, HCOMM_FLOAT32, HCOMM_SUM, w, &ar));
     MP_OK(hcomm_ibroadcast(&bval, 1, HCOMM_INT64, victim, w, &br));
     if (mp_rank == victim) raise(SIGKILL);
-    expect_failed(hcomm_wait(ar), t0, victim, "hcomm_iallreduce");
+    mp_expect_peer_failed(hcomm_wait(ar), t0, victim, "hcomm_iallreduce");
     t0 = mp_now();
-    expect_failed(hcomm_wait(br), t0, victim, "hcomm_ibroadcast");
+    mp_expect_peer_failed(hcomm_wait(br), t0, victim, "hcomm_ibroadcast");
     t0 = mp_now();
     int64_t one = 1, s = 0;
-    expect_failed(hcomm_allreduce(&one, &s, 1, HCOMM_INT64, HCOMM_SUM, w), t0, victim,
+    mp_expect_peer_failed(hcomm_allreduce(&one, &s, 1, HCOMM_INT64, HCOMM_SUM, w), t0, victim,
                   "hcomm_allreduce after");
-    survivors_sync(victim);
+    mp_survivors_sync(victim);
     free(buf);
     t0 = mp_now();
     hcomm_status_t st = hcomm_finalize();

@@ -14,47 +14,6 @@
 
 #include <signal.h>
 
-static void expect_failed(hcomm_status_t st, double t0, int victim, const char *what)
-{
-    double dt = mp_now() - t0;
-    char name[32];
-    snprintf(name, sizeof(name), "rank %d", victim);
-    if (st != HCOMM_ERR_PEER_FAILED) {
-        mp_fail("%s: expected ERR_PEER_FAILED got %s (%s) after %.2f s", what, mp_status_name(st),
-                hcomm_last_error(), dt);
-        return;
-    }
-    if (!strstr(hcomm_last_error(), name)) {
-        mp_fail("%s: last_error expected to name \"%s\" got \"%s\"", what, name,
-                hcomm_last_error());
-        return;
-    }
-    if (dt > 10) {
-        mp_fail("%s: ERR_PEER_FAILED expected within 10 s got %.2f s", what, dt);
-        return;
-    }
-    printf("rank %d: got PEER_FAILED naming rank %d after %.2f s (%s)\n", mp_rank, victim, dt,
-           what);
-}
-
-/* Survivors wait for each other before finalizing: a survivor that exits
- * early would otherwise be the failed peer the slower ones see first. */
-static void survivors_sync(int victim)
-{
-    hcomm_comm_t w = hcomm_comm_world();
-    hcomm_request_t *reqs = mp_xmalloc(sizeof(*reqs) * 2 * (size_t)mp_size);
-    int32_t out = 1, *in = mp_xmalloc(sizeof(int32_t) * (size_t)mp_size);
-    int nr = 0;
-    for (int p = 0; p < mp_size; p++) {
-        if (p == victim || p == mp_rank) continue;
-        MP_OK(hcomm_irecv(&in[p], 1, HCOMM_INT32, p, 999, w, &reqs[nr++]));
-        MP_OK(hcomm_isend(&out, 1, HCOMM_INT32, p, 999, w, &reqs[nr++]));
-    }
-    for (int i = 0; i < nr; i++)
-        MP_OK(hcomm_wait(reqs[i]));
-    free(reqs);
-    free(in);
-}
 
 int main(int argc, char **argv)
 {
@@ -78,18 +37,18 @@ int main(int argc, char **argv)
     }
     int32_t x = 0;
     double t0 = mp_now();
-    expect_failed(hcomm_recv(&x, 1, HCOMM_INT32, victim, 0, w), t0, victim, "hcomm_recv");
+    mp_expect_peer_failed(hcomm_recv(&x, 1, HCOMM_INT32, victim, 0, w), t0, victim, "hcomm_recv");
     t0 = mp_now();
     int64_t s = 0;
-    expect_failed(hcomm_allreduce(&one, &s, 1, HCOMM_INT64, HCOMM_SUM, w), t0, victim,
+    mp_expect_peer_failed(hcomm_allreduce(&one, &s, 1, HCOMM_INT64, HCOMM_SUM, w), t0, victim,
                   "hcomm_allreduce");
     t0 = mp_now();
-    expect_failed(hcomm_send(&x, 1, HCOMM_INT32, victim, 0, w), t0, victim, "hcomm_send");
+    mp_expect_peer_failed(hcomm_send(&x, 1, HCOMM_INT32, victim, 0, w), t0, victim, "hcomm_send");
     hcomm_request_t req;
     t0 = mp_now();
     hcomm_status_t st = hcomm_irecv(&x, 1, HCOMM_INT32, victim, 1, w, &req);
     if (st == HCOMM_OK) st = hcomm_wait(req);
-    expect_failed(st, t0, victim, "hcomm_irecv+wait");
+    mp_expect_peer_failed(st, t0, victim, "hcomm_irecv+wait");
 
     /* Survivors still talk to each other (a ring over the survivors). */
     int *live = mp_xmalloc(sizeof(int) * (size_t)mp_size);
@@ -108,7 +67,7 @@ int main(int argc, char **argv)
         mp_fail("survivor ring: expected %d got %lld", 1000 + prev, (long long)got);
     free(live);
 
-    survivors_sync(victim);
+    mp_survivors_sync(victim);
     t0 = mp_now();
     st = hcomm_finalize();
     if (st != HCOMM_OK)
