@@ -9,6 +9,9 @@
  * key is compared in constant time, and a connection that is malformed,
  * mistaken (wrong rank/size/blob length, duplicate) or silent past
  * HC_BS_HELLO_SILENCE is closed and logged without affecting the others.
+ * When more connections wait for their hello than rank 0 keeps, the one that
+ * has waited longest is dropped, never the newcomer, so a flood of idle
+ * clients delays nobody's join.
  * Nothing blocks: every socket is non-blocking and every wait is a poll()
  * bounded by the caller's deadline.
  *
@@ -466,6 +469,18 @@ static void hc_bs_hello_accept(hc_bootstrap_t *bs, const hc_bootstrap_params_t *
     (*joined)++;
 }
 
+/* The pending connection to drop when the list is full: the oldest of those
+ * that sent nothing yet, else the oldest. */
+static size_t hc_bs_pending_victim(const hc_bs_conn_t *pend, size_t npend)
+{
+    size_t best = 0;
+    for (size_t i = 1; i < npend; i++) {
+        bool silent_i = pend[i].have == 0, silent_b = pend[best].have == 0;
+        if (silent_i != silent_b ? silent_i : pend[i].t_open < pend[best].t_open) best = i;
+    }
+    return best;
+}
+
 static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
                                                int lfd, double deadline, double timeout)
 {
@@ -551,11 +566,21 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
             c.fd = fd;
             c.t_open = now;
             hc_bs_sockaddr_str((struct sockaddr *)&ss, sl, c.peer, sizeof(c.peer));
+            hc_bs_set_nodelay(fd);
             if (npend == max_pending) {
-                hc_bs_reject(&c, "too many connections waiting to say hello");
+                /* Full: make room by dropping the connection that has
+                 * waited longest (a silent one before one mid-hello). A
+                 * flood of idle clients thus cannot lock a real rank out:
+                 * its hello arrives right after connect and is read first
+                 * in the next round. */
+                size_t victim = hc_bs_pending_victim(pend, npend);
+                snprintf(why, sizeof(why),
+                         "%zu connections waiting to say hello, this one the longest (%.1f s)",
+                         npend, now - pend[victim].t_open);
+                hc_bs_reject(&pend[victim], why);
+                pend[victim] = c;
                 continue;
             }
-            hc_bs_set_nodelay(fd);
             pend[npend++] = c;
         }
     }

@@ -114,8 +114,10 @@ coll_killed)
     check_killed 3 4 "hcomm_iallreduce" "hcomm_ibroadcast" "hcomm_allreduce after"
     ;;
 garbage | garbage_flood)
-    # rank 1 joins 3 s late, so rank 0 sits in the rendezvous meanwhile.
+    # rank 1 joins 3 s late (flood: once the flood is in place), so rank 0
+    # sits in the rendezvous meanwhile.
     RANK_ENV_1="MP_INIT_DELAY_MS=3000"
+    [ "$CASE" = garbage_flood ] && RANK_ENV_1="MP_INIT_WAIT_FILE=$TMP/flood_ready"
     launch 2 "$BINDIR/mp_bootstrap_garbage"
     t0=$SECONDS
     connect() { # connect FD: retry until rank 0 listens
@@ -153,15 +155,33 @@ garbage | garbage_flood)
     ) &
     garbage_pid=$!
     # 8. a header announcing 1 MiB of payload, then silence, held open
-    ( connect 4 && hello 1 2 127 1048576 >&4 && sleep 12 ) &
-    # 9. silent connections held open through the whole job
+    ( connect 4 && hello 1 2 127 1048576 >&4 && exec sleep 12 ) &
+    # 9. silent connections held open through the whole job, opened from one
+    # shell (fast: no fork each); the flood opens more than rank 0 keeps
+    # waiting for a hello (size - 1 + 64). Rank 1 joins once the garbage
+    # above is sent and the flood is in place (rank 0 stops listening then).
     nsilent=3
     [ "$CASE" = garbage_flood ] && nsilent=80
-    for ((i = 0; i < nsilent; i++)); do
-        ( connect 5 && sleep 12 ) &
-    done
+    (
+        for ((i = 0; i < nsilent; i++)); do
+            exec {fd}<>/dev/tcp/127.0.0.1/$PORT || exit 1
+        done
+        touch "$TMP/silent_open"
+        exec sleep 12
+    ) &
     wait $garbage_pid
+    for ((i = 0; i < 200; i++)); do
+        [ -e "$TMP/silent_open" ] && break
+        sleep 0.05
+    done
+    touch "$TMP/flood_ready"
     collect 2
+    if [ "$CASE" = garbage_flood ]; then
+        # the flood filled rank 0's list, and what it dropped was the waiting
+        # clients, never rank 1
+        grep -q "connections waiting to say hello, this one the longest" "$TMP/out.0" ||
+            fail "rank 0 expected to drop its longest-waiting connection when the flood filled its list"
+    fi
     for r in 0 1; do
         ((RC[r] == 0)) || fail "rank $r expected exit 0 got ${RC[r]}"
         grep -q "^rank $r: job ok" "$TMP/out.$r" || fail "rank $r expected \"rank $r: job ok\""

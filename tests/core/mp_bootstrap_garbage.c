@@ -2,7 +2,9 @@
  * A plain small job used while garbage clients hammer the bootstrap port
  * (tests/api/mp_fault.sh, cases garbage*): it must start and compute
  * correctly regardless. MP_INIT_DELAY_MS delays this rank's hcomm_init, so
- * the driver can hold the other ranks in the rendezvous while it sends junk.
+ * the driver can hold the other ranks in the rendezvous while it sends junk;
+ * MP_INIT_WAIT_FILE instead holds it until that file exists (at most 30 s),
+ * so the driver can say exactly when its flood is in place.
  * Prints "rank R: job ok" on success.
  */
 #include "mp_test.h"
@@ -12,6 +14,14 @@ int main(void)
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *delay = getenv("MP_INIT_DELAY_MS");
     if (delay) mp_sleep_ms(atoi(delay));
+    const char *wait_file = getenv("MP_INIT_WAIT_FILE");
+    for (int ms = 0; wait_file && access(wait_file, F_OK) != 0; ms += 10) {
+        if (ms >= 30000) {
+            fprintf(stderr, "mp_bootstrap_garbage: %s never appeared\n", wait_file);
+            return 1;
+        }
+        mp_sleep_ms(10);
+    }
     double t0 = mp_now();
     mp_init();
     hcomm_comm_t w = hcomm_comm_world();
