@@ -650,12 +650,15 @@ static void test_check_peers_kill(void **state)
     assert_int_equal(kill(pids[victim], SIGKILL), 0);
     double t0 = hc_time_sec();
     int dead;
-    while ((dead = hc_bootstrap_check_peers(bs)) == -1 && hc_time_sec() - t0 < 1.0)
+    while ((dead = hc_bootstrap_check_peers(bs)) == -1 && hc_time_sec() - t0 < 2.0)
         sleep_ms(1);
     double took = hc_time_sec() - t0;
     print_message("check_peers saw rank %d die after %.1f ms\n", dead, took * 1e3);
     assert_int_equal(dead, victim);
-    assert_true(took < 0.100);
+    /* The kernel closes the victim's sockets as it exits, which on a loaded
+     * machine (an ASan process unmapping its shadow) takes tens of ms; what
+     * is checked is that no timeout is involved. */
+    assert_true(took < 0.5);
     assert_int_equal(reap(pids[victim], 5), 128 + SIGKILL);
 
     uint32_t in = 5, out[8];
