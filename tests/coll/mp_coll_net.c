@@ -16,7 +16,7 @@
  *     --die   the last rank exits after a barrier; the others' allreduce must
  *             fail promptly with ERR_PEER_FAILED and a message
  */
-#include "hcomm.h"
+#include "api/mp_test.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -497,14 +497,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    hcomm_status_t st = hcomm_init(&argc, &argv);
-    if (st != HCOMM_OK) {
-        fprintf(stderr, "hcomm_init: %s (%s)\n", hcomm_strerror(st), hcomm_last_error());
-        return 1;
-    }
+    mp_init();
     world = hcomm_comm_world();
-    me = hcomm_comm_rank(world);
-    n = hcomm_comm_size(world);
+    me = mp_rank;
+    n = mp_size;
     algo = getenv("HCOMM_ALGO");
     if (die) {
         int rc = die_test();

@@ -2,27 +2,16 @@
  * zero-copy path; any rank with malloc'ed input or output makes all ranks
  * fall back to staging together. Every combination, in and out of place,
  * several repetitions (the handshake must not leak state between calls). */
-#include <hcomm.h>
+#include "api/mp_test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-
-static int rank = -1;
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        hcomm_status_t st_ = (call);                                                               \
-        if (st_ != HCOMM_OK) {                                                                     \
-            printf("rank %d: %s failed: %s: %s\n", rank, #call, hcomm_strerror(st_),              \
-                   hcomm_last_error());                                                            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static void *get(size_t bytes, int pool)
 {
     void *p = NULL;
     if (pool)
-        CHECK(hcomm_mem_alloc(bytes, &p));
+        MP_OK(hcomm_mem_alloc(bytes, &p));
     else if (!(p = malloc(bytes)))
         exit(1);
     return p;
@@ -31,49 +20,48 @@ static void *get(size_t bytes, int pool)
 static void put(void *p, int pool)
 {
     if (pool)
-        CHECK(hcomm_mem_free(p));
+        MP_OK(hcomm_mem_free(p));
     else
         free(p);
 }
 
 int main(void)
 {
-    CHECK(hcomm_init(NULL, NULL));
+    mp_init();
     hcomm_comm_t w = hcomm_comm_world();
-    rank = hcomm_comm_rank(w);
     int n = hcomm_comm_size(w);
     size_t cnt = (3u << 20) / 4 + 5; /* past the zero-copy threshold, odd length */
     /* mode bits: 1 = odd ranks' input is malloc, 2 = even ranks' output is
      * malloc, 4 = in place */
     for (int mode = 0; mode < 8; mode++) {
-        int pool_s = (mode & 1) ? rank % 2 == 0 : 1;
-        int pool_r = (mode & 2) ? rank % 2 == 1 : 1;
+        int pool_s = (mode & 1) ? mp_rank % 2 == 0 : 1;
+        int pool_r = (mode & 2) ? mp_rank % 2 == 1 : 1;
         int inplace = mode & 4;
         float *a = get(cnt * 4, pool_s), *b = inplace ? a : get(cnt * 4, pool_r);
         for (int rep = 0; rep < 3; rep++) {
             for (size_t i = 0; i < cnt; i++)
-                a[i] = (float)((i % 5) + (size_t)rank + (size_t)rep);
-            CHECK(hcomm_allreduce(a, b, cnt, HCOMM_FLOAT32, HCOMM_SUM, w));
+                a[i] = (float)((i % 5) + (size_t)mp_rank + (size_t)rep);
+            MP_OK(hcomm_allreduce(a, b, cnt, HCOMM_FLOAT32, HCOMM_SUM, w));
             for (size_t i = 0; i < cnt; i++) {
-                float want = (float)((size_t)n * ((i % 5) + (size_t)rep)) + (float)(n * (n - 1) / 2);
+                float want =
+                    (float)((size_t)n * ((i % 5) + (size_t)rep)) + (float)(n * (n - 1) / 2);
                 if (b[i] != want) {
-                    printf("rank %d: mode %d rep %d: element %zu is %g, expected %g\n", rank, mode,
-                           rep, i, b[i], want);
+                    printf("rank %d: mode %d rep %d: element %zu is %g, expected %g\n", mp_rank,
+                           mode, rep, i, b[i], want);
                     return 1;
                 }
             }
-            int64_t v = rank, mx = -1;
-            CHECK(hcomm_allreduce(&v, &mx, 1, HCOMM_INT64, HCOMM_MAX, w)); /* interleave small */
+            int64_t v = mp_rank, mx = -1;
+            MP_OK(hcomm_allreduce(&v, &mx, 1, HCOMM_INT64, HCOMM_MAX, w)); /* interleave small */
             if (mx != n - 1) {
-                printf("rank %d: small allreduce between large ones gave %lld\n", rank,
+                printf("rank %d: small allreduce between large ones gave %lld\n", mp_rank,
                        (long long)mx);
                 return 1;
             }
         }
         put(a, pool_s);
-        if (!inplace)
-            put(b, pool_r);
+        if (!inplace) put(b, pool_r);
     }
-    CHECK(hcomm_finalize());
+    MP_OK(hcomm_finalize());
     return 0;
 }

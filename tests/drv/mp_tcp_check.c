@@ -18,7 +18,7 @@
  * Exit 0 on success, 1 on a wrong result or error; prints one line per
  * failure naming the check.
  */
-#include "hcomm.h"
+#include "api/mp_test.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -364,14 +364,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    hcomm_status_t st = hcomm_init(&argc, &argv);
-    if (st != HCOMM_OK) {
-        fprintf(stderr, "hcomm_init: %s (%s)\n", hcomm_strerror(st), hcomm_last_error());
-        return 1;
-    }
+    mp_init();
     world = hcomm_comm_world();
-    rank = hcomm_comm_rank(world);
-    size = hcomm_comm_size(world);
+    rank = mp_rank;
+    size = mp_size;
     if (fail_limit > 0) {
         int rc = until_fail(fail_limit);
         _exit(rc); /* the job is broken: no finalize barrier */
