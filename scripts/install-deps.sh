@@ -4,18 +4,38 @@
 # installed so the configure summary shows them: rdma-core (ibverbs/mlx5dv),
 # clang + its runtime (libFuzzer), iproute2 and nftables (network-namespace
 # tests: nodes, and packet loss where the kernel has no netem).
+#   install-deps.sh --test   also what only the test suite needs: bc, and
+#                            qemu + Debian's kernel + a static busybox for the
+#                            tests that boot a guest kernel (tests/vm: tc netem
+#                            where this host's kernel lacks it)
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       libhwloc-dev hwloc libnuma-dev numactl libcmocka-dev
       libibverbs-dev rdma-core iproute2 nftables procps)
-missing=()
-for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    echo "install-deps: installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q >/dev/null
-    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+test_pkgs=(bc cpio qemu-system-x86 linux-image-amd64 busybox-static)
+missing() { # prints the packages among "$@" that are not installed
+    local p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+    done
+}
+export DEBIAN_FRONTEND=noninteractive
+updated=0
+install() {
+    ((updated)) || { apt-get update -q >/dev/null; updated=1; }
+    apt-get install -y -q --no-install-recommends "$@" >/dev/null
+}
+mapfile -t need < <(missing "${pkgs[@]}")
+if ((${#need[@]})); then
+    echo "install-deps: installing ${need[*]}"
+    install "${need[@]}"
+fi
+if [[ ${1:-} == --test ]]; then
+    # Best effort: without them the guest-kernel tests skip and say why.
+    mapfile -t need < <(missing "${test_pkgs[@]}")
+    if ((${#need[@]})); then
+        echo "install-deps: installing (for tests) ${need[*]}"
+        install "${need[@]}" || echo "install-deps: could not install ${need[*]}: the tests that need them will skip"
+    fi
 fi
 echo "install-deps: all dependencies present"

@@ -8,7 +8,7 @@
 # Set HCOMM_TEST_QUICK=1 to skip the sanitizer and fuzz builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --test
 if [[ $(id -u) == 0 ]]; then
     hugepages/hcomm-hugepages -n "${HCOMM_HUGEPAGES:-1024}" || echo "test: could not reserve hugepages; tests run on regular pages"
 fi

@@ -155,6 +155,17 @@ netem)
     launch 2 1 --max 16M
     wait_all 170
     ip netns exec "hcn-$HCN_JOB-1" tc -s qdisc show dev eth0 | grep -o "dropped [0-9]*" | head -1
+    # The delay is really there: an 8-byte pingpong's one-way latency
+    # (half the round trip, 1 ms each way) is at least 1 ms.
+    prog_saved=$prog
+    prog=$(dirname "$prog")/pingpong
+    launch 2 1 -b 8 -e 8 -n 20 -w 2
+    wait_all 60
+    prog=$prog_saved
+    lat=$(awk '$1 == 8 {print $3}' "$work/r0.log")
+    echo "8 B one-way latency through netem: ${lat:-?} us (p50)"
+    [ -n "$lat" ] && [ "$(echo "$lat >= 1000" | bc)" = 1 ] ||
+        fail "expected an 8 B one-way latency of at least 1000 us with 1 ms netem delay, got ${lat:-nothing}"
     ;;
 loss_nft)
     # The same loss without netem (kernels built without sch_netem): nftables
