@@ -3,9 +3,10 @@
 # kernel (linux-image-amd64) with this host's root filesystem shared
 # read-only over 9p: the same binaries, the same paths, but a kernel with the
 # modules this host's kernel lacks (sch_netem for `tc netem`; rdma_rxe for
-# soft-RoCE later). The guest mounts fresh /proc, /sys, /tmp, /run and
-# /dev/shm, so the command can create network namespaces and qdiscs freely;
-# nothing it does reaches the host.
+# soft-RoCE later). The guest's root is that share under a RAM overlay, with
+# fresh /proc, /sys, /run and /dev/shm, so the command can write anywhere and
+# create network namespaces and qdiscs freely; nothing it does reaches the
+# host.
 #
 #   vm-run.sh [--mem MiB] [--cpus N] [--timeout S] -- COMMAND [ARGS...]
 #
@@ -50,7 +51,7 @@ MODDIR=/lib/modules/$KVER/kernel
 
 JOB=$(mktemp -d /var/tmp/hcomm-vm.XXXXXX) || exit 1
 trap 'rm -rf "$JOB"' EXIT
-mkdir -p "$JOB/initramfs"/{bin,dev,proc,sys,m,newroot} "$JOB/share"
+mkdir -p "$JOB/initramfs"/{bin,dev,proc,sys,m,newroot,lower,rw} "$JOB/share"
 
 # initramfs: busybox plus the modules that mount the host's root over 9p
 cp "$BUSYBOX" "$JOB/initramfs/bin/busybox"
@@ -58,7 +59,8 @@ for m in virtio/virtio virtio/virtio_ring virtio/virtio_pci_legacy_dev \
     virtio/virtio_pci_modern_dev virtio/virtio_pci; do
     cp "$MODDIR/drivers/$m.ko" "$JOB/initramfs/m/" || skip "module $m missing for $KVER"
 done
-for m in net/9p/9pnet net/9p/9pnet_virtio fs/netfs/netfs fs/fscache/fscache fs/9p/9p; do
+for m in net/9p/9pnet net/9p/9pnet_virtio fs/netfs/netfs fs/fscache/fscache fs/9p/9p \
+    fs/overlayfs/overlay; do
     cp "$MODDIR/$m.ko" "$JOB/initramfs/m/" || skip "module $m missing for $KVER"
 done
 cat >"$JOB/initramfs/init" <<'EOF'
@@ -66,11 +68,18 @@ cat >"$JOB/initramfs/init" <<'EOF'
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t devtmpfs dev /dev
 for m in virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci \
-         9pnet 9pnet_virtio netfs fscache 9p; do
+         9pnet 9pnet_virtio netfs fscache 9p overlay; do
     /bin/busybox insmod /m/$m.ko || echo "vm init: insmod $m failed"
 done
 o=trans=virtio,version=9p2000.L,msize=262144
-/bin/busybox mount -t 9p -o ro,$o hostroot /newroot || { echo "vm init: cannot mount the host root"; /bin/busybox poweroff -f; }
+# The host's root, read-only, under a RAM overlay: the guest sees every path
+# the host has (the repository may live under /tmp) and may write anywhere
+# without touching the host.
+/bin/busybox mount -t 9p -o ro,$o hostroot /lower || { echo "vm init: cannot mount the host root"; /bin/busybox poweroff -f; }
+/bin/busybox mount -t tmpfs -o size=75% rw /rw
+/bin/busybox mkdir -p /rw/upper /rw/work
+/bin/busybox mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work overlay /newroot ||
+    { echo "vm init: cannot mount the overlay root"; /bin/busybox poweroff -f; }
 /bin/busybox mount -t 9p -o $o job /newroot/mnt || { echo "vm init: cannot mount the job folder"; /bin/busybox poweroff -f; }
 /bin/busybox mount --move /dev /newroot/dev
 /bin/busybox umount /proc
@@ -83,14 +92,14 @@ chmod +x "$JOB/initramfs/init"
 # what the guest runs: the caller's directory, PATH and HCOMM_* environment
 {
     echo 'mount -t proc proc /proc; mount -t sysfs sys /sys'
-    echo 'mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /run; mount -t tmpfs tmpfs /var/tmp'
+    echo 'mount -t tmpfs tmpfs /run'
     echo 'mkdir -p /dev/shm /dev/pts; mount -t tmpfs tmpfs /dev/shm; mount -t devpts devpts /dev/pts'
     echo 'ip link set lo up'
     printf 'export PATH=%q HOME=/tmp\n' "$PATH"
     env | grep -E '^HCOMM_[A-Z0-9_]*=' | while IFS= read -r kv; do printf 'export %q\n' "$kv"; done
-    printf 'cd %q || exit 1\n' "$PWD"
+    printf '(cd %q && ' "$PWD"
     printf '%q ' "$@"
-    echo '>/mnt/out 2>&1 </dev/null'
+    echo ') >/mnt/out 2>&1 </dev/null'
     echo 'echo $? >/mnt/rc'
     echo 'sync; umount /mnt; echo o >/proc/sysrq-trigger; sleep 10'
 } >"$JOB/share/guest.sh"
@@ -106,7 +115,7 @@ timeout -k 5 "$TIMEOUT" "$QEMU" "${ACCEL[@]}" -smp "$CPUS" -m "$MEM" \
     -nographic -no-reboot -nodefaults -serial "file:$JOB/console" -nic none \
     -kernel "/boot/vmlinuz-$KVER" -initrd "$JOB/initrd.gz" \
     -append "console=ttyS0 panic=-1 rdinit=/init loglevel=4" \
-    -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on" \
+    -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
     -virtfs "local,path=$JOB/share,mount_tag=job,security_model=none" >"$JOB/qemu.log" 2>&1
 qrc=$?
 [ -f "$JOB/share/out" ] && cat "$JOB/share/out"
