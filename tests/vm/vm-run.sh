@@ -15,7 +15,8 @@
 # here and its exit status is this script's. Exit 77 ("skipped: <why>") when
 # the host cannot run the guest: no qemu-system-x86_64, no
 # Debian kernel image with modules, no static busybox (install with
-# `scripts/install-deps.sh --test`), or not root.
+# `scripts/install-deps.sh --test`), not root, or a guest that never reaches
+# the command (qemu cannot boot the kernel here).
 set -u
 MEM=2048
 CPUS=2
@@ -91,6 +92,7 @@ chmod +x "$JOB/initramfs/init"
 
 # what the guest runs: the caller's directory, PATH and HCOMM_* environment
 {
+    echo ': >/mnt/started'
     echo 'mount -t proc proc /proc; mount -t sysfs sys /sys'
     echo 'mount -t tmpfs tmpfs /run'
     echo 'mkdir -p /dev/shm /dev/pts; mount -t tmpfs tmpfs /dev/shm; mount -t devpts devpts /dev/pts'
@@ -119,8 +121,15 @@ timeout -k 5 "$TIMEOUT" "$QEMU" "${ACCEL[@]}" -smp "$CPUS" -m "$MEM" \
     -virtfs "local,path=$JOB/share,mount_tag=job,security_model=none" >"$JOB/qemu.log" 2>&1
 qrc=$?
 [ -f "$JOB/share/out" ] && cat "$JOB/share/out"
+if [ ! -f "$JOB/share/started" ]; then
+    # The host could not boot the guest at all (qemu or the kernel image
+    # unusable here): nothing of ours ran, so this is a skip, with the tail
+    # of what the guest printed.
+    tail -n 20 "$JOB/console" "$JOB/qemu.log" >&2
+    skip "the guest kernel $KVER did not boot here (qemu exit $qrc; its console is above)"
+fi
 if [ ! -f "$JOB/share/rc" ]; then
-    echo "vm-run.sh: the guest did not finish (qemu exit $qrc, timeout ${TIMEOUT}s); console and qemu output:" >&2
+    echo "vm-run.sh: the command did not finish in the guest (qemu exit $qrc, timeout ${TIMEOUT}s); console and qemu output:" >&2
     tail -n 40 "$JOB/console" "$JOB/qemu.log" >&2
     exit 1
 fi
