@@ -56,6 +56,7 @@ typedef struct {
     int fd;
     int rank;      /* the peer's rank, -1 while its hello is pending */
     double t_open; /* accept time: the hello silence limit counts from here */
+    uint64_t seq;  /* accept order (rank 0's pending list) */
     char peer[80]; /* "addr:port" for the logs */
     uint8_t *buf;
     size_t have, need, cap;
@@ -429,9 +430,36 @@ static bool hc_bs_key_equal(const char *a, size_t alen, const char *b, size_t bl
     return diff == 0;
 }
 
+/* Rejections are logged one by one up to HC_BS_REJECT_LOG_MAX a second;
+ * past that a flood is summed up once a second, so that it cannot flood the
+ * log too. */
+#define HC_BS_REJECT_LOG_MAX 10
+static _Thread_local struct {
+    double window;        /* start of the current one-second window */
+    unsigned logged;      /* rejections logged in it */
+    unsigned long quiet;  /* rejections not logged since the last summary */
+} hc_bs_rejects;
+
+static void hc_bs_reject_summary(double now)
+{
+    if (hc_bs_rejects.quiet)
+        hc_log_warn("bootstrap: %lu more connections rejected in %.1f s (not logged one by one)",
+                    hc_bs_rejects.quiet, now - hc_bs_rejects.window);
+    hc_bs_rejects.window = now;
+    hc_bs_rejects.logged = 0;
+    hc_bs_rejects.quiet = 0;
+}
+
 static void hc_bs_reject(hc_bs_conn_t *c, const char *why)
 {
-    hc_log_warn("bootstrap: rejected connection from %s: %s", c->peer, why);
+    double now = hc_time_sec();
+    if (now - hc_bs_rejects.window >= 1.0) hc_bs_reject_summary(now);
+    if (hc_bs_rejects.logged < HC_BS_REJECT_LOG_MAX) {
+        hc_bs_rejects.logged++;
+        hc_log_warn("bootstrap: rejected connection from %s: %s", c->peer, why);
+    } else {
+        hc_bs_rejects.quiet++;
+    }
     hc_bs_conn_close(c);
 }
 
@@ -469,14 +497,14 @@ static void hc_bs_hello_accept(hc_bootstrap_t *bs, const hc_bootstrap_params_t *
     (*joined)++;
 }
 
-/* The pending connection to drop when the list is full: the oldest of those
- * that sent nothing yet, else the oldest. */
+/* The pending connection to drop when the list is full: the first accepted
+ * of those that sent nothing yet, else the first accepted. */
 static size_t hc_bs_pending_victim(const hc_bs_conn_t *pend, size_t npend)
 {
     size_t best = 0;
     for (size_t i = 1; i < npend; i++) {
         bool silent_i = pend[i].have == 0, silent_b = pend[best].have == 0;
-        if (silent_i != silent_b ? silent_i : pend[i].t_open < pend[best].t_open) best = i;
+        if (silent_i != silent_b ? silent_i : pend[i].seq < pend[best].seq) best = i;
     }
     return best;
 }
@@ -490,6 +518,8 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
     hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_HELLO, (uint32_t)bs->size, bs->blob_len};
     hcomm_status_t st = HCOMM_OK;
     size_t npend = 0;
+    uint64_t seq = 0;
+    bool flooded = false;
     int joined = 0;
     char why[160];
 
@@ -547,7 +577,10 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
         }
         npend = k;
 
-        for (;;) {
+        /* At most max_pending accepts per round: a client that connects
+         * faster than we accept must not keep us from reading the hellos
+         * already here, nor from the deadline check. */
+        for (size_t accepted = 0; accepted < max_pending; accepted++) {
             struct sockaddr_storage ss;
             socklen_t sl = sizeof(ss);
             int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -565,6 +598,7 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
             hc_bs_conn_init(&c);
             c.fd = fd;
             c.t_open = now;
+            c.seq = ++seq;
             hc_bs_sockaddr_str((struct sockaddr *)&ss, sl, c.peer, sizeof(c.peer));
             hc_bs_set_nodelay(fd);
             if (npend == max_pending) {
@@ -573,6 +607,11 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
                  * flood of idle clients thus cannot lock a real rank out:
                  * its hello arrives right after connect and is read first
                  * in the next round. */
+                if (!flooded)
+                    hc_log_warn("bootstrap: more than %zu connections waiting to say hello: "
+                                "dropping the longest-waiting first (a connection flood?)",
+                                max_pending);
+                flooded = true;
                 size_t victim = hc_bs_pending_victim(pend, npend);
                 snprintf(why, sizeof(why),
                          "%zu connections waiting to say hello, this one the longest (%.1f s)",
@@ -588,6 +627,7 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
 out:
     for (size_t i = 0; i < npend; i++)
         hc_bs_reject(&pend[i], "rendezvous is over");
+    hc_bs_reject_summary(hc_time_sec());
     free(pend);
     free(pfds);
     return st;

@@ -179,7 +179,7 @@ garbage | garbage_flood)
     if [ "$CASE" = garbage_flood ]; then
         # the flood filled rank 0's list, and what it dropped was the waiting
         # clients, never rank 1
-        grep -q "connections waiting to say hello, this one the longest" "$TMP/out.0" ||
+        grep -q "connections waiting to say hello: dropping the longest-waiting first" "$TMP/out.0" ||
             fail "rank 0 expected to drop its longest-waiting connection when the flood filled its list"
     fi
     for r in 0 1; do

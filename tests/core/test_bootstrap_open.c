@@ -455,6 +455,63 @@ static void test_silent_clients_dropped(void **state)
     reap_all_ok();
 }
 
+/* Connects as fast as it can for up to storm_s seconds, holding the newest
+ * 200 connections open and sending nothing: rank 0's hello list is full the
+ * whole time and new clients keep arriving. Stops when rank 0 stops
+ * listening. */
+static int run_connect_storm(void *arg)
+{
+    const int *port = arg;
+    int fds[200];
+    size_t n = 0, opened = 0;
+    double end = hc_time_sec() + 8.0;
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)*port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (size_t i = 0; i < 200; i++)
+        fds[i] = -1;
+    while (hc_time_sec() < end) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0) return 30;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+            close(fd);
+            if (opened > 0) break; /* rank 0 has stopped listening */
+            sleep_ms(1);
+            continue;
+        }
+        opened++;
+        if (fds[n] >= 0) close(fds[n]);
+        fds[n] = fd;
+        n = (n + 1) % 200;
+    }
+    for (size_t i = 0; i < 200; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    return opened > 200 ? 0 : 31; /* the storm did overflow the list */
+}
+
+static void test_connect_storm(void **state)
+{
+    (void)state;
+    char url[64];
+    int port = free_port();
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+    /* The storm starts first; ranks 1-3 join 0.5 s into it. Rank 0 must
+     * still read their hellos and finish the rendezvous, well within its
+     * timeout, while clients connect faster than it accepts. */
+    spawn(run_connect_storm, &port);
+    rank_arg_t args[4];
+    for (int r = 1; r < 4; r++) {
+        args[r] = (rank_arg_t){params(r, 4, url, KEY), 500, false};
+        spawn(run_rank, &args[r]);
+    }
+    double t0 = hc_time_sec();
+    rank_arg_t a0 = {params(0, 4, url, KEY), 0, false};
+    assert_int_equal(run_rank(&a0), 0);
+    print_message("rendezvous under a connect storm took %.2f s\n", hc_time_sec() - t0);
+    assert_true(hc_time_sec() - t0 < 5.0);
+    reap_all_ok();
+}
+
 /* ---- failures ------------------------------------------------------------ */
 
 typedef struct {
@@ -688,6 +745,7 @@ int main(void)
         T(test_allgather_len_mismatch),
         T(test_tcp_ipv6),
         T(test_silent_clients_dropped),
+        T(test_connect_storm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
