@@ -1,5 +1,5 @@
 #!/bin/bash
-# Runs one command inside a throw-away KVM guest that boots Debian's own
+# Runs one command inside a throw-away qemu guest that boots Debian's own
 # kernel (linux-image-amd64) with this host's root filesystem shared
 # read-only over 9p: the same binaries, the same paths, but a kernel with the
 # modules this host's kernel lacks (sch_netem for `tc netem`; rdma_rxe for
@@ -41,7 +41,7 @@ BUSYBOX=/bin/busybox
 [ "$(id -u)" = 0 ] || skip "needs root (the guest sees this host's whole root filesystem)"
 [ -x "$BUSYBOX" ] && ! ldd "$BUSYBOX" >/dev/null 2>&1 ||
     skip "no static $BUSYBOX (package busybox-static)"
-# The newest Debian kernel image whose modules are installed.
+# A Debian kernel image whose modules are installed (the last by name).
 KVER=
 for k in /boot/vmlinuz-*; do
     v=${k#/boot/vmlinuz-}
