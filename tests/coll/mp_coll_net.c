@@ -413,13 +413,6 @@ out:
     free(rb);
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int bench(size_t bytes)
 {
     size_t count = bytes / 4;
@@ -428,10 +421,10 @@ static int bench(size_t bytes)
         s[i] = (float)(i % 13);
     int iters = 10;
     hcomm_status_t st = hcomm_allreduce(s, r, count, HCOMM_FLOAT32, HCOMM_SUM, world); /* warm */
-    double t0 = now();
+    double t0 = mp_now();
     for (int k = 0; k < iters && st == HCOMM_OK; k++)
         st = hcomm_allreduce(s, r, count, HCOMM_FLOAT32, HCOMM_SUM, world);
-    double dt = (now() - t0) / iters;
+    double dt = (mp_now() - t0) / iters;
     if (st != HCOMM_OK) {
         fprintf(stderr, "rank %d: bench allreduce failed: %s\n", me, hcomm_last_error());
         return 1;
@@ -456,12 +449,12 @@ static int die_test(void)
     size_t count = (size_t)1 << 20;
     float *s = xmalloc(count * 4), *r = xmalloc(count * 4);
     memset(s, 0, count * 4);
-    double t0 = now();
+    double t0 = mp_now();
     st = hcomm_allreduce(s, r, count, HCOMM_FLOAT32, HCOMM_SUM, world);
     /* A survivor may see rank n-1 vanish, or another survivor that gave up
      * first: either way an error that explains itself, well before the
      * timeout, never a hang. */
-    double took = now() - t0;
+    double took = mp_now() - t0;
     int ok = st == HCOMM_ERR_PEER_FAILED && hcomm_last_error()[0] && took < 20;
     printf("rank %d: allreduce with a dead peer -> %s after %.2f s (%s): %s\n", me,
            hcomm_strerror(st), took, hcomm_last_error(), ok ? "ok" : "FAIL");

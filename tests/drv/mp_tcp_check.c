@@ -42,13 +42,6 @@ static int failures;
         }                                                                                          \
     } while (0)
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t seed_of(int src, int dst, size_t len, uint64_t idx)
 {
     uint64_t h = 0x9e3779b97f4a7c15ull;
@@ -267,7 +260,7 @@ static hcomm_status_t coll_checks(size_t count)
  * stalls another by leaving early. */
 static int until_fail(double limit)
 {
-    double t0 = now_s(), t_first = 0;
+    double t0 = mp_now(), t_first = 0;
     uint8_t *sb = xmalloc(4096), *rb = xmalloc(4096 * (size_t)size);
     hcomm_request_t *reqs = xmalloc(sizeof(*reqs) * 2 * (size_t)size);
     int *peer_of = xmalloc(sizeof(int) * 2 * (size_t)size);
@@ -276,7 +269,7 @@ static int until_fail(double limit)
     memset(sb, rank, 4096);
     printf("rank %d: exchanging\n", rank);
     fflush(stdout);
-    while (now_s() - t0 < limit && !(t_first > 0 && now_s() - t_first > 3)) {
+    while (mp_now() - t0 < limit && !(t_first > 0 && mp_now() - t_first > 3)) {
         int n = 0;
         for (int p = 0; p < size; p++) {
             if (p == rank || dead[p]) continue;
@@ -294,7 +287,7 @@ static int until_fail(double limit)
             }
             if (st == HCOMM_ERR_PEER_FAILED) dead[p] = 2; /* reported below */
         }
-        for (int left = n; left > 0 && now_s() - t0 < limit;) {
+        for (int left = n; left > 0 && mp_now() - t0 < limit;) {
             for (int i = 0; i < n; i++) {
                 int done = 0;
                 if (!reqs[i]) continue;
@@ -325,7 +318,7 @@ static int until_fail(double limit)
                      st == HCOMM_ERR_PEER_FAILED ? hcomm_last_error() : "(no message)");
             printf("rank %d: %s\n", rank, first);
             fflush(stdout);
-            t_first = now_s();
+            t_first = mp_now();
         }
     }
     if (first[0]) return 0;
@@ -372,7 +365,7 @@ int main(int argc, char **argv)
         int rc = until_fail(fail_limit);
         _exit(rc); /* the job is broken: no finalize barrier */
     }
-    double t0 = now_s();
+    double t0 = mp_now();
     uint64_t round = 0;
     int more = 0;
     do {
@@ -380,7 +373,7 @@ int main(int argc, char **argv)
         round++;
         /* Every rank must run the same number of rounds: each one's clock
          * alone would let one rank stop while its peers wait for another. */
-        int mine = now_s() - t0 < duration;
+        int mine = mp_now() - t0 < duration;
         more = 0;
         if (duration > 0) {
             hcomm_status_t st = hcomm_allreduce(&mine, &more, 1, HCOMM_INT32, HCOMM_MIN, world);
@@ -398,7 +391,7 @@ int main(int argc, char **argv)
     }
     if (failures == 0)
         printf("rank %d: mp_tcp_check passed (%llu rounds, %.1f s)\n", rank,
-               (unsigned long long)round, now_s() - t0);
+               (unsigned long long)round, mp_now() - t0);
     hcomm_finalize();
     return failures ? 1 : 0;
 }

@@ -49,13 +49,6 @@ static hcomm_comm_t world;
         }                                                                                          \
     } while (0)
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int count_sockets(void)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -181,9 +174,9 @@ static int idle_phase(int cycle, double secs, int base_socks)
     /* Peers leave their own idle phase a little earlier or later, and their
      * wake message reopens a connection: what counts is that the sockets
      * were all gone at some point. */
-    double end = now_s() + secs;
+    double end = mp_now() + secs;
     int idle = busy, done = 0;
-    while (now_s() < end) {
+    while (mp_now() < end) {
         if (!done) CHECK_ST(hcomm_test(req[0], &done), "hcomm_test while idle");
         if (done) req[0] = NULL;
         int n = count_sockets();
@@ -242,9 +235,9 @@ static int midsend(size_t big, double secs)
         CHECK_ST(hcomm_recv(&go, 1, HCOMM_INT32, 0, 8, world), "go recv");
         fprintf(stderr, "rank %d: midsend begin\n", rank);
         CHECK_ST(hcomm_irecv(b, big, HCOMM_UINT8, 0, 9, world, &req), "big irecv");
-        double until = now_s() + 0.05;
+        double until = mp_now() + 0.05;
         int done = 0;
-        while (now_s() < until && !done)
+        while (mp_now() < until && !done)
             CHECK_ST(hcomm_test(req, &done), "big test");
         if (done) {
             FAIL("%zu bytes arrived within 50 ms: the stall would not be mid-message", big);

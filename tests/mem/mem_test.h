@@ -19,6 +19,23 @@ static inline void mem_test_init(void)
     }
 }
 
+/* mem_test_init with the pool's class ratio (log2) and size limits. */
+static inline void mem_test_init_pool(const char *bits, const char *initial, const char *max)
+{
+    setenv("HCOMM_MEM_POOL_BUCKET_BITS", bits, 1);
+    setenv("HCOMM_MEM_POOL_INITIAL_SIZE", initial, 1);
+    setenv("HCOMM_MEM_POOL_MAX_SIZE", max, 1);
+    mem_test_init();
+}
+
+/* cmocka teardown: finalize mem/ even when the test failed midway. */
+static inline int mem_test_teardown(void **state)
+{
+    (void)state;
+    hc_mem_finalize();
+    return 0;
+}
+
 /* HugePages_Free from /proc/meminfo (-1 if unreadable). */
 static inline long mem_test_huge_free(void)
 {

@@ -12,24 +12,9 @@
 
 #include <pthread.h>
 
-static void init_with(const char *bits, const char *initial, const char *max)
-{
-    setenv("HCOMM_MEM_POOL_BUCKET_BITS", bits, 1);
-    setenv("HCOMM_MEM_POOL_INITIAL_SIZE", initial, 1);
-    setenv("HCOMM_MEM_POOL_MAX_SIZE", max, 1);
-    mem_test_init();
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    hc_mem_finalize();
-    return 0;
-}
-
 static void check_classes(const char *bits, const size_t *want, unsigned nwant)
 {
-    init_with(bits, "4M", "64M");
+    mem_test_init_pool(bits, "4M", "64M");
     assert_int_equal(hc_mem_pool_nclasses(), nwant);
     for (unsigned i = 0; i < nwant; i++)
         assert_int_equal(hc_mem_pool_class_size(i), want[i]);
@@ -74,7 +59,7 @@ static void test_size_classes(void **state)
 static void test_alloc_free_basic(void **state)
 {
     (void)state;
-    init_with("2", "8M", "64M");
+    mem_test_init_pool("2", "8M", "64M");
     void *p[64];
     for (int i = 0; i < 64; i++) {
         size_t sz = (size_t)1 << (6 + i % 17); /* 64 B .. 4 MiB */
@@ -117,7 +102,7 @@ static void test_alloc_free_basic(void **state)
 static void test_growth_limit_fallback(void **state)
 {
     (void)state;
-    init_with("2", "2M", "16M");
+    mem_test_init_pool("2", "2M", "16M");
     hc_mem_stats_t s;
     hc_mem_stats_get(&s);
     assert_int_equal(s.pool_max, 16u << 20);
@@ -167,7 +152,7 @@ static void test_growth_limit_fallback(void **state)
 static void test_invalid_double_free(void **state)
 {
     (void)state;
-    init_with("2", "8M", "64M");
+    mem_test_init_pool("2", "8M", "64M");
     void *p, *q, *big;
     int on_stack;
     assert_int_equal(hc_mem_alloc(10000, &p), HCOMM_OK);
@@ -233,7 +218,7 @@ static void *hold_table_lock(void *arg)
 static void test_lookup(void **state)
 {
     (void)state;
-    init_with("2", "8M", "8M");
+    mem_test_init_pool("2", "8M", "8M");
     void *blocks[200];
     for (int i = 0; i < 200; i++)
         assert_int_equal(hc_mem_alloc(4096u << (2 * (i % 2)), &blocks[i]), HCOMM_OK);
@@ -283,10 +268,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_size_classes),
-        cmocka_unit_test_teardown(test_alloc_free_basic, teardown),
-        cmocka_unit_test_teardown(test_growth_limit_fallback, teardown),
-        cmocka_unit_test_teardown(test_invalid_double_free, teardown),
-        cmocka_unit_test_teardown(test_lookup, teardown),
+        cmocka_unit_test_teardown(test_alloc_free_basic, mem_test_teardown),
+        cmocka_unit_test_teardown(test_growth_limit_fallback, mem_test_teardown),
+        cmocka_unit_test_teardown(test_invalid_double_free, mem_test_teardown),
+        cmocka_unit_test_teardown(test_lookup, mem_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

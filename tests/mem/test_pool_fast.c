@@ -16,21 +16,6 @@
 
 #include <pthread.h>
 
-static void init_with(const char *initial, const char *max)
-{
-    setenv("HCOMM_MEM_POOL_BUCKET_BITS", "2", 1);
-    setenv("HCOMM_MEM_POOL_INITIAL_SIZE", initial, 1);
-    setenv("HCOMM_MEM_POOL_MAX_SIZE", max, 1);
-    mem_test_init();
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    hc_mem_finalize();
-    return 0;
-}
-
 /* hc_mem_free(p) fails with ERR_INVALID, the message names p and says why. */
 static void expect_rejected(void *p, const char *why)
 {
@@ -54,7 +39,7 @@ static void class_totals(unsigned c, uint64_t *allocs, uint64_t *frees, uint64_t
 static void test_double_free_everywhere(void **state)
 {
     (void)state;
-    init_with("8M", "64M");
+    mem_test_init_pool("2", "8M", "64M");
     unsigned c4 = hc_mem_pool_class_of(4096), c16 = hc_mem_pool_class_of(16384);
     void *p, *q, *r[40];
     assert_int_equal(hc_mem_alloc(4096, &p), HCOMM_OK);
@@ -101,7 +86,7 @@ static void test_double_free_everywhere(void **state)
 static void test_interior_and_foreign(void **state)
 {
     (void)state;
-    init_with("8M", "64M");
+    mem_test_init_pool("2", "8M", "64M");
     void *p, *big;
     assert_int_equal(hc_mem_alloc(16384, &p), HCOMM_OK);
     assert_int_equal(hc_mem_alloc(1 << 20, &big), HCOMM_OK);
@@ -198,7 +183,7 @@ static void *consumer(void *arg)
 static void test_handoff_between_threads(void **state)
 {
     (void)state;
-    init_with("16M", "128M");
+    mem_test_init_pool("2", "16M", "128M");
     hq.head = hq.tail = 0;
     hq.done = false;
     long perr = 0, cerr = 0;
@@ -253,14 +238,14 @@ static void *cycle_thread(void *arg)
 static void test_stale_cache_across_cycles(void **state)
 {
     (void)state;
-    init_with("4M", "32M");
+    mem_test_init_pool("2", "4M", "32M");
     pthread_t t;
     cycle_errors = 0;
     pthread_barrier_init(&cyc, NULL, 2);
     assert_int_equal(pthread_create(&t, NULL, cycle_thread, NULL), 0);
     pthread_barrier_wait(&cyc);
     hc_mem_finalize();
-    init_with("4M", "32M");
+    mem_test_init_pool("2", "4M", "32M");
     assert_int_equal(hc_mem_alloc(4096, &cycle_block), HCOMM_OK);
     pthread_barrier_wait(&cyc);
     pthread_barrier_wait(&cyc);
@@ -279,7 +264,7 @@ static void test_stale_cache_across_cycles(void **state)
     pthread_barrier_destroy(&cyc);
     assert_int_equal(cycle_errors, 0);
     /* And this thread's own cache, stale since the finalize above. */
-    init_with("4M", "32M");
+    mem_test_init_pool("2", "4M", "32M");
     void *p;
     assert_int_equal(hc_mem_alloc(100, &p), HCOMM_OK);
     assert_int_equal(hc_mem_free(p), HCOMM_OK);
@@ -301,7 +286,7 @@ static void test_slot_returned_at_exit(void **state)
 {
     (void)state;
     /* 8 MiB: room for exactly two 4 MiB blocks. */
-    init_with("8M", "8M");
+    mem_test_init_pool("2", "8M", "8M");
     long err = 0;
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, one_pair, &err), 0);
@@ -325,11 +310,11 @@ static void test_slot_returned_at_exit(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_double_free_everywhere, teardown),
-        cmocka_unit_test_teardown(test_interior_and_foreign, teardown),
-        cmocka_unit_test_teardown(test_handoff_between_threads, teardown),
-        cmocka_unit_test_teardown(test_stale_cache_across_cycles, teardown),
-        cmocka_unit_test_teardown(test_slot_returned_at_exit, teardown),
+        cmocka_unit_test_teardown(test_double_free_everywhere, mem_test_teardown),
+        cmocka_unit_test_teardown(test_interior_and_foreign, mem_test_teardown),
+        cmocka_unit_test_teardown(test_handoff_between_threads, mem_test_teardown),
+        cmocka_unit_test_teardown(test_stale_cache_across_cycles, mem_test_teardown),
+        cmocka_unit_test_teardown(test_slot_returned_at_exit, mem_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
