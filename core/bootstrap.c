@@ -498,11 +498,18 @@ static void hc_bs_hello_accept(hc_bootstrap_t *bs, const hc_bootstrap_params_t *
 }
 
 /* The pending connection to drop when the list is full: the first accepted
- * of those that sent nothing yet, else the first accepted. */
-static size_t hc_bs_pending_victim(const hc_bs_conn_t *pend, size_t npend)
+ * of those that sent nothing yet, else the first accepted, among those
+ * accepted up to max_seq (earlier rounds: each connection gets at least one
+ * read pass). npend when there is none. */
+static size_t hc_bs_pending_victim(const hc_bs_conn_t *pend, size_t npend, uint64_t max_seq)
 {
-    size_t best = 0;
-    for (size_t i = 1; i < npend; i++) {
+    size_t best = npend;
+    for (size_t i = 0; i < npend; i++) {
+        if (pend[i].seq > max_seq) continue;
+        if (best == npend) {
+            best = i;
+            continue;
+        }
         bool silent_i = pend[i].have == 0, silent_b = pend[best].have == 0;
         if (silent_i != silent_b ? silent_i : pend[i].seq < pend[best].seq) best = i;
     }
@@ -577,10 +584,15 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
         }
         npend = k;
 
-        /* At most max_pending accepts per round: a client that connects
-         * faster than we accept must not keep us from reading the hellos
-         * already here, nor from the deadline check. */
+        /* At most max_pending accepts per round, and none that would evict
+         * a connection of this round: a client that connects faster than we
+         * accept must not keep us from reading the hellos already here,
+         * from the deadline check, nor push a rank out before its hello
+         * was read once. What is left waits in the listen backlog. */
+        uint64_t round_seq = seq;
         for (size_t accepted = 0; accepted < max_pending; accepted++) {
+            if (npend == max_pending && hc_bs_pending_victim(pend, npend, round_seq) == npend)
+                break;
             struct sockaddr_storage ss;
             socklen_t sl = sizeof(ss);
             int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -612,7 +624,7 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
                                 "dropping the longest-waiting first (a connection flood?)",
                                 max_pending);
                 flooded = true;
-                size_t victim = hc_bs_pending_victim(pend, npend);
+                size_t victim = hc_bs_pending_victim(pend, npend, round_seq);
                 snprintf(why, sizeof(why),
                          "%zu connections waiting to say hello, this one the longest (%.1f s)",
                          npend, now - pend[victim].t_open);
