@@ -80,11 +80,12 @@ int hc_coll_failed_member(struct hcomm_comm *comm)
     return -1;
 }
 
-void hc_coll_break(struct hcomm_comm *comm, const char *why)
+void hc_coll_break(struct hcomm_comm *comm, hcomm_status_t status, const char *why)
 {
     hc_coll_comm_t *cc = hc_coll_comm(comm);
     if (cc && !cc->broken) {
         cc->broken = true;
+        cc->broken_status = status;
         snprintf(cc->broken_why, sizeof(cc->broken_why), "%s", why);
     }
 }
@@ -95,7 +96,7 @@ static void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status)
     struct hcomm_request *req = op->req;
     hc_list_del(&op->link);
     if (status != HCOMM_OK)
-        hc_coll_break(op->comm, hc_error_last());
+        hc_coll_break(op->comm, status, hc_error_last());
     if (op->on_done)
         op->on_done(op, status);
     req->coll = NULL;
@@ -162,15 +163,15 @@ hcomm_status_t hc_coll_start(hc_coll_op_t *op)
     return HCOMM_OK;
 }
 
+/* A wait on req ran out of time: the collective behind it (for a member of
+ * a fused group, the fused one, with every member) ends with a timeout. */
 static void hc_coll_cancel(struct hcomm_request *req)
 {
     hc_coll_op_t *op = req->coll;
     if (!op)
         return;
-    hc_coll_break(op->comm, "a collective on this communicator timed out");
-    hc_list_del(&op->link);
-    req->coll = NULL;
-    hc_coll_op_release(op);
+    hc_coll_break(op->comm, HCOMM_ERR_TIMEOUT, "a collective on this communicator timed out");
+    hc_coll_finish(op, HCOMM_ERR_TIMEOUT);
 }
 
 /* Which rank a stuck collective waits for: the peer of its first pending
@@ -203,7 +204,7 @@ static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status, bo
         hc_coll_finish(op, status);
     }
     if (!release) {
-        hc_coll_break(comm, "the communicator was aborted");
+        hc_coll_break(comm, HCOMM_ERR_ABORTED, "the communicator was aborted");
         return; /* the state stays until hcomm_comm_free destroys the comm */
     }
     if (cc->active)
@@ -286,7 +287,7 @@ hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn)
             }
         }
         if (HC_UNLIKELY(st != HCOMM_OK)) {
-            hc_coll_break(comm, hc_error_last());
+            hc_coll_break(comm, st, hc_error_last());
             return st;
         }
         hc_backoff_step(&backoff);

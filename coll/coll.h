@@ -82,6 +82,7 @@ struct hc_coll_op {
 typedef struct hc_coll_comm {
     struct hcomm_comm *comm;
     bool broken;      /* a collective failed midway: the communicator is unusable */
+    hcomm_status_t broken_status; /* how: TIMEOUT, ABORTED, PEER_FAILED, ... */
     char broken_why[200];
     bool node_checked;
     struct hc_coll_node *node; /* NULL: no node-shared region for this comm */
@@ -92,8 +93,9 @@ typedef struct hc_coll_comm {
 hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm);
 
 void hc_coll_op_init(hc_coll_op_t *op);
-/* Marks comm unusable for collectives, with the reason (first one kept). */
-void hc_coll_break(struct hcomm_comm *comm, const char *why);
+/* Marks comm unusable for collectives, with the status and reason that
+ * later calls report (the first one is kept). */
+void hc_coll_break(struct hcomm_comm *comm, hcomm_status_t status, const char *why);
 /* Runs a blocking op to completion outside the queues (small node ops). */
 hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn);
 /* Largest allreduce/reduce that travels inside the node flag line. */

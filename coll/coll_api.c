@@ -126,8 +126,8 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
     if (HC_UNLIKELY(!cc))
         return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
     if (HC_UNLIKELY(cc->broken))
-        return hc_error(HCOMM_ERR_PEER_FAILED, "%s: communicator unusable after an earlier "
-                                               "collective failed (%s)", fn, cc->broken_why);
+        return hc_error(cc->broken_status, "%s: communicator unusable after an earlier "
+                                           "collective failed (%s)", fn, cc->broken_why);
     int dead = hc_coll_failed_member(comm);
     if (HC_UNLIKELY(dead >= 0))
         return hc_peer_error(dead, fn);
@@ -186,6 +186,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
             return hc_error(HCOMM_ERR_NO_MEMORY, "%s: group too large", fn);
         }
         hc_group.ops[hc_group.nops++] = op;
+        req->deferred = true;
         if (req_p) {
             req->user = true;
             *req_p = req;
@@ -441,6 +442,7 @@ HC_EXPORT hcomm_status_t hcomm_ibarrier(hcomm_comm_t comm, hcomm_request_t *req_
 static hcomm_status_t hc_group_launch(hc_coll_op_t *op)
 {
     struct hcomm_request *req = op->req;
+    req->deferred = false;
     hcomm_status_t st = hc_coll_select(op);
     if (st == HCOMM_OK)
         st = hc_coll_start(op);
@@ -454,28 +456,44 @@ static hcomm_status_t hc_group_launch(hc_coll_op_t *op)
     return st;
 }
 
-/* A fused allreduce: the members' inputs packed in op->tmp, the result
- * unpacked into each member's output, each member's request completed. */
+/* A fused allreduce. The members' inputs are packed into buf, the fused
+ * collective reduces buf into buf + total, and its end unpacks the result
+ * into each member's output and completes each member's request. The
+ * members' own ops are released when they are fused: from then on their
+ * requests point at the fused op, so a wait on any of them that runs out
+ * of time ends the fused op with every member (hc_coll_cancel). The buffer
+ * belongs to the fusion, not to the op: the algorithm may use op->tmp. */
 typedef struct {
     int n;
-    hc_coll_op_t *members[];
+    uint8_t *buf; /* 2 * total bytes: inputs, then the result */
+    struct {
+        struct hcomm_request *req;
+        void *rbuf;
+        size_t bytes;
+    } m[];
 } hc_fusion_t;
 
 static void hc_fusion_done(hc_coll_op_t *op, hcomm_status_t status)
 {
     hc_fusion_t *f = op->done_arg;
+    const uint8_t *res = op->rbuf;
     size_t off = 0;
     for (int i = 0; i < f->n; i++) {
-        hc_coll_op_t *m = f->members[i];
         if (status == HCOMM_OK)
-            memcpy(m->rbuf, (uint8_t *)op->tmp + op->bytes + off, m->bytes);
-        off += m->bytes;
-        struct hcomm_request *req = m->req;
-        req->coll = NULL;
-        hc_coll_op_release(m);
-        hc_request_complete(req, status);
+            memcpy(f->m[i].rbuf, res + off, f->m[i].bytes);
+        off += f->m[i].bytes;
+        f->m[i].req->coll = NULL;
+        hc_request_complete(f->m[i].req, status);
     }
+    free(f->buf);
     free(f);
+    op->done_arg = NULL;
+}
+
+static bool hc_group_fusable(const hc_coll_op_t *m, const hc_coll_op_t *lead)
+{
+    return m && m->kind == HC_COLL_ALLREDUCE && m->comm == lead->comm &&
+           m->dtype == lead->dtype && m->op == lead->op;
 }
 
 /* Fuses small allreduces of the group that share comm, dtype and op with
@@ -489,8 +507,7 @@ static hcomm_status_t hc_group_fuse(int i)
     size_t total = 0;
     for (int k = i; k < hc_group.nops; k++) {
         hc_coll_op_t *m = hc_group.ops[k];
-        if (m && m->kind == HC_COLL_ALLREDUCE && m->comm == lead->comm && m->dtype == lead->dtype &&
-            m->op == lead->op && total + m->bytes <= hc_cfg.group_fuse) {
+        if (hc_group_fusable(m, lead) && total + m->bytes <= hc_cfg.group_fuse) {
             n++;
             total += m->bytes;
         } else if (m && m->comm == lead->comm) {
@@ -499,7 +516,7 @@ static hcomm_status_t hc_group_fuse(int i)
     }
     if (n < 2)
         return HCOMM_OK;
-    hc_fusion_t *f = malloc(sizeof(*f) + sizeof(hc_coll_op_t *) * (size_t)n);
+    hc_fusion_t *f = malloc(sizeof(*f) + sizeof(f->m[0]) * (size_t)n);
     hc_coll_op_t *op = hc_coll_op_alloc();
     struct hcomm_request *req = hc_request_alloc(HC_REQ_COLL);
     uint8_t *buf = malloc(2 * total);
@@ -513,16 +530,23 @@ static hcomm_status_t hc_group_fuse(int i)
         return HCOMM_OK; /* no memory to fuse: launch them one by one */
     }
     f->n = 0;
+    f->buf = buf;
     size_t off = 0;
-    for (int k = i; k < hc_group.nops && f->n < n; k++) {
+    for (int k = i; f->n < n; k++) {
         hc_coll_op_t *m = hc_group.ops[k];
-        if (!(m && m->kind == HC_COLL_ALLREDUCE && m->comm == lead->comm &&
-              m->dtype == lead->dtype && m->op == lead->op))
+        if (!hc_group_fusable(m, lead))
             continue;
         memcpy(buf + off, m->sbuf, m->bytes);
         off += m->bytes;
-        f->members[f->n++] = m;
+        f->m[f->n].req = m->req;
+        f->m[f->n].rbuf = m->rbuf;
+        f->m[f->n].bytes = m->bytes;
+        f->n++;
+        m->req->coll = op;
+        m->req->deferred = false;
         hc_group.ops[k] = NULL;
+        if (m != lead)
+            hc_coll_op_release(m);
     }
     req->comm = lead->comm;
     req->peer = -1;
@@ -532,7 +556,6 @@ static hcomm_status_t hc_group_fuse(int i)
     op->kind = HC_COLL_ALLREDUCE;
     op->sbuf = buf;
     op->rbuf = buf + total;
-    op->tmp = buf; /* freed with the op */
     op->dtype = lead->dtype;
     op->op = lead->op;
     op->esize = lead->esize;
@@ -540,8 +563,8 @@ static hcomm_status_t hc_group_fuse(int i)
     op->bytes = total;
     op->on_done = hc_fusion_done;
     op->done_arg = f;
+    hc_coll_op_release(lead);
     hc_group.fused[hc_group.nfused++] = req;
-    hc_group.ops[i] = NULL;
     return hc_group_launch(op);
 }
 

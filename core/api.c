@@ -204,6 +204,9 @@ HC_EXPORT hcomm_status_t hcomm_wait(hcomm_request_t req)
     if (HC_UNLIKELY(!hc_request_valid(req) || !req->user))
         return hc_error(HCOMM_ERR_INVALID, "hcomm_wait: request %p is NULL, already completed "
                                            "or not a request", (void *)req);
+    if (HC_UNLIKELY(req->deferred))
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_wait: the collective of request %p was posted inside "
+                        "a group that has not ended: call hcomm_group_end first", (void *)req);
     return hc_api_finish(req, req->kind == HC_REQ_SEND   ? "hcomm_wait(send)"
                               : req->kind == HC_REQ_RECV ? "hcomm_wait(recv)"
                                                          : "hcomm_wait(collective)");
@@ -217,6 +220,9 @@ HC_EXPORT hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p)
     if (HC_UNLIKELY(!hc_request_valid(req) || !req->user))
         return hc_error(HCOMM_ERR_INVALID, "hcomm_test: request %p is NULL, already completed "
                                            "or not a request", (void *)req);
+    if (HC_UNLIKELY(req->deferred))
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_test: the collective of request %p was posted inside "
+                        "a group that has not ended: call hcomm_group_end first", (void *)req);
     if (HC_UNLIKELY(!done_p))
         return hc_error(HCOMM_ERR_INVALID, "hcomm_test: done_p is NULL");
     if (!req->done) {

@@ -66,6 +66,7 @@ struct hcomm_request {
     bool done;
     bool user;          /* handed to the user: freed by wait/test, else by the library */
     bool rndv;          /* send: waiting for CTS/FIN; recv: receiving rendezvous data */
+    bool deferred;      /* collective posted in a group that has not ended yet */
     hcomm_status_t status;
     uint32_t index;     /* slot in the request table: rendezvous frames name it */
     uint32_t gen;       /* bumped at every reuse: stale rendezvous frames are dropped */

@@ -77,6 +77,7 @@ struct hcomm_request *hc_request_alloc(hc_req_kind_t kind)
     req->done = false;
     req->user = false;
     req->rndv = false;
+    req->deferred = false;
     req->comm = NULL;
     req->done_bytes = 0;
     req->msg_len = 0;

@@ -16,8 +16,10 @@
  * back unchanged; every receive buffer has guard bytes that must stay intact.
  *
  *   mp_coll_matrix [--counts 0,1,7,...] [--colls allreduce,reduce,...]
- *                  [--dtypes int8,...] [--ops sum,...] [--pool]
+ *                  [--dtypes int8,...] [--ops sum,...] [--pool] [--groups]
  *   --pool: every buffer comes from hcomm_mem_alloc (the zero-copy paths)
+ *   --groups: the allreduces (with a broadcast and a reduce among them)
+ *     posted inside hcomm_group_start/end instead of one by one
  */
 #include "mp_test.h"
 
@@ -476,14 +478,22 @@ static void *alloc_buf(size_t bytes, int fill)
     return p;
 }
 
-static void run_case(const case_t *c, hcomm_comm_t w)
+/* One call's buffers, from prepare to check. */
+typedef struct {
+    case_t c;
+    uint8_t *sb, *rb, *copy;
+    size_t sbytes, rbytes;
+    hcomm_request_t req;
+} call_t;
+
+static void call_prepare(call_t *k)
 {
+    const case_t *c = &k->c;
     const int n = g_n, me = mp_rank;
     const size_t es = hcomm_dtype_size(c->d), cnt = c->count, blk = cnt * es;
     hcomm_dtype_t d = c->d;
     hcomm_op_t op = c->op;
-    hcomm_status_t st = HCOMM_OK;
-    uint8_t *sb = NULL, *rb = NULL, *copy = NULL;
+    uint8_t *sb = NULL, *rb = NULL;
     size_t sbytes = 0, rbytes = 0;
 
     switch (c->coll) {
@@ -534,38 +544,70 @@ static void run_case(const case_t *c, hcomm_comm_t w)
         if (!c->inplace) rb = alloc_buf(rbytes, 0xa5);
         break;
     }
+    k->copy = NULL;
     if (sb && !c->inplace) {
-        copy = mp_xmalloc(sbytes);
-        memcpy(copy, sb, sbytes);
+        k->copy = mp_xmalloc(sbytes);
+        memcpy(k->copy, sb, sbytes);
     }
+    k->sb = sb;
+    k->rb = rb;
+    k->sbytes = sbytes;
+    k->rbytes = rbytes;
+    k->req = NULL;
+}
 
+/* Posts the call: blocking when req_p is NULL, else non-blocking. */
+static hcomm_status_t call_post(call_t *k, hcomm_comm_t w, hcomm_request_t *req_p)
+{
+    const case_t *c = &k->c;
+    const size_t cnt = c->count, blk = cnt * hcomm_dtype_size(c->d);
+    uint8_t *sb = k->sb, *rb = k->rb;
+    hcomm_dtype_t d = c->d;
+    hcomm_op_t op = c->op;
+    const int me = mp_rank;
     switch (c->coll) {
     case C_ALLREDUCE:
-        st = hcomm_allreduce(sb, c->inplace ? sb : rb, cnt, d, op, w);
-        break;
+        return req_p ? hcomm_iallreduce(sb, c->inplace ? sb : rb, cnt, d, op, w, req_p)
+                     : hcomm_allreduce(sb, c->inplace ? sb : rb, cnt, d, op, w);
     case C_REDUCE:
-        st = hcomm_reduce(sb, c->inplace ? sb : rb, cnt, d, op, c->root, w);
-        break;
-    case C_REDUCE_SCATTER:
-        st = hcomm_reduce_scatter(sb, c->inplace ? sb + (size_t)me * blk : rb, cnt, d, op, w);
-        break;
+        return req_p ? hcomm_ireduce(sb, c->inplace ? sb : rb, cnt, d, op, c->root, w, req_p)
+                     : hcomm_reduce(sb, c->inplace ? sb : rb, cnt, d, op, c->root, w);
+    case C_REDUCE_SCATTER: {
+        void *out = c->inplace ? sb + (size_t)me * blk : rb;
+        return req_p ? hcomm_ireduce_scatter(sb, out, cnt, d, op, w, req_p)
+                     : hcomm_reduce_scatter(sb, out, cnt, d, op, w);
+    }
     case C_BROADCAST:
-        st = hcomm_broadcast(rb, cnt, d, c->root, w);
-        break;
-    case C_ALLGATHER:
-        st = hcomm_allgather(c->inplace ? rb + (size_t)me * blk : sb, rb, cnt, d, w);
-        break;
+        return req_p ? hcomm_ibroadcast(rb, cnt, d, c->root, w, req_p)
+                     : hcomm_broadcast(rb, cnt, d, c->root, w);
+    case C_ALLGATHER: {
+        const void *in = c->inplace ? rb + (size_t)me * blk : sb;
+        return req_p ? hcomm_iallgather(in, rb, cnt, d, w, req_p)
+                     : hcomm_allgather(in, rb, cnt, d, w);
+    }
     case C_ALLTOALL:
-        st = hcomm_alltoall(sb, c->inplace ? sb : rb, cnt, d, w);
-        break;
+        return req_p ? hcomm_ialltoall(sb, c->inplace ? sb : rb, cnt, d, w, req_p)
+                     : hcomm_alltoall(sb, c->inplace ? sb : rb, cnt, d, w);
     }
-    if (st != HCOMM_OK) {
-        char what[160];
-        describe(c, what, sizeof(what));
-        mp_fail("%s: expected OK got %s (%s)", what, mp_status_name(st), hcomm_last_error());
-        exit(1);
-    }
+    return HCOMM_ERR_INVALID;
+}
 
+static void call_status(const call_t *k, hcomm_status_t st, const char *how)
+{
+    if (st == HCOMM_OK) return;
+    char what[160];
+    describe(&k->c, what, sizeof(what));
+    mp_fail("%s%s: expected OK got %s (%s)", what, how, mp_status_name(st), hcomm_last_error());
+    exit(1);
+}
+
+/* Checks the results and guards, then frees the buffers. */
+static void call_check(call_t *k)
+{
+    const case_t *c = &k->c;
+    const int n = g_n, me = mp_rank;
+    const size_t blk = c->count * hcomm_dtype_size(c->d);
+    uint8_t *sb = k->sb, *rb = k->rb;
     const uint8_t *res =
         c->inplace ? (c->coll == C_BROADCAST || c->coll == C_ALLGATHER ? rb : sb) : rb;
     switch (c->coll) {
@@ -576,7 +618,7 @@ static void run_case(const case_t *c, hcomm_comm_t w)
         if (me == c->root) check_reduced(c, res, 0);
         break;
     case C_REDUCE_SCATTER:
-        check_reduced(c, c->inplace ? sb + (size_t)me * blk : rb, (size_t)me * cnt);
+        check_reduced(c, c->inplace ? sb + (size_t)me * blk : rb, (size_t)me * c->count);
         break;
     case C_BROADCAST:
         check_raw(c, rb, blk, c->root, 0, "broadcast data");
@@ -590,10 +632,10 @@ static void run_case(const case_t *c, hcomm_comm_t w)
             check_raw(c, res + (size_t)r * blk, blk, r, (size_t)me * blk, "block from a rank");
         break;
     }
-    if (copy && memcmp(copy, sb, sbytes))
+    if (k->copy && memcmp(k->copy, sb, k->sbytes))
         fail_case(c, "send buffer expected unchanged out of place got modified");
-    if (sb) check_guard(c, sb + sbytes, "send buffer");
-    if (rb) check_guard(c, rb + rbytes, "receive buffer");
+    if (sb) check_guard(c, sb + k->sbytes, "send buffer");
+    if (rb) check_guard(c, rb + k->rbytes, "receive buffer");
     if (g_pool) {
         MP_OK(hcomm_mem_free(sb));
         MP_OK(hcomm_mem_free(rb));
@@ -601,7 +643,69 @@ static void run_case(const case_t *c, hcomm_comm_t w)
         free(sb);
         free(rb);
     }
-    free(copy);
+    free(k->copy);
+}
+
+static void run_case(const case_t *c, hcomm_comm_t w)
+{
+    call_t k = {.c = *c};
+    call_prepare(&k);
+    call_status(&k, call_post(&k, w, NULL), "");
+    call_check(&k);
+}
+
+/* --groups: one hcomm_group_start/end per dtype x op holding, for every
+ * count, an allreduce in place and one out of place (blocking and
+ * non-blocking alternate), with a broadcast and a reduce of the same
+ * dtype in the middle (fusion of the allreduces around them must keep
+ * issue order). Small allreduces are fused into one collective
+ * (HCOMM_GROUP_FUSE): the unpacking of the fused result is what this
+ * checks, over whichever driver connects the ranks. */
+#define GROUP_MAX 40
+static long run_groups(hcomm_comm_t w, const size_t *counts, int ncounts, const int *dsel,
+                       const int *osel, uint64_t *salt)
+{
+    long ncases = 0;
+    for (int d = 0; d < HCOMM_DTYPE_COUNT; d++) {
+        if (!dsel[d]) continue;
+        for (int op = 0; op < HCOMM_OP_COUNT; op++) {
+            if (!osel[op]) continue;
+            call_t calls[GROUP_MAX];
+            int nc = 0;
+            for (int k = 0; k < ncounts && nc + 4 <= GROUP_MAX; k++) {
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    case_t c = {.coll = C_ALLREDUCE, .d = (hcomm_dtype_t)d,
+                                .op = (hcomm_op_t)op, .count = counts[k], .inplace = inplace,
+                                .root = 0, .salt = (*salt)++};
+                    calls[nc++] = (call_t){.c = c};
+                }
+                if (k == ncounts / 2) {
+                    case_t b = {.coll = C_BROADCAST, .d = (hcomm_dtype_t)d, .count = counts[k],
+                                .inplace = 1, .root = (int)(*salt % (uint64_t)g_n),
+                                .salt = (*salt)++};
+                    calls[nc++] = (call_t){.c = b};
+                    case_t r = {.coll = C_REDUCE, .d = (hcomm_dtype_t)d, .op = (hcomm_op_t)op,
+                                .count = counts[k], .inplace = 0,
+                                .root = (int)(*salt % (uint64_t)g_n), .salt = (*salt)++};
+                    calls[nc++] = (call_t){.c = r};
+                }
+            }
+            for (int i = 0; i < nc; i++)
+                call_prepare(&calls[i]);
+            MP_OK(hcomm_group_start());
+            for (int i = 0; i < nc; i++)
+                call_status(&calls[i], call_post(&calls[i], w, i % 2 ? &calls[i].req : NULL),
+                            " (posted in a group)");
+            call_status(&calls[0], hcomm_group_end(), " (hcomm_group_end)");
+            for (int i = 0; i < nc; i++)
+                if (calls[i].req)
+                    call_status(&calls[i], hcomm_wait(calls[i].req), " (wait after the group)");
+            for (int i = 0; i < nc; i++)
+                call_check(&calls[i]);
+            ncases += nc;
+        }
+    }
+    return ncases;
 }
 
 /* Rank 0 arrives 200 ms late: nobody may leave the barrier before that. */
@@ -648,7 +752,7 @@ static int parse_list(const char *arg, const char *const *names, int nnames, int
 int main(int argc, char **argv)
 {
     size_t counts[16] = {0, 1, 7, 1023, 65537};
-    int ncounts = 5, barrier = 1;
+    int ncounts = 5, barrier = 1, groups = 0;
     int csel[C_NCOLL], dsel[HCOMM_DTYPE_COUNT], osel[HCOMM_OP_COUNT];
     for (int i = 0; i < C_NCOLL; i++)
         csel[i] = 1;
@@ -671,6 +775,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--pool")) {
             g_pool = 1;
             bad = 0;
+        } else if (!strcmp(argv[i], "--groups")) {
+            groups = 1;
+            bad = 0;
         } else if (!bad && !strcmp(argv[i], "--ops")) {
             bad = parse_list(argv[++i], op_names, HCOMM_OP_COUNT, osel);
         } else {
@@ -678,7 +785,7 @@ int main(int argc, char **argv)
         }
         if (bad) {
             fprintf(stderr, "usage: mp_coll_matrix [--counts a,b,..] [--colls x,..] "
-                            "[--dtypes x,..] [--ops x,..] [--pool]\n");
+                            "[--dtypes x,..] [--ops x,..] [--pool] [--groups]\n");
             return 2;
         }
     }
@@ -689,6 +796,13 @@ int main(int argc, char **argv)
     if (barrier) check_barrier(w);
     long ncases = 0;
     uint64_t salt = 1;
+    if (groups) {
+        double t0 = mp_now();
+        ncases = run_groups(w, counts, ncounts, dsel, osel, &salt);
+        if (mp_rank == 0) printf("rank 0: groups done in %.2f s\n", mp_now() - t0);
+        for (int co = 0; co < C_NCOLL; co++)
+            csel[co] = 0;
+    }
     for (int co = 0; co < C_NCOLL; co++) {
         if (!csel[co]) continue;
         double t0 = mp_now();
