@@ -164,14 +164,21 @@ hcomm_status_t hc_coll_start(hc_coll_op_t *op)
 }
 
 /* A wait on req ran out of time: the collective behind it (for a member of
- * a fused group, the fused one, with every member) ends with a timeout. */
+ * a fused group, the fused one, with every member) ends with a timeout, and
+ * so does every collective queued on its communicator, which can no longer
+ * match the other ranks' (their waits return at once instead of each
+ * running out its own HCOMM_TIMEOUT). */
 static void hc_coll_cancel(struct hcomm_request *req)
 {
     hc_coll_op_t *op = req->coll;
     if (!op)
         return;
-    hc_coll_break(op->comm, HCOMM_ERR_TIMEOUT, "a collective on this communicator timed out");
+    struct hcomm_comm *comm = op->comm;
+    hc_coll_break(comm, HCOMM_ERR_TIMEOUT, "a collective on this communicator timed out");
     hc_coll_finish(op, HCOMM_ERR_TIMEOUT);
+    while (!hc_list_empty(&comm->coll_queue))
+        hc_coll_finish(hc_container_of(comm->coll_queue.next, hc_coll_op_t, link),
+                       HCOMM_ERR_TIMEOUT);
 }
 
 /* Which rank a stuck collective waits for: the peer of its first pending

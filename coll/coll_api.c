@@ -24,8 +24,7 @@ static const char *const hc_coll_names[HC_COLL_KIND_COUNT] = {
 static struct {
     hc_coll_op_t **ops;
     struct hcomm_request **blocking; /* requests of blocking calls, waited at end */
-    struct hcomm_request **fused;    /* internal requests of fused ops, freed at end */
-    int nops, nblocking, nfused, cap;
+    int nops, nblocking, cap;
 } hc_group;
 
 static uint64_t hc_coll_logged[HC_COLL_KIND_COUNT]; /* size classes already explained */
@@ -105,10 +104,6 @@ static bool hc_group_push(void **arr_p, int *n, size_t elem)
         if (!bl)
             return false;
         hc_group.blocking = bl;
-        void *fu = realloc(hc_group.fused, sizeof(*hc_group.fused) * (size_t)cap);
-        if (!fu)
-            return false;
-        hc_group.fused = fu;
         hc_group.cap = cap;
     }
     (void)arr_p;
@@ -461,8 +456,10 @@ static hcomm_status_t hc_group_launch(hc_coll_op_t *op)
  * into each member's output and completes each member's request. The
  * members' own ops are released when they are fused: from then on their
  * requests point at the fused op, so a wait on any of them that runs out
- * of time ends the fused op with every member (hc_coll_cancel). The buffer
- * belongs to the fusion, not to the op: the algorithm may use op->tmp. */
+ * of time ends the fused op with every member (hc_coll_cancel). The fused
+ * op's own request is its first member's: nothing else needs waiting or
+ * freeing. The buffer belongs to the fusion, not to the op: the algorithm
+ * may use op->tmp. */
 typedef struct {
     int n;
     uint8_t *buf; /* 2 * total bytes: inputs, then the result */
@@ -518,17 +515,15 @@ static hcomm_status_t hc_group_fuse(int i)
         return HCOMM_OK;
     hc_fusion_t *f = malloc(sizeof(*f) + sizeof(f->m[0]) * (size_t)n);
     hc_coll_op_t *op = hc_coll_op_alloc();
-    struct hcomm_request *req = hc_request_alloc(HC_REQ_COLL);
     uint8_t *buf = malloc(2 * total);
-    if (!f || !op || !req || !buf) {
+    if (!f || !op || !buf) {
         free(f);
         free(buf);
         if (op)
             hc_coll_op_release(op);
-        if (req)
-            hc_request_free(req);
         return HCOMM_OK; /* no memory to fuse: launch them one by one */
     }
+    struct hcomm_request *req = lead->req;
     f->n = 0;
     f->buf = buf;
     size_t off = 0;
@@ -548,9 +543,6 @@ static hcomm_status_t hc_group_fuse(int i)
         if (m != lead)
             hc_coll_op_release(m);
     }
-    req->comm = lead->comm;
-    req->peer = -1;
-    req->coll = op;
     op->req = req;
     op->comm = lead->comm;
     op->kind = HC_COLL_ALLREDUCE;
@@ -564,7 +556,6 @@ static hcomm_status_t hc_group_fuse(int i)
     op->on_done = hc_fusion_done;
     op->done_arg = f;
     hc_coll_op_release(lead);
-    hc_group.fused[hc_group.nfused++] = req;
     return hc_group_launch(op);
 }
 
@@ -598,20 +589,15 @@ HC_EXPORT hcomm_status_t hcomm_group_end(void)
             first = st;
     }
     hc_group.nops = 0;
+    /* One deadline for the whole group, not one per member. */
+    uint64_t deadline = 0;
     for (int i = 0; i < hc_group.nblocking; i++) {
-        st = hc_request_wait(hc_group.blocking[i], "hcomm_group_end");
+        st = hc_request_wait_until(hc_group.blocking[i], "hcomm_group_end", &deadline);
         if (st != HCOMM_OK && first == HCOMM_OK)
             first = st;
         hc_request_free(hc_group.blocking[i]);
     }
     hc_group.nblocking = 0;
-    for (int i = 0; i < hc_group.nfused; i++) {
-        st = hc_request_wait(hc_group.fused[i], "hcomm_group_end");
-        if (st != HCOMM_OK && first == HCOMM_OK)
-            first = st;
-        hc_request_free(hc_group.fused[i]);
-    }
-    hc_group.nfused = 0;
     return first;
 }
 
@@ -619,7 +605,6 @@ void hc_coll_group_fini(void)
 {
     free(hc_group.ops);
     free(hc_group.blocking);
-    free(hc_group.fused);
     memset(&hc_group, 0, sizeof(hc_group));
 }
 

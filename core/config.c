@@ -27,12 +27,21 @@ static const hc_cfg_entry_t hc_cfg_table[] = {
 #undef HC_CFG_ENTRY_
 };
 
+/* Numbers are decimal, as documented: strtol's base 0 would read "0x10" as
+ * 16 and "010" as 8, and strtod takes hex floats, "inf" and "nan". */
+static bool hc_config_decimal(const char *s, const char *allowed)
+{
+    return *s && s[strspn(s, allowed)] == '\0' && !strpbrk(s, "xX");
+}
+
 bool hc_config_parse_size(const char *s, size_t *out)
 {
     char *end;
     errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (end == s || errno || s[0] == '-')
+    if (!(*s >= '0' && *s <= '9'))
+        return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno)
         return false;
     unsigned shift = 0;
     switch (*end) {
@@ -70,8 +79,8 @@ static bool hc_config_parse_one(const hc_cfg_entry_t *e, const char *s)
     errno = 0;
     switch (e->type) {
     case HC_CFG_INT: {
-        long long v = strtoll(s, &end, 0);
-        if (end == s || *end || errno)
+        long long v = strtoll(s, &end, 10);
+        if (!hc_config_decimal(s, "-+0123456789") || end == s || *end || errno)
             return false;
         *(int64_t *)field = v;
         return true;
@@ -80,7 +89,8 @@ static bool hc_config_parse_one(const hc_cfg_entry_t *e, const char *s)
         return hc_config_parse_size(s, (size_t *)field);
     case HC_CFG_DOUBLE: {
         double v = strtod(s, &end);
-        if (end == s || *end || errno || !isfinite(v) || v < 0)
+        if (!hc_config_decimal(s, "-+.0123456789eE") || end == s || *end || errno ||
+            !isfinite(v) || v < 0)
             return false;
         *(double *)field = v;
         return true;
@@ -103,7 +113,13 @@ hcomm_status_t hc_config_load(void)
         const char *v = getenv(e->env);
         if (v && !hc_config_parse_one(e, v)) {
             hc_config_parse_one(e, e->def);
-            return hc_error(HCOMM_ERR_INVALID, "hcomm_init: cannot parse %s=\"%s\"", e->env, v);
+            static const char *const expect[] = {
+                [HC_CFG_INT] = "a decimal integer", [HC_CFG_SIZE] = "a decimal byte count "
+                "with an optional K/M/G/T suffix", [HC_CFG_DOUBLE] = "a non-negative decimal "
+                "number", [HC_CFG_STR] = "a string", [HC_CFG_BOOL] = "1/0, on/off, yes/no or "
+                "true/false"};
+            return hc_error(HCOMM_ERR_INVALID, "hcomm_init: cannot parse %s=\"%s\": expected %s",
+                            e->env, v, expect[e->type]);
         }
     }
     int level;
@@ -114,6 +130,13 @@ hcomm_status_t hc_config_load(void)
     hc_log_level_current = level;
     if (hc_cfg.timeout <= 0)
         return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_TIMEOUT must be > 0");
+    /* Deadlines are nanoseconds in 64 bits: beyond HC_TIMEOUT_MAX the
+     * arithmetic would overflow, and no wait needs more. Saturate. */
+    if (hc_cfg.timeout > HC_TIMEOUT_MAX) {
+        hc_log_info("HCOMM_TIMEOUT=%g s is beyond %g s (31 years): waits have no practical "
+                    "limit", hc_cfg.timeout, HC_TIMEOUT_MAX);
+        hc_cfg.timeout = HC_TIMEOUT_MAX;
+    }
     return HCOMM_OK;
 }
 

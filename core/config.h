@@ -53,6 +53,10 @@
       "seconds of silence before a suspect peer is declared failed")                               \
     X(stats, "HCOMM_STATS", BOOL, "0", "print per-operation counters at finalize")
 
+/* The largest HCOMM_TIMEOUT kept as given (seconds); larger values saturate
+ * to it, which no job outlives (deadlines are 64-bit nanoseconds). */
+#define HC_TIMEOUT_MAX 1e9
+
 typedef enum { HC_CFG_INT, HC_CFG_SIZE, HC_CFG_DOUBLE, HC_CFG_STR, HC_CFG_BOOL } hc_cfg_type_t;
 
 typedef struct {

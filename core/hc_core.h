@@ -222,6 +222,11 @@ void hc_progress_slow(void);
 /* Waits for req->done under the HCOMM_TIMEOUT deadline. what names the
  * operation in the timeout message. */
 hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what);
+/* The same against a deadline shared by several waits (hcomm_group_end):
+ * *deadline_p is hc_time_ns() + HCOMM_TIMEOUT, set by the first wait that
+ * reads the clock when it is 0. */
+hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what,
+                                     uint64_t *deadline_p);
 /* Peer failure: fail everything that needs peer. Idempotent. */
 void hc_peer_fail(int peer, hcomm_status_t status, const char *why);
 /* The status and message for an operation that needs a failed peer. */

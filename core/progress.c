@@ -109,11 +109,18 @@ static void hc_request_detach(struct hcomm_request *req)
 
 hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
 {
+    uint64_t deadline = 0;
+    return hc_request_wait_until(req, what, &deadline);
+}
+
+hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what,
+                                     uint64_t *deadline_p)
+{
     if (req->done)
         return req->status;
     /* The deadline is taken at the first slow check, not here: a wait that
      * ends within a few polls never reads the clock. */
-    uint64_t deadline = 0;
+    uint64_t deadline = *deadline_p;
     hc_backoff_t backoff = {0};
     unsigned iter = 0;
     while (!req->done) {
@@ -128,7 +135,7 @@ hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
                 break;
             uint64_t now = hc_time_ns();
             if (deadline == 0)
-                deadline = now + (uint64_t)(hc_cfg.timeout * 1e9);
+                *deadline_p = deadline = now + (uint64_t)(hc_cfg.timeout * 1e9);
             if (now > deadline) {
                 int peer = req->peer;
                 if (req->kind == HC_REQ_COLL && hc_coll_waiting_hook)

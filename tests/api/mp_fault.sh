@@ -12,6 +12,8 @@
 #   killed_root   3 ranks, rank 0 (the rendezvous root) dies instead
 #   killed_hcommrun  the same job under hcommrun: exit 137, the rank named
 #   coll_killed   4 ranks, rank 3 dies inside non-blocking collectives
+#   group_killed  3 ranks, rank 1 dies before a group, between its calls and
+#                 right before hcomm_group_end (three jobs)
 #   garbage       2 ranks; junk, wrong job keys, truncated and silent
 #                 connections hit rank 0's rendezvous port before rank 1 joins
 #   garbage_flood as garbage, plus more silent connections than rank 0 keeps
@@ -113,6 +115,15 @@ coll_killed)
     collect 4
     check_killed 3 4 "hcomm_iallreduce" "hcomm_ibroadcast" "hcomm_allreduce after"
     ;;
+group_killed)
+    for where in start between end; do
+        launch 3 "$BINDIR/mp_coll_group_fault" --kill $where
+        collect 3
+        check_killed 1 3 "group $where"
+        for r in 0 2; do mv "$TMP/out.$r" "$TMP/out.$r.$where"; done
+        rm -f "$TMP/out.1"
+    done
+    ;;
 garbage | garbage_flood)
     # rank 1 joins 3 s late (flood: once the flood is in place), so rank 0
     # sits in the rendezvous meanwhile.
@@ -197,7 +208,7 @@ region_leak)
     ((n == 0)) || fail "expected every communicator to get a node-shared region, $n fell back to p2p (\"$(grep -m1 "no node-shared region" "$TMP/out.all")\")"
     ;;
 *)
-    echo "usage: mp_fault.sh killed|killed_root|killed_hcommrun|coll_killed|garbage|garbage_flood|region_leak HCOMMRUN BINDIR" >&2
+    echo "usage: mp_fault.sh killed|killed_root|killed_hcommrun|coll_killed|group_killed|garbage|garbage_flood|region_leak HCOMMRUN BINDIR" >&2
     exit 2
     ;;
 esac

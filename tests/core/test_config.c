@@ -32,7 +32,8 @@ static void test_sizes(void **state)
     assert_true(hc_config_parse_size("64M", &v) && v == 64u << 20);
     assert_true(hc_config_parse_size("1G", &v) && v == 1u << 30);
     assert_true(hc_config_parse_size("2MiB", &v) && v == 2u << 20);
-    assert_true(hc_config_parse_size("0x10", &v) && v == 16);
+    assert_false(hc_config_parse_size("0x10", &v)); /* decimal only */
+    assert_true(hc_config_parse_size("010", &v) && v == 10);
     assert_false(hc_config_parse_size("", &v));
     assert_false(hc_config_parse_size("-1", &v));
     assert_false(hc_config_parse_size("12Q", &v));
@@ -60,7 +61,8 @@ static void test_bad_values_named(void **state)
     static const char *const bad[][2] = {
         {"HCOMM_TIMEOUT", "soon"}, {"HCOMM_TIMEOUT", "-3"},  {"HCOMM_SHM", "maybe"},
         {"HCOMM_SHM_SLOTS", "12x"}, {"HCOMM_LOG", "loud"},    {"HCOMM_COLL_CHUNK", "1Z"},
-        {"HCOMM_TIMEOUT", "0"},
+        {"HCOMM_TIMEOUT", "0"},     {"HCOMM_TIMEOUT", "0x10"}, {"HCOMM_TIMEOUT", "inf"},
+        {"HCOMM_TIMEOUT", "nan"},   {"HCOMM_TIMEOUT", "0x1p4"}, {"HCOMM_SHM_SLOTS", "0x10"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -70,6 +72,29 @@ static void test_bad_values_named(void **state)
         unsetenv(bad[i][0]);
     }
     assert_int_equal(hc_config_load(), HCOMM_OK);
+}
+
+/* Huge timeouts saturate instead of overflowing the deadline arithmetic
+ * (1e15 s used to time out at once). */
+static void test_timeout_saturates(void **state)
+{
+    (void)state;
+    static const char *const huge[] = {"1e15", "1e17", "1e300", "99999999999999999"};
+    for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+        setenv("HCOMM_TIMEOUT", huge[i], 1);
+        assert_int_equal(hc_config_load(), HCOMM_OK);
+        assert_true(hc_cfg.timeout == HC_TIMEOUT_MAX);
+        uint64_t now = hc_time_ns();
+        uint64_t deadline = now + (uint64_t)(hc_cfg.timeout * 1e9);
+        assert_true(deadline > now + 1000000000ull * 86400 * 365);
+    }
+    setenv("HCOMM_TIMEOUT", "1e9", 1);
+    assert_int_equal(hc_config_load(), HCOMM_OK);
+    assert_true(hc_cfg.timeout == 1e9);
+    setenv("HCOMM_TIMEOUT", "16", 1);
+    assert_int_equal(hc_config_load(), HCOMM_OK);
+    assert_true(hc_cfg.timeout == 16.0);
+    unsetenv("HCOMM_TIMEOUT");
 }
 
 static int seen;
@@ -98,7 +123,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),       cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_env_values),     cmocka_unit_test(test_bad_values_named),
-        cmocka_unit_test(test_foreach),
+        cmocka_unit_test(test_foreach),        cmocka_unit_test(test_timeout_saturates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
