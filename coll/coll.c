@@ -23,6 +23,7 @@ hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm)
             return NULL;
         hc_list_init(&cc->active_link);
         cc->comm = comm;
+        cc->gave_up_rank = -1;
         comm->coll_priv = cc;
     }
     return comm->coll_priv;
@@ -32,6 +33,7 @@ void hc_coll_op_init(hc_coll_op_t *op)
 {
     /* Only the algorithm state is reset: hc_coll_post sets the arguments. */
     op->started = false;
+    op->error = 0;
     op->state = op->phase = op->round = op->nrounds = 0;
     op->tick = op->tick_end = 0;
     op->off = op->chunk = 0;
@@ -86,6 +88,12 @@ void hc_coll_break(struct hcomm_comm *comm, hcomm_status_t status, const char *w
     if (cc && !cc->broken) {
         cc->broken = true;
         cc->broken_status = status;
+        /* The other members' collectives cannot complete either: tell
+         * them (a dead peer they see for themselves). */
+        if (cc->node)
+            hc_coll_node_give_up(cc->node, status);
+        if (status != HCOMM_ERR_PEER_FAILED && comm->size > 1)
+            hc_p2p_give_up(comm, status);
         snprintf(cc->broken_why, sizeof(cc->broken_why), "%s", why);
     }
 }
@@ -113,15 +121,23 @@ static int hc_coll_run(struct hcomm_comm *comm)
         op->started = true;
         int before = op->phase * 8 + op->state;
         int rc = op->step(op);
+        if (HC_UNLIKELY(op->error) && rc >= 0)
+            rc = op->error;
         if (rc == HC_COLL_PENDING) {
             /* A step that moved counts as an event: the wait stays hot. */
             done += op->phase * 8 + op->state != before;
             int dead = hc_coll_failed_member(comm);
-            if (HC_LIKELY(dead < 0))
+            hc_coll_comm_t *cc = comm->coll_priv;
+            if (HC_LIKELY(dead < 0 && cc->gave_up_rank < 0))
                 break;
             char what[64];
             snprintf(what, sizeof(what), "hcomm collective (%s)", op->algo);
-            rc = hc_peer_error(dead, what);
+            if (dead >= 0)
+                rc = hc_peer_error(dead, what);
+            else
+                rc = hc_error(cc->gave_up_status,
+                              "%s: communicator rank %d gave up on this communicator (%s there)",
+                              what, cc->gave_up_rank, hcomm_strerror(cc->gave_up_status));
         }
         hc_coll_finish(op, rc == HC_COLL_DONE ? HCOMM_OK : (hcomm_status_t)rc);
         done++;
@@ -146,13 +162,30 @@ int hc_coll_progress(void)
     return n;
 }
 
+uint32_t hc_coll_sig(const hc_coll_op_t *op)
+{
+    uint64_t x = (uint64_t)op->kind | (uint64_t)op->dtype << 4 | (uint64_t)op->op << 9 |
+                 (uint64_t)(uint32_t)op->root << 16;
+    x ^= (uint64_t)op->count * 0x9e3779b97f4a7c15ull;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    return (uint32_t)(x >> 32);
+}
+
+void hc_coll_number(hc_coll_op_t *op)
+{
+    op->seq = op->comm->coll_seq++;
+    op->sig = hc_coll_sig(op);
+}
+
 hcomm_status_t hc_coll_start(hc_coll_op_t *op)
 {
     struct hcomm_comm *comm = op->comm;
     hc_coll_comm_t *cc = hc_coll_comm(comm);
     if (!cc)
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm collective: no memory");
-    op->seq = comm->coll_seq++;
+    hc_coll_number(op);
     hc_list_push_back(&comm->coll_queue, &op->link);
     if (!cc->active) {
         cc->active = true;
@@ -222,6 +255,19 @@ static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status, bo
     comm->coll_priv = NULL;
 }
 
+/* HC_FRAME_GIVE_UP from communicator rank `from`: the queued collectives
+ * fail at their next step (not here: this runs inside a driver's progress). */
+static void hc_coll_gave_up(struct hcomm_comm *comm, int from, hcomm_status_t status)
+{
+    hc_coll_comm_t *cc = hc_coll_comm(comm);
+    if (!cc || cc->gave_up_rank >= 0 || from < 0)
+        return;
+    if (status >= 0 || status < HCOMM_ERR_INTERNAL)
+        status = HCOMM_ERR_PEER_FAILED;
+    cc->gave_up_status = status;
+    cc->gave_up_rank = from;
+}
+
 void hc_coll_group_fini(void);
 void hc_coll_api_init(void);
 
@@ -234,6 +280,7 @@ hcomm_status_t hc_coll_init(void)
     hc_coll_cancel_hook = hc_coll_cancel;
     hc_coll_waiting_hook = hc_coll_waiting;
     hc_coll_comm_free_hook = hc_coll_comm_free;
+    hc_coll_gave_up_hook = hc_coll_gave_up;
     return HCOMM_OK;
 }
 
@@ -256,6 +303,7 @@ void hc_coll_fini(void)
     hc_coll_cancel_hook = NULL;
     hc_coll_waiting_hook = NULL;
     hc_coll_comm_free_hook = NULL;
+    hc_coll_gave_up_hook = NULL;
 }
 
 /* Runs a blocking collective to completion on the caller's stack, outside
@@ -270,9 +318,11 @@ hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn)
     hc_backoff_t backoff = {0};
     for (unsigned it = 1;; it++) {
         int rc = op->step(op);
-        if (HC_LIKELY(rc == HC_COLL_DONE))
+        if (HC_LIKELY(rc == HC_COLL_DONE && !op->error))
             return HCOMM_OK;
         hcomm_status_t st = HCOMM_OK;
+        if (op->error)
+            rc = op->error;
         if (rc < 0) {
             st = (hcomm_status_t)rc;
         } else if ((it & 63) == 0) {
@@ -303,11 +353,16 @@ hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn)
 
 /* ---- helpers for p2p algorithms ---------------------------------------------- */
 
+static inline int32_t hc_coll_tag(const hc_coll_op_t *op)
+{
+    return (int32_t)(((uint32_t)op->seq & HC_COLL_TAG_SEQ_MASK) | (op->sig & 0x7fff) << 16);
+}
+
 hcomm_status_t hc_coll_isend(hc_coll_op_t *op, const void *buf, size_t len, int peer)
 {
     struct hcomm_request *req;
     hcomm_status_t st = hc_p2p_isend(op->comm, op->comm->ctx_id | HC_CTX_COLL, buf, len, peer,
-                                     (int32_t)(op->seq & 0x7fffffff), &req);
+                                     hc_coll_tag(op), &req);
     if (st != HCOMM_OK)
         return st;
     op->reqs[op->nreqs++] = req;
@@ -318,7 +373,7 @@ hcomm_status_t hc_coll_irecv(hc_coll_op_t *op, void *buf, size_t len, int peer)
 {
     struct hcomm_request *req;
     hcomm_status_t st = hc_p2p_irecv(op->comm, op->comm->ctx_id | HC_CTX_COLL, buf, len, peer,
-                                     (int32_t)(op->seq & 0x7fffffff), &req);
+                                     hc_coll_tag(op), &req);
     if (st != HCOMM_OK)
         return st;
     op->reqs[op->nreqs++] = req;

@@ -59,10 +59,14 @@ struct hc_coll_op {
     size_t esize;
     size_t bytes; /* count * esize */
     uint64_t seq; /* position in the communicator's collective order */
+    uint32_t sig; /* hc_coll_sig(): what every rank must agree on, folded */
     hc_coll_step_fn step;
     hc_coll_step_fn fallback; /* node single-copy: the staged algorithm to run instead */
     const char *algo;
     bool started;
+    /* A failure the step found without returning it (node algorithms: the
+     * ranks disagree on the collective): the engine ends the op with it. */
+    int error;
     /* algorithm state */
     int state;
     int phase, round, nrounds;
@@ -84,6 +88,8 @@ typedef struct hc_coll_comm {
     bool broken;      /* a collective failed midway: the communicator is unusable */
     hcomm_status_t broken_status; /* how: TIMEOUT, ABORTED, PEER_FAILED, ... */
     char broken_why[200];
+    int gave_up_rank;              /* >= 0: that member gave up on the comm (HC_FRAME_GIVE_UP) */
+    hcomm_status_t gave_up_status;
     bool node_checked;
     struct hc_coll_node *node; /* NULL: no node-shared region for this comm */
     hc_list_t active_link;     /* in the list of comms with queued collectives */
@@ -101,6 +107,12 @@ hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn);
 /* Largest allreduce/reduce that travels inside the node flag line. */
 #define HC_COLL_NODE_INLINE 24
 
+/* The signature of op's arguments (kind, count, dtype, op, root) that the
+ * ranks compare: node algorithms beside their flags, p2p ones in the tag. */
+uint32_t hc_coll_sig(const hc_coll_op_t *op);
+/* Assigns op its place in comm's collective order (seq) and its sig. */
+void hc_coll_number(hc_coll_op_t *op);
+
 /* Starts op (queued behind earlier collectives of its comm). */
 hcomm_status_t hc_coll_start(hc_coll_op_t *op);
 int hc_coll_progress(void);
@@ -111,6 +123,8 @@ bool hc_coll_node_usable(struct hcomm_comm *comm);
  * "node-staged") that applies to allreduce. */
 hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op, const char *forced);
 void hc_coll_node_free(struct hc_coll_node *node);
+/* This rank's communicator broke with status: tell the node's other ranks. */
+void hc_coll_node_give_up(struct hc_coll_node *node, hcomm_status_t status);
 
 /* ---- p2p algorithms (coll_net.c) --------------------------------------------- */
 hc_coll_step_fn hc_coll_net_select(hc_coll_op_t *op, const char *forced);

@@ -111,6 +111,64 @@ static bool hc_group_push(void **arr_p, int *n, size_t elem)
     return true;
 }
 
+static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *rbuf, size_t count,
+                                   size_t bytes, hcomm_dtype_t dtype, hcomm_op_t rop, int root,
+                                   hcomm_comm_t comm, hcomm_request_t *req_p);
+
+/* HCOMM_CHECK=1: what every rank must agree on, compared across ranks by an
+ * allgather before the collective itself (fields that do not apply to the
+ * kind are 0 on every rank). */
+typedef struct {
+    int32_t kind, dtype, op, root;
+    uint64_t count;
+} hc_coll_print_t;
+
+static bool hc_coll_checking; /* the fingerprint allgather itself is not checked */
+
+static hcomm_status_t hc_coll_check_args(hc_coll_kind_t kind, size_t count, hcomm_dtype_t dtype,
+                                         hcomm_op_t rop, int root, hcomm_comm_t comm)
+{
+    const char *fn = hc_coll_names[kind];
+    bool reduction = kind == HC_COLL_ALLREDUCE || kind == HC_COLL_REDUCE ||
+                     kind == HC_COLL_REDUCE_SCATTER;
+    bool rooted = kind == HC_COLL_REDUCE || kind == HC_COLL_BROADCAST;
+    hc_coll_print_t mine = {.kind = (int32_t)kind,
+                            .dtype = kind == HC_COLL_BARRIER ? 0 : (int32_t)dtype,
+                            .op = reduction ? (int32_t)rop : 0,
+                            .root = rooted ? root : 0,
+                            .count = kind == HC_COLL_BARRIER ? 0 : count};
+    hc_coll_print_t *all = malloc(sizeof(*all) * (size_t)comm->size);
+    if (!all)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory for HCOMM_CHECK", fn);
+    int depth = hc_ctx.group_depth; /* the check runs now, also inside a group */
+    hc_ctx.group_depth = 0;
+    hc_coll_checking = true;
+    hcomm_status_t st = hc_coll_post(HC_COLL_ALLGATHER, &mine, all, sizeof(mine), sizeof(mine),
+                                     HCOMM_UINT8, 0, 0, comm, NULL);
+    hc_coll_checking = false;
+    hc_ctx.group_depth = depth;
+    for (int r = 0; st == HCOMM_OK && r < comm->size; r++) {
+        const hc_coll_print_t *o = &all[r];
+        if (o->kind != mine.kind)
+            st = hc_error(HCOMM_ERR_INVALID, "%s: rank %d called %s here (HCOMM_CHECK)", fn, r,
+                          (unsigned)o->kind < HC_COLL_KIND_COUNT ? hc_coll_names[o->kind] : "?");
+        else if (o->count != mine.count)
+            st = hc_error(HCOMM_ERR_INVALID, "%s: count %zu here, %llu on rank %d (HCOMM_CHECK)",
+                          fn, count, (unsigned long long)o->count, r);
+        else if (o->dtype != mine.dtype)
+            st = hc_error(HCOMM_ERR_INVALID, "%s: dtype %s here, %s on rank %d (HCOMM_CHECK)", fn,
+                          hc_dtype_name(dtype), hc_dtype_name((hcomm_dtype_t)o->dtype), r);
+        else if (o->op != mine.op)
+            st = hc_error(HCOMM_ERR_INVALID, "%s: op %s here, %s on rank %d (HCOMM_CHECK)", fn,
+                          hc_op_name(rop), hc_op_name((hcomm_op_t)o->op), r);
+        else if (o->root != mine.root)
+            st = hc_error(HCOMM_ERR_INVALID, "%s: root %d here, %d on rank %d (HCOMM_CHECK)", fn,
+                          root, o->root, r);
+    }
+    free(all);
+    return st;
+}
+
 /* Creates, selects and launches (or, inside a group, defers) one collective. */
 static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *rbuf, size_t count,
                                    size_t bytes, hcomm_dtype_t dtype, hcomm_op_t rop, int root,
@@ -126,6 +184,15 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
     int dead = hc_coll_failed_member(comm);
     if (HC_UNLIKELY(dead >= 0))
         return hc_peer_error(dead, fn);
+    if (HC_UNLIKELY(cc->gave_up_rank >= 0))
+        return hc_error(cc->gave_up_status, "%s: communicator unusable: communicator rank %d gave "
+                        "up on it (%s there)", fn, cc->gave_up_rank,
+                        hcomm_strerror(cc->gave_up_status));
+    if (HC_UNLIKELY(hc_cfg.check) && comm->size > 1 && !hc_coll_checking) {
+        hcomm_status_t st = hc_coll_check_args(kind, count, dtype, rop, root, comm);
+        if (st != HCOMM_OK)
+            return st;
+    }
     if (!req_p && hc_ctx.group_depth == 0 && bytes <= HC_COLL_NODE_INLINE &&
         (kind == HC_COLL_ALLREDUCE || kind == HC_COLL_REDUCE || kind == HC_COLL_BARRIER) &&
         hc_list_empty(&comm->coll_queue) && comm->size > 1 &&
@@ -145,7 +212,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
         op.root = root;
         op.esize = hc_dtype_size(dtype);
         op.bytes = bytes;
-        op.seq = comm->coll_seq++;
+        hc_coll_number(&op);
         op.step = hc_coll_node_select(&op, hc_coll_forced);
         hc_coll_account(&op);
         return hc_coll_run_inline(&op, fn);
@@ -234,7 +301,8 @@ static hcomm_status_t hc_coll_check_common(const char *fn, hcomm_comm_t comm, hc
     if ((st = hc_check_dtype(fn, dtype)) != HCOMM_OK)
         return st;
     if (is_reduction && (unsigned)op >= HCOMM_OP_COUNT)
-        return hc_error(HCOMM_ERR_INVALID, "%s: unknown op %d", fn, (int)op);
+        return hc_error(HCOMM_ERR_INVALID, "%s: unknown op %d (valid: 0..%d, "
+                                           "HCOMM_SUM..HCOMM_AVG)", fn, (int)op, HCOMM_OP_COUNT - 1);
     if (nb && !req_p)
         return hc_error(HCOMM_ERR_INVALID, "%s: req_p is NULL", fn);
     return HCOMM_OK;

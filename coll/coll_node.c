@@ -24,6 +24,15 @@
  * A message that fits inline travels in the flag's own cache line: one line
  * moves between cores per peer.
  *
+ * Ranks that disagree on a collective (count, dtype, op, root) would
+ * desynchronise the ticks and reduce garbage: with its first tick every
+ * rank publishes a 32-bit signature of the call beside its flag, and every
+ * rank that waits for the others' flags compares theirs with its own
+ * (broadcast receivers compare the root's). A mismatch fails the
+ * collective on the ranks that see it, which break the communicator; a
+ * rank whose communicator breaks says so beside its `b` flag (gave_up),
+ * and a rank waiting for it fails at once with the same status.
+ *
  * Large allreduce, allgather, reduce_scatter and alltoall first try a single
  * copy (hc_node_1copy): a handshake tick publishes each rank's buffer
  * addresses and a vote; then ranks read (and, for allreduce, write) each
@@ -51,11 +60,18 @@
 typedef struct {
     uint64_t a;
     uint8_t inline_data[2][HC_NODE_INLINE];
+    /* By tick parity: the signature (hc_node_sig) of the collective whose
+     * first tick this is, written before a. */
+    uint32_t sig[2];
 } HC_ALIGNED_CL hc_node_line_t;
 _Static_assert(sizeof(hc_node_line_t) == HC_CACHE_LINE, "one line per rank");
 
 typedef struct {
     uint64_t b;
+    /* -status (> 0) once this rank has given up on the communicator (a
+     * collective failed here: mismatch, timeout): the others' waits on it
+     * fail at once instead of running out their timeout. */
+    int32_t gave_up;
 } HC_ALIGNED_CL hc_node_done_t;
 
 /* Single-copy descriptor of a rank's buffers for the current allreduce:
@@ -118,15 +134,57 @@ static inline uint8_t *hc_node_res(hc_coll_node_t *nd, uint64_t t)
     return nd->res + (t & 1) * nd->block;
 }
 
-/* Every a[j] >= t? Resumable: op->round is the next rank to check. */
+static const char *const hc_node_kind_names[HC_COLL_KIND_COUNT] = {
+    "hcomm_allreduce",      "hcomm_broadcast", "hcomm_reduce", "hcomm_allgather",
+    "hcomm_reduce_scatter", "hcomm_alltoall",  "hcomm_barrier"};
+
+/* Rank j's signature of tick t (op's first) against mine; on a mismatch
+ * op->error is set and false returned. */
+static HC_NOINLINE bool hc_node_sig_mismatch(hc_coll_op_t *op, int j, uint32_t theirs)
+{
+    op->error = hc_error(HCOMM_ERR_INVALID,
+                         "%s (%zu elements of %s, op %s, root %d): communicator rank %d called a different "
+                         "collective here (count, dtype, op or root differ: signature %08x, "
+                         "mine %08x); HCOMM_CHECK=1 names the difference",
+                         hc_node_kind_names[op->kind], op->count, hc_dtype_name(op->dtype),
+                         hc_op_name(op->op), op->root, j, theirs,
+                         op->sig);
+    return false;
+}
+
+static inline bool hc_node_sig_check(hc_coll_node_t *nd, hc_coll_op_t *op, int j, uint64_t t)
+{
+    uint32_t theirs = __atomic_load_n(&nd->line[j].sig[t & 1], __ATOMIC_RELAXED);
+    return HC_LIKELY(theirs == op->sig) || hc_node_sig_mismatch(op, j, theirs);
+}
+
+/* Rank j, which op waits for, has not arrived: has it given up on the
+ * communicator? Then op fails with its status (op->error). False always. */
+static inline bool hc_node_gave_up(hc_coll_node_t *nd, hc_coll_op_t *op, int j)
+{
+    int32_t st = __atomic_load_n(&nd->done[j].gave_up, __ATOMIC_RELAXED);
+    if (HC_UNLIKELY(st > 0))
+        op->error = hc_error((hcomm_status_t)-st,
+                             "%s: communicator rank %d gave up on this communicator (%s): an "
+                             "earlier or this collective failed there",
+                             hc_node_kind_names[op->kind], j, hcomm_strerror((hcomm_status_t)-st));
+    return false;
+}
+
+/* Every a[j] >= t? Resumable: op->round is the next rank to check. At the
+ * op's first tick the signatures are compared too. */
 static bool hc_node_wait_a(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t)
 {
     if (nd->a_seen_all >= t)
         return true;
     for (; op->round < nd->n; op->round++)
         if (__atomic_load_n(&nd->line[op->round].a, __ATOMIC_ACQUIRE) < t)
-            return false;
+            return hc_node_gave_up(nd, op, op->round);
     op->round = 0;
+    if (t == op->tick)
+        for (int j = 0; j < nd->n; j++)
+            if (!hc_node_sig_check(nd, op, j, t))
+                return false;
     nd->a_seen_all = t;
     /* Publishing a(t) came after finishing t-1: b[j] >= t-1 follows. */
     if (nd->b_seen_all < t - 1)
@@ -140,7 +198,7 @@ static bool hc_node_wait_b(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t)
         return true;
     for (; op->round < nd->n; op->round++)
         if (__atomic_load_n(&nd->done[op->round].b, __ATOMIC_ACQUIRE) < t)
-            return false;
+            return hc_node_gave_up(nd, op, op->round);
     op->round = 0;
     nd->b_seen_all = t;
     return true;
@@ -152,8 +210,10 @@ static inline bool hc_node_can_write(hc_coll_node_t *nd, hc_coll_op_t *op, uint6
     return t < 3 || hc_node_wait_b(nd, op, t - 2);
 }
 
-static inline void hc_node_post_a(hc_coll_node_t *nd, uint64_t t)
+static inline void hc_node_post_a(hc_coll_node_t *nd, const hc_coll_op_t *op, uint64_t t)
 {
+    if (t == op->tick)
+        __atomic_store_n(&nd->line[nd->me].sig[t & 1], op->sig, __ATOMIC_RELAXED);
     __atomic_store_n(&nd->line[nd->me].a, t, __ATOMIC_RELEASE);
 }
 static inline void hc_node_post_b(hc_coll_node_t *nd, uint64_t t)
@@ -198,7 +258,7 @@ static bool hc_node_stage_publish(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t
     if (!hc_node_can_write(nd, op, t))
         return false;
     memcpy(hc_node_stage(nd, nd->me, t), src, bb);
-    hc_node_post_a(nd, t);
+    hc_node_post_a(nd, op, t);
     return true;
 }
 
@@ -213,7 +273,7 @@ static int hc_node_allreduce_inline(hc_coll_op_t *op)
         if (!hc_node_can_write(nd, op, t))
             return HC_COLL_PENDING;
         memcpy(nd->line[nd->me].inline_data[par], op->sbuf, op->bytes);
-        hc_node_post_a(nd, t);
+        hc_node_post_a(nd, op, t);
         op->state = 1;
     }
     if (!hc_node_wait_a(nd, op, t))
@@ -252,7 +312,7 @@ static int hc_node_allreduce_staged(hc_coll_op_t *op)
             uint8_t *st = hc_node_stage(nd, nd->me, t);
             memcpy(st, in, lo * op->esize);
             memcpy(st + hi * op->esize, in + hi * op->esize, bb - hi * op->esize);
-            hc_node_post_a(nd, t);
+            hc_node_post_a(nd, op, t);
             op->state = 1;
         }
             /* fallthrough */
@@ -453,7 +513,7 @@ static int hc_node_1copy(hc_coll_op_t *op)
                                       &me->ssize) &&
                   hc_mem_share_describe(op->rbuf, op->bytes, &me->rfd, &me->rino, &me->roff,
                                       &me->rsize);
-        hc_node_post_a(nd, t0);
+        hc_node_post_a(nd, op, t0);
         op->state = 1;
         /* fallthrough */
     case 1: { /* vote */
@@ -503,7 +563,7 @@ static int hc_node_1copy(hc_coll_op_t *op)
             if (st != HCOMM_OK)
                 return st;
             hc_node_post_b(nd, last);
-            hc_node_post_a(nd, last);
+            hc_node_post_a(nd, op, last);
             op->state = 4;
             return hc_node_wait_b(nd, op, last) ? HC_COLL_DONE : HC_COLL_PENDING;
         }
@@ -519,7 +579,7 @@ static int hc_node_1copy(hc_coll_op_t *op)
             }
             /* b before a: seeing a(t) must keep implying b >= t-1. */
             hc_node_post_b(nd, last);
-            hc_node_post_a(nd, last);
+            hc_node_post_a(nd, op, last);
             op->state = 4;
             return hc_node_wait_b(nd, op, last) ? HC_COLL_DONE : HC_COLL_PENDING;
         }
@@ -566,7 +626,7 @@ static int hc_node_1copy(hc_coll_op_t *op)
             }
         }
         hc_node_post_b(nd, last);
-        hc_node_post_a(nd, last);
+        hc_node_post_a(nd, op, last);
         op->state = 4;
     }
         /* fallthrough */
@@ -597,9 +657,12 @@ static int hc_node_broadcast(hc_coll_op_t *op)
         } else {
             if (__atomic_load_n(&nd->line[op->root].a, __ATOMIC_ACQUIRE) < t) {
                 op->round = op->root; /* whom we wait for, should it time out */
+                hc_node_gave_up(nd, op, op->root);
                 return HC_COLL_PENDING;
             }
             op->round = 0;
+            if (t == op->tick && !hc_node_sig_check(nd, op, op->root, t))
+                return HC_COLL_PENDING; /* op->error says why */
             memcpy((uint8_t *)op->rbuf + off, hc_node_stage(nd, op->root, t), bb);
             hc_node_post_b(nd, t);
         }
@@ -639,7 +702,7 @@ static int hc_node_blocks(hc_coll_op_t *op)
                     memcpy(st + (size_t)j * c, (const uint8_t *)op->sbuf + (size_t)j * op->bytes + off,
                            bb);
             }
-            hc_node_post_a(nd, t);
+            hc_node_post_a(nd, op, t);
             op->state = 1;
         }
         if (!hc_node_wait_a(nd, op, t))
@@ -700,7 +763,7 @@ bool hc_coll_node_usable(struct hcomm_comm *comm)
     uint64_t key = 1469598103934665603ull ^ comm->ctx_id;
     for (int r = 0; r < n; r++)
         key = (key ^ (uint64_t)comm->world_ranks[r]) * 1099511628211ull;
-    uint8_t *base = d->ops->shared_get(d, key | 1, size);
+    uint8_t *base = d->ops->shared_get(d, key | 1, size, n);
     if (!base) {
         hc_log_info("no node-shared region for a communicator of %d ranks: using p2p algorithms", n);
         return false;
@@ -724,6 +787,12 @@ bool hc_coll_node_usable(struct hcomm_comm *comm)
     nd->scratch = aligned_alloc(64, block); /* NULL: large outputs use plain stores */
     cc->node = nd;
     return true;
+}
+
+void hc_coll_node_give_up(struct hc_coll_node *nd, hcomm_status_t status)
+{
+    if (status < 0)
+        __atomic_store_n(&nd->done[nd->me].gave_up, -(int32_t)status, __ATOMIC_RELEASE);
 }
 
 void hc_coll_node_free(hc_coll_node_t *node)

@@ -143,7 +143,9 @@ hcomm_status_t hc_check_comm(const char *fn, struct hcomm_comm *comm)
 hcomm_status_t hc_check_dtype(const char *fn, hcomm_dtype_t dtype)
 {
     if (HC_UNLIKELY((unsigned)dtype >= HCOMM_DTYPE_COUNT))
-        return hc_error(HCOMM_ERR_INVALID, "%s: unknown dtype %d", fn, (int)dtype);
+        return hc_error(HCOMM_ERR_INVALID, "%s: unknown dtype %d (valid: 0..%d, "
+                                           "HCOMM_INT8..HCOMM_FLOAT64)", fn, (int)dtype,
+                        HCOMM_DTYPE_COUNT - 1);
     return HCOMM_OK;
 }
 
@@ -156,8 +158,8 @@ hcomm_status_t hc_check_buf(const char *fn, const char *name, const void *buf, s
     size_t bytes;
     if (HC_UNLIKELY(hc_mul_overflows(count, hc_dtype_size(dtype), &bytes) ||
                     (mult != 1 && hc_mul_overflows(bytes, mult, &bytes)) || bytes > (size_t)PTRDIFF_MAX))
-        return hc_error(HCOMM_ERR_INVALID, "%s: count %zu of dtype %d overflows the byte size", fn,
-                        count, (int)dtype);
+        return hc_error(HCOMM_ERR_INVALID, "%s: count %zu of %s overflows the byte size", fn,
+                        count, hc_dtype_name(dtype));
     if (HC_UNLIKELY(!buf && bytes))
         return hc_error(HCOMM_ERR_INVALID, "%s: %s is NULL with count %zu", fn, name, count);
     *bytes_p = bytes;

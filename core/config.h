@@ -29,6 +29,9 @@
       "pipeline chunk per rank for large node collectives")                                        \
     X(coll_small, "HCOMM_COLL_SMALL", SIZE, "4K",                                                  \
       "largest node collective done through the cache-line flagged region")                        \
+    X(check, "HCOMM_CHECK", BOOL, "0",                                                             \
+      "debug: before each collective, compare kind, count, dtype, op and root across ranks "      \
+      "(one extra small allgather per call)")                                                     \
     X(group_fuse, "HCOMM_GROUP_FUSE", SIZE, "64K",                                                 \
       "fuse grouped allreduces whose total size is at most this many bytes")                       \
     X(hugepage_size, "HCOMM_HUGEPAGE_SIZE", STR, "2M", "hugepage size for pools: 2M|1G")           \

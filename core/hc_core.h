@@ -155,6 +155,16 @@ struct hcomm_comm {
 };
 
 #define HC_CTX_COLL 0x80000000u
+/* Tags on a collective context: the collective's sequence number in the low
+ * 16 bits, a signature of its arguments (kind, count, dtype, op, root) in
+ * the 15 above. A message whose sequence matches a receive's but whose
+ * signature does not comes from a rank that called a different collective:
+ * the receive fails at once (ERR_INVALID) instead of taking the wrong data. */
+#define HC_COLL_TAG_SEQ_MASK 0xffff
+static inline bool hc_coll_tag_conflict(uint32_t ctx_id, int32_t a, int32_t b)
+{
+    return (ctx_id & HC_CTX_COLL) && a != b && ((a ^ b) & HC_COLL_TAG_SEQ_MASK) == 0;
+}
 
 /* hcomm_comm_abort may set the flag from another thread. */
 static inline bool hc_comm_aborted(const struct hcomm_comm *comm)
@@ -210,6 +220,11 @@ extern int (*hc_coll_waiting_hook)(struct hcomm_request *req);
  * also free coll/'s state for it (the communicator is being destroyed). */
 extern void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status,
                                       bool release);
+/* Set by the API layer: communicator rank `from` of comm gave up on it
+ * (HC_FRAME_GIVE_UP): its collectives can no longer complete. */
+extern void (*hc_coll_gave_up_hook)(struct hcomm_comm *comm, int from, hcomm_status_t status);
+/* Tells every other member of comm that this rank gave up on it (status). */
+void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status);
 /* hcomm_comm_abort's body: validates comm against the live list under a
  * lock (any thread), then raises the flag. */
 hcomm_status_t hc_comm_abort(struct hcomm_comm *comm);
@@ -254,6 +269,9 @@ void hc_p2p_orphans_cleanup(void);
 
 /* Element size without going through the exported symbol (no PLT). */
 extern const size_t hc_dtype_sizes[HCOMM_DTYPE_COUNT];
+/* "float32", "sum": for messages (never NULL, also out of range). */
+const char *hc_dtype_name(hcomm_dtype_t dtype);
+const char *hc_op_name(hcomm_op_t op);
 static inline size_t hc_dtype_size(hcomm_dtype_t dtype)
 {
     return (unsigned)dtype < HCOMM_DTYPE_COUNT ? hc_dtype_sizes[dtype] : 0;

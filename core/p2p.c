@@ -189,6 +189,17 @@ static void hc_p2p_size_mismatch(struct hcomm_request *req, size_t msg_len)
                                       req->len, msg_len > req->len ? " buffer" : ""));
 }
 
+/* A collective's receive met a message of the same collective slot from a
+ * rank that called it with other arguments (hc_coll_tag_conflict). */
+static HC_NOINLINE void hc_p2p_coll_conflict(struct hcomm_request *req)
+{
+    hc_request_complete(req, hc_error(HCOMM_ERR_INVALID,
+                                      "rank %d called a different collective here (count, "
+                                      "dtype, op or root differ); HCOMM_CHECK=1 names the "
+                                      "difference",
+                                      req->peer));
+}
+
 /* A receive met its rendezvous message: pull the data or ask for it. */
 static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t size, uint64_t sid,
                              uint64_t addr)
@@ -360,7 +371,14 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
         hc_list_foreach_safe(pos, tmp, &comm->posted)
         {
             req = hc_container_of(pos, struct hcomm_request, link);
-            if (req->peer != src || req->tag != hdr->tag || req->ctx_id != hdr->ctx_id)
+            if (req->peer != src || req->ctx_id != hdr->ctx_id)
+                continue;
+            if (HC_UNLIKELY(hc_coll_tag_conflict(hdr->ctx_id, req->tag, hdr->tag))) {
+                hc_list_del(&req->link);
+                hc_p2p_coll_conflict(req);
+                break; /* the message stays unexpected; the collective fails */
+            }
+            if (req->tag != hdr->tag)
                 continue;
             hc_list_del(&req->link);
             if (hdr->type == HC_FRAME_EAGER && (hdr->flags & HC_FRAME_FLAG_MORE)) {
@@ -375,6 +393,13 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
             return;
         }
         hc_p2p_unexpected(&comm->unexpected, wpeer, hdr, payload);
+        return;
+    }
+    case HC_FRAME_GIVE_UP: {
+        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
+        if (comm && hc_coll_gave_up_hook)
+            hc_coll_gave_up_hook(comm, comm->comm_rank_of[wpeer],
+                                 (hcomm_status_t)(-(int64_t)hdr->a));
         return;
     }
     case HC_FRAME_CONT:
@@ -541,7 +566,14 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
     hc_list_foreach_safe(pos, tmp, &comm->unexpected)
     {
         hc_unexp_t *u = hc_container_of(pos, hc_unexp_t, link);
-        if (u->wpeer != wpeer || u->tag != tag || u->ctx_id != ctx_id)
+        if (u->wpeer != wpeer || u->ctx_id != ctx_id)
+            continue;
+        if (HC_UNLIKELY(hc_coll_tag_conflict(ctx_id, tag, u->tag))) {
+            hc_p2p_coll_conflict(req);
+            *req_p = req;
+            return HCOMM_OK;
+        }
+        if (u->tag != tag)
             continue;
         hc_list_del(&u->link);
         hc_peer_t *p = &hc_ctx.peers[wpeer];
@@ -636,6 +668,18 @@ void hc_p2p_fail_comm(struct hcomm_comm *comm, hcomm_status_t status)
     hc_p2p_fail_list(&comm->posted, comm, -1, status);
     hc_p2p_fail_list(&hc_ctx.rndv_active, comm, -1, status);
     hc_p2p_fail_pending(comm, -1, status);
+}
+
+void (*hc_coll_gave_up_hook)(struct hcomm_comm *comm, int from, hcomm_status_t status);
+
+void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status)
+{
+    for (int r = 0; r < comm->size; r++) {
+        int w = comm->world_ranks[r];
+        if (w != hc_ctx.rank && !hc_ctx.peers[w].failed && hc_ctx.peers[w].conn)
+            hc_p2p_control(&hc_ctx.peers[w], HC_FRAME_GIVE_UP, comm->ctx_id | HC_CTX_COLL,
+                           (uint64_t)(-(int64_t)status), 0);
+    }
 }
 
 void hc_p2p_fail_peer(int wpeer, hcomm_status_t status)

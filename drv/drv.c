@@ -96,11 +96,12 @@ static void hc_drv_noop_dereg(hc_drv_t *drv, uint64_t key)
     (void)drv;
     (void)key;
 }
-static void *hc_drv_no_shared(hc_drv_t *drv, uint64_t key, size_t size)
+static void *hc_drv_no_shared(hc_drv_t *drv, uint64_t key, size_t size, int users)
 {
     (void)drv;
     (void)key;
     (void)size;
+    (void)users;
     return NULL;
 }
 static void hc_drv_noop_shared_put(hc_drv_t *drv, uint64_t key)

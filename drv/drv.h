@@ -36,6 +36,7 @@ enum {
     HC_FRAME_FIN,       /* rendezvous done (receiver used get): a = sender request id */
     HC_FRAME_NACK,      /* receiver failed the rendezvous: a = sender request id, b = -status */
     HC_FRAME_CONT,      /* next fragment of a multi-frame EAGER message */
+    HC_FRAME_GIVE_UP,   /* the sender's communicator ctx_id broke: a = -status */
     HC_FRAME_DRIVER = 0x80
 };
 
@@ -133,13 +134,16 @@ struct hc_drv_ops {
     hcomm_status_t (*mem_reg)(hc_drv_t *drv, void *addr, size_t len, uint64_t *key_p);
     void (*mem_dereg)(hc_drv_t *drv, uint64_t key);
     /* Node-shared memory found by a key every local rank agrees on: the first
-     * caller creates it (zeroed), later callers map the same bytes. NULL
+     * caller creates it (zeroed), later callers map the same bytes. users:
+     * how many ranks will get it (each once): the block lives until that
+     * many have put it, so a rank that is done and puts it before a slower
+     * one has got it cannot make the slower one create a fresh block. NULL
      * when the driver has none. */
-    void *(*shared_get)(hc_drv_t *drv, uint64_t key, size_t size);
+    void *(*shared_get)(hc_drv_t *drv, uint64_t key, size_t size, int users);
     void (*disconnect)(hc_conn_t *conn);
     void (*close)(hc_drv_t *drv);
-    /* Drops this rank's use of the shared_get block of key; the last user's
-     * put lets the driver reuse it. */
+    /* Drops this rank's use of the shared_get block of key; the put that
+     * completes `users` lets the driver reuse it. */
     void (*shared_put)(hc_drv_t *drv, uint64_t key);
     /* Copies len bytes from src into the peer's address remote_addr
      * (HC_CONN_CAP_WRITE only): the mirror of get. */

@@ -52,7 +52,7 @@ extern "C" {
     X(ERR_NOT_INITIALIZED, -5, "hcomm is not initialized (call hcomm_init first)")                 \
     X(ERR_ALREADY_INITIALIZED, -6, "hcomm is already initialized")                                 \
     X(ERR_UNSUPPORTED, -7, "operation not supported by this transport or build")                   \
-    X(ERR_TRUNCATED, -8, "message larger than the receive buffer")                                 \
+    X(ERR_TRUNCATED, -8, "message size does not match the receive buffer")                         \
     X(ERR_IO, -9, "system call or device error")                                                   \
     X(ERR_BOOTSTRAP, -10, "bootstrap (rendezvous) failed")                                         \
     X(ERR_NO_DEVICE, -11, "no usable transport")                                                   \

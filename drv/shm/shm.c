@@ -44,7 +44,7 @@
 #define HC_SHM_SLOT_HDR 40 /* seq (8) + frame header (32) */
 
 /* A directory entry: key 0 = never used, HC_SHM_KEY_FREE = a released block
- * (off/size kept for reuse), anything else = live, used by `refs` ranks. */
+ * (off/size kept for reuse), anything else = live until `refs` more puts. */
 typedef struct {
     uint64_t key;
     uint64_t off; /* from the segment base */
@@ -540,10 +540,11 @@ static void hc_shm_arena_unlock(hc_shm_seg_t *g)
 }
 
 /* Node-shared memory by key: the first local rank to ask creates it (zeroed:
- * a released block of a fitting size is reused, else the arena grows),
- * later ones share it; shared_put drops a reference and the last one
- * releases the block for reuse. Keys are never reused for different data. */
-static void *hc_drv_shm_shared_get(hc_drv_t *drv, uint64_t key, size_t size)
+ * a released block of a fitting size is reused, else the arena grows) with
+ * `users` references, later ones share it; each shared_put drops one and
+ * the last releases the block for reuse. Keys are never reused for
+ * different data. */
+static void *hc_drv_shm_shared_get(hc_drv_t *drv, uint64_t key, size_t size, int users)
 {
     hc_drv_shm_t *s = (hc_drv_shm_t *)drv;
     hc_shm_seg_t *g = s->seg;
@@ -568,20 +569,18 @@ static void *hc_drv_shm_shared_get(hc_drv_t *drv, uint64_t key, size_t size)
     }
     void *base = NULL;
     if (hit) {
-        if (hit->size >= size) {
-            hit->refs++;
+        if (hit->size >= size)
             base = (uint8_t *)g + hit->off;
-        }
     } else if (reuse) {
         reuse->key = key;
-        reuse->refs = 1;
+        reuse->refs = users;
         base = (uint8_t *)g + reuse->off;
         memset(base, 0, reuse->size);
     } else if (empty && g->arena_used + size <= g->arena_size) {
         empty->key = key;
         empty->off = g->arena_off + g->arena_used;
         empty->size = size;
-        empty->refs = 1;
+        empty->refs = users;
         g->arena_used += size;
         base = (uint8_t *)g + empty->off; /* never used before: still zero */
     }

@@ -98,7 +98,7 @@ static void test_defaults_filled(void **state)
     assert_non_null(o->shared_get);
     assert_non_null(o->shared_put);
     assert_int_equal(o->put(NULL, NULL, NULL, NULL), HCOMM_ERR_UNSUPPORTED);
-    assert_null(o->shared_get(NULL, 7, 64));
+    assert_null(o->shared_get(NULL, 7, 64, 2));
     assert_non_null(hc_drv_find("self"));
     assert_non_null(hc_drv_find("SHM")); /* names are case-insensitive */
     assert_null(hc_drv_find("nosuch"));
