@@ -269,12 +269,14 @@ static void hc_coll_gave_up(struct hcomm_comm *comm, int from, hcomm_status_t st
 }
 
 void hc_coll_group_fini(void);
-void hc_coll_api_init(void);
+hcomm_status_t hc_coll_api_init(void);
 
 hcomm_status_t hc_coll_init(void)
 {
     hc_reduce_init();
-    hc_coll_api_init();
+    hcomm_status_t st = hc_coll_api_init();
+    if (st != HCOMM_OK)
+        return st;
     hc_list_init(&hc_coll_active);
     hc_progress_hook = hc_coll_progress;
     hc_coll_cancel_hook = hc_coll_cancel;

@@ -54,10 +54,24 @@ static int hc_coll_local_step(hc_coll_op_t *op)
 
 static const char *hc_coll_forced; /* HCOMM_ALGO unless "auto", read at init */
 
-void hc_coll_api_init(void)
+static uint32_t hc_coll_fallback_logged; /* kinds the forced algorithm does not cover */
+
+hcomm_status_t hc_coll_api_init(void)
 {
+    static const char *const known[] = {"auto", "node", "node-direct", "node-staged",
+                                        "ring", "rd",   "tree",        "direct"};
+    bool ok = false;
+    for (size_t i = 0; i < HC_ARRAY_SIZE(known); i++)
+        ok |= !strcasecmp(hc_cfg.algo, known[i]);
+    if (!ok)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hcomm_init: HCOMM_ALGO=%s is not an algorithm: use auto, node, "
+                        "node-direct, node-staged, ring, rd, tree or direct",
+                        hc_cfg.algo);
     hc_coll_forced = strcasecmp(hc_cfg.algo, "auto") ? hc_cfg.algo : NULL;
     memset(hc_coll_logged, 0, sizeof(hc_coll_logged));
+    hc_coll_fallback_logged = 0;
+    return HCOMM_OK;
 }
 
 /* Explains (HCOMM_LOG=info) and counts (HCOMM_STATS) a chosen algorithm. */
@@ -84,6 +98,20 @@ static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
     }
     if (!op->step)
         op->step = hc_coll_net_select(op, forced && strncasecmp(forced, "node", 4) ? forced : NULL);
+    if (!op->step && forced) {
+        /* The forced family does not implement this collective (at this
+         * size or rank count): the automatic choice, said once per kind. */
+        if (!(hc_coll_fallback_logged & (1u << op->kind))) {
+            hc_coll_fallback_logged |= 1u << op->kind;
+            hc_log_warn("HCOMM_ALGO=%s does not implement %s on %d ranks (%zu bytes): using the "
+                        "automatic choice for it",
+                        forced, hc_coll_names[op->kind], op->comm->size, op->bytes);
+        }
+        if (hc_coll_node_usable(op->comm))
+            op->step = hc_coll_node_select(op, NULL);
+        if (!op->step)
+            op->step = hc_coll_net_select(op, NULL);
+    }
     if (!op->step)
         return hc_error(HCOMM_ERR_UNSUPPORTED, "%s: no algorithm for %zu bytes on %d ranks%s%s",
                         hc_coll_names[op->kind], op->bytes, op->comm->size,
@@ -618,6 +646,7 @@ static hcomm_status_t hc_group_fuse(int i)
     op->rbuf = buf + total;
     op->dtype = lead->dtype;
     op->op = lead->op;
+    op->root = 0;
     op->esize = lead->esize;
     op->count = total / lead->esize;
     op->bytes = total;

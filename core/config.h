@@ -12,14 +12,15 @@
 
 #define HC_CONFIG_MAP(X)                                                                           \
     X(log, "HCOMM_LOG", STR, "warn", "log level: error|warn|info|debug|trace")                     \
-    X(timeout, "HCOMM_TIMEOUT", DOUBLE, "300", "seconds any wait may last before ERR_TIMEOUT")     \
+    X(timeout, "HCOMM_TIMEOUT", DOUBLE, "300",                                                     \
+      "seconds any wait may last before ERR_TIMEOUT (decimal; above 1e9: no limit)")              \
     X(net, "HCOMM_NET", STR, "auto", "transport between nodes: auto|mlx5|verbs|dpdk|tcp")          \
     X(shm, "HCOMM_SHM", BOOL, "1", "use shared memory between ranks of one node")                  \
     X(node_id, "HCOMM_NODE_ID", STR, "", "node identity override (default: host name + netns)")    \
     X(algo, "HCOMM_ALGO", STR, "auto",                                                             \
       "force a collective algorithm: auto | node (node-direct, node-staged: allreduce) | "         \
       "ring (allreduce reduce broadcast allgather reduce_scatter) | rd (allreduce allgather) | "    \
-      "tree (reduce broadcast) | direct (alltoall); barrier takes any")                           \
+      "tree (reduce broadcast) | direct (alltoall); collectives it lacks use auto (logged)")        \
     X(shm_slots, "HCOMM_SHM_SLOTS", INT, "64",                                                     \
       "receive slots per shm connection (rounded up to a power of two)")                 \
     X(shm_slot_size, "HCOMM_SHM_SLOT_SIZE", SIZE, "8K", "bytes per shm receive slot (eager size)") \

@@ -29,8 +29,64 @@ hc_ctx_t hc_ctx;
 
 typedef struct {
     uint32_t pid;
+    int32_t launcher_local_rank, launcher_local_size; /* -1: the launcher did not say */
     char node_id[160];
+    /* Where the process really runs: kernel boot id + network namespace.
+     * Ranks grouped as one node (same node_id) must share it, or they
+     * cannot share memory. */
+    char machine[200];
 } hc_rank_info_t;
+
+static void hc_ctx_machine_id(char *buf, size_t len)
+{
+    char boot[64] = "?", where[128];
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof(boot), f))
+            snprintf(boot, sizeof(boot), "?");
+        boot[strcspn(boot, "\n")] = '\0';
+        fclose(f);
+    }
+    hc_topo_node_id(NULL, where, sizeof(where));
+    snprintf(buf, len, "%.40s/%.150s", boot, where);
+}
+
+/* Ranks of one node must be able to share memory, and what the launcher
+ * said about local ranks must agree with the node map: said at once, not
+ * as a node-segment timeout later. */
+static hcomm_status_t hc_ctx_check_nodes(const hc_rank_info_t *info)
+{
+    int n = hc_ctx.size;
+    for (int r = 0; r < n; r++) {
+        if (hc_ctx.node_of_rank[r] != hc_ctx.node || r == hc_ctx.rank)
+            continue;
+        const hc_rank_info_t *a = &info[hc_ctx.rank], *b = &info[r];
+        if (strncmp(a->machine, b->machine, sizeof(a->machine)))
+            return hc_error(HCOMM_ERR_INVALID,
+                            "hcomm_init: ranks %d and %d are grouped as one node (node id \"%s\"%s) "
+                            "but run on different machines or network namespaces (%s vs %s): "
+                            "they cannot share memory; give each host its own HCOMM_NODE_ID",
+                            hc_ctx.rank, r, a->node_id, hc_cfg.node_id[0] ? ", HCOMM_NODE_ID" : "",
+                            a->machine, b->machine);
+        if (a->launcher_local_rank >= 0 && a->launcher_local_rank == b->launcher_local_rank)
+            return hc_error(HCOMM_ERR_INVALID,
+                            "hcomm_init: ranks %d and %d on one node both say local rank %d "
+                            "(HCOMM_LOCAL_RANK or the launcher's variable)",
+                            hc_ctx.rank, r, a->launcher_local_rank);
+    }
+    const hc_rank_info_t *me = &info[hc_ctx.rank];
+    if (me->launcher_local_size > 0 && me->launcher_local_size != hc_ctx.local_size)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hcomm_init: the launcher says %d ranks on this node (HCOMM_LOCAL_SIZE or "
+                        "its own variable), the node map has %d (ranks with node id \"%s\")",
+                        me->launcher_local_size, hc_ctx.local_size, me->node_id);
+    if (me->launcher_local_rank >= hc_ctx.local_size)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hcomm_init: local rank %d (HCOMM_LOCAL_RANK or the launcher's variable) "
+                        "is out of range for the %d ranks on this node",
+                        me->launcher_local_rank, hc_ctx.local_size);
+    return HCOMM_OK;
+}
 
 static void hc_ctx_peer_failed(void *core, int peer, hcomm_status_t status, const char *why)
 {
@@ -100,10 +156,7 @@ static hcomm_status_t hc_ctx_build_nodes(const hc_rank_info_t *info)
             hc_ctx.local_rank = hc_ctx.local_size;
         hc_ctx.local_ranks[hc_ctx.local_size++] = r;
     }
-    if (hc_ctx.bs_params.local_size > 0 && hc_ctx.bs_params.local_size != hc_ctx.local_size)
-        hc_log_info("launcher said %d ranks on this node, the node identities say %d",
-                    hc_ctx.bs_params.local_size, hc_ctx.local_size);
-    return HCOMM_OK;
+    return hc_ctx_check_nodes(info);
 }
 
 static hcomm_status_t hc_ctx_connect_all(const uint8_t *table)
@@ -231,8 +284,11 @@ hcomm_status_t hc_ctx_init(void)
         goto err;
 
     /* Round 1: who runs where. */
-    hc_rank_info_t me = {.pid = (uint32_t)getpid()};
+    hc_rank_info_t me = {.pid = (uint32_t)getpid(),
+                         .launcher_local_rank = hc_ctx.bs_params.local_rank,
+                         .launcher_local_size = hc_ctx.bs_params.local_size};
     hc_topo_node_id(hc_cfg.node_id, me.node_id, sizeof(me.node_id));
+    hc_ctx_machine_id(me.machine, sizeof(me.machine));
     snprintf(hc_ctx.node_id, sizeof(hc_ctx.node_id), "%s", me.node_id);
     const void *table = NULL;
     st = hc_bootstrap_open(&hc_ctx.bs_params, &me, sizeof(me), hc_cfg.timeout, &hc_ctx.bs, &table);

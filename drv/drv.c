@@ -186,7 +186,7 @@ static const struct hc_drv_ops *hc_drv_pick(const hc_drv_env_t *env, int scope, 
                                             hcomm_status_t *st_p)
 {
     const struct hc_drv_ops *best = NULL;
-    char why[256];
+    char why[256], skipped[768] = "";
     for (int i = 0; i < hc_drv_n; i++) {
         const struct hc_drv_ops *o = &hc_drv_table[i];
         if (o->scope != scope)
@@ -198,6 +198,9 @@ static const struct hc_drv_ops *hc_drv_pick(const hc_drv_env_t *env, int scope, 
         why[0] = '\0';
         if (o->probe(env, why, sizeof(why)) != HCOMM_OK) {
             hc_log_info("driver %s skipped: %s", o->name, why);
+            size_t used = strlen(skipped);
+            snprintf(skipped + used, sizeof(skipped) - used, "%s%s: %s", used ? "; " : "",
+                     o->name, why[0] ? why : "not usable");
             continue;
         }
         if (!best || o->priority > best->priority)
@@ -205,8 +208,11 @@ static const struct hc_drv_ops *hc_drv_pick(const hc_drv_env_t *env, int scope, 
     }
     *st_p = HCOMM_OK;
     if (!best && forced)
-        *st_p = hc_error(HCOMM_ERR_NO_DEVICE, "hcomm_init: HCOMM_NET=%s is not usable here (see "
-                                              "hcomm_info for the reason)", forced);
+        *st_p = hc_error(HCOMM_ERR_NO_DEVICE, "hcomm_init: HCOMM_NET=%s is not usable here (%s)",
+                         forced, skipped[0] ? skipped : "no driver of that name in this build");
+    else if (!best && scope == HC_DRV_SCOPE_NET)
+        *st_p = hc_error(HCOMM_ERR_NO_DEVICE, "hcomm_init: no network driver can reach the ranks "
+                         "on other nodes (%s)", skipped[0] ? skipped : "none in this build");
     return best;
 }
 
@@ -229,12 +235,8 @@ hcomm_status_t hc_drv_select_open(const hc_drv_env_t *env, hc_drv_t **drvs, int 
         need_net = true;
     if (need_net) {
         chosen[2] = hc_drv_pick(env, HC_DRV_SCOPE_NET, forced, &st);
-        if (st != HCOMM_OK)
-            return st;
         if (!chosen[2])
-            return hc_error(HCOMM_ERR_NO_DEVICE,
-                            "hcomm_init: no network driver can reach the ranks on other nodes "
-                            "(run hcomm_info to see why each was skipped)");
+            return st;
     }
     if (!chosen[0])
         return hc_error(HCOMM_ERR_INTERNAL, "hcomm_init: the self driver is missing");

@@ -149,9 +149,9 @@ garbage | garbage_flood)
         connect 3 && head -c 4096 /dev/urandom >&3; exec 3>&-
         # 2. a well-formed hello with a wrong job key, as rank 1
         connect 3 && { hello 1 2 32 0; printf '%032d' 7; } >&3; sleep 0.2; exec 3>&-
-        # 2b. the same with a payload as long as a real hello's today (164
+        # 2b. the same with a payload as long as a real hello's today (372
         # bytes), so that the key itself is what gets it rejected
-        connect 3 && { hello 1 2 32 164; printf '%032d' 7; head -c 164 /dev/zero; } >&3
+        connect 3 && { hello 1 2 32 372; printf '%032d' 7; head -c 372 /dev/zero; } >&3
         sleep 0.2; exec 3>&-
         # 3. the right key's length, a wrong key, an out-of-range rank
         connect 3 && { hello 5 2 32 0; printf '%032d' 0; } >&3; exec 3>&-
