@@ -90,7 +90,7 @@ void hc_coll_break(struct hcomm_comm *comm, hcomm_status_t status, const char *w
         cc->broken_status = status;
         /* The other members' collectives cannot complete either: tell
          * them (a dead peer they see for themselves). */
-        if (cc->node)
+        if (status != HCOMM_ERR_PEER_FAILED && cc->node)
             hc_coll_node_give_up(cc->node, status);
         if (status != HCOMM_ERR_PEER_FAILED && comm->size > 1)
             hc_p2p_give_up(comm, status);

@@ -12,6 +12,8 @@
 #   killed_root   3 ranks, rank 0 (the rendezvous root) dies instead
 #   killed_hcommrun  the same job under hcommrun: exit 137, the rank named
 #   coll_killed   4 ranks, rank 3 dies inside non-blocking collectives
+#   node_map      2 ranks that both say HCOMM_LOCAL_RANK=0: init fails at
+#                 once on both, naming the variable
 #   group_killed  3 ranks, rank 1 dies before a group, between its calls and
 #                 right before hcomm_group_end (three jobs)
 #   garbage       2 ranks; junk, wrong job keys, truncated and silent
@@ -115,6 +117,18 @@ coll_killed)
     collect 4
     check_killed 3 4 "hcomm_iallreduce" "hcomm_ibroadcast" "hcomm_allreduce after"
     ;;
+node_map)
+    RANK_ENV_1="HCOMM_LOCAL_RANK=0"
+    t0=$SECONDS
+    launch 2 "$BINDIR/mp_coll_group_fault" --deferred
+    collect 2
+    for r in 0 1; do
+        ((RC[r] != 0)) || fail "rank $r expected hcomm_init to fail"
+        grep -q "both say local rank 0 (HCOMM_LOCAL_RANK" "$TMP/out.$r" ||
+            fail "rank $r expected \"both say local rank 0 (HCOMM_LOCAL_RANK\""
+    done
+    ((SECONDS - t0 < 10)) || fail "expected the failure within 10 s took $((SECONDS - t0)) s"
+    ;;
 group_killed)
     for where in start between end; do
         launch 3 "$BINDIR/mp_coll_group_fault" --kill $where
@@ -208,7 +222,7 @@ region_leak)
     ((n == 0)) || fail "expected every communicator to get a node-shared region, $n fell back to p2p (\"$(grep -m1 "no node-shared region" "$TMP/out.all")\")"
     ;;
 *)
-    echo "usage: mp_fault.sh killed|killed_root|killed_hcommrun|coll_killed|group_killed|garbage|garbage_flood|region_leak HCOMMRUN BINDIR" >&2
+    echo "usage: mp_fault.sh killed|killed_root|killed_hcommrun|coll_killed|group_killed|node_map|garbage|garbage_flood|region_leak HCOMMRUN BINDIR" >&2
     exit 2
     ;;
 esac

@@ -115,6 +115,22 @@ coll_3x1)
     launch 3 1 --max 4M --coll
     wait_all 150
     ;;
+node_id)
+    # Two namespaces that claim one node: init must fail at once, naming
+    # HCOMM_NODE_ID (it used to wait out HCOMM_TIMEOUT on the node segment).
+    "$netns" up 2 || fail "netns setup"
+    t0=$SECONDS
+    HCOMM_NODE_ID=same-node launch 2 1 --max 1M --coll
+    for i in "${!pids[@]}"; do
+        while kill -0 "${pids[$i]}" 2>/dev/null && ((SECONDS - t0 < 20)); do sleep 0.2; done
+        kill -0 "${pids[$i]}" 2>/dev/null && fail "rank $i still running after 20 s"
+        wait "${pids[$i]}" && fail "rank $i expected to fail hcomm_init"
+    done
+    pids=()
+    ((SECONDS - t0 < 10)) || fail "init failure expected within 10 s took $((SECONDS - t0)) s"
+    grep -q "HCOMM_NODE_ID" "$work/r0.log" "$work/r1.log" || fail "expected a message naming HCOMM_NODE_ID"
+    grep -h "HCOMM_NODE_ID" "$work"/r*.log | head -1
+    ;;
 sigstop)
     "$netns" up 2 || fail "netns setup"
     HCOMM_LOG=info launch 2 2 --max 1M --duration 14
