@@ -75,6 +75,15 @@ static void group_check(const group_t *g, int it)
         }
 }
 
+/* An iteration before the fault: OK and every result right. */
+static void group_expect_ok(const group_t *g, int it, hcomm_status_t st)
+{
+    if (st != HCOMM_OK)
+        mp_fail("iteration %d: group expected OK got %s (%s)", it, mp_status_name(st),
+                hcomm_last_error());
+    group_check(g, it);
+}
+
 /* Posts members [from, to) of the group (inside hcomm_group_start). */
 static void group_post(group_t *g, hcomm_comm_t comm, int nb, int from, int to)
 {
@@ -148,10 +157,7 @@ static int run_stall(double stall, int nb)
         hcomm_status_t st = group_end(&g, nb);
         double dt = mp_now() - t0;
         if (it < STALL_AT) {
-            if (st != HCOMM_OK)
-                mp_fail("iteration %d: group expected OK got %s (%s)", it, mp_status_name(st),
-                        hcomm_last_error());
-            group_check(&g, it);
+            group_expect_ok(&g, it, st);
             continue;
         }
         /* Rank 1 is asleep: one deadline for the whole group. */
@@ -292,10 +298,7 @@ static int run_kill(const char *where)
         double t0 = mp_now();
         hcomm_status_t st = group_end(&g, it & 1);
         if (it < STALL_AT) {
-            if (st != HCOMM_OK)
-                mp_fail("iteration %d: group expected OK got %s (%s)", it, mp_status_name(st),
-                        hcomm_last_error());
-            group_check(&g, it);
+            group_expect_ok(&g, it, st);
             continue;
         }
         char what[64];
