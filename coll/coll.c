@@ -12,6 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char *const hc_coll_kind_names[HC_COLL_KIND_COUNT] = {
+    "hcomm_allreduce",      "hcomm_broadcast", "hcomm_reduce", "hcomm_allgather",
+    "hcomm_reduce_scatter", "hcomm_alltoall",  "hcomm_barrier"};
+
+const char *hc_coll_name(hc_coll_kind_t kind)
+{
+    return (unsigned)kind < HC_COLL_KIND_COUNT ? hc_coll_kind_names[kind] : "hcomm collective";
+}
+
+hcomm_status_t hc_coll_gave_up_error(const hc_coll_comm_t *cc, const char *what)
+{
+    return hc_error(cc->gave_up_status,
+                    "%s: communicator rank %d gave up on this communicator (%s there)", what,
+                    cc->gave_up_rank, hcomm_strerror(cc->gave_up_status));
+}
+
 static hc_list_t hc_coll_active = {&hc_coll_active, &hc_coll_active};
 static hc_coll_op_t *hc_coll_op_cache;
 
@@ -135,9 +151,7 @@ static int hc_coll_run(struct hcomm_comm *comm)
             if (dead >= 0)
                 rc = hc_peer_error(dead, what);
             else
-                rc = hc_error(cc->gave_up_status,
-                              "%s: communicator rank %d gave up on this communicator (%s there)",
-                              what, cc->gave_up_rank, hcomm_strerror(cc->gave_up_status));
+                rc = hc_coll_gave_up_error(cc, what);
         }
         hc_coll_finish(op, rc == HC_COLL_DONE ? HCOMM_OK : (hcomm_status_t)rc);
         done++;

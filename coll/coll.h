@@ -97,6 +97,10 @@ typedef struct hc_coll_comm {
 } hc_coll_comm_t;
 
 hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm);
+/* "hcomm_allreduce", ...: the public function of a kind, for messages. */
+const char *hc_coll_name(hc_coll_kind_t kind);
+/* The error for an op on cc after a member gave up on it (HC_FRAME_GIVE_UP). */
+hcomm_status_t hc_coll_gave_up_error(const hc_coll_comm_t *cc, const char *what);
 
 void hc_coll_op_init(hc_coll_op_t *op);
 /* Marks comm unusable for collectives, with the status and reason that

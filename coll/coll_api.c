@@ -16,10 +16,6 @@ _Static_assert((int)HC_COLL_KIND_COUNT == (int)HC_STATS_COLL_KINDS, "stats cover
 hc_coll_op_t *hc_coll_op_alloc(void);
 void hc_coll_op_release(hc_coll_op_t *op);
 
-static const char *const hc_coll_names[HC_COLL_KIND_COUNT] = {
-    "hcomm_allreduce", "hcomm_broadcast", "hcomm_reduce",  "hcomm_allgather",
-    "hcomm_reduce_scatter", "hcomm_alltoall", "hcomm_barrier"};
-
 /* Collectives created inside hcomm_group_start/end, launched at the end. */
 static struct {
     hc_coll_op_t **ops;
@@ -37,7 +33,7 @@ static void hc_coll_explain(const hc_coll_op_t *op)
     if (hc_coll_logged[op->kind] & (1ull << cls))
         return;
     hc_coll_logged[op->kind] |= 1ull << cls;
-    hc_log_info("%s: %zu bytes on %d ranks -> algorithm %s", hc_coll_names[op->kind], op->bytes,
+    hc_log_info("%s: %zu bytes on %d ranks -> algorithm %s", hc_coll_name(op->kind), op->bytes,
                 op->comm->size, op->algo);
 }
 
@@ -105,7 +101,7 @@ static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
             hc_coll_fallback_logged |= 1u << op->kind;
             hc_log_warn("HCOMM_ALGO=%s does not implement %s on %d ranks (%zu bytes): using the "
                         "automatic choice for it",
-                        forced, hc_coll_names[op->kind], op->comm->size, op->bytes);
+                        forced, hc_coll_name(op->kind), op->comm->size, op->bytes);
         }
         if (hc_coll_node_usable(op->comm))
             op->step = hc_coll_node_select(op, NULL);
@@ -114,7 +110,7 @@ static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
     }
     if (!op->step)
         return hc_error(HCOMM_ERR_UNSUPPORTED, "%s: no algorithm for %zu bytes on %d ranks%s%s",
-                        hc_coll_names[op->kind], op->bytes, op->comm->size,
+                        hc_coll_name(op->kind), op->bytes, op->comm->size,
                         forced ? " with HCOMM_ALGO=" : "", forced ? forced : "");
     hc_coll_account(op);
     return HCOMM_OK;
@@ -156,7 +152,7 @@ static bool hc_coll_checking; /* the fingerprint allgather itself is not checked
 static hcomm_status_t hc_coll_check_args(hc_coll_kind_t kind, size_t count, hcomm_dtype_t dtype,
                                          hcomm_op_t rop, int root, hcomm_comm_t comm)
 {
-    const char *fn = hc_coll_names[kind];
+    const char *fn = hc_coll_name(kind);
     bool reduction = kind == HC_COLL_ALLREDUCE || kind == HC_COLL_REDUCE ||
                      kind == HC_COLL_REDUCE_SCATTER;
     bool rooted = kind == HC_COLL_REDUCE || kind == HC_COLL_BROADCAST;
@@ -179,7 +175,7 @@ static hcomm_status_t hc_coll_check_args(hc_coll_kind_t kind, size_t count, hcom
         const hc_coll_print_t *o = &all[r];
         if (o->kind != mine.kind)
             st = hc_error(HCOMM_ERR_INVALID, "%s: rank %d called %s here (HCOMM_CHECK)", fn, r,
-                          (unsigned)o->kind < HC_COLL_KIND_COUNT ? hc_coll_names[o->kind] : "?");
+                          hc_coll_name((hc_coll_kind_t)o->kind));
         else if (o->count != mine.count)
             st = hc_error(HCOMM_ERR_INVALID, "%s: count %zu here, %llu on rank %d (HCOMM_CHECK)",
                           fn, count, (unsigned long long)o->count, r);
@@ -202,7 +198,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
                                    size_t bytes, hcomm_dtype_t dtype, hcomm_op_t rop, int root,
                                    hcomm_comm_t comm, hcomm_request_t *req_p)
 {
-    const char *fn = hc_coll_names[kind];
+    const char *fn = hc_coll_name(kind);
     hc_coll_comm_t *cc = hc_coll_comm(comm);
     if (HC_UNLIKELY(!cc))
         return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
@@ -213,9 +209,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
     if (HC_UNLIKELY(dead >= 0))
         return hc_peer_error(dead, fn);
     if (HC_UNLIKELY(cc->gave_up_rank >= 0))
-        return hc_error(cc->gave_up_status, "%s: communicator unusable: communicator rank %d gave "
-                        "up on it (%s there)", fn, cc->gave_up_rank,
-                        hcomm_strerror(cc->gave_up_status));
+        return hc_coll_gave_up_error(cc, fn);
     if (HC_UNLIKELY(hc_cfg.check) && comm->size > 1 && !hc_coll_checking) {
         hcomm_status_t st = hc_coll_check_args(kind, count, dtype, rop, root, comm);
         if (st != HCOMM_OK)

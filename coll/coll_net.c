@@ -67,17 +67,13 @@ static inline size_t hc_net_split(size_t len, size_t parts, size_t j)
     return (len / parts) * j + (len % parts) * j / parts;
 }
 
-static const char *const hc_net_names[HC_COLL_KIND_COUNT] = {
-    "hcomm_allreduce",      "hcomm_broadcast", "hcomm_reduce", "hcomm_allgather",
-    "hcomm_reduce_scatter", "hcomm_alltoall",  "hcomm_barrier"};
-
 static int hc_net_alloc(hc_coll_op_t *op, size_t bytes)
 {
     op->tmp = malloc(bytes ? bytes : 1);
     if (!op->tmp)
         return hc_error(HCOMM_ERR_NO_MEMORY,
                         "%s (algorithm %s): no memory for %zu bytes of scratch",
-                        hc_net_names[op->kind], op->algo, bytes);
+                        hc_coll_name(op->kind), op->algo, bytes);
     op->tmp_bytes = bytes;
     return HCOMM_OK;
 }
@@ -97,7 +93,7 @@ static inline void hc_net_reduce2(hc_coll_op_t *op, void *dst, const void *a, co
 static HC_NOINLINE int hc_net_failed(hc_coll_op_t *op, int st)
 {
     char what[96], why[256];
-    snprintf(what, sizeof(what), "%s (algorithm %s)", hc_net_names[op->kind], op->algo);
+    snprintf(what, sizeof(what), "%s (algorithm %s)", hc_coll_name(op->kind), op->algo);
     int dead = hc_coll_failed_member(op->comm);
     if (dead >= 0) return hc_peer_error(dead, what);
     snprintf(why, sizeof(why), "%s", hc_error_last());

@@ -134,10 +134,6 @@ static inline uint8_t *hc_node_res(hc_coll_node_t *nd, uint64_t t)
     return nd->res + (t & 1) * nd->block;
 }
 
-static const char *const hc_node_kind_names[HC_COLL_KIND_COUNT] = {
-    "hcomm_allreduce",      "hcomm_broadcast", "hcomm_reduce", "hcomm_allgather",
-    "hcomm_reduce_scatter", "hcomm_alltoall",  "hcomm_barrier"};
-
 /* Rank j's signature of tick t (op's first) against mine; on a mismatch
  * op->error is set and false returned. */
 static HC_NOINLINE bool hc_node_sig_mismatch(hc_coll_op_t *op, int j, uint32_t theirs)
@@ -146,7 +142,7 @@ static HC_NOINLINE bool hc_node_sig_mismatch(hc_coll_op_t *op, int j, uint32_t t
                          "%s (%zu elements of %s, op %s, root %d): communicator rank %d called a different "
                          "collective here (count, dtype, op or root differ: signature %08x, "
                          "mine %08x); HCOMM_CHECK=1 names the difference",
-                         hc_node_kind_names[op->kind], op->count, hc_dtype_name(op->dtype),
+                         hc_coll_name(op->kind), op->count, hc_dtype_name(op->dtype),
                          hc_op_name(op->op), op->root, j, theirs,
                          op->sig);
     return false;
@@ -167,7 +163,7 @@ static inline bool hc_node_gave_up(hc_coll_node_t *nd, hc_coll_op_t *op, int j)
         op->error = hc_error((hcomm_status_t)-st,
                              "%s: communicator rank %d gave up on this communicator (%s): an "
                              "earlier or this collective failed there",
-                             hc_node_kind_names[op->kind], j, hcomm_strerror((hcomm_status_t)-st));
+                             hc_coll_name(op->kind), j, hcomm_strerror((hcomm_status_t)-st));
     return false;
 }
 
