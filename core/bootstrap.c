@@ -60,13 +60,16 @@ typedef struct {
     char peer[80]; /* "addr:port" for the logs */
     uint8_t *buf;
     size_t have, need, cap;
+    bool closed; /* hc_bootstrap_poll: EOF seen, failure not yet noted */
 } hc_bs_conn_t;
 
 /* What the receiver expects; the header is checked against it before the
- * body is buffered. ABORT is always accepted. */
+ * body is buffered. ABORT is always accepted, FAILED notices where `notices`
+ * (only from ranks that joined: never during the hello). */
 typedef struct {
     uint32_t type, size;
     uint64_t payload_len;
+    bool notices;
 } hc_bs_expect_t;
 
 struct hc_bootstrap {
@@ -75,10 +78,20 @@ struct hc_bootstrap {
     uint8_t *table;
     hc_bs_conn_t *conns; /* rank 0: conns[r], r in 1..size-1; others: conns[0] */
     int nconns;
-    struct pollfd *pfds; /* check_peers: one per kept connection */
+    struct pollfd *pfds; /* hc_bootstrap_poll: one per kept connection */
     hcomm_status_t dead; /* a failed collective leaves the star unusable */
     char addr_file[640]; /* rank 0, file://: the published address */
+    /* Failure notices (see hc_bootstrap_poll): per rank, the cause of its
+     * failure once judged (-1 before); rank 0 also keeps, per rank, the
+     * first rank it reported gone (-1: none). */
+    int *verdict, *left_after;
+    int first_cause; /* the cause of the first verdict, -1 none */
+    int nverdicts;
+    hc_bootstrap_notice_fn notice;
+    void *notice_arg;
 };
+
+static void hc_bs_notice_msg(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m);
 
 /* ---- small helpers --------------------------------------------------------- */
 
@@ -201,7 +214,8 @@ static hc_bs_rx_t hc_bs_conn_read(hc_bs_conn_t *c, const hc_bs_expect_t *e, char
             return HC_BS_RX_BAD;
         }
         if (c->have != HC_BOOTSTRAP_HDR_LEN || total == 0) continue;
-        if (m.type != e->type && m.type != HC_BOOTSTRAP_MSG_ABORT) {
+        bool notice = e->notices && m.type == HC_BOOTSTRAP_MSG_FAILED;
+        if (m.type != e->type && m.type != HC_BOOTSTRAP_MSG_ABORT && !notice) {
             snprintf(why, whycap, "message type %u where %u was expected", m.type, e->type);
             return HC_BS_RX_BAD;
         }
@@ -209,7 +223,7 @@ static hc_bs_rx_t hc_bs_conn_read(hc_bs_conn_t *c, const hc_bs_expect_t *e, char
             snprintf(why, whycap, "job size %u, this job has %u ranks", m.size, e->size);
             return HC_BS_RX_BAD;
         }
-        if (m.type != HC_BOOTSTRAP_MSG_ABORT && m.payload_len != e->payload_len) {
+        if (m.type != HC_BOOTSTRAP_MSG_ABORT && !notice && m.payload_len != e->payload_len) {
             snprintf(why, whycap, "payload of %llu bytes, expected %llu",
                      (unsigned long long)m.payload_len, (unsigned long long)e->payload_len);
             return HC_BS_RX_BAD;
@@ -877,12 +891,18 @@ hcomm_status_t hc_bootstrap_open(const hc_bootstrap_params_t *p, const void *blo
     bs->table = malloc(HC_MAX(blob_len * (size_t)p->size, (size_t)1));
     bs->conns = calloc((size_t)HC_MAX(bs->nconns, 1), sizeof(*bs->conns));
     bs->pfds = calloc((size_t)HC_MAX(bs->nconns, 1), sizeof(*bs->pfds));
-    if (bs->table == NULL || bs->conns == NULL || bs->pfds == NULL) {
+    bs->verdict = malloc(sizeof(int) * (size_t)p->size);
+    bs->left_after = malloc(sizeof(int) * (size_t)p->size);
+    bs->first_cause = -1;
+    if (bs->table == NULL || bs->conns == NULL || bs->pfds == NULL || bs->verdict == NULL ||
+        bs->left_after == NULL) {
         st = hc_error(HCOMM_ERR_NO_MEMORY, "hc_bootstrap_open: no memory for %d ranks", p->size);
         goto err_close;
     }
     for (int i = 0; i < bs->nconns; i++)
         hc_bs_conn_init(&bs->conns[i]);
+    for (int r = 0; r < p->size; r++)
+        bs->verdict[r] = bs->left_after[r] = -1;
     if (blob_len) memcpy(bs->table + (size_t)p->rank * blob_len, blob, blob_len);
 
     if (p->size > 1) {
@@ -931,7 +951,7 @@ hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t
     if (bs->size == 1) return HCOMM_OK;
 
     hc_bs_expect_t e = {bs->rank == 0 ? HC_BOOTSTRAP_MSG_AG_IN : HC_BOOTSTRAP_MSG_AG_OUT,
-                        (uint32_t)bs->size, bs->rank == 0 ? len : len * (size_t)bs->size};
+                        (uint32_t)bs->size, bs->rank == 0 ? len : len * (size_t)bs->size, true};
     if (bs->rank != 0) {
         hc_bs_conn_t *c = &bs->conns[0];
         m = (hc_bootstrap_msg_t){HC_BOOTSTRAP_MAGIC,
@@ -945,7 +965,10 @@ hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t
                                  in};
         st = hc_bs_send_msg(c->fd, &m, deadline, fn, 0);
         if (st == HCOMM_OK) {
-            st = hc_bs_conn_wait(c, &e, deadline, &m, why, sizeof(why));
+            /* Failure notices may come first: taken, then wait on. */
+            while ((st = hc_bs_conn_wait(c, &e, deadline, &m, why, sizeof(why))) == HCOMM_OK &&
+                   m.type == HC_BOOTSTRAP_MSG_FAILED)
+                hc_bs_notice_msg(bs, 0, &m);
             if (st == HCOMM_ERR_TIMEOUT)
                 st = hc_error(st, "%s: rank %d got no reply from rank 0 within %.1f s", fn,
                               bs->rank, timeout_sec);
@@ -991,6 +1014,13 @@ hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t
                               fn, r, why);
                 break;
             }
+            if (rx == HC_BS_RX_DONE &&
+                hc_bootstrap_msg_parse(bs->conns[r].buf, bs->conns[r].have, &m) > 0 &&
+                m.type == HC_BOOTSTRAP_MSG_FAILED) {
+                hc_bs_notice_msg(bs, r, &m);
+                bs->conns[r].have = 0;
+                continue;
+            }
             if (rx == HC_BS_RX_BAD ||
                 hc_bootstrap_msg_parse(bs->conns[r].buf, bs->conns[r].have, &m) <= 0 ||
                 m.type != HC_BOOTSTRAP_MSG_AG_IN || m.rank != (uint32_t)r) {
@@ -1031,23 +1061,228 @@ hcomm_status_t hc_bootstrap_barrier(hc_bootstrap_t *bs, double timeout_sec)
     return hc_bootstrap_allgather(bs, NULL, 0, NULL, timeout_sec);
 }
 
-int hc_bootstrap_check_peers(hc_bootstrap_t *bs)
+/* ---- failure notices ------------------------------------------------------
+ *
+ * Rank 0 decides who failed and why, from what it alone sees: the bootstrap
+ * connection of every rank. A rank that sees a peer gone by its own evidence
+ * (a pidfd, a reset socket) reports it to rank 0 before it goes on (and
+ * before it may leave): so when a connection closes, rank 0 knows whether
+ * that rank had seen another rank fail first (it left after that rank: the
+ * cause is where that chain of reports ends) or had said nothing (it died).
+ * Each verdict, "rank X failed, cause C", goes to every rank still
+ * connected, before rank 0 itself may leave; a rank whose connection to
+ * rank 0 closes after a verdict takes rank 0 as having left after it.
+ */
+
+/* One FAILED message, built in one buffer and written without blocking; a
+ * partial write is finished within a short bound (the star is idle when
+ * failures travel). Silent: the caller's last error is what the user sees. */
+static void hc_bs_send_notice(hc_bootstrap_t *bs, int fd, int rank, int cause,
+                              hcomm_status_t status, const char *why)
 {
-    if (bs == NULL || bs->nconns == 0) return -1;
-    /* Rank 0's slot 0 is itself (fd -1, ignored by poll). */
-    if (poll(bs->pfds, (nfds_t)bs->nconns, 0) <= 0) return -1;
-    for (int i = 0; i < bs->nconns; i++) {
-        short rev = bs->pfds[i].revents;
-        if (rev == 0 || bs->pfds[i].fd < 0) continue;
-        int peer = bs->rank == 0 ? i : 0;
-        if (rev & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return peer;
-        /* Readable: a pending message is life, EOF is death. */
-        char byte;
-        ssize_t n = recv(bs->pfds[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            return peer;
+    uint8_t payload[HC_BOOTSTRAP_NOTICE_HDR + HC_BOOTSTRAP_MAX_NOTICE_TEXT];
+    uint8_t buf[HC_BOOTSTRAP_HDR_LEN + sizeof(payload)];
+    size_t tl = HC_MIN(strlen(why), (size_t)HC_BOOTSTRAP_MAX_NOTICE_TEXT);
+    uint32_t words[3] = {(uint32_t)rank, (uint32_t)cause, (uint32_t)(int32_t)status};
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; i < 4; i++)
+            payload[4 * w + i] = (uint8_t)(words[w] >> (8 * i));
+    memcpy(payload + HC_BOOTSTRAP_NOTICE_HDR, why, tl);
+    hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC, HC_BOOTSTRAP_VERSION, HC_BOOTSTRAP_MSG_FAILED,
+                            (uint32_t)bs->rank, (uint32_t)bs->size, 0, NULL,
+                            HC_BOOTSTRAP_NOTICE_HDR + tl, payload};
+    long len = hc_bootstrap_msg_pack(&m, buf, sizeof(buf));
+    if (len < 0 || fd < 0) return;
+    size_t off = 0;
+    double deadline = hc_time_sec() + 0.05;
+    while (off < (size_t)len) {
+        ssize_t n = send(fd, buf + off, (size_t)len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd pfd = {fd, POLLOUT, 0};
+            int ms = hc_bs_poll_ms(deadline);
+            if (ms > 0 && poll(&pfd, 1, ms) >= 0) continue;
+        }
+        hc_log_debug("bootstrap: failure notice for rank %d not sent (%s)", rank,
+                     n < 0 ? strerror(errno) : "timed out");
+        return;
     }
-    return -1;
+}
+
+/* Rank 0: where the chain "x left after seeing y fail" ends. */
+static int hc_bs_root_cause(const hc_bootstrap_t *bs, int x)
+{
+    int c = x;
+    for (int steps = 0; steps < bs->size && bs->left_after[c] >= 0; steps++)
+        c = bs->left_after[c];
+    return bs->left_after[c] >= 0 ? x : c; /* a cycle: nobody to blame but x */
+}
+
+static void hc_bs_verdict_taken(hc_bootstrap_t *bs, int rank, int cause, hcomm_status_t status,
+                                const char *why)
+{
+    bs->verdict[rank] = cause;
+    bs->nverdicts++;
+    if (bs->first_cause < 0) bs->first_cause = cause;
+    if (bs->notice) bs->notice(bs->notice_arg, rank, cause, status, why);
+}
+
+/* Rank 0: rank x is gone; decides the cause, tells itself and everyone. */
+static int hc_bs_hub_verdict(hc_bootstrap_t *bs, int x, hcomm_status_t status, const char *why)
+{
+    if (bs->verdict[x] >= 0) return bs->verdict[x];
+    int c = hc_bs_root_cause(bs, x);
+    /* Silent, but gone after a verdict we sent it: it left because of that. */
+    if (c == x && bs->left_after[x] < 0 && bs->first_cause >= 0) c = bs->first_cause;
+    char text[HC_BOOTSTRAP_MAX_NOTICE_TEXT + 1];
+    if (c != x) {
+        if (bs->verdict[c] < 0) {
+            int by = x;
+            while (bs->left_after[by] != c) by = bs->left_after[by];
+            snprintf(text, sizeof(text), "rank %d saw it fail", by);
+            (void)hc_bs_hub_verdict(bs, c, HCOMM_ERR_PEER_FAILED, text);
+        }
+        snprintf(text, sizeof(text), "it left after rank %d failed", c);
+        why = text;
+    }
+    hc_bs_verdict_taken(bs, x, c, status, why);
+    for (int r = 1; r < bs->nconns; r++)
+        if (r != x && bs->pfds[r].fd >= 0)
+            hc_bs_send_notice(bs, bs->conns[r].fd, x, c, status, why);
+    return c;
+}
+
+/* A FAILED message: on rank 0 a rank's report ("I saw x fail"), elsewhere
+ * rank 0's verdict. */
+static void hc_bs_notice_msg(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m)
+{
+    const uint8_t *p = m->payload;
+    uint32_t w[3];
+    for (int k = 0; k < 3; k++)
+        w[k] = (uint32_t)p[4 * k] | (uint32_t)p[4 * k + 1] << 8 | (uint32_t)p[4 * k + 2] << 16 |
+               (uint32_t)p[4 * k + 3] << 24;
+    char text[HC_BOOTSTRAP_MAX_NOTICE_TEXT + 1];
+    size_t n = (size_t)m->payload_len - HC_BOOTSTRAP_NOTICE_HDR;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t ch = p[HC_BOOTSTRAP_NOTICE_HDR + i];
+        text[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+    }
+    text[n] = '\0';
+    if (w[0] >= (uint32_t)bs->size || (int)w[0] == bs->rank || (int)w[0] == from) return;
+    int x = (int)w[0];
+    if (bs->rank == 0) {
+        if (bs->left_after[from] < 0) bs->left_after[from] = x;
+        return;
+    }
+    if (bs->verdict[x] >= 0) return;
+    int cause = w[1] < (uint32_t)bs->size ? (int)w[1] : x;
+    hcomm_status_t st = (int32_t)w[2] == HCOMM_ERR_TIMEOUT ? HCOMM_ERR_TIMEOUT
+                                                           : HCOMM_ERR_PEER_FAILED;
+    hc_bs_verdict_taken(bs, x, cause, st, text);
+}
+
+/* A bootstrap connection closed: rank 0 judges; elsewhere it is rank 0's,
+ * gone by itself unless it had told us of a failure before. */
+static void hc_bs_closed(hc_bootstrap_t *bs, int peer)
+{
+    if (bs->rank == 0) {
+        (void)hc_bs_hub_verdict(bs, peer, HCOMM_ERR_PEER_FAILED, "its bootstrap connection closed");
+    } else if (bs->verdict[peer] < 0) {
+        char text[80];
+        int c = bs->first_cause >= 0 ? bs->first_cause : peer;
+        if (c != peer) snprintf(text, sizeof(text), "it left after rank %d failed", c);
+        hc_bs_verdict_taken(bs, peer, c, HCOMM_ERR_PEER_FAILED,
+                            c != peer ? text : "its bootstrap connection closed");
+    }
+}
+
+void hc_bootstrap_set_notice(hc_bootstrap_t *bs, hc_bootstrap_notice_fn fn, void *arg)
+{
+    if (bs == NULL) return;
+    bs->notice = fn;
+    bs->notice_arg = arg;
+}
+
+int hc_bootstrap_report_failure(hc_bootstrap_t *bs, int rank, hcomm_status_t status,
+                                const char *why)
+{
+    if (bs == NULL || bs->size == 1 || rank < 0 || rank >= bs->size || rank == bs->rank)
+        return -1;
+    if (bs->verdict[rank] >= 0) return bs->verdict[rank];
+    if (bs->rank != 0) {
+        if (bs->pfds[0].fd >= 0) hc_bs_send_notice(bs, bs->conns[0].fd, rank, -1, status, why);
+        return -1;
+    }
+    /* What rank's connection says before it closes (its own reports) is
+     * read before judging it. */
+    (void)hc_bootstrap_poll(bs);
+    return hc_bs_hub_verdict(bs, rank, status, why);
+}
+
+int hc_bootstrap_verdict(hc_bootstrap_t *bs, int rank, int *first_cause_p)
+{
+    if (first_cause_p) *first_cause_p = bs ? bs->first_cause : -1;
+    if (bs == NULL || rank < 0 || rank >= bs->size) return -1;
+    return bs->verdict[rank];
+}
+
+int hc_bootstrap_poll(hc_bootstrap_t *bs)
+{
+    if (bs == NULL || bs->nconns == 0) return 0;
+    /* Rank 0's slot 0 is itself (fd -1, ignored by poll). */
+    if (poll(bs->pfds, (nfds_t)bs->nconns, 0) <= 0) return 0;
+    hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_FAILED, (uint32_t)bs->size, 0, true};
+    int before = bs->nverdicts;
+    char why[160];
+    /* Everything a connection says before it closes is read first (pass 1),
+     * closes are judged after (pass 2). */
+    for (int i = 0; i < bs->nconns; i++) {
+        if (bs->pfds[i].revents == 0 || bs->pfds[i].fd < 0) continue;
+        hc_bs_conn_t *c = &bs->conns[i];
+        for (;;) {
+            /* Only notices are taken here: anything else (a rank already in
+             * the next bootstrap allgather) stays on the socket for it. */
+            if (c->have == 0) {
+                uint8_t hdr[HC_BOOTSTRAP_HDR_LEN];
+                hc_bootstrap_msg_t m;
+                ssize_t n = recv(c->fd, hdr, sizeof(hdr), MSG_PEEK | MSG_DONTWAIT);
+                long h = n > 0 ? hc_bootstrap_msg_parse_header(hdr, (size_t)n, &m) : -1;
+                if (h == 0 || (h > 0 && m.type != HC_BOOTSTRAP_MSG_FAILED)) {
+                    if (bs->pfds[i].revents & (POLLERR | POLLHUP | POLLRDHUP)) {
+                        bs->pfds[i].fd = -1;
+                        c->closed = true;
+                    }
+                    break;
+                }
+            }
+            hc_bs_rx_t rx = hc_bs_conn_read(c, &e, why, sizeof(why));
+            if (rx == HC_BS_RX_MORE) break;
+            if (rx == HC_BS_RX_DONE) {
+                hc_bootstrap_msg_t m;
+                if (hc_bootstrap_msg_parse(c->buf, c->have, &m) > 0 &&
+                    m.type == HC_BOOTSTRAP_MSG_FAILED)
+                    hc_bs_notice_msg(bs, bs->rank == 0 ? i : 0, &m);
+                c->have = 0;
+                continue;
+            }
+            if (rx == HC_BS_RX_BAD)
+                hc_log_warn("bootstrap: unexpected message from rank %d: %s",
+                            bs->rank == 0 ? i : 0, why);
+            bs->pfds[i].fd = -1; /* closed or unreadable: not polled again */
+            c->closed = rx == HC_BS_RX_EOF;
+            break;
+        }
+    }
+    for (int i = 0; i < bs->nconns; i++) {
+        if (!bs->conns[i].closed) continue;
+        bs->conns[i].closed = false;
+        hc_bs_closed(bs, bs->rank == 0 ? i : 0);
+    }
+    return bs->nverdicts - before;
 }
 
 void hc_bootstrap_close(hc_bootstrap_t *bs)
@@ -1059,6 +1294,8 @@ void hc_bootstrap_close(hc_bootstrap_t *bs)
         hc_log_warn("bootstrap: cannot remove %s: %s", bs->addr_file, strerror(errno));
     free(bs->conns);
     free(bs->pfds);
+    free(bs->verdict);
+    free(bs->left_after);
     free(bs->table);
     free(bs);
 }

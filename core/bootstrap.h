@@ -48,10 +48,26 @@ hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t
                                       double timeout_sec);
 hcomm_status_t hc_bootstrap_barrier(hc_bootstrap_t *bs, double timeout_sec);
 
-/* Non-blocking liveness check for the progress engine's slow path: returns
- * the rank whose bootstrap connection closed (rank 0 sees every rank; others
- * see rank 0), or -1 when all are up. */
-int hc_bootstrap_check_peers(hc_bootstrap_t *bs);
+/* Failure notices: rank 0 judges who failed and why (it alone sees every
+ * rank's connection), ranks report to it what they see themselves, and its
+ * verdicts ("rank X failed; the cause is rank C", C != X when X left after
+ * C failed) reach every rank still connected. See bootstrap.c. */
+typedef void (*hc_bootstrap_notice_fn)(void *arg, int rank, int cause, hcomm_status_t status,
+                                       const char *why);
+/* fn is called from hc_bootstrap_poll/report_failure/allgather for each
+ * verdict; it must only record. */
+void hc_bootstrap_set_notice(hc_bootstrap_t *bs, hc_bootstrap_notice_fn fn, void *arg);
+/* This rank saw `rank` fail by its own evidence. Rank 0 judges at once and
+ * returns the cause; others tell rank 0 without blocking and return the
+ * verdict if one came already, else -1. */
+int hc_bootstrap_report_failure(hc_bootstrap_t *bs, int rank, hcomm_status_t status,
+                                const char *why);
+/* The verdict on rank (its cause) or -1; *first_cause_p: the cause of the
+ * first verdict, -1 none. */
+int hc_bootstrap_verdict(hc_bootstrap_t *bs, int rank, int *first_cause_p);
+/* Non-blocking, for the progress engine's slow path: reads notices and
+ * judges closed connections. Returns the number of new verdicts. */
+int hc_bootstrap_poll(hc_bootstrap_t *bs);
 
 void hc_bootstrap_close(hc_bootstrap_t *bs);
 
@@ -76,6 +92,8 @@ typedef struct {
 #define HC_BOOTSTRAP_MAX_SIZE (1u << 20)        /* ranks in one job */
 #define HC_BOOTSTRAP_MAX_PAYLOAD (256ull << 20) /* a whole table */
 #define HC_BOOTSTRAP_MAX_ABORT_TEXT 1024u
+#define HC_BOOTSTRAP_NOTICE_HDR 12u
+#define HC_BOOTSTRAP_MAX_NOTICE_TEXT 255u
 
 typedef enum {
     HC_BOOTSTRAP_MSG_HELLO = 1,  /* rank -> 0: key, rank, size, blob */
@@ -83,6 +101,7 @@ typedef enum {
     HC_BOOTSTRAP_MSG_AG_IN = 3,  /* rank -> 0: one allgather contribution */
     HC_BOOTSTRAP_MSG_AG_OUT = 4, /* 0 -> rank: every contribution, rank order */
     HC_BOOTSTRAP_MSG_ABORT = 5,  /* 0 -> rank: int32 LE status, then a message */
+    HC_BOOTSTRAP_MSG_FAILED = 6, /* either way: u32 rank, u32 cause, i32 status, text */
 } hc_bootstrap_msg_type_t;
 
 /* Parses one message from buf. Returns the bytes consumed (> 0), 0 when more

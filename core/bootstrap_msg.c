@@ -54,6 +54,9 @@ static bool hc_bootstrap_msg_header_valid(const hc_bootstrap_msg_t *m)
         return m->payload_len % m->size == 0 && m->payload_len / m->size <= HC_BOOTSTRAP_MAX_BLOB;
     case HC_BOOTSTRAP_MSG_ABORT:
         return m->payload_len >= 4 && m->payload_len <= 4 + HC_BOOTSTRAP_MAX_ABORT_TEXT;
+    case HC_BOOTSTRAP_MSG_FAILED:
+        return m->payload_len >= HC_BOOTSTRAP_NOTICE_HDR &&
+               m->payload_len <= HC_BOOTSTRAP_NOTICE_HDR + HC_BOOTSTRAP_MAX_NOTICE_TEXT;
     default:
         return false;
     }

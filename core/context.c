@@ -88,6 +88,12 @@ static hcomm_status_t hc_ctx_check_nodes(const hc_rank_info_t *info)
     return HCOMM_OK;
 }
 
+static void hc_ctx_verdict(void *arg, int peer, int cause, hcomm_status_t status, const char *why)
+{
+    (void)arg;
+    hc_peer_verdict(peer, cause, status, why);
+}
+
 static void hc_ctx_peer_failed(void *core, int peer, hcomm_status_t status, const char *why)
 {
     (void)core;
@@ -113,14 +119,23 @@ static void hc_ctx_mem_dereg(void *arg, hc_mem_region_t *region)
         hc_ctx.drvs[i]->ops->mem_dereg(hc_ctx.drvs[i], region->keys[i]);
 }
 
-/* More ranks on this node than cores: waits must yield almost at once, or
- * the rank being waited for cannot run. */
-static void hc_ctx_tune_backoff(void)
+/* More ranks on this machine than cores: waits must yield almost at once,
+ * or the rank being waited for cannot run. Counted per kernel (boot id), not
+ * per node: "nodes" that are network namespaces or containers of one host
+ * share its cores, and four spinning ranks on two cores made each message
+ * wait for a scheduler time slice (~0.5 ms per small allreduce). */
+static void hc_ctx_tune_backoff(const hc_rank_info_t *info)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpus > 0 && hc_ctx.local_size > cpus) {
+    const char *mine = info[hc_ctx.rank].machine;
+    size_t boot_len = strcspn(mine, "/");
+    int here = 0;
+    for (int r = 0; r < hc_ctx.size; r++)
+        if (!strncmp(info[r].machine, mine, boot_len) && info[r].machine[boot_len] == '/')
+            here++;
+    if (cpus > 0 && here > cpus) {
         hc_backoff_spin_limit = 32;
-        hc_log_info("%d ranks on %ld cores: waits yield quickly", hc_ctx.local_size, cpus);
+        hc_log_info("%d ranks on %ld cores of this machine: waits yield quickly", here, cpus);
     } else {
         hc_backoff_spin_limit = 2048;
     }
@@ -295,6 +310,7 @@ hcomm_status_t hc_ctx_init(void)
     if (st != HCOMM_OK)
         goto err;
     const hc_rank_info_t *info = table;
+    hc_bootstrap_set_notice(hc_ctx.bs, hc_ctx_verdict, NULL);
     if ((st = hc_ctx_build_nodes(info)) != HCOMM_OK)
         goto err;
     for (int r = 0; r < hc_ctx.size; r++)
@@ -367,7 +383,7 @@ hcomm_status_t hc_ctx_init(void)
             hc_log_debug("pidfd_open(%d) for rank %d: %s", hc_ctx.peers[r].pid, r, strerror(errno));
     }
     hc_mem_set_reg_hooks(hc_ctx_mem_reg, hc_ctx_mem_dereg, NULL);
-    hc_ctx_tune_backoff();
+    hc_ctx_tune_backoff(info);
 
     int *all = malloc(sizeof(int) * (size_t)hc_ctx.size);
     if (!all) {

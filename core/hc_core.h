@@ -124,6 +124,12 @@ typedef struct hc_peer {
     bool failed;
     hcomm_status_t fail_status;
     char fail_why[160];
+    /* Who is to blame: the rank whose failure this one follows (itself when
+     * it died), as judged by the bootstrap's rank 0 once `judged`. */
+    int cause;
+    bool judged;
+    bool verdict_pending; /* judged before this rank saw it: fail at next slow poll */
+    uint64_t fail_ns;
     hc_list_t pending; /* frames waiting for credit, in order */
     /* A multi-fragment EAGER message arriving from this peer: its receive or
      * its unexpected-queue entry (one of the two, or neither: discarded). */
@@ -204,6 +210,7 @@ typedef struct hc_ctx {
     uint64_t slow_next_ns;
     int group_depth;
     int nfailed;          /* peers declared failed */
+    int nverdicts_pending; /* peers judged failed by rank 0, not yet failed here */
     uint32_t next_ctx_id; /* lowest communicator context id never used here */
 } hc_ctx_t;
 
@@ -246,6 +253,9 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
 void hc_peer_fail(int peer, hcomm_status_t status, const char *why);
 /* The status and message for an operation that needs a failed peer. */
 hcomm_status_t hc_peer_error(int wpeer, const char *what);
+/* Rank 0's verdict on a peer (the bootstrap's notice function): recorded,
+ * taken as a failure at the next slow poll. */
+void hc_peer_verdict(int peer, int cause, hcomm_status_t status, const char *why);
 
 /* ---- p2p (p2p.c) ------------------------------------------------------------ */
 hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf, size_t len,

@@ -32,6 +32,23 @@ int hc_progress(void)
     return n;
 }
 
+/* How long an error message waits for rank 0's verdict on a peer this rank
+ * saw fail by its own evidence: the peer may have left because of another
+ * rank's failure (rank 0 tells), and the message must name that rank. */
+#define HC_VERDICT_GRACE_NS 100000000ull
+
+static void hc_peer_mark_failed(int peer)
+{
+    hc_peer_t *p = &hc_ctx.peers[peer];
+    p->failed = true;
+    hc_ctx.nfailed++;
+    if (p->cause != peer)
+        hc_log_warn("rank %d failed: %s (after rank %d failed)", peer, p->fail_why, p->cause);
+    else
+        hc_log_warn("rank %d failed: %s", peer, p->fail_why);
+    hc_p2p_fail_peer(peer, p->fail_status);
+}
+
 void hc_peer_fail(int peer, hcomm_status_t status, const char *why)
 {
     if (peer < 0 || peer >= hc_ctx.size || peer == hc_ctx.rank)
@@ -39,17 +56,70 @@ void hc_peer_fail(int peer, hcomm_status_t status, const char *why)
     hc_peer_t *p = &hc_ctx.peers[peer];
     if (p->failed)
         return;
-    p->failed = true;
+    if (!p->judged) {
+        p->fail_status = status;
+        snprintf(p->fail_why, sizeof(p->fail_why), "%s", why);
+        int cause = hc_bootstrap_report_failure(hc_ctx.bs, peer, status, why);
+        /* Rank 0 judges at once (its verdict came through the notice
+         * function); elsewhere the verdict is awaited by hc_peer_error. */
+        if (!p->judged)
+            p->cause = cause >= 0 ? cause : peer;
+    }
+    if (p->verdict_pending) {
+        p->verdict_pending = false;
+        hc_ctx.nverdicts_pending--;
+    }
+    p->fail_ns = hc_time_ns();
+    hc_peer_mark_failed(peer);
+}
+
+/* The bootstrap's notice function: records only (it may run inside a
+ * bootstrap allgather); the failure itself is taken at the next slow poll. */
+void hc_peer_verdict(int peer, int cause, hcomm_status_t status, const char *why)
+{
+    if (peer < 0 || peer >= hc_ctx.size || peer == hc_ctx.rank)
+        return;
+    hc_peer_t *p = &hc_ctx.peers[peer];
+    if (p->judged)
+        return;
+    p->judged = true;
+    p->cause = cause;
+    if (p->failed) {
+        if (cause != peer)
+            hc_log_info("rank %d: rank 0 says it left after rank %d failed", peer, cause);
+        return;
+    }
     p->fail_status = status;
     snprintf(p->fail_why, sizeof(p->fail_why), "%s", why);
-    hc_ctx.nfailed++;
-    hc_log_warn("rank %d failed: %s", peer, why);
-    hc_p2p_fail_peer(peer, status);
+    p->verdict_pending = true;
+    hc_ctx.nverdicts_pending++;
 }
 
 hcomm_status_t hc_peer_error(int wpeer, const char *what)
 {
     hc_peer_t *p = &hc_ctx.peers[wpeer];
+    /* Seen by this rank alone so far: give rank 0 a moment to say whether
+     * wpeer died or left after another rank's failure. */
+    if (!p->judged && hc_ctx.bs) {
+        while (!p->judged && hc_time_ns() - p->fail_ns < HC_VERDICT_GRACE_NS) {
+            if (hc_bootstrap_poll(hc_ctx.bs) == 0) {
+                struct timespec ts = {0, 200000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        int first = -1;
+        (void)hc_bootstrap_verdict(hc_ctx.bs, wpeer, &first);
+        if (!p->judged && first >= 0)
+            p->cause = first; /* no word on wpeer itself, but on an earlier failure */
+    }
+    int c = p->cause;
+    if (c != wpeer && c >= 0 && c < hc_ctx.size) {
+        hc_peer_t *q = &hc_ctx.peers[c];
+        return hc_error(p->fail_status,
+                        "%s: peer rank %d (world) failed: %s (rank %d, which this operation "
+                        "needed, left after that: %s)",
+                        what, c, q->fail_why[0] ? q->fail_why : "no details", wpeer, p->fail_why);
+    }
     return hc_error(p->fail_status, "%s: peer rank %d (world) failed: %s", what, wpeer, p->fail_why);
 }
 
@@ -59,6 +129,15 @@ void hc_progress_slow(void)
     if (now < hc_ctx.slow_next_ns)
         return;
     hc_ctx.slow_next_ns = now + HC_SLOW_PERIOD_NS;
+
+    /* Rank 0's word first: a peer that left after another's failure is
+     * then known as such when its exit is seen below. */
+    if (hc_ctx.bs)
+        (void)hc_bootstrap_poll(hc_ctx.bs);
+    if (HC_UNLIKELY(hc_ctx.nverdicts_pending))
+        for (int r = 0; r < hc_ctx.size; r++)
+            if (hc_ctx.peers[r].verdict_pending)
+                hc_peer_fail(r, hc_ctx.peers[r].fail_status, hc_ctx.peers[r].fail_why);
 
     /* Local peers: a pidfd polls readable once its process has exited. */
     struct pollfd pfds[64];
@@ -78,11 +157,6 @@ void hc_progress_slow(void)
                         hc_peer_fail(who[k], HCOMM_ERR_PEER_FAILED, "its process exited");
             n = 0;
         }
-    }
-    if (hc_ctx.bs) {
-        int dead = hc_bootstrap_check_peers(hc_ctx.bs);
-        if (dead >= 0)
-            hc_peer_fail(dead, HCOMM_ERR_PEER_FAILED, "its bootstrap connection closed");
     }
 }
 

@@ -139,7 +139,7 @@ static bool table_ok(const void *table, int size)
 typedef struct {
     hc_bootstrap_params_t p;
     int delay_ms;          /* start late */
-    bool wait_rank0_death; /* after the collectives, wait for check_peers to say 0 */
+    bool wait_rank0_death; /* after the collectives, wait for bootstrap poll to say 0 */
 } rank_arg_t;
 
 #define CHILD_FAIL(code, ...)                                                                      \
@@ -152,6 +152,16 @@ typedef struct {
     } while (0)
 
 /* Open, check the table, allgather, barrier; 0 on success. */
+
+/* The first rank judged failed after polling the bootstrap, or -1. */
+static int dead_rank(hc_bootstrap_t *bs, int size)
+{
+    (void)hc_bootstrap_poll(bs);
+    for (int r = 0; r < size; r++)
+        if (hc_bootstrap_verdict(bs, r, NULL) >= 0) return r;
+    return -1;
+}
+
 static int run_rank(void *arg)
 {
     rank_arg_t *a = arg;
@@ -174,8 +184,8 @@ static int run_rank(void *arg)
     if (hc_bootstrap_barrier(bs, TIMEOUT) != HCOMM_OK) CHILD_FAIL(14, "barrier failed");
     /* Nobody can have left yet: every rank still has to do the allgather below
      * (a contribution already waiting on a socket is not a failure). */
-    if (hc_bootstrap_check_peers(bs) != -1)
-        CHILD_FAIL(17, "check_peers reports a failure in a healthy job");
+    if (dead_rank(bs, a->p.size) != -1)
+        CHILD_FAIL(17, "bootstrap poll reports a failure in a healthy job");
     /* A second round with a different length: no stale state between rounds. */
     uint8_t in2[3] = {(uint8_t)a->p.rank, 7, 9}, out2[16 * 3];
     if (hc_bootstrap_allgather(bs, in2, 3, out2, TIMEOUT) != HCOMM_OK)
@@ -186,9 +196,9 @@ static int run_rank(void *arg)
     if (a->wait_rank0_death) {
         double end = hc_time_sec() + TIMEOUT;
         int dead;
-        while ((dead = hc_bootstrap_check_peers(bs)) == -1 && hc_time_sec() < end)
+        while ((dead = dead_rank(bs, a->p.size)) == -1 && hc_time_sec() < end)
             sleep_ms(1);
-        if (dead != 0) CHILD_FAIL(18, "check_peers did not report rank 0 gone (%d)", dead);
+        if (dead != 0) CHILD_FAIL(18, "bootstrap poll did not report rank 0 gone (%d)", dead);
     }
 out:
     hc_bootstrap_close(bs);
@@ -221,7 +231,7 @@ static void test_single_rank(void **state)
     assert_int_equal(hc_bootstrap_allgather(bs, &in, 4, &out, 1.0), HCOMM_OK);
     assert_int_equal(out, 77);
     assert_int_equal(hc_bootstrap_barrier(bs, 1.0), HCOMM_OK);
-    assert_int_equal(hc_bootstrap_check_peers(bs), -1);
+    assert_int_equal(dead_rank(bs, 1), -1);
     hc_bootstrap_close(bs);
     hc_bootstrap_close(NULL);
 }
@@ -678,7 +688,80 @@ static int run_survivor(void *arg)
     return rc;
 }
 
-static void test_check_peers_kill(void **state)
+/* Verdicts: rank 3 reports rank 1 failed and leaves at once while rank 1 is
+ * still up (its close reaches rank 0 first), then rank 1 is killed. Rank 0
+ * must judge rank 1 the cause of both, and rank 2 must hear the same. */
+static int run_verdict_rank(void *arg)
+{
+    peer_arg_t *a = arg;
+    uint8_t blob[BLOB_LEN];
+    hc_bootstrap_t *bs = NULL;
+    const void *table;
+    blob_fill(blob, a->p.rank);
+    if (hc_bootstrap_open(&a->p, blob, BLOB_LEN, TIMEOUT, &bs, &table) != HCOMM_OK) return 50;
+    if (hc_bootstrap_barrier(bs, TIMEOUT) != HCOMM_OK) return 51;
+    if (a->p.rank == 1)
+        for (;;)
+            pause();
+    if (a->p.rank == 3) {
+        if (hc_bootstrap_report_failure(bs, 1, HCOMM_ERR_PEER_FAILED, "seen by rank 3") != -1)
+            return 52; /* no verdict can exist yet */
+        _exit(0);      /* leaves without a goodbye, as a failed job's rank does */
+    }
+    double end = hc_time_sec() + TIMEOUT;
+    while ((hc_bootstrap_verdict(bs, 1, NULL) < 0 || hc_bootstrap_verdict(bs, 3, NULL) < 0) &&
+           hc_time_sec() < end) {
+        (void)hc_bootstrap_poll(bs);
+        sleep_ms(1);
+    }
+    int first = -1, v1 = hc_bootstrap_verdict(bs, 1, &first), v3 = hc_bootstrap_verdict(bs, 3, NULL);
+    if (v1 != 1 || v3 != 1 || first != 1) {
+        fprintf(stderr, "rank 2: verdicts rank 1 -> %d, rank 3 -> %d, first %d\n", v1, v3, first);
+        return 53;
+    }
+    hc_bootstrap_close(bs);
+    return 0;
+}
+
+static void test_verdicts(void **state)
+{
+    (void)state;
+    char url[64];
+    int size = 4;
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
+    peer_arg_t args[4];
+    pid_t pids[4];
+    for (int r = 1; r < size; r++) {
+        args[r] = (peer_arg_t){params(r, size, url, KEY), 1};
+        pids[r] = spawn(run_verdict_rank, &args[r]);
+    }
+    hc_bootstrap_params_t p = params(0, size, url, KEY);
+    uint8_t blob[BLOB_LEN];
+    blob_fill(blob, 0);
+    hc_bootstrap_t *bs;
+    const void *table;
+    assert_int_equal(hc_bootstrap_open(&p, blob, BLOB_LEN, TIMEOUT, &bs, &table), HCOMM_OK);
+    assert_int_equal(hc_bootstrap_barrier(bs, TIMEOUT), HCOMM_OK);
+    assert_int_equal(reap(pids[3], 10), 0);
+    double end = hc_time_sec() + 5;
+    while (hc_bootstrap_verdict(bs, 3, NULL) < 0 && hc_time_sec() < end) {
+        (void)hc_bootstrap_poll(bs);
+        sleep_ms(1);
+    }
+    /* Rank 3 left after seeing rank 1 fail: rank 1 is the cause, judged
+     * before its own connection closes. */
+    assert_int_equal(hc_bootstrap_verdict(bs, 3, NULL), 1);
+    assert_int_equal(hc_bootstrap_verdict(bs, 1, NULL), 1);
+    assert_int_equal(kill(pids[1], SIGKILL), 0);
+    assert_int_equal(reap(pids[1], 5), 128 + SIGKILL);
+    assert_int_equal(reap(pids[2], 10), 0);
+    (void)hc_bootstrap_poll(bs);
+    assert_int_equal(hc_bootstrap_verdict(bs, 1, NULL), 1);
+    assert_int_equal(hc_bootstrap_verdict(bs, 2, NULL), 1); /* left after it */
+    hc_bootstrap_close(bs);
+}
+
+static void test_poll_kill(void **state)
 {
     (void)state;
     char url[64];
@@ -700,17 +783,17 @@ static void test_check_peers_kill(void **state)
     /* The others are inside the barrier: their messages wait on our sockets,
      * and pending data is not a failure. */
     sleep_ms(100);
-    assert_int_equal(hc_bootstrap_check_peers(bs), -1);
+    assert_int_equal(dead_rank(bs, size), -1);
     assert_int_equal(hc_bootstrap_barrier(bs, TIMEOUT), HCOMM_OK);
-    assert_int_equal(hc_bootstrap_check_peers(bs), -1);
+    assert_int_equal(dead_rank(bs, size), -1);
 
     assert_int_equal(kill(pids[victim], SIGKILL), 0);
     double t0 = hc_time_sec();
     int dead;
-    while ((dead = hc_bootstrap_check_peers(bs)) == -1 && hc_time_sec() - t0 < 2.0)
+    while ((dead = dead_rank(bs, size)) == -1 && hc_time_sec() - t0 < 2.0)
         sleep_ms(1);
     double took = hc_time_sec() - t0;
-    print_message("check_peers saw rank %d die after %.1f ms\n", dead, took * 1e3);
+    print_message("bootstrap poll saw rank %d die after %.1f ms\n", dead, took * 1e3);
     assert_int_equal(dead, victim);
     /* The kernel closes the victim's sockets as it exits, which on a loaded
      * machine (an ASan process unmapping its shadow) takes tens of ms; what
@@ -741,7 +824,8 @@ int main(void)
         T(test_garbage_clients),
         T(test_missing_rank),
         T(test_missing_rank0),
-        T(test_check_peers_kill),
+        T(test_poll_kill),
+        T(test_verdicts),
         T(test_allgather_len_mismatch),
         T(test_tcp_ipv6),
         T(test_silent_clients_dropped),

@@ -14,6 +14,10 @@
  * --until-fail S exchange with every peer until an operation reports
  *               HCOMM_ERR_PEER_FAILED (exit 0, printing the message) or S
  *               seconds pass (exit 1): the harness kills one rank meanwhile
+ * --coll-until-fail S  a training loop: allreduces on the world until one
+ *               fails, then print its message and leave at once, as a user
+ *               would (survivors then see each other go: each must still
+ *               name the rank that really died)
  *
  * Exit 0 on success, 1 on a wrong result or error; prints one line per
  * failure naming the check.
@@ -326,6 +330,28 @@ static int until_fail(double limit)
     return 1;
 }
 
+static int coll_until_fail(double limit)
+{
+    float grad[64];
+    double t0 = mp_now();
+    printf("rank %d: exchanging\n", rank);
+    fflush(stdout);
+    while (mp_now() - t0 < limit) {
+        for (int i = 0; i < 64; i++) grad[i] = (float)(rank + i);
+        hcomm_status_t st = hcomm_allreduce(grad, grad, 64, HCOMM_FLOAT32, HCOMM_SUM, world);
+        if (st == HCOMM_OK) continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        printf("rank %d: peer failure reported at T=%.3f: %s: %s\n", rank,
+               (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9, hcomm_strerror(st),
+               hcomm_last_error());
+        fflush(stdout);
+        return st == HCOMM_ERR_PEER_FAILED ? 0 : 1;
+    }
+    fprintf(stderr, "rank %d: no collective failed within %.0f s\n", rank, limit);
+    return 1;
+}
+
 static size_t parse_size(const char *s)
 {
     char *end;
@@ -340,7 +366,7 @@ static size_t parse_size(const char *s)
 int main(int argc, char **argv)
 {
     size_t max = 64 << 20;
-    double duration = 0, fail_limit = 0;
+    double duration = 0, fail_limit = 0, coll_fail_limit = 0;
     int coll = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max") && i + 1 < argc)
@@ -349,10 +375,12 @@ int main(int argc, char **argv)
             duration = atof(argv[++i]);
         else if (!strcmp(argv[i], "--until-fail") && i + 1 < argc)
             fail_limit = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--coll-until-fail") && i + 1 < argc)
+            coll_fail_limit = atof(argv[++i]);
         else if (!strcmp(argv[i], "--coll"))
             coll = 1;
         else {
-            fprintf(stderr, "usage: %s [--max BYTES] [--duration S] [--coll] [--until-fail S]\n",
+            fprintf(stderr, "usage: %s [--max BYTES] [--duration S] [--coll] [--until-fail S] [--coll-until-fail S]\n",
                     argv[0]);
             return 2;
         }
@@ -361,8 +389,8 @@ int main(int argc, char **argv)
     world = hcomm_comm_world();
     rank = mp_rank;
     size = mp_size;
-    if (fail_limit > 0) {
-        int rc = until_fail(fail_limit);
+    if (fail_limit > 0 || coll_fail_limit > 0) {
+        int rc = fail_limit > 0 ? until_fail(fail_limit) : coll_until_fail(coll_fail_limit);
         _exit(rc); /* the job is broken: no finalize barrier */
     }
     double t0 = mp_now();

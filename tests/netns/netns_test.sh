@@ -12,6 +12,8 @@
 #   coll_3x1  3 nodes x 1 rank (bridge): p2p + collectives
 #   sigstop   2x2: one rank stopped 5 s mid-run, then continued: all pass
 #   sigkill   2x2: one rank killed: the others report HCOMM_ERR_PEER_FAILED
+#   blame     2x2 allreduce loop, rank 1 killed, survivors leave at once:
+#             each names rank 1 (not a survivor that left before it)
 #             naming it within 5 s
 #   netem     2x1 with 1% loss + 1 ms delay on the link: all pass
 #   loss_nft  2x1 with 1% of TCP segments dropped by nftables (for kernels
@@ -160,6 +162,32 @@ sigkill)
         dt=$(echo "$t - $t_kill" | bc)
         echo "rank $r: failure seen after ${dt} s: $line"
         [ "$(echo "$dt < 5" | bc)" = 1 ] || fail "rank $r took ${dt} s to notice"
+    done
+    ;;
+blame)
+    # A training loop of allreduces on 2 nodes x 2 ranks; rank 1 (a
+    # non-hub rank of node 0) is killed. Survivors leave as soon as their
+    # collective fails, so each also sees other survivors go: every one must
+    # still name rank 1 as the rank that failed, quickly.
+    "$netns" up 2 || fail "netns setup"
+    launch 2 2 --coll-until-fail 40
+    for r in 0 1 2 3; do
+        wait_for_log "$work/r$r.log" "exchanging" 20 || fail "rank $r never started"
+    done
+    sleep 1
+    t_kill=$(date +%s.%N)
+    kill -KILL "${pids[1]}"
+    victim=${pids[1]}
+    pids=("${pids[0]}" "${pids[2]}" "${pids[3]}")
+    wait "$victim" 2>/dev/null
+    wait_all 20
+    for r in 0 2 3; do
+        line=$(grep "peer failure reported" "$work/r$r.log") || fail "rank $r reported no failure"
+        echo "$line" | grep -q "peer rank 1 (world) failed" || fail "rank $r did not name rank 1: $line"
+        t=$(echo "$line" | sed -n 's/.*at T=\([0-9.]*\).*/\1/p')
+        dt=$(echo "$t - $t_kill" | bc)
+        echo "rank $r: failure seen after ${dt} s: $line"
+        [ "$(echo "$dt < 2" | bc)" = 1 ] || fail "rank $r took ${dt} s to notice"
     done
     ;;
 netem)
