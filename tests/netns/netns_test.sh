@@ -9,6 +9,7 @@
 #   p2p_2x2   2 nodes x 2 ranks (shm inside, tcp between), p2p up to 16 MiB
 #   coll_2x2  2 nodes x 2 ranks: p2p + collectives (--coll)
 #   coll_1x1  2 nodes x 1 rank: p2p + collectives
+#   groups_2x2 2 nodes x 2 ranks: grouped (fused) collectives matrix
 #   coll_3x1  3 nodes x 1 rank (bridge): p2p + collectives
 #   sigstop   2x2: one rank stopped 5 s mid-run, then continued: all pass
 #   sigkill   2x2: one rank killed: the others report HCOMM_ERR_PEER_FAILED
@@ -105,6 +106,14 @@ p2p_2x2)
 coll_2x2)
     "$netns" up 2 || fail "netns setup"
     launch 2 2 --max 16M --coll
+    wait_all 150
+    ;;
+groups_2x2)
+    # Fused groups across nodes: shm inside, tcp between (the garbage
+    # results of fusion over the network driver).
+    "$netns" up 2 || fail "netns setup"
+    prog=$(dirname "$prog")/mp_coll_matrix
+    launch 2 2 --groups --counts 0,1,7,1023,65537
     wait_all 150
     ;;
 coll_1x1)
