@@ -136,10 +136,10 @@ static int hc_coll_run(struct hcomm_comm *comm)
         hc_coll_op_t *op = hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
         op->started = true;
         int before = op->phase * 8 + op->state;
-        int rc = op->step(op);
-        if (HC_UNLIKELY(op->error) && rc >= 0)
-            rc = op->error;
-        if (rc == HC_COLL_PENDING) {
+        hc_step_t rc = op->step(op);
+        if (HC_UNLIKELY(op->error) && rc.st == HCOMM_OK)
+            rc = hc_step_fail(op->error);
+        if (!rc.done) {
             /* A step that moved counts as an event: the wait stays hot. */
             done += op->phase * 8 + op->state != before;
             int dead = hc_coll_failed_member(comm);
@@ -149,11 +149,11 @@ static int hc_coll_run(struct hcomm_comm *comm)
             char what[64];
             snprintf(what, sizeof(what), "hcomm collective (%s)", op->algo);
             if (dead >= 0)
-                rc = hc_peer_error(dead, what);
+                rc = hc_step_fail(hc_peer_error(dead, what));
             else
-                rc = hc_coll_gave_up_error(cc, what);
+                rc = hc_step_fail(hc_coll_gave_up_error(cc, what));
         }
-        hc_coll_finish(op, rc == HC_COLL_DONE ? HCOMM_OK : (hcomm_status_t)rc);
+        hc_coll_finish(op, rc.st);
         done++;
     }
     return done;
@@ -333,14 +333,14 @@ hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn)
     uint64_t deadline = 0;
     hc_backoff_t backoff = {0};
     for (unsigned it = 1;; it++) {
-        int rc = op->step(op);
-        if (HC_LIKELY(rc == HC_COLL_DONE && !op->error))
+        hc_step_t rc = op->step(op);
+        if (HC_LIKELY(hc_step_ok(rc) && !op->error))
             return HCOMM_OK;
         hcomm_status_t st = HCOMM_OK;
-        if (op->error)
-            rc = op->error;
-        if (rc < 0) {
-            st = (hcomm_status_t)rc;
+        if (op->error && rc.st == HCOMM_OK)
+            rc = hc_step_fail(op->error);
+        if (rc.st != HCOMM_OK) {
+            st = rc.st;
         } else if ((it & 63) == 0) {
             hc_progress();
             hc_progress_slow();
@@ -396,11 +396,11 @@ hcomm_status_t hc_coll_irecv(hc_coll_op_t *op, void *buf, size_t len, int peer)
     return HCOMM_OK;
 }
 
-int hc_coll_reqs_test(hc_coll_op_t *op)
+hc_step_t hc_coll_reqs_test(hc_coll_op_t *op)
 {
     for (int i = 0; i < op->nreqs; i++)
         if (!op->reqs[i]->done)
-            return HC_COLL_PENDING;
+            return HC_STEP_PENDING;
     hcomm_status_t st = HCOMM_OK;
     for (int i = 0; i < op->nreqs; i++) {
         if (op->reqs[i]->status != HCOMM_OK && st == HCOMM_OK)
@@ -408,5 +408,5 @@ int hc_coll_reqs_test(hc_coll_op_t *op)
         hc_request_free(op->reqs[i]);
     }
     op->nreqs = 0;
-    return st == HCOMM_OK ? HC_COLL_DONE : (int)st;
+    return st == HCOMM_OK ? HC_STEP_DONE : hc_step_fail(st);
 }

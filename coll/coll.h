@@ -4,7 +4,7 @@
  * transport.
  *
  * Every collective is an hc_coll_op_t: a resumable state machine (step()
- * returns HC_COLL_DONE, HC_COLL_PENDING or a negative status) queued on its
+ * returns an hc_step_t: pending, done, or failed with a status) queued on its
  * communicator. Only the head of a communicator's queue runs, so collectives
  * on one communicator execute in issue order on every rank; queues of
  * different communicators advance independently, from any wait.
@@ -38,12 +38,38 @@ typedef enum {
     HC_COLL_KIND_COUNT
 } hc_coll_kind_t;
 
-enum { HC_COLL_PENDING = 0, HC_COLL_DONE = 1 };
+/* What a step says: pending, done, or failed with a status. A type of its
+ * own (a struct), so that a status returned where a step result is due, or
+ * the reverse, does not compile: HCOMM_IN_PROGRESS is 1, as "done" once was,
+ * and a driver get that answers IN_PROGRESS must never finish a collective. */
+typedef struct {
+    hcomm_status_t st; /* != OK: failed */
+    bool done;
+} hc_step_t;
+
+#define HC_STEP_PENDING ((hc_step_t){HCOMM_OK, false})
+#define HC_STEP_DONE ((hc_step_t){HCOMM_OK, true})
+static inline hc_step_t hc_step_fail(hcomm_status_t st)
+{
+    return (hc_step_t){st == HCOMM_OK ? HCOMM_ERR_INTERNAL : st, true};
+}
+/* Done and OK: the caller's step goes on. */
+static inline bool hc_step_ok(hc_step_t s)
+{
+    return s.done && s.st == HCOMM_OK;
+}
+/* A helper's status as a step result: OK goes on (pending is not meant). */
+#define HC_STEP_TRY(expr)                                                                          \
+    do {                                                                                           \
+        hcomm_status_t st_ = (expr);                                                               \
+        if (HC_UNLIKELY(st_ != HCOMM_OK))                                                          \
+            return hc_step_fail(st_);                                                              \
+    } while (0)
 
 #define HC_COLL_MAX_REQS 64
 
 typedef struct hc_coll_op hc_coll_op_t;
-typedef int (*hc_coll_step_fn)(hc_coll_op_t *op);
+typedef hc_step_t (*hc_coll_step_fn)(hc_coll_op_t *op);
 
 struct hc_coll_op {
     hc_list_t link; /* comm->coll_queue */
@@ -136,9 +162,9 @@ hc_coll_step_fn hc_coll_net_select(hc_coll_op_t *op, const char *forced);
 /* Internal p2p for algorithms: collective context, tag from the op's seq. */
 hcomm_status_t hc_coll_isend(hc_coll_op_t *op, const void *buf, size_t len, int peer);
 hcomm_status_t hc_coll_irecv(hc_coll_op_t *op, void *buf, size_t len, int peer);
-/* HC_COLL_DONE when every request in op->reqs completed OK (they are then
- * freed and nreqs reset), PENDING, or the first failure. */
-int hc_coll_reqs_test(hc_coll_op_t *op);
+/* Done when every request in op->reqs completed OK (they are then freed and
+ * nreqs reset), pending, or failed with the first failure. */
+hc_step_t hc_coll_reqs_test(hc_coll_op_t *op);
 
 /* A member of op's comm that has failed, or -1. */
 int hc_coll_failed_member(struct hcomm_comm *comm);

@@ -38,14 +38,14 @@ static void hc_coll_explain(const hc_coll_op_t *op)
 }
 
 /* Local copy for communicators of one rank and in-place bookkeeping. */
-static int hc_coll_local_step(hc_coll_op_t *op)
+static hc_step_t hc_coll_local_step(hc_coll_op_t *op)
 {
     size_t n = op->bytes;
     if (op->kind == HC_COLL_BARRIER || op->kind == HC_COLL_BROADCAST || !op->rbuf)
-        return HC_COLL_DONE;
+        return HC_STEP_DONE;
     if (op->sbuf != op->rbuf)
         memmove(op->rbuf, op->sbuf, n);
-    return HC_COLL_DONE;
+    return HC_STEP_DONE;
 }
 
 static const char *hc_coll_forced; /* HCOMM_ALGO unless "auto", read at init */

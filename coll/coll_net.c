@@ -102,10 +102,10 @@ static HC_NOINLINE int hc_net_failed(hc_coll_op_t *op, int st)
 }
 
 /* hc_coll_reqs_test with failures explained. */
-static inline int hc_net_test(hc_coll_op_t *op)
+static inline hc_step_t hc_net_test(hc_coll_op_t *op)
 {
-    int rc = hc_coll_reqs_test(op);
-    return HC_UNLIKELY(rc < 0) ? hc_net_failed(op, rc) : rc;
+    hc_step_t rc = hc_coll_reqs_test(op);
+    return HC_UNLIKELY(rc.st != HCOMM_OK) ? hc_step_fail(hc_net_failed(op, rc.st)) : rc;
 }
 
 static inline hcomm_status_t hc_net_send(hc_coll_op_t *op, const void *buf, size_t len, int peer)
@@ -154,19 +154,19 @@ static hcomm_status_t hc_net_post(hc_coll_op_t *op, int32_t *ids, int32_t id, bo
  * 3 sending the result back to the folded partner; 4 folded rank sent its
  * data; 5 folded rank waits for the result. op->vrank: 1 when the running
  * value is in tmp rather than rbuf. */
-static int hc_net_allreduce_rd(hc_coll_op_t *op)
+static hc_step_t hc_net_allreduce_rd(hc_coll_op_t *op)
 {
     int n = op->comm->size, me = op->comm->rank;
     uint8_t *bufs[2];
     for (;;) {
         if (op->nreqs) {
-            int rc = hc_net_test(op);
-            if (rc != HC_COLL_DONE) return rc;
+            hc_step_t t = hc_net_test(op);
+            if (!hc_step_ok(t)) return t;
         }
         switch (op->phase) {
         case 0: {
             int rc = hc_net_alloc(op, op->bytes);
-            if (rc != HCOMM_OK) return rc;
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
             if (op->sbuf != op->rbuf) memcpy(op->rbuf, op->sbuf, op->bytes);
             op->vrank = 0; /* fields past reqs[] are not cleared by the engine */
             op->pof2 = 1;
@@ -175,10 +175,12 @@ static int hc_net_allreduce_rd(hc_coll_op_t *op)
             op->rem = n - op->pof2;
             op->round = 0;
             if (me < 2 * op->rem && me % 2 == 0) {
-                if ((rc = hc_net_send(op, op->rbuf, op->bytes, me + 1)) != HCOMM_OK) return rc;
+                if ((rc = hc_net_send(op, op->rbuf, op->bytes, me + 1)) != HCOMM_OK)
+                    return hc_step_fail(rc);
                 op->phase = 4;
             } else if (me < 2 * op->rem) {
-                if ((rc = hc_net_recv(op, op->tmp, op->bytes, me - 1)) != HCOMM_OK) return rc;
+                if ((rc = hc_net_recv(op, op->tmp, op->bytes, me - 1)) != HCOMM_OK)
+                    return hc_step_fail(rc);
                 op->phase = 1;
             } else {
                 op->phase = 2;
@@ -215,23 +217,23 @@ static int hc_net_allreduce_rd(hc_coll_op_t *op)
                 op->phase = 3;
                 if (me < 2 * op->rem) {
                     int rc = hc_net_send(op, op->rbuf, op->bytes, me - 1);
-                    if (rc != HCOMM_OK) return rc;
+                    if (rc != HCOMM_OK) return hc_step_fail(rc);
                 }
                 break;
             }
             int pv = vr ^ mask, peer = pv < op->rem ? pv * 2 + 1 : pv + op->rem;
             int rc = hc_net_recv(op, other, op->bytes, peer);
             if (rc == HCOMM_OK) rc = hc_net_send(op, cur, op->bytes, peer);
-            if (rc != HCOMM_OK) return rc;
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
             op->state = 1;
             break;
         }
         case 3:
         case 5:
-            return HC_COLL_DONE;
+            return HC_STEP_DONE;
         case 4: {
             int rc = hc_net_recv(op, op->rbuf, op->bytes, me + 1);
-            if (rc != HCOMM_OK) return rc;
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
             op->phase = 5;
             break;
         }
@@ -376,7 +378,7 @@ static void hc_net_ring_process(hc_coll_op_t *op, hc_net_ring_t *rg, int u)
 }
 
 /* Advances the ring as far as completed requests allow. */
-static int hc_net_ring_run(hc_coll_op_t *op, hc_net_ring_t *rg)
+static hc_step_t hc_net_ring_run(hc_coll_op_t *op, hc_net_ring_t *rg)
 {
     for (;;) {
         bool moved = false;
@@ -389,7 +391,7 @@ static int hc_net_ring_run(hc_coll_op_t *op, hc_net_ring_t *rg)
             else
                 rg->rdone[(id >> 1) % rg->window] = 1;
         }
-        if (rc < 0) return rc;
+        if (rc < 0) return hc_step_fail(rc);
         while (rg->next_proc < rg->next_recv && rg->rdone[rg->next_proc % rg->window]) {
             rg->rdone[rg->next_proc % rg->window] = 0;
             hc_net_ring_process(op, rg, rg->next_proc++);
@@ -398,30 +400,32 @@ static int hc_net_ring_run(hc_coll_op_t *op, hc_net_ring_t *rg)
         /* A unit of step k > 0 forwards what unit u - nchunks produced. */
         while (rg->next_send < rg->nunits && rg->sends_inflight < rg->window &&
                (rg->next_send < rg->nchunks || rg->next_proc > rg->next_send - rg->nchunks)) {
-            if ((rc = hc_net_ring_post_send(op, rg, rg->next_send)) != HCOMM_OK) return rc;
+            if ((rc = hc_net_ring_post_send(op, rg, rg->next_send)) != HCOMM_OK)
+                return hc_step_fail(rc);
             rg->next_send++;
             rg->sends_inflight++;
             moved = true;
         }
         while (rg->next_recv < rg->nunits && rg->next_recv < rg->next_proc + rg->window) {
-            if ((rc = hc_net_ring_post_recv(op, rg, rg->next_recv)) != HCOMM_OK) return rc;
+            if ((rc = hc_net_ring_post_recv(op, rg, rg->next_recv)) != HCOMM_OK)
+                return hc_step_fail(rc);
             rg->next_recv++;
             moved = true;
         }
         if (rg->next_proc == rg->nunits && rg->next_send == rg->nunits && rg->sends_inflight == 0)
-            return HC_COLL_DONE;
-        if (!moved) return HC_COLL_PENDING;
+            return HC_STEP_DONE;
+        if (!moved) return HC_STEP_PENDING;
     }
 }
 
-static int hc_net_allreduce_ring(hc_coll_op_t *op)
+static hc_step_t hc_net_allreduce_ring(hc_coll_op_t *op)
 {
     hc_net_ring_t *rg = op->tmp;
     if (!rg) {
         uint8_t *extra;
         int n = op->comm->size;
         int rc = hc_net_ring_init(op, false, n - 1, n - 1, 0, &rg, &extra);
-        if (rc != HCOMM_OK) return rc;
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
         size_t lo, len;
         hc_net_slice(rg, rg->me, &lo, &len);
         rg->mine = op->sbuf;
@@ -431,14 +435,14 @@ static int hc_net_allreduce_ring(hc_coll_op_t *op)
     return hc_net_ring_run(op, rg);
 }
 
-static int hc_net_reduce_scatter_ring(hc_coll_op_t *op)
+static hc_step_t hc_net_reduce_scatter_ring(hc_coll_op_t *op)
 {
     hc_net_ring_t *rg = op->tmp;
     if (!rg) {
         int n = op->comm->size;
         uint8_t *extra;
         int rc = hc_net_ring_init(op, true, n - 1, 0, op->bytes * (size_t)n, &rg, &extra);
-        if (rc != HCOMM_OK) return rc;
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
         rg->part = extra;
         rg->mine = op->sbuf;
         rg->fin = op->rbuf;
@@ -446,13 +450,13 @@ static int hc_net_reduce_scatter_ring(hc_coll_op_t *op)
     return hc_net_ring_run(op, rg);
 }
 
-static int hc_net_allgather_ring(hc_coll_op_t *op)
+static hc_step_t hc_net_allgather_ring(hc_coll_op_t *op)
 {
     hc_net_ring_t *rg = op->tmp;
     if (!rg) {
         uint8_t *extra;
         int rc = hc_net_ring_init(op, true, 0, op->comm->size - 1, 0, &rg, &extra);
-        if (rc != HCOMM_OK) return rc;
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
         rg->out = op->rbuf;
         uint8_t *own = rg->out + (size_t)rg->me * op->bytes;
         if (op->sbuf != own) memcpy(own, op->sbuf, op->bytes);
@@ -462,7 +466,7 @@ static int hc_net_allgather_ring(hc_coll_op_t *op)
 
 /* Ring reduce-scatter (slice j complete on rank j), then rank j sends slice j
  * to the root. op->phase: 0 ring, 1 gather (op->round: next rank to post). */
-static int hc_net_reduce_ring(hc_coll_op_t *op)
+static hc_step_t hc_net_reduce_ring(hc_coll_op_t *op)
 {
     hc_net_ring_t *rg = op->tmp;
     int n = op->comm->size, me = op->comm->rank;
@@ -470,7 +474,7 @@ static int hc_net_reduce_ring(hc_coll_op_t *op)
     if (!rg) {
         uint8_t *extra;
         int rc = hc_net_ring_init(op, false, n - 1, 0, root ? 0 : op->bytes, &rg, &extra);
-        if (rc != HCOMM_OK) return rc;
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
         size_t lo, len;
         hc_net_slice(rg, me, &lo, &len);
         rg->mine = op->sbuf;
@@ -478,19 +482,21 @@ static int hc_net_reduce_ring(hc_coll_op_t *op)
         rg->fin = rg->part + lo * op->esize;
     }
     if (op->phase == 0) {
-        int rc = hc_net_ring_run(op, rg);
-        if (rc != HC_COLL_DONE) return rc;
+        hc_step_t t = hc_net_ring_run(op, rg);
+        if (!hc_step_ok(t)) return t;
         op->phase = 1;
         op->round = 0;
     }
     for (;;) {
-        int rc = hc_net_test(op);
-        if (rc != HC_COLL_DONE) return rc;
-        if (op->round >= n) return HC_COLL_DONE;
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t)) return t;
+        hcomm_status_t rc = HCOMM_OK;
+        if (op->round >= n) return HC_STEP_DONE;
         size_t lo, len;
         if (!root) {
             hc_net_slice(rg, me, &lo, &len);
-            if ((rc = hc_net_send(op, rg->fin, len * op->esize, op->root)) != HCOMM_OK) return rc;
+            if ((rc = hc_net_send(op, rg->fin, len * op->esize, op->root)) != HCOMM_OK)
+                return hc_step_fail(rc);
             op->round = n;
             continue;
         }
@@ -498,7 +504,7 @@ static int hc_net_reduce_ring(hc_coll_op_t *op)
             if (op->round == me) continue;
             hc_net_slice(rg, op->round, &lo, &len);
             rc = hc_net_recv(op, (uint8_t *)op->rbuf + lo * op->esize, len * op->esize, op->round);
-            if (rc != HCOMM_OK) return rc;
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
             posted++;
         }
     }
@@ -508,12 +514,13 @@ static int hc_net_reduce_ring(hc_coll_op_t *op)
 
 /* Binomial tree over ranks relative to the root: receive from the parent
  * (phase 0 -> 1), then send to every child at once (phase 2). */
-static int hc_net_broadcast_tree(hc_coll_op_t *op)
+static hc_step_t hc_net_broadcast_tree(hc_coll_op_t *op)
 {
     int n = op->comm->size, vr = hc_net_mod(op->comm->rank - op->root, n);
     for (;;) {
-        int rc = hc_net_test(op);
-        if (rc != HC_COLL_DONE) return rc;
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t)) return t;
+        hcomm_status_t rc = HCOMM_OK;
         int mask = 1;
         while (mask < n && !(vr & mask))
             mask <<= 1;
@@ -522,7 +529,7 @@ static int hc_net_broadcast_tree(hc_coll_op_t *op)
             op->phase = 1;
             if (vr != 0) {
                 rc = hc_net_recv(op, op->rbuf, op->bytes, hc_net_mod(vr - mask + op->root, n));
-                if (rc != HCOMM_OK) return rc;
+                if (rc != HCOMM_OK) return hc_step_fail(rc);
             }
             break;
         case 1:
@@ -530,11 +537,11 @@ static int hc_net_broadcast_tree(hc_coll_op_t *op)
             for (mask >>= 1; mask > 0; mask >>= 1) {
                 if (vr + mask >= n) continue;
                 rc = hc_net_send(op, op->rbuf, op->bytes, hc_net_mod(vr + mask + op->root, n));
-                if (rc != HCOMM_OK) return rc;
+                if (rc != HCOMM_OK) return hc_step_fail(rc);
             }
             break;
         default:
-            return HC_COLL_DONE;
+            return HC_STEP_DONE;
         }
     }
 }
@@ -550,14 +557,14 @@ typedef struct {
     int32_t ids[HC_COLL_MAX_REQS];
 } hc_net_chain_t;
 
-static int hc_net_broadcast_chain(hc_coll_op_t *op)
+static hc_step_t hc_net_broadcast_chain(hc_coll_op_t *op)
 {
     hc_net_chain_t *ch = op->tmp;
     uint8_t *buf = op->rbuf;
     if (!ch) {
         int n = op->comm->size, me = op->comm->rank, vr = hc_net_mod(me - op->root, n);
         int rc = hc_net_alloc(op, sizeof(*ch));
-        if (rc != HCOMM_OK) return rc;
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
         ch = op->tmp;
         memset(ch, 0, sizeof(*ch));
         ch->prev = vr == 0 ? -1 : hc_net_mod(me - 1, n);
@@ -583,7 +590,7 @@ static int hc_net_broadcast_chain(hc_coll_op_t *op)
             else
                 ch->rdone[(id >> 1) % ch->window] = 1;
         }
-        if (rc < 0) return rc;
+        if (rc < 0) return hc_step_fail(rc);
         while (ch->next_proc < ch->next_recv && ch->rdone[ch->next_proc % ch->window]) {
             ch->rdone[ch->next_proc++ % ch->window] = 0;
             moved = true;
@@ -593,7 +600,7 @@ static int hc_net_broadcast_chain(hc_coll_op_t *op)
             size_t lo = (size_t)ch->next_send * ch->chunk, cnt = HC_MIN(ch->chunk, op->count - lo);
             rc = hc_net_post(op, ch->ids, ch->next_send * 2 + 1, true, buf + lo * op->esize,
                              cnt * op->esize, ch->next);
-            if (rc != HCOMM_OK) return rc;
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
             ch->next_send++;
             ch->sends_inflight++;
             moved = true;
@@ -602,13 +609,13 @@ static int hc_net_broadcast_chain(hc_coll_op_t *op)
             size_t lo = (size_t)ch->next_recv * ch->chunk, cnt = HC_MIN(ch->chunk, op->count - lo);
             rc = hc_net_post(op, ch->ids, ch->next_recv * 2, false, buf + lo * op->esize,
                              cnt * op->esize, ch->prev);
-            if (rc != HCOMM_OK) return rc;
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
             ch->next_recv++;
             moved = true;
         }
         if (ch->next_proc == ch->nchunks && ch->next_send == ch->nchunks && ch->sends_inflight == 0)
-            return HC_COLL_DONE;
-        if (!moved) return HC_COLL_PENDING;
+            return HC_STEP_DONE;
+        if (!moved) return HC_STEP_PENDING;
     }
 }
 
@@ -618,20 +625,21 @@ static int hc_net_broadcast_chain(hc_coll_op_t *op)
  * value to vr - 2^k and is done, the others receive from vr + 2^k. The value
  * starts as sbuf and lives in rbuf (root) or tmp after the first reduction
  * (op->vrank = 1). tmp: [value (non-root) | receive area]. */
-static int hc_net_reduce_tree(hc_coll_op_t *op)
+static hc_step_t hc_net_reduce_tree(hc_coll_op_t *op)
 {
     int n = op->comm->size, vr = hc_net_mod(op->comm->rank - op->root, n);
     bool root = vr == 0;
     if (!op->tmp) {
         int rc = hc_net_alloc(op, op->bytes * (root ? 1 : 2));
-        if (rc != HCOMM_OK) return rc;
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
         op->vrank = 0; /* fields past reqs[] are not cleared by the engine */
     }
     uint8_t *acc = root ? op->rbuf : (uint8_t *)op->tmp + op->bytes;
     uint8_t *in = op->tmp;
     for (;;) {
-        int rc = hc_net_test(op);
-        if (rc != HC_COLL_DONE) return rc;
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t)) return t;
+        hcomm_status_t rc = HCOMM_OK;
         const void *val = op->vrank ? acc : op->sbuf;
         int mask = 1 << op->round;
         if (op->state == 1) { /* a child's value arrived in `in` */
@@ -641,7 +649,7 @@ static int hc_net_reduce_tree(hc_coll_op_t *op)
             op->round++;
             continue;
         }
-        if (op->state == 2 || mask >= n) return HC_COLL_DONE;
+        if (op->state == 2 || mask >= n) return HC_STEP_DONE;
         if (vr & mask) {
             op->state = 2;
             rc = hc_net_send(op, val, op->bytes, hc_net_mod(vr - mask + op->root, n));
@@ -652,7 +660,7 @@ static int hc_net_reduce_tree(hc_coll_op_t *op)
             op->round++;
             continue;
         }
-        if (rc != HCOMM_OK) return rc;
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
     }
 }
 
@@ -660,7 +668,7 @@ static int hc_net_reduce_tree(hc_coll_op_t *op)
 
 /* Power-of-two n: in round k, rank r holds the 2^k blocks of its aligned
  * group and swaps them with partner r ^ 2^k. */
-static int hc_net_allgather_rd(hc_coll_op_t *op)
+static hc_step_t hc_net_allgather_rd(hc_coll_op_t *op)
 {
     int n = op->comm->size, me = op->comm->rank;
     uint8_t *rbuf = op->rbuf;
@@ -670,15 +678,16 @@ static int hc_net_allgather_rd(hc_coll_op_t *op)
         op->phase = 1;
     }
     for (;;) {
-        int rc = hc_net_test(op);
-        if (rc != HC_COLL_DONE) return rc;
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t)) return t;
+        hcomm_status_t rc = HCOMM_OK;
         int mask = 1 << op->round;
-        if (mask >= n) return HC_COLL_DONE;
+        if (mask >= n) return HC_STEP_DONE;
         int peer = me ^ mask;
         size_t mine = (size_t)(me & ~(mask - 1)) * B, theirs = (size_t)(peer & ~(mask - 1)) * B;
         rc = hc_net_recv(op, rbuf + theirs, (size_t)mask * B, peer);
         if (rc == HCOMM_OK) rc = hc_net_send(op, rbuf + mine, (size_t)mask * B, peer);
-        if (rc != HCOMM_OK) return rc;
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
         op->round++;
     }
 }
@@ -690,7 +699,7 @@ static int hc_net_allgather_rd(hc_coll_op_t *op)
  * posted together. In place: round i pairs r with i-r (a symmetric pairing)
  * and the block sent to the partner is copied to tmp first, since its
  * answer lands in the same block; one round at a time. */
-static int hc_net_alltoall(hc_coll_op_t *op)
+static hc_step_t hc_net_alltoall(hc_coll_op_t *op)
 {
     int n = op->comm->size, me = op->comm->rank;
     size_t B = op->bytes;
@@ -700,7 +709,7 @@ static int hc_net_alltoall(hc_coll_op_t *op)
     if (op->phase == 0) {
         if (inplace) {
             int rc = hc_net_alloc(op, B);
-            if (rc != HCOMM_OK) return rc;
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
             op->round = 0;
         } else {
             memcpy(rbuf + (size_t)me * B, sbuf + (size_t)me * B, B);
@@ -709,40 +718,42 @@ static int hc_net_alltoall(hc_coll_op_t *op)
         op->phase = 1;
     }
     for (;;) {
-        int rc = hc_net_test(op);
-        if (rc != HC_COLL_DONE) return rc;
-        if (op->round >= n) return HC_COLL_DONE;
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t)) return t;
+        hcomm_status_t rc = HCOMM_OK;
+        if (op->round >= n) return HC_STEP_DONE;
         if (inplace) {
             int peer = hc_net_mod(op->round++ - me, n);
             if (peer == me) continue;
             memcpy(op->tmp, rbuf + (size_t)peer * B, B);
             rc = hc_net_recv(op, rbuf + (size_t)peer * B, B, peer);
             if (rc == HCOMM_OK) rc = hc_net_send(op, op->tmp, B, peer);
-            if (rc != HCOMM_OK) return rc;
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
             continue;
         }
         for (int k = 0; k < HC_NET_BATCH && op->round < n; k++, op->round++) {
             int to = hc_net_mod(me + op->round, n), from = hc_net_mod(me - op->round, n);
             rc = hc_net_recv(op, rbuf + (size_t)from * B, B, from);
             if (rc == HCOMM_OK) rc = hc_net_send(op, sbuf + (size_t)to * B, B, to);
-            if (rc != HCOMM_OK) return rc;
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
         }
     }
 }
 
 /* ---- barrier: dissemination ---------------------------------------------------------- */
 
-static int hc_net_barrier(hc_coll_op_t *op)
+static hc_step_t hc_net_barrier(hc_coll_op_t *op)
 {
     int n = op->comm->size, me = op->comm->rank;
     for (;;) {
-        int rc = hc_net_test(op);
-        if (rc != HC_COLL_DONE) return rc;
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t)) return t;
+        hcomm_status_t rc = HCOMM_OK;
         int d = 1 << op->round;
-        if (d >= n) return HC_COLL_DONE;
+        if (d >= n) return HC_STEP_DONE;
         rc = hc_net_recv(op, NULL, 0, hc_net_mod(me - d, n));
         if (rc == HCOMM_OK) rc = hc_net_send(op, NULL, 0, hc_net_mod(me + d, n));
-        if (rc != HCOMM_OK) return rc;
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
         op->round++;
     }
 }

@@ -260,34 +260,34 @@ static bool hc_node_stage_publish(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t
 
 /* ---- allreduce / reduce ------------------------------------------------------ */
 
-static int hc_node_allreduce_inline(hc_coll_op_t *op)
+static hc_step_t hc_node_allreduce_inline(hc_coll_op_t *op)
 {
     hc_coll_node_t *nd = hc_node_of(op);
     uint64_t t = op->tick;
     int par = (int)(t & 1);
     if (op->state == 0) {
         if (!hc_node_can_write(nd, op, t))
-            return HC_COLL_PENDING;
+            return HC_STEP_PENDING;
         memcpy(nd->line[nd->me].inline_data[par], op->sbuf, op->bytes);
         hc_node_post_a(nd, op, t);
         op->state = 1;
     }
     if (!hc_node_wait_a(nd, op, t))
-        return HC_COLL_PENDING;
+        return HC_STEP_PENDING;
     const void *srcs[64];
     for (int j = 0; j < nd->n; j++)
         srcs[j] = nd->line[j].inline_data[par];
     if (op->kind == HC_COLL_ALLREDUCE || op->comm->rank == op->root)
         hc_reduce(op->rbuf, srcs, nd->n, op->count, op->dtype, op->op, nd->n);
     hc_node_post_b(nd, t);
-    return HC_COLL_DONE;
+    return HC_STEP_DONE;
 }
 
 /* Reduce-scatter + allgather through shared memory, block by block: each
  * rank stages the slices the others reduce (its own slice it reads straight
  * from its input: nobody else does), reduces its slice of every rank's
  * block into the shared result, and copies the whole result block out. */
-static int hc_node_allreduce_staged(hc_coll_op_t *op)
+static hc_step_t hc_node_allreduce_staged(hc_coll_op_t *op)
 {
     hc_coll_node_t *nd = hc_node_of(op);
     bool want_result = op->kind == HC_COLL_ALLREDUCE || op->comm->rank == op->root;
@@ -295,7 +295,7 @@ static int hc_node_allreduce_staged(hc_coll_op_t *op)
     for (;;) {
         uint64_t t = op->tick + (uint64_t)op->phase;
         if (t == op->tick_end)
-            return HC_COLL_DONE;
+            return HC_STEP_DONE;
         size_t off = (size_t)op->phase * nd->block;
         size_t bb = HC_MIN(nd->block, op->bytes - off);
         size_t ec = bb / op->esize, lo, hi;
@@ -304,7 +304,7 @@ static int hc_node_allreduce_staged(hc_coll_op_t *op)
         switch (op->state) {
         case 0: {
             if (!hc_node_can_write(nd, op, t))
-                return HC_COLL_PENDING;
+                return HC_STEP_PENDING;
             uint8_t *st = hc_node_stage(nd, nd->me, t);
             memcpy(st, in, lo * op->esize);
             memcpy(st + hi * op->esize, in + hi * op->esize, bb - hi * op->esize);
@@ -314,7 +314,7 @@ static int hc_node_allreduce_staged(hc_coll_op_t *op)
             /* fallthrough */
         case 1:
             if (!hc_node_wait_a(nd, op, t))
-                return HC_COLL_PENDING;
+                return HC_STEP_PENDING;
             if (hi > lo) {
                 for (int j = 0; j < nd->n; j++)
                     srcs[j] = (j == nd->me ? in : hc_node_stage(nd, j, t)) + lo * op->esize;
@@ -327,7 +327,7 @@ static int hc_node_allreduce_staged(hc_coll_op_t *op)
         case 2:
             if (want_result) {
                 if (!hc_node_wait_b(nd, op, t))
-                    return HC_COLL_PENDING;
+                    return HC_STEP_PENDING;
                 if (op->bytes >= HC_COPY_NT_THRESHOLD)
                     hc_copy_nt((uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb);
                 else
@@ -344,7 +344,7 @@ static int hc_node_allreduce_staged(hc_coll_op_t *op)
  * barrier per block instead of two, and less memory traffic than slicing
  * while the rank count is small. Reduce uses it with only the root reading.
  * All ranks reduce in rank order, so results are bit-identical. */
-static int hc_node_allreduce_direct(hc_coll_op_t *op)
+static hc_step_t hc_node_allreduce_direct(hc_coll_op_t *op)
 {
     hc_coll_node_t *nd = hc_node_of(op);
     bool want_result = op->kind == HC_COLL_ALLREDUCE || op->comm->rank == op->root;
@@ -352,17 +352,17 @@ static int hc_node_allreduce_direct(hc_coll_op_t *op)
     for (;;) {
         uint64_t t = op->tick + (uint64_t)op->phase;
         if (t == op->tick_end)
-            return HC_COLL_DONE;
+            return HC_STEP_DONE;
         size_t off = (size_t)op->phase * nd->block;
         size_t bb = HC_MIN(nd->block, op->bytes - off);
         if (op->state == 0) {
             if (!hc_node_stage_publish(nd, op, t, (const uint8_t *)op->sbuf + off, bb))
-                return HC_COLL_PENDING;
+                return HC_STEP_PENDING;
             op->state = 1;
         }
         if (want_result) {
             if (!hc_node_wait_a(nd, op, t))
-                return HC_COLL_PENDING;
+                return HC_STEP_PENDING;
             for (int j = 0; j < nd->n; j++)
                 srcs[j] = hc_node_stage(nd, j, t);
             if (op->bytes >= HC_COPY_NT_THRESHOLD && nd->scratch) {
@@ -490,7 +490,7 @@ static hcomm_status_t hc_node_get_phase(hc_coll_op_t *op, hc_coll_node_t *nd)
     return st;
 }
 
-static int hc_node_1copy(hc_coll_op_t *op)
+static hc_step_t hc_node_1copy(hc_coll_op_t *op)
 {
     hc_coll_node_t *nd = hc_node_of(op);
     uint64_t t0 = op->tick, last = op->tick_end - 1;
@@ -501,7 +501,7 @@ static int hc_node_1copy(hc_coll_op_t *op)
     switch (op->state) {
     case 0: /* publish: descriptors are read up to the vote, so wait b >= t0-1 */
         if (!hc_node_wait_b(nd, op, t0 - 1))
-            return HC_COLL_PENDING;
+            return HC_STEP_PENDING;
         me->pid = (uint32_t)getpid();
         me->saddr = (uint64_t)(uintptr_t)op->sbuf;
         me->raddr = (uint64_t)(uintptr_t)op->rbuf;
@@ -514,7 +514,7 @@ static int hc_node_1copy(hc_coll_op_t *op)
         /* fallthrough */
     case 1: { /* vote */
         if (!hc_node_wait_a(nd, op, t0))
-            return HC_COLL_PENDING;
+            return HC_STEP_PENDING;
         bool map = op->kind == HC_COLL_ALLREDUCE;
         for (int j = 0; j < nd->n && map; j++) {
             hc_node_desc_t *d = &nd->desc[j];
@@ -543,7 +543,7 @@ static int hc_node_1copy(hc_coll_op_t *op)
         /* fallthrough */
     case 2: {
         if (!hc_node_wait_b(nd, op, t0))
-            return HC_COLL_PENDING;
+            return HC_STEP_PENDING;
         uint32_t mode = HC_NODE_CAN_GET | HC_NODE_CAN_MAP | HC_NODE_OUT_OF_PLACE;
         for (int j = 0; j < nd->n; j++)
             mode &= nd->desc[j].vote;
@@ -557,11 +557,11 @@ static int hc_node_1copy(hc_coll_op_t *op)
         if (op->kind != HC_COLL_ALLREDUCE) {
             hcomm_status_t st = hc_node_get_phase(op, nd);
             if (st != HCOMM_OK)
-                return st;
+                return hc_step_fail(st);
             hc_node_post_b(nd, last);
             hc_node_post_a(nd, op, last);
             op->state = 4;
-            return hc_node_wait_b(nd, op, last) ? HC_COLL_DONE : HC_COLL_PENDING;
+            return hc_node_wait_b(nd, op, last) ? HC_STEP_DONE : HC_STEP_PENDING;
         }
         if (mode & HC_NODE_CAN_MAP) {
             size_t chunk = nd->block / es;
@@ -577,7 +577,7 @@ static int hc_node_1copy(hc_coll_op_t *op)
             hc_node_post_b(nd, last);
             hc_node_post_a(nd, op, last);
             op->state = 4;
-            return hc_node_wait_b(nd, op, last) ? HC_COLL_DONE : HC_COLL_PENDING;
+            return hc_node_wait_b(nd, op, last) ? HC_STEP_DONE : HC_STEP_PENDING;
         }
         /* GET. Outputs that fit the caches: my slice of every peer's input
          * is pulled next to mine, reduced, written into my output and pushed
@@ -604,7 +604,7 @@ static int hc_node_1copy(hc_coll_op_t *op)
                 uint8_t *tmp = nd->scratch + (size_t)k++ * chunk * es;
                 hcomm_status_t st = hc_node_get(op, j, tmp, nd->desc[j].saddr + e * es, m * es);
                 if (st != HCOMM_OK)
-                    return st;
+                    return hc_step_fail(st);
                 srcs[j] = tmp;
             }
             hc_reduce(res, srcs, nd->n, m, op->dtype, op->op, nd->n);
@@ -618,7 +618,7 @@ static int hc_node_1copy(hc_coll_op_t *op)
                     continue;
                 hcomm_status_t st = hc_node_write(op, j, nd->desc[j].raddr + e * es, res, m * es);
                 if (st != HCOMM_OK)
-                    return st;
+                    return hc_step_fail(st);
             }
         }
         hc_node_post_b(nd, last);
@@ -628,37 +628,37 @@ static int hc_node_1copy(hc_coll_op_t *op)
         /* fallthrough */
     case 4: /* nobody returns while others may still read its buffers */
         if (!hc_node_wait_b(nd, op, last))
-            return HC_COLL_PENDING;
-        return HC_COLL_DONE;
+            return HC_STEP_PENDING;
+        return HC_STEP_DONE;
     }
-    return HC_COLL_DONE;
+    return HC_STEP_DONE;
 }
 
 /* ---- broadcast ------------------------------------------------------------------ */
 
-static int hc_node_broadcast(hc_coll_op_t *op)
+static hc_step_t hc_node_broadcast(hc_coll_op_t *op)
 {
     hc_coll_node_t *nd = hc_node_of(op);
     bool root = op->comm->rank == op->root;
     for (;;) {
         uint64_t t = op->tick + (uint64_t)op->phase;
         if (t == op->tick_end)
-            return HC_COLL_DONE;
+            return HC_STEP_DONE;
         size_t off = (size_t)op->phase * nd->block;
         size_t bb = op->bytes ? HC_MIN(nd->block, op->bytes - off) : 0;
         if (root) {
             if (!hc_node_stage_publish(nd, op, t, (uint8_t *)op->rbuf + off, bb))
-                return HC_COLL_PENDING;
+                return HC_STEP_PENDING;
             hc_node_post_b(nd, t);
         } else {
             if (__atomic_load_n(&nd->line[op->root].a, __ATOMIC_ACQUIRE) < t) {
                 op->round = op->root; /* whom we wait for, should it time out */
                 hc_node_gave_up(nd, op, op->root);
-                return HC_COLL_PENDING;
+                return HC_STEP_PENDING;
             }
             op->round = 0;
             if (t == op->tick && !hc_node_sig_check(nd, op, op->root, t))
-                return HC_COLL_PENDING; /* op->error says why */
+                return HC_STEP_PENDING; /* op->error says why */
             memcpy((uint8_t *)op->rbuf + off, hc_node_stage(nd, op->root, t), bb);
             hc_node_post_b(nd, t);
         }
@@ -676,7 +676,7 @@ static inline size_t hc_node_sub(hc_coll_node_t *nd, size_t esize)
     return c - c % esize;
 }
 
-static int hc_node_blocks(hc_coll_op_t *op)
+static hc_step_t hc_node_blocks(hc_coll_op_t *op)
 {
     hc_coll_node_t *nd = hc_node_of(op);
     const void *srcs[64];
@@ -684,12 +684,12 @@ static int hc_node_blocks(hc_coll_op_t *op)
     for (;;) {
         uint64_t t = op->tick + (uint64_t)op->phase;
         if (t == op->tick_end)
-            return HC_COLL_DONE;
+            return HC_STEP_DONE;
         size_t off = (size_t)op->phase * c;
         size_t bb = op->bytes ? HC_MIN(c, op->bytes - off) : 0; /* op->bytes: per-peer block */
         if (op->state == 0) {
             if (!hc_node_can_write(nd, op, t))
-                return HC_COLL_PENDING;
+                return HC_STEP_PENDING;
             uint8_t *st = hc_node_stage(nd, nd->me, t);
             if (op->kind == HC_COLL_ALLGATHER) {
                 memcpy(st, (const uint8_t *)op->sbuf + off, bb);
@@ -702,7 +702,7 @@ static int hc_node_blocks(hc_coll_op_t *op)
             op->state = 1;
         }
         if (!hc_node_wait_a(nd, op, t))
-            return HC_COLL_PENDING;
+            return HC_STEP_PENDING;
         switch (op->kind) {
         case HC_COLL_ALLGATHER:
             for (int j = 0; j < nd->n; j++)
