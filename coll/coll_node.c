@@ -413,14 +413,16 @@ static uint8_t *hc_node_map(hc_coll_node_t *nd, uint32_t pid, int32_t fd, uint64
 static hcomm_status_t hc_node_get(hc_coll_op_t *op, int j, void *dst, uint64_t raddr, size_t len)
 {
     hc_conn_t *c = hc_ctx.peers[op->comm->world_ranks[j]].conn;
-    return len ? c->ops->get(c, dst, raddr, len) : HCOMM_OK;
+    hc_rma_t rma = {.local = dst, .len = len, .remote_addr = raddr}; /* CMA: no keys, at once */
+    return len ? c->ops->get(c, &rma) : HCOMM_OK;
 }
 
 static hcomm_status_t hc_node_write(hc_coll_op_t *op, int j, uint64_t raddr, const void *src,
                                     size_t len)
 {
     hc_conn_t *c = hc_ctx.peers[op->comm->world_ranks[j]].conn;
-    return len ? c->ops->write(c, raddr, src, len) : HCOMM_OK;
+    hc_rma_t rma = {.local = (void *)src, .len = len, .remote_addr = raddr};
+    return len ? c->ops->write(c, &rma) : HCOMM_OK;
 }
 
 static bool hc_node_can_get(hc_coll_op_t *op)

@@ -21,6 +21,9 @@
       "force a collective algorithm: auto | node (node-direct, node-staged: allreduce) | "         \
       "ring (allreduce reduce broadcast allgather reduce_scatter) | rd (allreduce allgather) | "    \
       "tree (reduce broadcast) | direct (alltoall); collectives it lacks use auto (logged)")        \
+    X(rndv, "HCOMM_RNDV", STR, "auto",                                                             \
+      "large p2p messages: auto (the receiver gets if it can, else the sender writes, else "      \
+      "streams) | get | write | stream (what a connection cannot do streams)")                    \
     X(shm_slots, "HCOMM_SHM_SLOTS", INT, "64",                                                     \
       "receive slots per shm connection (rounded up to a power of two)")                 \
     X(shm_slot_size, "HCOMM_SHM_SLOT_SIZE", SIZE, "8K", "bytes per shm receive slot (eager size)") \

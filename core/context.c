@@ -100,14 +100,28 @@ static void hc_ctx_peer_failed(void *core, int peer, hcomm_status_t status, cons
     hc_peer_fail(peer, status, why);
 }
 
+/* Registers a region with every open driver, handing each the whole region;
+ * one refusal undoes the registrations made before it. */
 static hcomm_status_t hc_ctx_mem_reg(void *arg, hc_mem_region_t *region)
 {
     (void)arg;
+    hc_mem_desc_t desc = {.addr = region->base,
+                          .len = region->size,
+                          .page_size = region->page_size,
+                          .fd = region->fd,
+                          .fd_offset = 0,
+                          .iovas = NULL,
+                          .numa_node = region->numa_node,
+                          .user = (region->flags & HC_MEM_USER) != 0};
     for (int i = 0; i < hc_ctx.ndrvs; i++) {
         hc_drv_t *d = hc_ctx.drvs[i];
-        hcomm_status_t st = d->ops->mem_reg(d, region->base, region->size, &region->keys[i]);
-        if (st != HCOMM_OK)
+        region->keys[i] = 0;
+        hcomm_status_t st = d->ops->mem_reg(d, &desc, &region->keys[i]);
+        if (st != HCOMM_OK) {
+            while (--i >= 0)
+                hc_ctx.drvs[i]->ops->mem_dereg(hc_ctx.drvs[i], region->keys[i]);
             return st;
+        }
     }
     return HCOMM_OK;
 }
@@ -279,6 +293,8 @@ hcomm_status_t hc_ctx_init(void)
 
     if ((st = hc_config_load()) != HCOMM_OK)
         return st;
+    if ((st = hc_rndv_init()) != HCOMM_OK)
+        return st;
     if ((st = hc_bootstrap_params_from_env(&hc_ctx.bs_params)) != HCOMM_OK)
         return st;
     hc_ctx.rank = hc_ctx.bs_params.rank;
@@ -336,6 +352,7 @@ hcomm_status_t hc_ctx_init(void)
         .core = &hc_ctx,
         .deliver = hc_p2p_deliver,
         .put_done = hc_p2p_put_done,
+        .rma_done = hc_rndv_rma_done,
         .peer_failed = hc_ctx_peer_failed,
     };
     if ((st = hc_drv_select_open(&hc_ctx.env, hc_ctx.drvs, &hc_ctx.ndrvs)) != HCOMM_OK)

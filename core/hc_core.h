@@ -53,6 +53,16 @@ static inline void hc_list_del(hc_list_t *e)
     for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
 
 /* ---- requests ----------------------------------------------------------- */
+/* Rendezvous states (core/rndv.c). */
+enum {
+    HC_RNDV_NONE,
+    HC_RNDV_RTS_SENT,  /* sender: waits for FIN, NACK or CTS */
+    HC_RNDV_WRITING,   /* sender: its write is in flight */
+    HC_RNDV_STREAMING, /* sender: DATA frames going out */
+    HC_RNDV_GETTING,   /* receiver: its get is in flight */
+    HC_RNDV_CTS_SENT,  /* receiver: waits for DATA, or FIN/NACK after the sender's write */
+};
+
 typedef enum { HC_REQ_SEND = 1, HC_REQ_RECV, HC_REQ_COLL } hc_req_kind_t;
 
 #define HC_REQ_MAGIC 0x68637271u /* live request */
@@ -65,7 +75,8 @@ struct hcomm_request {
     uint8_t kind;
     bool done;
     bool user;          /* handed to the user: freed by wait/test, else by the library */
-    bool rndv;          /* send: waiting for CTS/FIN; recv: receiving rendezvous data */
+    bool rndv;          /* in hc_ctx.rndv_active (a rendezvous waits for a frame or an RMA) */
+    uint8_t rndv_state; /* HC_RNDV_* (core/rndv.c) */
     bool deferred;      /* collective posted in a group that has not ended yet */
     hcomm_status_t status;
     uint32_t index;     /* slot in the request table: rendezvous frames name it */
@@ -81,7 +92,8 @@ struct hcomm_request {
     int wpeer;          /* world rank of peer */
     int32_t tag;
     uint32_t ctx_id;
-    uint64_t remote_id; /* recv of a rendezvous: the sender's request id */
+    uint64_t remote_id; /* rendezvous: the peer's request id */
+    struct hc_mem_region *rndv_held; /* registration-cache record held until the end */
     hc_list_t link;     /* posted-receive queue or a peer's pending list */
     /* collectives */
     struct hc_coll_op *coll;
@@ -113,7 +125,7 @@ typedef struct hc_pending_frame {
     struct hcomm_request *req; /* DATA frames: the send request streaming */
     size_t stream_off;         /* DATA: next offset to send */
     size_t stream_end;
-    uint8_t inline_payload[32]; /* small control payloads (RTS) are copied here */
+    uint8_t inline_payload[HC_FRAME_CTRL_MAX]; /* control payloads (RTS, CTS) are copied here */
 } hc_pending_frame_t;
 
 typedef struct hc_peer {
@@ -268,6 +280,9 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
                             int peer, int32_t tag, struct hcomm_request **req_p);
 void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload);
 void hc_p2p_put_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);
+/* Rendezvous (core/rndv.c): HCOMM_RNDV at init; the drivers' rma_done. */
+hcomm_status_t hc_rndv_init(void);
+void hc_rndv_rma_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);
 /* Retries frames queued for credit; returns how many went out. */
 int hc_p2p_flush_pending(void);
 /* Fails every request of comm (abort) or of peer (failure). */

@@ -6,6 +6,7 @@
  * by hc_p2p_flush_pending().
  */
 #include "core/hc_core.h"
+#include "core/p2p_int.h"
 #include "core/stats.h"
 
 #include <stdlib.h>
@@ -21,7 +22,7 @@ typedef struct {
     size_t len;       /* message bytes */
     size_t have;      /* EAGER bytes arrived so far (< len while fragments follow) */
     uint64_t remote_id;
-    uint64_t addr;
+    hc_rndv_offer_t offer; /* RTS */
     uint8_t data[];   /* EAGER payload */
 } hc_unexp_t;
 
@@ -34,15 +35,21 @@ static void hc_p2p_send_check_done(struct hcomm_request *req)
 static hcomm_status_t hc_p2p_queue(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *payload,
                                    struct hcomm_request *req)
 {
+    bool control = hdr->type != HC_FRAME_EAGER && hdr->type != HC_FRAME_DATA &&
+                   hdr->type != HC_FRAME_CONT && hdr->len;
+    if (HC_UNLIKELY(control && hdr->len > sizeof(((hc_pending_frame_t *)0)->inline_payload)))
+        return hc_error(HCOMM_ERR_INTERNAL,
+                        "hcomm: a %u-byte control payload (frame type %u) for rank %d exceeds "
+                        "HC_FRAME_CTRL_MAX",
+                        hdr->len, hdr->type, p->conn->peer);
     hc_pending_frame_t *f = calloc(1, sizeof(*f));
     if (!f)
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm: cannot queue a frame for rank %d",
                         p->conn->peer);
     f->hdr = *hdr;
     f->req = req;
-    if (hdr->type != HC_FRAME_EAGER && hdr->type != HC_FRAME_DATA && hdr->type != HC_FRAME_CONT &&
-        hdr->len) {
-        memcpy(f->inline_payload, payload, hdr->len); /* control payloads are tiny */
+    if (control) {
+        memcpy(f->inline_payload, payload, hdr->len); /* bounded above */
         f->payload = f->inline_payload;
     } else {
         f->payload = payload;
@@ -55,8 +62,8 @@ static hcomm_status_t hc_p2p_queue(hc_peer_t *p, const hc_frame_hdr_t *hdr, cons
 
 /* Sends one frame now, or queues it behind earlier ones. A send request's
  * bytes are accounted here so that its completion needs no other path. */
-static hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *payload,
-                                 struct hcomm_request *req)
+hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *payload,
+                          struct hcomm_request *req)
 {
     if (HC_UNLIKELY(!hc_list_empty(&p->pending)))
         return hc_p2p_queue(p, hdr, payload, req);
@@ -78,27 +85,6 @@ static hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr, const 
     if (st == HCOMM_ERR_AGAIN)
         return hc_p2p_queue(p, hdr, payload, req);
     return st;
-}
-
-/* Streams the DATA frames of a rendezvous send whose CTS arrived. */
-static hcomm_status_t hc_p2p_stream_start(hc_peer_t *p, struct hcomm_request *sreq, uint64_t rid)
-{
-    hc_pending_frame_t *f = calloc(1, sizeof(*f));
-    if (!f)
-        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_send: rendezvous stream");
-    f->hdr.type = HC_FRAME_DATA;
-    f->hdr.ctx_id = sreq->ctx_id;
-    f->hdr.tag = sreq->tag;
-    f->hdr.a = rid;
-    f->req = sreq;
-    f->stream_off = 0;
-    f->stream_end = sreq->len;
-    sreq->rndv = false; /* now completes like an eager send: when every byte went */
-    sreq->done_bytes = 0;
-    hc_list_del(&sreq->link);
-    hc_list_push_back(&p->pending, &f->link);
-    hc_ctx.npending++;
-    return HCOMM_OK;
 }
 
 int hc_p2p_flush_pending(void)
@@ -168,7 +154,7 @@ void hc_p2p_put_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t s
     hc_p2p_send_check_done(req);
 }
 
-static void hc_p2p_control(hc_peer_t *p, uint8_t type, uint32_t ctx_id, uint64_t a, uint64_t b)
+void hc_p2p_control(hc_peer_t *p, uint8_t type, uint32_t ctx_id, uint64_t a, uint64_t b)
 {
     hc_frame_hdr_t hdr = {.type = type, .ctx_id = ctx_id, .a = a, .b = b};
     hcomm_status_t st = hc_p2p_put(p, &hdr, NULL, NULL);
@@ -179,7 +165,7 @@ static void hc_p2p_control(hc_peer_t *p, uint8_t type, uint32_t ctx_id, uint64_t
 
 /* Completes a receive whose matched message has msg_len bytes where the
  * receive expects req->len: ERR_TRUNCATED naming both sizes. */
-static void hc_p2p_size_mismatch(struct hcomm_request *req, size_t msg_len)
+void hc_p2p_size_mismatch(struct hcomm_request *req, size_t msg_len)
 {
     hc_request_complete(req, hc_error(HCOMM_ERR_TRUNCATED,
                                       "hcomm_recv: message of %zu bytes from rank %d tag %d %s "
@@ -198,38 +184,6 @@ static HC_NOINLINE void hc_p2p_coll_conflict(struct hcomm_request *req)
                                       "dtype, op or root differ); HCOMM_CHECK=1 names the "
                                       "difference",
                                       req->peer));
-}
-
-/* A receive met its rendezvous message: pull the data or ask for it. */
-static void hc_p2p_rndv_recv(struct hcomm_request *req, hc_peer_t *p, size_t size, uint64_t sid,
-                             uint64_t addr)
-{
-    req->msg_len = size;
-    if (size > req->len) {
-        hc_p2p_control(p, HC_FRAME_NACK, req->ctx_id, sid, (uint64_t)(-HCOMM_ERR_TRUNCATED));
-        hc_p2p_size_mismatch(req, size);
-        return;
-    }
-    hc_conn_t *conn = p->conn;
-    if (conn->caps & HC_CONN_CAP_GET) {
-        hcomm_status_t st = conn->ops->get(conn, req->buf, addr, size);
-        if (st == HCOMM_OK) {
-            hc_p2p_control(p, HC_FRAME_FIN, req->ctx_id, sid, 0);
-            hc_stats.rndv_get++;
-            if (size == req->len)
-                hc_request_complete(req, HCOMM_OK);
-            else
-                hc_p2p_size_mismatch(req, size);
-            return;
-        }
-        hc_log_debug("get from rank %d failed (%s), streaming instead", conn->peer,
-                     hcomm_strerror(st));
-    }
-    req->rndv = true;
-    req->done_bytes = 0;
-    hc_stats.rndv_stream++;
-    hc_list_push_back(&hc_ctx.rndv_active, &req->link);
-    hc_p2p_control(p, HC_FRAME_CTS, req->ctx_id, sid, hc_request_id(req));
 }
 
 static void hc_p2p_eager_recv(struct hcomm_request *req, const void *data, size_t len)
@@ -338,11 +292,9 @@ static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr
             p->partial_len = dlen;
         }
     } else {
-        hc_frame_rts_t rts;
-        memcpy(&rts, payload, sizeof(rts));
+        (void)hc_rndv_offer_parse(hdr, payload, &u->offer); /* checked by the caller */
         u->len = hdr->a;
         u->remote_id = hdr->b;
-        u->addr = rts.addr;
     }
     hc_list_push_back(q, &u->link);
 }
@@ -357,7 +309,8 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
     switch (hdr->type) {
     case HC_FRAME_EAGER:
     case HC_FRAME_RTS: {
-        if (HC_UNLIKELY(hdr->type == HC_FRAME_RTS && hdr->len < sizeof(hc_frame_rts_t))) {
+        hc_rndv_offer_t offer;
+        if (HC_UNLIKELY(hdr->type == HC_FRAME_RTS && !hc_rndv_offer_parse(hdr, payload, &offer))) {
             hc_log_warn("malformed RTS from rank %d dropped", wpeer);
             return;
         }
@@ -386,9 +339,7 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
             } else if (hdr->type == HC_FRAME_EAGER) {
                 hc_p2p_eager_recv(req, payload, hdr->len);
             } else {
-                hc_frame_rts_t rts;
-                memcpy(&rts, payload, sizeof(rts));
-                hc_p2p_rndv_recv(req, p, hdr->a, hdr->b, rts.addr);
+                hc_rndv_matched(req, p, hdr->a, hdr->b, &offer);
             }
             return;
         }
@@ -406,46 +357,10 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
         hc_p2p_eager_cont(p, wpeer, payload, hdr->len);
         return;
     case HC_FRAME_CTS:
-        req = hc_request_by_id(hdr->a);
-        if (!req || req->kind != HC_REQ_SEND || !req->rndv || req->done) {
-            hc_log_debug("stale CTS from rank %d dropped", wpeer);
-            return;
-        }
-        if (hc_p2p_stream_start(p, req, hdr->b) != HCOMM_OK)
-            hc_request_complete(req, HCOMM_ERR_NO_MEMORY);
-        return;
     case HC_FRAME_DATA:
-        req = hc_request_by_id(hdr->a);
-        if (!req || req->kind != HC_REQ_RECV || !req->rndv || req->done ||
-            hdr->b + hdr->len > req->msg_len) {
-            hc_log_debug("stale DATA from rank %d dropped", wpeer);
-            return;
-        }
-        memcpy((char *)req->buf + hdr->b, payload, hdr->len);
-        req->done_bytes += hdr->len;
-        if (req->done_bytes == req->msg_len) {
-            req->rndv = false;
-            hc_list_del(&req->link);
-            if (req->msg_len == req->len)
-                hc_request_complete(req, HCOMM_OK);
-            else
-                hc_p2p_size_mismatch(req, req->msg_len);
-        }
-        return;
     case HC_FRAME_FIN:
     case HC_FRAME_NACK:
-        req = hc_request_by_id(hdr->a);
-        if (!req || req->kind != HC_REQ_SEND || !req->rndv || req->done)
-            return;
-        req->rndv = false;
-        hc_list_del(&req->link);
-        if (hdr->type == HC_FRAME_FIN)
-            hc_request_complete(req, HCOMM_OK);
-        else
-            hc_request_complete(req, hc_error((hcomm_status_t)(-(int64_t)hdr->b),
-                                              "hcomm_send: rank %d rejected the %zu-byte message "
-                                              "(tag %d): receive buffer too small",
-                                              req->peer, req->len, req->tag));
+        hc_rndv_frame(p, wpeer, hdr, payload);
         return;
     default:
         hc_log_warn("unknown frame type %u from rank %d dropped", hdr->type, wpeer);
@@ -527,14 +442,7 @@ hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void
             st = hc_p2p_put(p, &hdr, (const char *)buf + off, req);
         }
     } else {
-        hc_frame_rts_t rts = {.addr = (uint64_t)(uintptr_t)buf};
-        hdr.type = HC_FRAME_RTS;
-        hdr.len = sizeof(rts);
-        hdr.a = len;
-        hdr.b = hc_request_id(req);
-        req->rndv = true;
-        hc_list_push_back(&hc_ctx.rndv_active, &req->link);
-        st = hc_p2p_put(p, &hdr, &rts, NULL);
+        st = hc_rndv_send(p, req);
     }
     if (HC_UNLIKELY(st != HCOMM_OK)) {
         hc_list_del(&req->link);
@@ -584,7 +492,7 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
         } else if (u->type == HC_FRAME_EAGER)
             hc_p2p_eager_recv(req, u->data, u->len);
         else
-            hc_p2p_rndv_recv(req, &hc_ctx.peers[wpeer], u->len, u->remote_id, u->addr);
+            hc_rndv_matched(req, p, u->len, u->remote_id, &u->offer);
         free(u);
         *req_p = req;
         return HCOMM_OK;
@@ -622,7 +530,7 @@ static void hc_p2p_fail_list(hc_list_t *list, struct hcomm_comm *comm, int wpeer
         if ((comm && req->comm != comm) || (wpeer >= 0 && req->wpeer != wpeer))
             continue;
         hc_list_del(&req->link);
-        req->rndv = false;
+        hc_rndv_forget(req);
         if (!req->done)
             hc_request_complete(req, status);
     }

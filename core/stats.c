@@ -13,11 +13,13 @@ void hc_stats_print(int rank, void (*line)(const char *text, void *arg), void *a
     char buf[256];
     snprintf(buf, sizeof(buf),
              "stats r%d: p2p sent %llu msgs / %llu B, received %llu msgs / %llu B; eager %llu, "
-             "fragmented %llu, rendezvous get %llu, stream %llu; unexpected %llu; credit waits %llu",
+             "fragmented %llu, rendezvous get %llu, write %llu, stream %llu; unexpected %llu; "
+             "credit waits %llu",
              rank, (unsigned long long)hc_stats.send_msgs, (unsigned long long)hc_stats.send_bytes,
              (unsigned long long)hc_stats.recv_msgs, (unsigned long long)hc_stats.recv_bytes,
              (unsigned long long)hc_stats.eager, (unsigned long long)hc_stats.fragmented,
-             (unsigned long long)hc_stats.rndv_get, (unsigned long long)hc_stats.rndv_stream,
+             (unsigned long long)hc_stats.rndv_get, (unsigned long long)hc_stats.rndv_write,
+             (unsigned long long)hc_stats.rndv_stream,
              (unsigned long long)hc_stats.unexpected, (unsigned long long)hc_stats.credit_waits);
     line(buf, arg);
     for (int k = 0; k < HC_STATS_COLL_KINDS; k++) {

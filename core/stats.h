@@ -11,7 +11,7 @@ enum { HC_STATS_COLL_KINDS = 7 };
 
 typedef struct {
     uint64_t send_msgs, send_bytes, recv_msgs, recv_bytes;
-    uint64_t eager, fragmented, rndv_get, rndv_stream, unexpected;
+    uint64_t eager, fragmented, rndv_get, rndv_write, rndv_stream, unexpected;
     uint64_t credit_waits; /* frames queued because a peer's slots were full */
     uint64_t coll_calls[HC_STATS_COLL_KINDS], coll_bytes[HC_STATS_COLL_KINDS];
     uint64_t coll_node, coll_p2p;

@@ -61,21 +61,46 @@ static hcomm_status_t hc_drv_unsup_put(hc_conn_t *conn, const hc_frame_hdr_t *hd
     (void)cookie;
     return HCOMM_ERR_UNSUPPORTED;
 }
-static hcomm_status_t hc_drv_unsup_get(hc_conn_t *conn, void *dst, uint64_t raddr, size_t len)
+static hcomm_status_t hc_drv_unsup_rma(hc_conn_t *conn, const hc_rma_t *rma)
 {
     (void)conn;
-    (void)dst;
-    (void)raddr;
-    (void)len;
+    (void)rma;
     return HCOMM_ERR_UNSUPPORTED;
 }
-static hcomm_status_t hc_drv_unsup_write(hc_conn_t *conn, uint64_t raddr, const void *src,
-                                         size_t len)
+/* No key needed: an empty packed key, and nothing to unpack. */
+static hcomm_status_t hc_drv_empty_rkey_pack(hc_drv_t *drv, uint64_t key, const hc_mem_desc_t *desc,
+                                             void *buf, size_t *len_p)
+{
+    (void)drv;
+    (void)key;
+    (void)desc;
+    (void)buf;
+    *len_p = 0;
+    return HCOMM_OK;
+}
+static hcomm_status_t hc_drv_empty_rkey_unpack(hc_conn_t *conn, const void *buf, size_t len,
+                                               hc_rkey_t **rkey_p)
+{
+    (void)buf;
+    *rkey_p = NULL;
+    if (len)
+        return hc_error(HCOMM_ERR_INVALID, "%s: rank %d sent a %zu-byte key where none is used",
+                        conn->ops->name, conn->peer, len);
+    return HCOMM_OK;
+}
+static void hc_drv_noop_rkey_release(hc_conn_t *conn, hc_rkey_t *rkey)
 {
     (void)conn;
-    (void)raddr;
-    (void)src;
+    (void)rkey;
+}
+static hcomm_status_t hc_drv_unsup_rkey_ptr(hc_conn_t *conn, const hc_rkey_t *rkey,
+                                            uint64_t remote_addr, size_t len, void **ptr_p)
+{
+    (void)conn;
+    (void)rkey;
+    (void)remote_addr;
     (void)len;
+    *ptr_p = NULL;
     return HCOMM_ERR_UNSUPPORTED;
 }
 static int hc_drv_noop_progress(hc_drv_t *drv)
@@ -83,11 +108,10 @@ static int hc_drv_noop_progress(hc_drv_t *drv)
     (void)drv;
     return 0;
 }
-static hcomm_status_t hc_drv_noop_reg(hc_drv_t *drv, void *addr, size_t len, uint64_t *key_p)
+static hcomm_status_t hc_drv_noop_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64_t *key_p)
 {
     (void)drv;
-    (void)addr;
-    (void)len;
+    (void)desc;
     *key_p = 0;
     return HCOMM_OK;
 }
@@ -126,7 +150,7 @@ static const struct hc_drv_ops hc_drv_base = {
     .wireup = hc_drv_noop_wireup,
     .connect = hc_drv_unsup_connect,
     .put = hc_drv_unsup_put,
-    .get = hc_drv_unsup_get,
+    .get = hc_drv_unsup_rma,
     .progress = hc_drv_noop_progress,
     .mem_reg = hc_drv_noop_reg,
     .mem_dereg = hc_drv_noop_dereg,
@@ -134,13 +158,31 @@ static const struct hc_drv_ops hc_drv_base = {
     .disconnect = hc_drv_noop_disconnect,
     .close = hc_drv_noop_close,
     .shared_put = hc_drv_noop_shared_put,
-    .write = hc_drv_unsup_write,
+    .write = hc_drv_unsup_rma,
+    .rkey_pack = hc_drv_empty_rkey_pack,
+    .rkey_unpack = hc_drv_empty_rkey_unpack,
+    .rkey_release = hc_drv_noop_rkey_release,
+    .rkey_ptr = hc_drv_unsup_rkey_ptr,
 };
+
+static char hc_drv_refused[160];
+
+const char *hc_drv_registry_error(void)
+{
+    return hc_drv_refused[0] ? hc_drv_refused : NULL;
+}
 
 void hc_drv_register(const struct hc_drv_ops *ops)
 {
-    if (hc_drv_n == HC_DRV_MAX)
+    /* Runs from constructors, before any logging is set up: the refusal is
+     * kept and reported by hcomm_init (hc_drv_select_open). */
+    if (hc_drv_n == HC_DRV_MAX) {
+        if (!hc_drv_refused[0])
+            snprintf(hc_drv_refused, sizeof(hc_drv_refused),
+                     "driver %s not registered: at most %d drivers (HC_MAX_DRIVERS)",
+                     ops->name ? ops->name : "(unnamed)", HC_DRV_MAX);
         return;
+    }
     /* Copy what the driver knows (its size), default the rest: an older
      * driver keeps working when ops are appended. */
     struct hc_drv_ops *t = &hc_drv_table[hc_drv_n++];
@@ -154,7 +196,8 @@ void hc_drv_register(const struct hc_drv_ops *ops)
     HC_DRV_FILL_(connect) HC_DRV_FILL_(put) HC_DRV_FILL_(get) HC_DRV_FILL_(progress)
     HC_DRV_FILL_(mem_reg) HC_DRV_FILL_(mem_dereg) HC_DRV_FILL_(shared_get)
     HC_DRV_FILL_(disconnect) HC_DRV_FILL_(close) HC_DRV_FILL_(shared_put)
-    HC_DRV_FILL_(write)
+    HC_DRV_FILL_(write) HC_DRV_FILL_(rkey_pack) HC_DRV_FILL_(rkey_unpack)
+    HC_DRV_FILL_(rkey_release) HC_DRV_FILL_(rkey_ptr)
 #undef HC_DRV_FILL_
 }
 
@@ -228,6 +271,8 @@ hcomm_status_t hc_drv_select_open(const hc_drv_env_t *env, hc_drv_t **drvs, int 
     const struct hc_drv_ops *chosen[3] = {0};
     hcomm_status_t st;
 
+    if (hc_drv_registry_error())
+        return hc_error(HCOMM_ERR_INTERNAL, "hcomm_init: %s", hc_drv_registry_error());
     chosen[0] = hc_drv_pick(env, HC_DRV_SCOPE_SELF, NULL, &st);
     if (use_node)
         chosen[1] = hc_drv_pick(env, HC_DRV_SCOPE_NODE, NULL, &st);

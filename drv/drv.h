@@ -31,9 +31,11 @@ enum {
     HC_FRAME_EAGER = 1, /* tagged message, payload is the data */
     HC_FRAME_RTS,       /* rendezvous request: a = total bytes, b = sender request id,
                            payload = hc_frame_rts_t */
-    HC_FRAME_CTS,       /* clear to send: a = sender request id, b = receiver request id */
+    HC_FRAME_CTS,       /* clear to send: a = sender request id, b = receiver request id;
+                           payload empty (stream DATA) or hc_frame_cts_t (write there) */
     HC_FRAME_DATA,      /* rendezvous data: a = receiver request id, b = byte offset */
-    HC_FRAME_FIN,       /* rendezvous done (receiver used get): a = sender request id */
+    HC_FRAME_FIN,       /* rendezvous done: a = the peer's request id (receiver's get done:
+                           sender id; sender's write done: receiver id) */
     HC_FRAME_NACK,      /* receiver failed the rendezvous: a = sender request id, b = -status */
     HC_FRAME_CONT,      /* next fragment of a multi-frame EAGER message */
     HC_FRAME_GIVE_UP,   /* the sender's communicator ctx_id broke: a = -status */
@@ -55,10 +57,66 @@ _Static_assert(sizeof(hc_frame_hdr_t) == 32, "frame header is 32 bytes on the wi
 /* hdr.flags of an EAGER frame: more fragments follow (CONT frames, in order,
  * on the same connection); hdr.a then holds the message's total length. */
 #define HC_FRAME_FLAG_MORE 0x01
+/* hdr.flags of an RTS: the sender's connection can write into the receiver
+ * (a CTS may carry the receive buffer's key). */
+#define HC_FRAME_FLAG_CAN_WRITE 0x02
 
+/* ---- memory keys ---------------------------------------------------------
+ * Memory a driver may have to reach is registered with it once: library
+ * regions when they are created, user buffers through the registration cache
+ * (only for drivers with HC_DRV_CAP_USER_REG). The driver sees the whole
+ * region (hc_mem_desc_t) and returns a key, an opaque 64-bit handle. For a
+ * peer to reach that memory the owner packs a remote key (rkey_pack, at most
+ * HC_RKEY_MAX bytes, carried in RTS/CTS payloads and node descriptors); the
+ * peer unpacks it on its connection (rkey_unpack) into an hc_rkey_t that get
+ * and write take, and where the transport can map peer memory into this
+ * process (HC_CONN_CAP_RKEY_PTR: shm's memfds) rkey_ptr gives a local
+ * pointer to it. A driver that needs no key (shm's CMA, tcp) packs 0 bytes.
+ */
+#define HC_RKEY_MAX 40
+
+typedef struct hc_mem_desc {
+    void *addr;
+    size_t len;
+    size_t page_size;      /* 4 KiB, 2 MiB or 1 GiB */
+    int fd;                /* memfd backing it (other local processes can map it), else -1 */
+    uint64_t fd_offset;    /* offset of addr in fd */
+    const uint64_t *iovas; /* IO address of each page (len / page_size), NULL when unknown */
+    int numa_node;         /* -1 unknown */
+    bool user;             /* user memory (registration cache), not a library region */
+} hc_mem_desc_t;
+
+typedef struct hc_rkey hc_rkey_t; /* each driver defines its own */
+
+/* One RMA transfer (get: remote -> local, write: local -> remote). */
 typedef struct {
-    uint64_t addr; /* sender buffer address in the sender's process (for get) */
+    void *local;
+    size_t len;
+    uint64_t lkey;          /* key of the registration holding local (0: none needed) */
+    uint64_t remote_addr;   /* in the peer's address space */
+    const hc_rkey_t *rkey;  /* from rkey_unpack (NULL: none needed) */
+    void *cookie;           /* handed back by env->rma_done; NULL: finish before returning */
+} hc_rma_t;
+
+/* RTS payload: the sender's buffer and its packed key (rkey_len bytes). */
+typedef struct {
+    uint64_t addr;
+    uint8_t rkey_len;
+    uint8_t rkey[HC_RKEY_MAX];
 } hc_frame_rts_t;
+
+/* CTS payload of a write-based rendezvous (empty for streaming): where the
+ * sender writes. */
+typedef struct {
+    uint64_t addr;
+    uint8_t rkey_len;
+    uint8_t rkey[HC_RKEY_MAX];
+} hc_frame_cts_t;
+
+/* Control payloads the core queues are copied; none is larger than this. */
+#define HC_FRAME_CTRL_MAX 64
+_Static_assert(sizeof(hc_frame_rts_t) <= HC_FRAME_CTRL_MAX, "RTS fits a control payload");
+_Static_assert(sizeof(hc_frame_cts_t) <= HC_FRAME_CTRL_MAX, "CTS fits a control payload");
 
 /* What the core hands a driver at probe/open. Valid until close. */
 typedef struct hc_drv_env {
@@ -75,12 +133,22 @@ typedef struct hc_drv_env {
     void (*deliver)(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload);
     /* A put that returned IN_PROGRESS no longer needs its payload. */
     void (*put_done)(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);
+    /* A get/write that returned IN_PROGRESS finished (status: how). */
+    void (*rma_done)(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);
     /* Every connection to peer is gone (closed, reset, silent past the limit). */
     void (*peer_failed)(void *core, int peer, hcomm_status_t status, const char *why);
 } hc_drv_env_t;
 
 enum { HC_DRV_SCOPE_SELF, HC_DRV_SCOPE_NODE, HC_DRV_SCOPE_NET };
-enum { HC_CONN_CAP_GET = 1u << 0, HC_CONN_CAP_WRITE = 1u << 1 };
+enum {
+    HC_CONN_CAP_GET = 1u << 0,      /* get: read the peer's memory */
+    HC_CONN_CAP_WRITE = 1u << 1,    /* write: write the peer's memory */
+    HC_CONN_CAP_RKEY_PTR = 1u << 2, /* rkey_ptr: the peer's memory mapped here */
+};
+/* hc_drv_ops.caps */
+enum {
+    HC_DRV_CAP_USER_REG = 1u << 0, /* get/write need user buffers registered (lkey/rkey) */
+};
 
 /* Base of every driver instance; drivers embed it first. */
 struct hc_drv {
@@ -106,6 +174,7 @@ struct hc_drv_ops {
     const char *name; /* "shm", "tcp", ... as HCOMM_NET names it */
     int scope;        /* HC_DRV_SCOPE_* */
     int priority;     /* ladder order inside a scope: higher is tried first */
+    uint32_t caps;    /* HC_DRV_CAP_* */
 
     /* Can this driver run here? On no, write why (for hcomm_info / logs). */
     hcomm_status_t (*probe)(const hc_drv_env_t *env, char *why, size_t why_len);
@@ -125,13 +194,18 @@ struct hc_drv_ops {
      * (OK) or refuses (ERR_AGAIN), never IN_PROGRESS. */
     hcomm_status_t (*put)(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
                           void *cookie);
-    /* Copies len bytes from the peer's address remote_addr into dst
-     * (HC_CONN_CAP_GET only). */
-    hcomm_status_t (*get)(hc_conn_t *conn, void *dst, uint64_t remote_addr, size_t len);
+    /* RMA (HC_CONN_CAP_GET / _WRITE): get copies rma->len bytes from the
+     * peer's remote_addr into local, write the reverse. OK: done; IN_PROGRESS
+     * (only with a cookie): env->rma_done(cookie, status) later, local must
+     * stay valid until then; ERR_AGAIN: no resources now, progress and retry;
+     * other: failed (the message names the peer). */
+    hcomm_status_t (*get)(hc_conn_t *conn, const hc_rma_t *rma);
     /* Harvests completions and incoming frames; returns how many events. */
     int (*progress)(hc_drv_t *drv);
-    /* Registers memory for this driver; *key_p goes into the region table. */
-    hcomm_status_t (*mem_reg)(hc_drv_t *drv, void *addr, size_t len, uint64_t *key_p);
+    /* Registers memory with this driver; *key_p goes into the region table
+     * (0 when the driver keeps nothing). A failure is rolled back by the core
+     * for the drivers that had accepted it. */
+    hcomm_status_t (*mem_reg)(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64_t *key_p);
     void (*mem_dereg)(hc_drv_t *drv, uint64_t key);
     /* Node-shared memory found by a key every local rank agrees on: the first
      * caller creates it (zeroed), later callers map the same bytes. users:
@@ -145,9 +219,21 @@ struct hc_drv_ops {
     /* Drops this rank's use of the shared_get block of key; the put that
      * completes `users` lets the driver reuse it. */
     void (*shared_put)(hc_drv_t *drv, uint64_t key);
-    /* Copies len bytes from src into the peer's address remote_addr
-     * (HC_CONN_CAP_WRITE only): the mirror of get. */
-    hcomm_status_t (*write)(hc_conn_t *conn, uint64_t remote_addr, const void *src, size_t len);
+    hcomm_status_t (*write)(hc_conn_t *conn, const hc_rma_t *rma);
+    /* Remote keys (see "memory keys" above). rkey_pack: what a peer needs to
+     * reach [desc->addr, +len) of registration key, into buf (in: *len_p =
+     * capacity, at least HC_RKEY_MAX; out: bytes used, 0 when none is
+     * needed). rkey_unpack: a peer's packed key, on the connection to it
+     * (*rkey_p NULL for a 0-byte key). rkey_ptr: where remote_addr..+len of
+     * that peer memory is mapped in this process (HC_CONN_CAP_RKEY_PTR), else
+     * ERR_UNSUPPORTED; valid until rkey_release. */
+    hcomm_status_t (*rkey_pack)(hc_drv_t *drv, uint64_t key, const hc_mem_desc_t *desc, void *buf,
+                                size_t *len_p);
+    hcomm_status_t (*rkey_unpack)(hc_conn_t *conn, const void *buf, size_t len,
+                                  hc_rkey_t **rkey_p);
+    void (*rkey_release)(hc_conn_t *conn, hc_rkey_t *rkey);
+    hcomm_status_t (*rkey_ptr)(hc_conn_t *conn, const hc_rkey_t *rkey, uint64_t remote_addr,
+                               size_t len, void **ptr_p);
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops);
@@ -158,7 +244,11 @@ void hc_drv_register(const struct hc_drv_ops *ops);
     }
 
 /* ---- used by the core ---------------------------------------------------- */
-#define HC_DRV_MAX 8
+/* Registered drivers (a ninth registration is refused with an error at init)
+ * and so at most this many open ones, each with a key slot in every region. */
+#define HC_DRV_MAX HC_MAX_DRIVERS
+/* Why the ninth registration was refused, or NULL. */
+const char *hc_drv_registry_error(void);
 
 /* Registered drivers, after default-filling missing ops. */
 int hc_drv_count(void);

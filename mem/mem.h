@@ -13,11 +13,12 @@
 
 #include "core/hc_base.h"
 
-#define HC_MEM_MAX_KEYS 8 /* one registration key per open driver */
+#define HC_MEM_MAX_KEYS HC_MAX_DRIVERS /* one registration key per open driver */
 
 enum {
     HC_MEM_SHARED = 1u << 0, /* backed by a memfd other local ranks can map */
     HC_MEM_NO_REG = 1u << 1, /* do not register with drivers (control memory) */
+    HC_MEM_USER = 1u << 2,   /* user memory: a registration-cache record */
 };
 
 typedef struct hc_mem_region {

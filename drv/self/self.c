@@ -40,7 +40,7 @@ static hcomm_status_t hc_drv_self_connect(hc_drv_t *drv, int peer, const void *a
     s->conn.ops = drv->ops;
     s->conn.drv = drv;
     s->conn.peer = peer;
-    s->conn.caps = HC_CONN_CAP_GET;
+    s->conn.caps = HC_CONN_CAP_GET | HC_CONN_CAP_WRITE | HC_CONN_CAP_RKEY_PTR;
     s->conn.max_frame = 1u << 30;
     s->conn.eager_max = 64 * 1024;
     *conn_p = &s->conn;
@@ -56,10 +56,28 @@ static hcomm_status_t hc_drv_self_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr
     return HCOMM_OK;
 }
 
-static hcomm_status_t hc_drv_self_get(hc_conn_t *conn, void *dst, uint64_t raddr, size_t len)
+/* The "peer" is this process: RMA is memmove, a remote address is local. */
+static hcomm_status_t hc_drv_self_get(hc_conn_t *conn, const hc_rma_t *rma)
 {
     (void)conn;
-    memmove(dst, (const void *)(uintptr_t)raddr, len);
+    memmove(rma->local, (const void *)(uintptr_t)rma->remote_addr, rma->len);
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_drv_self_write(hc_conn_t *conn, const hc_rma_t *rma)
+{
+    (void)conn;
+    memmove((void *)(uintptr_t)rma->remote_addr, rma->local, rma->len);
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_drv_self_rkey_ptr(hc_conn_t *conn, const hc_rkey_t *rkey,
+                                           uint64_t remote_addr, size_t len, void **ptr_p)
+{
+    (void)conn;
+    (void)rkey;
+    (void)len;
+    *ptr_p = (void *)(uintptr_t)remote_addr;
     return HCOMM_OK;
 }
 
@@ -78,6 +96,8 @@ static const struct hc_drv_ops hc_drv_self_ops = {
     .connect = hc_drv_self_connect,
     .put = hc_drv_self_put,
     .get = hc_drv_self_get,
+    .write = hc_drv_self_write,
+    .rkey_ptr = hc_drv_self_rkey_ptr,
     .close = hc_drv_self_close,
 };
 HC_DRV_REGISTER(hc_drv_self_ops)

@@ -475,15 +475,15 @@ static hcomm_status_t hc_shm_cma(hc_conn_t *conn, void *local, uint64_t raddr, s
     return HCOMM_OK;
 }
 
-static hcomm_status_t hc_drv_shm_get(hc_conn_t *conn, void *dst, uint64_t raddr, size_t len)
+/* CMA needs no keys and completes at once. */
+static hcomm_status_t hc_drv_shm_get(hc_conn_t *conn, const hc_rma_t *rma)
 {
-    return hc_shm_cma(conn, dst, raddr, len, false);
+    return hc_shm_cma(conn, rma->local, rma->remote_addr, rma->len, false);
 }
 
-static hcomm_status_t hc_drv_shm_write(hc_conn_t *conn, uint64_t raddr, const void *src,
-                                       size_t len)
+static hcomm_status_t hc_drv_shm_write(hc_conn_t *conn, const hc_rma_t *rma)
 {
-    return hc_shm_cma(conn, (void *)src, raddr, len, true);
+    return hc_shm_cma(conn, rma->local, rma->remote_addr, rma->len, true);
 }
 
 static int hc_drv_shm_progress(hc_drv_t *drv)

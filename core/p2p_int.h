@@ -1,0 +1,38 @@
+/*
+ * Inside the p2p protocol: what p2p.c (matching, eager) and rndv.c (the
+ * rendezvous state machine) share. Not for the rest of the core.
+ */
+#ifndef HC_P2P_INT_H
+#define HC_P2P_INT_H
+
+#include "core/hc_core.h"
+
+/* A sender's rendezvous offer, from its RTS (kept with an unexpected one). */
+typedef struct {
+    uint64_t addr;
+    bool can_write; /* the sender's connection can write into this rank */
+    uint8_t rkey_len;
+    uint8_t rkey[HC_RKEY_MAX];
+} hc_rndv_offer_t;
+
+/* p2p.c */
+hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *payload,
+                          struct hcomm_request *req);
+void hc_p2p_control(hc_peer_t *p, uint8_t type, uint32_t ctx_id, uint64_t a, uint64_t b);
+void hc_p2p_size_mismatch(struct hcomm_request *req, size_t msg_len);
+
+/* rndv.c */
+/* Sends the RTS of req (len > the connection's eager limit). */
+hcomm_status_t hc_rndv_send(hc_peer_t *p, struct hcomm_request *req);
+/* An RTS payload, checked: false when malformed. */
+bool hc_rndv_offer_parse(const hc_frame_hdr_t *hdr, const void *payload, hc_rndv_offer_t *o);
+/* A receive met a rendezvous message of size bytes from sender request sid. */
+void hc_rndv_matched(struct hcomm_request *req, hc_peer_t *p, size_t size, uint64_t sid,
+                     const hc_rndv_offer_t *o);
+/* CTS, DATA, FIN and NACK frames. */
+void hc_rndv_frame(hc_peer_t *p, int wpeer, const hc_frame_hdr_t *hdr, const void *payload);
+/* A request leaves the rendezvous without finishing it (failed in bulk):
+ * releases what it holds; the caller completes it. */
+void hc_rndv_forget(struct hcomm_request *req);
+
+#endif /* HC_P2P_INT_H */

@@ -1,0 +1,452 @@
+/*
+ * Rendezvous: messages larger than the connection's eager limit, as an
+ * explicit state machine per request (req->rndv_state). Three ways to move
+ * the data; the receiver chooses when the RTS meets its receive:
+ *
+ *   sender                                  receiver
+ *   key for its buffer (REG)
+ *   RTS {size, id, addr, rkey, can-write} ->  matched:
+ *   RTS_SENT                                  GET   (its conn can get, HCOMM_RNDV=get|auto)
+ *                                               get(addr, rkey) into its buffer, perhaps
+ *                                               IN_PROGRESS until rma_done
+ *                           <- FIN {sender id}    then DONE
+ *   DONE
+ *                                             WRITE (the sender can write, HCOMM_RNDV=write|auto
+ *                                               when it cannot get): key for its buffer
+ *                  <- CTS {ids, addr, rkey}       CTS_SENT
+ *   WRITING: write(addr, rkey), perhaps
+ *   IN_PROGRESS until rma_done
+ *   FIN {receiver id} ->                        DONE
+ *   DONE
+ *                                             STREAM (neither, or HCOMM_RNDV=stream)
+ *                  <- CTS {ids}                   CTS_SENT
+ *   DATA frames -> (done when all are out)        DONE when all arrived
+ *   NACK {sender id, status} ends a send the receiver refused (too large).
+ *
+ * Keys: a driver with HC_DRV_CAP_USER_REG needs user buffers registered:
+ * pool memory has its keys from creation, other memory goes through the
+ * registration cache and is held until the request ends. Drivers without it
+ * pack empty keys. Cookies of asynchronous RMA are request ids (index and
+ * generation), so a completion for a request that ended meanwhile (a peer
+ * failure, a timeout) is recognised as stale and dropped.
+ */
+#include "core/hc_core.h"
+#include "core/p2p_int.h"
+#include "core/stats.h"
+#include "mem/mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* This rank's key for [buf, buf+len) with conn's driver, and the descriptor
+ * to pack for a peer; *held_p: a registration-cache record to release when
+ * the request ends (NULL when none was taken). */
+static hcomm_status_t hc_rndv_local_key(hc_conn_t *conn, void *buf, size_t len, uint64_t *key_p,
+                                        hc_mem_desc_t *desc, hc_mem_region_t **held_p)
+{
+    size_t off = 0;
+    *key_p = 0;
+    *held_p = NULL;
+    *desc = (hc_mem_desc_t){.addr = buf, .len = len, .page_size = 4096, .fd = -1,
+                            .numa_node = -1, .user = true};
+    hc_mem_region_t *r = hc_mem_region_lookup(buf, len, &off);
+    if (!r && (conn->ops->caps & HC_DRV_CAP_USER_REG)) {
+        hcomm_status_t st = hc_mem_reg_cache_get(buf, len, &r);
+        if (st != HCOMM_OK)
+            return st;
+        *held_p = r;
+        off = (size_t)((uint8_t *)buf - (uint8_t *)r->base);
+    }
+    if (!r)
+        return HCOMM_OK;
+    if ((conn->ops->caps & HC_DRV_CAP_USER_REG) && !r->registered)
+        return hc_error(HCOMM_ERR_INTERNAL, "rendezvous: memory at %p is not registered with %s",
+                        buf, conn->ops->name);
+    if (r->registered)
+        *key_p = r->keys[conn->drv->index];
+    desc->page_size = r->page_size;
+    desc->fd = r->fd;
+    desc->fd_offset = off;
+    desc->numa_node = r->numa_node;
+    desc->user = *held_p != NULL;
+    return HCOMM_OK;
+}
+
+void hc_mem_reg_cache_put(hc_mem_region_t *region) __attribute__((weak)); /* INTEGRATION */
+
+static void hc_rndv_release(struct hcomm_request *req)
+{
+    if (req->rndv_held) {
+        if (hc_mem_reg_cache_put)
+            hc_mem_reg_cache_put(req->rndv_held);
+        req->rndv_held = NULL;
+    }
+}
+
+/* The request leaves the rendezvous (done, or failed by the caller). */
+static void hc_rndv_end(struct hcomm_request *req)
+{
+    if (req->rndv) {
+        req->rndv = false;
+        hc_list_del(&req->link);
+    }
+    req->rndv_state = HC_RNDV_NONE;
+    hc_rndv_release(req);
+}
+
+static void hc_rndv_finish(struct hcomm_request *req, hcomm_status_t st)
+{
+    hc_rndv_end(req);
+    if (!req->done)
+        hc_request_complete(req, st);
+}
+
+static void hc_rndv_recv_finish(struct hcomm_request *req)
+{
+    hc_rndv_end(req);
+    if (req->msg_len == req->len)
+        hc_request_complete(req, HCOMM_OK);
+    else
+        hc_p2p_size_mismatch(req, req->msg_len);
+}
+
+static void hc_rndv_wait(struct hcomm_request *req, uint8_t state)
+{
+    req->rndv_state = state;
+    if (!req->rndv) {
+        req->rndv = true;
+        hc_list_push_back(&hc_ctx.rndv_active, &req->link);
+    }
+}
+
+enum { HC_RNDV_MODE_AUTO, HC_RNDV_MODE_GET, HC_RNDV_MODE_WRITE, HC_RNDV_MODE_STREAM };
+static int hc_rndv_mode;
+
+hcomm_status_t hc_rndv_init(void)
+{
+    static const char *const names[] = {"auto", "get", "write", "stream"};
+    for (int m = 0; m < (int)HC_ARRAY_SIZE(names); m++)
+        if (!strcasecmp(hc_cfg.rndv, names[m])) {
+            hc_rndv_mode = m;
+            return HCOMM_OK;
+        }
+    return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_RNDV=%s is not auto, get, write or stream",
+                    hc_cfg.rndv);
+}
+
+static bool hc_rndv_mode_allows(int mode)
+{
+    return hc_rndv_mode == HC_RNDV_MODE_AUTO || hc_rndv_mode == mode;
+}
+
+hcomm_status_t hc_rndv_send(hc_peer_t *p, struct hcomm_request *req)
+{
+    hc_conn_t *conn = p->conn;
+    hc_frame_rts_t rts = {.addr = (uint64_t)(uintptr_t)req->buf};
+    hc_mem_desc_t desc;
+    uint64_t key;
+    hcomm_status_t st = hc_rndv_local_key(conn, req->buf, req->len, &key, &desc, &req->rndv_held);
+    if (st != HCOMM_OK)
+        return st;
+    size_t klen = sizeof(rts.rkey);
+    st = conn->ops->rkey_pack(conn->drv, key, &desc, rts.rkey, &klen);
+    if (st != HCOMM_OK || klen > sizeof(rts.rkey)) {
+        hc_rndv_release(req);
+        return st != HCOMM_OK ? st
+                              : hc_error(HCOMM_ERR_INTERNAL, "%s: packed key of %zu bytes",
+                                         conn->ops->name, klen);
+    }
+    rts.rkey_len = (uint8_t)klen;
+    hc_frame_hdr_t hdr = {.type = HC_FRAME_RTS,
+                          .ctx_id = req->ctx_id,
+                          .tag = req->tag,
+                          .len = (uint32_t)(offsetof(hc_frame_rts_t, rkey) + klen),
+                          .a = req->len,
+                          .b = hc_request_id(req)};
+    if ((conn->caps & HC_CONN_CAP_WRITE) && hc_rndv_mode_allows(HC_RNDV_MODE_WRITE))
+        hdr.flags |= HC_FRAME_FLAG_CAN_WRITE;
+    hc_rndv_wait(req, HC_RNDV_RTS_SENT);
+    st = hc_p2p_put(p, &hdr, &rts, NULL);
+    if (st != HCOMM_OK)
+        hc_rndv_end(req);
+    return st;
+}
+
+bool hc_rndv_offer_parse(const hc_frame_hdr_t *hdr, const void *payload, hc_rndv_offer_t *o)
+{
+    const size_t fixed = offsetof(hc_frame_rts_t, rkey);
+    if (hdr->len < fixed || hdr->len > sizeof(hc_frame_rts_t))
+        return false;
+    hc_frame_rts_t rts = {0};
+    memcpy(&rts, payload, hdr->len);
+    if (rts.rkey_len != hdr->len - fixed)
+        return false;
+    o->addr = rts.addr;
+    o->can_write = (hdr->flags & HC_FRAME_FLAG_CAN_WRITE) != 0;
+    o->rkey_len = rts.rkey_len;
+    memcpy(o->rkey, rts.rkey, rts.rkey_len);
+    return true;
+}
+
+/* Receiver: get the sender's buffer (GET). False when the connection
+ * refuses, so the caller falls back to a CTS. */
+static bool hc_rndv_try_get(struct hcomm_request *req, hc_peer_t *p, uint64_t sid,
+                            const hc_rndv_offer_t *o)
+{
+    hc_conn_t *conn = p->conn;
+    hc_rkey_t *rkey = NULL;
+    hc_mem_desc_t desc;
+    uint64_t lkey;
+    hcomm_status_t st = hc_rndv_local_key(conn, req->buf, req->msg_len, &lkey, &desc,
+                                          &req->rndv_held);
+    if (st == HCOMM_OK)
+        st = conn->ops->rkey_unpack(conn, o->rkey, o->rkey_len, &rkey);
+    if (st != HCOMM_OK) {
+        hc_rndv_release(req);
+        hc_log_debug("rendezvous with rank %d: no key for get (%s), asking instead", conn->peer,
+                     hcomm_strerror(st));
+        return false;
+    }
+    req->remote_id = sid;
+    hc_rma_t rma = {.local = req->buf,
+                    .len = req->msg_len,
+                    .lkey = lkey,
+                    .remote_addr = o->addr,
+                    .rkey = rkey,
+                    .cookie = (void *)(uintptr_t)hc_request_id(req)};
+    hc_rndv_wait(req, HC_RNDV_GETTING);
+    st = conn->ops->get(conn, &rma);
+    if (rkey)
+        conn->ops->rkey_release(conn, rkey);
+    if (st == HCOMM_IN_PROGRESS)
+        return true; /* hc_rndv_rma_done finishes it */
+    if (st == HCOMM_OK) {
+        hc_stats.rndv_get++;
+        hc_p2p_control(p, HC_FRAME_FIN, req->ctx_id, sid, 0);
+        hc_rndv_recv_finish(req);
+        return true;
+    }
+    hc_rndv_end(req);
+    hc_log_debug("get from rank %d failed (%s), asking instead", conn->peer, hcomm_strerror(st));
+    return false;
+}
+
+void hc_rndv_matched(struct hcomm_request *req, hc_peer_t *p, size_t size, uint64_t sid,
+                     const hc_rndv_offer_t *o)
+{
+    req->msg_len = size;
+    if (size > req->len) {
+        hc_p2p_control(p, HC_FRAME_NACK, req->ctx_id, sid, (uint64_t)(-HCOMM_ERR_TRUNCATED));
+        hc_p2p_size_mismatch(req, size);
+        return;
+    }
+    hc_conn_t *conn = p->conn;
+    if ((conn->caps & HC_CONN_CAP_GET) && hc_rndv_mode_allows(HC_RNDV_MODE_GET) &&
+        hc_rndv_try_get(req, p, sid, o))
+        return;
+    req->done_bytes = 0;
+    req->remote_id = sid;
+    hc_frame_hdr_t hdr = {.type = HC_FRAME_CTS, .ctx_id = req->ctx_id, .a = sid,
+                          .b = hc_request_id(req)};
+    hc_frame_cts_t cts = {.addr = (uint64_t)(uintptr_t)req->buf};
+    if (o->can_write && hc_rndv_mode_allows(HC_RNDV_MODE_WRITE)) {
+        hc_mem_desc_t desc;
+        uint64_t key;
+        size_t klen = sizeof(cts.rkey);
+        hcomm_status_t st = hc_rndv_local_key(conn, req->buf, size, &key, &desc, &req->rndv_held);
+        if (st == HCOMM_OK)
+            st = conn->ops->rkey_pack(conn->drv, key, &desc, cts.rkey, &klen);
+        if (st == HCOMM_OK && klen <= sizeof(cts.rkey)) {
+            cts.rkey_len = (uint8_t)klen;
+            hdr.len = (uint32_t)(offsetof(hc_frame_cts_t, rkey) + klen);
+        } else {
+            hc_rndv_release(req);
+        }
+    }
+    hc_rndv_wait(req, HC_RNDV_CTS_SENT);
+    if (hdr.len)
+        hc_stats.rndv_write++;
+    else
+        hc_stats.rndv_stream++;
+    hcomm_status_t st = hc_p2p_put(p, &hdr, hdr.len ? &cts : NULL, NULL);
+    if (st != HCOMM_OK)
+        hc_rndv_finish(req, st);
+}
+
+/* Sender: a CTS without a key: stream DATA frames into the receive buffer. */
+static hcomm_status_t hc_rndv_stream_start(hc_peer_t *p, struct hcomm_request *sreq, uint64_t rid)
+{
+    hc_pending_frame_t *f = calloc(1, sizeof(*f));
+    if (!f)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_send: rendezvous stream");
+    f->hdr.type = HC_FRAME_DATA;
+    f->hdr.ctx_id = sreq->ctx_id;
+    f->hdr.tag = sreq->tag;
+    f->hdr.a = rid;
+    f->req = sreq;
+    f->stream_off = 0;
+    f->stream_end = sreq->len;
+    hc_rndv_end(sreq); /* now completes like an eager send: when every byte went */
+    sreq->rndv_state = HC_RNDV_STREAMING;
+    sreq->done_bytes = 0;
+    hc_list_push_back(&p->pending, &f->link);
+    hc_ctx.npending++;
+    return HCOMM_OK;
+}
+
+/* Sender: a CTS with the receiver's key: write the data, then FIN. */
+static void hc_rndv_write(hc_peer_t *p, struct hcomm_request *sreq, uint64_t rid,
+                          const void *payload, size_t plen)
+{
+    hc_conn_t *conn = p->conn;
+    const size_t fixed = offsetof(hc_frame_cts_t, rkey);
+    hc_frame_cts_t cts = {0};
+    hcomm_status_t st = HCOMM_ERR_INVALID;
+    hc_rkey_t *rkey = NULL;
+    if (plen >= fixed && plen <= sizeof(cts)) {
+        memcpy(&cts, payload, plen);
+        if (cts.rkey_len == plen - fixed)
+            st = HCOMM_OK;
+    }
+    if (st != HCOMM_OK) {
+        hc_log_warn("malformed CTS from rank %d", conn->peer);
+        hc_rndv_finish(sreq, hc_error(HCOMM_ERR_IO, "hcomm_send: malformed CTS from rank %d",
+                                      conn->peer));
+        return;
+    }
+    if (!(conn->caps & HC_CONN_CAP_WRITE)) {
+        hc_rndv_finish(sreq, hc_error(HCOMM_ERR_INTERNAL,
+                                      "hcomm_send: rank %d asked for a write %s cannot do",
+                                      conn->peer, conn->ops->name));
+        return;
+    }
+    uint64_t lkey = 0;
+    hc_mem_desc_t desc;
+    if (!sreq->rndv_held)
+        st = hc_rndv_local_key(conn, sreq->buf, sreq->len, &lkey, &desc, &sreq->rndv_held);
+    else
+        lkey = sreq->rndv_held->keys[conn->drv->index];
+    if (st == HCOMM_OK)
+        st = conn->ops->rkey_unpack(conn, cts.rkey, cts.rkey_len, &rkey);
+    if (st != HCOMM_OK) {
+        hc_rndv_finish(sreq, st);
+        return;
+    }
+    sreq->remote_id = rid;
+    hc_rma_t rma = {.local = sreq->buf,
+                    .len = sreq->len,
+                    .lkey = lkey,
+                    .remote_addr = cts.addr,
+                    .rkey = rkey,
+                    .cookie = (void *)(uintptr_t)hc_request_id(sreq)};
+    sreq->rndv_state = HC_RNDV_WRITING;
+    st = conn->ops->write(conn, &rma);
+    if (rkey)
+        conn->ops->rkey_release(conn, rkey);
+    if (st == HCOMM_IN_PROGRESS)
+        return;
+    if (st == HCOMM_OK) {
+        hc_p2p_control(p, HC_FRAME_FIN, sreq->ctx_id, rid, 0);
+        hc_rndv_finish(sreq, HCOMM_OK);
+        return;
+    }
+    /* The receiver waits for FIN: tell it the send failed. */
+    hc_p2p_control(p, HC_FRAME_NACK, sreq->ctx_id, rid, (uint64_t)(-(int64_t)st));
+    hc_rndv_finish(sreq, st);
+}
+
+void hc_rndv_rma_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status)
+{
+    (void)core;
+    struct hcomm_request *req = hc_request_by_id((uint64_t)(uintptr_t)cookie);
+    if (!req || req->done ||
+        (req->rndv_state != HC_RNDV_GETTING && req->rndv_state != HC_RNDV_WRITING)) {
+        hc_log_debug("stale RMA completion from %s dropped", conn->ops->name);
+        return;
+    }
+    hc_peer_t *p = &hc_ctx.peers[conn->peer];
+    bool get = req->rndv_state == HC_RNDV_GETTING;
+    if (status != HCOMM_OK) {
+        /* The peer waits for our FIN: a NACK ends its side. */
+        hc_p2p_control(p, HC_FRAME_NACK, req->ctx_id, req->remote_id,
+                       (uint64_t)(-(int64_t)status));
+        hc_rndv_finish(req, hc_error(status, "%s: %s with rank %d failed",
+                                     get ? "hcomm_recv" : "hcomm_send",
+                                     get ? "rendezvous get" : "rendezvous write", conn->peer));
+        return;
+    }
+    hc_p2p_control(p, HC_FRAME_FIN, req->ctx_id, req->remote_id, 0);
+    if (get) {
+        hc_stats.rndv_get++;
+        hc_rndv_recv_finish(req);
+    } else {
+        hc_rndv_finish(req, HCOMM_OK);
+    }
+}
+
+void hc_rndv_frame(hc_peer_t *p, int wpeer, const hc_frame_hdr_t *hdr, const void *payload)
+{
+    struct hcomm_request *req = hc_request_by_id(hdr->a);
+    switch (hdr->type) {
+    case HC_FRAME_CTS:
+        if (!req || req->kind != HC_REQ_SEND || req->rndv_state != HC_RNDV_RTS_SENT || req->done) {
+            hc_log_debug("stale CTS from rank %d dropped", wpeer);
+            return;
+        }
+        if (hdr->len) {
+            hc_rndv_write(p, req, hdr->b, payload, hdr->len);
+        } else if (hc_rndv_stream_start(p, req, hdr->b) != HCOMM_OK) {
+            hc_rndv_finish(req, HCOMM_ERR_NO_MEMORY);
+        }
+        return;
+    case HC_FRAME_DATA:
+        if (!req || req->kind != HC_REQ_RECV || req->rndv_state != HC_RNDV_CTS_SENT ||
+            req->done || hdr->b + hdr->len > req->msg_len) {
+            hc_log_debug("stale DATA from rank %d dropped", wpeer);
+            return;
+        }
+        memcpy((char *)req->buf + hdr->b, payload, hdr->len);
+        req->done_bytes += hdr->len;
+        if (req->done_bytes == req->msg_len)
+            hc_rndv_recv_finish(req);
+        return;
+    case HC_FRAME_FIN:
+    case HC_FRAME_NACK:
+        if (!req || req->done)
+            return;
+        if (req->kind == HC_REQ_SEND && req->rndv_state == HC_RNDV_RTS_SENT) {
+            if (hdr->type == HC_FRAME_FIN)
+                hc_rndv_finish(req, HCOMM_OK);
+            else
+                hc_rndv_finish(req,
+                               hc_error((hcomm_status_t)(-(int64_t)hdr->b),
+                                        "hcomm_send: rank %d rejected the %zu-byte message "
+                                        "(tag %d): %s",
+                                        req->peer, req->len, req->tag,
+                                        (hcomm_status_t)(-(int64_t)hdr->b) == HCOMM_ERR_TRUNCATED
+                                            ? "receive buffer too small"
+                                            : "its get failed"));
+        } else if (req->kind == HC_REQ_RECV && req->rndv_state == HC_RNDV_CTS_SENT) {
+            /* A write-based rendezvous: the sender wrote everything (FIN) or
+             * failed (NACK). */
+            if (hdr->type == HC_FRAME_FIN) {
+                hc_rndv_recv_finish(req);
+            } else {
+                hc_rndv_finish(req, hc_error((hcomm_status_t)(-(int64_t)hdr->b),
+                                             "hcomm_recv: rank %d could not write the message",
+                                             req->peer));
+            }
+        }
+        return;
+    default:
+        return;
+    }
+}
+
+void hc_rndv_forget(struct hcomm_request *req)
+{
+    req->rndv = false;
+    req->rndv_state = HC_RNDV_NONE;
+    hc_rndv_release(req);
+}
