@@ -74,18 +74,16 @@ typedef struct {
     int32_t gave_up;
 } HC_ALIGNED_CL hc_node_done_t;
 
-/* Single-copy descriptor of a rank's buffers for the current allreduce:
- * their addresses in its process (for the node driver's get) and, when they
- * are pool memory, the memfd that maps them (zero copy). */
+/* Single-copy descriptor of a rank's buffers for the current collective:
+ * their addresses in its process (for the node driver's get and write) and
+ * the node driver's packed remote keys for them (zero copy where a peer can
+ * map them: rkey_ptr). */
 typedef struct {
-    uint32_t pid;
-    int32_t sfd, rfd;
-    uint32_t pub;  /* 1: the memfd fields describe pool buffers */
     uint32_t vote; /* HC_NODE_VOTE_*: what this rank can do with everyone's buffers */
-    uint32_t pad;
+    uint8_t skey_len, rkey_len; /* 0: no key (the buffer cannot be mapped) */
+    uint16_t pad;
     uint64_t saddr, raddr;
-    uint64_t sino, soff, ssize;
-    uint64_t rino, roff, rsize;
+    uint8_t skey[HC_RKEY_MAX], rkey[HC_RKEY_MAX];
 } HC_ALIGNED_CL hc_node_desc_t;
 _Static_assert(sizeof(hc_node_desc_t) == 2 * HC_CACHE_LINE, "two lines per rank");
 
@@ -95,13 +93,6 @@ enum {
     HC_NODE_OUT_OF_PLACE = 1u << 2, /* my output does not overlap my input */
 };
 
-typedef struct {
-    uint32_t pid;
-    uint64_t ino, size;
-    uint8_t *base;
-} hc_node_map_t;
-
-#define HC_NODE_MAPS 64
 /* Large pool-to-pool allreduces at least this big go zero-copy. */
 #define HC_NODE_ZC_MIN (256u * 1024)
 
@@ -113,8 +104,11 @@ typedef struct hc_coll_node {
     hc_node_line_t *line;
     hc_node_done_t *done;
     hc_node_desc_t *desc;
-    hc_node_map_t maps[HC_NODE_MAPS]; /* peers' pool regions mapped here */
-    int nmaps;
+    /* Peers' remote keys of the last zero-copy collective, held while their
+     * mappings are in use (released when the next one starts, or at free). */
+    hc_rkey_t *rkeys[128];
+    hc_conn_t *rkey_conn[128];
+    int nrkeys;
     const uint8_t *zs[64];            /* this op: every rank's input and output */
     uint8_t *zr[64];
     uint8_t *stage;
@@ -381,21 +375,42 @@ static hc_step_t hc_node_allreduce_direct(hc_coll_op_t *op)
 
 /* ---- zero-copy allreduce of pool memory ------------------------------------------ */
 
-/* A peer's shared region, mapped here once and cached (by pid and inode). */
-static uint8_t *hc_node_map(hc_coll_node_t *nd, uint32_t pid, int32_t fd, uint64_t ino,
-                            uint64_t size)
+static void hc_node_rkeys_release(hc_coll_node_t *nd)
 {
-    for (int i = 0; i < nd->nmaps; i++)
-        if (nd->maps[i].pid == pid && nd->maps[i].ino == ino && nd->maps[i].size == size)
-            return nd->maps[i].base;
-    if (nd->nmaps == HC_NODE_MAPS) {
-        nd->nmaps--;
-        hc_mem_share_unmap(nd->maps[nd->nmaps].base, nd->maps[nd->nmaps].size);
-    }
-    uint8_t *base = hc_mem_share_map(pid, fd, ino, size);
-    if (base)
-        nd->maps[nd->nmaps++] = (hc_node_map_t){.pid = pid, .ino = ino, .size = size, .base = base};
-    return base;
+    for (int i = 0; i < nd->nrkeys; i++)
+        nd->rkey_conn[i]->ops->rkey_release(nd->rkey_conn[i], nd->rkeys[i]);
+    nd->nrkeys = 0;
+}
+
+/* This rank's packed node-driver key for buf (0 bytes: none, not mappable). */
+static uint8_t hc_node_pack(hc_coll_node_t *nd, const void *buf, size_t len, uint8_t *out)
+{
+    uint64_t key;
+    hc_mem_desc_t desc;
+    size_t klen = HC_RKEY_MAX;
+    if (hc_mem_key_local(nd->drv, (void *)buf, len, &key, &desc, NULL) != HCOMM_OK ||
+        desc.fd < 0 || nd->drv->ops->rkey_pack(nd->drv, key, &desc, out, &klen) != HCOMM_OK ||
+        klen > HC_RKEY_MAX)
+        return 0;
+    return (uint8_t)klen;
+}
+
+/* Where rank j's buffer at addr (its key: key/klen) is mapped here, or NULL. */
+static uint8_t *hc_node_ptr(hc_coll_op_t *op, hc_coll_node_t *nd, int j, const uint8_t *key,
+                            uint8_t klen, uint64_t addr)
+{
+    hc_conn_t *c = hc_ctx.peers[op->comm->world_ranks[j]].conn;
+    hc_rkey_t *rk = NULL;
+    void *ptr = NULL;
+    if (!klen || !(c->caps & HC_CONN_CAP_RKEY_PTR) ||
+        nd->nrkeys == (int)HC_ARRAY_SIZE(nd->rkeys) ||
+        c->ops->rkey_unpack(c, key, klen, &rk) != HCOMM_OK)
+        return NULL;
+    nd->rkeys[nd->nrkeys] = rk;
+    nd->rkey_conn[nd->nrkeys++] = c;
+    if (c->ops->rkey_ptr(c, rk, addr, op->bytes, &ptr) != HCOMM_OK)
+        return NULL;
+    return ptr;
 }
 
 /* Large collectives without staging. Ticks: op->tick is the handshake (a:
@@ -504,13 +519,11 @@ static hc_step_t hc_node_1copy(hc_coll_op_t *op)
     case 0: /* publish: descriptors are read up to the vote, so wait b >= t0-1 */
         if (!hc_node_wait_b(nd, op, t0 - 1))
             return HC_STEP_PENDING;
-        me->pid = (uint32_t)getpid();
+        hc_node_rkeys_release(nd);
         me->saddr = (uint64_t)(uintptr_t)op->sbuf;
         me->raddr = (uint64_t)(uintptr_t)op->rbuf;
-        me->pub = hc_mem_share_describe(op->sbuf, op->bytes, &me->sfd, &me->sino, &me->soff,
-                                      &me->ssize) &&
-                  hc_mem_share_describe(op->rbuf, op->bytes, &me->rfd, &me->rino, &me->roff,
-                                      &me->rsize);
+        me->skey_len = hc_node_pack(nd, op->sbuf, op->bytes, me->skey);
+        me->rkey_len = me->skey_len ? hc_node_pack(nd, op->rbuf, op->bytes, me->rkey) : 0;
         hc_node_post_a(nd, op, t0);
         op->state = 1;
         /* fallthrough */
@@ -520,18 +533,18 @@ static hc_step_t hc_node_1copy(hc_coll_op_t *op)
         bool map = op->kind == HC_COLL_ALLREDUCE;
         for (int j = 0; j < nd->n && map; j++) {
             hc_node_desc_t *d = &nd->desc[j];
-            if (!d->pub) {
+            if (!d->skey_len || !d->rkey_len) {
                 map = false;
             } else if (j == nd->me) {
                 nd->zs[j] = op->sbuf;
                 nd->zr[j] = op->rbuf;
             } else {
-                uint8_t *sb = hc_node_map(nd, d->pid, d->sfd, d->sino, d->ssize);
-                uint8_t *rb = hc_node_map(nd, d->pid, d->rfd, d->rino, d->rsize);
+                uint8_t *sb = hc_node_ptr(op, nd, j, d->skey, d->skey_len, d->saddr);
+                uint8_t *rb = sb ? hc_node_ptr(op, nd, j, d->rkey, d->rkey_len, d->raddr) : NULL;
                 map = sb && rb;
                 if (map) {
-                    nd->zs[j] = sb + d->soff;
-                    nd->zr[j] = rb + d->roff;
+                    nd->zs[j] = sb;
+                    nd->zr[j] = rb;
                 }
             }
         }
@@ -795,8 +808,7 @@ void hc_coll_node_give_up(struct hc_coll_node *nd, hcomm_status_t status)
 
 void hc_coll_node_free(hc_coll_node_t *node)
 {
-    for (int i = 0; i < node->nmaps; i++)
-        hc_mem_share_unmap(node->maps[i].base, node->maps[i].size);
+    hc_node_rkeys_release(node);
     free(node->scratch);
     node->drv->ops->shared_put(node->drv, node->key);
     free(node);

@@ -280,6 +280,14 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
                             int peer, int32_t tag, struct hcomm_request **req_p);
 void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload);
 void hc_p2p_put_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);
+/* Key and descriptor of [buf, buf+len) for drv (core/memkey.c). held_p:
+ * where a registration-cache record taken for it goes (release it with
+ * hc_mem_reg_cache_put when done); NULL: pool or region memory only, no
+ * cache. Memory the driver needs no key for gives key 0 and a descriptor
+ * with fd -1 unless it lies in a region. */
+struct hc_mem_desc;
+hcomm_status_t hc_mem_key_local(hc_drv_t *drv, void *buf, size_t len, uint64_t *key_p,
+                                hc_mem_desc_t *desc, struct hc_mem_region **held_p);
 /* Rendezvous (core/rndv.c): HCOMM_RNDV at init; the drivers' rma_done. */
 hcomm_status_t hc_rndv_init(void);
 void hc_rndv_rma_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);

@@ -39,40 +39,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* This rank's key for [buf, buf+len) with conn's driver, and the descriptor
- * to pack for a peer; *held_p: a registration-cache record to release when
- * the request ends (NULL when none was taken). */
-static hcomm_status_t hc_rndv_local_key(hc_conn_t *conn, void *buf, size_t len, uint64_t *key_p,
-                                        hc_mem_desc_t *desc, hc_mem_region_t **held_p)
-{
-    size_t off = 0;
-    *key_p = 0;
-    *held_p = NULL;
-    *desc = (hc_mem_desc_t){.addr = buf, .len = len, .page_size = 4096, .fd = -1,
-                            .numa_node = -1, .user = true};
-    hc_mem_region_t *r = hc_mem_region_lookup(buf, len, &off);
-    if (!r && (conn->ops->caps & HC_DRV_CAP_USER_REG)) {
-        hcomm_status_t st = hc_mem_reg_cache_get(buf, len, &r);
-        if (st != HCOMM_OK)
-            return st;
-        *held_p = r;
-        off = (size_t)((uint8_t *)buf - (uint8_t *)r->base);
-    }
-    if (!r)
-        return HCOMM_OK;
-    if ((conn->ops->caps & HC_DRV_CAP_USER_REG) && !r->registered)
-        return hc_error(HCOMM_ERR_INTERNAL, "rendezvous: memory at %p is not registered with %s",
-                        buf, conn->ops->name);
-    if (r->registered)
-        *key_p = r->keys[conn->drv->index];
-    desc->page_size = r->page_size;
-    desc->fd = r->fd;
-    desc->fd_offset = off;
-    desc->numa_node = r->numa_node;
-    desc->user = *held_p != NULL;
-    return HCOMM_OK;
-}
-
 void hc_mem_reg_cache_put(hc_mem_region_t *region) __attribute__((weak)); /* INTEGRATION */
 
 static void hc_rndv_release(struct hcomm_request *req)
@@ -146,7 +112,7 @@ hcomm_status_t hc_rndv_send(hc_peer_t *p, struct hcomm_request *req)
     hc_frame_rts_t rts = {.addr = (uint64_t)(uintptr_t)req->buf};
     hc_mem_desc_t desc;
     uint64_t key;
-    hcomm_status_t st = hc_rndv_local_key(conn, req->buf, req->len, &key, &desc, &req->rndv_held);
+    hcomm_status_t st = hc_mem_key_local(conn->drv, req->buf, req->len, &key, &desc, &req->rndv_held);
     if (st != HCOMM_OK)
         return st;
     size_t klen = sizeof(rts.rkey);
@@ -198,7 +164,7 @@ static bool hc_rndv_try_get(struct hcomm_request *req, hc_peer_t *p, uint64_t si
     hc_rkey_t *rkey = NULL;
     hc_mem_desc_t desc;
     uint64_t lkey;
-    hcomm_status_t st = hc_rndv_local_key(conn, req->buf, req->msg_len, &lkey, &desc,
+    hcomm_status_t st = hc_mem_key_local(conn->drv, req->buf, req->msg_len, &lkey, &desc,
                                           &req->rndv_held);
     if (st == HCOMM_OK)
         st = conn->ops->rkey_unpack(conn, o->rkey, o->rkey_len, &rkey);
@@ -254,7 +220,7 @@ void hc_rndv_matched(struct hcomm_request *req, hc_peer_t *p, size_t size, uint6
         hc_mem_desc_t desc;
         uint64_t key;
         size_t klen = sizeof(cts.rkey);
-        hcomm_status_t st = hc_rndv_local_key(conn, req->buf, size, &key, &desc, &req->rndv_held);
+        hcomm_status_t st = hc_mem_key_local(conn->drv, req->buf, size, &key, &desc, &req->rndv_held);
         if (st == HCOMM_OK)
             st = conn->ops->rkey_pack(conn->drv, key, &desc, cts.rkey, &klen);
         if (st == HCOMM_OK && klen <= sizeof(cts.rkey)) {
@@ -324,7 +290,7 @@ static void hc_rndv_write(hc_peer_t *p, struct hcomm_request *sreq, uint64_t rid
     uint64_t lkey = 0;
     hc_mem_desc_t desc;
     if (!sreq->rndv_held)
-        st = hc_rndv_local_key(conn, sreq->buf, sreq->len, &lkey, &desc, &sreq->rndv_held);
+        st = hc_mem_key_local(conn->drv, sreq->buf, sreq->len, &lkey, &desc, &sreq->rndv_held);
     else
         lkey = sreq->rndv_held->keys[conn->drv->index];
     if (st == HCOMM_OK)

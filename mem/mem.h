@@ -63,16 +63,6 @@ void hc_mem_region_destroy(hc_mem_region_t *region);
  * for pool memory. */
 hc_mem_region_t *hc_mem_region_lookup(const void *ptr, size_t len, size_t *offset_p);
 
-/* Sharing pool memory in place with another local process. describe: when
- * [buf, buf+len) lies in a shared (memfd) region, its fd, inode, offset and
- * region size, for a peer to map. map: that region of process pid, opened
- * through /proc/PID/fd (the permission of reading its memory) and checked by
- * inode against a reused fd number; NULL when not allowed. */
-bool hc_mem_share_describe(const void *buf, size_t len, int32_t *fd_p, uint64_t *ino_p,
-                           uint64_t *off_p, uint64_t *size_p);
-void *hc_mem_share_map(uint32_t pid, int32_t fd, uint64_t ino, uint64_t size);
-void hc_mem_share_unmap(void *base, uint64_t size);
-
 /* Pool memory for users (hcomm_mem_alloc) and for the library. 64-byte
  * aligned. hc_mem_free fails with ERR_INVALID for a pointer it did not hand
  * out. */

@@ -30,11 +30,14 @@
 #include "mem/mem.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -116,7 +119,20 @@ typedef struct {
     int *active;          /* local ranks with a connection */
     int nactive;
     uint64_t canary;
+    struct hc_shm_map *maps; /* peers' memfds mapped here (remote keys) */
+    int nmaps;
 } hc_drv_shm_t;
+
+#define HC_SHM_MAPS 64 /* peers' memfds mapped at once (remote keys) */
+
+/* A peer's memfd mapped here (see "remote keys" below). */
+typedef struct hc_shm_map {
+    pid_t pid;
+    uint64_t ino, size;
+    uint8_t *base;
+    int refs;
+    uint64_t used; /* LRU stamp */
+} hc_shm_map_t;
 
 static volatile uint64_t hc_shm_canary_value;
 
@@ -172,10 +188,12 @@ static hcomm_status_t hc_drv_shm_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
         s->nslots <<= 1;
     s->slot_size = HC_ALIGN_UP(hc_cfg.shm_slot_size, (size_t)HC_CACHE_LINE);
     s->conns = calloc((size_t)s->L, sizeof(*s->conns));
+    s->maps = calloc(HC_SHM_MAPS, sizeof(*s->maps));
     s->active = calloc((size_t)s->L, sizeof(int));
-    if (!s->conns || !s->active) {
+    if (!s->conns || !s->active || !s->maps) {
         free(s->conns);
         free(s->active);
+        free(s->maps);
         free(s);
         return hc_error(HCOMM_ERR_NO_MEMORY, "shm driver");
     }
@@ -396,6 +414,7 @@ static hcomm_status_t hc_drv_shm_connect(hc_drv_t *drv, int peer, const void *ad
     c->out = hc_shm_fifo(s, s->lr, (int)a.local_rank);
     c->in = hc_shm_fifo(s, (int)a.local_rank, s->lr);
     c->pid = (pid_t)a.pid;
+    c->base.caps |= HC_CONN_CAP_RKEY_PTR; /* memfd memory: see the remote keys above */
     if (hc_cfg.shm_cma) {
         uint64_t seen = 0;
         struct iovec l = {.iov_base = &seen, .iov_len = sizeof(seen)};
@@ -484,6 +503,145 @@ static hcomm_status_t hc_drv_shm_get(hc_conn_t *conn, const hc_rma_t *rma)
 static hcomm_status_t hc_drv_shm_write(hc_conn_t *conn, const hc_rma_t *rma)
 {
     return hc_shm_cma(conn, rma->local, rma->remote_addr, rma->len, true);
+}
+
+/* ---- remote keys: peers' shared memory mapped in place ---------------------
+ * Memory backed by a memfd (pool regions) can be mapped by the other local
+ * ranks. Its packed key names the memfd by the owner's fd number and inode
+ * (and the file's size); a peer opens /proc/PID/fd/N, which needs the same
+ * permission as reading that process's memory, and refuses a file whose
+ * inode differs (the fd number was reused). Mappings are cached per peer
+ * and inode, referenced by the remote keys that use them, and the least
+ * recently used unreferenced one is unmapped when HC_SHM_MAPS are in use.
+ * Memory without a memfd packs an empty key (CMA reaches it by address).
+ */
+#define HC_SHM_RKEY_MAGIC 0x6b6d6873u /* "shmk" */
+
+typedef struct {
+    uint32_t magic;
+    int32_t fd;
+    uint64_t ino, file_size;
+    uint64_t off;  /* offset of addr in the file */
+    uint64_t addr; /* in the owner's address space */
+} hc_shm_rkey_wire_t;
+_Static_assert(sizeof(hc_shm_rkey_wire_t) <= HC_RKEY_MAX, "shm key fits HC_RKEY_MAX");
+
+
+struct hc_rkey {
+    hc_shm_map_t *map; /* NULL: no mapping (CMA only) */
+    uint64_t off, addr;
+};
+
+static hcomm_status_t hc_drv_shm_rkey_pack(hc_drv_t *drv, uint64_t key, const hc_mem_desc_t *desc,
+                                           void *buf, size_t *len_p)
+{
+    (void)drv;
+    (void)key;
+    struct stat st;
+    if (desc->fd < 0 || fstat(desc->fd, &st) != 0) {
+        *len_p = 0;
+        return HCOMM_OK;
+    }
+    hc_shm_rkey_wire_t w = {.magic = HC_SHM_RKEY_MAGIC,
+                            .fd = desc->fd,
+                            .ino = (uint64_t)st.st_ino,
+                            .file_size = (uint64_t)st.st_size,
+                            .off = desc->fd_offset,
+                            .addr = (uint64_t)(uintptr_t)desc->addr};
+    if (*len_p < sizeof(w))
+        return hc_error(HCOMM_ERR_INVALID, "shm: rkey_pack: argument len_p (%zu) is below %zu",
+                        *len_p, sizeof(w));
+    memcpy(buf, &w, sizeof(w));
+    *len_p = sizeof(w);
+    return HCOMM_OK;
+}
+
+static hc_shm_map_t *hc_shm_map_get(hc_drv_shm_t *s, pid_t pid, const hc_shm_rkey_wire_t *w)
+{
+    static uint64_t clock;
+    hc_shm_map_t *victim = NULL;
+    for (int i = 0; i < s->nmaps; i++) {
+        hc_shm_map_t *m = &s->maps[i];
+        if (m->pid == pid && m->ino == w->ino && m->size == w->file_size) {
+            m->used = ++clock;
+            return m;
+        }
+        if (!m->refs && (!victim || m->used < victim->used))
+            victim = m;
+    }
+    if (s->nmaps == HC_SHM_MAPS && !victim)
+        return NULL; /* every mapping is in use: the caller does without */
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)w->fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    void *base = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_ino == w->ino &&
+        (uint64_t)st.st_size >= w->file_size)
+        base = mmap(NULL, w->file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED)
+        return NULL;
+    hc_shm_map_t *m = s->nmaps < HC_SHM_MAPS ? &s->maps[s->nmaps++] : victim;
+    if (m == victim)
+        munmap(m->base, m->size);
+    *m = (hc_shm_map_t){.pid = pid, .ino = w->ino, .size = w->file_size, .base = base,
+                        .used = ++clock};
+    return m;
+}
+
+static hcomm_status_t hc_drv_shm_rkey_unpack(hc_conn_t *conn, const void *buf, size_t len,
+                                             hc_rkey_t **rkey_p)
+{
+    hc_shm_conn_t *c = (hc_shm_conn_t *)conn;
+    hc_drv_shm_t *s = (hc_drv_shm_t *)conn->drv;
+    *rkey_p = NULL;
+    if (len == 0)
+        return HCOMM_OK;
+    hc_shm_rkey_wire_t w;
+    if (len != sizeof(w))
+        return hc_error(HCOMM_ERR_INVALID, "shm: a %zu-byte key from rank %d (expected %zu)", len,
+                        conn->peer, sizeof(w));
+    memcpy(&w, buf, sizeof(w));
+    if (w.magic != HC_SHM_RKEY_MAGIC || w.off > w.file_size)
+        return hc_error(HCOMM_ERR_INVALID, "shm: a malformed key from rank %d", conn->peer);
+    hc_rkey_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "shm: remote key of rank %d", conn->peer);
+    k->off = w.off;
+    k->addr = w.addr;
+    k->map = hc_shm_map_get(s, c->pid, &w);
+    if (k->map)
+        k->map->refs++;
+    *rkey_p = k;
+    return HCOMM_OK;
+}
+
+static void hc_drv_shm_rkey_release(hc_conn_t *conn, hc_rkey_t *rkey)
+{
+    (void)conn;
+    if (!rkey)
+        return;
+    if (rkey->map)
+        rkey->map->refs--;
+    free(rkey);
+}
+
+static hcomm_status_t hc_drv_shm_rkey_ptr(hc_conn_t *conn, const hc_rkey_t *rkey,
+                                          uint64_t remote_addr, size_t len, void **ptr_p)
+{
+    *ptr_p = NULL;
+    if (!rkey || !rkey->map)
+        return HCOMM_ERR_UNSUPPORTED; /* not memfd memory, or not mappable here */
+    uint64_t at = rkey->off + (remote_addr - rkey->addr);
+    if (remote_addr < rkey->addr || at > rkey->map->size || len > rkey->map->size - at)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "shm: rkey_ptr: [%#llx, +%zu) of rank %d lies outside its key",
+                        (unsigned long long)remote_addr, len, conn->peer);
+    *ptr_p = rkey->map->base + at;
+    return HCOMM_OK;
 }
 
 static int hc_drv_shm_progress(hc_drv_t *drv)
@@ -608,6 +766,9 @@ static void hc_drv_shm_shared_put(hc_drv_t *drv, uint64_t key)
 static void hc_drv_shm_close(hc_drv_t *drv)
 {
     hc_drv_shm_t *s = (hc_drv_shm_t *)drv;
+    for (int i = 0; i < s->nmaps; i++)
+        munmap(s->maps[i].base, s->maps[i].size);
+    free(s->maps);
     if (s->seg_region)
         hc_mem_region_destroy(s->seg_region);
     free(s->conns);
@@ -628,6 +789,10 @@ static const struct hc_drv_ops hc_drv_shm_ops = {
     .put = hc_drv_shm_put,
     .get = hc_drv_shm_get,
     .write = hc_drv_shm_write,
+    .rkey_pack = hc_drv_shm_rkey_pack,
+    .rkey_unpack = hc_drv_shm_rkey_unpack,
+    .rkey_release = hc_drv_shm_rkey_release,
+    .rkey_ptr = hc_drv_shm_rkey_ptr,
     .progress = hc_drv_shm_progress,
     .shared_get = hc_drv_shm_shared_get,
     .shared_put = hc_drv_shm_shared_put,
