@@ -61,6 +61,7 @@ typedef struct {
     uint8_t *buf;
     size_t have, need, cap;
     bool closed; /* hc_bootstrap_poll: EOF seen, failure not yet noted */
+    bool gone;   /* closed or unreadable: nothing is sent to it any more */
 } hc_bs_conn_t;
 
 /* What the receiver expects; the header is checked against it before the
@@ -89,9 +90,34 @@ struct hc_bootstrap {
     int nverdicts;
     hc_bootstrap_notice_fn notice;
     void *notice_arg;
+    hc_bootstrap_relay_fn relay; /* relayed blobs (hc_bootstrap_relay) */
+    void *relay_arg;
+    int nrelayed;
 };
 
 static void hc_bs_notice_msg(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m);
+static void hc_bs_relay_msg(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m);
+
+/* Messages that may come between allgathers or inside one (failure notices,
+ * relayed blobs): taken wherever the star is read, never by the hello. */
+static bool hc_bs_is_sideband(uint32_t type)
+{
+    return type == HC_BOOTSTRAP_MSG_FAILED || type == HC_BOOTSTRAP_MSG_RELAY;
+}
+
+/* Connection i (rank 0: rank i; others: 0) can still be written to. */
+static bool hc_bs_conn_up(const hc_bootstrap_t *bs, int i)
+{
+    return i >= 0 && i < bs->nconns && bs->conns[i].fd >= 0 && !bs->conns[i].gone;
+}
+
+static void hc_bs_sideband(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m)
+{
+    if (m->type == HC_BOOTSTRAP_MSG_FAILED)
+        hc_bs_notice_msg(bs, from, m);
+    else
+        hc_bs_relay_msg(bs, from, m);
+}
 
 /* ---- small helpers --------------------------------------------------------- */
 
@@ -214,7 +240,7 @@ static hc_bs_rx_t hc_bs_conn_read(hc_bs_conn_t *c, const hc_bs_expect_t *e, char
             return HC_BS_RX_BAD;
         }
         if (c->have != HC_BOOTSTRAP_HDR_LEN || total == 0) continue;
-        bool notice = e->notices && m.type == HC_BOOTSTRAP_MSG_FAILED;
+        bool notice = e->notices && hc_bs_is_sideband(m.type);
         if (m.type != e->type && m.type != HC_BOOTSTRAP_MSG_ABORT && !notice) {
             snprintf(why, whycap, "message type %u where %u was expected", m.type, e->type);
             return HC_BS_RX_BAD;
@@ -967,8 +993,8 @@ hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t
         if (st == HCOMM_OK) {
             /* Failure notices may come first: taken, then wait on. */
             while ((st = hc_bs_conn_wait(c, &e, deadline, &m, why, sizeof(why))) == HCOMM_OK &&
-                   m.type == HC_BOOTSTRAP_MSG_FAILED)
-                hc_bs_notice_msg(bs, 0, &m);
+                   hc_bs_is_sideband(m.type))
+                hc_bs_sideband(bs, 0, &m);
             if (st == HCOMM_ERR_TIMEOUT)
                 st = hc_error(st, "%s: rank %d got no reply from rank 0 within %.1f s", fn,
                               bs->rank, timeout_sec);
@@ -1016,8 +1042,8 @@ hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t
             }
             if (rx == HC_BS_RX_DONE &&
                 hc_bootstrap_msg_parse(bs->conns[r].buf, bs->conns[r].have, &m) > 0 &&
-                m.type == HC_BOOTSTRAP_MSG_FAILED) {
-                hc_bs_notice_msg(bs, r, &m);
+                hc_bs_is_sideband(m.type)) {
+                hc_bs_sideband(bs, r, &m);
                 bs->conns[r].have = 0;
                 continue;
             }
@@ -1047,7 +1073,7 @@ hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t
         st = hc_bs_send_msg(bs->conns[r].fd, &m, deadline, fn, r);
     }
     for (int r = 1; r < bs->size; r++)
-        bs->pfds[r].fd = bs->conns[r].fd;
+        bs->pfds[r].fd = bs->conns[r].gone ? -1 : bs->conns[r].fd;
     free(have);
     if (st != HCOMM_OK) {
         hc_bs_abort_all(bs, st, hc_error_last());
@@ -1151,7 +1177,7 @@ static int hc_bs_hub_verdict(hc_bootstrap_t *bs, int x, hcomm_status_t status, c
     }
     hc_bs_verdict_taken(bs, x, c, status, why);
     for (int r = 1; r < bs->nconns; r++)
-        if (r != x && bs->pfds[r].fd >= 0)
+        if (r != x && hc_bs_conn_up(bs, r))
             hc_bs_send_notice(bs, bs->conns[r].fd, x, c, status, why);
     return c;
 }
@@ -1214,7 +1240,7 @@ int hc_bootstrap_report_failure(hc_bootstrap_t *bs, int rank, hcomm_status_t sta
         return -1;
     if (bs->verdict[rank] >= 0) return bs->verdict[rank];
     if (bs->rank != 0) {
-        if (bs->pfds[0].fd >= 0) hc_bs_send_notice(bs, bs->conns[0].fd, rank, -1, status, why);
+        if (hc_bs_conn_up(bs, 0)) hc_bs_send_notice(bs, bs->conns[0].fd, rank, -1, status, why);
         return -1;
     }
     /* What rank's connection says before it closes (its own reports) is
@@ -1230,13 +1256,81 @@ int hc_bootstrap_verdict(hc_bootstrap_t *bs, int rank, int *first_cause_p)
     return bs->verdict[rank];
 }
 
+/* ---- relay: point-to-point through the star ---------------------------- */
+
+static hcomm_status_t hc_bs_relay_send(hc_bootstrap_t *bs, int fd, int to, int from,
+                                       uint32_t channel, const void *blob, size_t len)
+{
+    uint8_t payload[HC_BOOTSTRAP_RELAY_HDR + HC_BOOTSTRAP_MAX_RELAY];
+    uint32_t words[3] = {(uint32_t)to, (uint32_t)from, channel};
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; i < 4; i++)
+            payload[4 * w + i] = (uint8_t)(words[w] >> (8 * i));
+    if (len) memcpy(payload + HC_BOOTSTRAP_RELAY_HDR, blob, len);
+    hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC, HC_BOOTSTRAP_VERSION, HC_BOOTSTRAP_MSG_RELAY,
+                            (uint32_t)bs->rank, (uint32_t)bs->size, 0, NULL,
+                            HC_BOOTSTRAP_RELAY_HDR + len, payload};
+    /* Rare (a connection's setup) and small: a short bounded send. */
+    return hc_bs_send_msg(fd, &m, hc_time_sec() + 1.0, "bootstrap relay", to);
+}
+
+static void hc_bs_relay_msg(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m)
+{
+    const uint8_t *p = m->payload;
+    uint32_t w[3];
+    for (int k = 0; k < 3; k++)
+        w[k] = (uint32_t)p[4 * k] | (uint32_t)p[4 * k + 1] << 8 | (uint32_t)p[4 * k + 2] << 16 |
+               (uint32_t)p[4 * k + 3] << 24;
+    size_t len = (size_t)m->payload_len - HC_BOOTSTRAP_RELAY_HDR;
+    /* The sender is who the connection says, never what the message claims
+     * (rank 0 forwards with the true sender). */
+    int src = bs->rank == 0 ? from : (int)w[1];
+    if (w[0] >= (uint32_t)bs->size || src < 0 || src >= bs->size) {
+        hc_log_warn("bootstrap: relay from rank %d to rank %u dropped (bad rank)", from, w[0]);
+        return;
+    }
+    if ((int)w[0] != bs->rank) {
+        /* Rank 0 forwards; a destination that is gone loses it. */
+        if (bs->rank == 0 && hc_bs_conn_up(bs, (int)w[0]) &&
+            hc_bs_relay_send(bs, bs->conns[w[0]].fd, (int)w[0], src, w[2],
+                             p + HC_BOOTSTRAP_RELAY_HDR, len) != HCOMM_OK)
+            hc_log_debug("bootstrap: relay %d -> %u not forwarded", src, w[0]);
+        return;
+    }
+    bs->nrelayed++;
+    if (bs->relay) bs->relay(bs->relay_arg, src, w[2], p + HC_BOOTSTRAP_RELAY_HDR, len);
+}
+
+void hc_bootstrap_set_relay(hc_bootstrap_t *bs, hc_bootstrap_relay_fn fn, void *arg)
+{
+    if (bs == NULL) return;
+    bs->relay = fn;
+    bs->relay_arg = arg;
+}
+
+hcomm_status_t hc_bootstrap_relay(hc_bootstrap_t *bs, int to, uint32_t channel, const void *blob,
+                                  size_t len)
+{
+    if (bs == NULL || to < 0 || to >= bs->size || to == bs->rank)
+        return hc_error(HCOMM_ERR_INVALID, "hc_bootstrap_relay: argument to (%d) is not a peer",
+                        to);
+    if (len > HC_BOOTSTRAP_MAX_RELAY || (len && blob == NULL))
+        return hc_error(HCOMM_ERR_INVALID, "hc_bootstrap_relay: argument len (%zu) above %u", len,
+                        HC_BOOTSTRAP_MAX_RELAY);
+    int link = bs->rank == 0 ? to : 0;
+    if (!hc_bs_conn_up(bs, link))
+        return hc_error(HCOMM_ERR_PEER_FAILED, "hc_bootstrap_relay: the star to rank %d is gone",
+                        link);
+    return hc_bs_relay_send(bs, bs->conns[link].fd, to, bs->rank, channel, blob, len);
+}
+
 int hc_bootstrap_poll(hc_bootstrap_t *bs)
 {
     if (bs == NULL || bs->nconns == 0) return 0;
     /* Rank 0's slot 0 is itself (fd -1, ignored by poll). */
     if (poll(bs->pfds, (nfds_t)bs->nconns, 0) <= 0) return 0;
     hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_FAILED, (uint32_t)bs->size, 0, true};
-    int before = bs->nverdicts;
+    int before = bs->nverdicts + bs->nrelayed;
     char why[160];
     /* Everything a connection says before it closes is read first (pass 1),
      * closes are judged after (pass 2). */
@@ -1251,10 +1345,10 @@ int hc_bootstrap_poll(hc_bootstrap_t *bs)
                 hc_bootstrap_msg_t m;
                 ssize_t n = recv(c->fd, hdr, sizeof(hdr), MSG_PEEK | MSG_DONTWAIT);
                 long h = n > 0 ? hc_bootstrap_msg_parse_header(hdr, (size_t)n, &m) : -1;
-                if (h == 0 || (h > 0 && m.type != HC_BOOTSTRAP_MSG_FAILED)) {
+                if (h == 0 || (h > 0 && !hc_bs_is_sideband(m.type))) {
                     if (bs->pfds[i].revents & (POLLERR | POLLHUP | POLLRDHUP)) {
                         bs->pfds[i].fd = -1;
-                        c->closed = true;
+                        c->gone = c->closed = true;
                     }
                     break;
                 }
@@ -1263,9 +1357,8 @@ int hc_bootstrap_poll(hc_bootstrap_t *bs)
             if (rx == HC_BS_RX_MORE) break;
             if (rx == HC_BS_RX_DONE) {
                 hc_bootstrap_msg_t m;
-                if (hc_bootstrap_msg_parse(c->buf, c->have, &m) > 0 &&
-                    m.type == HC_BOOTSTRAP_MSG_FAILED)
-                    hc_bs_notice_msg(bs, bs->rank == 0 ? i : 0, &m);
+                if (hc_bootstrap_msg_parse(c->buf, c->have, &m) > 0 && hc_bs_is_sideband(m.type))
+                    hc_bs_sideband(bs, bs->rank == 0 ? i : 0, &m);
                 c->have = 0;
                 continue;
             }
@@ -1273,6 +1366,7 @@ int hc_bootstrap_poll(hc_bootstrap_t *bs)
                 hc_log_warn("bootstrap: unexpected message from rank %d: %s",
                             bs->rank == 0 ? i : 0, why);
             bs->pfds[i].fd = -1; /* closed or unreadable: not polled again */
+            c->gone = true;
             c->closed = rx == HC_BS_RX_EOF;
             break;
         }
@@ -1282,7 +1376,7 @@ int hc_bootstrap_poll(hc_bootstrap_t *bs)
         bs->conns[i].closed = false;
         hc_bs_closed(bs, bs->rank == 0 ? i : 0);
     }
-    return bs->nverdicts - before;
+    return bs->nverdicts + bs->nrelayed - before;
 }
 
 void hc_bootstrap_close(hc_bootstrap_t *bs)

@@ -66,8 +66,22 @@ int hc_bootstrap_report_failure(hc_bootstrap_t *bs, int rank, hcomm_status_t sta
  * first verdict, -1 none. */
 int hc_bootstrap_verdict(hc_bootstrap_t *bs, int rank, int *first_cause_p);
 /* Non-blocking, for the progress engine's slow path: reads notices and
- * judges closed connections. Returns the number of new verdicts. */
+ * relayed blobs and judges closed connections. Returns the number of new
+ * verdicts and blobs handed over. */
 int hc_bootstrap_poll(hc_bootstrap_t *bs);
+
+/* Point-to-point through the star, for per-peer handshakes (a driver's
+ * endpoint exchange, started lazily for the peers a rank talks to): a blob
+ * of at most HC_BOOTSTRAP_MAX_RELAY bytes to rank `to`, tagged with a
+ * channel (the driver's index), is forwarded by rank 0 and handed to the
+ * relay function on the destination from its hc_bootstrap_poll, in order
+ * per (sender, destination). Non-blocking: ERR_AGAIN when the socket is
+ * full (retry from progress), ERR_PEER_FAILED when the star is gone. */
+typedef void (*hc_bootstrap_relay_fn)(void *arg, int from, uint32_t channel, const void *blob,
+                                      size_t len);
+void hc_bootstrap_set_relay(hc_bootstrap_t *bs, hc_bootstrap_relay_fn fn, void *arg);
+hcomm_status_t hc_bootstrap_relay(hc_bootstrap_t *bs, int to, uint32_t channel, const void *blob,
+                                  size_t len);
 
 void hc_bootstrap_close(hc_bootstrap_t *bs);
 
@@ -94,6 +108,8 @@ typedef struct {
 #define HC_BOOTSTRAP_MAX_ABORT_TEXT 1024u
 #define HC_BOOTSTRAP_NOTICE_HDR 12u
 #define HC_BOOTSTRAP_MAX_NOTICE_TEXT 255u
+#define HC_BOOTSTRAP_RELAY_HDR 12u
+#define HC_BOOTSTRAP_MAX_RELAY 4096u /* bytes of one relayed blob */
 
 typedef enum {
     HC_BOOTSTRAP_MSG_HELLO = 1,  /* rank -> 0: key, rank, size, blob */
@@ -102,6 +118,7 @@ typedef enum {
     HC_BOOTSTRAP_MSG_AG_OUT = 4, /* 0 -> rank: every contribution, rank order */
     HC_BOOTSTRAP_MSG_ABORT = 5,  /* 0 -> rank: int32 LE status, then a message */
     HC_BOOTSTRAP_MSG_FAILED = 6, /* either way: u32 rank, u32 cause, i32 status, text */
+    HC_BOOTSTRAP_MSG_RELAY = 7,  /* either way: u32 to, u32 from, u32 channel, blob */
 } hc_bootstrap_msg_type_t;
 
 /* Parses one message from buf. Returns the bytes consumed (> 0), 0 when more

@@ -94,6 +94,33 @@ static void hc_ctx_verdict(void *arg, int peer, int cause, hcomm_status_t status
     hc_peer_verdict(peer, cause, status, why);
 }
 
+/* Per-peer handshakes of drivers travel through the bootstrap relay, on the
+ * channel of the driver's index. */
+static hcomm_status_t hc_ctx_ep_send(void *core, hc_drv_t *drv, int peer, const void *blob,
+                                     size_t len)
+{
+    (void)core;
+    if (len > HC_DRV_EP_BLOB_MAX)
+        return hc_error(HCOMM_ERR_INVALID, "%s: a %zu-byte handshake (at most %d)",
+                        drv->ops->name, len, HC_DRV_EP_BLOB_MAX);
+    if (peer < 0 || peer >= hc_ctx.size || hc_ctx.peers[peer].failed)
+        return hc_error(HCOMM_ERR_PEER_FAILED, "%s: handshake with rank %d: it failed",
+                        drv->ops->name, peer);
+    return hc_bootstrap_relay(hc_ctx.bs, peer, (uint32_t)drv->index, blob, len);
+}
+
+static void hc_ctx_ep_recv(void *arg, int from, uint32_t channel, const void *blob, size_t len)
+{
+    (void)arg;
+    if (channel >= (uint32_t)hc_ctx.ndrvs) {
+        hc_log_warn("handshake from rank %d for driver %u, which is not open here: dropped", from,
+                    channel);
+        return;
+    }
+    hc_drv_t *d = hc_ctx.drvs[channel];
+    d->ops->ep_recv(d, from, blob, len);
+}
+
 static void hc_ctx_peer_failed(void *core, int peer, hcomm_status_t status, const char *why)
 {
     (void)core;
@@ -327,6 +354,7 @@ hcomm_status_t hc_ctx_init(void)
         goto err;
     const hc_rank_info_t *info = table;
     hc_bootstrap_set_notice(hc_ctx.bs, hc_ctx_verdict, NULL);
+    hc_bootstrap_set_relay(hc_ctx.bs, hc_ctx_ep_recv, NULL);
     if ((st = hc_ctx_build_nodes(info)) != HCOMM_OK)
         goto err;
     for (int r = 0; r < hc_ctx.size; r++)
@@ -354,6 +382,7 @@ hcomm_status_t hc_ctx_init(void)
         .put_done = hc_p2p_put_done,
         .rma_done = hc_rndv_rma_done,
         .peer_failed = hc_ctx_peer_failed,
+        .ep_send = hc_ctx_ep_send,
     };
     if ((st = hc_drv_select_open(&hc_ctx.env, hc_ctx.drvs, &hc_ctx.ndrvs)) != HCOMM_OK)
         goto err;

@@ -93,6 +93,12 @@ static void hc_drv_noop_rkey_release(hc_conn_t *conn, hc_rkey_t *rkey)
     (void)conn;
     (void)rkey;
 }
+static void hc_drv_drop_ep_recv(hc_drv_t *drv, int from, const void *blob, size_t len)
+{
+    (void)blob;
+    hc_log_warn("%s: a %zu-byte handshake from rank %d, but this driver has none: dropped",
+                drv->ops->name, len, from);
+}
 static hcomm_status_t hc_drv_unsup_rkey_ptr(hc_conn_t *conn, const hc_rkey_t *rkey,
                                             uint64_t remote_addr, size_t len, void **ptr_p)
 {
@@ -163,6 +169,7 @@ static const struct hc_drv_ops hc_drv_base = {
     .rkey_unpack = hc_drv_empty_rkey_unpack,
     .rkey_release = hc_drv_noop_rkey_release,
     .rkey_ptr = hc_drv_unsup_rkey_ptr,
+    .ep_recv = hc_drv_drop_ep_recv,
 };
 
 static char hc_drv_refused[160];
@@ -197,7 +204,7 @@ void hc_drv_register(const struct hc_drv_ops *ops)
     HC_DRV_FILL_(mem_reg) HC_DRV_FILL_(mem_dereg) HC_DRV_FILL_(shared_get)
     HC_DRV_FILL_(disconnect) HC_DRV_FILL_(close) HC_DRV_FILL_(shared_put)
     HC_DRV_FILL_(write) HC_DRV_FILL_(rkey_pack) HC_DRV_FILL_(rkey_unpack)
-    HC_DRV_FILL_(rkey_release) HC_DRV_FILL_(rkey_ptr)
+    HC_DRV_FILL_(rkey_release) HC_DRV_FILL_(rkey_ptr) HC_DRV_FILL_(ep_recv)
 #undef HC_DRV_FILL_
 }
 

@@ -137,7 +137,16 @@ typedef struct hc_drv_env {
     void (*rma_done)(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);
     /* Every connection to peer is gone (closed, reset, silent past the limit). */
     void (*peer_failed)(void *core, int peer, hcomm_status_t status, const char *why);
+    /* Per-peer endpoint handshake (RDMA queue pairs and the like): sends up
+     * to HC_DRV_EP_BLOB_MAX bytes to the same driver on peer, which gets
+     * them in ops->ep_recv, in order. Relayed through the bootstrap, so a
+     * driver starts it lazily (at the first put to a peer, returning
+     * ERR_AGAIN until its connection is up) and only for peers this rank
+     * talks to. ERR_AGAIN: retry later; other: the peer is unreachable. */
+    hcomm_status_t (*ep_send)(void *core, hc_drv_t *drv, int peer, const void *blob, size_t len);
 } hc_drv_env_t;
+
+#define HC_DRV_EP_BLOB_MAX 4096
 
 enum { HC_DRV_SCOPE_SELF, HC_DRV_SCOPE_NODE, HC_DRV_SCOPE_NET };
 enum {
@@ -234,6 +243,11 @@ struct hc_drv_ops {
     void (*rkey_release)(hc_conn_t *conn, hc_rkey_t *rkey);
     hcomm_status_t (*rkey_ptr)(hc_conn_t *conn, const hc_rkey_t *rkey, uint64_t remote_addr,
                                size_t len, void **ptr_p);
+    /* A handshake blob from the same driver on rank `from` (env->ep_send),
+     * called from the core's slow progress (about every millisecond) or
+     * while the core waits on the bootstrap; it may answer with ep_send but
+     * must not call into the core otherwise. */
+    void (*ep_recv)(hc_drv_t *drv, int from, const void *blob, size_t len);
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops);

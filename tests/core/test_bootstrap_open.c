@@ -761,6 +761,108 @@ static void test_verdicts(void **state)
     hc_bootstrap_close(bs);
 }
 
+/* Relay: blobs between non-zero ranks go through rank 0, in order, with the
+ * true sender; rank 0 sends and receives its own; a relay sent just before an
+ * allgather is taken inside it (sideband) and still delivered. */
+typedef struct {
+    int n;
+    int from[8];
+    uint32_t channel[8];
+    char text[8][16];
+} relay_log_t;
+
+static void relay_record(void *arg, int from, uint32_t channel, const void *blob, size_t len)
+{
+    relay_log_t *l = arg;
+    if (l->n == 8) return;
+    l->from[l->n] = from;
+    l->channel[l->n] = channel;
+    snprintf(l->text[l->n], sizeof(l->text[0]), "%.*s", (int)len, (const char *)blob);
+    l->n++;
+}
+
+static bool relay_wait(hc_bootstrap_t *bs, relay_log_t *l, int want)
+{
+    double end = hc_time_sec() + TIMEOUT;
+    while (l->n < want && hc_time_sec() < end) {
+        (void)hc_bootstrap_poll(bs);
+        sleep_ms(1);
+    }
+    return l->n >= want;
+}
+
+static int run_relay_rank(void *arg)
+{
+    peer_arg_t *a = arg;
+    uint8_t blob[BLOB_LEN];
+    hc_bootstrap_t *bs = NULL;
+    const void *table;
+    relay_log_t log = {0};
+    blob_fill(blob, a->p.rank);
+    if (hc_bootstrap_open(&a->p, blob, BLOB_LEN, TIMEOUT, &bs, &table) != HCOMM_OK) return 60;
+    hc_bootstrap_set_relay(bs, relay_record, &log);
+    if (hc_bootstrap_barrier(bs, TIMEOUT) != HCOMM_OK) return 61;
+    if (a->p.rank == 1) {
+        if (hc_bootstrap_relay(bs, 2, 3, "one", 3) != HCOMM_OK) return 62;
+        if (hc_bootstrap_relay(bs, 2, 3, "two", 3) != HCOMM_OK) return 63;
+        if (hc_bootstrap_relay(bs, 0, 5, "hub", 3) != HCOMM_OK) return 64;
+        if (!relay_wait(bs, &log, 2)) return 65;
+        /* From rank 2 (through rank 0) and from rank 0 itself. */
+        bool ok = false;
+        for (int i = 0; i < 2; i++)
+            ok |= log.from[i] == 2 && !strcmp(log.text[i], "back") && log.channel[i] == 4;
+        if (!ok) return 66;
+    } else {
+        if (!relay_wait(bs, &log, 2)) return 67;
+        if (log.from[0] != 1 || strcmp(log.text[0], "one") || log.channel[0] != 3 ||
+            log.from[1] != 1 || strcmp(log.text[1], "two"))
+            return 68;
+        if (hc_bootstrap_relay(bs, 1, 4, "back", 4) != HCOMM_OK) return 69;
+    }
+    uint32_t in = 1, out[3];
+    if (hc_bootstrap_allgather(bs, &in, 4, out, TIMEOUT) != HCOMM_OK) return 70;
+    hc_bootstrap_close(bs);
+    return 0;
+}
+
+static void test_relay(void **state)
+{
+    (void)state;
+    char url[64];
+    int size = 3;
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_port());
+    peer_arg_t args[3];
+    pid_t pids[3];
+    for (int r = 1; r < size; r++) {
+        args[r] = (peer_arg_t){params(r, size, url, KEY), -1};
+        pids[r] = spawn(run_relay_rank, &args[r]);
+    }
+    hc_bootstrap_params_t p = params(0, size, url, KEY);
+    uint8_t blob[BLOB_LEN];
+    blob_fill(blob, 0);
+    hc_bootstrap_t *bs;
+    const void *table;
+    relay_log_t log = {0};
+    assert_int_equal(hc_bootstrap_open(&p, blob, BLOB_LEN, TIMEOUT, &bs, &table), HCOMM_OK);
+    hc_bootstrap_set_relay(bs, relay_record, &log);
+    assert_int_equal(hc_bootstrap_barrier(bs, TIMEOUT), HCOMM_OK);
+    assert_int_equal(hc_bootstrap_relay(bs, 1, 4, "back", 4), HCOMM_OK);
+    /* Rank 0 forwards 1 -> 2 and 2 -> 1 from its poll (or inside the
+     * allgather below) and receives "hub" itself. */
+    uint32_t in = 1, out[3];
+    assert_true(relay_wait(bs, &log, 1));
+    assert_int_equal(hc_bootstrap_allgather(bs, &in, 4, out, TIMEOUT), HCOMM_OK);
+    assert_int_equal(log.from[0], 1);
+    assert_int_equal(log.channel[0], 5);
+    assert_string_equal(log.text[0], "hub");
+    assert_int_equal(hc_bootstrap_relay(bs, 0, 1, "x", 1), HCOMM_ERR_INVALID);
+    char big[HC_BOOTSTRAP_MAX_RELAY + 1] = {0};
+    assert_int_equal(hc_bootstrap_relay(bs, 1, 1, big, sizeof(big)), HCOMM_ERR_INVALID);
+    assert_int_equal(reap(pids[1], 10), 0);
+    assert_int_equal(reap(pids[2], 10), 0);
+    hc_bootstrap_close(bs);
+}
+
 static void test_poll_kill(void **state)
 {
     (void)state;
@@ -826,6 +928,7 @@ int main(void)
         T(test_missing_rank0),
         T(test_poll_kill),
         T(test_verdicts),
+        T(test_relay),
         T(test_allgather_len_mismatch),
         T(test_tcp_ipv6),
         T(test_silent_clients_dropped),
