@@ -151,13 +151,52 @@ int hc_coll_progress(void);
 bool hc_coll_node_usable(struct hcomm_comm *comm);
 /* forced: NULL, "node", or a node sub-algorithm ("node-direct",
  * "node-staged") that applies to allreduce. */
-hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op, const char *forced);
+
 void hc_coll_node_free(struct hc_coll_node *node);
 /* This rank's communicator broke with status: tell the node's other ranks. */
 void hc_coll_node_give_up(struct hc_coll_node *node, hcomm_status_t status);
 
+/* ---- the algorithm registry (algo.c) -------------------------------------------
+ * Every algorithm is one table entry; a new one (a hierarchical allreduce,
+ * a topology-aware ring) is a new entry in its family's table. Selection
+ * (hc_coll_algo_pick) walks the node table, when every rank shares a node,
+ * then the p2p table:
+ *   HCOMM_ALGO=auto: the first entry that implements the collective, whose
+ *     applies() holds and whose auto_pick() says yes;
+ *   HCOMM_ALGO=<name>: the entry of that name (applies() permitting);
+ *   HCOMM_ALGO=<family>: as auto, among the entries of that family.
+ * A forced value that covers no entry for the collective falls back to
+ * auto (coll_api.c warns once per collective). */
+#define HC_COLL_BIT(kind) (1u << (kind))
+
+typedef struct hc_coll_algo {
+    const char *name;   /* logs, stats and HCOMM_ALGO=<name> */
+    const char *family; /* the HCOMM_ALGO words that choose it as auto would, space
+                           separated; NULL: any forced value (barrier has one way) */
+    uint32_t colls;     /* HC_COLL_BIT() of the collectives it implements */
+    /* Preconditions (NULL: none): never chosen otherwise. */
+    bool (*applies)(const hc_coll_op_t *op);
+    /* The automatic choice (NULL: yes; the table's last entry for a
+     * collective should say yes). */
+    bool (*auto_pick)(const hc_coll_op_t *op);
+    /* Sets op up and returns its step, or NULL when it cannot run after all
+     * (NULL: use `step` as it is). forced: HCOMM_ALGO, NULL for auto. */
+    hc_coll_step_fn (*prepare)(hc_coll_op_t *op, const char *forced);
+    hc_coll_step_fn step;
+} hc_coll_algo_t;
+
+extern const hc_coll_algo_t hc_coll_node_algos[]; /* coll_node.c; ends with name NULL */
+extern const hc_coll_algo_t hc_coll_net_algos[];  /* coll_net.c; ends with name NULL */
+
+/* The step for op from the tables (op->algo set), or NULL when nothing
+ * matches; node: the node table may be used (every rank on one node). */
+hc_coll_step_fn hc_coll_algo_pick(hc_coll_op_t *op, const char *forced, bool node);
+/* HCOMM_ALGO names some entry or family ("auto" included). */
+bool hc_coll_algo_known(const char *forced);
+/* "auto, node, ring, ..." for error messages. */
+void hc_coll_algo_list(char *buf, size_t len);
+
 /* ---- p2p algorithms (coll_net.c) --------------------------------------------- */
-hc_coll_step_fn hc_coll_net_select(hc_coll_op_t *op, const char *forced);
 
 /* Internal p2p for algorithms: collective context, tag from the op's seq. */
 hcomm_status_t hc_coll_isend(hc_coll_op_t *op, const void *buf, size_t len, int peer);

@@ -54,16 +54,12 @@ static uint32_t hc_coll_fallback_logged; /* kinds the forced algorithm does not 
 
 hcomm_status_t hc_coll_api_init(void)
 {
-    static const char *const known[] = {"auto", "node", "node-direct", "node-staged",
-                                        "ring", "rd",   "tree",        "direct"};
-    bool ok = false;
-    for (size_t i = 0; i < HC_ARRAY_SIZE(known); i++)
-        ok |= !strcasecmp(hc_cfg.algo, known[i]);
-    if (!ok)
-        return hc_error(HCOMM_ERR_INVALID,
-                        "hcomm_init: HCOMM_ALGO=%s is not an algorithm: use auto, node, "
-                        "node-direct, node-staged, ring, rd, tree or direct",
-                        hc_cfg.algo);
+    if (!hc_coll_algo_known(hc_cfg.algo)) {
+        char names[400];
+        hc_coll_algo_list(names, sizeof(names));
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_ALGO=%s is not an algorithm: use %s",
+                        hc_cfg.algo, names);
+    }
     hc_coll_forced = strcasecmp(hc_cfg.algo, "auto") ? hc_cfg.algo : NULL;
     memset(hc_coll_logged, 0, sizeof(hc_coll_logged));
     hc_coll_fallback_logged = 0;
@@ -89,11 +85,9 @@ static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
     if (op->comm->size == 1) {
         op->step = hc_coll_local_step;
         op->algo = "local";
-    } else if ((!forced || !strncasecmp(forced, "node", 4)) && hc_coll_node_usable(op->comm)) {
-        op->step = hc_coll_node_select(op, forced);
+    } else {
+        op->step = hc_coll_algo_pick(op, forced, hc_coll_node_usable(op->comm));
     }
-    if (!op->step)
-        op->step = hc_coll_net_select(op, forced && strncasecmp(forced, "node", 4) ? forced : NULL);
     if (!op->step && forced) {
         /* The forced family does not implement this collective (at this
          * size or rank count): the automatic choice, said once per kind. */
@@ -103,10 +97,7 @@ static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
                         "automatic choice for it",
                         forced, hc_coll_name(op->kind), op->comm->size, op->bytes);
         }
-        if (hc_coll_node_usable(op->comm))
-            op->step = hc_coll_node_select(op, NULL);
-        if (!op->step)
-            op->step = hc_coll_net_select(op, NULL);
+        op->step = hc_coll_algo_pick(op, NULL, hc_coll_node_usable(op->comm));
     }
     if (!op->step)
         return hc_error(HCOMM_ERR_UNSUPPORTED, "%s: no algorithm for %zu bytes on %d ranks%s%s",
@@ -235,7 +226,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
         op.esize = hc_dtype_size(dtype);
         op.bytes = bytes;
         hc_coll_number(&op);
-        op.step = hc_coll_node_select(&op, hc_coll_forced);
+        op.step = hc_coll_algo_pick(&op, hc_coll_forced, true);
         hc_coll_account(&op);
         return hc_coll_run_inline(&op, fn);
     }

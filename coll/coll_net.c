@@ -758,61 +758,49 @@ static hc_step_t hc_net_barrier(hc_coll_op_t *op)
     }
 }
 
-/* ---- selection ------------------------------------------------------------------------ */
+/* ---- the family's table (coll.h: the algorithm registry) ------------------------------ */
 
-static inline bool hc_net_is(const char *forced, const char *name)
+static bool hc_net_small(const hc_coll_op_t *op)
 {
-    return forced && !strcasecmp(forced, name);
+    return op->bytes <= HC_NET_SMALL_BYTES;
 }
 
-static hc_coll_step_fn hc_net_use(hc_coll_op_t *op, const char *name, hc_coll_step_fn fn)
-{
-    op->algo = name;
-    return fn;
-}
-
-hc_coll_step_fn hc_coll_net_select(hc_coll_op_t *op, const char *forced)
+static bool hc_net_pof2(const hc_coll_op_t *op)
 {
     int n = op->comm->size;
-    bool small = op->bytes <= HC_NET_SMALL_BYTES;
-    switch (op->kind) {
-    case HC_COLL_ALLREDUCE:
-        if (hc_net_is(forced, "rd") || (!forced && small))
-            return hc_net_use(op, "rd", hc_net_allreduce_rd);
-        if (!forced || hc_net_is(forced, "ring"))
-            return hc_net_use(op, "ring", hc_net_allreduce_ring);
-        return NULL;
-    case HC_COLL_REDUCE:
-        if (hc_net_is(forced, "tree") || (!forced && small))
-            return hc_net_use(op, "tree", hc_net_reduce_tree);
-        if (!forced || hc_net_is(forced, "ring")) return hc_net_use(op, "ring", hc_net_reduce_ring);
-        return NULL;
-    case HC_COLL_BROADCAST:
-        if (hc_net_is(forced, "tree") || (!forced && small))
-            return hc_net_use(op, "tree", hc_net_broadcast_tree);
-        if (!forced || hc_net_is(forced, "ring"))
-            return hc_net_use(op, "chain", hc_net_broadcast_chain);
-        return NULL;
-    case HC_COLL_ALLGATHER: {
-        bool pof2 = (n & (n - 1)) == 0;
-        if (pof2 &&
-            (hc_net_is(forced, "rd") || (!forced && op->bytes * (size_t)n <= HC_NET_SMALL_BYTES)))
-            return hc_net_use(op, "rd", hc_net_allgather_rd);
-        if (!forced || hc_net_is(forced, "ring"))
-            return hc_net_use(op, "ring", hc_net_allgather_ring);
-        return NULL;
-    }
-    case HC_COLL_REDUCE_SCATTER:
-        if (!forced || hc_net_is(forced, "ring"))
-            return hc_net_use(op, "ring", hc_net_reduce_scatter_ring);
-        return NULL;
-    case HC_COLL_ALLTOALL:
-        if (!forced || hc_net_is(forced, "direct"))
-            return hc_net_use(op, "pairwise", hc_net_alltoall);
-        return NULL;
-    case HC_COLL_BARRIER:
-        return hc_net_use(op, "dissemination", hc_net_barrier);
-    default:
-        return NULL;
-    }
+    return (n & (n - 1)) == 0;
 }
+
+static bool hc_net_small_total(const hc_coll_op_t *op)
+{
+    return op->bytes * (size_t)op->comm->size <= HC_NET_SMALL_BYTES;
+}
+
+/* Order matters: for each collective the automatic choice is the first
+ * entry whose auto_pick says yes. */
+const hc_coll_algo_t hc_coll_net_algos[] = {
+    {.name = "rd", .family = "rd", .colls = HC_COLL_BIT(HC_COLL_ALLREDUCE),
+     .auto_pick = hc_net_small, .step = hc_net_allreduce_rd},
+    {.name = "ring", .family = "ring", .colls = HC_COLL_BIT(HC_COLL_ALLREDUCE),
+     .step = hc_net_allreduce_ring},
+    {.name = "tree", .family = "tree", .colls = HC_COLL_BIT(HC_COLL_REDUCE),
+     .auto_pick = hc_net_small, .step = hc_net_reduce_tree},
+    {.name = "ring", .family = "ring", .colls = HC_COLL_BIT(HC_COLL_REDUCE),
+     .step = hc_net_reduce_ring},
+    {.name = "tree", .family = "tree", .colls = HC_COLL_BIT(HC_COLL_BROADCAST),
+     .auto_pick = hc_net_small, .step = hc_net_broadcast_tree},
+    {.name = "chain", .family = "ring", .colls = HC_COLL_BIT(HC_COLL_BROADCAST),
+     .step = hc_net_broadcast_chain},
+    {.name = "rd", .family = "rd", .colls = HC_COLL_BIT(HC_COLL_ALLGATHER),
+     .applies = hc_net_pof2, .auto_pick = hc_net_small_total, .step = hc_net_allgather_rd},
+    {.name = "ring", .family = "ring", .colls = HC_COLL_BIT(HC_COLL_ALLGATHER),
+     .step = hc_net_allgather_ring},
+    {.name = "ring", .family = "ring", .colls = HC_COLL_BIT(HC_COLL_REDUCE_SCATTER),
+     .step = hc_net_reduce_scatter_ring},
+    {.name = "pairwise", .family = "direct", .colls = HC_COLL_BIT(HC_COLL_ALLTOALL),
+     .step = hc_net_alltoall},
+    /* One way to do it, whatever HCOMM_ALGO says. */
+    {.name = "dissemination", .family = NULL, .colls = HC_COLL_BIT(HC_COLL_BARRIER),
+     .step = hc_net_barrier},
+    {.name = NULL},
+};

@@ -841,59 +841,105 @@ static hc_coll_step_fn hc_node_try_1copy(hc_coll_op_t *op, hc_coll_step_fn stage
     return hc_node_1copy;
 }
 
-hc_coll_step_fn hc_coll_node_select(hc_coll_op_t *op, const char *forced)
+/* ---- the family's table (coll.h: the algorithm registry) ------------------------------ */
+
+/* The single-copy path is tried unless a staged or direct one was forced. */
+static bool hc_node_one_copy_ok(const char *forced)
 {
-    bool want_direct = forced && !strcasecmp(forced, "node-direct");
-    bool want_staged = forced && !strcasecmp(forced, "node-staged");
-    bool one_copy = !want_direct && !want_staged;
-    hc_coll_node_t *nd = hc_node_of(op);
-    hc_coll_step_fn staged;
-    switch (op->kind) {
-    case HC_COLL_ALLREDUCE:
-    case HC_COLL_REDUCE:
-        if (op->bytes <= HC_NODE_INLINE) {
-            hc_node_begin(op, 0);
-            op->algo = "node-inline";
-            return hc_node_allreduce_inline;
-        }
-        hc_node_begin(op, op->bytes);
-        if (op->kind == HC_COLL_REDUCE || want_direct ||
-            ((nd->n <= 3 || op->bytes <= HC_NODE_DIRECT_MAX) && !want_staged)) {
-            op->algo = "node-direct";
-            staged = hc_node_allreduce_direct;
-        } else {
-            op->algo = "node-staged";
-            staged = hc_node_allreduce_staged;
-        }
-        return hc_node_try_1copy(op, staged, one_copy && op->kind == HC_COLL_ALLREDUCE);
-    case HC_COLL_BROADCAST:
-        hc_node_begin(op, op->bytes);
-        /* Staged beats a single copy here: the root's copy-in and the
-         * receivers' copy-out overlap block by block (measured). */
-        op->algo = "node-staged";
-        return hc_node_broadcast;
-    case HC_COLL_ALLGATHER:
-        op->chunk = nd->block;
-        hc_node_begin(op, op->bytes);
-        op->algo = "node-staged";
-        return hc_node_try_1copy(op, hc_node_blocks, one_copy);
-    case HC_COLL_REDUCE_SCATTER:
-    case HC_COLL_ALLTOALL:
-        op->chunk = hc_node_sub(nd, op->esize);
-        if (op->chunk == 0)
-            return NULL;
-        hc_node_begin_chunks(op, op->bytes, op->chunk);
-        op->algo = "node-staged";
-        /* In-place alltoall: a peer may still read the block I would
-         * overwrite; it stays staged. */
-        return hc_node_try_1copy(op, hc_node_blocks,
-                                 one_copy && !(op->kind == HC_COLL_ALLTOALL && op->sbuf == op->rbuf));
-    case HC_COLL_BARRIER:
-        op->chunk = 0;
-        hc_node_begin(op, 0);
-        op->algo = "node-flags";
-        return hc_node_blocks;
-    default:
-        return NULL;
-    }
+    return !forced || !strcasecmp(forced, "node");
 }
+
+static bool hc_node_fits_inline(const hc_coll_op_t *op)
+{
+    return op->bytes <= HC_NODE_INLINE;
+}
+
+static bool hc_node_direct_auto(const hc_coll_op_t *op)
+{
+    return op->comm->size <= 3 || op->bytes <= HC_NODE_DIRECT_MAX;
+}
+
+static hc_coll_step_fn hc_node_prep_inline(hc_coll_op_t *op, const char *forced)
+{
+    (void)forced;
+    hc_node_begin(op, 0);
+    return hc_node_allreduce_inline;
+}
+
+static hc_coll_step_fn hc_node_prep_direct(hc_coll_op_t *op, const char *forced)
+{
+    hc_node_begin(op, op->bytes);
+    return hc_node_try_1copy(op, hc_node_allreduce_direct,
+                             hc_node_one_copy_ok(forced) && op->kind == HC_COLL_ALLREDUCE);
+}
+
+static hc_coll_step_fn hc_node_prep_staged(hc_coll_op_t *op, const char *forced)
+{
+    hc_node_begin(op, op->bytes);
+    return hc_node_try_1copy(op, hc_node_allreduce_staged, hc_node_one_copy_ok(forced));
+}
+
+/* Staged beats a single copy here: the root's copy-in and the receivers'
+ * copy-out overlap block by block (measured). */
+static hc_coll_step_fn hc_node_prep_broadcast(hc_coll_op_t *op, const char *forced)
+{
+    (void)forced;
+    hc_node_begin(op, op->bytes);
+    return hc_node_broadcast;
+}
+
+static hc_coll_step_fn hc_node_prep_allgather(hc_coll_op_t *op, const char *forced)
+{
+    op->chunk = hc_node_of(op)->block;
+    hc_node_begin(op, op->bytes);
+    return hc_node_try_1copy(op, hc_node_blocks, hc_node_one_copy_ok(forced));
+}
+
+static hc_coll_step_fn hc_node_prep_chunks(hc_coll_op_t *op, const char *forced)
+{
+    op->chunk = hc_node_sub(hc_node_of(op), op->esize);
+    if (op->chunk == 0)
+        return NULL;
+    hc_node_begin_chunks(op, op->bytes, op->chunk);
+    /* In-place alltoall: a peer may still read the block I would
+     * overwrite; it stays staged. */
+    return hc_node_try_1copy(op, hc_node_blocks,
+                             hc_node_one_copy_ok(forced) &&
+                                 !(op->kind == HC_COLL_ALLTOALL && op->sbuf == op->rbuf));
+}
+
+static hc_coll_step_fn hc_node_prep_barrier(hc_coll_op_t *op, const char *forced)
+{
+    (void)forced;
+    op->chunk = 0;
+    hc_node_begin(op, 0);
+    return hc_node_blocks;
+}
+
+#define HC_NODE_ANY "node node-direct node-staged"
+
+/* Order matters: for each collective the automatic choice is the first
+ * entry whose auto_pick says yes. prepare may rename the op to node-1copy
+ * (hc_node_try_1copy). */
+const hc_coll_algo_t hc_coll_node_algos[] = {
+    {.name = "node-inline", .family = HC_NODE_ANY,
+     .colls = HC_COLL_BIT(HC_COLL_ALLREDUCE) | HC_COLL_BIT(HC_COLL_REDUCE),
+     .applies = hc_node_fits_inline, .prepare = hc_node_prep_inline},
+    /* reduce has no staged variant: every node value means direct */
+    {.name = "node-direct", .family = HC_NODE_ANY, .colls = HC_COLL_BIT(HC_COLL_REDUCE),
+     .prepare = hc_node_prep_direct},
+    {.name = "node-direct", .family = "node", .colls = HC_COLL_BIT(HC_COLL_ALLREDUCE),
+     .auto_pick = hc_node_direct_auto, .prepare = hc_node_prep_direct},
+    {.name = "node-staged", .family = "node", .colls = HC_COLL_BIT(HC_COLL_ALLREDUCE),
+     .prepare = hc_node_prep_staged},
+    {.name = "node-staged", .family = HC_NODE_ANY, .colls = HC_COLL_BIT(HC_COLL_BROADCAST),
+     .prepare = hc_node_prep_broadcast},
+    {.name = "node-staged", .family = HC_NODE_ANY, .colls = HC_COLL_BIT(HC_COLL_ALLGATHER),
+     .prepare = hc_node_prep_allgather},
+    {.name = "node-staged", .family = HC_NODE_ANY,
+     .colls = HC_COLL_BIT(HC_COLL_REDUCE_SCATTER) | HC_COLL_BIT(HC_COLL_ALLTOALL),
+     .prepare = hc_node_prep_chunks},
+    {.name = "node-flags", .family = HC_NODE_ANY, .colls = HC_COLL_BIT(HC_COLL_BARRIER),
+     .prepare = hc_node_prep_barrier},
+    {.name = NULL},
+};
