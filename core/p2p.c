@@ -99,6 +99,7 @@ int hc_p2p_flush_pending(void)
             hc_conn_t *conn = p->conn;
             hcomm_status_t st = HCOMM_OK;
             if (f->hdr.type == HC_FRAME_DATA && f->stream_end) {
+                f->hdr.flags |= HC_FRAME_FLAG_UNORDERED; /* placed by offset */
                 while (f->stream_off < f->stream_end) {
                     size_t n = HC_MIN(conn->max_frame, f->stream_end - f->stream_off);
                     f->hdr.len = (uint32_t)n;

@@ -24,9 +24,9 @@
 typedef struct hc_drv hc_drv_t;
 typedef struct hc_conn hc_conn_t;
 
-/* Frame types of the core protocol (core/p2p.c). Drivers carry them opaquely,
- * except types >= HC_FRAME_DRIVER, which a driver may use for itself and must
- * not deliver. */
+/* Frame types of the core protocol (core/p2p.c). Drivers carry them opaquely
+ * (what they may act on is in hdr.flags), except types >= HC_FRAME_DRIVER,
+ * which a driver may use for itself and must not deliver. */
 enum {
     HC_FRAME_EAGER = 1, /* tagged message, payload is the data */
     HC_FRAME_RTS,       /* rendezvous request: a = total bytes, b = sender request id,
@@ -60,6 +60,10 @@ _Static_assert(sizeof(hc_frame_hdr_t) == 32, "frame header is 32 bytes on the wi
 /* hdr.flags of an RTS: the sender's connection can write into the receiver
  * (a CTS may carry the receive buffer's key). */
 #define HC_FRAME_FLAG_CAN_WRITE 0x02
+/* hdr.flags of any frame: it may overtake the connection's earlier frames
+ * (rendezvous DATA, placed by offset): a driver may send it on another
+ * lane. Frames without it keep their order. */
+#define HC_FRAME_FLAG_UNORDERED 0x04
 
 /* ---- memory keys ---------------------------------------------------------
  * Memory a driver may have to reach is registered with it once: library

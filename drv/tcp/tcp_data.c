@@ -149,9 +149,11 @@ void hc_drv_tcp_flush_mark(hc_tcp_slot_t *s)
 
 /* ---- sending ------------------------------------------------------------------ */
 
-static inline int hc_drv_tcp_pick(hc_tcp_conn_t *c, const hc_tcp_drv_t *d, uint8_t type)
+/* Ordered frames go on socket 0; frames that may overtake (rendezvous DATA)
+ * are striped over the data sockets. */
+static inline int hc_drv_tcp_pick(hc_tcp_conn_t *c, const hc_tcp_drv_t *d, uint8_t flags)
 {
-    if (type != HC_FRAME_DATA || d->nsocks == 1) return 0;
+    if (!(flags & HC_FRAME_FLAG_UNORDERED) || d->nsocks == 1) return 0;
     if (d->rr_all) return (int)(c->rr++ % (uint32_t)d->nsocks);
     return 1 + (int)(c->rr++ % (uint32_t)(d->nsocks - 1));
 }
@@ -249,7 +251,7 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
     if (HC_UNLIKELY(len > HC_TCP_MAX_FRAME))
         return hc_error(HCOMM_ERR_INVALID, "tcp put: frame of %zu bytes exceeds max_frame %u", len,
                         HC_TCP_MAX_FRAME);
-    hc_tcp_slot_t *s = &c->slots[hc_drv_tcp_pick(c, d, hdr->type)];
+    hc_tcp_slot_t *s = &c->slots[hc_drv_tcp_pick(c, d, hdr->flags)];
     bool zc = cookie && len > d->zc_threshold && s->zc_on;
     bool core = hdr->type < HC_FRAME_DRIVER;
     bool held = c->hold && core; /* queued until the idle-close handshake ends */
@@ -286,7 +288,9 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
         if (st != HCOMM_OK) return st;
     }
     if (sent == 0) {
-        bool refuse = !cookie && (hdr->type == HC_FRAME_EAGER || hdr->type == HC_FRAME_DATA);
+        /* Without a cookie the payload cannot be kept: small ones are
+         * copied into the entry, larger ones refused (the core queues). */
+        bool refuse = !cookie && len > HC_TCP_INLINE;
         refuse |= s->txq.head && s->q_bytes + total > HC_TCP_QUEUE_BYTES && core;
         refuse |= !cookie && len > HC_TCP_INLINE && s->q_copy + len > HC_TCP_QUEUE_COPY;
         if (refuse) {
