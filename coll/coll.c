@@ -90,10 +90,10 @@ void hc_coll_op_release(hc_coll_op_t *op)
 
 int hc_coll_failed_member(struct hcomm_comm *comm)
 {
-    if (HC_LIKELY(hc_ctx.nfailed == 0))
+    if (HC_LIKELY(!hc_core_any_failed()))
         return -1;
     for (int r = 0; r < comm->size; r++)
-        if (hc_ctx.peers[comm->world_ranks[r]].failed)
+        if (hc_core_peer_failed(comm->world_ranks[r]))
             return comm->world_ranks[r];
     return -1;
 }

@@ -399,7 +399,7 @@ static uint8_t hc_node_pack(hc_coll_node_t *nd, const void *buf, size_t len, uin
 static uint8_t *hc_node_ptr(hc_coll_op_t *op, hc_coll_node_t *nd, int j, const uint8_t *key,
                             uint8_t klen, uint64_t addr)
 {
-    hc_conn_t *c = hc_ctx.peers[op->comm->world_ranks[j]].conn;
+    hc_conn_t *c = hc_core_conn(op->comm->world_ranks[j]);
     hc_rkey_t *rk = NULL;
     void *ptr = NULL;
     if (!klen || !(c->caps & HC_CONN_CAP_RKEY_PTR) ||
@@ -427,7 +427,7 @@ static uint8_t *hc_node_ptr(hc_coll_op_t *op, hc_coll_node_t *nd, int j, const u
  *   STAGE: the data ticks run the staged algorithms. */
 static hcomm_status_t hc_node_get(hc_coll_op_t *op, int j, void *dst, uint64_t raddr, size_t len)
 {
-    hc_conn_t *c = hc_ctx.peers[op->comm->world_ranks[j]].conn;
+    hc_conn_t *c = hc_core_conn(op->comm->world_ranks[j]);
     hc_rma_t rma = {.local = dst, .len = len, .remote_addr = raddr}; /* CMA: no keys, at once */
     return len ? c->ops->get(c, &rma) : HCOMM_OK;
 }
@@ -435,7 +435,7 @@ static hcomm_status_t hc_node_get(hc_coll_op_t *op, int j, void *dst, uint64_t r
 static hcomm_status_t hc_node_write(hc_coll_op_t *op, int j, uint64_t raddr, const void *src,
                                     size_t len)
 {
-    hc_conn_t *c = hc_ctx.peers[op->comm->world_ranks[j]].conn;
+    hc_conn_t *c = hc_core_conn(op->comm->world_ranks[j]);
     hc_rma_t rma = {.local = (void *)src, .len = len, .remote_addr = raddr};
     return len ? c->ops->write(c, &rma) : HCOMM_OK;
 }
@@ -446,8 +446,8 @@ static bool hc_node_can_get(hc_coll_op_t *op)
     for (int j = 0; j < op->comm->size; j++) {
         if (j == op->comm->rank)
             continue;
-        hc_conn_t *c = hc_ctx.peers[op->comm->world_ranks[j]].conn;
-        if (!c || (c->caps & need) != need || c->ops->scope != HC_DRV_SCOPE_NODE)
+        hc_conn_t *c = hc_core_conn(op->comm->world_ranks[j]);
+        if (!c || (c->caps & need) != need || c->drv != hc_core_node_driver())
             return false;
     }
     return true;
@@ -757,12 +757,9 @@ bool hc_coll_node_usable(struct hcomm_comm *comm)
     if (comm->size < 2 || comm->size > 64)
         return false;
     for (int r = 0; r < comm->size; r++)
-        if (hc_ctx.node_of_rank[comm->world_ranks[r]] != hc_ctx.node)
+        if (!hc_core_on_my_node(comm->world_ranks[r]))
             return false;
-    hc_drv_t *d = NULL;
-    for (int i = 0; i < hc_ctx.ndrvs; i++)
-        if (hc_ctx.drvs[i]->ops->scope == HC_DRV_SCOPE_NODE)
-            d = hc_ctx.drvs[i];
+    hc_drv_t *d = hc_core_node_driver();
     if (!d)
         return false;
     int n = comm->size;

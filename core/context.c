@@ -94,6 +94,14 @@ static void hc_ctx_verdict(void *arg, int peer, int cause, hcomm_status_t status
     hc_peer_verdict(peer, cause, status, why);
 }
 
+hc_drv_t *hc_core_node_driver(void)
+{
+    for (int i = 0; i < hc_ctx.ndrvs; i++)
+        if (hc_ctx.drvs[i]->ops->scope == HC_DRV_SCOPE_NODE)
+            return hc_ctx.drvs[i];
+    return NULL;
+}
+
 /* Per-peer handshakes of drivers travel through the bootstrap relay, on the
  * channel of the driver's index. */
 static hcomm_status_t hc_ctx_ep_send(void *core, hc_drv_t *drv, int peer, const void *blob,

@@ -280,6 +280,29 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
                             int peer, int32_t tag, struct hcomm_request **req_p);
 void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload);
 void hc_p2p_put_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);
+/* ---- what the layers above (coll/, the API) may ask of the runtime -------
+ * They go through these, never through hc_ctx's tables: which connection
+ * reaches a rank, whether it failed, the node driver, the node map. */
+static inline hc_conn_t *hc_core_conn(int wrank)
+{
+    return hc_ctx.peers[wrank].conn;
+}
+static inline bool hc_core_peer_failed(int wrank)
+{
+    return hc_ctx.peers[wrank].failed;
+}
+static inline bool hc_core_any_failed(void)
+{
+    return hc_ctx.nfailed != 0;
+}
+static inline bool hc_core_on_my_node(int wrank)
+{
+    return hc_ctx.node_of_rank[wrank] == hc_ctx.node;
+}
+/* The open driver of node scope (shared memory between the node's ranks),
+ * or NULL. */
+hc_drv_t *hc_core_node_driver(void);
+
 /* Key and descriptor of [buf, buf+len) for drv (core/memkey.c). held_p:
  * where a registration-cache record taken for it goes (release it with
  * hc_mem_reg_cache_put when done); NULL: pool or region memory only, no
