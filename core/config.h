@@ -44,9 +44,13 @@
     X(mem_pool_bucket_bits, "HCOMM_MEM_POOL_BUCKET_BITS", INT, "2",                                \
       "log2 of the ratio between pool size classes")                                               \
     X(reg_cache_max_bytes, "HCOMM_REG_CACHE_MAX_BYTES", SIZE, "1G",                                \
-      "bytes of user memory the registration cache may hold")                                      \
+      "bytes of user memory the registration cache may hold (a larger range is registered for "    \
+      "one use, uncached)")                                                                        \
     X(reg_cache_max_entries, "HCOMM_REG_CACHE_MAX_ENTRIES", INT, "1024",                           \
       "entries the registration cache may hold")                                                   \
+    X(mem_hooks, "HCOMM_MEM_HOOKS", BOOL, "1",                                                     \
+      "registration cache: intercept munmap, free and the like to drop records of memory given "   \
+      "back (0: only hcomm_mem_deregister does)")                                                  \
     X(socket_ifname, "HCOMM_SOCKET_IFNAME", STR, "",                                               \
       "tcp: interface prefix list, ^ to exclude (default: the one reaching the bootstrap)")        \
     X(conn_per_peer, "HCOMM_CONN_PER_PEER", INT, "4", "tcp: data connections per peer")            \

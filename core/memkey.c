@@ -28,9 +28,14 @@ hcomm_status_t hc_mem_key_local(hc_drv_t *drv, void *buf, size_t len, uint64_t *
     }
     if (!r)
         return HCOMM_OK;
-    if ((drv->ops->caps & HC_DRV_CAP_USER_REG) && !r->registered)
-        return hc_error(HCOMM_ERR_INTERNAL, "rendezvous: memory at %p is not registered with %s",
-                        buf, drv->ops->name);
+    if ((drv->ops->caps & HC_DRV_CAP_USER_REG) && !r->registered) {
+        if (held) {
+            hc_mem_reg_cache_put(held);
+            *held_p = NULL;
+        }
+        return hc_error(HCOMM_ERR_INTERNAL, "memory at %p is not registered with %s", buf,
+                        drv->ops->name);
+    }
     if (r->registered)
         *key_p = r->keys[drv->index];
     desc->page_size = r->page_size;

@@ -39,13 +39,10 @@
 #include <string.h>
 #include <strings.h>
 
-void hc_mem_reg_cache_put(hc_mem_region_t *region) __attribute__((weak)); /* INTEGRATION */
-
 static void hc_rndv_release(struct hcomm_request *req)
 {
     if (req->rndv_held) {
-        if (hc_mem_reg_cache_put)
-            hc_mem_reg_cache_put(req->rndv_held);
+        hc_mem_reg_cache_put(req->rndv_held);
         req->rndv_held = NULL;
     }
 }

@@ -205,9 +205,11 @@ hcomm_status_t hcomm_mem_alloc(size_t bytes, void **ptr_p);
  * for a pointer hcomm_mem_alloc() did not return (nothing is freed). */
 hcomm_status_t hcomm_mem_free(void *ptr);
 
-/* Drops any cached registration of user memory in [ptr, ptr+bytes). Call it
- * before free()/munmap() of a buffer that was passed to hcomm calls, since the
- * library cannot see free(). Never fails for memory it did not cache. */
+/* Drops any cached registration of user memory in [ptr, ptr+bytes). The
+ * library sees munmap/mremap/madvise/free of mapped chunks itself (memory
+ * hooks, docs/mem.md); call this before releasing a buffer the hooks cannot
+ * see (a raw syscall, HCOMM_MEM_HOOKS=0). Never fails for memory it did not
+ * cache. */
 hcomm_status_t hcomm_mem_deregister(void *ptr, size_t bytes);
 
 /* ---------------------------------------------------------------------------

@@ -175,10 +175,11 @@ void hc_mem_stats_print(void (*line)(const char *text, void *arg), void *arg)
              (unsigned long long)s.fallback_frees, (unsigned long long)s.invalid_frees);
     line(buf, arg);
     snprintf(buf, sizeof(buf),
-             "mem: reg cache hits %llu misses %llu evictions %llu, %llu entries, %llu bytes",
+             "mem: reg cache hits %llu misses %llu evictions %llu uncached %llu, %llu entries, "
+             "%llu bytes",
              (unsigned long long)s.cache_hits, (unsigned long long)s.cache_misses,
-             (unsigned long long)s.cache_evictions, (unsigned long long)s.cache_entries,
-             (unsigned long long)s.cache_bytes);
+             (unsigned long long)s.cache_evictions, (unsigned long long)s.cache_uncached,
+             (unsigned long long)s.cache_entries, (unsigned long long)s.cache_bytes);
     line(buf, arg);
     for (unsigned i = 0; i < s.nclasses; i++) {
         const hc_mem_class_stats_t *c = &s.cls[i];

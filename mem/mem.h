@@ -69,9 +69,32 @@ hc_mem_region_t *hc_mem_region_lookup(const void *ptr, size_t len, size_t *offse
 hcomm_status_t hc_mem_alloc(size_t bytes, void **ptr_p);
 hcomm_status_t hc_mem_free(void *ptr);
 
-/* Registration cache for user memory (not pool memory): the region-like
- * record covering [ptr, ptr+len), registered with every driver, LRU-evicted. */
+/* Registration cache for user memory (not pool memory): a region-like
+ * record covering [ptr, ptr+len) rounded out to pages, registered with every
+ * driver (flags HC_MEM_USER, kind HC_MEM_KIND_CACHE).
+ *
+ * get: memory of one of our own regions (pool, large, user; not attached)
+ * returns that region, without a reference. Otherwise it takes a reference on
+ * the cached record covering the range, or registers a new one: cached (LRU,
+ * bounded by HCOMM_REG_CACHE_MAX_ENTRIES / HCOMM_REG_CACHE_MAX_BYTES, only
+ * unreferenced records are evicted) or, when the range exceeds the byte limit
+ * or referenced records fill the cache, private to this reference. Errors:
+ * ERR_INVALID (NULL ptr or region_p, len 0 or wrapping), ERR_NOT_INITIALIZED,
+ * ERR_NO_MEMORY, or the registration hook's status.
+ *
+ * put: drops the reference of one get; the record's keys stay valid until
+ * then, whatever happens to the cache meanwhile (invalidate, eviction, flush,
+ * an intercepted munmap or free: the record is unlinked at once and
+ * deregistered by the last put). A region of our own or NULL: nothing.
+ *
+ * invalidate: every record overlapping [ptr, ptr+len) leaves the cache (what
+ * hcomm_mem_deregister does). With HCOMM_MEM_HOOKS=1 (default) memory given
+ * back through munmap, free and the like is dropped by itself; with 0 only
+ * invalidate protects against a stale registration of reused memory.
+ *
+ * Thread-safe. Not to be called from a registration hook. */
 hcomm_status_t hc_mem_reg_cache_get(const void *ptr, size_t len, hc_mem_region_t **region_p);
+void hc_mem_reg_cache_put(hc_mem_region_t *region);
 void hc_mem_reg_cache_invalidate(const void *ptr, size_t len);
 
 /* Counters, printed by hcomm_info and at finalize with HCOMM_LOG=info. */
@@ -98,6 +121,7 @@ typedef struct {
     uint64_t regions_created, huge_fallbacks, mlock_failures, numa_bind_failures, reg_failures;
     uint64_t bytes_huge, bytes_regular; /* all regions created here, by page kind */
     uint64_t cache_hits, cache_misses, cache_evictions, cache_entries, cache_bytes;
+    uint64_t cache_uncached; /* private registrations: over the byte limit, or no room */
 } hc_mem_stats_t;
 
 /* Snapshot of the counters (for tests and hcomm_info). */

@@ -88,12 +88,34 @@ unsigned hc_mem_pool_class_of(size_t bytes);
 /* Pool and registration cache parts of init/finalize/stats. */
 hcomm_status_t hc_mem_pool_init(void);
 void hc_mem_pool_finalize(void);
+void hc_mem_pool_stats_get(hc_mem_stats_t *s);
+
+/* ---- registration cache (reg_cache.c, mem_hooks.c) ----------------------
+ * Init reads HCOMM_MEM_HOOKS; the hooks are installed at the first lookup of
+ * user memory. Finalize deregisters every record, referenced or not (a
+ * warning counts the references still held; their puts then only free). */
 void hc_mem_reg_cache_init(void);
 void hc_mem_reg_cache_finalize(void);
-/* Drops every cache entry (deregistering it): used when hooks change. */
+/* Drops every record: used when the registration hooks change (and only
+ * then: it starts a new hooks epoch). Unreferenced records are deregistered
+ * now; referenced ones leave the cache at once and their last put frees them
+ * without calling a hook: the hooks that registered them are being replaced
+ * and the new ones never saw their keys (the driver that owns the keys drops
+ * them when it closes). */
 void hc_mem_reg_cache_flush(void);
-void hc_mem_pool_stats_get(hc_mem_stats_t *s);
 void hc_mem_reg_cache_stats_get(hc_mem_stats_t *s);
+
+/* For the memory hooks' wrappers: [addr, addr+len) is about to be unmapped
+ * or to lose its pages; every record overlapping it leaves the cache (a
+ * referenced one is deregistered by its last put, others by the next cache
+ * call). Safe under hc_mem_g.lock and in a signal handler that interrupted
+ * the cache (the range is then processed when the cache unlocks); never
+ * calls a registration hook, never allocates. */
+void hc_mem_reg_cache_unmapped(const void *addr, size_t len);
+/* Records the wrappers must watch: the number of cached records while the
+ * hooks are on, else 0. The wrappers' fast path reads it (relaxed) and does
+ * nothing more when it is 0. */
+extern atomic_size_t hc_mem_reg_cache_watched;
 
 /* Registers / deregisters one record through the installed hooks (callers
  * hold hc_mem_g.lock). */
