@@ -1,6 +1,6 @@
 /*
  * The collective engine: per-communicator queues of resumable operations,
- * advanced from every progress pass (hc_progress_hook). Only a queue's head
+ * advanced from every progress pass (hc_coll_ops.progress). Only a queue's head
  * runs, which gives issue-order matching on every rank without any
  * negotiation. A collective that fails midway (a dead peer, a timeout)
  * leaves its communicator "broken": later collectives on it fail at once
@@ -50,6 +50,7 @@ void hc_coll_op_init(hc_coll_op_t *op)
     /* Only the algorithm state is reset: hc_coll_post sets the arguments. */
     op->started = false;
     op->error = 0;
+    op->draining = false;
     op->state = op->phase = op->round = op->nrounds = 0;
     op->tick = op->tick_end = 0;
     op->off = op->chunk = 0;
@@ -77,12 +78,33 @@ hc_coll_op_t *hc_coll_op_alloc(void)
 
 void hc_coll_op_release(hc_coll_op_t *op)
 {
+    /* A failed op's sends may still be inside a driver, pointing into its
+     * scratch: the scratch then lives until the last of them is out. */
+    hc_drain_t *drain = NULL;
+    for (int i = 0; i < op->nreqs && op->tmp && !drain; i++)
+        if (op->reqs[i]->inflight > 0) {
+            if ((drain = malloc(sizeof(*drain))) == NULL)
+                break; /* cannot track it: the scratch leaks rather than be freed */
+            drain->buf = op->tmp;
+            drain->refs = 0;
+        }
+    bool leak = false;
     for (int i = 0; i < op->nreqs; i++) {
-        hc_list_del(&op->reqs[i]->link);
-        hc_request_free(op->reqs[i]);
+        struct hcomm_request *req = op->reqs[i];
+        hc_list_del(&req->link);
+        if (req->inflight > 0) {
+            if (drain) {
+                req->drain = drain;
+                drain->refs++;
+            } else {
+                leak = true;
+            }
+        }
+        hc_request_free(req);
     }
     op->nreqs = 0;
-    free(op->tmp);
+    if (!drain && !leak)
+        free(op->tmp);
     op->tmp = NULL;
     *(hc_coll_op_t **)op = hc_coll_op_cache;
     hc_coll_op_cache = op;
@@ -114,6 +136,15 @@ void hc_coll_break(struct hcomm_comm *comm, hcomm_status_t status, const char *w
     }
 }
 
+/* Some request of op is a send a driver still holds payloads of. */
+static bool hc_coll_op_inflight(const hc_coll_op_t *op)
+{
+    for (int i = 0; i < op->nreqs; i++)
+        if (op->reqs[i]->inflight > 0)
+            return true;
+    return false;
+}
+
 /* Ends op with status: completes its request and drops it from its queue. */
 static void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status)
 {
@@ -135,6 +166,15 @@ static int hc_coll_run(struct hcomm_comm *comm)
     while (!hc_list_empty(&comm->coll_queue)) {
         hc_coll_op_t *op = hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
         op->started = true;
+        if (HC_UNLIKELY(op->draining)) {
+            if (hc_coll_op_inflight(op))
+                break;
+            hc_coll_comm_t *cc = comm->coll_priv;
+            hc_error(op->drain_status, "%s", cc->broken_why);
+            hc_coll_finish(op, op->drain_status);
+            done++;
+            continue;
+        }
         int before = op->phase * 8 + op->state;
         hc_step_t rc = op->step(op);
         if (HC_UNLIKELY(op->error) && rc.st == HCOMM_OK)
@@ -152,6 +192,16 @@ static int hc_coll_run(struct hcomm_comm *comm)
                 rc = hc_step_fail(hc_peer_error(dead, what));
             else
                 rc = hc_step_fail(hc_coll_gave_up_error(cc, what));
+        }
+        if (HC_UNLIKELY(rc.st != HCOMM_OK) && hc_coll_op_inflight(op)) {
+            /* Failed while a driver still holds some of its sends, which
+             * point into the user's buffers and the op's scratch: the op
+             * ends when they are out (the peers learn of the failure now). */
+            hc_coll_break(comm, rc.st, hc_error_last());
+            op->draining = true;
+            op->drain_status = rc.st;
+            done++;
+            break;
         }
         hc_coll_finish(op, rc.st);
         done++;
@@ -292,11 +342,12 @@ hcomm_status_t hc_coll_init(void)
     if (st != HCOMM_OK)
         return st;
     hc_list_init(&hc_coll_active);
-    hc_progress_hook = hc_coll_progress;
-    hc_coll_cancel_hook = hc_coll_cancel;
-    hc_coll_waiting_hook = hc_coll_waiting;
-    hc_coll_comm_free_hook = hc_coll_comm_free;
-    hc_coll_gave_up_hook = hc_coll_gave_up;
+    static const hc_coll_ops_t ops = {.progress = hc_coll_progress,
+                                      .cancel = hc_coll_cancel,
+                                      .waiting_for = hc_coll_waiting,
+                                      .comm_free = hc_coll_comm_free,
+                                      .gave_up = hc_coll_gave_up};
+    hc_core_register_coll(&ops);
     return HCOMM_OK;
 }
 
@@ -315,11 +366,7 @@ void hc_coll_fini(void)
         free(op);
     }
     hc_coll_group_fini();
-    hc_progress_hook = NULL;
-    hc_coll_cancel_hook = NULL;
-    hc_coll_waiting_hook = NULL;
-    hc_coll_comm_free_hook = NULL;
-    hc_coll_gave_up_hook = NULL;
+    hc_core_register_coll(NULL);
 }
 
 /* Runs a blocking collective to completion on the caller's stack, outside

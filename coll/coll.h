@@ -93,6 +93,9 @@ struct hc_coll_op {
     /* A failure the step found without returning it (node algorithms: the
      * ranks disagree on the collective): the engine ends the op with it. */
     int error;
+    /* Failed, waiting for its in-flight sends to leave the driver. */
+    bool draining;
+    hcomm_status_t drain_status;
     /* algorithm state */
     int state;
     int phase, round, nrounds;

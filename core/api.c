@@ -253,7 +253,9 @@ HC_EXPORT hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p)
         if (req->comm && hc_comm_aborted(req->comm))
             hc_comm_handle_abort(req->comm);
     }
-    if (!req->done) {
+    /* A failed send whose payload a driver still holds is not done for the
+     * caller yet: the buffer is still being read. */
+    if (!req->done || HC_UNLIKELY(req->kind == HC_REQ_SEND && req->inflight > 0)) {
         *done_p = 0;
         return HCOMM_OK;
     }

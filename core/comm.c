@@ -10,9 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void (*hc_coll_cancel_hook)(struct hcomm_request *req);
-int (*hc_coll_waiting_hook)(struct hcomm_request *req);
-void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status, bool release);
 
 /* Guards the communicator list against hcomm_comm_abort, which may run on
  * another thread. Only the communicating thread changes the list (under the
@@ -85,8 +82,8 @@ err:
 
 void hc_comm_destroy(struct hcomm_comm *comm)
 {
-    if (hc_coll_comm_free_hook)
-        hc_coll_comm_free_hook(comm, HCOMM_ERR_ABORTED, true);
+    if (hc_coll_ops.comm_free)
+        hc_coll_ops.comm_free(comm, HCOMM_ERR_ABORTED, true);
     hc_p2p_comm_cleanup(comm);
     pthread_mutex_lock(&hc_comm_list_lock);
     hc_list_del(&comm->link);
@@ -112,8 +109,8 @@ hcomm_status_t hc_comm_abort(struct hcomm_comm *comm)
 
 void hc_comm_handle_abort(struct hcomm_comm *comm)
 {
-    if (hc_coll_comm_free_hook)
-        hc_coll_comm_free_hook(comm, HCOMM_ERR_ABORTED, false);
+    if (hc_coll_ops.comm_free)
+        hc_coll_ops.comm_free(comm, HCOMM_ERR_ABORTED, false);
     hc_p2p_fail_comm(comm, hc_error(HCOMM_ERR_ABORTED, "hcomm: communicator was aborted"));
 }
 

@@ -67,6 +67,14 @@ typedef enum { HC_REQ_SEND = 1, HC_REQ_RECV, HC_REQ_COLL } hc_req_kind_t;
 
 #define HC_REQ_MAGIC 0x68637271u /* live request */
 #define HC_REQ_FREED 0x66726565u /* back in the pool */
+#define HC_REQ_DRAINING 0x64726e67u /* freed, but a driver still holds its payloads */
+
+/* Memory that requests' in-flight payloads point into (a failed
+ * collective's scratch): freed when the last of them drains. */
+typedef struct hc_drain {
+    void *buf;
+    int refs;
+} hc_drain_t;
 
 struct hc_coll_op;
 
@@ -94,6 +102,7 @@ struct hcomm_request {
     uint32_t ctx_id;
     uint64_t remote_id; /* rendezvous: the peer's request id */
     struct hc_mem_region *rndv_held; /* registration-cache record held until the end */
+    hc_drain_t *drain;  /* memory to free once its in-flight payloads are out */
     hc_list_t link;     /* posted-receive queue or a peer's pending list */
     /* collectives */
     struct hc_coll_op *coll;
@@ -103,6 +112,11 @@ hcomm_status_t hc_request_pool_init(void);
 void hc_request_pool_fini(void);
 struct hcomm_request *hc_request_alloc(hc_req_kind_t kind);
 void hc_request_free(struct hcomm_request *req);
+/* put_done brought a freed request's in-flight count to 0: recycle it. */
+void hc_request_drained(struct hcomm_request *req);
+/* Progresses until a failed send's in-flight puts are out (a driver no
+ * longer reads its buffer) or the deadline passes. */
+void hc_request_drain(struct hcomm_request *req, uint64_t *deadline_p);
 /* Request named by a rendezvous id (index | gen << 32), or NULL if stale. */
 struct hcomm_request *hc_request_by_id(uint64_t id);
 static inline uint64_t hc_request_id(const struct hcomm_request *req)
@@ -229,19 +243,26 @@ typedef struct hc_ctx {
 extern hc_ctx_t hc_ctx;
 
 /* ---- progress (progress.c) ------------------------------------------------ */
-/* Set by the API layer: advances collectives (coll/ sits above core/). */
-extern int (*hc_progress_hook)(void);
-/* Set by the API layer: a collective request timed out; drop its state. */
-extern void (*hc_coll_cancel_hook)(struct hcomm_request *req);
-/* Set by the API layer: the comm rank a collective is waiting for, or -1. */
-extern int (*hc_coll_waiting_hook)(struct hcomm_request *req);
-/* Set by the API layer: fail the collectives queued on comm; with release,
- * also free coll/'s state for it (the communicator is being destroyed). */
-extern void (*hc_coll_comm_free_hook)(struct hcomm_comm *comm, hcomm_status_t status,
-                                      bool release);
-/* Set by the API layer: communicator rank `from` of comm gave up on it
- * (HC_FRAME_GIVE_UP): its collectives can no longer complete. */
-extern void (*hc_coll_gave_up_hook)(struct hcomm_comm *comm, int from, hcomm_status_t status);
+/* What the runtime calls in the collectives layer above it: one table that
+ * coll/ registers at init (hc_core_register_coll) and clears at finalize;
+ * every entry is NULL until then. The runtime never includes coll/. */
+typedef struct {
+    /* Advances the collectives in flight; returns how many events. */
+    int (*progress)(void);
+    /* A collective request timed out: drop its state. */
+    void (*cancel)(struct hcomm_request *req);
+    /* The comm rank a collective request is waiting for, or -1. */
+    int (*waiting_for)(struct hcomm_request *req);
+    /* Fail the collectives queued on comm; with release, also free coll/'s
+     * state for it (the communicator is being destroyed). */
+    void (*comm_free)(struct hcomm_comm *comm, hcomm_status_t status, bool release);
+    /* Comm rank `from` gave up on comm (HC_FRAME_GIVE_UP). */
+    void (*gave_up)(struct hcomm_comm *comm, int from, hcomm_status_t status);
+} hc_coll_ops_t;
+
+extern hc_coll_ops_t hc_coll_ops;
+/* ops NULL: clears the table. */
+void hc_core_register_coll(const hc_coll_ops_t *ops);
 /* Tells every other member of comm that this rank gave up on it (status). */
 void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status);
 /* hcomm_comm_abort's body: validates comm against the live list under a

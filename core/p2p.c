@@ -150,6 +150,10 @@ void hc_p2p_put_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t s
     if (!req)
         return;
     req->inflight--;
+    if (HC_UNLIKELY(req->magic == HC_REQ_DRAINING)) {
+        hc_request_drained(req);
+        return;
+    }
     if (status != HCOMM_OK && !req->done)
         hc_request_complete(req, status);
     hc_p2p_send_check_done(req);
@@ -292,6 +296,9 @@ static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr
             p->partial_off = hdr->len;
             p->partial_len = dlen;
         }
+    } else if (hdr->type == HC_FRAME_GIVE_UP) {
+        u->len = 0;
+        u->remote_id = hdr->a; /* -status */
     } else {
         (void)hc_rndv_offer_parse(hdr, payload, &u->offer); /* checked by the caller */
         u->len = hdr->a;
@@ -349,8 +356,15 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
     }
     case HC_FRAME_GIVE_UP: {
         struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
-        if (comm && hc_coll_gave_up_hook)
-            hc_coll_gave_up_hook(comm, comm->comm_rank_of[wpeer],
+        if (!comm) {
+            /* The sender created, used and gave up on a communicator this
+             * rank has not created yet (a fast rank right after a split):
+             * kept until it is, or its collectives would wait for ever. */
+            hc_p2p_unexpected(&hc_ctx.orphans, wpeer, hdr, payload);
+            return;
+        }
+        if (hc_coll_ops.gave_up)
+            hc_coll_ops.gave_up(comm, comm->comm_rank_of[wpeer],
                                  (hcomm_status_t)(-(int64_t)hdr->a));
         return;
     }
@@ -507,7 +521,10 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
     return HCOMM_OK;
 }
 
-/* Moves frames that arrived before comm existed into its queue. */
+static void hc_p2p_unexp_free(hc_unexp_t *u);
+
+/* Moves frames that arrived before comm existed into its queue; give-ups
+ * for it are taken now. */
 void hc_p2p_adopt_orphans(struct hcomm_comm *comm)
 {
     hc_list_t *pos, *tmp;
@@ -517,6 +534,13 @@ void hc_p2p_adopt_orphans(struct hcomm_comm *comm)
         if ((u->ctx_id & ~HC_CTX_COLL) != comm->ctx_id)
             continue;
         hc_list_del(&u->link);
+        if (u->type == HC_FRAME_GIVE_UP) {
+            if (hc_coll_ops.gave_up)
+                hc_coll_ops.gave_up(comm, comm->comm_rank_of[u->wpeer],
+                                    (hcomm_status_t)(-(int64_t)u->remote_id));
+            hc_p2p_unexp_free(u);
+            continue;
+        }
         hc_list_push_back(&comm->unexpected, &u->link);
     }
 }
@@ -579,7 +603,6 @@ void hc_p2p_fail_comm(struct hcomm_comm *comm, hcomm_status_t status)
     hc_p2p_fail_pending(comm, -1, status);
 }
 
-void (*hc_coll_gave_up_hook)(struct hcomm_comm *comm, int from, hcomm_status_t status);
 
 void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status)
 {

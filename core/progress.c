@@ -1,7 +1,7 @@
 /*
  * Progress engine. Blocking calls and hcomm_test drive it from the calling
  * thread: every pass polls each open driver, retries frames waiting for
- * credit and advances the collectives in flight (through progress_hook, set
+ * credit and advances the collectives in flight (through hc_coll_ops.progress, set
  * by the API layer, since coll/ sits above core/). Idle waits back off from
  * spinning to yielding, so that more ranks than cores still move.
  *
@@ -18,7 +18,12 @@
 
 #define HC_SLOW_PERIOD_NS 1000000ull
 
-int (*hc_progress_hook)(void);
+hc_coll_ops_t hc_coll_ops;
+
+void hc_core_register_coll(const hc_coll_ops_t *ops)
+{
+    hc_coll_ops = ops ? *ops : (hc_coll_ops_t){0};
+}
 
 int hc_progress(void)
 {
@@ -27,8 +32,8 @@ int hc_progress(void)
         n += hc_ctx.poll[i]->ops->progress(hc_ctx.poll[i]);
     if (HC_UNLIKELY(hc_ctx.npending))
         n += hc_p2p_flush_pending();
-    if (hc_progress_hook)
-        n += hc_progress_hook();
+    if (hc_coll_ops.progress)
+        n += hc_coll_ops.progress();
     return n;
 }
 
@@ -181,6 +186,24 @@ static void hc_request_detach(struct hcomm_request *req)
     }
 }
 
+void hc_request_drain(struct hcomm_request *req, uint64_t *deadline_p)
+{
+    uint64_t limit = *deadline_p ? *deadline_p : hc_time_ns() + (uint64_t)(hc_cfg.timeout * 1e9);
+    hc_backoff_t backoff = {0};
+    while (req->inflight > 0 && hc_time_ns() < limit) {
+        int n = hc_progress();
+        hc_progress_slow();
+        if (n)
+            hc_backoff_reset(&backoff);
+        else
+            hc_backoff_step(&backoff);
+    }
+    if (req->inflight > 0)
+        hc_log_warn("a failed send to rank %d still has %u frames in its driver after the "
+                    "deadline: its buffer must stay valid until the connection ends",
+                    req->wpeer, req->inflight);
+}
+
 hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
 {
     uint64_t deadline = 0;
@@ -212,11 +235,11 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
                 *deadline_p = deadline = now + (uint64_t)(hc_cfg.timeout * 1e9);
             if (now > deadline) {
                 int peer = req->peer;
-                if (req->kind == HC_REQ_COLL && hc_coll_waiting_hook)
-                    peer = hc_coll_waiting_hook(req);
+                if (req->kind == HC_REQ_COLL && hc_coll_ops.waiting_for)
+                    peer = hc_coll_ops.waiting_for(req);
                 hc_request_detach(req);
-                if (req->kind == HC_REQ_COLL && hc_coll_cancel_hook)
-                    hc_coll_cancel_hook(req);
+                if (req->kind == HC_REQ_COLL && hc_coll_ops.cancel)
+                    hc_coll_ops.cancel(req);
                 if (peer >= 0)
                     hc_error(HCOMM_ERR_TIMEOUT,
                              "%s: timed out after %g s waiting for rank %d (HCOMM_TIMEOUT)", what,
@@ -233,6 +256,12 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
         else
             hc_backoff_step(&backoff);
     }
+    /* A send that failed while a driver still holds its payload (the peer
+     * is alive: a broken communicator, a refused message): the caller may
+     * free the buffer once this returns, so the puts go out first, within
+     * the same deadline. */
+    if (HC_UNLIKELY(req->kind == HC_REQ_SEND && req->inflight > 0))
+        hc_request_drain(req, deadline_p);
     /* Requests failed in bulk (a peer died) carry no message of their own:
      * name the peer for this caller. */
     if (req->status == HCOMM_ERR_PEER_FAILED && req->kind != HC_REQ_COLL && req->wpeer >= 0 &&

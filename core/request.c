@@ -83,6 +83,9 @@ struct hcomm_request *hc_request_alloc(hc_req_kind_t kind)
     req->msg_len = 0;
     req->inflight = 0;
     req->remote_id = 0;
+    req->rndv_state = 0;
+    req->rndv_held = NULL;
+    req->drain = NULL;
     req->coll = NULL;
     req->kind = (uint8_t)kind;
     req->status = HCOMM_IN_PROGRESS;
@@ -92,8 +95,30 @@ struct hcomm_request *hc_request_alloc(hc_req_kind_t kind)
 
 void hc_request_free(struct hcomm_request *req)
 {
+    /* A driver still holds payloads of it (puts that returned IN_PROGRESS:
+     * the request failed before they went out). Its slot must not be
+     * reused under their put_done, nor the memory they point into freed:
+     * the last put_done recycles it (hc_request_drained). */
+    if (HC_UNLIKELY(req->inflight > 0)) {
+        req->magic = HC_REQ_DRAINING;
+        return;
+    }
     req->magic = HC_REQ_FREED;
+    if (HC_UNLIKELY(req->drain)) {
+        hc_drain_t *d = req->drain;
+        req->drain = NULL;
+        if (--d->refs == 0) {
+            free(d->buf);
+            free(d);
+        }
+    }
     hc_reqs.free_idx[hc_reqs.nfree++] = req->index;
+}
+
+void hc_request_drained(struct hcomm_request *req)
+{
+    if (req->magic == HC_REQ_DRAINING && req->inflight == 0)
+        hc_request_free(req);
 }
 
 struct hcomm_request *hc_request_by_id(uint64_t id)
