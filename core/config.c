@@ -14,18 +14,52 @@
 
 hc_config_t hc_cfg;
 
-typedef struct {
-    const char *env, *def, *help;
-    hc_cfg_type_t type;
-    size_t offset;
-} hc_cfg_entry_t;
-
-static const hc_cfg_entry_t hc_cfg_table[] = {
+static const hc_config_knob_t hc_cfg_table[] = {
 #define HC_CFG_ENTRY_(field, envname, type, defv, helptext)                                        \
-    {envname, defv, helptext, HC_CFG_##type, offsetof(hc_config_t, field)},
+    {envname, defv, helptext, HC_CFG_##type, &hc_cfg.field},
     HC_CONFIG_MAP(HC_CFG_ENTRY_)
 #undef HC_CFG_ENTRY_
 };
+
+/* Drivers' tables, kept sorted by owner so that listings do not depend on
+ * the order constructors ran in. */
+#define HC_CFG_MAX_TABLES 16
+static struct {
+    const char *owner;
+    const hc_config_knob_t *knobs;
+    size_t n;
+} hc_cfg_tables[HC_CFG_MAX_TABLES];
+static size_t hc_cfg_ntables;
+static const char *hc_cfg_refused; /* a table that did not fit: init fails naming it */
+
+void hc_config_register(const char *owner, const hc_config_knob_t *knobs, size_t n)
+{
+    if (hc_cfg_ntables == HC_CFG_MAX_TABLES) {
+        hc_cfg_refused = owner;
+        return;
+    }
+    size_t i = hc_cfg_ntables++;
+    while (i > 0 && strcmp(hc_cfg_tables[i - 1].owner, owner) > 0) {
+        hc_cfg_tables[i] = hc_cfg_tables[i - 1];
+        i--;
+    }
+    hc_cfg_tables[i].owner = owner;
+    hc_cfg_tables[i].knobs = knobs;
+    hc_cfg_tables[i].n = n;
+}
+
+/* Every knob, the core's first; stops when fn says false. */
+static bool hc_config_walk(bool (*fn)(const hc_config_knob_t *k, void *arg), void *arg)
+{
+    for (size_t i = 0; i < HC_ARRAY_SIZE(hc_cfg_table); i++)
+        if (!fn(&hc_cfg_table[i], arg))
+            return false;
+    for (size_t t = 0; t < hc_cfg_ntables; t++)
+        for (size_t i = 0; i < hc_cfg_tables[t].n; i++)
+            if (!fn(&hc_cfg_tables[t].knobs[i], arg))
+                return false;
+    return true;
+}
 
 /* Numbers are decimal, as documented: strtol's base 0 would read "0x10" as
  * 16 and "010" as 8, and strtod takes hex floats, "inf" and "nan". */
@@ -72,9 +106,9 @@ static bool hc_config_parse_bool(const char *s, bool *out)
     return false;
 }
 
-static bool hc_config_parse_one(const hc_cfg_entry_t *e, const char *s)
+static bool hc_config_parse_one(const hc_config_knob_t *e, const char *s)
 {
-    void *field = (char *)&hc_cfg + e->offset;
+    void *field = e->field;
     char *end;
     errno = 0;
     switch (e->type) {
@@ -104,24 +138,36 @@ static bool hc_config_parse_one(const hc_cfg_entry_t *e, const char *s)
     return false;
 }
 
+static bool hc_config_load_one(const hc_config_knob_t *e, void *arg)
+{
+    hcomm_status_t *st = arg;
+    if (!hc_config_parse_one(e, e->def)) {
+        *st = hc_error(HCOMM_ERR_INTERNAL, "config: bad default for %s", e->env);
+        return false;
+    }
+    const char *v = getenv(e->env);
+    if (v && !hc_config_parse_one(e, v)) {
+        hc_config_parse_one(e, e->def);
+        static const char *const expect[] = {
+            [HC_CFG_INT] = "a decimal integer", [HC_CFG_SIZE] = "a decimal byte count "
+            "with an optional K/M/G/T suffix", [HC_CFG_DOUBLE] = "a non-negative decimal "
+            "number", [HC_CFG_STR] = "a string", [HC_CFG_BOOL] = "1/0, on/off, yes/no or "
+            "true/false"};
+        *st = hc_error(HCOMM_ERR_INVALID, "hcomm_init: cannot parse %s=\"%s\": expected %s",
+                       e->env, v, expect[e->type]);
+        return false;
+    }
+    return true;
+}
+
 hcomm_status_t hc_config_load(void)
 {
-    for (size_t i = 0; i < HC_ARRAY_SIZE(hc_cfg_table); i++) {
-        const hc_cfg_entry_t *e = &hc_cfg_table[i];
-        if (!hc_config_parse_one(e, e->def))
-            return hc_error(HCOMM_ERR_INTERNAL, "config: bad default for %s", e->env);
-        const char *v = getenv(e->env);
-        if (v && !hc_config_parse_one(e, v)) {
-            hc_config_parse_one(e, e->def);
-            static const char *const expect[] = {
-                [HC_CFG_INT] = "a decimal integer", [HC_CFG_SIZE] = "a decimal byte count "
-                "with an optional K/M/G/T suffix", [HC_CFG_DOUBLE] = "a non-negative decimal "
-                "number", [HC_CFG_STR] = "a string", [HC_CFG_BOOL] = "1/0, on/off, yes/no or "
-                "true/false"};
-            return hc_error(HCOMM_ERR_INVALID, "hcomm_init: cannot parse %s=\"%s\": expected %s",
-                            e->env, v, expect[e->type]);
-        }
-    }
+    hcomm_status_t st = HCOMM_OK;
+    if (hc_cfg_refused)
+        return hc_error(HCOMM_ERR_INTERNAL, "config: the knobs of %s were not registered (more "
+                        "than %d tables)", hc_cfg_refused, HC_CFG_MAX_TABLES);
+    if (!hc_config_walk(hc_config_load_one, &st))
+        return st;
     int level;
     if (!hc_log_level_parse(hc_cfg.log, &level))
         return hc_error(HCOMM_ERR_INVALID,
@@ -140,22 +186,32 @@ hcomm_status_t hc_config_load(void)
     return HCOMM_OK;
 }
 
+typedef struct {
+    void (*fn)(const char *env, const char *value, const char *def, const char *help, void *arg);
+    void *arg;
+} hc_cfg_print_t;
+
+static bool hc_config_print_one(const hc_config_knob_t *e, void *arg)
+{
+    hc_cfg_print_t *p = arg;
+    char buf[64];
+    const void *field = e->field;
+    const char *value = buf;
+    switch (e->type) {
+    case HC_CFG_INT: snprintf(buf, sizeof(buf), "%lld", (long long)*(const int64_t *)field); break;
+    case HC_CFG_SIZE: snprintf(buf, sizeof(buf), "%zu", *(const size_t *)field); break;
+    case HC_CFG_DOUBLE: snprintf(buf, sizeof(buf), "%g", *(const double *)field); break;
+    case HC_CFG_STR: value = *(const char *const *)field; break;
+    case HC_CFG_BOOL: value = *(const bool *)field ? "1" : "0"; break;
+    }
+    p->fn(e->env, value ? value : "", e->def, e->help, p->arg);
+    return true;
+}
+
 void hc_config_foreach(void (*fn)(const char *env, const char *value, const char *def,
                                   const char *help, void *arg),
                        void *arg)
 {
-    char buf[64];
-    for (size_t i = 0; i < HC_ARRAY_SIZE(hc_cfg_table); i++) {
-        const hc_cfg_entry_t *e = &hc_cfg_table[i];
-        const void *field = (const char *)&hc_cfg + e->offset;
-        const char *value = buf;
-        switch (e->type) {
-        case HC_CFG_INT: snprintf(buf, sizeof(buf), "%lld", (long long)*(const int64_t *)field); break;
-        case HC_CFG_SIZE: snprintf(buf, sizeof(buf), "%zu", *(const size_t *)field); break;
-        case HC_CFG_DOUBLE: snprintf(buf, sizeof(buf), "%g", *(const double *)field); break;
-        case HC_CFG_STR: value = *(const char *const *)field; break;
-        case HC_CFG_BOOL: value = *(const bool *)field ? "1" : "0"; break;
-        }
-        fn(e->env, value ? value : "", e->def, e->help, arg);
-    }
+    hc_cfg_print_t p = {fn, arg};
+    (void)hc_config_walk(hc_config_print_one, &p);
 }

@@ -1,8 +1,11 @@
 /*
- * Every HCOMM_* knob, declared once: X(field, ENV_NAME, type, default, help).
- * hc_config_load() reads the environment into hc_cfg once, at init; nothing
- * else calls getenv() for an HCOMM_ knob. `hcomm_info -c` prints the table
- * with the current values. Types: INT (int64), SIZE (bytes, accepts K/M/G
+ * Every HCOMM_* knob, declared once. The library's own: X(field, ENV_NAME,
+ * type, default, help) below, read into hc_cfg. A driver's own: a table of
+ * hc_config_knob_t next to its code, registered with HC_CONFIG_KNOBS, read
+ * into the driver's variables. hc_config_load() reads both once, at init;
+ * nothing else calls getenv() for an HCOMM_ knob. `hcomm_info -c` (and
+ * docs/config.md, generated from it) lists the core's knobs, then each
+ * driver's by driver name. Types: INT (int64), SIZE (bytes, accepts K/M/G
  * suffixes), DOUBLE, STR (string, "" for unset), BOOL (0/1/yes/no/on/off).
  */
 #ifndef HC_CONFIG_H
@@ -24,11 +27,6 @@
     X(rndv, "HCOMM_RNDV", STR, "auto",                                                             \
       "large p2p messages: auto (the receiver gets if it can, else the sender writes, else "      \
       "streams) | get | write | stream (what a connection cannot do streams)")                    \
-    X(shm_slots, "HCOMM_SHM_SLOTS", INT, "64",                                                     \
-      "receive slots per shm connection (rounded up to a power of two)")                 \
-    X(shm_slot_size, "HCOMM_SHM_SLOT_SIZE", SIZE, "8K", "bytes per shm receive slot (eager size)") \
-    X(shm_cma, "HCOMM_SHM_CMA", BOOL, "1",                                                         \
-      "single-copy large shm messages with process_vm_readv when the kernel allows it")            \
     X(coll_chunk, "HCOMM_COLL_CHUNK", SIZE, "256K",                                                \
       "pipeline chunk per rank for large node collectives")                                        \
     X(coll_small, "HCOMM_COLL_SMALL", SIZE, "4K",                                                  \
@@ -51,17 +49,6 @@
     X(mem_hooks, "HCOMM_MEM_HOOKS", BOOL, "1",                                                     \
       "registration cache: intercept munmap, free and the like to drop records of memory given "   \
       "back (0: only hcomm_mem_deregister does)")                                                  \
-    X(socket_ifname, "HCOMM_SOCKET_IFNAME", STR, "",                                               \
-      "tcp: interface prefix list, ^ to exclude (default: the one reaching the bootstrap)")        \
-    X(conn_per_peer, "HCOMM_CONN_PER_PEER", INT, "4", "tcp: data connections per peer")            \
-    X(conn_sched, "HCOMM_CONN_SCHED", STR, "priority", "tcp: priority|round_robin")                \
-    X(zcopy_threshold, "HCOMM_ZCOPY_THRESHOLD", SIZE, "64K", "tcp: MSG_ZEROCOPY above this size")  \
-    X(conn_idle_timeout, "HCOMM_CONN_IDLE_TIMEOUT", DOUBLE, "30",                                  \
-      "seconds before an idle connection is closed")                                               \
-    X(conn_half_open_timeout, "HCOMM_CONN_HALF_OPEN_TIMEOUT", DOUBLE, "3",                         \
-      "seconds of silence before a peer is suspect")                                               \
-    X(conn_fail_timeout, "HCOMM_CONN_FAIL_TIMEOUT", DOUBLE, "30",                                  \
-      "seconds of silence before a suspect peer is declared failed")                               \
     X(stats, "HCOMM_STATS", BOOL, "0", "print per-operation counters at finalize")
 
 /* The largest HCOMM_TIMEOUT kept as given (seconds); larger values saturate
@@ -82,6 +69,28 @@ typedef struct {
 } hc_config_t;
 
 extern hc_config_t hc_cfg;
+
+/* A knob a driver declares (field: int64_t, size_t, double, const char * or
+ * bool, by type). */
+typedef struct {
+    const char *env, *def, *help;
+    hc_cfg_type_t type;
+    void *field;
+} hc_config_knob_t;
+
+#define HC_KNOB_INT(var, env, def, help) {env, def, help, HC_CFG_INT, &(var)}
+#define HC_KNOB_SIZE(var, env, def, help) {env, def, help, HC_CFG_SIZE, &(var)}
+#define HC_KNOB_DOUBLE(var, env, def, help) {env, def, help, HC_CFG_DOUBLE, &(var)}
+#define HC_KNOB_STR(var, env, def, help) {env, def, help, HC_CFG_STR, &(var)}
+#define HC_KNOB_BOOL(var, env, def, help) {env, def, help, HC_CFG_BOOL, &(var)}
+
+/* Registers a driver's knobs (from a constructor: HC_CONFIG_KNOBS). */
+void hc_config_register(const char *owner, const hc_config_knob_t *knobs, size_t n);
+#define HC_CONFIG_KNOBS(owner, table)                                                              \
+    __attribute__((constructor)) static void hc_config_knobs_##table(void)                       \
+    {                                                                                              \
+        hc_config_register(owner, table, sizeof(table) / sizeof((table)[0]));                     \
+    }
 
 /* Reads every knob from the environment (defaults for unset ones). A value
  * that does not parse fails with ERR_INVALID naming the variable. */

@@ -123,6 +123,23 @@ typedef struct {
     int nmaps;
 } hc_drv_shm_t;
 
+/* This driver's knobs (listed by hcomm_info -c with the others). */
+static struct {
+    int64_t slots;
+    size_t slot_size;
+    bool cma;
+} hc_shm_cfg;
+
+static const hc_config_knob_t hc_shm_knobs[] = {
+    HC_KNOB_INT(hc_shm_cfg.slots, "HCOMM_SHM_SLOTS", "64",
+                "shm: receive slots per connection (rounded up to a power of two)"),
+    HC_KNOB_SIZE(hc_shm_cfg.slot_size, "HCOMM_SHM_SLOT_SIZE", "8K",
+                 "shm: bytes per receive slot (eager size)"),
+    HC_KNOB_BOOL(hc_shm_cfg.cma, "HCOMM_SHM_CMA", "1",
+                 "shm: single-copy large messages with process_vm_readv when the kernel allows it"),
+};
+HC_CONFIG_KNOBS("shm", hc_shm_knobs)
+
 #define HC_SHM_MAPS 64 /* peers' memfds mapped at once (remote keys) */
 
 /* A peer's memfd mapped here (see "remote keys" below). */
@@ -168,13 +185,13 @@ static hcomm_status_t hc_drv_shm_probe(const hc_drv_env_t *env, char *why, size_
 
 static hcomm_status_t hc_drv_shm_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
 {
-    if (hc_cfg.shm_slots < 2 || hc_cfg.shm_slots > 65536)
+    if (hc_shm_cfg.slots < 2 || hc_shm_cfg.slots > 65536)
         return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_SHM_SLOTS=%lld must be in [2, 65536]",
-                        (long long)hc_cfg.shm_slots);
-    if (hc_cfg.shm_slot_size < 256 || hc_cfg.shm_slot_size > (1u << 24))
+                        (long long)hc_shm_cfg.slots);
+    if (hc_shm_cfg.slot_size < 256 || hc_shm_cfg.slot_size > (1u << 24))
         return hc_error(HCOMM_ERR_INVALID,
                         "hcomm_init: HCOMM_SHM_SLOT_SIZE=%zu must be in [256, 16M]",
-                        hc_cfg.shm_slot_size);
+                        hc_shm_cfg.slot_size);
     hc_drv_shm_t *s = calloc(1, sizeof(*s));
     if (!s)
         return hc_error(HCOMM_ERR_NO_MEMORY, "shm driver");
@@ -184,9 +201,9 @@ static hcomm_status_t hc_drv_shm_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     /* A power of two, so that slot positions are masks, not divisions, on
      * the data path. */
     s->nslots = 1;
-    while (s->nslots < (uint32_t)hc_cfg.shm_slots)
+    while (s->nslots < (uint32_t)hc_shm_cfg.slots)
         s->nslots <<= 1;
-    s->slot_size = HC_ALIGN_UP(hc_cfg.shm_slot_size, (size_t)HC_CACHE_LINE);
+    s->slot_size = HC_ALIGN_UP(hc_shm_cfg.slot_size, (size_t)HC_CACHE_LINE);
     s->conns = calloc((size_t)s->L, sizeof(*s->conns));
     s->maps = calloc(HC_SHM_MAPS, sizeof(*s->maps));
     s->active = calloc((size_t)s->L, sizeof(int));
@@ -415,7 +432,7 @@ static hcomm_status_t hc_drv_shm_connect(hc_drv_t *drv, int peer, const void *ad
     c->in = hc_shm_fifo(s, (int)a.local_rank, s->lr);
     c->pid = (pid_t)a.pid;
     c->base.caps |= HC_CONN_CAP_RKEY_PTR; /* memfd memory: see the remote keys above */
-    if (hc_cfg.shm_cma) {
+    if (hc_shm_cfg.cma) {
         uint64_t seen = 0;
         struct iovec l = {.iov_base = &seen, .iov_len = sizeof(seen)};
         struct iovec r = {.iov_base = (void *)(uintptr_t)a.canary_addr, .iov_len = sizeof(seen)};

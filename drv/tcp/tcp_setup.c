@@ -50,6 +50,32 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+/* This driver's knobs (listed by hcomm_info -c with the others). */
+static struct {
+    const char *ifname, *sched;
+    int64_t conn_per_peer;
+    size_t zcopy_threshold;
+    double idle_timeout, half_open_timeout, fail_timeout;
+} hc_tcp_cfg;
+
+static const hc_config_knob_t hc_tcp_knobs[] = {
+    HC_KNOB_STR(hc_tcp_cfg.ifname, "HCOMM_SOCKET_IFNAME", "",
+                "tcp: interface prefix list, ^ to exclude (default: the one reaching the "
+                "bootstrap)"),
+    HC_KNOB_INT(hc_tcp_cfg.conn_per_peer, "HCOMM_CONN_PER_PEER", "4",
+                "tcp: data connections per peer"),
+    HC_KNOB_STR(hc_tcp_cfg.sched, "HCOMM_CONN_SCHED", "priority", "tcp: priority|round_robin"),
+    HC_KNOB_SIZE(hc_tcp_cfg.zcopy_threshold, "HCOMM_ZCOPY_THRESHOLD", "64K",
+                 "tcp: MSG_ZEROCOPY above this size"),
+    HC_KNOB_DOUBLE(hc_tcp_cfg.idle_timeout, "HCOMM_CONN_IDLE_TIMEOUT", "30",
+                   "tcp: seconds before an idle connection is closed"),
+    HC_KNOB_DOUBLE(hc_tcp_cfg.half_open_timeout, "HCOMM_CONN_HALF_OPEN_TIMEOUT", "3",
+                   "tcp: seconds of silence before a peer is suspect"),
+    HC_KNOB_DOUBLE(hc_tcp_cfg.fail_timeout, "HCOMM_CONN_FAIL_TIMEOUT", "30",
+                   "tcp: seconds of silence before a suspect peer is declared failed"),
+};
+HC_CONFIG_KNOBS("tcp", hc_tcp_knobs)
+
 #define HC_TCP_HELLO_TIMEOUT_NS (5ull * 1000000000ull)
 #define HC_TCP_SOCKBUF (4 << 20)
 
@@ -122,7 +148,7 @@ static bool hc_drv_tcp_pick_if(const hc_drv_env_t *env, struct sockaddr_storage 
         snprintf(why, why_len, "getifaddrs: %s", strerror(errno));
         return false;
     }
-    const char *filter = hc_cfg.socket_ifname;
+    const char *filter = hc_tcp_cfg.ifname;
     if (filter && filter[0]) {
         /* The user's list: the first usable match, IPv4 before IPv6. */
         for (int pass = 0; pass < 2 && !best; pass++)
@@ -274,27 +300,27 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
         st = hc_error(HCOMM_ERR_NO_MEMORY, "tcp driver: table of %d peers", env->size);
         goto err_free;
     }
-    if (hc_cfg.conn_per_peer < 1 || hc_cfg.conn_per_peer > HC_TCP_MAX_SOCKS) {
+    if (hc_tcp_cfg.conn_per_peer < 1 || hc_tcp_cfg.conn_per_peer > HC_TCP_MAX_SOCKS) {
         st = hc_error(HCOMM_ERR_INVALID, "HCOMM_CONN_PER_PEER must be in [1, %d] (got %lld)",
-                      HC_TCP_MAX_SOCKS, (long long)hc_cfg.conn_per_peer);
+                      HC_TCP_MAX_SOCKS, (long long)hc_tcp_cfg.conn_per_peer);
         goto err_free;
     }
-    d->nsocks = (int)hc_cfg.conn_per_peer;
-    if (!strcmp(hc_cfg.conn_sched, "round_robin")) {
+    d->nsocks = (int)hc_tcp_cfg.conn_per_peer;
+    if (!strcmp(hc_tcp_cfg.sched, "round_robin")) {
         d->rr_all = true;
-    } else if (strcmp(hc_cfg.conn_sched, "priority")) {
+    } else if (strcmp(hc_tcp_cfg.sched, "priority")) {
         st =
             hc_error(HCOMM_ERR_INVALID, "HCOMM_CONN_SCHED must be priority or round_robin (got %s)",
-                     hc_cfg.conn_sched);
+                     hc_tcp_cfg.sched);
         goto err_free;
     }
-    d->zc_threshold = hc_cfg.zcopy_threshold ? hc_cfg.zcopy_threshold : SIZE_MAX;
-    double half = hc_cfg.conn_half_open_timeout > 0.05 ? hc_cfg.conn_half_open_timeout : 0.05;
-    double fail = hc_cfg.conn_fail_timeout > half ? hc_cfg.conn_fail_timeout : half;
+    d->zc_threshold = hc_tcp_cfg.zcopy_threshold ? hc_tcp_cfg.zcopy_threshold : SIZE_MAX;
+    double half = hc_tcp_cfg.half_open_timeout > 0.05 ? hc_tcp_cfg.half_open_timeout : 0.05;
+    double fail = hc_tcp_cfg.fail_timeout > half ? hc_tcp_cfg.fail_timeout : half;
     d->suspect_ns = (uint64_t)(half * 1e9);
     d->hb_period_ns = d->suspect_ns / 3;
     d->fail_ns = (uint64_t)(fail * 1e9);
-    d->idle_ns = hc_cfg.conn_idle_timeout > 0 ? (uint64_t)(hc_cfg.conn_idle_timeout * 1e9) : 0;
+    d->idle_ns = hc_tcp_cfg.idle_timeout > 0 ? (uint64_t)(hc_tcp_cfg.idle_timeout * 1e9) : 0;
     /* An explicit SO_SNDBUF turns autotuning off and is capped by
      * net.core.[wr]mem_max: set it only where the cap lets it be large. */
     if (hc_drv_tcp_read_sysctl("/proc/sys/net/core/wmem_max") >= HC_TCP_SOCKBUF &&

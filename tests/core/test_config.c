@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,11 +15,11 @@ static void test_defaults(void **state)
 {
     (void)state;
     unsetenv("HCOMM_TIMEOUT");
-    unsetenv("HCOMM_SHM_SLOT_SIZE");
+    unsetenv("HCOMM_GROUP_FUSE");
     unsetenv("HCOMM_SHM");
     assert_int_equal(hc_config_load(), HCOMM_OK);
     assert_true(hc_cfg.timeout == 300.0);
-    assert_int_equal(hc_cfg.shm_slot_size, 8192);
+    assert_int_equal(hc_cfg.group_fuse, 65536);
     assert_true(hc_cfg.shm);
     assert_string_equal(hc_cfg.algo, "auto");
 }
@@ -44,14 +45,14 @@ static void test_env_values(void **state)
 {
     (void)state;
     setenv("HCOMM_TIMEOUT", "2.5", 1);
-    setenv("HCOMM_SHM_SLOT_SIZE", "16K", 1);
+    setenv("HCOMM_GROUP_FUSE", "16K", 1);
     setenv("HCOMM_SHM", "off", 1);
     assert_int_equal(hc_config_load(), HCOMM_OK);
     assert_true(hc_cfg.timeout == 2.5);
-    assert_int_equal(hc_cfg.shm_slot_size, 16384);
+    assert_int_equal(hc_cfg.group_fuse, 16384);
     assert_false(hc_cfg.shm);
     unsetenv("HCOMM_TIMEOUT");
-    unsetenv("HCOMM_SHM_SLOT_SIZE");
+    unsetenv("HCOMM_GROUP_FUSE");
     unsetenv("HCOMM_SHM");
 }
 
@@ -118,12 +119,65 @@ static void test_foreach(void **state)
     assert_true(seen >= 20);
 }
 
+/* A driver's own knobs: declared in its table, read by hc_config_load with
+ * the core's, listed after them (drivers sorted by name), errors named. */
+static int64_t zz_depth;
+static bool zz_fast;
+static const hc_config_knob_t zz_knobs[] = {
+    HC_KNOB_INT(zz_depth, "HCOMM_ZZTEST_DEPTH", "7", "zztest: a test driver's queue depth"),
+    HC_KNOB_BOOL(zz_fast, "HCOMM_ZZTEST_FAST", "no", "zztest: a test driver's fast mode"),
+};
+HC_CONFIG_KNOBS("zztest", zz_knobs)
+
+static char order[64][40];
+static int norder;
+static void record_knob(const char *env, const char *value, const char *def, const char *help,
+                        void *arg)
+{
+    (void)value, (void)def, (void)help, (void)arg;
+    if (norder < 64)
+        snprintf(order[norder++], sizeof(order[0]), "%s", env);
+}
+
+static void test_driver_knobs(void **state)
+{
+    (void)state;
+    unsetenv("HCOMM_ZZTEST_DEPTH");
+    assert_int_equal(hc_config_load(), HCOMM_OK);
+    assert_int_equal(zz_depth, 7);
+    assert_false(zz_fast);
+    setenv("HCOMM_ZZTEST_DEPTH", "12", 1);
+    setenv("HCOMM_ZZTEST_FAST", "on", 1);
+    assert_int_equal(hc_config_load(), HCOMM_OK);
+    assert_int_equal(zz_depth, 12);
+    assert_true(zz_fast);
+    setenv("HCOMM_ZZTEST_DEPTH", "0x10", 1);
+    assert_int_equal(hc_config_load(), HCOMM_ERR_INVALID);
+    assert_non_null(strstr(hcomm_last_error(), "HCOMM_ZZTEST_DEPTH"));
+    unsetenv("HCOMM_ZZTEST_DEPTH");
+    unsetenv("HCOMM_ZZTEST_FAST");
+    assert_int_equal(hc_config_load(), HCOMM_OK);
+    /* The core's knobs first, then drivers by name: shm before tcp before
+     * zztest, so docs/config.md does not depend on constructor order. */
+    norder = 0;
+    hc_config_foreach(record_knob, NULL);
+    int log = -1, shm = -1, tcp = -1, zz = -1;
+    for (int i = 0; i < norder; i++) {
+        if (!strcmp(order[i], "HCOMM_LOG")) log = i;
+        if (!strcmp(order[i], "HCOMM_SHM_SLOTS")) shm = i;
+        if (!strcmp(order[i], "HCOMM_CONN_PER_PEER")) tcp = i;
+        if (!strcmp(order[i], "HCOMM_ZZTEST_DEPTH")) zz = i;
+    }
+    assert_true(log == 0 && shm > log && tcp > shm && zz > tcp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),       cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_env_values),     cmocka_unit_test(test_bad_values_named),
         cmocka_unit_test(test_foreach),        cmocka_unit_test(test_timeout_saturates),
+        cmocka_unit_test(test_driver_knobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
