@@ -15,7 +15,7 @@
  * library objects rather than the public libhcomm.
  */
 
-#include "core/config.h"
+#include "base/config.h"
 #include "mem/mem.h"
 
 #include <pthread.h>

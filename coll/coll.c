@@ -332,15 +332,10 @@ static void hc_coll_gave_up(struct hcomm_comm *comm, int from, hcomm_status_t st
     cc->gave_up_rank = from;
 }
 
-void hc_coll_group_fini(void);
-hcomm_status_t hc_coll_api_init(void);
 
 hcomm_status_t hc_coll_init(void)
 {
     hc_reduce_init();
-    hcomm_status_t st = hc_coll_api_init();
-    if (st != HCOMM_OK)
-        return st;
     hc_list_init(&hc_coll_active);
     static const hc_coll_ops_t ops = {.progress = hc_coll_progress,
                                       .cancel = hc_coll_cancel,
@@ -365,7 +360,6 @@ void hc_coll_fini(void)
         hc_coll_op_cache = *(hc_coll_op_t **)op;
         free(op);
     }
-    hc_coll_group_fini();
     hc_core_register_coll(NULL);
 }
 

@@ -159,6 +159,10 @@ void hc_coll_node_free(struct hc_coll_node *node);
 /* This rank's communicator broke with status: tell the node's other ranks. */
 void hc_coll_node_give_up(struct hc_coll_node *node, hcomm_status_t status);
 
+/* Lifecycle (coll.c), called by the API layer after and before the runtime's. */
+hcomm_status_t hc_coll_init(void);
+void hc_coll_fini(void);
+
 /* ---- the algorithm registry (algo.c) -------------------------------------------
  * Every algorithm is one table entry; a new one (a hierarchical allreduce,
  * a topology-aware ring) is a new entry in its family's table. Selection

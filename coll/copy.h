@@ -1,7 +1,7 @@
 #ifndef HC_COLL_COPY_H
 #define HC_COLL_COPY_H
 
-#include "core/hc_base.h"
+#include "base/hc_base.h"
 
 /* memcpy with non-temporal stores (falls back to memcpy without AVX2). For
  * outputs larger than the caches that this rank will not read again. */

@@ -26,7 +26,7 @@
 #ifndef HC_COLL_REDUCE_H
 #define HC_COLL_REDUCE_H
 
-#include "core/hc_base.h"
+#include "base/hc_base.h"
 
 /* HC_ISA_AVX512_FP16: AVX-512 plus native AVX512_FP16 arithmetic for 2-input
  * fp16 SUM/PROD (same bits as the fp32 path, see reduce_avx512.c). */

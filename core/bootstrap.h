@@ -20,7 +20,7 @@
 #ifndef HC_BOOTSTRAP_H
 #define HC_BOOTSTRAP_H
 
-#include "core/hc_base.h"
+#include "base/hc_base.h"
 
 typedef struct {
     int rank, size;

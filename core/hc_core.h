@@ -17,40 +17,12 @@
 #define HC_CORE_H
 
 #include "core/bootstrap.h"
-#include "core/config.h"
-#include "core/hc_base.h"
+#include "base/config.h"
+#include "base/hc_base.h"
+#include "base/list.h"
 #include "drv/drv.h"
 
 #include <sys/types.h>
-
-typedef struct hc_list {
-    struct hc_list *prev, *next;
-} hc_list_t;
-
-static inline void hc_list_init(hc_list_t *h)
-{
-    h->prev = h->next = h;
-}
-static inline bool hc_list_empty(const hc_list_t *h)
-{
-    return h->next == h;
-}
-static inline void hc_list_push_back(hc_list_t *h, hc_list_t *e)
-{
-    e->prev = h->prev;
-    e->next = h;
-    h->prev->next = e;
-    h->prev = e;
-}
-static inline void hc_list_del(hc_list_t *e)
-{
-    e->prev->next = e->next;
-    e->next->prev = e->prev;
-    e->prev = e->next = e;
-}
-#define hc_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
-#define hc_list_foreach_safe(pos, tmp, head)                                                       \
-    for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
 
 /* ---- requests ----------------------------------------------------------- */
 /* Rendezvous states (core/rndv.c). */
@@ -241,6 +213,10 @@ typedef struct hc_ctx {
 } hc_ctx_t;
 
 extern hc_ctx_t hc_ctx;
+
+/* The runtime's lifecycle (context.c), called by the API layer. */
+hcomm_status_t hc_ctx_init(void);
+void hc_ctx_finalize(void);
 
 /* ---- progress (progress.c) ------------------------------------------------ */
 /* What the runtime calls in the collectives layer above it: one table that

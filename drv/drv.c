@@ -8,7 +8,7 @@
  * logged at info level with the reasons the other drivers were skipped.
  */
 #include "drv/drv.h"
-#include "core/config.h"
+#include "base/config.h"
 
 #include <stdio.h>
 #include <string.h>

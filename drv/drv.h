@@ -17,7 +17,7 @@
 #ifndef HC_DRV_H
 #define HC_DRV_H
 
-#include "core/hc_base.h"
+#include "base/hc_base.h"
 
 #include <sys/types.h>
 

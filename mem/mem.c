@@ -5,7 +5,7 @@
  * their printout.
  */
 #include "mem/mem_int.h"
-#include "core/config.h"
+#include "base/config.h"
 
 #include <errno.h>
 #include <numa.h>

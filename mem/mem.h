@@ -11,7 +11,7 @@
 #ifndef HC_MEM_H
 #define HC_MEM_H
 
-#include "core/hc_base.h"
+#include "base/hc_base.h"
 
 #define HC_MEM_MAX_KEYS HC_MAX_DRIVERS /* one registration key per open driver */
 

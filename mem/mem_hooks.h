@@ -5,7 +5,7 @@
 #ifndef HC_MEM_HOOKS_H
 #define HC_MEM_HOOKS_H
 
-#include "core/hc_base.h"
+#include "base/hc_base.h"
 
 /* Patches the GOT slots of every loaded object that call the unmap family
  * (munmap, mremap, madvise, mmap, mmap64, shmdt, brk, sbrk, free, realloc,

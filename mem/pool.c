@@ -49,7 +49,7 @@
  */
 #include "mem/lifo.h"
 #include "mem/mem_int.h"
-#include "core/config.h"
+#include "base/config.h"
 
 #include <errno.h>
 #include <stdio.h>

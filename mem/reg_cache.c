@@ -39,7 +39,7 @@
  */
 #include "mem/mem_int.h"
 #include "mem/mem_hooks.h"
-#include "core/config.h"
+#include "base/config.h"
 
 #include <signal.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
  * with a one-rank environment, as a job's init would.
  */
 #include "coll/reduce.h"
-#include "core/config.h"
+#include "base/config.h"
 #include "drv/drv.h"
 #include "mem/mem.h"
 #include "topo/topo.h"

@@ -6,7 +6,7 @@
 #ifndef HC_TOPO_H
 #define HC_TOPO_H
 
-#include "core/hc_base.h"
+#include "base/hc_base.h"
 
 /* "host/net:[4026531840]" or HCOMM_NODE_ID when set (override). */
 hcomm_status_t hc_topo_node_id(const char *override, char *buf, size_t len);

@@ -26,7 +26,7 @@
  * and carves the block; the others find it and wait until it is published.
  */
 #include "drv/drv.h"
-#include "core/config.h"
+#include "base/config.h"
 #include "mem/mem.h"
 
 #include <errno.h>

@@ -9,7 +9,7 @@
 #ifndef HC_DRV_TCP_H
 #define HC_DRV_TCP_H
 
-#include "core/hc_base.h"
+#include "base/hc_base.h"
 #include "drv/drv.h"
 
 #include <netinet/in.h>

@@ -33,7 +33,7 @@
  * process that replaced the one recorded at wireup.
  */
 #include "drv/tcp/tcp.h"
-#include "core/config.h"
+#include "base/config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

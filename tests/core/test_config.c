@@ -1,6 +1,6 @@
 /* core/config.c: defaults, size suffixes, malformed values named in the
  * error, and the table walk hcomm_info -c prints. */
-#include "core/config.h"
+#include "base/config.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

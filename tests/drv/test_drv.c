@@ -4,7 +4,7 @@
  * nodes and no usable network driver fails with a clear message, and
  * hcomm_info's description names the skip reasons. Two fake network drivers
  * register here next to the real ones. */
-#include "core/config.h"
+#include "base/config.h"
 #include "drv/drv.h"
 
 #include <setjmp.h>

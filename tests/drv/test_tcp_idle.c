@@ -4,7 +4,7 @@
  * handshake are held, not lost; a handshake refused because of traffic;
  * both sides asking at once; a peer that restarted at the address the table
  * holds is failed with HCOMM_ERR_PEER_FAILED and gets no frame. */
-#include "core/config.h"
+#include "base/config.h"
 #include "drv/tcp/tcp.h"
 
 #include <setjmp.h>

@@ -2,7 +2,7 @@
 #ifndef HC_MEM_TEST_H
 #define HC_MEM_TEST_H
 
-#include "core/config.h"
+#include "base/config.h"
 #include "mem/mem_int.h"
 
 #include <stdio.h>

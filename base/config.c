@@ -3,7 +3,7 @@
  * init; a malformed value is an error naming the variable, not a silent
  * default.
  */
-#include "core/config.h"
+#include "base/config.h"
 
 #include <errno.h>
 #include <math.h>

@@ -2,7 +2,7 @@
  * Status strings (from the one X-macro in hcomm.h) and the per-thread last
  * error message that names the function, argument, peer and value.
  */
-#include "core/hc_base.h"
+#include "base/hc_base.h"
 
 #include <errno.h>
 #include <stdio.h>

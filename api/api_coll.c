@@ -3,6 +3,7 @@
  * the argument and the value), algorithm choice, blocking/non-blocking
  * wrappers, groups, and hcomm_comm_split (an allgather on the parent).
  */
+#include "api/api.h"
 #include "coll/coll.h"
 #include "core/stats.h"
 

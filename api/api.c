@@ -1,18 +1,16 @@
 /*
  * The public API for setup, point-to-point, requests and memory: argument
  * validation (every failure names the function, the argument and the value)
- * and the blocking wrappers. The collectives' API lives in coll/coll_api.c.
+ * and the blocking wrappers. The collectives' API lives in api/api_coll.c.
  */
+#include "api/api.h"
+#include "coll/coll.h"
 #include "core/hc_core.h"
 #include "mem/mem.h"
 
 #include <stdio.h>
 #include <string.h>
 
-hcomm_status_t hc_ctx_init(void);
-void hc_ctx_finalize(void);
-hcomm_status_t hc_coll_init(void);
-void hc_coll_fini(void);
 
 const size_t hc_dtype_sizes[HCOMM_DTYPE_COUNT] = {
     [HCOMM_INT8] = 1,    [HCOMM_UINT8] = 1,    [HCOMM_INT32] = 4,   [HCOMM_UINT32] = 4,
@@ -57,6 +55,8 @@ HC_EXPORT hcomm_status_t hcomm_init(int *argc, char ***argv)
     if (st != HCOMM_OK)
         return st;
     st = hc_coll_init();
+    if (st == HCOMM_OK && (st = hc_coll_api_init()) != HCOMM_OK)
+        hc_coll_fini();
     if (st != HCOMM_OK) {
         char saved[512];
         snprintf(saved, sizeof(saved), "%s", hc_error_last());
@@ -71,6 +71,7 @@ HC_EXPORT hcomm_status_t hcomm_finalize(void)
     hcomm_status_t st = hc_check_init("hcomm_finalize");
     if (st != HCOMM_OK)
         return st;
+    hc_coll_group_fini();
     hc_coll_fini();
     hc_ctx_finalize();
     return HCOMM_OK;

@@ -11,7 +11,7 @@
 #ifndef HC_CONFIG_H
 #define HC_CONFIG_H
 
-#include "hc_base.h"
+#include "base/hc_base.h"
 
 #define HC_CONFIG_MAP(X)                                                                           \
     X(log, "HCOMM_LOG", STR, "warn", "log level: error|warn|info|debug|trace")                     \

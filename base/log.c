@@ -2,7 +2,7 @@
  * Logging to stderr with a rank prefix; one write() per line so that lines of
  * several ranks do not interleave. The level comes from HCOMM_LOG.
  */
-#include "core/hc_base.h"
+#include "base/hc_base.h"
 
 #include <sched.h>
 #include <time.h>

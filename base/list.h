@@ -1,0 +1,40 @@
+/*
+ * Intrusive doubly linked lists (the core's queues: posted receives,
+ * unexpected messages, pending frames, communicators, collective queues).
+ */
+#ifndef HC_LIST_H
+#define HC_LIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct hc_list {
+    struct hc_list *prev, *next;
+} hc_list_t;
+
+static inline void hc_list_init(hc_list_t *h)
+{
+    h->prev = h->next = h;
+}
+static inline bool hc_list_empty(const hc_list_t *h)
+{
+    return h->next == h;
+}
+static inline void hc_list_push_back(hc_list_t *h, hc_list_t *e)
+{
+    e->prev = h->prev;
+    e->next = h;
+    h->prev->next = e;
+    h->prev = e;
+}
+static inline void hc_list_del(hc_list_t *e)
+{
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+    e->prev = e->next = e;
+}
+#define hc_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#define hc_list_foreach_safe(pos, tmp, head)                                                       \
+    for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
+
+#endif /* HC_LIST_H */
