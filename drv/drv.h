@@ -6,11 +6,18 @@
  * fills ops a driver leaves NULL from a base table returning ERR_UNSUPPORTED,
  * so callers never test for NULL.
  *
- * A connection is a reliable, ordered stream of frames to one peer. Each
- * frame is a 32-byte header plus up to conn->max_frame payload bytes, written
- * into a receive slot the peer owns (credit based: a full peer makes put
- * return ERR_AGAIN) and handed to the core on the peer's side by the driver's
- * progress through env->deliver. Drivers that can read a peer's memory
+ * A connection is a reliable, ordered stream of frames to one peer (frames
+ * flagged HC_FRAME_FLAG_UNORDERED may overtake). Each frame is a 32-byte
+ * header plus up to conn->max_frame payload bytes (a longer put fails with
+ * ERR_INVALID), written into a receive slot the peer owns (credit based: a
+ * full peer makes put return ERR_AGAIN) and handed to the core on the
+ * peer's side by the driver's progress through env->deliver.
+ *
+ * Completions: every put/get/write that returned IN_PROGRESS gets exactly
+ * one put_done/rma_done, never from inside the call that started it, and
+ * all of a connection's come before its env->peer_failed (none after);
+ * once a connection failed, put and RMA on it fail at once (not ERR_AGAIN).
+ * tests/drv/conformance_ops.c checks all of this for every driver. Drivers that can read a peer's memory
  * directly (shm via process_vm_readv, RDMA READ) set HC_CONN_CAP_GET, which
  * lets large messages skip the slots.
  */

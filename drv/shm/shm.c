@@ -466,6 +466,9 @@ static hcomm_status_t hc_drv_shm_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr,
     (void)cookie;
     hc_shm_conn_t *c = (hc_shm_conn_t *)conn;
     hc_drv_shm_t *s = (hc_drv_shm_t *)conn->drv;
+    if (HC_UNLIKELY(hdr->len > conn->max_frame))
+        return hc_error(HCOMM_ERR_INVALID, "shm put: a %u-byte frame exceeds max_frame %zu",
+                        hdr->len, conn->max_frame);
     if (HC_UNLIKELY(c->head - c->tail_cache >= s->nslots)) {
         c->tail_cache = __atomic_load_n(&c->out->tail, __ATOMIC_ACQUIRE);
         if (c->head - c->tail_cache >= s->nslots)
