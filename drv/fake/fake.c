@@ -187,6 +187,10 @@ struct hc_fake_conn {
     hc_fake_txq_t done; /* sent, put_done held back */
     hc_fake_ep_t out_ep, in_ep;
     hc_fake_conn_t *active_next;
+    /* HCOMM_FAKE_HANDSHAKE: puts wait (ERR_AGAIN) until the peer answered
+     * our endpoint blob through env->ep_send / ops->ep_recv. */
+    int hs_state; /* 0 none, 1 hello sent, 2 up */
+    uint64_t hs_token;
 };
 
 typedef struct hc_fake_anon {
@@ -277,6 +281,7 @@ static socklen_t hc_fake_sockaddr(uint64_t key_hash, int rank, struct sockaddr_u
  * the pid and the clock; 0 drop: never. */
 static struct {
     int64_t seed, again, async, rma_async, drop_after;
+    bool handshake;
 } hc_fake_cfg;
 
 static const hc_config_knob_t hc_fake_knobs[] = {
@@ -290,6 +295,9 @@ static const hc_config_knob_t hc_fake_knobs[] = {
                 "fake (test driver): percent of get/write with a cookie completed later, shuffled"),
     HC_KNOB_INT(hc_fake_cfg.drop_after, "HCOMM_FAKE_DROP_AFTER", "0",
                 "fake (test driver): close a connection after this many frames (0: never)"),
+    HC_KNOB_BOOL(hc_fake_cfg.handshake, "HCOMM_FAKE_HANDSHAKE", "0",
+                 "fake (test driver): a per-peer endpoint handshake (through the bootstrap "
+                 "relay) before a connection carries frames"),
 };
 HC_CONFIG_KNOBS("fake", hc_fake_knobs)
 
@@ -689,6 +697,20 @@ static hcomm_status_t hc_fake_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
     if (HC_UNLIKELY(hdr->type >= HC_FRAME_DRIVER))
         return hc_error(HCOMM_ERR_INVALID, "fake put to %s: frame type %u is reserved for drivers",
                         c->name, hdr->type);
+    if (HC_UNLIKELY(hc_fake_cfg.handshake) && c->hs_state != 2) {
+        if (c->hs_state == 0) {
+            /* HELLO {magic, token}; the peer's ep_recv answers ACK {magic, token}. */
+            uint64_t blob[3] = {0x6f6c6c6568ull, 0, hc_fake_mix(d->seed ^ (uint64_t)conn->peer)};
+            c->hs_token = blob[2];
+            const hc_drv_env_t *env = d->env;
+            hcomm_status_t st = env->ep_send(env->core, &d->base, conn->peer, blob, sizeof(blob));
+            if (st == HCOMM_OK)
+                c->hs_state = 1;
+            else if (st != HCOMM_ERR_AGAIN)
+                return st;
+        }
+        return HCOMM_ERR_AGAIN; /* the core queues the frame and retries */
+    }
     d->n_put++;
     if (hc_fake_roll(d, d->pct_again)) {
         d->n_again++;
@@ -1277,6 +1299,32 @@ static void hc_fake_drain(hc_fake_conn_t *c)
     }
 }
 
+/* Endpoint handshake blobs (HCOMM_FAKE_HANDSHAKE): a HELLO is answered with
+ * an ACK carrying its token; an ACK with our token opens the connection. */
+static void hc_fake_ep_recv(hc_drv_t *drv, int from, const void *blob, size_t len)
+{
+    hc_fake_drv_t *d = (hc_fake_drv_t *)drv;
+    uint64_t w[3];
+    if (len != sizeof(w) || from < 0 || from >= d->env->size) {
+        hc_log_warn("fake: a %zu-byte handshake from rank %d dropped", len, from);
+        return;
+    }
+    memcpy(w, blob, sizeof(w));
+    if (w[0] == 0x6f6c6c6568ull && w[1] == 0) { /* HELLO */
+        uint64_t ack[3] = {0x6f6c6c6568ull, 1, w[2]};
+        if (d->env->ep_send(d->env->core, drv, from, ack, sizeof(ack)) != HCOMM_OK)
+            hc_log_warn("fake: cannot answer rank %d's handshake", from);
+        return;
+    }
+    hc_fake_conn_t *c = d->conns ? d->conns[from] : NULL;
+    if (w[0] == 0x6f6c6c6568ull && w[1] == 1 && c && c->hs_state == 1 && w[2] == c->hs_token) {
+        c->hs_state = 2;
+        hc_log_debug("fake: endpoint handshake with rank %d done", from);
+        return;
+    }
+    hc_log_warn("fake: an unexpected handshake blob from rank %d dropped", from);
+}
+
 static void hc_fake_disconnect(hc_conn_t *conn)
 {
     hc_fake_conn_t *c = (hc_fake_conn_t *)conn;
@@ -1329,6 +1377,7 @@ static const struct hc_drv_ops hc_fake_ops = {
     .addr_pack = hc_fake_addr_pack,
     .connect = hc_fake_connect,
     .put = hc_fake_put,
+    .ep_recv = hc_fake_ep_recv,
     .get = hc_fake_get,
     .progress = hc_fake_progress,
     .mem_reg = hc_fake_mem_reg,
