@@ -14,7 +14,8 @@
  *     node-shared region: small messages through cache-line flagged slots,
  *     large ones pipelined through double-buffered staging blocks, each rank
  *     reducing its slice straight out of shared memory.
- *   net (coll_net.c): point-to-point algorithms that run over any driver:
+ *   net (coll_net.c's table, net_*.c by family): point-to-point algorithms that
+ *     run over any driver:
  *     recursive doubling, ring (reduce-scatter + allgather), binomial trees,
  *     pairwise exchange, dissemination barrier.
  * hc_coll_select() picks one per call from the size, the rank count and the

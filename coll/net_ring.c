@@ -1,0 +1,354 @@
+/*
+ * The pipelined ring: allreduce (reduce-scatter + allgather), reduce_scatter,
+ * allgather, reduce (reduce-scatter + gather to the root), and the broadcast
+ * chain (root -> root+1 -> ... in chunks), which forcing "ring" selects.
+ */
+#include "coll/net.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- pipelined ring ------------------------------------------------------------------ */
+
+/* Slices: the data is cut in n slices (allreduce, reduce: element ranges with
+ * vector-friendly inner boundaries; allgather, reduce_scatter: the rank
+ * blocks). Reduce-scatter step k (0 <= k < rs_steps = n-1) sends slice
+ * me-k-1 and receives slice me-k-2 from the left into a slot, then reduces
+ * it with this rank's own data; after n-1 steps slice `me` is complete here.
+ * Allgather step t sends slice me-t and receives slice me-t-1 from the left,
+ * straight into `out`. A unit is (step, chunk), numbered step-major. */
+typedef struct {
+    int n, me, left, right;
+    int rs_steps, nchunks, nunits, window;
+    int next_send, next_recv, next_proc, sends_inflight;
+    bool blocks; /* slices are whole rank blocks of ec elements */
+    size_t ec;   /* elements: per block, or in all */
+    size_t esize;
+    const uint8_t *mine; /* this rank's contribution, in slice layout */
+    uint8_t *part;       /* partial results, in slice layout */
+    uint8_t *fin;        /* where the complete slice `me` goes */
+    uint8_t *out;        /* allgather destination, in slice layout */
+    uint8_t *slots;
+    size_t slot_bytes;
+    uint8_t rdone[HC_NET_WINDOW];
+    int32_t ids[HC_COLL_MAX_REQS];
+} hc_net_ring_t;
+
+static void hc_net_slice(const hc_net_ring_t *rg, int j, size_t *lo, size_t *len)
+{
+    if (rg->blocks) {
+        *lo = (size_t)j * rg->ec;
+        *len = rg->ec;
+        return;
+    }
+    size_t a = j == 0 ? 0 : HC_MIN(rg->ec, HC_ALIGN_UP(hc_net_split(rg->ec, rg->n, j), 16));
+    size_t b = j == rg->n - 1 ? rg->ec
+                              : HC_MIN(rg->ec, HC_ALIGN_UP(hc_net_split(rg->ec, rg->n, j + 1), 16));
+    *lo = a;
+    *len = b - a;
+}
+
+/* Chunk c of slice j: byte offset of the slice, offset inside it, elements. */
+static void hc_net_chunk(const hc_net_ring_t *rg, int j, int c, size_t *soff, size_t *coff,
+                         size_t *cnt)
+{
+    size_t lo, len;
+    hc_net_slice(rg, j, &lo, &len);
+    size_t a = hc_net_split(len, rg->nchunks, c), b = hc_net_split(len, rg->nchunks, c + 1);
+    *soff = lo * rg->esize;
+    *coff = a * rg->esize;
+    *cnt = b - a;
+}
+
+/* Sets the geometry and allocates the header, the slots and extra bytes of
+ * scratch (returned in *extra_p). */
+static int hc_net_ring_init(hc_coll_op_t *op, bool blocks, int rs_steps, int ag_steps, size_t extra,
+                            hc_net_ring_t **rg_p, uint8_t **extra_p)
+{
+    int n = op->comm->size;
+    hc_net_ring_t g = {.n = n,
+                       .me = op->comm->rank,
+                       .blocks = blocks,
+                       .ec = op->count,
+                       .esize = op->esize,
+                       .rs_steps = rs_steps,
+                       .nchunks = 1};
+    g.left = hc_net_mod(g.me - 1, n);
+    g.right = hc_net_mod(g.me + 1, n);
+    size_t maxlen = 0, lo, len;
+    for (int j = 0; j < n; j++) {
+        hc_net_slice(&g, j, &lo, &len);
+        maxlen = HC_MAX(maxlen, len);
+    }
+    size_t per_chunk = HC_MAX((size_t)1, HC_NET_CHUNK_BYTES / op->esize);
+    g.nchunks = (int)HC_MAX((size_t)1, (maxlen + per_chunk - 1) / per_chunk);
+    g.nunits = g.nchunks * (rs_steps + ag_steps);
+    g.window = HC_MIN(HC_NET_WINDOW, g.nunits);
+    g.slot_bytes = rs_steps ? HC_ALIGN_UP((maxlen + g.nchunks - 1) / g.nchunks * op->esize,
+                                          (size_t)HC_CACHE_LINE)
+                            : 0;
+    size_t hdr = HC_ALIGN_UP(sizeof(g), (size_t)HC_CACHE_LINE);
+    size_t slots = g.slot_bytes * (size_t)g.window;
+    int rc = hc_net_alloc(op, hdr + slots + extra);
+    if (rc != HCOMM_OK) return rc;
+    hc_net_ring_t *rg = op->tmp;
+    *rg = g;
+    rg->slots = (uint8_t *)op->tmp + hdr;
+    *extra_p = rg->slots + slots;
+    *rg_p = rg;
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_net_ring_post_send(hc_coll_op_t *op, hc_net_ring_t *rg, int u)
+{
+    int k = u / rg->nchunks, c = u % rg->nchunks, j;
+    const uint8_t *base;
+    if (k < rg->rs_steps) {
+        j = hc_net_mod(rg->me - k - 1, rg->n);
+        base = k == 0 ? rg->mine : rg->part;
+    } else {
+        j = hc_net_mod(rg->me - (k - rg->rs_steps), rg->n);
+        base = rg->out;
+    }
+    size_t soff, coff, cnt;
+    hc_net_chunk(rg, j, c, &soff, &coff, &cnt);
+    return hc_net_post(op, rg->ids, u * 2 + 1, true, base + soff + coff, cnt * rg->esize,
+                       rg->right);
+}
+
+static hcomm_status_t hc_net_ring_post_recv(hc_coll_op_t *op, hc_net_ring_t *rg, int u)
+{
+    int k = u / rg->nchunks, c = u % rg->nchunks;
+    size_t soff, coff, cnt;
+    uint8_t *dst;
+    if (k < rg->rs_steps) {
+        hc_net_chunk(rg, hc_net_mod(rg->me - k - 2, rg->n), c, &soff, &coff, &cnt);
+        dst = rg->slots + (size_t)(u % rg->window) * rg->slot_bytes;
+    } else {
+        hc_net_chunk(rg, hc_net_mod(rg->me - (k - rg->rs_steps) - 1, rg->n), c, &soff, &coff, &cnt);
+        dst = rg->out + soff + coff;
+    }
+    return hc_net_post(op, rg->ids, u * 2, false, dst, cnt * rg->esize, rg->left);
+}
+
+static void hc_net_ring_process(hc_coll_op_t *op, hc_net_ring_t *rg, int u)
+{
+    int k = u / rg->nchunks, c = u % rg->nchunks;
+    if (k >= rg->rs_steps) return; /* allgather data landed in place */
+    size_t soff, coff, cnt;
+    hc_net_chunk(rg, hc_net_mod(rg->me - k - 2, rg->n), c, &soff, &coff, &cnt);
+    bool last = k == rg->rs_steps - 1;
+    uint8_t *dst = last ? rg->fin + coff : rg->part + soff + coff;
+    /* mine first: in place, dst is the caller's own data (hc_reduce allows dst == srcs[0]) */
+    hc_net_reduce2(op, dst, rg->mine + soff + coff,
+                   rg->slots + (size_t)(u % rg->window) * rg->slot_bytes, cnt, last);
+}
+
+/* Advances the ring as far as completed requests allow. */
+static hc_step_t hc_net_ring_run(hc_coll_op_t *op, hc_net_ring_t *rg)
+{
+    for (;;) {
+        bool moved = false;
+        int32_t id;
+        int rc;
+        while ((rc = hc_net_pop(op, rg->ids, &id)) == 1) {
+            moved = true;
+            if (id & 1)
+                rg->sends_inflight--;
+            else
+                rg->rdone[(id >> 1) % rg->window] = 1;
+        }
+        if (rc < 0) return hc_step_fail(rc);
+        while (rg->next_proc < rg->next_recv && rg->rdone[rg->next_proc % rg->window]) {
+            rg->rdone[rg->next_proc % rg->window] = 0;
+            hc_net_ring_process(op, rg, rg->next_proc++);
+            moved = true;
+        }
+        /* A unit of step k > 0 forwards what unit u - nchunks produced. */
+        while (rg->next_send < rg->nunits && rg->sends_inflight < rg->window &&
+               (rg->next_send < rg->nchunks || rg->next_proc > rg->next_send - rg->nchunks)) {
+            if ((rc = hc_net_ring_post_send(op, rg, rg->next_send)) != HCOMM_OK)
+                return hc_step_fail(rc);
+            rg->next_send++;
+            rg->sends_inflight++;
+            moved = true;
+        }
+        while (rg->next_recv < rg->nunits && rg->next_recv < rg->next_proc + rg->window) {
+            if ((rc = hc_net_ring_post_recv(op, rg, rg->next_recv)) != HCOMM_OK)
+                return hc_step_fail(rc);
+            rg->next_recv++;
+            moved = true;
+        }
+        if (rg->next_proc == rg->nunits && rg->next_send == rg->nunits && rg->sends_inflight == 0)
+            return HC_STEP_DONE;
+        if (!moved) return HC_STEP_PENDING;
+    }
+}
+
+hc_step_t hc_net_allreduce_ring(hc_coll_op_t *op)
+{
+    hc_net_ring_t *rg = op->tmp;
+    if (!rg) {
+        uint8_t *extra;
+        int n = op->comm->size;
+        int rc = hc_net_ring_init(op, false, n - 1, n - 1, 0, &rg, &extra);
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
+        size_t lo, len;
+        hc_net_slice(rg, rg->me, &lo, &len);
+        rg->mine = op->sbuf;
+        rg->part = rg->out = op->rbuf;
+        rg->fin = (uint8_t *)op->rbuf + lo * op->esize;
+    }
+    return hc_net_ring_run(op, rg);
+}
+
+hc_step_t hc_net_reduce_scatter_ring(hc_coll_op_t *op)
+{
+    hc_net_ring_t *rg = op->tmp;
+    if (!rg) {
+        int n = op->comm->size;
+        uint8_t *extra;
+        int rc = hc_net_ring_init(op, true, n - 1, 0, op->bytes * (size_t)n, &rg, &extra);
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
+        rg->part = extra;
+        rg->mine = op->sbuf;
+        rg->fin = op->rbuf;
+    }
+    return hc_net_ring_run(op, rg);
+}
+
+hc_step_t hc_net_allgather_ring(hc_coll_op_t *op)
+{
+    hc_net_ring_t *rg = op->tmp;
+    if (!rg) {
+        uint8_t *extra;
+        int rc = hc_net_ring_init(op, true, 0, op->comm->size - 1, 0, &rg, &extra);
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
+        rg->out = op->rbuf;
+        uint8_t *own = rg->out + (size_t)rg->me * op->bytes;
+        if (op->sbuf != own) memcpy(own, op->sbuf, op->bytes);
+    }
+    return hc_net_ring_run(op, rg);
+}
+
+/* Ring reduce-scatter (slice j complete on rank j), then rank j sends slice j
+ * to the root. op->phase: 0 ring, 1 gather (op->round: next rank to post). */
+hc_step_t hc_net_reduce_ring(hc_coll_op_t *op)
+{
+    hc_net_ring_t *rg = op->tmp;
+    int n = op->comm->size, me = op->comm->rank;
+    bool root = me == op->root;
+    if (!rg) {
+        uint8_t *extra;
+        int rc = hc_net_ring_init(op, false, n - 1, 0, root ? 0 : op->bytes, &rg, &extra);
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
+        size_t lo, len;
+        hc_net_slice(rg, me, &lo, &len);
+        rg->mine = op->sbuf;
+        rg->part = root ? op->rbuf : extra;
+        rg->fin = rg->part + lo * op->esize;
+    }
+    if (op->phase == 0) {
+        hc_step_t t = hc_net_ring_run(op, rg);
+        if (!hc_step_ok(t)) return t;
+        op->phase = 1;
+        op->round = 0;
+    }
+    for (;;) {
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t)) return t;
+        hcomm_status_t rc = HCOMM_OK;
+        if (op->round >= n) return HC_STEP_DONE;
+        size_t lo, len;
+        if (!root) {
+            hc_net_slice(rg, me, &lo, &len);
+            if ((rc = hc_net_send(op, rg->fin, len * op->esize, op->root)) != HCOMM_OK)
+                return hc_step_fail(rc);
+            op->round = n;
+            continue;
+        }
+        for (int posted = 0; op->round < n && posted < HC_NET_BATCH; op->round++) {
+            if (op->round == me) continue;
+            hc_net_slice(rg, op->round, &lo, &len);
+            rc = hc_net_recv(op, (uint8_t *)op->rbuf + lo * op->esize, len * op->esize, op->round);
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
+            posted++;
+        }
+    }
+}
+
+/* ---- broadcast ------------------------------------------------------------------------ */
+
+/* Pipelined chain root -> root+1 -> ... -> root-1: chunk c is forwarded as
+ * soon as it arrived, while later chunks are still in flight. */
+typedef struct {
+    int prev, next; /* -1: none */
+    int nchunks, window;
+    int next_send, next_recv, next_proc, sends_inflight;
+    size_t chunk; /* elements */
+    uint8_t rdone[HC_NET_WINDOW];
+    int32_t ids[HC_COLL_MAX_REQS];
+} hc_net_chain_t;
+
+hc_step_t hc_net_broadcast_chain(hc_coll_op_t *op)
+{
+    hc_net_chain_t *ch = op->tmp;
+    uint8_t *buf = op->rbuf;
+    if (!ch) {
+        int n = op->comm->size, me = op->comm->rank, vr = hc_net_mod(me - op->root, n);
+        int rc = hc_net_alloc(op, sizeof(*ch));
+        if (rc != HCOMM_OK) return hc_step_fail(rc);
+        ch = op->tmp;
+        memset(ch, 0, sizeof(*ch));
+        ch->prev = vr == 0 ? -1 : hc_net_mod(me - 1, n);
+        ch->next = vr == n - 1 ? -1 : hc_net_mod(me + 1, n);
+        /* Chunks small enough that the chain fills quickly, large enough to
+         * amortize the per-message cost. */
+        size_t cb = op->bytes >= 8 * HC_NET_CHUNK_BYTES ? HC_NET_CHUNK_BYTES
+                                                        : HC_MAX(HC_NET_SMALL_BYTES, op->bytes / 8);
+        ch->chunk = HC_MAX((size_t)1, cb / op->esize);
+        ch->nchunks = (int)((op->count + ch->chunk - 1) / ch->chunk);
+        ch->window = HC_MIN(HC_NET_WINDOW, ch->nchunks);
+        if (ch->prev < 0) ch->next_recv = ch->next_proc = ch->nchunks;
+        if (ch->next < 0) ch->next_send = ch->nchunks;
+    }
+    for (;;) {
+        bool moved = false;
+        int32_t id;
+        int rc;
+        while ((rc = hc_net_pop(op, ch->ids, &id)) == 1) {
+            moved = true;
+            if (id & 1)
+                ch->sends_inflight--;
+            else
+                ch->rdone[(id >> 1) % ch->window] = 1;
+        }
+        if (rc < 0) return hc_step_fail(rc);
+        while (ch->next_proc < ch->next_recv && ch->rdone[ch->next_proc % ch->window]) {
+            ch->rdone[ch->next_proc++ % ch->window] = 0;
+            moved = true;
+        }
+        while (ch->next_send < ch->nchunks && ch->sends_inflight < ch->window &&
+               ch->next_send < ch->next_proc) {
+            size_t lo = (size_t)ch->next_send * ch->chunk, cnt = HC_MIN(ch->chunk, op->count - lo);
+            rc = hc_net_post(op, ch->ids, ch->next_send * 2 + 1, true, buf + lo * op->esize,
+                             cnt * op->esize, ch->next);
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
+            ch->next_send++;
+            ch->sends_inflight++;
+            moved = true;
+        }
+        while (ch->next_recv < ch->nchunks && ch->next_recv < ch->next_proc + ch->window) {
+            size_t lo = (size_t)ch->next_recv * ch->chunk, cnt = HC_MIN(ch->chunk, op->count - lo);
+            rc = hc_net_post(op, ch->ids, ch->next_recv * 2, false, buf + lo * op->esize,
+                             cnt * op->esize, ch->prev);
+            if (rc != HCOMM_OK) return hc_step_fail(rc);
+            ch->next_recv++;
+            moved = true;
+        }
+        if (ch->next_proc == ch->nchunks && ch->next_send == ch->nchunks && ch->sends_inflight == 0)
+            return HC_STEP_DONE;
+        if (!moved) return HC_STEP_PENDING;
+    }
+}
