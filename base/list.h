@@ -37,4 +37,27 @@ static inline void hc_list_del(hc_list_t *e)
 #define hc_list_foreach_safe(pos, tmp, head)                                                       \
     for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
 
+/* Singly linked FIFOs of any element type with a `next` pointer, in any
+ * queue struct with `head` and `tail` (the drivers' transmit queues). */
+#define HC_FIFO_PUSH(q, e)                                                                         \
+    do {                                                                                           \
+        (e)->next = NULL;                                                                          \
+        if ((q)->tail)                                                                             \
+            (q)->tail->next = (e);                                                                 \
+        else                                                                                       \
+            (q)->head = (e);                                                                       \
+        (q)->tail = (e);                                                                           \
+    } while (0)
+/* The first element, removed (NULL when empty). */
+#define HC_FIFO_POP(q)                                                                             \
+    __extension__({                                                                                \
+        __typeof__((q)->head) e_ = (q)->head;                                                      \
+        if (e_) {                                                                                  \
+            (q)->head = e_->next;                                                                  \
+            if (!(q)->head)                                                                        \
+                (q)->tail = NULL;                                                                  \
+        }                                                                                          \
+        e_;                                                                                        \
+    })
+
 #endif /* HC_LIST_H */

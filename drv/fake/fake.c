@@ -64,6 +64,7 @@
  * disconnect) is reported with env->peer_failed, after every put and RMA
  * still owed a completion on that connection got it.
  */
+#include "base/list.h"
 #include "drv/drv.h"
 #include "base/config.h"
 
@@ -338,22 +339,12 @@ static void hc_fake_activate(hc_fake_conn_t *c)
 
 static void hc_fake_q_push(hc_fake_txq_t *q, hc_fake_tx_t *t)
 {
-    t->next = NULL;
-    if (q->tail)
-        q->tail->next = t;
-    else
-        q->head = t;
-    q->tail = t;
+    HC_FIFO_PUSH(q, t);
 }
 
 static hc_fake_tx_t *hc_fake_q_pop(hc_fake_txq_t *q)
 {
-    hc_fake_tx_t *t = q->head;
-    if (t) {
-        q->head = t->next;
-        if (!q->head) q->tail = NULL;
-    }
-    return t;
+    return HC_FIFO_POP(q);
 }
 
 static void hc_fake_tx_free(hc_fake_tx_t *t)

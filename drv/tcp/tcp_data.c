@@ -39,6 +39,7 @@
  * which put and flush honour by holding core frames while it is in flight.
  */
 #include "drv/tcp/tcp.h"
+#include "base/list.h"
 
 #include <errno.h>
 #include <linux/errqueue.h>
@@ -95,22 +96,12 @@ void hc_drv_tcp_tx_free_all(hc_tcp_drv_t *d)
 
 static void hc_drv_tcp_q_push(hc_tcp_txq_t *q, hc_tcp_tx_t *t)
 {
-    t->next = NULL;
-    if (q->tail)
-        q->tail->next = t;
-    else
-        q->head = t;
-    q->tail = t;
+    HC_FIFO_PUSH(q, t);
 }
 
 static hc_tcp_tx_t *hc_drv_tcp_q_pop(hc_tcp_txq_t *q)
 {
-    hc_tcp_tx_t *t = q->head;
-    if (t) {
-        q->head = t->next;
-        if (!q->head) q->tail = NULL;
-    }
-    return t;
+    return HC_FIFO_POP(q);
 }
 
 static inline size_t hc_drv_tcp_tx_total(const hc_tcp_tx_t *t)
