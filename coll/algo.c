@@ -5,6 +5,7 @@
 #include "coll/coll.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -17,8 +18,7 @@ static bool hc_algo_word_in(const char *word, const char *list)
     for (const char *p = list; p && *p;) {
         const char *e = strchr(p, ' ');
         size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && !strncasecmp(p, word, n))
-            return true;
+        if (len == n && !strncasecmp(p, word, n)) return true;
         p = e ? e + 1 : NULL;
     }
     return false;
@@ -28,28 +28,37 @@ hc_coll_step_fn hc_coll_algo_pick(hc_coll_op_t *op, const char *forced, bool nod
 {
     for (size_t t = node ? 0 : 1; t < HC_ARRAY_SIZE(hc_coll_tables); t++) {
         for (const hc_coll_algo_t *a = hc_coll_tables[t]; a->name; a++) {
-            if (!(a->colls & HC_COLL_BIT(op->kind)))
-                continue;
+            if (!(a->colls & HC_COLL_BIT(op->kind))) continue;
             bool by_name = forced && !strcasecmp(forced, a->name);
-            if (forced && !by_name && a->family && !hc_algo_word_in(forced, a->family))
-                continue;
-            if (!by_name && a->auto_pick && !a->auto_pick(op))
-                continue;
-            if (a->applies && !a->applies(op))
-                continue;
+            if (forced && !by_name && a->family && !hc_algo_word_in(forced, a->family)) continue;
+            if (!by_name && a->auto_pick && !a->auto_pick(op)) continue;
+            if (a->applies && !a->applies(op)) continue;
             op->algo = a->name;
+            op->entry = a;
             hc_coll_step_fn step = a->prepare ? a->prepare(op, forced) : a->step;
-            if (step)
-                return step;
+            if (step) return step;
         }
     }
     return NULL;
 }
 
+void *hc_coll_state(hc_coll_op_t *op)
+{
+    if (op->tmp) return op->tmp;
+    size_t bytes = op->entry && op->entry->state_size ? op->entry->state_size(op) : 0;
+    op->tmp = malloc(bytes ? bytes : 1);
+    if (!op->tmp) {
+        hc_error(HCOMM_ERR_NO_MEMORY, "%s (algorithm %s): no memory for %zu bytes of state",
+                 hc_coll_name(op->kind), op->algo, bytes);
+        return NULL;
+    }
+    op->tmp_bytes = bytes;
+    return op->tmp;
+}
+
 bool hc_coll_algo_known(const char *forced)
 {
-    if (!strcasecmp(forced, "auto"))
-        return true;
+    if (!strcasecmp(forced, "auto")) return true;
     for (size_t t = 0; t < HC_ARRAY_SIZE(hc_coll_tables); t++)
         for (const hc_coll_algo_t *a = hc_coll_tables[t]; a->name; a++)
             if (!strcasecmp(forced, a->name) || (a->family && hc_algo_word_in(forced, a->family)))
@@ -72,8 +81,7 @@ void hc_coll_algo_list(char *buf, size_t len)
                     char listed[512];
                     snprintf(listed, sizeof(listed), "%s", buf);
                     for (char *c = listed; *c; c++)
-                        if (*c == ',')
-                            *c = ' ';
+                        if (*c == ',') *c = ' ';
                     if (!hc_algo_word_in(word, listed) && n < len)
                         n += (size_t)snprintf(buf + n, len - n, ", %s", word);
                     p = e ? e + 1 : NULL;

@@ -59,6 +59,7 @@ void hc_coll_op_init(hc_coll_op_t *op)
     op->nreqs = 0;
     op->vrank = op->pof2 = op->rem = 0;
     op->algo = NULL;
+    op->entry = NULL;
     op->fallback = NULL;
     op->on_done = NULL;
     op->done_arg = NULL;

@@ -90,6 +90,7 @@ struct hc_coll_op {
     hc_coll_step_fn step;
     hc_coll_step_fn fallback; /* node single-copy: the staged algorithm to run instead */
     const char *algo;
+    const struct hc_coll_algo *entry; /* the registry entry chosen (NULL: local copy) */
     bool started;
     /* A failure the step found without returning it (node algorithms: the
      * ranks disagree on the collective): the engine ends the op with it. */
@@ -191,6 +192,10 @@ typedef struct hc_coll_algo {
      * (NULL: use `step` as it is). forced: HCOMM_ALGO, NULL for auto. */
     hc_coll_step_fn (*prepare)(hc_coll_op_t *op, const char *forced);
     hc_coll_step_fn step;
+    /* Bytes of per-op state (scratch) the algorithm needs for op, allocated
+     * by hc_coll_state at its first step; NULL: none (node algorithms keep
+     * theirs in the node region). */
+    size_t (*state_size)(const hc_coll_op_t *op);
 } hc_coll_algo_t;
 
 extern const hc_coll_algo_t hc_coll_node_algos[]; /* coll_node.c; ends with name NULL */
@@ -199,6 +204,9 @@ extern const hc_coll_algo_t hc_coll_net_algos[];  /* coll_net.c; ends with name 
 /* The step for op from the tables (op->algo set), or NULL when nothing
  * matches; node: the node table may be used (every rank on one node). */
 hc_coll_step_fn hc_coll_algo_pick(hc_coll_op_t *op, const char *forced, bool node);
+/* op's state as its table entry sizes it, allocated on first use (op->tmp,
+ * freed with the op); NULL with an error when out of memory. */
+void *hc_coll_state(hc_coll_op_t *op);
 /* HCOMM_ALGO names some entry or family ("auto" included). */
 bool hc_coll_algo_known(const char *forced);
 /* "auto, node, ring, ..." for error messages. */

@@ -33,15 +33,10 @@ static inline size_t hc_net_split(size_t len, size_t parts, size_t j)
     return (len / parts) * j + (len % parts) * j / parts;
 }
 
-static inline int hc_net_alloc(hc_coll_op_t *op, size_t bytes)
+/* The op's state, sized by its table entry (hc_coll_state). */
+static inline int hc_net_alloc(hc_coll_op_t *op)
 {
-    op->tmp = malloc(bytes ? bytes : 1);
-    if (!op->tmp)
-        return hc_error(HCOMM_ERR_NO_MEMORY,
-                        "%s (algorithm %s): no memory for %zu bytes of scratch",
-                        hc_coll_name(op->kind), op->algo, bytes);
-    op->tmp_bytes = bytes;
-    return HCOMM_OK;
+    return hc_coll_state(op) ? HCOMM_OK : HCOMM_ERR_NO_MEMORY;
 }
 
 /* dst = op(a, b); last: the final reduction of these elements (AVG divides). */
@@ -82,6 +77,16 @@ int hc_net_pop(hc_coll_op_t *op, int32_t *ids, int32_t *id_p);
 
 hcomm_status_t hc_net_post(hc_coll_op_t *op, int32_t *ids, int32_t id, bool send, const void *buf,
                            size_t len, int peer);
+
+/* State sizes (the table's state_size), by family file. */
+size_t hc_net_rd_state(const hc_coll_op_t *op);             /* net_rd.c */
+size_t hc_net_tree_reduce_state(const hc_coll_op_t *op);    /* net_tree.c */
+size_t hc_net_alltoall_state(const hc_coll_op_t *op);       /* net_direct.c */
+size_t hc_net_allreduce_ring_state(const hc_coll_op_t *op); /* net_ring.c */
+size_t hc_net_reduce_scatter_ring_state(const hc_coll_op_t *op);
+size_t hc_net_allgather_ring_state(const hc_coll_op_t *op);
+size_t hc_net_reduce_ring_state(const hc_coll_op_t *op);
+size_t hc_net_chain_state(const hc_coll_op_t *op);
 
 /* The algorithms, by family file. */
 hc_step_t hc_net_allreduce_rd(hc_coll_op_t *op); /* net_rd.c */

@@ -14,6 +14,11 @@
  * posted together. In place: round i pairs r with i-r (a symmetric pairing)
  * and the block sent to the partner is copied to tmp first, since its
  * answer lands in the same block; one round at a time. */
+size_t hc_net_alltoall_state(const hc_coll_op_t *op)
+{
+    return op->sbuf == op->rbuf ? op->bytes : 0; /* in place: the block being exchanged */
+}
+
 hc_step_t hc_net_alltoall(hc_coll_op_t *op)
 {
     int n = op->comm->size, me = op->comm->rank;
@@ -23,7 +28,7 @@ hc_step_t hc_net_alltoall(hc_coll_op_t *op)
     bool inplace = op->sbuf == op->rbuf;
     if (op->phase == 0) {
         if (inplace) {
-            int rc = hc_net_alloc(op, B);
+            int rc = hc_net_alloc(op);
             if (rc != HCOMM_OK) return hc_step_fail(rc);
             op->round = 0;
         } else {

@@ -15,6 +15,11 @@
  * 3 sending the result back to the folded partner; 4 folded rank sent its
  * data; 5 folded rank waits for the result. op->vrank: 1 when the running
  * value is in tmp rather than rbuf. */
+size_t hc_net_rd_state(const hc_coll_op_t *op)
+{
+    return op->bytes; /* the partner's data, or the running value */
+}
+
 hc_step_t hc_net_allreduce_rd(hc_coll_op_t *op)
 {
     int n = op->comm->size, me = op->comm->rank;
@@ -26,7 +31,7 @@ hc_step_t hc_net_allreduce_rd(hc_coll_op_t *op)
         }
         switch (op->phase) {
         case 0: {
-            int rc = hc_net_alloc(op, op->bytes);
+            int rc = hc_net_alloc(op);
             if (rc != HCOMM_OK) return hc_step_fail(rc);
             if (op->sbuf != op->rbuf) memcpy(op->rbuf, op->sbuf, op->bytes);
             op->vrank = 0; /* fields past reqs[] are not cleared by the engine */

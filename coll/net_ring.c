@@ -63,34 +63,99 @@ static void hc_net_chunk(const hc_net_ring_t *rg, int j, int c, size_t *soff, si
 
 /* Sets the geometry and allocates the header, the slots and extra bytes of
  * scratch (returned in *extra_p). */
-static int hc_net_ring_init(hc_coll_op_t *op, bool blocks, int rs_steps, int ag_steps, size_t extra,
-                            hc_net_ring_t **rg_p, uint8_t **extra_p)
+/* The geometry of a ring run and the bytes of its state: the header, the
+ * receive slots and `extra` bytes of scratch. */
+static size_t hc_net_ring_geom(const hc_coll_op_t *op, bool blocks, int rs_steps, int ag_steps,
+                               size_t extra, hc_net_ring_t *g, size_t *hdr_p, size_t *slots_p)
 {
     int n = op->comm->size;
-    hc_net_ring_t g = {.n = n,
-                       .me = op->comm->rank,
-                       .blocks = blocks,
-                       .ec = op->count,
-                       .esize = op->esize,
-                       .rs_steps = rs_steps,
-                       .nchunks = 1};
-    g.left = hc_net_mod(g.me - 1, n);
-    g.right = hc_net_mod(g.me + 1, n);
+    *g = (hc_net_ring_t){.n = n,
+                         .me = op->comm->rank,
+                         .blocks = blocks,
+                         .ec = op->count,
+                         .esize = op->esize,
+                         .rs_steps = rs_steps,
+                         .nchunks = 1};
+    g->left = hc_net_mod(g->me - 1, n);
+    g->right = hc_net_mod(g->me + 1, n);
     size_t maxlen = 0, lo, len;
     for (int j = 0; j < n; j++) {
-        hc_net_slice(&g, j, &lo, &len);
+        hc_net_slice(g, j, &lo, &len);
         maxlen = HC_MAX(maxlen, len);
     }
     size_t per_chunk = HC_MAX((size_t)1, HC_NET_CHUNK_BYTES / op->esize);
-    g.nchunks = (int)HC_MAX((size_t)1, (maxlen + per_chunk - 1) / per_chunk);
-    g.nunits = g.nchunks * (rs_steps + ag_steps);
-    g.window = HC_MIN(HC_NET_WINDOW, g.nunits);
-    g.slot_bytes = rs_steps ? HC_ALIGN_UP((maxlen + g.nchunks - 1) / g.nchunks * op->esize,
-                                          (size_t)HC_CACHE_LINE)
-                            : 0;
-    size_t hdr = HC_ALIGN_UP(sizeof(g), (size_t)HC_CACHE_LINE);
-    size_t slots = g.slot_bytes * (size_t)g.window;
-    int rc = hc_net_alloc(op, hdr + slots + extra);
+    g->nchunks = (int)HC_MAX((size_t)1, (maxlen + per_chunk - 1) / per_chunk);
+    g->nunits = g->nchunks * (rs_steps + ag_steps);
+    g->window = HC_MIN(HC_NET_WINDOW, g->nunits);
+    g->slot_bytes = rs_steps ? HC_ALIGN_UP((maxlen + g->nchunks - 1) / g->nchunks * op->esize,
+                                           (size_t)HC_CACHE_LINE)
+                             : 0;
+    *hdr_p = HC_ALIGN_UP(sizeof(*g), (size_t)HC_CACHE_LINE);
+    *slots_p = g->slot_bytes * (size_t)g->window;
+    return *hdr_p + *slots_p + extra;
+}
+
+/* The parameters of each ring variant: one place for the state size and
+ * the run. */
+static void hc_net_ring_params(const hc_coll_op_t *op, bool *blocks, int *rs, int *ag,
+                               size_t *extra)
+{
+    int n = op->comm->size;
+    bool root = op->comm->rank == op->root;
+    switch (op->kind) {
+    case HC_COLL_REDUCE_SCATTER:
+        *blocks = true, *rs = n - 1, *ag = 0, *extra = op->bytes * (size_t)n;
+        return;
+    case HC_COLL_ALLGATHER:
+        *blocks = true, *rs = 0, *ag = n - 1, *extra = 0;
+        return;
+    case HC_COLL_REDUCE:
+        *blocks = false, *rs = n - 1, *ag = 0, *extra = root ? 0 : op->bytes;
+        return;
+    default: /* allreduce */
+        *blocks = false, *rs = n - 1, *ag = n - 1, *extra = 0;
+        return;
+    }
+}
+
+static size_t hc_net_ring_state(const hc_coll_op_t *op)
+{
+    bool blocks;
+    int rs, ag;
+    size_t extra, hdr, slots;
+    hc_net_ring_t g;
+    hc_net_ring_params(op, &blocks, &rs, &ag, &extra);
+    return hc_net_ring_geom(op, blocks, rs, ag, extra, &g, &hdr, &slots);
+}
+
+size_t hc_net_allreduce_ring_state(const hc_coll_op_t *op)
+{
+    return hc_net_ring_state(op);
+}
+size_t hc_net_reduce_scatter_ring_state(const hc_coll_op_t *op)
+{
+    return hc_net_ring_state(op);
+}
+size_t hc_net_allgather_ring_state(const hc_coll_op_t *op)
+{
+    return hc_net_ring_state(op);
+}
+size_t hc_net_reduce_ring_state(const hc_coll_op_t *op)
+{
+    return hc_net_ring_state(op);
+}
+
+/* Lays the geometry into the op's state (sized by hc_net_ring_state) and
+ * returns the header and the extra scratch. */
+static int hc_net_ring_init(hc_coll_op_t *op, hc_net_ring_t **rg_p, uint8_t **extra_p)
+{
+    bool blocks;
+    int rs, ag;
+    size_t extra, hdr, slots;
+    hc_net_ring_t g;
+    hc_net_ring_params(op, &blocks, &rs, &ag, &extra);
+    (void)hc_net_ring_geom(op, blocks, rs, ag, extra, &g, &hdr, &slots);
+    int rc = hc_net_alloc(op);
     if (rc != HCOMM_OK) return rc;
     hc_net_ring_t *rg = op->tmp;
     *rg = g;
@@ -191,8 +256,7 @@ hc_step_t hc_net_allreduce_ring(hc_coll_op_t *op)
     hc_net_ring_t *rg = op->tmp;
     if (!rg) {
         uint8_t *extra;
-        int n = op->comm->size;
-        int rc = hc_net_ring_init(op, false, n - 1, n - 1, 0, &rg, &extra);
+        int rc = hc_net_ring_init(op, &rg, &extra);
         if (rc != HCOMM_OK) return hc_step_fail(rc);
         size_t lo, len;
         hc_net_slice(rg, rg->me, &lo, &len);
@@ -207,9 +271,8 @@ hc_step_t hc_net_reduce_scatter_ring(hc_coll_op_t *op)
 {
     hc_net_ring_t *rg = op->tmp;
     if (!rg) {
-        int n = op->comm->size;
         uint8_t *extra;
-        int rc = hc_net_ring_init(op, true, n - 1, 0, op->bytes * (size_t)n, &rg, &extra);
+        int rc = hc_net_ring_init(op, &rg, &extra);
         if (rc != HCOMM_OK) return hc_step_fail(rc);
         rg->part = extra;
         rg->mine = op->sbuf;
@@ -223,7 +286,7 @@ hc_step_t hc_net_allgather_ring(hc_coll_op_t *op)
     hc_net_ring_t *rg = op->tmp;
     if (!rg) {
         uint8_t *extra;
-        int rc = hc_net_ring_init(op, true, 0, op->comm->size - 1, 0, &rg, &extra);
+        int rc = hc_net_ring_init(op, &rg, &extra);
         if (rc != HCOMM_OK) return hc_step_fail(rc);
         rg->out = op->rbuf;
         uint8_t *own = rg->out + (size_t)rg->me * op->bytes;
@@ -241,7 +304,7 @@ hc_step_t hc_net_reduce_ring(hc_coll_op_t *op)
     bool root = me == op->root;
     if (!rg) {
         uint8_t *extra;
-        int rc = hc_net_ring_init(op, false, n - 1, 0, root ? 0 : op->bytes, &rg, &extra);
+        int rc = hc_net_ring_init(op, &rg, &extra);
         if (rc != HCOMM_OK) return hc_step_fail(rc);
         size_t lo, len;
         hc_net_slice(rg, me, &lo, &len);
@@ -291,13 +354,19 @@ typedef struct {
     int32_t ids[HC_COLL_MAX_REQS];
 } hc_net_chain_t;
 
+size_t hc_net_chain_state(const hc_coll_op_t *op)
+{
+    (void)op;
+    return sizeof(hc_net_chain_t);
+}
+
 hc_step_t hc_net_broadcast_chain(hc_coll_op_t *op)
 {
     hc_net_chain_t *ch = op->tmp;
     uint8_t *buf = op->rbuf;
     if (!ch) {
         int n = op->comm->size, me = op->comm->rank, vr = hc_net_mod(me - op->root, n);
-        int rc = hc_net_alloc(op, sizeof(*ch));
+        int rc = hc_net_alloc(op);
         if (rc != HCOMM_OK) return hc_step_fail(rc);
         ch = op->tmp;
         memset(ch, 0, sizeof(*ch));

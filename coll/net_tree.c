@@ -49,12 +49,18 @@ hc_step_t hc_net_broadcast_tree(hc_coll_op_t *op)
  * value to vr - 2^k and is done, the others receive from vr + 2^k. The value
  * starts as sbuf and lives in rbuf (root) or tmp after the first reduction
  * (op->vrank = 1). tmp: [value (non-root) | receive area]. */
+size_t hc_net_tree_reduce_state(const hc_coll_op_t *op)
+{
+    bool root = op->comm->rank == op->root;
+    return op->bytes * (root ? 1 : 2); /* [value (non-root) | receive area] */
+}
+
 hc_step_t hc_net_reduce_tree(hc_coll_op_t *op)
 {
     int n = op->comm->size, vr = hc_net_mod(op->comm->rank - op->root, n);
     bool root = vr == 0;
     if (!op->tmp) {
-        int rc = hc_net_alloc(op, op->bytes * (root ? 1 : 2));
+        int rc = hc_net_alloc(op);
         if (rc != HCOMM_OK) return hc_step_fail(rc);
         op->vrank = 0; /* fields past reqs[] are not cleared by the engine */
     }
