@@ -112,8 +112,13 @@ hcomm_status_t hc_rndv_send(hc_peer_t *p, struct hcomm_request *req)
     hcomm_status_t st = hc_mem_key_local(conn->drv, req->buf, req->len, &key, &desc, &req->rndv_held);
     if (st != HCOMM_OK)
         return st;
+    /* Only a driver whose RMA needs keys gets one packed (shm's CMA reaches
+     * any address: no fstat per message for its memfd key). */
     size_t klen = sizeof(rts.rkey);
-    st = conn->ops->rkey_pack(conn->drv, key, &desc, rts.rkey, &klen);
+    if (conn->ops->caps & HC_DRV_CAP_USER_REG)
+        st = conn->ops->rkey_pack(conn->drv, key, &desc, rts.rkey, &klen);
+    else
+        klen = 0;
     if (st != HCOMM_OK || klen > sizeof(rts.rkey)) {
         hc_rndv_release(req);
         return st != HCOMM_OK ? st
@@ -218,8 +223,10 @@ void hc_rndv_matched(struct hcomm_request *req, hc_peer_t *p, size_t size, uint6
         uint64_t key;
         size_t klen = sizeof(cts.rkey);
         hcomm_status_t st = hc_mem_key_local(conn->drv, req->buf, size, &key, &desc, &req->rndv_held);
-        if (st == HCOMM_OK)
+        if (st == HCOMM_OK && (conn->ops->caps & HC_DRV_CAP_USER_REG))
             st = conn->ops->rkey_pack(conn->drv, key, &desc, cts.rkey, &klen);
+        else if (st == HCOMM_OK)
+            klen = 0;
         if (st == HCOMM_OK && klen <= sizeof(cts.rkey)) {
             cts.rkey_len = (uint8_t)klen;
             hdr.len = (uint32_t)(offsetof(hc_frame_cts_t, rkey) + klen);
