@@ -1212,6 +1212,12 @@ static int hc_fake_conn_progress(hc_fake_conn_t *c, uint64_t now)
     if (c->txq.head) n += hc_fake_flush(c);
     if (HC_UNLIKELY(c->err)) {
         int e = c->err;
+        /* A peer that closed our socket may have said why first (a DROP
+         * notice, a goodbye on its socket to us): read that before blaming. */
+        if (e == EPIPE || e == ECONNRESET)
+            hc_fake_out_hup(c);
+        if (c->failed || c->out_state == HC_FAKE_OUT_NONE)
+            return n + 1;
         if (e == ECONNREFUSED || e == ENOENT || e == EPIPE || e == ECONNRESET)
             hc_fake_conn_fail(c, "cannot send to %s: %s (process exited or was killed)", c->name,
                               strerror(e));
