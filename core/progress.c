@@ -156,10 +156,17 @@ void hc_progress_slow(void)
             }
         }
         if (n == (int)HC_ARRAY_SIZE(pfds) || (i == hc_ctx.local_size && n > 0)) {
-            if (poll(pfds, (nfds_t)n, 0) > 0)
+            if (poll(pfds, (nfds_t)n, 0) > 0) {
+                /* What the peer wrote before it exited may still sit in
+                 * shared memory, unread: take it first, or a receive it
+                 * had already satisfied fails (called from waits only,
+                 * never from inside a driver's progress). */
+                for (int spin = 0; spin < 64 && hc_progress() > 0; spin++)
+                    ;
                 for (int k = 0; k < n; k++)
                     if (pfds[k].revents)
                         hc_peer_fail(who[k], HCOMM_ERR_PEER_FAILED, "its process exited");
+            }
             n = 0;
         }
     }
