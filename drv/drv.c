@@ -99,6 +99,13 @@ static void hc_drv_drop_ep_recv(hc_drv_t *drv, int from, const void *blob, size_
     hc_log_warn("%s: a %zu-byte handshake from rank %d, but this driver has none: dropped",
                 drv->ops->name, len, from);
 }
+static void hc_drv_noop_describe(const hc_drv_env_t *env,
+                                 void (*line)(const char *text, void *arg), void *arg)
+{
+    (void)env;
+    (void)line;
+    (void)arg;
+}
 static hcomm_status_t hc_drv_unsup_rkey_ptr(hc_conn_t *conn, const hc_rkey_t *rkey,
                                             uint64_t remote_addr, size_t len, void **ptr_p)
 {
@@ -170,6 +177,7 @@ static const struct hc_drv_ops hc_drv_base = {
     .rkey_release = hc_drv_noop_rkey_release,
     .rkey_ptr = hc_drv_unsup_rkey_ptr,
     .ep_recv = hc_drv_drop_ep_recv,
+    .describe = hc_drv_noop_describe,
 };
 
 static char hc_drv_refused[160];
@@ -205,6 +213,7 @@ void hc_drv_register(const struct hc_drv_ops *ops)
     HC_DRV_FILL_(disconnect) HC_DRV_FILL_(close) HC_DRV_FILL_(shared_put)
     HC_DRV_FILL_(write) HC_DRV_FILL_(rkey_pack) HC_DRV_FILL_(rkey_unpack)
     HC_DRV_FILL_(rkey_release) HC_DRV_FILL_(rkey_ptr) HC_DRV_FILL_(ep_recv)
+    HC_DRV_FILL_(describe)
 #undef HC_DRV_FILL_
 }
 
@@ -324,5 +333,6 @@ void hc_drv_describe(const hc_drv_env_t *env, void (*line)(const char *text, voi
         snprintf(text, sizeof(text), "%-6s (%s, priority %d): %s%s%s", o->name, scopes[o->scope],
                  o->priority, st == HCOMM_OK ? "usable" : "skipped", why[0] ? ": " : "", why);
         line(text, arg);
+        o->describe(env, line, arg);
     }
 }

@@ -259,6 +259,9 @@ struct hc_drv_ops {
      * while the core waits on the bootstrap; it may answer with ep_send but
      * must not call into the core otherwise. */
     void (*ep_recv)(hc_drv_t *drv, int from, const void *blob, size_t len);
+    /* hcomm_info: extra lines on what the driver sees here (devices, ports,
+     * addresses), each starting with two spaces; the base prints nothing. */
+    void (*describe)(const hc_drv_env_t *env, void (*line)(const char *text, void *arg), void *arg);
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops);

@@ -91,8 +91,10 @@ int main(int argc, char **argv)
 
     /* Transports whose drivers this build does not contain, and why. */
     printf("not built:\n");
-    printf("  verbs, mlx5: no driver in this version (rdma-core %s at configure time)\n",
-           HCOMM_BUILD_VERBS ? "found" : "not found");
+    if (!HCOMM_BUILD_VERBS)
+        printf("  verbs: rdma-core (libibverbs) not found at configure time\n");
+    printf("  mlx5: no driver in this version (libmlx5 %s at configure time)\n",
+           HCOMM_BUILD_MLX5 ? "found" : "not found");
     printf("  dpdk: no driver in this version (DPDK %s at configure time)\n",
            HCOMM_BUILD_DPDK ? "found" : "not found");
     printf("  cuda: no GPU memory support in this version (CUDA toolkit %s)\n",

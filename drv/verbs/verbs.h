@@ -1,0 +1,271 @@
+/*
+ * verbs: RDMA between nodes over plain libibverbs (any HCA, RoCE or
+ * InfiniBand, soft-RoCE rdma_rxe). Internal header shared by
+ *   verbs_dev.c   device and port choice (HCOMM_IB_HCA), GID choice, probe,
+ *                 hcomm_info's device listing, open/close of the device;
+ *   verbs_conn.c  RC queue pairs per peer: lazy creation, the handshake
+ *                 through env->ep_send, INIT/RTR/RTS, failure, teardown;
+ *   verbs_data.c  eager SENDs into the peer's receive slots, credits
+ *                 written back by RDMA WRITE, RDMA READ/WRITE for get and
+ *                 write, memory registration and remote keys, progress.
+ * The design is in docs/verbs.md.
+ */
+#ifndef HC_DRV_VERBS_H
+#define HC_DRV_VERBS_H
+
+#include "base/hc_base.h"
+#include "base/list.h"
+#include "drv/drv.h"
+
+#include <infiniband/verbs.h>
+
+#define HC_VERBS_MAGIC 0x68637662u     /* "hcvb" */
+#define HC_VERBS_REG_MAGIC 0x72656776u /* "vger" */
+#define HC_VERBS_MAX_QPS 8             /* HCOMM_IB_QPS_PER_PEER at most */
+#define HC_VERBS_SLOTS 64              /* eager receive slots per peer (credits) */
+#define HC_VERBS_SLOT_BYTES 8192u      /* frame header + payload per slot */
+#define HC_VERBS_MAX_FRAME (HC_VERBS_SLOT_BYTES - sizeof(hc_frame_hdr_t))
+#define HC_VERBS_SQ_DEPTH 256          /* send queue entries per QP */
+#define HC_VERBS_SIGNAL_EVERY 16       /* a CQE for every this many unsignaled sends */
+#define HC_VERBS_CREDIT_BATCH (HC_VERBS_SLOTS / 4) /* reposted slots per credit write */
+#define HC_VERBS_INLINE 256            /* inline data asked of the QP */
+#define HC_VERBS_CHUNK_MIN (1u << 20)  /* an RMA is cut into pieces of at least this */
+#define HC_VERBS_CHUNKS_PER_RMA 32     /* ... and at most about this many pieces */
+#define HC_VERBS_HB_NS 1000000000ull   /* idle connection: a credit write this often */
+#define HC_VERBS_CTRL_STRIDE 64        /* bytes per peer in the control region */
+#define HC_VERBS_POLL_BATCH 32
+
+/* Driver-private frame types (never delivered). */
+enum { HC_VERBS_FRAME_BYE = HC_FRAME_DRIVER };
+
+/* Address blob every rank publishes at init: the device end of this rank. */
+typedef struct {
+    uint32_t magic;
+    uint8_t link_layer; /* IBV_LINK_LAYER_* */
+    uint8_t port;
+    uint8_t mtu;        /* enum ibv_mtu */
+    uint8_t pad;
+    uint16_t lid;
+    uint16_t pad2;
+    uint8_t gid[16];
+    uint64_t instance;  /* random per process */
+} hc_verbs_addr_t;
+
+/* Handshake blobs (env->ep_send / ops->ep_recv). */
+enum { HC_VERBS_EP_HELLO = 1, HC_VERBS_EP_READY };
+#define HC_VERBS_EP_RTR 1u /* HELLO flag: the sender's QPs were in RTR when it was sent */
+typedef struct {
+    uint32_t magic;
+    uint8_t kind;
+    uint8_t flags;
+    uint8_t nqp;
+    uint8_t pad;
+    int32_t rank;
+    uint32_t psn;
+    uint64_t instance;
+    uint64_t ctrl_addr; /* the sender's control region: the receiver writes its credits there */
+    uint32_t ctrl_rkey;
+    uint32_t slots;     /* receive slots posted before this HELLO (first credits) */
+    uint32_t qpn[HC_VERBS_MAX_QPS];
+} hc_verbs_ep_t;
+
+/* A registration: what mem_reg's key points at. */
+typedef struct {
+    uint32_t magic;
+    struct ibv_mr *mr;
+    uintptr_t addr;
+    size_t len;
+} hc_verbs_reg_t;
+
+/* A peer's packed key, unpacked. */
+struct hc_rkey {
+    uint64_t addr, len;
+    uint32_t rkey;
+};
+typedef struct {
+    uint64_t addr, len;
+    uint32_t rkey;
+    uint32_t magic;
+} __attribute__((packed)) hc_verbs_rkey_wire_t;
+
+typedef struct hc_verbs_rma {
+    struct hc_verbs_rma *next;
+    struct hc_verbs_conn *conn;
+    void *cookie;
+    uint8_t *local;
+    uint64_t raddr;
+    size_t len, posted; /* bytes; posted: handed to QPs so far */
+    uint32_t lkey, rkey;
+    uint32_t pieces_out; /* posted pieces without their completion yet */
+    bool write;
+    bool queued;   /* on the connection's pending list */
+    bool finished; /* status final (rma_done pushed, or the sync caller told) */
+    bool orphan;   /* a synchronous caller gave up: free when the pieces are back */
+    hcomm_status_t status;
+} hc_verbs_rma_t;
+
+/* One signaled send-queue entry: completions come in order per QP, so the
+ * oldest mark is the one a CQE completes. */
+typedef struct {
+    uint64_t sq_seq; /* WQEs posted on the QP up to and including this one */
+    uint64_t tx_seq; /* eager sends posted (qp 0) up to and including this one */
+    hc_verbs_rma_t *rma;
+} hc_verbs_mark_t;
+
+typedef struct {
+    struct ibv_qp *qp;
+    uint64_t sq_posted, sq_done; /* WQEs posted / known complete */
+    uint32_t unsignaled;         /* since the last signaled WQE */
+    hc_verbs_mark_t marks[HC_VERBS_SQ_DEPTH];
+    uint32_t mark_head, mark_n;
+} hc_verbs_qp_t;
+
+/* An arrived eager slot waiting for delivery. */
+typedef struct hc_verbs_rx {
+    struct hc_verbs_rx *next;
+    struct hc_verbs_conn *conn;
+    uint32_t slot, len;
+} hc_verbs_rx_t;
+
+enum { HC_VERBS_C_NONE, HC_VERBS_C_HELLO, HC_VERBS_C_UP, HC_VERBS_C_FAILED, HC_VERBS_C_CLOSED };
+
+typedef struct hc_verbs_conn {
+    hc_conn_t base;
+    struct hc_verbs_drv *d;
+    int state;
+    hc_verbs_addr_t addr;  /* the peer's device end (its address blob) */
+    /* handshake */
+    bool qps_made, rtr, sent_hello, hello_rtr, peer_ready;
+    hc_verbs_ep_t remote;
+    bool have_remote;
+    uint32_t psn;
+    /* queue pairs: qp[0] carries the eager frames and credits, all carry RMA */
+    int nqp;
+    hc_verbs_qp_t *qp;
+    int rr; /* next QP for an RMA piece */
+    struct ibv_cq *cq;
+    /* eager receive: SLOTS slots the peer SENDs into */
+    uint8_t *rx_buf;
+    struct ibv_mr *rx_mr;
+    hc_verbs_rx_t rx[HC_VERBS_SLOTS];
+    uint64_t rx_posted, rx_advertised;
+    bool credit_owed; /* a credit write is due but could not be posted */
+    /* eager send: a copy of each frame in tx slots (unless inline) */
+    uint8_t *tx_buf;
+    struct ibv_mr *tx_mr;
+    uint64_t tx_sent, tx_done;
+    uint64_t peer_posted; /* credits: the peer's posted count (HELLO, then its writes) */
+    uint64_t peer_ctrl_addr;
+    uint32_t peer_ctrl_rkey;
+    uint64_t last_post_ns;
+    /* RMA not yet fully posted, in order */
+    struct {
+        hc_verbs_rma_t *head, *tail;
+    } pending;
+    bool bye;         /* the peer said it is closing: errors after it are quiet */
+    bool fail_owed;   /* peer_failed not reported yet */
+    char why[256];
+} hc_verbs_conn_t;
+
+typedef struct hc_verbs_cq {
+    struct ibv_cq *cq;
+    int users, cap; /* connections using it / that fit */
+} hc_verbs_cq_t;
+
+typedef struct hc_verbs_drv {
+    hc_drv_t base;
+    const hc_drv_env_t *env;
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    char dev_name[64];
+    struct ibv_device_attr dev_attr;
+    struct ibv_port_attr port_attr;
+    hc_verbs_addr_t me;
+    int gid_index;
+    uint32_t max_inline, max_msg;
+    int nqp;
+    size_t zcopy_threshold;
+    /* completion queues, shared by up to cap connections each */
+    hc_verbs_cq_t *cqs;
+    int ncq;
+    int cqe_per_conn;
+    /* control region: HC_VERBS_CTRL_STRIDE bytes per peer; word 0 of a
+     * peer's line is its posted-receive count, written by it (RDMA WRITE) */
+    uint8_t *ctrl;
+    struct ibv_mr *ctrl_mr;
+    hc_verbs_conn_t **conns; /* by world rank */
+    /* completions waiting for their callbacks (progress drains them) */
+    struct {
+        hc_verbs_rx_t *head, *tail;
+    } rxq;
+    struct {
+        hc_verbs_rma_t *head, *tail;
+    } doneq;
+    int nfail_owed;
+    int npending; /* RMA on connections' pending lists */
+    uint32_t ticks;
+    hc_verbs_rma_t *rma_free;
+    uint64_t hb_next;
+    /* counters (HCOMM_LOG=info at close) */
+    uint64_t n_write_bytes, n_read_bytes, n_eager_bytes, n_eager_frames, n_inline;
+    uint64_t n_regs, n_deregs, n_credit_writes, n_again_credit;
+} hc_verbs_drv_t;
+
+/* Knobs (verbs_dev.c). */
+typedef struct {
+    const char *hca;
+    int64_t gid_index, timeout, retry_cnt, tc, sl, qps_per_peer;
+    size_t zcopy_threshold;
+} hc_verbs_cfg_t;
+extern hc_verbs_cfg_t hc_verbs_cfg;
+
+/* verbs_dev.c */
+hcomm_status_t hc_verbs_probe(const hc_drv_env_t *env, char *why, size_t why_len);
+hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env);
+void hc_verbs_dev_close(hc_verbs_drv_t *d);
+void hc_verbs_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg),
+                       void *arg);
+/* HCOMM_IB_HCA matching (exposed for the unit test). */
+bool hc_verbs_hca_match(const char *spec, const char *dev, int port);
+
+/* verbs_conn.c */
+hcomm_status_t hc_verbs_conn_start(hc_verbs_conn_t *c);
+void hc_verbs_ep_recv(hc_drv_t *drv, int from, const void *blob, size_t len);
+void hc_verbs_conn_fail(hc_verbs_conn_t *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+hcomm_status_t hc_verbs_connect(hc_drv_t *drv, int peer, const void *addr, size_t addr_len,
+                                hc_conn_t **conn_p);
+void hc_verbs_disconnect(hc_conn_t *conn);
+void hc_verbs_conn_free_qps(hc_verbs_conn_t *c);
+
+/* verbs_data.c */
+hcomm_status_t hc_verbs_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
+                            void *cookie);
+hcomm_status_t hc_verbs_get(hc_conn_t *conn, const hc_rma_t *rma);
+hcomm_status_t hc_verbs_write(hc_conn_t *conn, const hc_rma_t *rma);
+int hc_verbs_progress(hc_drv_t *drv);
+/* Polls the CQs once: completions into the driver's queues, no callbacks. */
+int hc_verbs_poll(hc_verbs_drv_t *d);
+hcomm_status_t hc_verbs_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64_t *key_p);
+void hc_verbs_mem_dereg(hc_drv_t *drv, uint64_t key);
+hcomm_status_t hc_verbs_rkey_pack(hc_drv_t *drv, uint64_t key, const hc_mem_desc_t *desc,
+                                  void *buf, size_t *len_p);
+hcomm_status_t hc_verbs_rkey_unpack(hc_conn_t *conn, const void *buf, size_t len,
+                                    hc_rkey_t **rkey_p);
+void hc_verbs_rkey_release(hc_conn_t *conn, hc_rkey_t *rkey);
+/* Posts the receive of one eager slot. */
+int hc_verbs_post_slot(hc_verbs_conn_t *c, uint32_t slot);
+/* Fails what the connection still owed (RMA), once. */
+void hc_verbs_conn_flush(hc_verbs_conn_t *c, hcomm_status_t st);
+
+/* wr_id of a receive: (peer << 8 | slot) << 2 | 1; of a signaled send:
+ * (peer << 8 | qp index) << 2 | 2. The QP number of the CQE is checked
+ * against the connection's, so CQEs of destroyed QPs are ignored. */
+#define HC_VERBS_WR_RECV 1u
+#define HC_VERBS_WR_SEND 2u
+static inline uint64_t hc_verbs_wr(uint32_t kind, int peer, uint32_t idx)
+{
+    return (((uint64_t)(uint32_t)peer << 8 | idx) << 2) | kind;
+}
+
+#endif /* HC_DRV_VERBS_H */

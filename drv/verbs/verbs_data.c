@@ -1,0 +1,590 @@
+/*
+ * verbs driver: the data path (docs/verbs.md).
+ *
+ * Eager frames: SEND on QP 0 into one of the peer's HC_VERBS_SLOTS posted
+ * receive slots (a slot holds the 32-byte frame header and up to
+ * HC_VERBS_MAX_FRAME payload bytes). Frames that fit the QP's inline room go
+ * inline (the NIC takes them from the WQE); larger ones are copied into a
+ * registered send copy, so put never keeps the caller's payload (always OK).
+ * Credits without a round trip per message: the receiver reposts a slot as
+ * soon as the core consumed it and, every HC_VERBS_CREDIT_BATCH reposts,
+ * RDMA WRITEs its total count of posted receives into a word of the
+ * sender's control region; the sender's credit is that count minus the
+ * frames it sent. No receive is consumed by a credit, so credits never wait
+ * for credits.
+ *
+ * Selective signalling: one CQE per HC_VERBS_SIGNAL_EVERY sends (and for
+ * every RMA piece). RC completes a QP's WQEs in order, so each signaled CQE
+ * retires every WQE posted before it: a per-QP ring of marks says how far.
+ *
+ * RMA: get is RDMA READ, write is RDMA WRITE, from and into registered
+ * memory (the lkey is our registration, the rkey the peer's, both checked
+ * against their ranges before anything is posted). A transfer is cut into
+ * pieces of at least HC_VERBS_CHUNK_MIN (at most the port's max message),
+ * striped over the connection's QPs; pieces that find no room wait on the
+ * connection's pending list and are posted by progress.
+ *
+ * Callbacks into the core happen only in progress: polling a CQ (which a
+ * synchronous RMA also does) moves arrived slots and finished transfers to
+ * the driver's queues, progress then delivers them, then reports failures.
+ */
+#include "drv/verbs/verbs.h"
+#include "base/config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *hc_verbs_kind(const hc_verbs_rma_t *o)
+{
+    return !o ? "SEND" : o->write ? "RDMA WRITE" : "RDMA READ";
+}
+
+/* ---- posting ------------------------------------------------------------------------------------ */
+
+int hc_verbs_post_slot(hc_verbs_conn_t *c, uint32_t slot)
+{
+    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(c->rx_buf + (size_t)slot * HC_VERBS_SLOT_BYTES),
+                          .length = HC_VERBS_SLOT_BYTES,
+                          .lkey = c->rx_mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = hc_verbs_wr(HC_VERBS_WR_RECV, c->base.peer, slot),
+                             .sg_list = &sge,
+                             .num_sge = 1},
+                       *bad = NULL;
+    int rc = ibv_post_recv(c->qp[0].qp, &wr, &bad);
+    if (rc == 0) c->rx_posted++;
+    return rc;
+}
+
+/* Room for one more WQE on QP qi (keeping one on QP 0 for credit writes). */
+static bool hc_verbs_room(const hc_verbs_conn_t *c, int qi, bool credit)
+{
+    const hc_verbs_qp_t *q = &c->qp[qi];
+    uint64_t used = q->sq_posted - q->sq_done;
+    return used + (qi == 0 && !credit ? 2 : 1) <= HC_VERBS_SQ_DEPTH;
+}
+
+/* Posts one send-queue WQE; signals it when asked, or when enough went
+ * unsignaled, or when the queue is filling up. 0 or an errno. */
+static int hc_verbs_post(hc_verbs_conn_t *c, int qi, struct ibv_send_wr *wr, bool signal,
+                         hc_verbs_rma_t *rma, bool eager)
+{
+    hc_verbs_qp_t *q = &c->qp[qi];
+    uint64_t used = q->sq_posted - q->sq_done;
+    if (used >= HC_VERBS_SQ_DEPTH) return EAGAIN;
+    if (q->unsignaled + 1 >= HC_VERBS_SIGNAL_EVERY || used + 1 >= HC_VERBS_SQ_DEPTH / 2 ||
+        (eager && c->tx_sent + 1 - c->tx_done >= HC_VERBS_SLOTS / 2))
+        signal = true;
+    wr->wr_id = hc_verbs_wr(HC_VERBS_WR_SEND, c->base.peer, (uint32_t)qi);
+    wr->next = NULL;
+    if (signal) wr->send_flags |= IBV_SEND_SIGNALED;
+    struct ibv_send_wr *bad = NULL;
+    int rc = ibv_post_send(q->qp, wr, &bad);
+    if (rc) return rc;
+    q->sq_posted++;
+    if (eager) c->tx_sent++;
+    if (signal) {
+        hc_verbs_mark_t *m = &q->marks[(q->mark_head + q->mark_n) % HC_VERBS_SQ_DEPTH];
+        *m = (hc_verbs_mark_t){.sq_seq = q->sq_posted, .tx_seq = qi == 0 ? c->tx_sent : 0, .rma = rma};
+        q->mark_n++;
+        q->unsignaled = 0;
+    } else {
+        q->unsignaled++;
+    }
+    c->last_post_ns = 1; /* traffic since the last heartbeat tick */
+    return 0;
+}
+
+/* Tells the peer how many receives we have posted (its credit). */
+static void hc_verbs_credit_write(hc_verbs_conn_t *c)
+{
+    hc_verbs_drv_t *d = c->d;
+    if (c->state != HC_VERBS_C_UP || !hc_verbs_room(c, 0, true)) {
+        c->credit_owed = c->state == HC_VERBS_C_UP;
+        return;
+    }
+    uint64_t *stage = (uint64_t *)(d->ctrl + (size_t)c->base.peer * HC_VERBS_CTRL_STRIDE + 8);
+    *stage = c->rx_posted;
+    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)stage, .length = 8, .lkey = d->ctrl_mr->lkey};
+    struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE};
+    if (d->max_inline >= 8) wr.send_flags = IBV_SEND_INLINE;
+    wr.wr.rdma.remote_addr = c->peer_ctrl_addr;
+    wr.wr.rdma.rkey = c->peer_ctrl_rkey;
+    int rc = hc_verbs_post(c, 0, &wr, false, NULL, false);
+    if (rc == 0) {
+        c->rx_advertised = c->rx_posted;
+        c->credit_owed = false;
+        d->n_credit_writes++;
+    } else if (rc == EAGAIN || rc == ENOMEM) {
+        c->credit_owed = true;
+    } else {
+        hc_verbs_conn_fail(c, "verbs: credit write to rank %d: %s", c->base.peer, strerror(rc));
+    }
+}
+
+static uint64_t hc_verbs_peer_posted(hc_verbs_conn_t *c)
+{
+    const uint64_t *w = (const uint64_t *)(c->d->ctrl + (size_t)c->base.peer * HC_VERBS_CTRL_STRIDE);
+    uint64_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+    if (v > c->peer_posted) c->peer_posted = v;
+    return c->peer_posted;
+}
+
+/* ---- put ---------------------------------------------------------------------------------------- */
+
+hcomm_status_t hc_verbs_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
+                            void *cookie)
+{
+    (void)cookie; /* every frame is sent inline or from a copy: always OK */
+    hc_verbs_conn_t *c = (hc_verbs_conn_t *)conn;
+    hc_verbs_drv_t *d = c->d;
+    if (HC_UNLIKELY(c->state != HC_VERBS_C_UP)) {
+        hcomm_status_t st = hc_verbs_conn_start(c);
+        if (st != HCOMM_OK) return st;
+    }
+    size_t len = hdr->len, total = sizeof(*hdr) + len;
+    if (HC_UNLIKELY(len > HC_VERBS_MAX_FRAME))
+        return hc_error(HCOMM_ERR_INVALID, "verbs: a %zu-byte frame to rank %d (at most %zu)", len,
+                        conn->peer, (size_t)HC_VERBS_MAX_FRAME);
+    if (hc_verbs_peer_posted(c) == c->tx_sent) {
+        d->n_again_credit++;
+        return HCOMM_ERR_AGAIN;
+    }
+    if (c->tx_sent - c->tx_done >= HC_VERBS_SLOTS || !hc_verbs_room(c, 0, false))
+        return HCOMM_ERR_AGAIN;
+    struct ibv_sge sge[2];
+    struct ibv_send_wr wr = {.sg_list = sge, .opcode = IBV_WR_SEND};
+    if (total <= d->max_inline) {
+        sge[0] = (struct ibv_sge){.addr = (uint64_t)(uintptr_t)hdr, .length = sizeof(*hdr)};
+        sge[1] = (struct ibv_sge){.addr = (uint64_t)(uintptr_t)payload, .length = (uint32_t)len};
+        wr.num_sge = len ? 2 : 1;
+        wr.send_flags = IBV_SEND_INLINE;
+        d->n_inline++;
+    } else {
+        uint8_t *slot = c->tx_buf + (size_t)(c->tx_sent % HC_VERBS_SLOTS) * HC_VERBS_SLOT_BYTES;
+        memcpy(slot, hdr, sizeof(*hdr));
+        if (len) memcpy(slot + sizeof(*hdr), payload, len);
+        sge[0] = (struct ibv_sge){.addr = (uint64_t)(uintptr_t)slot,
+                                  .length = (uint32_t)total,
+                                  .lkey = c->tx_mr->lkey};
+        wr.num_sge = 1;
+    }
+    int rc = hc_verbs_post(c, 0, &wr, hdr->type == HC_VERBS_FRAME_BYE, NULL, true);
+    if (rc == EAGAIN || rc == ENOMEM) return HCOMM_ERR_AGAIN;
+    if (rc) {
+        hc_verbs_conn_fail(c, "verbs: SEND to rank %d: ibv_post_send: %s", conn->peer, strerror(rc));
+        return hc_error(HCOMM_ERR_PEER_FAILED, "%s", c->why);
+    }
+    d->n_eager_bytes += len;
+    d->n_eager_frames++;
+    return HCOMM_OK;
+}
+
+/* ---- RMA ---------------------------------------------------------------------------------------- */
+
+static void hc_verbs_finish(hc_verbs_rma_t *o, hcomm_status_t st)
+{
+    if (o->finished) return;
+    o->finished = true;
+    o->status = st;
+    hc_verbs_drv_t *d = o->conn->d;
+    if (o->cookie)
+        HC_FIFO_PUSH(&d->doneq, o);
+    else if (o->orphan)
+        free(o);
+    /* else a synchronous caller is waiting for it */
+}
+
+/* Posts as many pieces of o as the QPs have room for. */
+static hcomm_status_t hc_verbs_advance(hc_verbs_rma_t *o)
+{
+    hc_verbs_conn_t *c = o->conn;
+    hc_verbs_drv_t *d = c->d;
+    size_t chunk = HC_MAX((size_t)HC_VERBS_CHUNK_MIN, (o->len + HC_VERBS_CHUNKS_PER_RMA - 1) / HC_VERBS_CHUNKS_PER_RMA);
+    chunk = HC_MIN(chunk, (size_t)d->max_msg);
+    while (o->posted < o->len) {
+        int qi = -1;
+        for (int k = 0; k < c->nqp && qi < 0; k++) {
+            int cand = (c->rr + k) % c->nqp;
+            if (hc_verbs_room(c, cand, false)) qi = cand;
+        }
+        if (qi < 0) return HCOMM_ERR_AGAIN;
+        c->rr = (qi + 1) % c->nqp;
+        size_t piece = HC_MIN(chunk, o->len - o->posted);
+        struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(o->local + o->posted),
+                              .length = (uint32_t)piece,
+                              .lkey = o->lkey};
+        struct ibv_send_wr wr = {.sg_list = &sge,
+                                 .num_sge = 1,
+                                 .opcode = o->write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ};
+        wr.wr.rdma.remote_addr = o->raddr + o->posted;
+        wr.wr.rdma.rkey = o->rkey;
+        int rc = hc_verbs_post(c, qi, &wr, true, o, false);
+        if (rc == EAGAIN || rc == ENOMEM) return HCOMM_ERR_AGAIN;
+        if (rc) {
+            hc_verbs_conn_fail(c, "verbs: %s to rank %d: ibv_post_send: %s", hc_verbs_kind(o),
+                               c->base.peer, strerror(rc));
+            return HCOMM_ERR_PEER_FAILED;
+        }
+        o->posted += piece;
+        o->pieces_out++;
+        if (o->write)
+            d->n_write_bytes += piece;
+        else
+            d->n_read_bytes += piece;
+    }
+    return HCOMM_OK;
+}
+
+/* Posts what waits on c's pending list, in order. */
+static void hc_verbs_advance_pending(hc_verbs_conn_t *c)
+{
+    while (c->pending.head && c->state == HC_VERBS_C_UP) {
+        hc_verbs_rma_t *o = c->pending.head;
+        if (hc_verbs_advance(o) != HCOMM_OK) return;
+        (void)HC_FIFO_POP(&c->pending);
+        o->queued = false;
+        c->d->npending--;
+    }
+}
+
+void hc_verbs_conn_flush(hc_verbs_conn_t *c, hcomm_status_t st)
+{
+    hc_verbs_rma_t *o;
+    while ((o = HC_FIFO_POP(&c->pending))) {
+        o->queued = false;
+        c->d->npending--;
+        hc_verbs_finish(o, st);
+    }
+    for (int i = 0; i < c->nqp; i++) {
+        hc_verbs_qp_t *q = &c->qp[i];
+        for (uint32_t k = 0; k < q->mark_n; k++) {
+            hc_verbs_mark_t *m = &q->marks[(q->mark_head + k) % HC_VERBS_SQ_DEPTH];
+            if (m->rma) hc_verbs_finish(m->rma, st);
+        }
+        q->mark_n = 0;
+        q->sq_done = q->sq_posted;
+    }
+}
+
+static hcomm_status_t hc_verbs_rma(hc_conn_t *conn, const hc_rma_t *rma, bool write)
+{
+    hc_verbs_conn_t *c = (hc_verbs_conn_t *)conn;
+    hc_verbs_drv_t *d = c->d;
+    const char *what = write ? "write" : "get";
+    if (c->state == HC_VERBS_C_FAILED || c->state == HC_VERBS_C_CLOSED)
+        return hc_error(HCOMM_ERR_PEER_FAILED, "%s", c->why);
+    const hc_verbs_reg_t *reg = (const hc_verbs_reg_t *)(uintptr_t)rma->lkey;
+    uintptr_t l = (uintptr_t)rma->local;
+    if (!reg || reg->magic != HC_VERBS_REG_MAGIC)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "verbs: %s of %zu bytes with rank %d: the local buffer has no key (lkey %#llx)",
+                        what, rma->len, conn->peer, (unsigned long long)rma->lkey);
+    if (l < reg->addr || rma->len > reg->len || l - reg->addr > reg->len - rma->len)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "verbs: %s of %zu bytes at %p: outside the registration of its local key "
+                        "(%#lx + %zu)",
+                        what, rma->len, rma->local, (unsigned long)reg->addr, reg->len);
+    const struct hc_rkey *rk = rma->rkey;
+    if (!rk)
+        return hc_error(HCOMM_ERR_INVALID, "verbs: %s of %zu bytes with rank %d: no remote key", what,
+                        rma->len, conn->peer);
+    if (rma->remote_addr < rk->addr || rma->len > rk->len ||
+        rma->remote_addr - rk->addr > rk->len - rma->len)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "verbs: %s of %zu bytes at rank %d's %#llx: outside its remote key (%#llx + %llu)",
+                        what, rma->len, conn->peer, (unsigned long long)rma->remote_addr,
+                        (unsigned long long)rk->addr, (unsigned long long)rk->len);
+    if (rma->len == 0) return HCOMM_OK;
+    if (HC_UNLIKELY(c->state != HC_VERBS_C_UP)) {
+        hcomm_status_t st = hc_verbs_conn_start(c);
+        if (st != HCOMM_OK) return st;
+    }
+    hc_verbs_rma_t *o = d->rma_free;
+    if (o)
+        d->rma_free = o->next;
+    else if (!(o = malloc(sizeof(*o))))
+        return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: RMA state");
+    *o = (hc_verbs_rma_t){.conn = c,
+                          .cookie = rma->cookie,
+                          .local = rma->local,
+                          .raddr = rma->remote_addr,
+                          .len = rma->len,
+                          .lkey = reg->mr->lkey,
+                          .rkey = rk->rkey,
+                          .write = write};
+    hcomm_status_t st = c->pending.head ? HCOMM_ERR_AGAIN : hc_verbs_advance(o);
+    if (st == HCOMM_ERR_AGAIN) {
+        HC_FIFO_PUSH(&c->pending, o);
+        o->queued = true;
+        d->npending++;
+    } else if (st != HCOMM_OK) {
+        /* The connection failed while posting. Posted pieces were finished
+         * by its flush: with a cookie, rma_done (with the error) follows. */
+        if (o->pieces_out && o->cookie) return HCOMM_IN_PROGRESS;
+        o->next = d->rma_free;
+        d->rma_free = o;
+        return hc_error(HCOMM_ERR_PEER_FAILED, "%s", c->why);
+    }
+    if (rma->cookie) return HCOMM_IN_PROGRESS;
+    /* Synchronous: wait for our pieces, polling completions only. */
+    double limit = hc_cfg.timeout > 0 ? hc_cfg.timeout : 300;
+    uint64_t deadline = hc_time_ns() + (uint64_t)(limit * 1e9);
+    while (!o->finished) {
+        (void)hc_verbs_poll(d);
+        if (o->queued && c->pending.head == o) hc_verbs_advance_pending(c);
+        if (!o->finished && hc_time_ns() > deadline) {
+            o->orphan = true;
+            return hc_error(HCOMM_ERR_TIMEOUT, "verbs: %s of %zu bytes with rank %d: no completion in %.0f s",
+                            what, rma->len, conn->peer, limit);
+        }
+    }
+    st = o->status;
+    o->next = d->rma_free;
+    d->rma_free = o;
+    if (st != HCOMM_OK) return hc_error(st, "%s", c->why);
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_verbs_get(hc_conn_t *conn, const hc_rma_t *rma)
+{
+    return hc_verbs_rma(conn, rma, false);
+}
+
+hcomm_status_t hc_verbs_write(hc_conn_t *conn, const hc_rma_t *rma)
+{
+    return hc_verbs_rma(conn, rma, true);
+}
+
+/* ---- completions -------------------------------------------------------------------------------- */
+
+static void hc_verbs_wc(hc_verbs_drv_t *d, const struct ibv_wc *wc)
+{
+    uint32_t kind = (uint32_t)(wc->wr_id & 3);
+    uint32_t idx = (uint32_t)(wc->wr_id >> 2) & 0xff;
+    uint64_t peer = wc->wr_id >> 10;
+    if (peer >= (uint64_t)d->env->size) return;
+    hc_verbs_conn_t *c = d->conns[peer];
+    if (!c || !c->qp) return;
+    int qi = kind == HC_VERBS_WR_RECV ? 0 : (int)idx;
+    if (qi >= c->nqp || !c->qp[qi].qp || c->qp[qi].qp->qp_num != wc->qp_num) return; /* a destroyed QP's */
+    hc_verbs_qp_t *q = &c->qp[qi];
+    if (wc->status != IBV_WC_SUCCESS) {
+        if (c->state == HC_VERBS_C_FAILED || c->state == HC_VERBS_C_CLOSED) return;
+        const hc_verbs_rma_t *o = kind == HC_VERBS_WR_SEND && q->mark_n ? q->marks[q->mark_head].rma : NULL;
+        const char *op = kind == HC_VERBS_WR_RECV ? "receive" : hc_verbs_kind(o);
+        const char *hint = wc->status == IBV_WC_REM_ACCESS_ERR || wc->status == IBV_WC_LOC_PROT_ERR
+                               ? " (the key was refused: deregistered, or the range is outside it)"
+                           : wc->status == IBV_WC_RETRY_EXC_ERR
+                               ? " (no answer within HCOMM_IB_TIMEOUT x HCOMM_IB_RETRY_CNT: the peer is gone)"
+                               : "";
+        hc_verbs_conn_fail(c, "verbs: %s with rank %d failed: %s (wc status %d, vendor error %#x)%s",
+                           op, c->base.peer, ibv_wc_status_str(wc->status), wc->status,
+                           wc->vendor_err, hint);
+        return;
+    }
+    if (kind == HC_VERBS_WR_RECV) {
+        if (idx >= HC_VERBS_SLOTS) return;
+        hc_verbs_rx_t *x = &c->rx[idx];
+        x->len = wc->byte_len;
+        HC_FIFO_PUSH(&d->rxq, x);
+        return;
+    }
+    if (!q->mark_n) return; /* after a flush */
+    hc_verbs_mark_t m = q->marks[q->mark_head];
+    q->mark_head = (q->mark_head + 1) % HC_VERBS_SQ_DEPTH;
+    q->mark_n--;
+    q->sq_done = m.sq_seq;
+    if (qi == 0 && m.tx_seq > c->tx_done) c->tx_done = m.tx_seq;
+    if (m.rma && !m.rma->finished) {
+        hc_verbs_rma_t *o = m.rma;
+        o->pieces_out--;
+        if (o->pieces_out == 0 && o->posted == o->len) hc_verbs_finish(o, HCOMM_OK);
+    }
+    if (c->credit_owed && qi == 0) hc_verbs_credit_write(c);
+}
+
+int hc_verbs_poll(hc_verbs_drv_t *d)
+{
+    int n = 0;
+    for (int i = 0; i < d->ncq; i++) {
+        struct ibv_wc wc[HC_VERBS_POLL_BATCH];
+        int k;
+        do {
+            k = ibv_poll_cq(d->cqs[i].cq, HC_VERBS_POLL_BATCH, wc);
+            if (k < 0) {
+                hc_log_warn("verbs: ibv_poll_cq failed (%d)", k);
+                break;
+            }
+            for (int j = 0; j < k; j++)
+                hc_verbs_wc(d, &wc[j]);
+            n += k;
+        } while (k == HC_VERBS_POLL_BATCH);
+    }
+    return n;
+}
+
+/* An arrived slot: deliver it, then post it again. */
+static void hc_verbs_deliver(hc_verbs_drv_t *d, hc_verbs_rx_t *x)
+{
+    hc_verbs_conn_t *c = x->conn;
+    const uint8_t *p = c->rx_buf + (size_t)x->slot * HC_VERBS_SLOT_BYTES;
+    hc_frame_hdr_t hdr;
+    if (x->len < sizeof(hdr)) {
+        hc_verbs_conn_fail(c, "verbs: a %u-byte message from rank %d (shorter than a frame header)",
+                           x->len, c->base.peer);
+        return;
+    }
+    memcpy(&hdr, p, sizeof(hdr));
+    if (hdr.len != x->len - sizeof(hdr)) {
+        hc_verbs_conn_fail(c, "verbs: a frame from rank %d says %u payload bytes, %zu arrived",
+                           c->base.peer, hdr.len, (size_t)x->len - sizeof(hdr));
+        return;
+    }
+    if (hdr.type == HC_VERBS_FRAME_BYE)
+        c->bye = true;
+    else if (hdr.type < HC_FRAME_DRIVER)
+        d->env->deliver(d->env->core, &c->base, &hdr, p + sizeof(hdr));
+    /* deliver may have disconnected c? The core never does from a deliver. */
+    if (c->state != HC_VERBS_C_UP) return;
+    int rc = hc_verbs_post_slot(c, x->slot);
+    if (rc) {
+        hc_verbs_conn_fail(c, "verbs: reposting a receive slot for rank %d: %s", c->base.peer, strerror(rc));
+        return;
+    }
+    if (c->rx_posted - c->rx_advertised >= HC_VERBS_CREDIT_BATCH) hc_verbs_credit_write(c);
+}
+
+/* Every HC_VERBS_HB_NS: a credit write on each idle connection (a dead
+ * peer then fails it), owed credits, pending RMA. */
+static void hc_verbs_tick(hc_verbs_drv_t *d)
+{
+    uint64_t now = hc_time_ns();
+    if (now < d->hb_next) return;
+    d->hb_next = now + HC_VERBS_HB_NS;
+    for (int r = 0; r < d->env->size; r++) {
+        hc_verbs_conn_t *c = d->conns[r];
+        if (!c) continue;
+        if (c->state == HC_VERBS_C_HELLO) (void)hc_verbs_conn_start(c);
+        if (c->state != HC_VERBS_C_UP) continue;
+        if (!c->last_post_ns || c->credit_owed) hc_verbs_credit_write(c);
+        c->last_post_ns = 0;
+    }
+}
+
+int hc_verbs_progress(hc_drv_t *drv)
+{
+    hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
+    int n = hc_verbs_poll(d);
+    hc_verbs_rx_t *x;
+    while ((x = HC_FIFO_POP(&d->rxq))) {
+        hc_verbs_deliver(d, x);
+        n++;
+    }
+    hc_verbs_rma_t *o;
+    while ((o = HC_FIFO_POP(&d->doneq))) {
+        hc_verbs_conn_t *c = o->conn;
+        void *cookie = o->cookie;
+        hcomm_status_t st = o->status;
+        o->next = d->rma_free;
+        d->rma_free = o;
+        d->env->rma_done(d->env->core, &c->base, cookie, st);
+        n++;
+    }
+    for (int r = 0; r < d->env->size && d->npending; r++) {
+        hc_verbs_conn_t *c = d->conns[r];
+        if (c && c->pending.head) hc_verbs_advance_pending(c);
+    }
+    if (HC_UNLIKELY(d->nfail_owed)) {
+        for (int r = 0; r < d->env->size && d->nfail_owed; r++) {
+            hc_verbs_conn_t *c = d->conns[r];
+            if (!c || !c->fail_owed) continue;
+            c->fail_owed = false;
+            d->nfail_owed--;
+            d->env->peer_failed(d->env->core, r, HCOMM_ERR_PEER_FAILED, c->why);
+            n++;
+        }
+    }
+    if (n == 0 && (++d->ticks & 255) == 0) hc_verbs_tick(d);
+    return n;
+}
+
+/* ---- memory ------------------------------------------------------------------------------------- */
+
+hcomm_status_t hc_verbs_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64_t *key_p)
+{
+    hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
+    hc_verbs_reg_t *r = malloc(sizeof(*r));
+    if (!r) return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: registration state");
+    r->mr = ibv_reg_mr(d->pd, desc->addr, desc->len,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+    if (!r->mr) {
+        int e = errno;
+        free(r);
+        return hc_error_errno(HCOMM_ERR_NO_MEMORY, e,
+                              "verbs: ibv_reg_mr(%p, %zu bytes) on %s%s", desc->addr, desc->len,
+                              d->dev_name, e == ENOMEM || e == EPERM ? " (RLIMIT_MEMLOCK: ulimit -l unlimited)" : "");
+    }
+    r->magic = HC_VERBS_REG_MAGIC;
+    r->addr = (uintptr_t)desc->addr;
+    r->len = desc->len;
+    d->n_regs++;
+    *key_p = (uint64_t)(uintptr_t)r;
+    return HCOMM_OK;
+}
+
+void hc_verbs_mem_dereg(hc_drv_t *drv, uint64_t key)
+{
+    hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
+    hc_verbs_reg_t *r = (hc_verbs_reg_t *)(uintptr_t)key;
+    if (!r || r->magic != HC_VERBS_REG_MAGIC) return;
+    int rc = ibv_dereg_mr(r->mr);
+    if (rc) hc_log_warn("verbs: ibv_dereg_mr: %s", strerror(rc));
+    r->magic = 0;
+    free(r);
+    d->n_deregs++;
+}
+
+hcomm_status_t hc_verbs_rkey_pack(hc_drv_t *drv, uint64_t key, const hc_mem_desc_t *desc,
+                                  void *buf, size_t *len_p)
+{
+    (void)drv;
+    const hc_verbs_reg_t *r = (const hc_verbs_reg_t *)(uintptr_t)key;
+    if (!r || r->magic != HC_VERBS_REG_MAGIC)
+        return hc_error(HCOMM_ERR_INVALID, "verbs: rkey_pack of key %#llx: not a registration",
+                        (unsigned long long)key);
+    uintptr_t a = (uintptr_t)desc->addr;
+    if (a < r->addr || desc->len > r->len || a - r->addr > r->len - desc->len)
+        return hc_error(HCOMM_ERR_INVALID, "verbs: rkey_pack: %p + %zu is outside its registration key",
+                        desc->addr, desc->len);
+    hc_verbs_rkey_wire_t w = {.addr = a, .len = desc->len, .rkey = r->mr->rkey, .magic = HC_VERBS_REG_MAGIC};
+    if (*len_p < sizeof(w))
+        return hc_error(HCOMM_ERR_INVALID, "verbs: a remote key needs %zu bytes, %zu given", sizeof(w), *len_p);
+    memcpy(buf, &w, sizeof(w));
+    *len_p = sizeof(w);
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_verbs_rkey_unpack(hc_conn_t *conn, const void *buf, size_t len, hc_rkey_t **rkey_p)
+{
+    hc_verbs_rkey_wire_t w;
+    if (len != sizeof(w))
+        return hc_error(HCOMM_ERR_INVALID, "verbs: a %zu-byte remote key from rank %d (want %zu)", len,
+                        conn->peer, sizeof(w));
+    memcpy(&w, buf, sizeof(w));
+    if (w.magic != HC_VERBS_REG_MAGIC)
+        return hc_error(HCOMM_ERR_INVALID, "verbs: rank %d sent a remote key that is not a verbs key",
+                        conn->peer);
+    struct hc_rkey *k = malloc(sizeof(*k));
+    if (!k) return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: remote key");
+    *k = (struct hc_rkey){.addr = w.addr, .len = w.len, .rkey = w.rkey};
+    *rkey_p = k;
+    return HCOMM_OK;
+}
+
+void hc_verbs_rkey_release(hc_conn_t *conn, hc_rkey_t *rkey)
+{
+    (void)conn;
+    free(rkey);
+}

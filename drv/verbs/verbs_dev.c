@@ -1,0 +1,479 @@
+/*
+ * verbs driver: device, port and GID choice, the probe, hcomm_info's listing,
+ * and the driver's open/close and ops table. See docs/verbs.md.
+ *
+ * Device choice: HCOMM_IB_HCA filters the devices in the syntax NCCL users
+ * know ("mlx5_0:1,mlx5_1": prefixes, an optional port each; a leading "^"
+ * excludes the list instead; "=" after it makes the names exact); the first
+ * device (in ibv_get_device_list order) with an ACTIVE port that passes is
+ * used, on its first such port.
+ *
+ * GID choice (RoCE): HCOMM_IB_GID_INDEX when set (>= 0); otherwise the RoCE
+ * v2 GID of the network interface that reaches the bootstrap host, IPv4-
+ * mapped first, then any RoCE v2 IPv4-mapped GID, then any RoCE v2 GID,
+ * then index 0. InfiniBand ports address by LID and use GID 0.
+ */
+#include "drv/verbs/verbs.h"
+#include "base/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+hc_verbs_cfg_t hc_verbs_cfg;
+
+static const hc_config_knob_t hc_verbs_knobs[] = {
+    HC_KNOB_STR(hc_verbs_cfg.hca, "HCOMM_IB_HCA", "",
+                "verbs: devices to use, as NCCL_IB_HCA: name[:port],... prefixes; ^ excludes, "
+                "= exact names (\"\": the first device with an active port)"),
+    HC_KNOB_INT(hc_verbs_cfg.gid_index, "HCOMM_IB_GID_INDEX", "-1",
+                "verbs: GID index on RoCE ports (-1: the RoCE v2 GID of the interface that "
+                "reaches the bootstrap host, IPv4-mapped first)"),
+    HC_KNOB_INT(hc_verbs_cfg.timeout, "HCOMM_IB_TIMEOUT", "16",
+                "verbs: RC ack timeout exponent (4.096 us * 2^N; 16 = 268 ms), 1..31"),
+    HC_KNOB_INT(hc_verbs_cfg.retry_cnt, "HCOMM_IB_RETRY_CNT", "7",
+                "verbs: RC transport retries before a peer is failed, 0..7"),
+    HC_KNOB_INT(hc_verbs_cfg.tc, "HCOMM_IB_TC", "0",
+                "verbs: traffic class of RoCE/global-routed packets, 0..255"),
+    HC_KNOB_INT(hc_verbs_cfg.sl, "HCOMM_IB_SL", "0", "verbs: InfiniBand service level, 0..15"),
+    HC_KNOB_INT(hc_verbs_cfg.qps_per_peer, "HCOMM_IB_QPS_PER_PEER", "2",
+                "verbs: RC queue pairs per peer (large transfers are striped across them), 1..8"),
+    HC_KNOB_SIZE(hc_verbs_cfg.zcopy_threshold, "HCOMM_ZCOPY_THRESHOLD", "4K",
+                 "verbs: messages above this go by zero-copy rendezvous (RDMA READ/WRITE), "
+                 "smaller ones through the eager slots (copied), 0..128K"),
+};
+HC_CONFIG_KNOBS("verbs", hc_verbs_knobs)
+
+/* ---- HCOMM_IB_HCA ------------------------------------------------------------------------------ */
+
+bool hc_verbs_hca_match(const char *spec, const char *dev, int port)
+{
+    if (!spec || !spec[0]) return true;
+    bool exclude = false, exact = false;
+    if (*spec == '^') {
+        exclude = true;
+        spec++;
+    }
+    if (*spec == '=') {
+        exact = true;
+        spec++;
+    }
+    bool hit = false;
+    const char *p = spec;
+    while (*p && !hit) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = memchr(p, ':', n);
+        size_t nlen = colon ? (size_t)(colon - p) : n;
+        int want_port = colon ? atoi(colon + 1) : 0;
+        bool name_ok = nlen > 0 && (exact ? strlen(dev) == nlen && !strncmp(dev, p, nlen)
+                                          : !strncmp(dev, p, nlen));
+        if (name_ok && (want_port <= 0 || want_port == port)) hit = true;
+        p += n;
+        if (*p == ',') p++;
+    }
+    return exclude ? !hit : hit;
+}
+
+static const char *hc_verbs_state_name(enum ibv_port_state s)
+{
+    return ibv_port_state_str(s);
+}
+
+static const char *hc_verbs_ll_name(uint8_t ll)
+{
+    return ll == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : ll == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand"
+                                                                                       : "unspecified";
+}
+
+static int hc_verbs_mtu_bytes(enum ibv_mtu m)
+{
+    return m >= IBV_MTU_256 && m <= IBV_MTU_4096 ? 128 << m : 0;
+}
+
+/* ---- GID choice -------------------------------------------------------------------------------- */
+
+/* Interface index of the local address that reaches host (0: unknown). */
+static unsigned hc_verbs_route_ifindex(const char *host)
+{
+    if (!host || !host[0]) return 0;
+    struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
+    if (getaddrinfo(host, "9", &hints, &res) != 0 || !res) return 0;
+    unsigned idx = 0;
+    int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_storage local;
+    socklen_t ll = sizeof(local);
+    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+        getsockname(fd, (struct sockaddr *)&local, &ll) == 0) {
+        struct ifaddrs *ifs = NULL;
+        if (getifaddrs(&ifs) == 0) {
+            for (struct ifaddrs *i = ifs; i && !idx; i = i->ifa_next) {
+                if (!i->ifa_addr || i->ifa_addr->sa_family != local.ss_family) continue;
+                bool same = local.ss_family == AF_INET
+                                ? ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+                                      ((struct sockaddr_in *)&local)->sin_addr.s_addr
+                                : !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                                          &((struct sockaddr_in6 *)&local)->sin6_addr, 16);
+                if (same) idx = if_nametoindex(i->ifa_name);
+            }
+            freeifaddrs(ifs);
+        }
+    }
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    return idx;
+}
+
+static bool hc_verbs_gid_v4mapped(const union ibv_gid *g)
+{
+    static const uint8_t pfx[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return !memcmp(g->raw, pfx, sizeof(pfx));
+}
+
+static bool hc_verbs_gid_zero(const union ibv_gid *g)
+{
+    static const uint8_t z[16];
+    return !memcmp(g->raw, z, 16);
+}
+
+/* Picks the GID index of a RoCE port (see the top of the file). */
+static int hc_verbs_pick_gid(struct ibv_context *ctx, int port, int tbl_len, const char *host)
+{
+    unsigned want_if = hc_verbs_route_ifindex(host);
+    int best = -1, best_score = -1;
+    for (int i = 0; i < tbl_len; i++) {
+        struct ibv_gid_entry e;
+        if (ibv_query_gid_ex(ctx, (uint32_t)port, (uint32_t)i, &e, 0) != 0) continue;
+        if (hc_verbs_gid_zero(&e.gid)) continue;
+        int score = 0;
+        if (e.gid_type == IBV_GID_TYPE_ROCE_V2) score += 4;
+        if (hc_verbs_gid_v4mapped(&e.gid)) score += 2;
+        if (want_if && e.ndev_ifindex == want_if) score += 8;
+        if (score > best_score) {
+            best_score = score;
+            best = i;
+        }
+    }
+    return best < 0 ? 0 : best;
+}
+
+/* ---- choosing the device ----------------------------------------------------------------------- */
+
+typedef struct {
+    struct ibv_context *ctx;
+    char name[64];
+    int port;
+    struct ibv_port_attr pattr;
+} hc_verbs_pick_t;
+
+/* Opens the device and port to use; on failure why says why none fits. */
+static hcomm_status_t hc_verbs_choose(hc_verbs_pick_t *pick, char *why, size_t why_len)
+{
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (!list || n == 0) {
+        if (list) ibv_free_device_list(list);
+        snprintf(why, why_len,
+                 "no RDMA devices (ibv_get_device_list found none: no HCA driver loaded; "
+                 "soft-RoCE: modprobe rdma_rxe and rdma link add rxe0 type rxe netdev DEV)");
+        return HCOMM_ERR_UNSUPPORTED;
+    }
+    char seen[256] = "";
+    size_t used = 0;
+    hcomm_status_t st = HCOMM_ERR_UNSUPPORTED;
+    for (int i = 0; i < n && st != HCOMM_OK; i++) {
+        const char *name = ibv_get_device_name(list[i]);
+        struct ibv_context *ctx = ibv_open_device(list[i]);
+        if (!ctx) {
+            used += (size_t)snprintf(seen + used, used < sizeof(seen) ? sizeof(seen) - used : 0,
+                                     "%s%s cannot be opened (%s)", used ? "; " : "", name,
+                                     strerror(errno));
+            continue;
+        }
+        struct ibv_device_attr da;
+        int nports = ibv_query_device(ctx, &da) == 0 ? da.phys_port_cnt : 0;
+        int chosen = 0;
+        struct ibv_port_attr pa;
+        const char *reason = "no port";
+        for (int p = 1; p <= nports && !chosen; p++) {
+            if (!hc_verbs_hca_match(hc_verbs_cfg.hca, name, p)) {
+                reason = "excluded by HCOMM_IB_HCA";
+                continue;
+            }
+            if (ibv_query_port(ctx, (uint8_t)p, &pa) != 0) {
+                reason = "port query failed";
+                continue;
+            }
+            if (pa.state != IBV_PORT_ACTIVE) {
+                reason = "no ACTIVE port";
+                continue;
+            }
+            chosen = p;
+        }
+        if (chosen) {
+            pick->ctx = ctx;
+            snprintf(pick->name, sizeof(pick->name), "%s", name);
+            pick->port = chosen;
+            pick->pattr = pa;
+            st = HCOMM_OK;
+        } else {
+            used += (size_t)snprintf(seen + used, used < sizeof(seen) ? sizeof(seen) - used : 0,
+                                     "%s%s: %s", used ? "; " : "", name, reason);
+            ibv_close_device(ctx);
+        }
+    }
+    ibv_free_device_list(list);
+    if (st != HCOMM_OK)
+        snprintf(why, why_len, "no usable RDMA port (%s%s%s)", seen,
+                 hc_verbs_cfg.hca[0] ? "; HCOMM_IB_HCA=" : "", hc_verbs_cfg.hca);
+    return st;
+}
+
+static hcomm_status_t hc_verbs_check_knobs(void)
+{
+    const hc_verbs_cfg_t *k = &hc_verbs_cfg;
+    if (k->timeout < 1 || k->timeout > 31)
+        return hc_error(HCOMM_ERR_INVALID, "HCOMM_IB_TIMEOUT=%lld must be 1..31", (long long)k->timeout);
+    if (k->retry_cnt < 0 || k->retry_cnt > 7)
+        return hc_error(HCOMM_ERR_INVALID, "HCOMM_IB_RETRY_CNT=%lld must be 0..7",
+                        (long long)k->retry_cnt);
+    if (k->tc < 0 || k->tc > 255)
+        return hc_error(HCOMM_ERR_INVALID, "HCOMM_IB_TC=%lld must be 0..255", (long long)k->tc);
+    if (k->sl < 0 || k->sl > 15)
+        return hc_error(HCOMM_ERR_INVALID, "HCOMM_IB_SL=%lld must be 0..15", (long long)k->sl);
+    if (k->qps_per_peer < 1 || k->qps_per_peer > HC_VERBS_MAX_QPS)
+        return hc_error(HCOMM_ERR_INVALID, "HCOMM_IB_QPS_PER_PEER=%lld must be 1..%d",
+                        (long long)k->qps_per_peer, HC_VERBS_MAX_QPS);
+    if (k->zcopy_threshold > 16 * HC_VERBS_MAX_FRAME)
+        return hc_error(HCOMM_ERR_INVALID, "HCOMM_ZCOPY_THRESHOLD=%zu must be at most %zu",
+                        k->zcopy_threshold, (size_t)(16 * HC_VERBS_MAX_FRAME));
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_verbs_probe(const hc_drv_env_t *env, char *why, size_t why_len)
+{
+    (void)env;
+    if (hc_verbs_check_knobs() != HCOMM_OK) {
+        snprintf(why, why_len, "%s", hc_error_last());
+        return HCOMM_ERR_INVALID;
+    }
+    hc_verbs_pick_t pick;
+    hcomm_status_t st = hc_verbs_choose(&pick, why, why_len);
+    if (st != HCOMM_OK) return st;
+    snprintf(why, why_len, "%s port %d (%s, %s, MTU %d)", pick.name, pick.port,
+             hc_verbs_ll_name(pick.pattr.link_layer), hc_verbs_state_name(pick.pattr.state),
+             hc_verbs_mtu_bytes(pick.pattr.active_mtu));
+    ibv_close_device(pick.ctx);
+    return HCOMM_OK;
+}
+
+/* hcomm_info: every device, port, state, link layer, MTU and GID. */
+void hc_verbs_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg), void *arg)
+{
+    (void)env;
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    char t[320];
+    if (!list || n == 0) {
+        line("  verbs: no RDMA devices", arg);
+        if (list) ibv_free_device_list(list);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *name = ibv_get_device_name(list[i]);
+        struct ibv_context *ctx = ibv_open_device(list[i]);
+        if (!ctx) {
+            snprintf(t, sizeof(t), "  verbs: %s: cannot open (%s)", name, strerror(errno));
+            line(t, arg);
+            continue;
+        }
+        struct ibv_device_attr da;
+        if (ibv_query_device(ctx, &da) != 0) da.phys_port_cnt = 0;
+        snprintf(t, sizeof(t), "  verbs: %s: %d port(s), max_qp %d, max_mr_size %llu, fw %s", name,
+                 da.phys_port_cnt, da.max_qp, (unsigned long long)da.max_mr_size, da.fw_ver);
+        line(t, arg);
+        for (int p = 1; p <= da.phys_port_cnt; p++) {
+            struct ibv_port_attr pa;
+            if (ibv_query_port(ctx, (uint8_t)p, &pa) != 0) continue;
+            snprintf(t, sizeof(t),
+                     "  verbs:   port %d: %s, link layer %s, active MTU %d, max msg %u, lid %u%s", p,
+                     hc_verbs_state_name(pa.state), hc_verbs_ll_name(pa.link_layer),
+                     hc_verbs_mtu_bytes(pa.active_mtu), pa.max_msg_sz, pa.lid,
+                     hc_verbs_hca_match(hc_verbs_cfg.hca, name, p) ? "" : " (excluded by HCOMM_IB_HCA)");
+            line(t, arg);
+            for (int g = 0; g < pa.gid_tbl_len; g++) {
+                struct ibv_gid_entry e;
+                if (ibv_query_gid_ex(ctx, (uint32_t)p, (uint32_t)g, &e, 0) != 0) continue;
+                if (hc_verbs_gid_zero(&e.gid)) continue;
+                char s[INET6_ADDRSTRLEN], ifn[IF_NAMESIZE] = "-";
+                inet_ntop(AF_INET6, e.gid.raw, s, sizeof(s));
+                if (e.ndev_ifindex) (void)if_indextoname(e.ndev_ifindex, ifn);
+                snprintf(t, sizeof(t), "  verbs:     GID[%d] %s %s dev %s", g, s,
+                         e.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2"
+                         : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
+                                                              : "IB",
+                         ifn);
+                line(t, arg);
+            }
+        }
+        ibv_close_device(ctx);
+    }
+    ibv_free_device_list(list);
+}
+
+/* ---- open / close ------------------------------------------------------------------------------ */
+
+hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
+{
+    hcomm_status_t st = hc_verbs_check_knobs();
+    if (st != HCOMM_OK) return st;
+    char why[512];
+    hc_verbs_pick_t pick;
+    if (hc_verbs_choose(&pick, why, sizeof(why)) != HCOMM_OK)
+        return hc_error(HCOMM_ERR_UNSUPPORTED, "verbs: %s", why);
+    d->ctx = pick.ctx;
+    snprintf(d->dev_name, sizeof(d->dev_name), "%s", pick.name);
+    d->port_attr = pick.pattr;
+    if (ibv_query_device(d->ctx, &d->dev_attr) != 0)
+        return hc_error_errno(HCOMM_ERR_INTERNAL, errno, "verbs: ibv_query_device(%s)", d->dev_name);
+    d->pd = ibv_alloc_pd(d->ctx);
+    if (!d->pd) return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno, "verbs: ibv_alloc_pd(%s)", d->dev_name);
+    d->me.magic = HC_VERBS_MAGIC;
+    d->me.port = (uint8_t)pick.port;
+    d->me.link_layer = pick.pattr.link_layer;
+    d->me.mtu = (uint8_t)pick.pattr.active_mtu;
+    d->me.lid = pick.pattr.lid;
+    if (getrandom(&d->me.instance, sizeof(d->me.instance), 0) != sizeof(d->me.instance))
+        d->me.instance = hc_time_ns() ^ ((uint64_t)getpid() << 32);
+    if (pick.pattr.link_layer == IBV_LINK_LAYER_ETHERNET)
+        d->gid_index = hc_verbs_cfg.gid_index >= 0
+                           ? (int)hc_verbs_cfg.gid_index
+                           : hc_verbs_pick_gid(d->ctx, pick.port, pick.pattr.gid_tbl_len,
+                                               env->bootstrap_host);
+    else
+        d->gid_index = hc_verbs_cfg.gid_index >= 0 ? (int)hc_verbs_cfg.gid_index : 0;
+    union ibv_gid gid;
+    if (ibv_query_gid(d->ctx, (uint8_t)pick.port, d->gid_index, &gid) != 0)
+        return hc_error_errno(HCOMM_ERR_INVALID, errno, "verbs: %s port %d has no GID index %d (HCOMM_IB_GID_INDEX)",
+                              d->dev_name, pick.port, d->gid_index);
+    if (pick.pattr.link_layer == IBV_LINK_LAYER_ETHERNET && hc_verbs_gid_zero(&gid))
+        return hc_error(HCOMM_ERR_INVALID, "verbs: %s port %d: GID index %d is empty (HCOMM_IB_GID_INDEX)",
+                        d->dev_name, pick.port, d->gid_index);
+    memcpy(d->me.gid, gid.raw, 16);
+    d->max_msg = pick.pattr.max_msg_sz ? pick.pattr.max_msg_sz : (1u << 30);
+    d->nqp = (int)hc_verbs_cfg.qps_per_peer;
+    d->zcopy_threshold = hc_verbs_cfg.zcopy_threshold;
+    /* The control region: one line per peer for its credit word. */
+    size_t ctrl_len = HC_ALIGN_UP((size_t)env->size * HC_VERBS_CTRL_STRIDE, (size_t)4096);
+    if (posix_memalign((void **)&d->ctrl, 4096, ctrl_len) != 0)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: %zu-byte control region", ctrl_len);
+    memset(d->ctrl, 0, ctrl_len);
+    d->ctrl_mr = ibv_reg_mr(d->pd, d->ctrl, ctrl_len,
+                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!d->ctrl_mr)
+        return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
+                              "verbs: registering the control region (RLIMIT_MEMLOCK? ulimit -l)");
+    char gs[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, gid.raw, gs, sizeof(gs));
+    hc_log_info("verbs: %s port %d (%s, MTU %d), GID[%d] %s, %d QP(s) per peer, zero copy above %zu B",
+                d->dev_name, pick.port, hc_verbs_ll_name(pick.pattr.link_layer),
+                hc_verbs_mtu_bytes(pick.pattr.active_mtu), d->gid_index, gs, d->nqp,
+                d->zcopy_threshold);
+    return HCOMM_OK;
+}
+
+void hc_verbs_dev_close(hc_verbs_drv_t *d)
+{
+    for (int i = 0; i < d->ncq; i++)
+        if (d->cqs[i].cq) (void)ibv_destroy_cq(d->cqs[i].cq);
+    free(d->cqs);
+    if (d->ctrl_mr) (void)ibv_dereg_mr(d->ctrl_mr);
+    free(d->ctrl);
+    if (d->pd) (void)ibv_dealloc_pd(d->pd);
+    if (d->ctx) (void)ibv_close_device(d->ctx);
+}
+
+static hcomm_status_t hc_verbs_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
+{
+    hc_verbs_drv_t *d = calloc(1, sizeof(*d));
+    if (!d) return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: driver state");
+    d->env = env;
+    d->conns = calloc((size_t)env->size, sizeof(*d->conns));
+    hcomm_status_t st = d->conns ? hc_verbs_dev_open(d, env)
+                                 : hc_error(HCOMM_ERR_NO_MEMORY, "verbs: connection table");
+    if (st != HCOMM_OK) {
+        hc_verbs_dev_close(d);
+        free(d->conns);
+        free(d);
+        return st;
+    }
+    *drv_p = &d->base;
+    return HCOMM_OK;
+}
+
+static void hc_verbs_close(hc_drv_t *drv)
+{
+    hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
+    for (int r = 0; r < d->env->size; r++)
+        if (d->conns[r]) hc_verbs_disconnect(&d->conns[r]->base);
+    hc_log_info("verbs: rank %d: RDMA WRITE %llu B, RDMA READ %llu B, eager %llu B in %llu frames "
+                "(%llu inline), %llu credit writes, %llu puts waited for credit, %llu "
+                "registrations (%llu released)",
+                d->env->rank, (unsigned long long)d->n_write_bytes,
+                (unsigned long long)d->n_read_bytes, (unsigned long long)d->n_eager_bytes,
+                (unsigned long long)d->n_eager_frames, (unsigned long long)d->n_inline,
+                (unsigned long long)d->n_credit_writes, (unsigned long long)d->n_again_credit,
+                (unsigned long long)d->n_regs, (unsigned long long)d->n_deregs);
+    while (d->rma_free) {
+        hc_verbs_rma_t *o = d->rma_free;
+        d->rma_free = o->next;
+        free(o);
+    }
+    hc_verbs_dev_close(d);
+    free(d->conns);
+    free(d);
+}
+
+static hcomm_status_t hc_verbs_addr_pack(hc_drv_t *drv, void *buf, size_t *len_p)
+{
+    hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
+    if (*len_p < sizeof(d->me))
+        return hc_error(HCOMM_ERR_INVALID, "verbs: address blob needs %zu bytes, %zu given",
+                        sizeof(d->me), *len_p);
+    memcpy(buf, &d->me, sizeof(d->me));
+    *len_p = sizeof(d->me);
+    return HCOMM_OK;
+}
+
+static const struct hc_drv_ops hc_verbs_ops = {
+    .size = sizeof(struct hc_drv_ops),
+    .name = "verbs",
+    .scope = HC_DRV_SCOPE_NET,
+    .priority = 50,
+    .caps = HC_DRV_CAP_USER_REG,
+    .probe = hc_verbs_probe,
+    .open = hc_verbs_open,
+    .addr_pack = hc_verbs_addr_pack,
+    .connect = hc_verbs_connect,
+    .put = hc_verbs_put,
+    .get = hc_verbs_get,
+    .progress = hc_verbs_progress,
+    .mem_reg = hc_verbs_mem_reg,
+    .mem_dereg = hc_verbs_mem_dereg,
+    .disconnect = hc_verbs_disconnect,
+    .close = hc_verbs_close,
+    .write = hc_verbs_write,
+    .rkey_pack = hc_verbs_rkey_pack,
+    .rkey_unpack = hc_verbs_rkey_unpack,
+    .rkey_release = hc_verbs_rkey_release,
+    .ep_recv = hc_verbs_ep_recv,
+    .describe = hc_verbs_describe,
+};
+HC_DRV_REGISTER(hc_verbs_ops)
