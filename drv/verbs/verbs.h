@@ -23,8 +23,12 @@
 #define HC_VERBS_REG_MAGIC 0x72656776u /* "vger" */
 #define HC_VERBS_MAX_QPS 8             /* HCOMM_IB_QPS_PER_PEER at most */
 #define HC_VERBS_SLOTS 64              /* eager receive slots per peer (credits) */
-#define HC_VERBS_SLOT_BYTES 8192u      /* frame header + payload per slot */
-#define HC_VERBS_MAX_FRAME (HC_VERBS_SLOT_BYTES - sizeof(hc_frame_hdr_t))
+#define HC_VERBS_SLOT_BYTES 8192u      /* one eager frame per slot (layout below) */
+/* A slot: u64 head | frame header | payload | pad to 8 | u64 tail; head and
+ * tail both hold (sequence << 32 | payload length), the sequence being the
+ * frame's number on the connection plus one (never 0). */
+#define HC_VERBS_SLOT_OVERHEAD (8 + sizeof(hc_frame_hdr_t) + 8)
+#define HC_VERBS_MAX_FRAME (HC_VERBS_SLOT_BYTES - HC_VERBS_SLOT_OVERHEAD)
 #define HC_VERBS_SQ_DEPTH 256          /* send queue entries per QP */
 #define HC_VERBS_SIGNAL_EVERY 16       /* a CQE for every this many unsignaled sends */
 #define HC_VERBS_CREDIT_BATCH (HC_VERBS_SLOTS / 4) /* reposted slots per credit write */
@@ -67,6 +71,9 @@ typedef struct {
     uint32_t ctrl_rkey;
     uint32_t slots;     /* receive slots posted before this HELLO (first credits) */
     uint32_t qpn[HC_VERBS_MAX_QPS];
+    uint64_t ring_addr; /* the sender's receive slots (eager by RDMA WRITE) */
+    uint32_t ring_rkey;
+    uint32_t eager;     /* HC_VERBS_EAGER_*: both sides must agree */
 } hc_verbs_ep_t;
 
 /* A registration: what mem_reg's key points at. */
@@ -120,7 +127,10 @@ typedef struct {
     uint32_t mark_head, mark_n;
 } hc_verbs_qp_t;
 
-/* An arrived eager slot waiting for delivery. */
+/* How eager frames travel (HCOMM_IB_EAGER). */
+enum { HC_VERBS_EAGER_WRITE = 1, HC_VERBS_EAGER_SEND = 2 };
+
+/* An arrived eager slot waiting for delivery (SEND mode: from its CQE). */
 typedef struct hc_verbs_rx {
     struct hc_verbs_rx *next;
     struct hc_verbs_conn *conn;
@@ -148,7 +158,11 @@ typedef struct hc_verbs_conn {
     uint8_t *rx_buf;
     struct ibv_mr *rx_mr;
     hc_verbs_rx_t rx[HC_VERBS_SLOTS];
-    uint64_t rx_posted, rx_advertised;
+    uint64_t rx_seq;                 /* frames taken from the slots */
+    uint64_t rx_posted, rx_advertised; /* slots given to the peer (its credits) */
+    uint64_t peer_ring_addr;
+    uint32_t peer_ring_rkey;
+    int up_idx; /* position in the driver's list of polled rings, -1 */
     bool credit_owed; /* a credit write is due but could not be posted */
     /* eager send: a copy of each frame in tx slots (unless inline) */
     uint8_t *tx_buf;
@@ -202,6 +216,9 @@ typedef struct hc_verbs_drv {
         hc_verbs_rma_t *head, *tail;
     } doneq;
     int nfail_owed;
+    int eager;                /* HC_VERBS_EAGER_* */
+    hc_verbs_conn_t **up;     /* WRITE mode: connections whose rings progress polls */
+    int nup;
     int npending; /* RMA on connections' pending lists */
     uint32_t ticks;
     hc_verbs_rma_t *rma_free;
@@ -213,7 +230,7 @@ typedef struct hc_verbs_drv {
 
 /* Knobs (verbs_dev.c). */
 typedef struct {
-    const char *hca;
+    const char *hca, *eager;
     int64_t gid_index, timeout, retry_cnt, tc, sl, qps_per_peer;
     size_t zcopy_threshold;
 } hc_verbs_cfg_t;
@@ -255,6 +272,9 @@ hcomm_status_t hc_verbs_rkey_unpack(hc_conn_t *conn, const void *buf, size_t len
 void hc_verbs_rkey_release(hc_conn_t *conn, hc_rkey_t *rkey);
 /* Posts the receive of one eager slot. */
 int hc_verbs_post_slot(hc_verbs_conn_t *c, uint32_t slot);
+/* WRITE mode: the rings progress polls. */
+void hc_verbs_up_add(hc_verbs_conn_t *c);
+void hc_verbs_up_del(hc_verbs_conn_t *c);
 /* Fails what the connection still owed (RMA), once. */
 void hc_verbs_conn_flush(hc_verbs_conn_t *c, hcomm_status_t st);
 

@@ -71,6 +71,24 @@ static void hc_verbs_cq_put(hc_verbs_drv_t *d, struct ibv_cq *cq)
 
 /* ---- failure ------------------------------------------------------------------------------------ */
 
+void hc_verbs_up_add(hc_verbs_conn_t *c)
+{
+    hc_verbs_drv_t *d = c->d;
+    if (c->up_idx >= 0) return;
+    c->up_idx = d->nup;
+    d->up[d->nup++] = c;
+}
+
+void hc_verbs_up_del(hc_verbs_conn_t *c)
+{
+    hc_verbs_drv_t *d = c->d;
+    if (c->up_idx < 0) return;
+    hc_verbs_conn_t *last = d->up[--d->nup];
+    d->up[c->up_idx] = last;
+    last->up_idx = c->up_idx;
+    c->up_idx = -1;
+}
+
 void hc_verbs_conn_fail(hc_verbs_conn_t *c, const char *fmt, ...)
 {
     if (c->state == HC_VERBS_C_FAILED || c->state == HC_VERBS_C_CLOSED) return;
@@ -127,7 +145,7 @@ static hcomm_status_t hc_verbs_make_qps(hc_verbs_conn_t *c)
             .send_cq = c->cq,
             .recv_cq = c->cq,
             .cap = {.max_send_wr = HC_VERBS_SQ_DEPTH,
-                    .max_recv_wr = i == 0 ? HC_VERBS_SLOTS : 1,
+                    .max_recv_wr = i == 0 && d->eager == HC_VERBS_EAGER_SEND ? HC_VERBS_SLOTS : 1,
                     .max_send_sge = 2,
                     .max_recv_sge = 1,
                     .max_inline_data = HC_VERBS_INLINE},
@@ -157,12 +175,19 @@ static hcomm_status_t hc_verbs_make_qps(hc_verbs_conn_t *c)
             return hc_error_errno(HCOMM_ERR_INTERNAL, rc, "verbs: QP to INIT (rank %d)", peer);
     }
     size_t ring = (size_t)HC_VERBS_SLOTS * HC_VERBS_SLOT_BYTES;
-    c->rx_buf = hc_verbs_buf(d, ring, IBV_ACCESS_LOCAL_WRITE, &c->rx_mr, "eager receive slots");
+    c->rx_buf = hc_verbs_buf(d, ring,
+                             IBV_ACCESS_LOCAL_WRITE |
+                                 (d->eager == HC_VERBS_EAGER_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0),
+                             &c->rx_mr, "eager receive slots");
     if (!c->rx_buf) return HCOMM_ERR_NO_MEMORY;
     c->tx_buf = hc_verbs_buf(d, ring, 0, &c->tx_mr, "eager send copies");
     if (!c->tx_buf) return HCOMM_ERR_NO_MEMORY;
     for (uint32_t s = 0; s < HC_VERBS_SLOTS; s++) {
         c->rx[s] = (hc_verbs_rx_t){.conn = c, .slot = s};
+        if (d->eager == HC_VERBS_EAGER_WRITE) {
+            c->rx_posted++; /* a ring slot the peer may write */
+            continue;
+        }
         int rc = hc_verbs_post_slot(c, s);
         if (rc) return hc_error_errno(HCOMM_ERR_INTERNAL, rc, "verbs: posting receive slots (rank %d)", peer);
     }
@@ -245,6 +270,8 @@ static hcomm_status_t hc_verbs_to_rts(hc_verbs_conn_t *c)
     c->rtr = true;
     c->peer_ctrl_addr = r->ctrl_addr;
     c->peer_ctrl_rkey = r->ctrl_rkey;
+    c->peer_ring_addr = r->ring_addr;
+    c->peer_ring_rkey = r->ring_rkey;
     if (c->peer_posted < r->slots) c->peer_posted = r->slots;
     return HCOMM_OK;
 }
@@ -261,7 +288,10 @@ static hcomm_status_t hc_verbs_send_ep(hc_verbs_conn_t *c, uint8_t kind)
                        .instance = d->me.instance,
                        .ctrl_addr = (uint64_t)(uintptr_t)(d->ctrl + (size_t)c->base.peer * HC_VERBS_CTRL_STRIDE),
                        .ctrl_rkey = d->ctrl_mr->rkey,
-                       .slots = HC_VERBS_SLOTS};
+                       .slots = HC_VERBS_SLOTS,
+                       .ring_addr = (uint64_t)(uintptr_t)c->rx_buf,
+                       .ring_rkey = c->rx_mr->rkey,
+                       .eager = (uint32_t)d->eager};
     for (int i = 0; i < c->nqp; i++)
         e.qpn[i] = c->qp[i].qp->qp_num;
     if (!d->env->ep_send)
@@ -273,6 +303,7 @@ static void hc_verbs_check_up(hc_verbs_conn_t *c)
 {
     if (c->state == HC_VERBS_C_HELLO && c->rtr && c->peer_ready) {
         c->state = HC_VERBS_C_UP;
+        if (c->d->eager == HC_VERBS_EAGER_WRITE) hc_verbs_up_add(c);
         hc_log_debug("verbs: rank %d: connection to rank %d up (%d QPs, inline %u)",
                      c->d->env->rank, c->base.peer, c->nqp, c->d->max_inline);
     }
@@ -342,6 +373,13 @@ void hc_verbs_ep_recv(hc_drv_t *drv, int from, const void *blob, size_t len)
             }
             c->state = HC_VERBS_C_HELLO;
         }
+        if (e.eager != (uint32_t)d->eager) {
+            hc_verbs_conn_fail(c, "verbs: rank %d sends eager frames by %s, this rank by %s: set the "
+                               "same HCOMM_IB_EAGER on every rank", from,
+                               e.eager == HC_VERBS_EAGER_SEND ? "SEND" : "RDMA WRITE",
+                               d->eager == HC_VERBS_EAGER_SEND ? "SEND" : "RDMA WRITE");
+            return;
+        }
         c->remote = e;
         c->have_remote = true;
         if (hc_verbs_to_rts(c) != HCOMM_OK) {
@@ -404,6 +442,7 @@ hcomm_status_t hc_verbs_connect(hc_drv_t *drv, int peer, const void *addr, size_
     c->d = d;
     c->addr = a;
     c->state = HC_VERBS_C_NONE;
+    c->up_idx = -1;
     d->conns[peer] = c;
     *conn_p = &c->base;
     return HCOMM_OK;
@@ -459,6 +498,7 @@ void hc_verbs_disconnect(hc_conn_t *conn)
             (void)hc_verbs_poll(d);
     }
     if (c->state != HC_VERBS_C_FAILED) c->state = HC_VERBS_C_CLOSED;
+    hc_verbs_up_del(c);
     hc_verbs_conn_flush(c, HCOMM_ERR_PEER_FAILED);
     hc_verbs_purge(d, c);
     hc_verbs_conn_free_qps(c);

@@ -143,7 +143,7 @@ hcomm_status_t hc_verbs_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const vo
         hcomm_status_t st = hc_verbs_conn_start(c);
         if (st != HCOMM_OK) return st;
     }
-    size_t len = hdr->len, total = sizeof(*hdr) + len;
+    size_t len = hdr->len, total;
     if (HC_UNLIKELY(len > HC_VERBS_MAX_FRAME))
         return hc_error(HCOMM_ERR_INVALID, "verbs: a %zu-byte frame to rank %d (at most %zu)", len,
                         conn->peer, (size_t)HC_VERBS_MAX_FRAME);
@@ -153,22 +153,28 @@ hcomm_status_t hc_verbs_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const vo
     }
     if (c->tx_sent - c->tx_done >= HC_VERBS_SLOTS || !hc_verbs_room(c, 0, false))
         return HCOMM_ERR_AGAIN;
-    struct ibv_sge sge[2];
-    struct ibv_send_wr wr = {.sg_list = sge, .opcode = IBV_WR_SEND};
+    /* The slot image: head, header, payload, pad, tail (verbs.h). */
+    size_t slot_i = (size_t)(c->tx_sent % HC_VERBS_SLOTS);
+    uint8_t *img = c->tx_buf + slot_i * HC_VERBS_SLOT_BYTES;
+    uint64_t mark = (uint64_t)(uint32_t)(c->tx_sent + 1) << 32 | (uint32_t)len;
+    size_t tail_off = 8 + sizeof(*hdr) + HC_ALIGN_UP(len, (size_t)8);
+    total = tail_off + 8;
+    memcpy(img, &mark, 8);
+    memcpy(img + 8, hdr, sizeof(*hdr));
+    if (len) memcpy(img + 8 + sizeof(*hdr), payload, len);
+    memcpy(img + tail_off, &mark, 8);
+    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)img, .length = (uint32_t)total, .lkey = c->tx_mr->lkey};
+    struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1};
+    if (d->eager == HC_VERBS_EAGER_WRITE) {
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.wr.rdma.remote_addr = c->peer_ring_addr + slot_i * HC_VERBS_SLOT_BYTES;
+        wr.wr.rdma.rkey = c->peer_ring_rkey;
+    } else {
+        wr.opcode = IBV_WR_SEND;
+    }
     if (total <= d->max_inline) {
-        sge[0] = (struct ibv_sge){.addr = (uint64_t)(uintptr_t)hdr, .length = sizeof(*hdr)};
-        sge[1] = (struct ibv_sge){.addr = (uint64_t)(uintptr_t)payload, .length = (uint32_t)len};
-        wr.num_sge = len ? 2 : 1;
         wr.send_flags = IBV_SEND_INLINE;
         d->n_inline++;
-    } else {
-        uint8_t *slot = c->tx_buf + (size_t)(c->tx_sent % HC_VERBS_SLOTS) * HC_VERBS_SLOT_BYTES;
-        memcpy(slot, hdr, sizeof(*hdr));
-        if (len) memcpy(slot + sizeof(*hdr), payload, len);
-        sge[0] = (struct ibv_sge){.addr = (uint64_t)(uintptr_t)slot,
-                                  .length = (uint32_t)total,
-                                  .lkey = c->tx_mr->lkey};
-        wr.num_sge = 1;
     }
     int rc = hc_verbs_post(c, 0, &wr, hdr->type == HC_VERBS_FRAME_BYE, NULL, true);
     if (rc == EAGAIN || rc == ENOMEM) return HCOMM_ERR_AGAIN;
@@ -425,35 +431,58 @@ int hc_verbs_poll(hc_verbs_drv_t *d)
     return n;
 }
 
-/* An arrived slot: deliver it, then post it again. */
-static void hc_verbs_deliver(hc_verbs_drv_t *d, hc_verbs_rx_t *x)
+/* Takes the frame in slot rx_seq % SLOTS if it is complete (head and tail
+ * carry its sequence), delivers it and gives the slot back. arrived: the
+ * byte count of its SEND (SEND mode), 0 in WRITE mode (polled). */
+static bool hc_verbs_take(hc_verbs_drv_t *d, hc_verbs_conn_t *c, uint32_t arrived)
 {
-    hc_verbs_conn_t *c = x->conn;
-    const uint8_t *p = c->rx_buf + (size_t)x->slot * HC_VERBS_SLOT_BYTES;
+    uint32_t slot = (uint32_t)(c->rx_seq % HC_VERBS_SLOTS);
+    const uint8_t *p = c->rx_buf + (size_t)slot * HC_VERBS_SLOT_BYTES;
+    uint64_t head = __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE);
+    uint32_t want = (uint32_t)(c->rx_seq + 1);
+    if ((uint32_t)(head >> 32) != want) {
+        if (arrived)
+            hc_verbs_conn_fail(c, "verbs: a %u-byte message from rank %d is not frame %u", arrived,
+                               c->base.peer, want);
+        return false;
+    }
+    uint32_t len = (uint32_t)head;
+    if (len > HC_VERBS_MAX_FRAME) {
+        hc_verbs_conn_fail(c, "verbs: rank %d's frame %u says %u payload bytes (at most %zu)",
+                           c->base.peer, want, len, (size_t)HC_VERBS_MAX_FRAME);
+        return false;
+    }
+    size_t tail_off = 8 + sizeof(hc_frame_hdr_t) + HC_ALIGN_UP((size_t)len, (size_t)8);
+    if (__atomic_load_n((const uint64_t *)(p + tail_off), __ATOMIC_ACQUIRE) != head) {
+        if (arrived)
+            hc_verbs_conn_fail(c, "verbs: rank %d's frame %u arrived without its tail", c->base.peer, want);
+        return false; /* WRITE mode: still being placed */
+    }
     hc_frame_hdr_t hdr;
-    if (x->len < sizeof(hdr)) {
-        hc_verbs_conn_fail(c, "verbs: a %u-byte message from rank %d (shorter than a frame header)",
-                           x->len, c->base.peer);
-        return;
+    memcpy(&hdr, p + 8, sizeof(hdr));
+    if (hdr.len != len) {
+        hc_verbs_conn_fail(c, "verbs: a frame from rank %d says %u payload bytes, its slot %u",
+                           c->base.peer, hdr.len, len);
+        return false;
     }
-    memcpy(&hdr, p, sizeof(hdr));
-    if (hdr.len != x->len - sizeof(hdr)) {
-        hc_verbs_conn_fail(c, "verbs: a frame from rank %d says %u payload bytes, %zu arrived",
-                           c->base.peer, hdr.len, (size_t)x->len - sizeof(hdr));
-        return;
-    }
+    c->rx_seq++;
     if (hdr.type == HC_VERBS_FRAME_BYE)
         c->bye = true;
     else if (hdr.type < HC_FRAME_DRIVER)
-        d->env->deliver(d->env->core, &c->base, &hdr, p + sizeof(hdr));
-    /* deliver may have disconnected c? The core never does from a deliver. */
-    if (c->state != HC_VERBS_C_UP) return;
-    int rc = hc_verbs_post_slot(c, x->slot);
-    if (rc) {
-        hc_verbs_conn_fail(c, "verbs: reposting a receive slot for rank %d: %s", c->base.peer, strerror(rc));
-        return;
+        d->env->deliver(d->env->core, &c->base, &hdr, p + 8 + sizeof(hdr));
+    if (c->state != HC_VERBS_C_UP) return true;
+    if (d->eager == HC_VERBS_EAGER_SEND) {
+        int rc = hc_verbs_post_slot(c, slot);
+        if (rc) {
+            hc_verbs_conn_fail(c, "verbs: reposting a receive slot for rank %d: %s", c->base.peer,
+                               strerror(rc));
+            return true;
+        }
+    } else {
+        c->rx_posted++;
     }
     if (c->rx_posted - c->rx_advertised >= HC_VERBS_CREDIT_BATCH) hc_verbs_credit_write(c);
+    return true;
 }
 
 /* Every HC_VERBS_HB_NS: a credit write on each idle connection (a dead
@@ -478,9 +507,14 @@ int hc_verbs_progress(hc_drv_t *drv)
     hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
     int n = hc_verbs_poll(d);
     hc_verbs_rx_t *x;
-    while ((x = HC_FIFO_POP(&d->rxq))) {
-        hc_verbs_deliver(d, x);
+    while ((x = HC_FIFO_POP(&d->rxq))) { /* SEND mode */
+        if (x->conn->state != HC_VERBS_C_CLOSED) (void)hc_verbs_take(d, x->conn, x->len);
         n++;
+    }
+    for (int i = 0; i < d->nup; i++) { /* WRITE mode: poll the rings */
+        hc_verbs_conn_t *c = d->up[i];
+        for (int k = 0; k < HC_VERBS_SLOTS && c->state != HC_VERBS_C_CLOSED && hc_verbs_take(d, c, 0); k++)
+            n++;
     }
     hc_verbs_rma_t *o;
     while ((o = HC_FIFO_POP(&d->doneq))) {

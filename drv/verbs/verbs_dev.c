@@ -45,6 +45,9 @@ static const hc_config_knob_t hc_verbs_knobs[] = {
     HC_KNOB_INT(hc_verbs_cfg.sl, "HCOMM_IB_SL", "0", "verbs: InfiniBand service level, 0..15"),
     HC_KNOB_INT(hc_verbs_cfg.qps_per_peer, "HCOMM_IB_QPS_PER_PEER", "2",
                 "verbs: RC queue pairs per peer (large transfers are striped across them), 1..8"),
+    HC_KNOB_STR(hc_verbs_cfg.eager, "HCOMM_IB_EAGER", "write",
+                "verbs: eager frames by RDMA WRITE into the peer's slot ring, which it polls "
+                "(write), or by SEND into posted receives (send); every rank must agree"),
     HC_KNOB_SIZE(hc_verbs_cfg.zcopy_threshold, "HCOMM_ZCOPY_THRESHOLD", "4K",
                  "verbs: messages above this go by zero-copy rendezvous (RDMA READ/WRITE), "
                  "smaller ones through the eager slots (copied), 0..128K"),
@@ -251,6 +254,8 @@ static hcomm_status_t hc_verbs_check_knobs(void)
     if (k->qps_per_peer < 1 || k->qps_per_peer > HC_VERBS_MAX_QPS)
         return hc_error(HCOMM_ERR_INVALID, "HCOMM_IB_QPS_PER_PEER=%lld must be 1..%d",
                         (long long)k->qps_per_peer, HC_VERBS_MAX_QPS);
+    if (strcmp(k->eager, "write") && strcmp(k->eager, "send"))
+        return hc_error(HCOMM_ERR_INVALID, "HCOMM_IB_EAGER=%s must be write or send", k->eager);
     if (k->zcopy_threshold > 16 * HC_VERBS_MAX_FRAME)
         return hc_error(HCOMM_ERR_INVALID, "HCOMM_ZCOPY_THRESHOLD=%zu must be at most %zu",
                         k->zcopy_threshold, (size_t)(16 * HC_VERBS_MAX_FRAME));
@@ -370,6 +375,7 @@ hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
     d->max_msg = pick.pattr.max_msg_sz ? pick.pattr.max_msg_sz : (1u << 30);
     d->nqp = (int)hc_verbs_cfg.qps_per_peer;
     d->zcopy_threshold = hc_verbs_cfg.zcopy_threshold;
+    d->eager = strcmp(hc_verbs_cfg.eager, "send") ? HC_VERBS_EAGER_WRITE : HC_VERBS_EAGER_SEND;
     /* The control region: one line per peer for its credit word. */
     size_t ctrl_len = HC_ALIGN_UP((size_t)env->size * HC_VERBS_CTRL_STRIDE, (size_t)4096);
     if (posix_memalign((void **)&d->ctrl, 4096, ctrl_len) != 0)
@@ -382,10 +388,11 @@ hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
                               "verbs: registering the control region (RLIMIT_MEMLOCK? ulimit -l)");
     char gs[INET6_ADDRSTRLEN];
     inet_ntop(AF_INET6, gid.raw, gs, sizeof(gs));
-    hc_log_info("verbs: %s port %d (%s, MTU %d), GID[%d] %s, %d QP(s) per peer, zero copy above %zu B",
+    hc_log_info("verbs: %s port %d (%s, MTU %d), GID[%d] %s, %d QP(s) per peer, eager by %s, "
+                "zero copy above %zu B",
                 d->dev_name, pick.port, hc_verbs_ll_name(pick.pattr.link_layer),
                 hc_verbs_mtu_bytes(pick.pattr.active_mtu), d->gid_index, gs, d->nqp,
-                d->zcopy_threshold);
+                d->eager == HC_VERBS_EAGER_WRITE ? "RDMA WRITE" : "SEND", d->zcopy_threshold);
     return HCOMM_OK;
 }
 
@@ -406,11 +413,13 @@ static hcomm_status_t hc_verbs_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     if (!d) return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: driver state");
     d->env = env;
     d->conns = calloc((size_t)env->size, sizeof(*d->conns));
-    hcomm_status_t st = d->conns ? hc_verbs_dev_open(d, env)
+    d->up = calloc((size_t)env->size, sizeof(*d->up));
+    hcomm_status_t st = d->conns && d->up ? hc_verbs_dev_open(d, env)
                                  : hc_error(HCOMM_ERR_NO_MEMORY, "verbs: connection table");
     if (st != HCOMM_OK) {
         hc_verbs_dev_close(d);
         free(d->conns);
+        free(d->up);
         free(d);
         return st;
     }
@@ -438,6 +447,7 @@ static void hc_verbs_close(hc_drv_t *drv)
     }
     hc_verbs_dev_close(d);
     free(d->conns);
+    free(d->up);
     free(d);
 }
 
