@@ -10,11 +10,18 @@
  * hand-built hc_drv_env_t (no core: the callbacks below check what the
  * driver reports), publishes its address blob over a socketpair, wires up
  * and connects; the socketpair then carries the cases' out-of-band
- * synchronization. Every failed check prints one line "conformance
+ * synchronization. A second socketpair (SOCK_SEQPACKET, one message per
+ * blob) is the per-peer endpoint handshake: env->ep_send sends a blob to
+ * the other process, whose progress() hands it to ops->ep_recv, in order,
+ * outside any other driver op (blobs tagged for a driver instance closed
+ * since are dropped); with one process there is no peer and ep_send
+ * refuses. Every failed check prints one line "conformance
  * DRIVER/CASE rank R line L: what" and fails the case. A case that does not
  * apply to the driver (no RMA capability, peer death on a node driver) is a
- * cmocka skip with the reason; a driver that cannot run here at all prints
- * "skipped: <why>" and exits 77. The cases, in order:
+ * cmocka skip with the reason; a driver that cannot run here at all (its
+ * probe fails, or an optional driver was compiled out for want of its
+ * library) prints "skipped: <why>" and exits 77; a driver name this build
+ * does not know fails (exit 1). The cases, in order:
  *
  *   ops_table    the registered table: size, name, scope, caps, no NULL op
  *   open_close   open/close twice in one process; addr_pack refuses a
@@ -28,7 +35,8 @@
  *                exactly one put_done(OK), never from inside its own put;
  *                ERR_AGAIN is retried; no put blocks (> 1 s); driver frame
  *                types are never delivered
- *   credit       a receiver that does not progress: the sender must see
+ *   credit       (after 64 frames each way, so that handshakes are done)
+ *                a receiver that does not progress: the sender must see
  *                sustained ERR_AGAIN before 512 MiB are accepted, never a
  *                blocking put; once the receiver runs, every frame arrives
  *                in order
@@ -69,6 +77,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,6 +95,9 @@ static const char *drv_name;
 static const struct hc_drv_ops *ops;
 static int me, peer, nranks; /* nranks 1: the self driver, one process */
 static int oob = -1;         /* socketpair to the other process */
+static int hs = -1;          /* handshake socketpair (SOCK_SEQPACKET) to the other process */
+static bool hs_eof;          /* the other process closed it (exited or was killed) */
+static uint32_t hs_gen;      /* driver instance the blobs are for: both advance it in pair_setup */
 static hc_drv_env_t env;
 static int node_of[2], locals[2];
 static char job_key[96], node_id[96];
@@ -157,11 +169,92 @@ static size_t pat_check(const uint8_t *p, size_t len, uint64_t seed, uint64_t of
     return len;
 }
 
+/* ---- the endpoint handshake channel (env->ep_send / ops->ep_recv) ------------------------ */
+
+/* Each message on hs: this header, then the blob. */
+#define HS_MAGIC 0x68736b21u
+typedef struct {
+    uint32_t magic;
+    uint32_t gen; /* hs_gen of the sender when it sent */
+} hs_hdr_t;
+
+static hcomm_status_t cb_ep_send(void *core, hc_drv_t *d, int p, const void *blob, size_t len)
+{
+    int other = nranks == 2 ? 1 - me : -1;
+    CHECK(core == &core_marker, "ep_send: core pointer %p is not env->core", core);
+    CHECK(d && d == drv, "ep_send: driver %p is not the open one (%p; called from inside open?)",
+          (void *)d, (void *)drv);
+    CHECK(other >= 0,
+          "ep_send to rank %d: this driver runs in one process, there is no peer to "
+          "hand-shake with",
+          p);
+    CHECK(other < 0 || p == other, "ep_send to rank %d: not the peer (rank %d)", p, other);
+    CHECK(len <= HC_DRV_EP_BLOB_MAX, "ep_send: a %zu-byte blob (HC_DRV_EP_BLOB_MAX is %d)", len,
+          HC_DRV_EP_BLOB_MAX);
+    CHECK(len == 0 || blob, "ep_send: %zu bytes from a NULL blob", len);
+    if (len > HC_DRV_EP_BLOB_MAX || (len && !blob))
+        return hc_error(HCOMM_ERR_INVALID, "conformance: ep_send of %zu bytes (at most %d)", len,
+                        HC_DRV_EP_BLOB_MAX);
+    if (p != other)
+        return hc_error(HCOMM_ERR_PEER_FAILED, "conformance: ep_send to rank %d: no such peer", p);
+    if (hs < 0)
+        return hc_error(HCOMM_ERR_PEER_FAILED,
+                        "conformance: ep_send to rank %d: case %s runs in one process", p,
+                        case_name);
+    uint8_t msg[sizeof(hs_hdr_t) + HC_DRV_EP_BLOB_MAX];
+    hs_hdr_t h = {.magic = HS_MAGIC, .gen = hs_gen};
+    memcpy(msg, &h, sizeof(h));
+    if (len) memcpy(msg + sizeof(h), blob, len);
+    for (;;) {
+        ssize_t n = send(hs, msg, sizeof(h) + len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n == (ssize_t)(sizeof(h) + len)) return HCOMM_OK;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return HCOMM_ERR_AGAIN;
+        if (n >= 0) /* SOCK_SEQPACKET sends all or nothing */
+            return hc_error(HCOMM_ERR_INTERNAL,
+                            "conformance: handshake blob to rank %d: %zd of %zu bytes sent", p, n,
+                            sizeof(h) + len);
+        return hc_error_errno(HCOMM_ERR_PEER_FAILED, errno,
+                              "conformance: handshake blob to rank %d (the process is gone)", p);
+    }
+}
+
+/* Hands what arrived on hs to ops->ep_recv, without blocking; returns how
+ * many blobs it delivered. */
+static int hs_drain(void)
+{
+    if (hs < 0 || hs_eof || !drv) return 0;
+    int got = 0;
+    for (int k = 0; k < 64; k++) {
+        uint8_t msg[sizeof(hs_hdr_t) + HC_DRV_EP_BLOB_MAX + 1];
+        ssize_t n = recv(hs, msg, sizeof(msg), MSG_DONTWAIT | MSG_TRUNC);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (n <= 0) { /* 0: closed (every message has a header); else reset */
+            hs_eof = true;
+            break;
+        }
+        hs_hdr_t h;
+        memcpy(&h, msg, HC_MIN((size_t)n, sizeof(h)));
+        if ((size_t)n < sizeof(h) || (size_t)n > sizeof(msg) - 1 || h.magic != HS_MAGIC) {
+            CHECK(0, "handshake channel: a %zd-byte message that is no blob (a bug of this test)",
+                  n);
+            continue;
+        }
+        if (h.gen != hs_gen) continue; /* for a driver instance closed since: dropped */
+        ops->ep_recv(drv, peer, msg + sizeof(h), (size_t)n - sizeof(h));
+        got++;
+    }
+    return got;
+}
+
+/* The driver's progress, then the handshake blobs that arrived (the core
+ * calls ep_recv from its slow progress, never inside another driver op). */
 static int progress(void)
 {
     int n = ops->progress(drv);
     CHECK(n >= 0, "progress returned %d (a count of events)", n);
-    return n;
+    return n + hs_drain();
 }
 
 static bool past(uint64_t deadline)
@@ -343,7 +436,8 @@ static void env_init(void)
                          .deliver = cb_deliver,
                          .put_done = cb_put_done,
                          .rma_done = cb_rma_done,
-                         .peer_failed = cb_peer_failed};
+                         .peer_failed = cb_peer_failed,
+                         .ep_send = cb_ep_send};
 }
 
 static bool drv_open(void)
@@ -372,6 +466,7 @@ static bool pair_setup(void)
 {
     reset_callbacks();
     env_init();
+    hs_gen++; /* both processes: blobs for an earlier instance are dropped */
     hcomm_status_t st = hc_mem_init();
     CHECK(st == HCOMM_OK, "hc_mem_init: %s", hc_error_last());
     if (st != HCOMM_OK || !drv_open()) return false;
@@ -623,7 +718,7 @@ static void case_ops_table(void)
                          ops->connect,     ops->put,          ops->get,        ops->progress,
                          ops->mem_reg,     ops->mem_dereg,    ops->shared_get, ops->disconnect,
                          ops->close,       ops->shared_put,   ops->write,      ops->rkey_pack,
-                         ops->rkey_unpack, ops->rkey_release, ops->rkey_ptr};
+                         ops->rkey_unpack, ops->rkey_release, ops->rkey_ptr,   ops->ep_recv};
     for (size_t i = 0; i < HC_ARRAY_SIZE(fns); i++)
         CHECK(fns[i], "op %zu of the table is NULL after registration", i);
     CHECK(hc_drv_find(drv_name) == ops, "hc_drv_find(\"%s\") is not this table", drv_name);
@@ -703,14 +798,24 @@ static void case_credit(void)
         skip_why = "the self driver delivers inside put: no credit to run out of";
         return;
     }
+    /* Traffic both ways first: a driver that hand-shakes (env->ep_send)
+     * answers ERR_AGAIN until the peer's ep_recv ran, which a stalled
+     * receiver never does, and that is no credit running out. */
+    sender_t warm;
+    sender_init(&warm, 64);
+    exchange(&warm, 64, hc_time_ns() + 30 * NS);
+    sender_fini(&warm);
+    /* Rank 0 starts once it read the sync byte, while rank 1 may still
+     * progress in its sync. */
+    rx_next = 0;
+    on_deliver = me == 1 ? deliver_credit : NULL;
+    if (!oob_sync("warmed up")) return;
     const uint64_t limit = 512ull << 20;
     size_t flen = HC_MIN(conn->max_frame, (size_t)64 << 10);
     uint32_t n = 0;
     if (me == 1) {
         CHECK(oob_read(&n, sizeof(n), false, 60 * NS), "no word from rank 0");
-        rx_next = 0;
         rx_limit = n;
-        on_deliver = deliver_credit;
         uint64_t deadline = hc_time_ns() + 60 * NS;
         while (rx_next < rx_limit && !past(deadline) && !n_peer_failed) {
             progress();
@@ -1404,15 +1509,19 @@ static void run_case(const case_t *c)
         assert_int_equal(f, 0);
         return;
     }
-    int sv[2];
+    int sv[2], hv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, hv), 0);
+    hs_eof = false;
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         close(sv[0]);
+        close(hv[0]);
         oob = sv[1];
+        hs = hv[1];
         me = 1;
         peer = 0;
         alarm(CHILD_WAIT_S);
@@ -1422,12 +1531,16 @@ static void run_case(const case_t *c)
         _exit(f ? 1 : 0);
     }
     close(sv[1]);
+    close(hv[1]);
     oob = sv[0];
+    hs = hv[0];
     me = 0;
     peer = 1;
     int f = run_here(c);
     close(oob);
     oob = -1;
+    close(hs);
+    hs = -1;
     int status = 0;
     pid_t w = 0;
     for (int i = 0; i < CHILD_WAIT_S * 100 && (w = waitpid(pid, &status, WNOHANG)) == 0; i++)
@@ -1501,8 +1614,28 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     ops = hc_drv_find(drv_name);
     if (!ops) {
-        printf("skipped: driver %s is not in this build\n", drv_name);
-        return 77;
+        /* Drivers a build leaves out when their library is missing skip;
+         * any other name is a mistake (a typo, a driver that did not
+         * register) and fails. */
+        static const struct {
+            const char *name, *lib;
+            bool built;
+        } optional[] = {{"verbs", "libibverbs", HCOMM_BUILD_VERBS},
+                        {"mlx5", "libmlx5", HCOMM_BUILD_MLX5},
+                        {"dpdk", "libdpdk", HCOMM_BUILD_DPDK}};
+        for (size_t i = 0; i < HC_ARRAY_SIZE(optional); i++)
+            if (!strcmp(drv_name, optional[i].name) && !optional[i].built) {
+                printf("skipped: driver %s is not in this build (%s not found at configure)\n",
+                       drv_name, optional[i].lib);
+                return 77;
+            }
+        fprintf(stderr,
+                "conformance: no driver \"%s\" is registered in this build (registered:", drv_name);
+        for (int i = 0; i < hc_drv_count(); i++)
+            fprintf(stderr, " %s", hc_drv_at(i)->name);
+        fprintf(stderr, ")%s%s\n", hc_drv_registry_error() ? "; " : "",
+                hc_drv_registry_error() ? hc_drv_registry_error() : "");
+        return 1;
     }
     nranks = ops->scope == HC_DRV_SCOPE_SELF ? 1 : 2;
     me = 0;
