@@ -36,9 +36,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *hc_verbs_kind(const hc_verbs_rma_t *o)
+static const char *hc_verbs_kind(const hc_verbs_drv_t *d, const hc_verbs_rma_t *o)
 {
-    return !o ? "SEND" : o->write ? "RDMA WRITE" : "RDMA READ";
+    return o ? (o->write ? "RDMA WRITE" : "RDMA READ")
+           : d->eager == HC_VERBS_EAGER_WRITE ? "eager RDMA WRITE (or credit write)"
+                                              : "SEND (or credit write)";
 }
 
 /* ---- posting ------------------------------------------------------------------------------------ */
@@ -139,14 +141,14 @@ hcomm_status_t hc_verbs_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const vo
     (void)cookie; /* every frame is sent inline or from a copy: always OK */
     hc_verbs_conn_t *c = (hc_verbs_conn_t *)conn;
     hc_verbs_drv_t *d = c->d;
-    if (HC_UNLIKELY(c->state != HC_VERBS_C_UP)) {
-        hcomm_status_t st = hc_verbs_conn_start(c);
-        if (st != HCOMM_OK) return st;
-    }
     size_t len = hdr->len, total;
     if (HC_UNLIKELY(len > HC_VERBS_MAX_FRAME))
         return hc_error(HCOMM_ERR_INVALID, "verbs: a %zu-byte frame to rank %d (at most %zu)", len,
                         conn->peer, (size_t)HC_VERBS_MAX_FRAME);
+    if (HC_UNLIKELY(c->state != HC_VERBS_C_UP)) {
+        hcomm_status_t st = hc_verbs_conn_start(c);
+        if (st != HCOMM_OK) return st;
+    }
     if (hc_verbs_peer_posted(c) == c->tx_sent) {
         d->n_again_credit++;
         return HCOMM_ERR_AGAIN;
@@ -229,7 +231,7 @@ static hcomm_status_t hc_verbs_advance(hc_verbs_rma_t *o)
         int rc = hc_verbs_post(c, qi, &wr, true, o, false);
         if (rc == EAGAIN || rc == ENOMEM) return HCOMM_ERR_AGAIN;
         if (rc) {
-            hc_verbs_conn_fail(c, "verbs: %s to rank %d: ibv_post_send: %s", hc_verbs_kind(o),
+            hc_verbs_conn_fail(c, "verbs: %s to rank %d: ibv_post_send: %s", hc_verbs_kind(d, o),
                                c->base.peer, strerror(rc));
             return HCOMM_ERR_PEER_FAILED;
         }
@@ -377,11 +379,17 @@ static void hc_verbs_wc(hc_verbs_drv_t *d, const struct ibv_wc *wc)
     if (qi >= c->nqp || !c->qp[qi].qp || c->qp[qi].qp->qp_num != wc->qp_num) return; /* a destroyed QP's */
     hc_verbs_qp_t *q = &c->qp[qi];
     if (wc->status != IBV_WC_SUCCESS) {
+        hc_log_debug("verbs: error CQE from rank %d QP %d (%u): %s, wr kind %u, vendor error %#x",
+                     c->base.peer, qi, wc->qp_num, ibv_wc_status_str(wc->status), kind, wc->vendor_err);
         if (c->state == HC_VERBS_C_FAILED || c->state == HC_VERBS_C_CLOSED) return;
         const hc_verbs_rma_t *o = kind == HC_VERBS_WR_SEND && q->mark_n ? q->marks[q->mark_head].rma : NULL;
-        const char *op = kind == HC_VERBS_WR_RECV ? "receive" : hc_verbs_kind(o);
+        const char *op = kind == HC_VERBS_WR_RECV ? "receive" : hc_verbs_kind(d, o);
         const char *hint = wc->status == IBV_WC_REM_ACCESS_ERR || wc->status == IBV_WC_LOC_PROT_ERR
                                ? " (the key was refused: deregistered, or the range is outside it)"
+                           : wc->status == IBV_WC_WR_FLUSH_ERR
+                               ? " (the queue pair went into the error state before this request ran: "
+                                 "an access this side refused as responder, such as a peer using a "
+                                 "deregistered key or a range outside it, or a broken connection)"
                            : wc->status == IBV_WC_RETRY_EXC_ERR
                                ? " (no answer within HCOMM_IB_TIMEOUT x HCOMM_IB_RETRY_CNT: the peer is gone)"
                                : "";
