@@ -484,7 +484,9 @@ void hc_ctx_finalize(void)
 {
     if (hc_cfg.stats)
         hc_stats_print(hc_ctx.rank, hc_ctx_stats_line, NULL);
-    if (hc_log_level_current >= HC_LOG_INFO)
+    if (hc_cfg.stats)
+        hc_mem_stats_print(hc_ctx_stats_line, NULL); /* pools, registration cache */
+    else if (hc_log_level_current >= HC_LOG_INFO)
         hc_mem_stats_print(hc_ctx_mem_line, NULL);
     /* Nobody may unmap what a peer may still be reading: wait for all. */
     if (hc_ctx.bs && hc_ctx.size > 1 && hc_ctx.nfailed == 0) {

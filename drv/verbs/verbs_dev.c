@@ -432,14 +432,21 @@ static void hc_verbs_close(hc_drv_t *drv)
     hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
     for (int r = 0; r < d->env->size; r++)
         if (d->conns[r]) hc_verbs_disconnect(&d->conns[r]->base);
-    hc_log_info("verbs: rank %d: RDMA WRITE %llu B, RDMA READ %llu B, eager %llu B in %llu frames "
-                "(%llu inline), %llu credit writes, %llu puts waited for credit, %llu "
-                "registrations (%llu released)",
-                d->env->rank, (unsigned long long)d->n_write_bytes,
-                (unsigned long long)d->n_read_bytes, (unsigned long long)d->n_eager_bytes,
-                (unsigned long long)d->n_eager_frames, (unsigned long long)d->n_inline,
-                (unsigned long long)d->n_credit_writes, (unsigned long long)d->n_again_credit,
-                (unsigned long long)d->n_regs, (unsigned long long)d->n_deregs);
+    /* Printed under HCOMM_STATS=1 (as the core's statistics), else logged at info. */
+    char t[512];
+    snprintf(t, sizeof(t),
+             "verbs stats: rank %d: RDMA WRITE %llu B, RDMA READ %llu B, eager %llu B in %llu frames "
+             "(%llu inline), %llu credit writes, %llu put retries for want of credit, %llu "
+             "registrations (%llu released)",
+             d->env->rank, (unsigned long long)d->n_write_bytes, (unsigned long long)d->n_read_bytes,
+             (unsigned long long)d->n_eager_bytes, (unsigned long long)d->n_eager_frames,
+             (unsigned long long)d->n_inline, (unsigned long long)d->n_credit_writes,
+             (unsigned long long)d->n_again_credit, (unsigned long long)d->n_regs,
+             (unsigned long long)d->n_deregs);
+    if (hc_cfg.stats)
+        fprintf(stderr, "[hcomm] %s\n", t);
+    else
+        hc_log_info("%s", t);
     while (d->rma_free) {
         hc_verbs_rma_t *o = d->rma_free;
         d->rma_free = o->next;
