@@ -36,11 +36,25 @@ _rdma_cleanup() {
     for p in "${pids[@]}"; do
         for c in $(pgrep -P "$p" 2>/dev/null); do kill -KILL "$c" 2>/dev/null; done
         kill -KILL "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
     done
     rm -rf "$work"
 }
-trap _rdma_cleanup EXIT
-trap 'exit 1' INT TERM
+
+# backtraces of the first rank still running (a hang), when gdb is here
+dump_hung() {
+    local i c
+    command -v gdb >/dev/null || return 0
+    for i in "${!pids[@]}"; do
+        kill -0 "${pids[$i]}" 2>/dev/null || continue
+        c=$(pgrep -P "${pids[$i]}" 2>/dev/null | head -1)
+        [ -n "$c" ] || continue
+        echo "--- rank ${ranks[$i]} (pid $c) is still running; its threads:"
+        timeout -k 2 "${HCOMM_VM_GDB_S:-45}" gdb -q -batch -p "$c" -ex "thread apply all bt 12" 2>&1 |
+            grep -E "^(Thread|#)|ptrace|rror" | head -50
+        return 0
+    done
+}
 
 log_tails() {
     local f
@@ -89,7 +103,10 @@ wait_all() {
     local limit=${1:-120} pat=${2:-} t0=$SECONDS i rc bad=0
     for i in "${!pids[@]}"; do
         while kill -0 "${pids[$i]}" 2>/dev/null && ((SECONDS - t0 < limit)); do sleep 0.2; done
-        kill -0 "${pids[$i]}" 2>/dev/null && fail "rank ${ranks[$i]} still running after ${limit} s"
+        if kill -0 "${pids[$i]}" 2>/dev/null; then
+            dump_hung
+            fail "rank ${ranks[$i]} still running after ${limit} s"
+        fi
         wait "${pids[$i]}"
         rc=$?
         case $rc in

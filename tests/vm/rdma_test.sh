@@ -13,8 +13,10 @@
 #                processes)
 #   mp_1x1       2 nodes x 1 rank: mp_tcp_check --coll --max 64M (p2p sizes,
 #                outstanding messages, every collective), mp_drv_conformance
-#                (public-API contract) and mp_coll_matrix (every collective x
-#                dtype x op x count, in place and out of place)
+#                (public-API contract), mp_stale_reg (registrations of
+#                remapped buffers, rendezvous by get and by write) and
+#                mp_coll_matrix (every collective x dtype x op x count, in
+#                place and out of place)
 #   mp_2x2       2 nodes x 2 ranks: mp_tcp_check --coll --max 16M and
 #                mp_coll_matrix
 #   fault_kill   mp_drv_conformance --kill at 1+1; 2x2 p2p exchange with
@@ -22,7 +24,8 @@
 #                every survivor reports HCOMM_ERR_PEER_FAILED naming the dead
 #                rank within HCOMM_VM_FAIL_S (default 5) seconds and exits
 #   fault_stop   2x2: rank 2 SIGSTOPped 5 s mid-run, then continued: all pass
-#   bench        pingpong and allreduce_bw at 1+1, their tables printed
+#   bench        pingpong and allreduce_bw (checked) at 1+1, their tables
+#                printed
 #
 # HCOMM_VM_NET=tcp runs every case over the tcp driver instead of verbs (the
 # scripts proven without the verbs driver; rxe is still brought up).
@@ -64,9 +67,15 @@ mp_1x1)
     wait_all 60 "mp_tcp_check passed"
     step "mp_drv_conformance at 1+1"
     launch 2 1 "$(bin mp_drv_conformance)"
-    wait_all 40 "phase .* done\|mp_drv_conformance: passed"
-    step "mp_coll_matrix at 1+1 (every collective x dtype x op, counts 0,1,7,1023,65537)"
-    launch 2 1 "$(bin mp_coll_matrix)" --counts 0,1,7,1023,65537
+    wait_all 60 "phase .* done\|mp_drv_conformance: passed"
+    step "mp_stale_reg at 1+1 (buffers remapped between rendezvous transfers; HCOMM_RNDV=auto, then write)"
+    launch 2 1 "$(bin mp_stale_reg)"
+    wait_all 40 "passed\|rounds"
+    HCOMM_RNDV=write launch 2 1 "$(bin mp_stale_reg)"
+    wait_all 40 "passed\|rounds"
+    # (collectives of rendezvous sizes: mp_tcp_check above, int32)
+    step "mp_coll_matrix at 1+1 (every collective x dtype x op, counts 0,1,7,1023)"
+    launch 2 1 "$(bin mp_coll_matrix)" --counts 0,1,7,1023
     wait_all 60 "cases on\|mp_coll_matrix: passed"
     ;;
 mp_2x2)
@@ -117,11 +126,15 @@ fault_stop)
     grep -h "suspect\|speaks again" "$work"/r*.log | head -4
     ;;
 bench)
-    step "pingpong over $NET at 1+1"
-    launch 2 1 "$(bin pingpong)" -b 4 -e 4M -f 32 -n 100 -w 10
+    step "pingpong over $NET at 1+1: 4 B - 64 KiB, 200 iterations"
+    launch 2 1 "$(bin pingpong)" -b 4 -e 64K -f 16 -n 200 -w 20
     wait_all 60
     grep -v "^\[hcomm" "$work/r0.log"
-    step "allreduce_bw over $NET at 1+1"
+    step "pingpong over $NET at 1+1: 1 - 4 MiB, 10 iterations"
+    launch 2 1 "$(bin pingpong)" -b 1M -e 4M -f 4 -n 10 -w 1
+    wait_all 60
+    grep -v "^\[hcomm" "$work/r0.log"
+    step "allreduce_bw over $NET at 1+1 (results checked)"
     launch 2 1 "$(bin allreduce_bw)" -b 4 -e 4M -f 32 -n 5 -w 1
     wait_all 60
     grep -v "^\[hcomm" "$work/r0.log"
