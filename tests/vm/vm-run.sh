@@ -8,7 +8,15 @@
 # create network namespaces and qdiscs freely; nothing it does reaches the
 # host.
 #
-#   vm-run.sh [--mem MiB] [--cpus N] [--timeout S] -- COMMAND [ARGS...]
+#   vm-run.sh [--mem MiB] [--cpus N] [--timeout S] [--net socket-listen:PORT |
+#             --net socket-connect:PORT] [--mac MAC] -- COMMAND [ARGS...]
+#
+# By default the guest has no NIC (only lo). --net gives it one virtio-net NIC
+# (eth0 once the command loads virtio_net: the initramfs loads only what 9p
+# needs) joined to another guest's by a qemu `-netdev socket` on 127.0.0.1:
+# one guest listens on PORT, the other connects to it (start the listening
+# one first: a connect that finds nobody makes qemu exit). --mac sets the
+# NIC's address (default 52:54:00:12:34:56; two joined guests need two).
 #
 # COMMAND runs as root in the guest, in the caller's working directory, with
 # PATH and the HCOMM_* variables of the caller. Its stdout/stderr are printed
@@ -21,15 +29,36 @@ set -u
 MEM=2048
 CPUS=2
 TIMEOUT=300
+NIC=(-nic none)
+NET=
+MAC=52:54:00:12:34:56
+usage() {
+    echo "usage: vm-run.sh [--mem MiB] [--cpus N] [--timeout S] [--net socket-listen:PORT|socket-connect:PORT] [--mac MAC] -- COMMAND [ARGS...]" >&2
+    exit 2
+}
 while (($#)); do
     case $1 in
     --mem) MEM=$2; shift 2 ;;
     --cpus) CPUS=$2; shift 2 ;;
     --timeout) TIMEOUT=$2; shift 2 ;;
+    --net) NET=$2; shift 2 ;;
+    --mac) MAC=$2; shift 2 ;;
     --) shift; break ;;
-    *) echo "usage: vm-run.sh [--mem MiB] [--cpus N] [--timeout S] -- COMMAND [ARGS...]" >&2; exit 2 ;;
+    *) usage ;;
     esac
 done
+case $NET in
+"") ;;
+socket-listen:[0-9]* | socket-connect:[0-9]*)
+    port=${NET#*:}
+    [[ $port =~ ^[0-9]+$ ]] && ((port > 0 && port < 65536)) || usage
+    mode=${NET%%:*}
+    mode=${mode#socket-}
+    [[ $MAC =~ ^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$ ]] || usage
+    NIC=(-netdev "socket,id=n0,$mode=127.0.0.1:$port" -device "virtio-net-pci,netdev=n0,mac=$MAC")
+    ;;
+*) usage ;;
+esac
 (($#)) || { echo "vm-run.sh: no command given" >&2; exit 2; }
 
 skip() { echo "skipped: $*"; exit 77; }
@@ -114,7 +143,7 @@ else
     ACCEL=(-accel tcg,thread=multi -cpu max)
 fi
 timeout -k 5 "$TIMEOUT" "$QEMU" "${ACCEL[@]}" -smp "$CPUS" -m "$MEM" \
-    -nographic -no-reboot -nodefaults -serial "file:$JOB/console" -nic none \
+    -nographic -no-reboot -nodefaults -serial "file:$JOB/console" "${NIC[@]}" \
     -kernel "/boot/vmlinuz-$KVER" -initrd "$JOB/initrd.gz" \
     -append "console=ttyS0 panic=-1 rdinit=/init loglevel=4" \
     -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
@@ -126,6 +155,10 @@ if [ ! -f "$JOB/share/started" ]; then
     # unusable here): nothing of ours ran, so this is a skip, with the tail
     # of what the guest printed.
     tail -n 20 "$JOB/console" "$JOB/qemu.log" >&2
+    if [ -n "$NET" ] && grep -qi "netdev\|socket\|connect" "$JOB/qemu.log"; then
+        echo "vm-run.sh: qemu could not set up --net $NET (qemu exit $qrc; its output is above)" >&2
+        exit 1
+    fi
     skip "the guest kernel $KVER did not boot here (qemu exit $qrc; its console is above)"
 fi
 if [ ! -f "$JOB/share/rc" ]; then
