@@ -7,12 +7,17 @@
 #   install-deps.sh --test   also what only the test suite needs: bc, and
 #                            qemu + Debian's kernel + a static busybox for the
 #                            tests that boot a guest kernel (tests/vm: tc netem
-#                            where this host's kernel lacks it)
+#                            where this host's kernel lacks it, soft-RoCE for
+#                            the verbs driver), perftest, ibverbs-utils and
+#                            ucx-utils (the references of tests/vm/bench_rdma.sh
+#                            and the two-guest check), gdb (backtraces of a
+#                            rank that hangs in a guest)
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       libhwloc-dev hwloc libnuma-dev numactl libcmocka-dev
       libibverbs-dev rdma-core iproute2 nftables procps)
-test_pkgs=(bc cpio qemu-system-x86 linux-image-amd64 busybox-static)
+test_pkgs=(bc cpio qemu-system-x86 linux-image-amd64 busybox-static
+           perftest ibverbs-utils ucx-utils gdb)
 missing() { # prints the packages among "$@" that are not installed
     local p
     for p in "$@"; do
