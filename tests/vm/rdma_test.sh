@@ -29,7 +29,7 @@
 #
 # HCOMM_VM_NET=tcp runs every case over the tcp driver instead of verbs (the
 # scripts proven without the verbs driver; rxe is still brought up).
-# HCOMM_VM_TIMEOUT: the guest's limit in seconds (default 170).
+# HCOMM_VM_TIMEOUT: the guest's limit in seconds (default 200).
 #
 # Exit 0 pass, 1 fail (with the ranks' log tails), 77 skipped (no guest
 # here, or no soft-RoCE device in it).
@@ -42,7 +42,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" != --guest ]; then
     case_=${1:?case}
     build=$(cd "${2:?build dir}" && pwd) || exit 1
-    exec bash "$here/vm-run.sh" --timeout "${HCOMM_VM_TIMEOUT:-170}" -- \
+    exec bash "$here/vm-run.sh" --timeout "${HCOMM_VM_TIMEOUT:-200}" -- \
         bash "$here/rxe-run.sh" bash "$here/rdma_test.sh" --guest "$case_" "$build"
 fi
 shift

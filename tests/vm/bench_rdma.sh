@@ -1,0 +1,178 @@
+#!/bin/bash
+# bench_rdma.sh BUILD_DIR [ROUNDS]: hcomm over the verbs driver against
+# perftest and UCX on one soft-RoCE device (rxe0 in a tests/vm/vm-run.sh
+# guest, tests/vm/rxe-run.sh), all at 1+1 through the device's loopback, in
+# ONE guest. ROUNDS (default 3) interleaved rounds of:
+#
+#   ib_write_lat 8 B           perftest's typical (median) one-way latency
+#   hcomm pingpong 8 B         p50 one-way latency (half the round trip)
+#   ucx_perftest tag_lat 8 B   UCX_TLS=rc_verbs,self, typical (median)
+#                              latency; where the tag API does not run over
+#                              rc_verbs alone (UCX 1.13 on rxe: "Destination
+#                              is unreachable", no wireup transport) a note,
+#                              and the transport layer's am_lat on rc_verbs
+#                              instead (ucx_perftest -t am_lat -x rc_verbs)
+#   ib_write_bw / ib_read_bw 4 MiB  perftest's average bandwidth (streaming)
+#   hcomm pingpong 4 MiB       bytes / one-way time (ping-pong, not
+#                              streaming: one message in flight)
+#
+# then a table of every round, the medians and the best rounds (emulation
+# is noisy: a round's latency is ~30 us or a 4 ms scheduler tick when the
+# guest's two CPUs are contended), and the ratios hcomm/perftest
+# (latency: hcomm / ib_write_lat, lower is better; bandwidth: hcomm /
+# ib_write_bw and hcomm / ib_read_bw, higher is better). Bandwidths are in
+# MB/s of 10^6 bytes (perftest's MB/sec, 2^20 bytes, converted). Everything
+# is emulated (qemu TCG and a software RoCE device): the ratios mean
+# something, the absolute numbers little.
+#
+# HCOMM_VM_NET=tcp runs the hcomm side over tcp instead (the script proven
+# without the verbs driver). Not a ctest test of the default suite.
+# Exit 0, 1 when a measurement failed, 77 when there is no guest or rxe.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+if [ "${1:-}" != --guest ]; then
+    build=$(cd "${1:?build dir}" && pwd) || exit 1
+    exec bash "$here/vm-run.sh" --timeout "${HCOMM_VM_TIMEOUT:-900}" -- \
+        bash "$here/rxe-run.sh" bash "$here/bench_rdma.sh" --guest "$build" "${2:-3}"
+fi
+build=${2:?build dir}
+rounds=${3:-3}
+case_=bench_rdma
+# shellcheck source=tests/vm/rdma_lib.sh
+. "$here/rdma_lib.sh"
+gid=${HCOMM_VM_RXE_GID:-1}
+dev=${HCOMM_IB_HCA:-rxe0}
+LAT_N=${HCOMM_VM_LAT_ITERS:-1000}
+BW_N=${HCOMM_VM_BW_ITERS:-25}        # perftest's 4 MiB iterations
+HC_BW_N=${HCOMM_VM_HC_BW_ITERS:-10}  # hcomm pingpong's (each a round trip)
+BIG=4194304
+
+# server_client LOG PROG ARGS...: PROG ARGS as server, then as client of
+# 127.0.0.1 (retried while the server is not listening yet); the client's
+# output goes to LOG. Status: the client's.
+server_client() {
+    local log=$1 spid rc=1
+    shift
+    t 120 "$@" >"$log.srv" 2>&1 &
+    spid=$!
+    for _ in 1 2 3 4 5; do
+        sleep 1
+        t 120 "$@" 127.0.0.1 >"$log" 2>&1 && { rc=0; break; }
+        # retry only while the server is not listening yet
+        grep -qi "refused\|couldn't connect" "$log" && kill -0 "$spid" 2>/dev/null || break
+    done
+    kill "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+    return $rc
+}
+
+port=$((20000 + RANDOM % 20000))
+perf() { # LOG PROG ARGS...: a perftest on rxe0 (own port each run)
+    local log=$1 prog=$2
+    shift 2
+    port=$((port + 1))
+    server_client "$log" "$prog" -d "$dev" -x "$gid" -p "$port" -F "$@"
+}
+
+hc_pingpong() { # BYTES ITERS COLUMN: that column of rank 0's pingpong row
+    launch 2 1 "$(bin pingpong)" -b "$1" -e "$1" -n "$2" -w $(($2 / 10 + 1))
+    wait_all 200
+    awk -v s="$1" -v c="$3" '$1 == s {print $c}' "$work/r0.log" >"$work/col"
+    [ -s "$work/col" ] || fail "hcomm pingpong $1 B printed no result"
+}
+
+declare -A val
+note=()
+ucx_mode=tag
+add() { val[$1,$2]=$3; } # METRIC ROUND VALUE
+
+for ((k = 1; k <= rounds; k++)); do
+    step "round $k of $rounds"
+    if perf "$work/wl" ib_write_lat -s 8 -n "$LAT_N"; then
+        add wlat $k "$(awk '$1 == 8 && NF >= 5 {print $5}' "$work/wl")"
+    else
+        note+=("round $k: ib_write_lat failed: $(tail -3 "$work/wl" | tr '\n' ' ')")
+    fi
+    hc_pingpong 8 "$LAT_N" 3
+    add hlat $k "$(cat "$work/col")"
+    # UCX: the tag API (ucp) over rc_verbs if it runs, else the transport
+    # layer's active-message ping-pong on rc_verbs (uct am_lat)
+    if [ "$ucx_mode" = tag ]; then
+        port=$((port + 1))
+        if UCX_TLS=rc_verbs,self UCX_NET_DEVICES="$dev:1" server_client "$work/ucx" \
+            ucx_perftest -p "$port" -t tag_lat -s 8 -n "$LAT_N"; then
+            add ulat $k "$(awk '/Final:/ {print $3}' "$work/ucx")"
+        else
+            note+=("ucx_perftest -t tag_lat with UCX_TLS=rc_verbs,self did not run ($(grep -o "UCX  ERROR.*" "$work/ucx" | tail -1)): the UCX row is uct am_lat -x rc_verbs instead")
+            ucx_mode=am
+        fi
+    fi
+    if [ "$ucx_mode" = am ]; then
+        port=$((port + 1))
+        if UCX_NET_DEVICES="$dev:1" server_client "$work/ucx" \
+            ucx_perftest -p "$port" -t am_lat -x rc_verbs -d "$dev:1" -s 8 -n "$LAT_N"; then
+            add ulat $k "$(awk '/Final:/ {print $3}' "$work/ucx")"
+        else
+            note+=("round $k: ucx_perftest -t am_lat -x rc_verbs did not run: $(grep -v '^ *$' "$work/ucx" | tail -2 | tr '\n' ' ')")
+        fi
+    fi
+    if perf "$work/wb" ib_write_bw -s "$BIG" -n "$BW_N"; then
+        add wbw $k "$(awk -v s=$BIG '$1 == s && NF >= 4 {printf "%.1f", $4 * 1.048576}' "$work/wb")"
+    else
+        note+=("round $k: ib_write_bw failed: $(tail -3 "$work/wb" | tr '\n' ' ')")
+    fi
+    if perf "$work/rb" ib_read_bw -s "$BIG" -n "$BW_N"; then
+        add rbw $k "$(awk -v s=$BIG '$1 == s && NF >= 4 {printf "%.1f", $4 * 1.048576}' "$work/rb")"
+    else
+        note+=("round $k: ib_read_bw failed: $(tail -3 "$work/rb" | tr '\n' ' ')")
+    fi
+    hc_pingpong $BIG "$HC_BW_N" 5
+    add hbw $k "$(cat "$work/col")"
+done
+
+median() { sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}'; }
+vals() { # METRIC: the rounds' values, one a line
+    local k
+    for ((k = 1; k <= rounds; k++)); do
+        [ -n "${val[$1,$k]:-}" ] && echo "${val[$1,$k]}"
+    done
+}
+med() { vals "$1" | median; }
+# best: the lowest latency, the highest bandwidth (metrics ending in bw)
+best() {
+    case $1 in
+    *bw) vals "$1" | sort -g | tail -1 | grep . || echo - ;;
+    *) vals "$1" | sort -g | head -1 | grep . || echo - ;;
+    esac
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b}'; }
+
+echo
+echo "# soft-RoCE ($dev, qemu TCG) at 1+1, $rounds rounds; hcomm over HCOMM_NET=$NET"
+printf "%-34s" "metric"
+for ((k = 1; k <= rounds; k++)); do printf "%10s" "round$k"; done
+printf "%10s%10s\n" median best
+row() { # METRIC LABEL
+    local k
+    printf "%-34s" "$2"
+    for ((k = 1; k <= rounds; k++)); do printf "%10s" "${val[$1,$k]:--}"; done
+    printf "%10s%10s\n" "$(med "$1")" "$(best "$1")"
+}
+row wlat "ib_write_lat 8 B (us, typical)"
+row hlat "hcomm pingpong 8 B (us, p50)"
+row ulat "ucx ${ucx_mode}_lat rc_verbs 8 B (us)"
+row wbw "ib_write_bw 4 MiB (MB/s)"
+row rbw "ib_read_bw 4 MiB (MB/s)"
+row hbw "hcomm pingpong 4 MiB (MB/s)"
+echo
+printf "%-34s%10s%10s\n" "ratio (lat: lower is better)" median best
+ratios() { # LABEL A B
+    printf "%-34s%10s%10s\n" "$1" "$(ratio "$(med "$2")" "$(med "$3")")" "$(ratio "$(best "$2")" "$(best "$3")")"
+}
+ratios "latency   hcomm / ib_write_lat" hlat wlat
+ratios "latency   hcomm / ucx ${ucx_mode}_lat" hlat ulat
+ratios "bandwidth hcomm / ib_write_bw" hbw wbw
+ratios "bandwidth hcomm / ib_read_bw" hbw rbw
+for n in "${note[@]}"; do echo "note: $n"; done
+[ "$(med hlat)" != - ] && [ "$(med hbw)" != - ] || fail "no hcomm measurement"
+exit 0
