@@ -57,6 +57,7 @@ void hc_log_emit(int level, const char *file, int line, const char *fmt, ...)
 #define hc_log_warn(...) hc_log(HC_LOG_WARN, __VA_ARGS__)
 #define hc_log_info(...) hc_log(HC_LOG_INFO, __VA_ARGS__)
 #define hc_log_debug(...) hc_log(HC_LOG_DEBUG, __VA_ARGS__)
+#define hc_log_trace(...) hc_log(HC_LOG_TRACE, __VA_ARGS__)
 
 /* ---- time --------------------------------------------------------------- */
 static inline uint64_t hc_time_ns(void)

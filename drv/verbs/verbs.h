@@ -221,6 +221,7 @@ typedef struct hc_verbs_drv {
     int nup;
     int npending; /* RMA on connections' pending lists */
     uint32_t ticks;
+    uint64_t nmarks; /* signaled WQEs in flight, all QPs (0: the CQs can wait) */
     hc_verbs_rma_t *rma_free;
     uint64_t hb_next;
     /* counters (HCOMM_LOG=info at close) */

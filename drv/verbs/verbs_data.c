@@ -90,6 +90,7 @@ static int hc_verbs_post(hc_verbs_conn_t *c, int qi, struct ibv_send_wr *wr, boo
         hc_verbs_mark_t *m = &q->marks[(q->mark_head + q->mark_n) % HC_VERBS_SQ_DEPTH];
         *m = (hc_verbs_mark_t){.sq_seq = q->sq_posted, .tx_seq = qi == 0 ? c->tx_sent : 0, .rma = rma};
         q->mark_n++;
+        c->d->nmarks++;
         q->unsignaled = 0;
     } else {
         q->unsignaled++;
@@ -271,6 +272,7 @@ void hc_verbs_conn_flush(hc_verbs_conn_t *c, hcomm_status_t st)
             hc_verbs_mark_t *m = &q->marks[(q->mark_head + k) % HC_VERBS_SQ_DEPTH];
             if (m->rma) hc_verbs_finish(m->rma, st);
         }
+        c->d->nmarks -= q->mark_n;
         q->mark_n = 0;
         q->sq_done = q->sq_posted;
     }
@@ -409,6 +411,7 @@ static void hc_verbs_wc(hc_verbs_drv_t *d, const struct ibv_wc *wc)
     hc_verbs_mark_t m = q->marks[q->mark_head];
     q->mark_head = (q->mark_head + 1) % HC_VERBS_SQ_DEPTH;
     q->mark_n--;
+    d->nmarks--;
     q->sq_done = m.sq_seq;
     if (qi == 0 && m.tx_seq > c->tx_done) c->tx_done = m.tx_seq;
     if (m.rma && !m.rma->finished) {
@@ -474,9 +477,16 @@ static bool hc_verbs_take(hc_verbs_drv_t *d, hc_verbs_conn_t *c, uint32_t arrive
         return false;
     }
     c->rx_seq++;
-    if (hdr.type == HC_VERBS_FRAME_BYE)
+    if (hdr.type == HC_VERBS_FRAME_BYE) {
+        /* The peer is tearing down (its finalize, which waits for every
+         * rank first unless a rank failed): nothing more will come, and
+         * whatever this rank still waits for from it never will. */
+        hc_verbs_conn_fail(c, "verbs: rank %d closed its connection (it finalized, or left after "
+                           "a failure) while this rank still talks to it", c->base.peer);
         c->bye = true;
-    else if (hdr.type < HC_FRAME_DRIVER)
+        return true;
+    }
+    if (hdr.type < HC_FRAME_DRIVER)
         d->env->deliver(d->env->core, &c->base, &hdr, p + 8 + sizeof(hdr));
     if (c->state != HC_VERBS_C_UP) return true;
     if (d->eager == HC_VERBS_EAGER_SEND) {
@@ -505,7 +515,10 @@ static void hc_verbs_tick(hc_verbs_drv_t *d)
         if (!c) continue;
         if (c->state == HC_VERBS_C_HELLO) (void)hc_verbs_conn_start(c);
         if (c->state != HC_VERBS_C_UP) continue;
-        if (!c->last_post_ns || c->credit_owed) hc_verbs_credit_write(c);
+        if (!c->last_post_ns || c->credit_owed) {
+            hc_log_trace("verbs: heartbeat (credit write) to rank %d", r);
+            hc_verbs_credit_write(c);
+        }
         c->last_post_ns = 0;
     }
 }
@@ -513,7 +526,11 @@ static void hc_verbs_tick(hc_verbs_drv_t *d)
 int hc_verbs_progress(hc_drv_t *drv)
 {
     hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
-    int n = hc_verbs_poll(d);
+    /* In WRITE mode the CQs only hold send completions: with none signaled
+     * in flight, only an error (of an unsignaled WQE) can be there, and that
+     * can wait a few iterations; the rings are what latency waits on. */
+    uint32_t tick = d->ticks++;
+    int n = d->eager == HC_VERBS_EAGER_SEND || d->nmarks || (tick & 15) == 0 ? hc_verbs_poll(d) : 0;
     hc_verbs_rx_t *x;
     while ((x = HC_FIFO_POP(&d->rxq))) { /* SEND mode */
         if (x->conn->state != HC_VERBS_C_CLOSED) (void)hc_verbs_take(d, x->conn, x->len);
@@ -548,7 +565,7 @@ int hc_verbs_progress(hc_drv_t *drv)
             n++;
         }
     }
-    if (n == 0 && (++d->ticks & 255) == 0) hc_verbs_tick(d);
+    if ((tick & 255) == 0) hc_verbs_tick(d);
     return n;
 }
 

@@ -54,9 +54,19 @@ build=${2:?build dir}
 case "$case_" in
 conformance)
     prog=$(bin test_drv_conformance)
-    step "test_drv_conformance $NET"
-    HCOMM_TIMEOUT=30 t 110 "$prog" "$NET" >"$work/r0.log" 2>&1
+    # The killed case runs in a process pair of its own, after the others:
+    # run last in one sequence on rxe it failed 3 times in about 8 runs (no
+    # error within 10 s: the heartbeat writes every second completed, so the
+    # killed process's rxe QP still answered for it; teardown in the guest's
+    # kernel lagged), alone it passed 13 of 13 (dead peer seen in 0.01-0.1 s).
+    step "test_drv_conformance $NET (every case but killed, then killed alone)"
+    HCOMM_TIMEOUT=30 t 110 "$prog" "$NET" ops_table open_close connect put_order credit rma \
+        mem_reg oversize shared drop >"$work/r0.log" 2>&1
     rc=$?
+    if [ $rc = 0 ]; then
+        HCOMM_TIMEOUT=30 t 60 "$prog" "$NET" killed >>"$work/r0.log" 2>&1
+        rc=$?
+    fi
     grep -E "^\[ *(RUN|OK|FAILED|PASSED|SKIPPED) *\]|skipped" "$work/r0.log" | tail -60
     [ $rc = 77 ] && fail "test_drv_conformance skipped $NET although rxe0 is ACTIVE"
     [ $rc = 0 ] || fail "test_drv_conformance $NET exited with status $rc"
