@@ -48,6 +48,24 @@ static inline void hc_list_del(hc_list_t *e)
             (q)->head = (e);                                                                       \
         (q)->tail = (e);                                                                           \
     } while (0)
+/* Keeps, in order, the elements for which `drop` (an expression of the loop
+ * variable e) is false; drop may free e (e->next is read before it). */
+#define HC_FIFO_FILTER(q, e, drop)                                                                 \
+    do {                                                                                           \
+        __typeof__((q)->head) h_ = NULL, t_ = NULL, n_;                                            \
+        for ((e) = (q)->head; (e); (e) = n_) {                                                     \
+            n_ = (e)->next;                                                                        \
+            if (drop) continue;                                                                    \
+            (e)->next = NULL;                                                                      \
+            if (t_)                                                                                \
+                t_->next = (e);                                                                    \
+            else                                                                                   \
+                h_ = (e);                                                                          \
+            t_ = (e);                                                                              \
+        }                                                                                          \
+        (q)->head = h_;                                                                            \
+        (q)->tail = t_;                                                                            \
+    } while (0)
 /* The first element, removed (NULL when empty). */
 #define HC_FIFO_POP(q)                                                                             \
     __extension__({                                                                                \

@@ -125,6 +125,7 @@ typedef struct {
     uint32_t unsignaled;         /* since the last signaled WQE */
     hc_verbs_mark_t marks[HC_VERBS_SQ_DEPTH];
     uint32_t mark_head, mark_n;
+    uint64_t moved_ns; /* with marks in flight: when the oldest was posted or the last retired */
 } hc_verbs_qp_t;
 
 /* How eager frames travel (HCOMM_IB_EAGER). */
@@ -222,6 +223,7 @@ typedef struct hc_verbs_drv {
     int npending; /* RMA on connections' pending lists */
     uint32_t ticks;
     uint64_t nmarks; /* signaled WQEs in flight, all QPs (0: the CQs can wait) */
+    uint64_t stall_ns; /* a QP whose oldest signaled WQE waits this long fails its peer */
     hc_verbs_rma_t *rma_free;
     uint64_t hb_next;
     /* counters (HCOMM_LOG=info at close) */

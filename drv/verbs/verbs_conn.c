@@ -448,34 +448,20 @@ hcomm_status_t hc_verbs_connect(hc_drv_t *drv, int peer, const void *addr, size_
     return HCOMM_OK;
 }
 
+static bool hc_verbs_drop_done(hc_verbs_rma_t *o, const hc_verbs_conn_t *c)
+{
+    if (o->conn != c) return false;
+    free(o);
+    return true;
+}
+
 /* Drops what the driver still queues for c (it is going away). */
 static void hc_verbs_purge(hc_verbs_drv_t *d, hc_verbs_conn_t *c)
 {
-    hc_verbs_rx_t *rh = NULL, *rt = NULL;
-    for (hc_verbs_rx_t *x = d->rxq.head, *nx; x; x = nx) {
-        nx = x->next;
-        if (x->conn == c) continue;
-        x->next = NULL;
-        if (rt) rt->next = x;
-        else rh = x;
-        rt = x;
-    }
-    d->rxq.head = rh;
-    d->rxq.tail = rt;
-    hc_verbs_rma_t *oh = NULL, *ot = NULL;
-    for (hc_verbs_rma_t *o = d->doneq.head, *no; o; o = no) {
-        no = o->next;
-        if (o->conn == c) {
-            free(o);
-            continue;
-        }
-        o->next = NULL;
-        if (ot) ot->next = o;
-        else oh = o;
-        ot = o;
-    }
-    d->doneq.head = oh;
-    d->doneq.tail = ot;
+    hc_verbs_rx_t *x;
+    HC_FIFO_FILTER(&d->rxq, x, x->conn == c);
+    hc_verbs_rma_t *o;
+    HC_FIFO_FILTER(&d->doneq, o, hc_verbs_drop_done(o, c));
     if (c->fail_owed) {
         c->fail_owed = false;
         d->nfail_owed--;

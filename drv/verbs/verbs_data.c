@@ -87,6 +87,7 @@ static int hc_verbs_post(hc_verbs_conn_t *c, int qi, struct ibv_send_wr *wr, boo
     q->sq_posted++;
     if (eager) c->tx_sent++;
     if (signal) {
+        if (q->mark_n == 0) q->moved_ns = hc_time_ns();
         hc_verbs_mark_t *m = &q->marks[(q->mark_head + q->mark_n) % HC_VERBS_SQ_DEPTH];
         *m = (hc_verbs_mark_t){.sq_seq = q->sq_posted, .tx_seq = qi == 0 ? c->tx_sent : 0, .rma = rma};
         q->mark_n++;
@@ -100,7 +101,7 @@ static int hc_verbs_post(hc_verbs_conn_t *c, int qi, struct ibv_send_wr *wr, boo
 }
 
 /* Tells the peer how many receives we have posted (its credit). */
-static void hc_verbs_credit_write(hc_verbs_conn_t *c)
+static void hc_verbs_credit_write(hc_verbs_conn_t *c, bool signal)
 {
     hc_verbs_drv_t *d = c->d;
     if (c->state != HC_VERBS_C_UP || !hc_verbs_room(c, 0, true)) {
@@ -114,7 +115,7 @@ static void hc_verbs_credit_write(hc_verbs_conn_t *c)
     if (d->max_inline >= 8) wr.send_flags = IBV_SEND_INLINE;
     wr.wr.rdma.remote_addr = c->peer_ctrl_addr;
     wr.wr.rdma.rkey = c->peer_ctrl_rkey;
-    int rc = hc_verbs_post(c, 0, &wr, false, NULL, false);
+    int rc = hc_verbs_post(c, 0, &wr, signal, NULL, false);
     if (rc == 0) {
         c->rx_advertised = c->rx_posted;
         c->credit_owed = false;
@@ -412,6 +413,7 @@ static void hc_verbs_wc(hc_verbs_drv_t *d, const struct ibv_wc *wc)
     q->mark_head = (q->mark_head + 1) % HC_VERBS_SQ_DEPTH;
     q->mark_n--;
     d->nmarks--;
+    if (q->mark_n) q->moved_ns = hc_time_ns();
     q->sq_done = m.sq_seq;
     if (qi == 0 && m.tx_seq > c->tx_done) c->tx_done = m.tx_seq;
     if (m.rma && !m.rma->finished) {
@@ -419,7 +421,7 @@ static void hc_verbs_wc(hc_verbs_drv_t *d, const struct ibv_wc *wc)
         o->pieces_out--;
         if (o->pieces_out == 0 && o->posted == o->len) hc_verbs_finish(o, HCOMM_OK);
     }
-    if (c->credit_owed && qi == 0) hc_verbs_credit_write(c);
+    if (c->credit_owed && qi == 0) hc_verbs_credit_write(c, false);
 }
 
 int hc_verbs_poll(hc_verbs_drv_t *d)
@@ -499,7 +501,7 @@ static bool hc_verbs_take(hc_verbs_drv_t *d, hc_verbs_conn_t *c, uint32_t arrive
     } else {
         c->rx_posted++;
     }
-    if (c->rx_posted - c->rx_advertised >= HC_VERBS_CREDIT_BATCH) hc_verbs_credit_write(c);
+    if (c->rx_posted - c->rx_advertised >= HC_VERBS_CREDIT_BATCH) hc_verbs_credit_write(c, false);
     return true;
 }
 
@@ -515,9 +517,22 @@ static void hc_verbs_tick(hc_verbs_drv_t *d)
         if (!c) continue;
         if (c->state == HC_VERBS_C_HELLO) (void)hc_verbs_conn_start(c);
         if (c->state != HC_VERBS_C_UP) continue;
+        /* A QP whose oldest signaled WQE has not retired for stall_ns:
+         * the peer's end neither answers nor was reported dead. */
+        for (int i = 0; i < c->nqp; i++)
+            if (c->qp[i].mark_n && now - c->qp[i].moved_ns > d->stall_ns) {
+                hc_verbs_conn_fail(c, "verbs: rank %d has not acknowledged RDMA traffic for %.1f s "
+                                   "(QP %d): its process is gone or its link is down",
+                                   r, (double)(now - c->qp[i].moved_ns) * 1e-9, i);
+                break;
+            }
+        if (c->state != HC_VERBS_C_UP) continue;
+        /* Idle since the last tick: a signaled credit write, so that a
+         * peer that went away is noticed (its NAK, the retries running
+         * out, or the stall check above). */
         if (!c->last_post_ns || c->credit_owed) {
             hc_log_trace("verbs: heartbeat (credit write) to rank %d", r);
-            hc_verbs_credit_write(c);
+            hc_verbs_credit_write(c, true);
         }
         c->last_post_ns = 0;
     }
@@ -555,6 +570,7 @@ int hc_verbs_progress(hc_drv_t *drv)
         hc_verbs_conn_t *c = d->conns[r];
         if (c && c->pending.head) hc_verbs_advance_pending(c);
     }
+    if ((tick & 255) == 0) hc_verbs_tick(d); /* may fail a connection: reported just below */
     if (HC_UNLIKELY(d->nfail_owed)) {
         for (int r = 0; r < d->env->size && d->nfail_owed; r++) {
             hc_verbs_conn_t *c = d->conns[r];
@@ -565,7 +581,6 @@ int hc_verbs_progress(hc_drv_t *drv)
             n++;
         }
     }
-    if ((tick & 255) == 0) hc_verbs_tick(d);
     return n;
 }
 

@@ -374,6 +374,13 @@ hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
     memcpy(d->me.gid, gid.raw, 16);
     d->max_msg = pick.pattr.max_msg_sz ? pick.pattr.max_msg_sz : (1u << 30);
     d->nqp = (int)hc_verbs_cfg.qps_per_peer;
+    /* Twice what the HCA's own retries take (4.096 us * 2^timeout per try),
+     * plus a second: the NIC reports retry exhaustion itself well before;
+     * this catches a peer end that neither answers nor is reported (rxe
+     * was seen to let a dead process's QP go unreported for minutes). */
+    d->stall_ns = 2 * (uint64_t)(4096.0 * (double)(1ull << hc_verbs_cfg.timeout)) *
+                      (uint64_t)(hc_verbs_cfg.retry_cnt + 1) +
+                  1000000000ull;
     d->zcopy_threshold = hc_verbs_cfg.zcopy_threshold;
     d->eager = strcmp(hc_verbs_cfg.eager, "send") ? HC_VERBS_EAGER_WRITE : HC_VERBS_EAGER_SEND;
     /* The control region: one line per peer for its credit word. */
