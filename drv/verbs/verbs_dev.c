@@ -48,7 +48,7 @@ static const hc_config_knob_t hc_verbs_knobs[] = {
     HC_KNOB_STR(hc_verbs_cfg.eager, "HCOMM_IB_EAGER", "write",
                 "verbs: eager frames by RDMA WRITE into the peer's slot ring, which it polls "
                 "(write), or by SEND into posted receives (send); every rank must agree"),
-    HC_KNOB_SIZE(hc_verbs_cfg.zcopy_threshold, "HCOMM_ZCOPY_THRESHOLD", "4K",
+    HC_KNOB_SIZE(hc_verbs_cfg.zcopy_threshold, "HCOMM_ZCOPY_THRESHOLD", "8K",
                  "verbs: messages above this go by zero-copy rendezvous (RDMA READ/WRITE), "
                  "smaller ones through the eager slots (copied), 0..128K"),
 };
