@@ -84,13 +84,8 @@ wait_all() {
     [ $bad = 0 ] || fail "some ranks failed"
 }
 
-wait_for_log() { # FILE PATTERN LIMIT_S
-    local t0=$SECONDS
-    until grep -q "$2" "$1" 2>/dev/null; do
-        ((SECONDS - t0 < $3)) || return 1
-        sleep 0.1
-    done
-}
+# shellcheck source=tests/lib/wait_for_log.sh
+. "$here/../lib/wait_for_log.sh"
 
 case "$case_" in
 p2p_1x1)

@@ -121,13 +121,8 @@ wait_all() {
     echo "-- all ranks passed in $((SECONDS - t0)) s"
 }
 
-wait_for_log() { # FILE PATTERN LIMIT_S
-    local t0=$SECONDS
-    until grep -q "$2" "$1" 2>/dev/null; do
-        ((SECONDS - t0 < $3)) || return 1
-        sleep 0.1
-    done
-}
+# shellcheck source=tests/lib/wait_for_log.sh
+. "$here/../lib/wait_for_log.sh"
 
 _rank_index() { # R: sets ri, its index in pids[]
     local i
