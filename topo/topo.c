@@ -1,7 +1,7 @@
 /*
  * Node identity and machine description (hwloc).
  */
-#include "topo/topo.h"
+#include "topo/topo_int.h"
 
 #include <hwloc.h>
 #include <stdio.h>
@@ -41,4 +41,57 @@ void hc_topo_describe(void (*line)(const char *text, void *arg), void *arg)
              hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU));
     line(text, arg);
     hwloc_topology_destroy(topo);
+}
+
+/* ---- this rank ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *name; /* this node's id */
+    size_t host_len;  /* the host part of it (before '/') */
+    char *sw;
+    int matches;      /* 2: exact, 1: host name */
+} hc_topo_find_t;
+
+static hcomm_status_t hc_topo_find_node(void *arg, const char *name, const char *sw, const char *where)
+{
+    (void)where;
+    hc_topo_find_t *f = arg;
+    int m = !strcmp(name, f->name) ? 2
+            : strlen(name) == f->host_len && !strncmp(name, f->name, f->host_len) ? 1 : 0;
+    if (m > f->matches) {
+        f->matches = m;
+        snprintf(f->sw, HC_TOPO_PATH_MAX, "%s", sw);
+    }
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_topo_self(const char *file, const char *name, hc_topo_self_t *out)
+{
+    *out = (hc_topo_self_t){.numa = -1, .core = -1};
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) == 0 && hwloc_topology_load(topo) == 0) {
+        hwloc_bitmap_t set = hwloc_bitmap_alloc();
+        if (set && hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) == 0) {
+            int nn = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+            for (int i = 0; i < nn; i++) {
+                hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, i);
+                if (o && o->cpuset && !hwloc_bitmap_iszero(set) && hwloc_bitmap_isincluded(set, o->cpuset)) {
+                    out->numa = (int32_t)o->os_index;
+                    break;
+                }
+            }
+        }
+        if (set && hwloc_get_last_cpu_location(topo, set, HWLOC_CPUBIND_THREAD) == 0)
+            out->core = hwloc_bitmap_first(set);
+        if (set) hwloc_bitmap_free(set);
+        hwloc_topology_destroy(topo);
+    }
+    if (!file || !file[0]) return HCOMM_OK;
+    hc_topo_find_t f = {.name = name, .host_len = strcspn(name, "/"), .sw = out->sw};
+    hc_topo_file_cb_t cb = {.node = hc_topo_find_node, .arg = &f};
+    hcomm_status_t st = hc_topo_file_parse(file, &cb);
+    if (st == HCOMM_OK && !f.matches)
+        hc_log_info("HCOMM_TOPO_FILE %s has no line for this node (%s): its switch is unknown",
+                    file, name);
+    return st;
 }

@@ -1,17 +1,114 @@
 /*
- * topo/: what the machine looks like. For now: the node identity (host name +
- * network namespace, so that ranks in different namespaces count as
- * different nodes) and an hwloc summary for hcomm_info.
+ * topo/: what the machine and the job look like (docs/topology.md).
+ *   - the node identity (host name + network namespace, so that ranks in
+ *     different namespaces count as different nodes) and an hwloc summary
+ *     for hcomm_info (topo.c);
+ *   - where this rank runs (core, NUMA node: hwloc) and its node's switch
+ *     path from the topology file (topo.c);
+ *   - the map: every rank's node and NUMA node, every node's switch path,
+ *     built from what the ranks exchanged at init or loaded from a file,
+ *     and the cost classes between ranks (topo_map.c);
+ *   - ring orders on the map (topo_ring.c).
+ * Nothing here communicates: the core exchanges, topo/ computes, and every
+ * computation is deterministic, so that every rank derives the same order.
  */
 #ifndef HC_TOPO_H
 #define HC_TOPO_H
 
 #include "base/hc_base.h"
 
+#include <stdio.h>
+
 /* "host/net:[4026531840]" or HCOMM_NODE_ID when set (override). */
 hcomm_status_t hc_topo_node_id(const char *override, char *buf, size_t len);
 
 /* One-line machine summary from hwloc: packages, NUMA nodes, cores, PUs. */
 void hc_topo_describe(void (*line)(const char *text, void *arg), void *arg);
+
+/* ---- this rank ------------------------------------------------------------------------------ */
+
+#define HC_TOPO_PATH_MAX 64 /* a switch path, NUL included */
+#define HC_TOPO_NAME_MAX 160
+
+typedef struct {
+    int32_t numa; /* NUMA node of the CPU binding; -1: unbound across NUMA nodes, or unknown */
+    int32_t core; /* OS index of the PU this rank ran on at init; -1 unknown */
+    char sw[HC_TOPO_PATH_MAX]; /* its node's switch path from HCOMM_TOPO_FILE; "" unknown */
+} hc_topo_self_t;
+
+/* Where this process runs (hwloc), and the switch path of node `name` in
+ * the topology file `file` (NULL or "": none). An unreadable or malformed
+ * file is an error naming it and the line. */
+hcomm_status_t hc_topo_self(const char *file, const char *name, hc_topo_self_t *out);
+
+/* ---- the map -------------------------------------------------------------------------------- */
+
+enum { HC_TOPO_SELF, HC_TOPO_NUMA, HC_TOPO_HOST, HC_TOPO_SWITCH, HC_TOPO_NET, HC_TOPO_NCLASS };
+
+/* The class weights (docs/topology.md): same NUMA 1, same host 3, same
+ * switch 15, across switches 30. */
+typedef struct {
+    double w[HC_TOPO_NCLASS];
+} hc_topo_weights_t;
+
+/* "1,3,15,30" (NULL or "": the defaults). */
+hcomm_status_t hc_topo_weights_parse(const char *s, hc_topo_weights_t *out);
+
+typedef struct hc_topo_map {
+    int n;       /* ranks */
+    int nnodes;
+    int *node;   /* rank -> node index (nodes numbered by their lowest rank) */
+    int *numa;   /* rank -> NUMA node, -1 unknown */
+    char (*name)[HC_TOPO_NAME_MAX]; /* node -> name */
+    char (*sw)[HC_TOPO_PATH_MAX];   /* node -> switch path, "" unknown */
+    int *leaf;   /* node -> leaf switch group (nodes with equal paths), -1 unknown */
+    int nleaves;
+    hc_topo_weights_t weights;
+} hc_topo_map_t;
+
+/* A map of n ranks: node[r] the node index of rank r (0..nnodes-1, any
+ * numbering), numa[r] (NULL: unknown), per node its name and switch path
+ * (NULL: unnamed, unknown). */
+hcomm_status_t hc_topo_map_new(int n, const int *node, const int *numa, int nnodes,
+                               const char *const *names, const char *const *sw,
+                               const hc_topo_weights_t *weights, hc_topo_map_t **map_p);
+void hc_topo_map_free(hc_topo_map_t *map);
+
+/* The class of ranks a and b (HC_TOPO_SELF .. HC_TOPO_NET), and its weight. */
+int hc_topo_class(const hc_topo_map_t *map, int a, int b);
+static inline double hc_topo_cost(const hc_topo_map_t *map, int a, int b)
+{
+    return map->weights.w[hc_topo_class(map, a, b)];
+}
+
+/* The map of a topology file with rank lines (a dump, or a synthetic
+ * topology): errors name the file and line. */
+hcomm_status_t hc_topo_map_load(const char *path, const hc_topo_weights_t *weights,
+                                hc_topo_map_t **map_p);
+/* Writes map in the file format (node and rank lines). */
+hcomm_status_t hc_topo_map_dump(const hc_topo_map_t *map, FILE *f);
+
+/* ---- rings ---------------------------------------------------------------------------------- */
+
+typedef enum { HC_TOPO_MODE_OFF, HC_TOPO_MODE_LOCAL, HC_TOPO_MODE_FULL } hc_topo_mode_t;
+
+/* "off" | "local" | "full". */
+hcomm_status_t hc_topo_mode_parse(const char *s, hc_topo_mode_t *out);
+
+/* A ring through the n ranks members[0..n-1] (ranks of map; the members of
+ * a communicator): order[p] = index into members of the p-th rank of the
+ * ring, order[0] = 0. OFF: 0, 1, 2, ...; LOCAL: grouped by node and NUMA
+ * node, nodes in order of their first member; FULL: nodes toured by
+ * nearest neighbour + 2-opt on the class weights (docs/topology.md).
+ * Deterministic: the same inputs give the same ring on every rank. */
+hcomm_status_t hc_topo_ring(const hc_topo_map_t *map, const int *members, int n,
+                            hc_topo_mode_t mode, int *order);
+
+/* The ring's cost: the sum of the weights of its n links (order closed). */
+double hc_topo_ring_cost(const hc_topo_map_t *map, const int *members, int n, const int *order);
+/* How many of the ring's links join different nodes / different leaf
+ * switches. */
+int hc_topo_ring_crossings(const hc_topo_map_t *map, const int *members, int n, const int *order,
+                           int cls);
 
 #endif /* HC_TOPO_H */
