@@ -20,6 +20,16 @@
     X(net, "HCOMM_NET", STR, "auto", "transport between nodes: auto|mlx5|verbs|dpdk|tcp")          \
     X(shm, "HCOMM_SHM", BOOL, "1", "use shared memory between ranks of one node")                  \
     X(node_id, "HCOMM_NODE_ID", STR, "", "node identity override (default: host name + netns)")    \
+    X(topo, "HCOMM_TOPO", STR, "full",                                                             \
+      "topology awareness of collectives across nodes: off (rank order) | local (ranks grouped "   \
+      "by node and NUMA node) | full (also switches: rings toured over the cost matrix, "          \
+      "hierarchical allreduce); docs/topology.md")                                                 \
+    X(topo_file, "HCOMM_TOPO_FILE", STR, "",                                                       \
+      "topology file: lines \"node <name> switch <path>\" (docs/topology.md)")                    \
+    X(topo_dump_file, "HCOMM_TOPO_DUMP_FILE", STR, "",                                             \
+      "rank 0 writes the job's map here at init, in the topology file format")                    \
+    X(topo_weights, "HCOMM_TOPO_WEIGHTS", STR, "1,3,15,30",                                        \
+      "costs of the classes same NUMA node, same host, same switch, across switches")             \
     X(algo, "HCOMM_ALGO", STR, "auto",                                                             \
       "force a collective algorithm: auto | node (node-direct, node-staged: allreduce) | "         \
       "ring (allreduce reduce broadcast allgather reduce_scatter) | rd (allreduce allgather) | "    \

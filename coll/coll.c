@@ -316,6 +316,7 @@ static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status, bo
         hc_list_del(&cc->active_link);
     if (cc->node)
         hc_coll_node_free(cc->node);
+    hc_coll_topo_free(cc);
     free(cc);
     comm->coll_priv = NULL;
 }
@@ -451,4 +452,69 @@ hc_step_t hc_coll_reqs_test(hc_coll_op_t *op)
     }
     op->nreqs = 0;
     return st == HCOMM_OK ? HC_STEP_DONE : hc_step_fail(st);
+}
+
+/* ---- collectives on internal communicators (hierarchical algorithms) ---------------------- */
+
+hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm, hc_coll_kind_t kind,
+                                   const void *sbuf, void *rbuf, size_t count, hcomm_op_t rop,
+                                   struct hcomm_request **req_p)
+{
+    const char *fn = hc_coll_name(parent->kind);
+    hc_coll_comm_t *cc = hc_coll_comm(comm);
+    if (!cc) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
+    if (cc->broken)
+        return hc_error(cc->broken_status, "%s (%s): its internal communicator broke earlier (%s)", fn,
+                        parent->algo, cc->broken_why);
+    struct hcomm_request *req = hc_request_alloc(HC_REQ_COLL);
+    hc_coll_op_t *op = hc_coll_op_alloc();
+    if (!req || !op) {
+        if (req) hc_request_free(req);
+        if (op) hc_coll_op_release(op);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory for the operation", fn);
+    }
+    req->comm = comm;
+    req->peer = -1;
+    req->coll = op;
+    op->req = req;
+    op->comm = comm;
+    op->kind = kind;
+    op->sbuf = sbuf;
+    op->rbuf = rbuf;
+    op->count = count;
+    op->dtype = parent->dtype;
+    op->op = rop;
+    op->root = 0;
+    op->esize = parent->esize;
+    op->bytes = count * parent->esize; /* allgather, reduce_scatter: per rank block */
+    op->step = comm->size == 1 ? NULL : hc_coll_algo_pick(op, NULL, hc_coll_node_usable(comm));
+    if (!op->step) {
+        req->coll = NULL;
+        hc_coll_op_release(op);
+        hc_request_free(req);
+        return hc_error(HCOMM_ERR_INTERNAL, "%s (%s): no algorithm for its %s on %d ranks", fn,
+                        parent->algo, hc_coll_name(kind), comm->size);
+    }
+    hcomm_status_t st = hc_coll_start(op);
+    if (st != HCOMM_OK) {
+        req->coll = NULL;
+        hc_coll_op_release(op);
+        hc_request_free(req);
+        return st;
+    }
+    *req_p = req;
+    return HCOMM_OK;
+}
+
+void hc_coll_child_end(struct hcomm_request *req)
+{
+    if (!req) return;
+    if (!req->done && req->coll) {
+        struct hcomm_comm *comm = req->coll->comm;
+        hc_coll_break(comm, HCOMM_ERR_ABORTED, "the collective it was part of ended");
+        while (!hc_list_empty(&comm->coll_queue))
+            hc_coll_finish(hc_container_of(comm->coll_queue.next, hc_coll_op_t, link),
+                           HCOMM_ERR_ABORTED);
+    }
+    hc_request_free(req);
 }

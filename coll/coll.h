@@ -125,6 +125,16 @@ typedef struct hc_coll_comm {
     struct hc_coll_node *node; /* NULL: no node-shared region for this comm */
     hc_list_t active_link;     /* in the list of comms with queued collectives */
     bool active;
+    /* The ring order (coll_topo.c): ring[p] = the comm rank at position p. */
+    int *ring;
+    int ring_pos; /* this rank's position */
+    /* Hierarchical algorithms (net_hier.c): the internal communicators of
+     * this rank's node and of its rail (the ranks of its local index on
+     * every node, in ring order); hier_ok false: not regular, or not
+     * spanning nodes. */
+    bool hier_checked, hier_ok;
+    int hier_L, hier_N, hier_i; /* ranks per node, nodes, this rank's local index */
+    struct hcomm_comm *hier_node, *hier_rail;
 } hc_coll_comm_t;
 
 hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm);
@@ -211,6 +221,27 @@ void *hc_coll_state(hc_coll_op_t *op);
 bool hc_coll_algo_known(const char *forced);
 /* "auto, node, ring, ..." for error messages. */
 void hc_coll_algo_list(char *buf, size_t len);
+
+/* ---- topology (coll_topo.c) ---------------------------------------------------- */
+
+/* comm's ring order from the map (HCOMM_TOPO), computed at first use and
+ * kept: order[p] is the comm rank at ring position p, *pos_p this rank's
+ * position. NULL when out of memory. */
+const int *hc_coll_ring_order(struct hcomm_comm *comm, int *pos_p);
+/* The internal communicators for hierarchical algorithms (cc->hier_*),
+ * created at first use; false when comm is not made of >= 2 nodes with the
+ * same number (>= 2) of its ranks each, or HCOMM_TOPO=off. */
+bool hc_coll_hier_ready(struct hcomm_comm *comm);
+/* Frees what coll_topo.c keeps in cc (before cc goes). */
+void hc_coll_topo_free(hc_coll_comm_t *cc);
+
+/* A collective on an internal communicator, started from a step: the
+ * request completes when it ends (hc_coll_child_end frees it, abandoning
+ * the op and everything queued behind it on its comm if it still runs). */
+hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm, hc_coll_kind_t kind,
+                                   const void *sbuf, void *rbuf, size_t count, hcomm_op_t rop,
+                                   struct hcomm_request **req_p);
+void hc_coll_child_end(struct hcomm_request *req);
 
 /* ---- p2p algorithms (coll_net.c) --------------------------------------------- */
 

@@ -13,13 +13,16 @@
 
 /* Slices: the data is cut in n slices (allreduce, reduce: element ranges with
  * vector-friendly inner boundaries; allgather, reduce_scatter: the rank
- * blocks). Reduce-scatter step k (0 <= k < rs_steps = n-1) sends slice
+ * blocks). Positions are ring positions (the topology's order, see
+ * hc_coll_ring_order): slice j is the one position j ends up with, for rank
+ * blocks the block of the rank at position j. Reduce-scatter step k (0 <= k < rs_steps = n-1) sends slice
  * me-k-1 and receives slice me-k-2 from the left into a slot, then reduces
  * it with this rank's own data; after n-1 steps slice `me` is complete here.
  * Allgather step t sends slice me-t and receives slice me-t-1 from the left,
  * straight into `out`. A unit is (step, chunk), numbered step-major. */
 typedef struct {
-    int n, me, left, right;
+    int n, me, left, right; /* me: this rank's ring position; left, right: comm ranks */
+    const int *order;       /* ring position -> comm rank (hc_coll_ring_order) */
     int rs_steps, nchunks, nunits, window;
     int next_send, next_recv, next_proc, sends_inflight;
     bool blocks; /* slices are whole rank blocks of ec elements */
@@ -38,7 +41,7 @@ typedef struct {
 static void hc_net_slice(const hc_net_ring_t *rg, int j, size_t *lo, size_t *len)
 {
     if (rg->blocks) {
-        *lo = (size_t)j * rg->ec;
+        *lo = (size_t)rg->order[j] * rg->ec;
         *len = rg->ec;
         return;
     }
@@ -68,18 +71,20 @@ static void hc_net_chunk(const hc_net_ring_t *rg, int j, int c, size_t *soff, si
 static size_t hc_net_ring_geom(const hc_coll_op_t *op, bool blocks, int rs_steps, int ag_steps,
                                size_t extra, hc_net_ring_t *g, size_t *hdr_p, size_t *slots_p)
 {
-    int n = op->comm->size;
+    int n = op->comm->size, pos = op->comm->rank;
+    const int *order = hc_coll_ring_order(op->comm, &pos);
     *g = (hc_net_ring_t){.n = n,
-                         .me = op->comm->rank,
+                         .me = pos,
+                         .order = order,
                          .blocks = blocks,
                          .ec = op->count,
                          .esize = op->esize,
                          .rs_steps = rs_steps,
                          .nchunks = 1};
-    g->left = hc_net_mod(g->me - 1, n);
-    g->right = hc_net_mod(g->me + 1, n);
+    g->left = order ? order[hc_net_mod(g->me - 1, n)] : -1;
+    g->right = order ? order[hc_net_mod(g->me + 1, n)] : -1;
     size_t maxlen = 0, lo, len;
-    for (int j = 0; j < n; j++) {
+    for (int j = 0; j < n && order; j++) {
         hc_net_slice(g, j, &lo, &len);
         maxlen = HC_MAX(maxlen, len);
     }
@@ -155,6 +160,8 @@ static int hc_net_ring_init(hc_coll_op_t *op, hc_net_ring_t **rg_p, uint8_t **ex
     hc_net_ring_t g;
     hc_net_ring_params(op, &blocks, &rs, &ag, &extra);
     (void)hc_net_ring_geom(op, blocks, rs, ag, extra, &g, &hdr, &slots);
+    if (!g.order)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "%s (ring): no memory for the ring order", hc_coll_name(op->kind));
     int rc = hc_net_alloc(op);
     if (rc != HCOMM_OK) return rc;
     hc_net_ring_t *rg = op->tmp;
@@ -289,7 +296,7 @@ hc_step_t hc_net_allgather_ring(hc_coll_op_t *op)
         int rc = hc_net_ring_init(op, &rg, &extra);
         if (rc != HCOMM_OK) return hc_step_fail(rc);
         rg->out = op->rbuf;
-        uint8_t *own = rg->out + (size_t)rg->me * op->bytes;
+        uint8_t *own = rg->out + (size_t)op->comm->rank * op->bytes;
         if (op->sbuf != own) memcpy(own, op->sbuf, op->bytes);
     }
     return hc_net_ring_run(op, rg);
@@ -307,7 +314,7 @@ hc_step_t hc_net_reduce_ring(hc_coll_op_t *op)
         int rc = hc_net_ring_init(op, &rg, &extra);
         if (rc != HCOMM_OK) return hc_step_fail(rc);
         size_t lo, len;
-        hc_net_slice(rg, me, &lo, &len);
+        hc_net_slice(rg, rg->me, &lo, &len);
         rg->mine = op->sbuf;
         rg->part = root ? op->rbuf : extra;
         rg->fin = rg->part + lo * op->esize;
@@ -325,16 +332,17 @@ hc_step_t hc_net_reduce_ring(hc_coll_op_t *op)
         if (op->round >= n) return HC_STEP_DONE;
         size_t lo, len;
         if (!root) {
-            hc_net_slice(rg, me, &lo, &len);
+            hc_net_slice(rg, rg->me, &lo, &len);
             if ((rc = hc_net_send(op, rg->fin, len * op->esize, op->root)) != HCOMM_OK)
                 return hc_step_fail(rc);
             op->round = n;
             continue;
         }
         for (int posted = 0; op->round < n && posted < HC_NET_BATCH; op->round++) {
-            if (op->round == me) continue;
+            if (op->round == rg->me) continue; /* round: a ring position */
             hc_net_slice(rg, op->round, &lo, &len);
-            rc = hc_net_recv(op, (uint8_t *)op->rbuf + lo * op->esize, len * op->esize, op->round);
+            rc = hc_net_recv(op, (uint8_t *)op->rbuf + lo * op->esize, len * op->esize,
+                             rg->order[op->round]);
             if (rc != HCOMM_OK) return hc_step_fail(rc);
             posted++;
         }
@@ -365,13 +373,18 @@ hc_step_t hc_net_broadcast_chain(hc_coll_op_t *op)
     hc_net_chain_t *ch = op->tmp;
     uint8_t *buf = op->rbuf;
     if (!ch) {
-        int n = op->comm->size, me = op->comm->rank, vr = hc_net_mod(me - op->root, n);
+        /* The chain follows the ring order from the root's position. */
+        int n = op->comm->size, me, rootp = 0;
+        const int *order = hc_coll_ring_order(op->comm, &me);
+        if (!order) return hc_step_fail(hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_broadcast: ring order"));
+        while (order[rootp] != op->root) rootp++;
+        int vr = hc_net_mod(me - rootp, n);
         int rc = hc_net_alloc(op);
         if (rc != HCOMM_OK) return hc_step_fail(rc);
         ch = op->tmp;
         memset(ch, 0, sizeof(*ch));
-        ch->prev = vr == 0 ? -1 : hc_net_mod(me - 1, n);
-        ch->next = vr == n - 1 ? -1 : hc_net_mod(me + 1, n);
+        ch->prev = vr == 0 ? -1 : order[hc_net_mod(me - 1, n)];
+        ch->next = vr == n - 1 ? -1 : order[hc_net_mod(me + 1, n)];
         /* Chunks small enough that the chain fills quickly, large enough to
          * amortize the per-message cost. */
         size_t cb = op->bytes >= 8 * HC_NET_CHUNK_BYTES ? HC_NET_CHUNK_BYTES

@@ -35,6 +35,7 @@ typedef struct {
      * Ranks grouped as one node (same node_id) must share it, or they
      * cannot share memory. */
     char machine[200];
+    hc_topo_self_t topo; /* core, NUMA node, the switch path of its node (HCOMM_TOPO_FILE) */
 } hc_rank_info_t;
 
 static void hc_ctx_machine_id(char *buf, size_t len)
@@ -223,6 +224,52 @@ static hcomm_status_t hc_ctx_build_nodes(const hc_rank_info_t *info)
     return hc_ctx_check_nodes(info);
 }
 
+/* The map every rank builds from the same exchanged table (so the same
+ * map everywhere); rank 0 writes it to HCOMM_TOPO_DUMP_FILE. */
+static hcomm_status_t hc_ctx_build_topo(const hc_rank_info_t *info)
+{
+    int n = hc_ctx.size, nn = hc_ctx.node_count;
+    hc_topo_weights_t w;
+    hcomm_status_t st = hc_topo_weights_parse(hc_cfg.topo_weights, &w);
+    if (st != HCOMM_OK)
+        return hc_error(st, "hcomm_init: %s", hc_error_last());
+    int *numa = malloc(sizeof(int) * (size_t)n);
+    const char **names = calloc((size_t)nn, sizeof(char *)), **sw = calloc((size_t)nn, sizeof(char *));
+    if (!numa || !names || !sw) {
+        st = hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: topology map");
+        goto out;
+    }
+    for (int r = 0; r < n; r++) {
+        int k = hc_ctx.node_of_rank[r];
+        numa[r] = info[r].topo.numa;
+        if (!names[k]) {
+            names[k] = info[r].node_id;
+            sw[k] = info[r].topo.sw;
+        } else if (strcmp(sw[k], info[r].topo.sw)) {
+            st = hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_TOPO_FILE puts node %s under switch "
+                          "\"%s\" for one rank and \"%s\" for rank %d: every rank must read the "
+                          "same file", names[k], sw[k], info[r].topo.sw, r);
+            goto out;
+        }
+    }
+    if ((st = hc_topo_map_new(n, hc_ctx.node_of_rank, numa, nn, names, sw, &w, &hc_ctx.topo)) != HCOMM_OK)
+        goto out;
+    if (hc_ctx.rank == 0 && hc_cfg.topo_dump_file[0]) {
+        FILE *f = fopen(hc_cfg.topo_dump_file, "w");
+        if (!f || hc_topo_map_dump(hc_ctx.topo, f) != HCOMM_OK)
+            hc_log_warn("HCOMM_TOPO_DUMP_FILE=%s: cannot write it (%s)", hc_cfg.topo_dump_file,
+                        strerror(errno));
+        else
+            hc_log_info("topology: the map went to %s", hc_cfg.topo_dump_file);
+        if (f) fclose(f);
+    }
+out:
+    free(numa);
+    free(names);
+    free(sw);
+    return st;
+}
+
 static hcomm_status_t hc_ctx_connect_all(const uint8_t *table)
 {
     /* Which open driver serves which scope. */
@@ -307,6 +354,8 @@ void hc_ctx_teardown(void)
     if (hc_ctx.bs)
         hc_bootstrap_close(hc_ctx.bs);
     free(hc_ctx.peers);
+    hc_topo_map_free(hc_ctx.topo);
+    hc_ctx.topo = NULL;
     free(hc_ctx.node_of_rank);
     free(hc_ctx.local_ranks);
     hc_request_pool_fini();
@@ -356,6 +405,11 @@ hcomm_status_t hc_ctx_init(void)
     hc_topo_node_id(hc_cfg.node_id, me.node_id, sizeof(me.node_id));
     hc_ctx_machine_id(me.machine, sizeof(me.machine));
     snprintf(hc_ctx.node_id, sizeof(hc_ctx.node_id), "%s", me.node_id);
+    if ((st = hc_topo_mode_parse(hc_cfg.topo, &hc_ctx.topo_mode)) != HCOMM_OK ||
+        (st = hc_topo_self(hc_cfg.topo_file, me.node_id, &me.topo)) != HCOMM_OK) {
+        hc_error(st, "hcomm_init: %s", hc_error_last());
+        goto err;
+    }
     const void *table = NULL;
     st = hc_bootstrap_open(&hc_ctx.bs_params, &me, sizeof(me), hc_cfg.timeout, &hc_ctx.bs, &table);
     if (st != HCOMM_OK)
@@ -364,6 +418,8 @@ hcomm_status_t hc_ctx_init(void)
     hc_bootstrap_set_notice(hc_ctx.bs, hc_ctx_verdict, NULL);
     hc_bootstrap_set_relay(hc_ctx.bs, hc_ctx_ep_recv, NULL);
     if ((st = hc_ctx_build_nodes(info)) != HCOMM_OK)
+        goto err;
+    if ((st = hc_ctx_build_topo(info)) != HCOMM_OK)
         goto err;
     for (int r = 0; r < hc_ctx.size; r++)
         hc_ctx.peers[r].pid = (pid_t)info[r].pid;

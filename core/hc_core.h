@@ -21,6 +21,7 @@
 #include "base/hc_base.h"
 #include "base/list.h"
 #include "drv/drv.h"
+#include "topo/topo.h"
 
 #include <sys/types.h>
 
@@ -159,6 +160,9 @@ struct hcomm_comm {
 };
 
 #define HC_CTX_COLL 0x80000000u
+/* Internal communicators of coll/ (hierarchical algorithms): context ids
+ * derived from their parent's, above every id hcomm_comm_split hands out. */
+#define HC_CTX_SUB 0x40000000u
 /* Tags on a collective context: the collective's sequence number in the low
  * 16 bits, a signature of its arguments (kind, count, dtype, op, root) in
  * the 15 above. A message whose sequence matches a receive's but whose
@@ -190,6 +194,8 @@ typedef struct hc_ctx {
     int node, node_count;
     int *node_of_rank;
     int *local_ranks;   /* world ranks of my node */
+    hc_topo_map_t *topo; /* every rank's node, NUMA node and switch (the same on every rank) */
+    hc_topo_mode_t topo_mode; /* HCOMM_TOPO */
     char node_id[160];
     char bootstrap_host[256]; /* host of a tcp:// rendezvous, "" otherwise */
     hc_bootstrap_params_t bs_params;
