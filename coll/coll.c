@@ -79,6 +79,8 @@ hc_coll_op_t *hc_coll_op_alloc(void)
 
 void hc_coll_op_release(hc_coll_op_t *op)
 {
+    if (op->tmp && op->entry && op->entry->release)
+        op->entry->release(op);
     /* A failed op's sends may still be inside a driver, pointing into its
      * scratch: the scratch then lives until the last of them is out. */
     hc_drain_t *drain = NULL;

@@ -206,6 +206,9 @@ typedef struct hc_coll_algo {
      * by hc_coll_state at its first step; NULL: none (node algorithms keep
      * theirs in the node region). */
     size_t (*state_size)(const hc_coll_op_t *op);
+    /* Called before the op's state is freed, when it has some (NULL: none):
+     * what the state holds beyond memory (child collectives). */
+    void (*release)(hc_coll_op_t *op);
 } hc_coll_algo_t;
 
 extern const hc_coll_algo_t hc_coll_node_algos[]; /* coll_node.c; ends with name NULL */

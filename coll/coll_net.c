@@ -11,7 +11,10 @@
  * Algorithms and the HCOMM_ALGO names that force them (a name that does not
  * apply to a collective makes it fail with ERR_UNSUPPORTED):
  *
- *   allreduce       rd    recursive doubling; non-power-of-two counts fold
+ *   allreduce       hier  across nodes of equal rank counts: reduce-scatter in
+ *                         the node, allreduce across (rails), allgather in the
+ *                         node (net_hier.c; auto: by its cost model)
+ *                   rd    recursive doubling; non-power-of-two counts fold
  *                         the extra ranks into a partner first (auto: <= 64 KiB)
  *                   ring  pipelined ring reduce-scatter + ring allgather
  *   reduce          tree  binomial tree to the root (auto: <= 64 KiB)
@@ -61,6 +64,14 @@ static bool hc_net_small_total(const hc_coll_op_t *op)
 /* Order matters: for each collective the automatic choice is the first
  * entry whose auto_pick says yes. */
 const hc_coll_algo_t hc_coll_net_algos[] = {
+    {.name = "hier",
+     .family = "hier",
+     .colls = HC_COLL_BIT(HC_COLL_ALLREDUCE),
+     .applies = hc_net_hier_applies,
+     .auto_pick = hc_net_hier_auto,
+     .step = hc_net_allreduce_hier,
+     .state_size = hc_net_hier_state,
+     .release = hc_net_hier_release},
     {.name = "rd",
      .family = "rd",
      .colls = HC_COLL_BIT(HC_COLL_ALLREDUCE),

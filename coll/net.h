@@ -87,6 +87,10 @@ size_t hc_net_reduce_scatter_ring_state(const hc_coll_op_t *op);
 size_t hc_net_allgather_ring_state(const hc_coll_op_t *op);
 size_t hc_net_reduce_ring_state(const hc_coll_op_t *op);
 size_t hc_net_chain_state(const hc_coll_op_t *op);
+size_t hc_net_hier_state(const hc_coll_op_t *op); /* net_hier.c */
+bool hc_net_hier_applies(const hc_coll_op_t *op);
+bool hc_net_hier_auto(const hc_coll_op_t *op);
+void hc_net_hier_release(hc_coll_op_t *op);
 
 /* The algorithms, by family file. */
 hc_step_t hc_net_allreduce_rd(hc_coll_op_t *op); /* net_rd.c */
@@ -100,5 +104,6 @@ hc_step_t hc_net_broadcast_tree(hc_coll_op_t *op); /* net_tree.c */
 hc_step_t hc_net_reduce_tree(hc_coll_op_t *op);
 hc_step_t hc_net_alltoall(hc_coll_op_t *op); /* net_direct.c */
 hc_step_t hc_net_barrier(hc_coll_op_t *op);
+hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op); /* net_hier.c */
 
 #endif /* HC_COLL_NET_H */

@@ -232,7 +232,7 @@ static hcomm_status_t hc_ctx_build_topo(const hc_rank_info_t *info)
     hc_topo_weights_t w;
     hcomm_status_t st = hc_topo_weights_parse(hc_cfg.topo_weights, &w);
     if (st != HCOMM_OK)
-        return hc_error(st, "hcomm_init: %s", hc_error_last());
+        return st;
     int *numa = malloc(sizeof(int) * (size_t)n);
     const char **names = calloc((size_t)nn, sizeof(char *)), **sw = calloc((size_t)nn, sizeof(char *));
     if (!numa || !names || !sw) {
@@ -406,10 +406,8 @@ hcomm_status_t hc_ctx_init(void)
     hc_ctx_machine_id(me.machine, sizeof(me.machine));
     snprintf(hc_ctx.node_id, sizeof(hc_ctx.node_id), "%s", me.node_id);
     if ((st = hc_topo_mode_parse(hc_cfg.topo, &hc_ctx.topo_mode)) != HCOMM_OK ||
-        (st = hc_topo_self(hc_cfg.topo_file, me.node_id, &me.topo)) != HCOMM_OK) {
-        hc_error(st, "hcomm_init: %s", hc_error_last());
-        goto err;
-    }
+        (st = hc_topo_self(hc_cfg.topo_file, me.node_id, &me.topo)) != HCOMM_OK)
+        goto err; /* the message names the variable (and the file and line) */
     const void *table = NULL;
     st = hc_bootstrap_open(&hc_ctx.bs_params, &me, sizeof(me), hc_cfg.timeout, &hc_ctx.bs, &table);
     if (st != HCOMM_OK)
