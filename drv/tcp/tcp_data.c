@@ -42,6 +42,7 @@
 #include "base/list.h"
 
 #include <errno.h>
+#include <netinet/tcp.h>
 #include <linux/errqueue.h>
 #include <stdlib.h>
 #include <string.h>
@@ -486,7 +487,18 @@ static int hc_drv_tcp_read(hc_tcp_slot_t *s)
             int f = hc_drv_tcp_parse(s);
             if (f < 0) return events;
             events += f;
-            if ((size_t)n < room) break;
+            if ((size_t)n < room) {
+                /* Drained a data socket: acknowledge now. A sender's
+                 * MSG_ZEROCOPY completion (and so its put_done) waits for
+                 * the ACK, which delayed ACK holds back for up to 40 ms when
+                 * no data flows back: measured 22 ms per 1 MiB message over
+                 * loopback before this. The flag does not stick (tcp(7)). */
+                if (s->idx > 0) {
+                    int one = 1;
+                    (void)setsockopt(s->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+                }
+                break;
+            }
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
