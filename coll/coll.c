@@ -497,6 +497,8 @@ hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm
         return hc_error(HCOMM_ERR_INTERNAL, "%s (%s): no algorithm for its %s on %d ranks", fn,
                         parent->algo, hc_coll_name(kind), comm->size);
     }
+    hc_log_debug("%s (%s): its %s of %zu bytes on %d ranks -> algorithm %s", fn, parent->algo,
+                 hc_coll_name(kind), op->bytes, comm->size, op->algo);
     hcomm_status_t st = hc_coll_start(op);
     if (st != HCOMM_OK) {
         req->coll = NULL;

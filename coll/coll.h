@@ -135,6 +135,9 @@ typedef struct hc_coll_comm {
     bool hier_checked, hier_ok;
     int hier_L, hier_N, hier_i; /* ranks per node, nodes, this rank's local index */
     struct hcomm_comm *hier_node, *hier_rail;
+    uint64_t hier_decided, hier_yes; /* the model's choice per size class (net_hier.c) */
+    void *hier_buf; /* hier's slices (pool memory), kept between calls */
+    size_t hier_buf_bytes;
 } hc_coll_comm_t;
 
 hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm);

@@ -4,6 +4,7 @@
  * of the hierarchical algorithms (the node's and the rail's).
  */
 #include "coll/coll.h"
+#include "mem/mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,9 @@ bool hc_coll_hier_ready(struct hcomm_comm *comm)
 
 void hc_coll_topo_free(hc_coll_comm_t *cc)
 {
+    if (cc->hier_buf) hc_mem_free(cc->hier_buf);
+    cc->hier_buf = NULL;
+    cc->hier_buf_bytes = 0;
     free(cc->ring);
     cc->ring = NULL;
     struct hcomm_comm *subs[2] = {cc->hier_node, cc->hier_rail};

@@ -18,6 +18,8 @@
  */
 #include "coll/net.h"
 
+#include "mem/mem.h"
+
 #include <stdio.h>
 
 typedef struct {
@@ -32,7 +34,7 @@ typedef struct {
 
 /* Latency (us) and bandwidth (GB/s) per link class, until a probe measures
  * them: shared memory inside a host, a network link between nodes. */
-#define HC_HIER_A_HOST 1.0
+#define HC_HIER_A_HOST 2.0
 #define HC_HIER_B_HOST 8.0
 #define HC_HIER_A_NET 15.0
 #define HC_HIER_B_NET 1.25
@@ -48,29 +50,43 @@ typedef struct {
     double ring, rd, hier;
 } hc_hier_model_t;
 
-/* Predicted microseconds of allreduce of `bytes` on comm (N nodes x L). */
+/* Predicted microseconds of allreduce of `bytes` on comm (N nodes x L).
+ * Uses only what every rank knows alike (the map, the comm, the size), so
+ * that every rank makes the same choice. */
 static hc_hier_model_t hc_hier_predict(struct hcomm_comm *comm, size_t bytes)
 {
     hc_coll_comm_t *cc = comm->coll_priv;
     double S = (double)bytes / 1e3; /* bytes / (GB/s) in us: bytes / 1e3 / GBps */
     int n = comm->size, N = cc->hier_N, L = cc->hier_L, pos;
+    const hc_topo_map_t *map = hc_ctx.topo;
     /* The ring: every step waits for its slowest link, a network link; a
      * node's NIC carries as many ring links as leave that node. */
     const int *order = hc_coll_ring_order(comm, &pos);
     int per_node = 1;
-    if (order && hc_ctx.topo) {
-        int x = hc_topo_ring_crossings(hc_ctx.topo, comm->world_ranks, n, order, HC_TOPO_SWITCH);
+    if (order && map) {
+        int x = hc_topo_ring_crossings(map, comm->world_ranks, n, order, HC_TOPO_SWITCH);
         per_node = (x + N - 1) / N;
         if (per_node < 1) per_node = 1;
     }
     hc_hier_model_t m;
     m.ring = 2.0 * (n - 1) * (HC_HIER_A_NET + S / n / (HC_HIER_B_NET / per_node));
-    m.rd = hc_hier_log2(n) * (HC_HIER_A_NET + S / HC_HIER_B_NET);
-    double intra = 2.0 * (L - 1) * (HC_HIER_A_HOST + S / L / HC_HIER_B_HOST);
+    /* Recursive doubling: round k pairs r with r ^ 2^k; a round lasts as
+     * long as its slowest pair (over the power-of-two part of the comm). */
+    int pof2 = 1;
+    while (pof2 * 2 <= n) pof2 *= 2;
+    m.rd = n > pof2 ? 2 * (HC_HIER_A_NET + S / HC_HIER_B_NET) : 0;
+    for (int d = 1; d < pof2; d *= 2) {
+        bool cross = false;
+        for (int r = 0; r < pof2 && !cross && map; r++)
+            cross = map->node[comm->world_ranks[r]] != map->node[comm->world_ranks[r ^ d]];
+        m.rd += cross || !map ? HC_HIER_A_NET + S / HC_HIER_B_NET : HC_HIER_A_HOST + S / HC_HIER_B_HOST;
+    }
+    /* hier: three collectives in a row, each with its start cost. */
+    double intra = 2.0 * (HC_HIER_A_HOST + (L - 1) * (HC_HIER_A_HOST + S / L / HC_HIER_B_HOST));
     /* L rails share the node's link: each moves S/L at a 1/L share. */
     double rail_ring = 2.0 * (N - 1) * (HC_HIER_A_NET + S / N / HC_HIER_B_NET);
     double rail_rd = hc_hier_log2(N) * (HC_HIER_A_NET + S / HC_HIER_B_NET);
-    m.hier = intra + (rail_ring < rail_rd ? rail_ring : rail_rd);
+    m.hier = intra + HC_HIER_A_HOST + (rail_ring < rail_rd ? rail_ring : rail_rd);
     return m;
 }
 
@@ -90,27 +106,49 @@ bool hc_net_hier_applies(const hc_coll_op_t *op)
 bool hc_net_hier_auto(const hc_coll_op_t *op)
 {
     if (!hc_net_hier_applies(op)) return false; /* the registry asks auto_pick first */
-    hc_hier_model_t m = hc_hier_predict(op->comm, op->bytes);
-    double flat = op->bytes <= HC_NET_SMALL_BYTES ? m.rd : m.ring;
-    bool pick = m.hier < flat;
+    /* Decided once per communicator and size class (a power of two: the
+     * model runs on the class's upper bound). */
+    hc_coll_comm_t *cc = op->comm->coll_priv;
     int cls = hc_hier_class(op->bytes);
+    if (cc->hier_decided & (1ull << cls)) return cc->hier_yes & (1ull << cls);
+    size_t ub = cls >= 63 ? SIZE_MAX : ((size_t)1 << cls) - 1;
+    if (ub < op->bytes) ub = op->bytes;
+    hc_hier_model_t m = hc_hier_predict(op->comm, ub);
+    double flat = ub <= HC_NET_SMALL_BYTES ? m.rd : m.ring;
+    bool pick = m.hier < flat;
+    cc->hier_decided |= 1ull << cls;
+    if (pick) cc->hier_yes |= 1ull << cls;
     if (hc_log_level_current >= HC_LOG_INFO && !(hc_hier_logged & (1ull << cls)) && op->comm->rank == 0) {
         hc_hier_logged |= 1ull << cls;
-        hc_coll_comm_t *cc = op->comm->coll_priv;
         hc_log_info("topology model: allreduce of %zu bytes on %d nodes x %d ranks: predicted "
                     "hier %.1f us, ring %.1f us, rd %.1f us -> %s", op->bytes, cc->hier_N, cc->hier_L,
-                    m.hier, m.ring, m.rd, pick ? "hier" : op->bytes <= HC_NET_SMALL_BYTES ? "rd" : "ring");
+                    m.hier, m.ring, m.rd, pick ? "hier" : ub <= HC_NET_SMALL_BYTES ? "rd" : "ring");
     }
     return pick;
 }
 
 size_t hc_net_hier_state(const hc_coll_op_t *op)
 {
-    hc_coll_comm_t *cc = op->comm->coll_priv;
-    size_t L = (size_t)(cc && cc->hier_L ? cc->hier_L : 1);
-    size_t b = (op->count + L - 1) / L;
-    size_t pad = op->count % L ? L * b * op->esize : 0;
-    return HC_ALIGN_UP(sizeof(hc_hier_t), (size_t)HC_CACHE_LINE) + HC_ALIGN_UP(b * op->esize, (size_t)HC_CACHE_LINE) + pad;
+    (void)op;
+    return sizeof(hc_hier_t);
+}
+
+/* The slices live in the communicator's scratch, pool memory kept from
+ * call to call (registered once, no page faults per call: a fresh buffer
+ * per call made the node's single-copy reduce-scatter 3x slower). Only the
+ * head of the communicator's queue runs, so one call uses it at a time. */
+static uint8_t *hc_hier_scratch(hc_coll_comm_t *cc, size_t bytes)
+{
+    if (cc->hier_buf_bytes < bytes) {
+        if (cc->hier_buf) hc_mem_free(cc->hier_buf);
+        cc->hier_buf = NULL;
+        cc->hier_buf_bytes = 0;
+        void *p;
+        if (hc_mem_alloc(bytes, &p) != HCOMM_OK) return NULL;
+        cc->hier_buf = p;
+        cc->hier_buf_bytes = bytes;
+    }
+    return cc->hier_buf;
 }
 
 void hc_net_hier_release(hc_coll_op_t *op)
@@ -133,6 +171,7 @@ static hc_step_t hc_hier_wait(hc_hier_t *h, const char *level)
     if (st != HCOMM_OK)
         return hc_step_fail(hc_error(st, "hcomm_allreduce (hier): its %s failed: %s", level,
                                      hc_error_last()));
+    if (h->t0) hc_log_debug("hier: %s done at %.1f us", level, (double)(hc_time_ns() - h->t0) / 1e3);
     return HC_STEP_DONE;
 }
 
@@ -150,14 +189,19 @@ hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op)
             h = op->tmp;
             size_t L = (size_t)cc->hier_L;
             *h = (hc_hier_t){.b = (op->count + L - 1) / L};
-            h->blk = (uint8_t *)op->tmp + HC_ALIGN_UP(sizeof(hc_hier_t), (size_t)HC_CACHE_LINE);
+            size_t blk_bytes = HC_ALIGN_UP(h->b * es, (size_t)HC_CACHE_LINE);
+            h->blk = hc_hier_scratch(cc, blk_bytes + (op->count % L ? L * h->b * es : 0));
+            if (!h->blk)
+                return hc_step_fail(hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_allreduce (hier): %zu bytes "
+                                             "of scratch", blk_bytes + L * h->b * es));
             if (op->count % L) {
                 h->pad = h->blk + HC_ALIGN_UP(h->b * es, (size_t)HC_CACHE_LINE);
                 memcpy(h->pad, op->sbuf, op->bytes);
                 memset(h->pad + op->bytes, 0, L * h->b * es - op->bytes);
             }
             int cls = hc_hier_class(op->bytes);
-            if (hc_log_level_current >= HC_LOG_INFO && op->comm->rank == 0 && !(hc_hier_timed & (1ull << cls))) {
+            if (hc_log_level_current >= HC_LOG_DEBUG ||
+                (hc_log_level_current >= HC_LOG_INFO && op->comm->rank == 0 && !(hc_hier_timed & (1ull << cls)))) {
                 hc_hier_timed |= 1ull << cls;
                 h->t0 = hc_time_ns();
             }

@@ -1,0 +1,77 @@
+#!/bin/bash
+# bench_topo.sh BUILD_DIR [ROUNDS]: topology awareness over tcp between two
+# network namespaces ("nodes", tests/netns/netns.sh), 2 ranks each, ranks
+# numbered across the nodes (0 and 2 on node 0, 1 and 3 on node 1). ROUNDS
+# (default 3) interleaved rounds of allreduce_bw at 16 MiB and at 8 B with
+#   off   HCOMM_TOPO=off                 (the rank-order ring)
+#   ring  HCOMM_TOPO=full HCOMM_ALGO=ring (the topology-ordered ring)
+#   auto  HCOMM_TOPO=full                 (the model's choice: hier at 16 MiB)
+# and, for each 16 MiB run, the bytes that crossed node 0's veth (tx + rx,
+# /sys/class/net/eth0/statistics, bootstrap and wireup included). Prints the
+# medians and the ratios against off. Not a ctest test (a benchmark).
+set -u
+build=$(cd "${1:?build dir}" && pwd)
+rounds=${2:-3}
+here=$(cd "$(dirname "$0")" && pwd)
+[ "$(id -u)" = 0 ] || { echo "skipped: needs root"; exit 77; }
+export HCN_JOB="t$$"
+work=$(mktemp -d /tmp/hcn-topo.XXXXXX)
+trap '"$here/netns.sh" down; rm -rf "$work"' EXIT
+"$here/netns.sh" up 2 || exit 1
+ITERS=${HCOMM_BENCH_ITERS:-20}
+
+veth_bytes() {
+    "$here/netns.sh" run 0 cat /sys/class/net/eth0/statistics/tx_bytes /sys/class/net/eth0/statistics/rx_bytes |
+        awk '{s += $1} END {printf "%.0f\n", s}'
+}
+
+run() { # NAME BYTES ENV...: prints "busbw_GBps cross_bytes"
+    local name=$1 bytes=$2 port=$((20000 + RANDOM % 30000)) r pids=() before after
+    shift 2
+    before=$(veth_bytes)
+    for r in 0 1 2 3; do
+        env HCOMM_RANK=$r HCOMM_SIZE=4 HCOMM_LOCAL_RANK=$((r / 2)) HCOMM_LOCAL_SIZE=2 \
+            HCOMM_BOOTSTRAP="tcp://10.77.0.1:$port" HCOMM_JOB_KEY=topo HCOMM_LOG=warn "$@" \
+            "$here/netns.sh" run $((r % 2)) "$build/bin/allreduce_bw" -b "$bytes" -e "$bytes" \
+            -n "$ITERS" -w 3 >"$work/$name.$r.log" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[@]}" || { echo "run $name failed:" >&2; cat "$work/$name.0.log" >&2; }
+    after=$(veth_bytes)
+    # nccl-tests columns: size count type redop root time algbw busbw #wrong (out of place)
+    local bw
+    bw=$(awk -v s="$bytes" '$1 == s {print $8; exit}' "$work/$name.0.log")
+    echo "${bw:-nan} $((after - before))"
+}
+median() { sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "nan"}'; }
+
+declare -A bw lat xb
+for ((i = 1; i <= rounds; i++)); do
+    for cfg in off ring auto; do
+        case $cfg in
+        off) envs=(HCOMM_TOPO=off) ;;
+        ring) envs=(HCOMM_TOPO=full HCOMM_ALGO=ring) ;;
+        auto) envs=(HCOMM_TOPO=full) ;;
+        esac
+        read -r b x < <(run "$cfg-big-$i" 16777216 "${envs[@]}")
+        read -r l _ < <(run "$cfg-small-$i" 8 "${envs[@]}")
+        lt=$(awk '$1 == 8 {print $6; exit}' "$work/$cfg-small-$i.0.log")
+        bw[$cfg]+="$b " xb[$cfg]+="$x " lat[$cfg]+="${lt:-nan} "
+        echo "round $i $cfg: 16 MiB busbw $b GB/s, $x bytes across the veth; 8 B time ${lt:-nan} us"
+    done
+done
+echo
+printf '%-6s %14s %18s %14s\n' config "busbw GB/s" "veth bytes" "8 B us"
+for cfg in off ring auto; do
+    m_bw=$(tr ' ' '\n' <<<"${bw[$cfg]}" | grep . | median)
+    m_x=$(tr ' ' '\n' <<<"${xb[$cfg]}" | grep . | median)
+    m_l=$(tr ' ' '\n' <<<"${lat[$cfg]}" | grep . | median)
+    printf '%-6s %14s %18s %14s\n' "$cfg" "$m_bw" "$m_x" "$m_l"
+    eval "M_BW_$cfg=$m_bw M_X_$cfg=$m_x M_L_$cfg=$m_l"
+done
+echo
+for cfg in ring auto; do
+    eval "b=\$M_BW_$cfg x=\$M_X_$cfg l=\$M_L_$cfg"
+    awk -v c="$cfg" -v b="$b" -v x="$x" -v l="$l" -v B="$M_BW_off" -v X="$M_X_off" -v L="$M_L_off" \
+        'BEGIN {printf "%s / off: busbw %.2fx, veth bytes %.2fx, 8 B time %.2fx\n", c, b / B, x / X, l / L}'
+done
