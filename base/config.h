@@ -32,6 +32,7 @@
       "costs of the classes same NUMA node, same host, same switch, across switches")             \
     X(algo, "HCOMM_ALGO", STR, "auto",                                                             \
       "force a collective algorithm: auto | node (node-direct, node-staged: allreduce) | "         \
+      "hier (allreduce across nodes of equal rank counts) | "                                     \
       "ring (allreduce reduce broadcast allgather reduce_scatter) | rd (allreduce allgather) | "    \
       "tree (reduce broadcast) | direct (alltoall); collectives it lacks use auto (logged)")        \
     X(rndv, "HCOMM_RNDV", STR, "auto",                                                             \

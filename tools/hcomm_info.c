@@ -13,6 +13,10 @@
 #include "drv/drv.h"
 #include "mem/mem.h"
 #include "topo/topo.h"
+#include "core/hc_core.h"
+
+#include <hcomm.h>
+#include <stdlib.h>
 
 #include <numa.h>
 #include <stdio.h>
@@ -46,17 +50,137 @@ static void print_hugepages(void)
 
 static void usage(FILE *to)
 {
-    fprintf(to, "usage: hcomm_info [-c]\n"
+    fprintf(to, "usage: hcomm_info [-c | --topo [FILE]]\n"
                 "  (no option)  version, drivers, hugepages, NUMA, topology\n"
-                "  -c           every HCOMM_* variable with its value, default and meaning\n");
+                "  -c           every HCOMM_* variable with its value, default and meaning\n"
+                "  --topo       this process's place (core, NUMA node, NUMA distances, the\n"
+                "               switch of HCOMM_TOPO_FILE); under a job (hcommrun -n N\n"
+                "               hcomm_info --topo) rank 0 prints the job's map, its cost\n"
+                "               matrix and the ring order; --topo FILE: the same for the map\n"
+                "               in FILE (docs/topology.md)\n");
+}
+
+static const char *const class_names[HC_TOPO_NCLASS] = {"self", "numa", "host", "switch", "net"};
+
+/* The map, its cost matrix (up to 32 ranks) and the ring order of all its
+ * ranks in each mode. */
+static int print_map(const hc_topo_map_t *m)
+{
+    printf("map: %d ranks on %d nodes, %d leaf switches; weights numa %g, host %g, switch %g, net %g\n",
+           m->n, m->nnodes, m->nleaves, m->weights.w[HC_TOPO_NUMA], m->weights.w[HC_TOPO_HOST],
+           m->weights.w[HC_TOPO_SWITCH], m->weights.w[HC_TOPO_NET]);
+    for (int k = 0; k < m->nnodes; k++) {
+        printf("  node %d %s (switch %s):", k, m->name[k], m->sw[k][0] ? m->sw[k] : "unknown");
+        for (int r = 0; r < m->n; r++)
+            if (m->node[r] == k) {
+                if (m->numa[r] >= 0) printf(" %d (NUMA %d)", r, m->numa[r]);
+                else printf(" %d", r);
+            }
+        printf("\n");
+    }
+    if (m->n <= 32) {
+        printf("cost matrix (rank x rank):\n     ");
+        for (int b = 0; b < m->n; b++) printf("%4d", b);
+        printf("\n");
+        for (int a = 0; a < m->n; a++) {
+            printf("  %2d ", a);
+            for (int b = 0; b < m->n; b++) printf("%4g", hc_topo_cost(m, a, b));
+            printf("\n");
+        }
+    } else {
+        printf("cost matrix: %d x %d (printed up to 32 ranks); classes:", m->n, m->n);
+        for (int c = HC_TOPO_NUMA; c < HC_TOPO_NCLASS; c++) printf(" %s %g", class_names[c], m->weights.w[c]);
+        printf("\n");
+    }
+    int *mem = malloc(sizeof(int) * (size_t)m->n), *order = malloc(sizeof(int) * (size_t)m->n);
+    if (!mem || !order) {
+        free(mem);
+        free(order);
+        return 1;
+    }
+    for (int r = 0; r < m->n; r++) mem[r] = r;
+    static const char *const modes[] = {"off", "local", "full"};
+    for (int md = 0; md < 3; md++) {
+        if (hc_topo_ring(m, mem, m->n, (hc_topo_mode_t)md, order) != HCOMM_OK) {
+            printf("ring (%s): %s\n", modes[md], hcomm_last_error());
+            continue;
+        }
+        printf("ring (HCOMM_TOPO=%s): %d node crossings, %d switch crossings, cost %g:", modes[md],
+               hc_topo_ring_crossings(m, mem, m->n, order, HC_TOPO_SWITCH),
+               hc_topo_ring_crossings(m, mem, m->n, order, HC_TOPO_NET),
+               hc_topo_ring_cost(m, mem, m->n, order));
+        for (int p = 0; p < m->n && p < 64; p++) printf(" %d", order[p]);
+        printf("%s\n", m->n > 64 ? " ..." : "");
+    }
+    free(mem);
+    free(order);
+    return 0;
+}
+
+static int topo_main(const char *file)
+{
+    if (file) {
+        hc_topo_weights_t w;
+        hc_topo_map_t *m = NULL;
+        if (hc_topo_weights_parse(hc_cfg.topo_weights, &w) != HCOMM_OK ||
+            hc_topo_map_load(file, &w, &m) != HCOMM_OK) {
+            fprintf(stderr, "hcomm_info: %s\n", hcomm_last_error());
+            return 1;
+        }
+        int rc = print_map(m);
+        hc_topo_map_free(m);
+        return rc;
+    }
+    if (getenv("HCOMM_RANK") || getenv("PMI_RANK") || getenv("OMPI_COMM_WORLD_RANK")) {
+        if (hcomm_init(NULL, NULL) != HCOMM_OK) {
+            fprintf(stderr, "hcomm_info: %s\n", hcomm_last_error());
+            return 1;
+        }
+        int rc = 0;
+        if (hc_ctx.rank == 0) {
+            printf("job: %d ranks, HCOMM_TOPO=%s\n", hc_ctx.size, hc_cfg.topo);
+            rc = print_map(hc_ctx.topo);
+        }
+        hcomm_finalize();
+        return rc;
+    }
+    char node_id[160];
+    hc_topo_self_t me;
+    hc_topo_node_id(hc_cfg.node_id, node_id, sizeof(node_id));
+    if (hc_topo_self(hc_cfg.topo_file, node_id, &me) != HCOMM_OK) {
+        fprintf(stderr, "hcomm_info: %s\n", hcomm_last_error());
+        return 1;
+    }
+    printf("node id: %s\n", node_id);
+    printf("this process: core %d, NUMA node %d%s\n", me.core, me.numa,
+           me.numa < 0 ? " (not bound inside one NUMA node)" : "");
+    printf("switch: %s\n", me.sw[0] ? me.sw : hc_cfg.topo_file[0] ? "not in HCOMM_TOPO_FILE" : "unknown (no HCOMM_TOPO_FILE)");
+    printf("machine: ");
+    hc_topo_describe(print_line, "");
+    if (numa_available() >= 0) {
+        int n = numa_max_node() + 1;
+        printf("NUMA distances:\n     ");
+        for (int b = 0; b < n; b++) printf("%4d", b);
+        printf("\n");
+        for (int a = 0; a < n; a++) {
+            printf("  %2d ", a);
+            for (int b = 0; b < n; b++) printf("%4d", numa_distance(a, b));
+            printf("\n");
+        }
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    bool config = false;
+    bool config = false, topo = false;
+    const char *topo_file = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-c")) {
             config = true;
+        } else if (!strcmp(argv[i], "--topo")) {
+            topo = true;
+            if (i + 1 < argc && argv[i + 1][0] != '-') topo_file = argv[++i];
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
@@ -75,6 +199,7 @@ int main(int argc, char **argv)
         hc_config_foreach(print_knob, NULL);
         return 0;
     }
+    if (topo) return topo_main(topo_file);
     printf("%s\n", hcomm_version_string());
 
     /* Probe as a two-rank job: one rank here, one on another node, so that
