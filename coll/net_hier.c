@@ -22,12 +22,32 @@
 
 #include <stdio.h>
 
+/* The levels are pipelined over pieces of the vector: while the rails
+ * reduce piece k, the node reduce-scatters piece k+1 and allgathers piece
+ * k-1. Node collectives are issued in one fixed order on every rank, RS0,
+ * RS1, AG0, RS2, AG1, ..., RS(K-1), AG(K-2), AG(K-1) (the node comm runs
+ * them in that order), rail allreduces in piece order, each when what it
+ * needs is there; slices cycle through HC_HIER_DEPTH buffers. */
+#define HC_HIER_DEPTH 4
+#define HC_HIER_PIECE_MIN ((size_t)1 << 20) /* bytes */
+#define HC_HIER_PIECES_MAX 8
+
 typedef struct {
-    struct hcomm_request *child;
-    size_t b;     /* elements per slice */
-    uint8_t *blk; /* this rank's slice (b elements) */
-    uint8_t *pad; /* L * b elements when count % L, else NULL */
-    uint64_t t0;  /* start, when this call's time is to be logged */
+    int K;          /* pieces */
+    size_t piece;   /* elements per piece (L slices of bp); the last may be shorter */
+    size_t bp;      /* slice elements of a full piece */
+    uint8_t *blk[HC_HIER_DEPTH];
+    uint8_t *pad;   /* the last piece, padded to L slices, when L does not divide it */
+    int next_node;  /* next node collective of the fixed order to issue (0 .. 2K-1) */
+    int next_rail;  /* next piece to issue its rail allreduce */
+    int rs_done, ar_done, ag_done; /* pieces through each level (they complete in order) */
+    struct hcomm_request *nq[2 * HC_HIER_DEPTH]; /* node collectives in flight, oldest first */
+    int nq_piece[2 * HC_HIER_DEPTH];
+    bool nq_ag[2 * HC_HIER_DEPTH];
+    int nq_n;
+    struct hcomm_request *rq[HC_HIER_DEPTH]; /* rail allreduces in flight */
+    int rq_n;
+    uint64_t t0; /* start, when this call's time is to be logged */
 } hc_hier_t;
 
 /* ---- the cost model -------------------------------------------------------------------------- */
@@ -154,25 +174,74 @@ static uint8_t *hc_hier_scratch(hc_coll_comm_t *cc, size_t bytes)
 void hc_net_hier_release(hc_coll_op_t *op)
 {
     hc_hier_t *h = op->tmp;
-    if (h && h->child) {
-        hc_coll_child_end(h->child);
-        h->child = NULL;
-    }
+    if (!h) return;
+    for (int i = 0; i < h->nq_n; i++) hc_coll_child_end(h->nq[i]);
+    for (int i = 0; i < h->rq_n; i++) hc_coll_child_end(h->rq[i]);
+    h->nq_n = h->rq_n = 0;
 }
 
-/* The running level's outcome: pending, done (its request freed), failed. */
-static hc_step_t hc_hier_wait(hc_hier_t *h, const char *level)
+/* Elements of piece k, and of its slices. */
+static size_t hc_hier_len(const hc_coll_op_t *op, const hc_hier_t *h, int k)
 {
-    struct hcomm_request *req = h->child;
-    if (!req->done) return HC_STEP_PENDING;
+    size_t lo = (size_t)k * h->piece;
+    return HC_MIN(h->piece, op->count - lo);
+}
+
+static size_t hc_hier_slice(const hc_coll_op_t *op, const hc_hier_t *h, int k, int L)
+{
+    return (hc_hier_len(op, h, k) + (size_t)L - 1) / (size_t)L;
+}
+
+static bool hc_hier_padded(const hc_coll_op_t *op, const hc_hier_t *h, int k, int L)
+{
+    return hc_hier_len(op, h, k) % (size_t)L != 0;
+}
+
+static hc_step_t hc_hier_failed(struct hcomm_request *req, const char *level)
+{
     hcomm_status_t st = req->status;
-    hc_request_free(req);
-    h->child = NULL;
-    if (st != HCOMM_OK)
-        return hc_step_fail(hc_error(st, "hcomm_allreduce (hier): its %s failed: %s", level,
-                                     hc_error_last()));
-    if (h->t0) hc_log_debug("hier: %s done at %.1f us", level, (double)(hc_time_ns() - h->t0) / 1e3);
+    return hc_step_fail(hc_error(st, "hcomm_allreduce (hier): its %s failed: %s", level, hc_error_last()));
+}
+
+static hc_step_t hc_hier_setup(hc_coll_op_t *op, hc_coll_comm_t *cc)
+{
+    if (hc_net_alloc(op) != HCOMM_OK) return hc_step_fail(HCOMM_ERR_NO_MEMORY);
+    hc_hier_t *h = op->tmp;
+    memset(h, 0, sizeof(*h));
+    size_t L = (size_t)cc->hier_L, es = op->esize;
+    size_t piece_bytes = HC_MAX(HC_HIER_PIECE_MIN * L, op->bytes / HC_HIER_PIECES_MAX);
+    h->bp = HC_MAX((size_t)1, (piece_bytes / es + L - 1) / L);
+    if (h->bp * L >= op->count) h->bp = (op->count + L - 1) / L; /* one piece */
+    h->piece = h->bp * L;
+    h->K = (int)((op->count + h->piece - 1) / h->piece);
+    if (h->K < 1) h->K = 1;
+    size_t slot = HC_ALIGN_UP(h->bp * es, (size_t)HC_CACHE_LINE);
+    int depth = HC_MIN(h->K, HC_HIER_DEPTH);
+    bool pad = hc_hier_padded(op, h, h->K - 1, (int)L);
+    size_t bytes = slot * (size_t)depth + (pad ? h->piece * es : 0);
+    uint8_t *base = hc_hier_scratch(cc, bytes);
+    if (!base)
+        return hc_step_fail(hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_allreduce (hier): %zu bytes of scratch",
+                                     bytes));
+    for (int i = 0; i < depth; i++) h->blk[i] = base + slot * (size_t)i;
+    if (pad) h->pad = base + slot * (size_t)depth;
+    int cls = hc_hier_class(op->bytes);
+    if (hc_log_level_current >= HC_LOG_DEBUG ||
+        (hc_log_level_current >= HC_LOG_INFO && op->comm->rank == 0 && !(hc_hier_timed & (1ull << cls)))) {
+        hc_hier_timed |= 1ull << cls;
+        h->t0 = hc_time_ns();
+    }
     return HC_STEP_DONE;
+}
+
+/* The node collective at position s of the fixed order: its piece, and
+ * whether it is the allgather. */
+static int hc_hier_node_item(int s, int K, bool *ag)
+{
+    if (s == 0) return *ag = false, 0;
+    if (s == 2 * K - 1) return *ag = true, K - 1;
+    if (s & 1) return *ag = false, (s + 1) / 2;
+    return *ag = true, s / 2 - 1;
 }
 
 hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op)
@@ -181,65 +250,97 @@ hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op)
     hc_hier_t *h = op->tmp;
     hcomm_op_t sum = op->op == HCOMM_AVG ? HCOMM_SUM : op->op;
     size_t es = op->esize;
-    hc_step_t t;
-    switch (op->phase) {
-    case 0: {
-        if (!h) {
-            if (hc_net_alloc(op) != HCOMM_OK) return hc_step_fail(HCOMM_ERR_NO_MEMORY);
-            h = op->tmp;
-            size_t L = (size_t)cc->hier_L;
-            *h = (hc_hier_t){.b = (op->count + L - 1) / L};
-            size_t blk_bytes = HC_ALIGN_UP(h->b * es, (size_t)HC_CACHE_LINE);
-            h->blk = hc_hier_scratch(cc, blk_bytes + (op->count % L ? L * h->b * es : 0));
-            if (!h->blk)
-                return hc_step_fail(hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_allreduce (hier): %zu bytes "
-                                             "of scratch", blk_bytes + L * h->b * es));
-            if (op->count % L) {
-                h->pad = h->blk + HC_ALIGN_UP(h->b * es, (size_t)HC_CACHE_LINE);
-                memcpy(h->pad, op->sbuf, op->bytes);
-                memset(h->pad + op->bytes, 0, L * h->b * es - op->bytes);
-            }
-            int cls = hc_hier_class(op->bytes);
-            if (hc_log_level_current >= HC_LOG_DEBUG ||
-                (hc_log_level_current >= HC_LOG_INFO && op->comm->rank == 0 && !(hc_hier_timed & (1ull << cls)))) {
-                hc_hier_timed |= 1ull << cls;
-                h->t0 = hc_time_ns();
-            }
-        }
-        const void *in = h->pad ? h->pad : op->sbuf;
-        HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_REDUCE_SCATTER, in, h->blk, h->b, sum,
-                                        &h->child));
-        op->phase = 1;
-    } /* fall through */
-    case 1:
-        t = hc_hier_wait(h, "reduce-scatter inside the node");
+    int L = cc->hier_L;
+    if (!h) {
+        hc_step_t t = hc_hier_setup(op, cc);
         if (!hc_step_ok(t)) return t;
-        HC_STEP_TRY(hc_coll_child_start(op, cc->hier_rail, HC_COLL_ALLREDUCE, h->blk, h->blk, h->b, sum,
-                                        &h->child));
-        op->phase = 2;
-        /* fall through */
-    case 2:
-        t = hc_hier_wait(h, "allreduce across nodes");
-        if (!hc_step_ok(t)) return t;
-        if (op->op == HCOMM_AVG) {
-            const void *src[1] = {h->blk};
-            hc_reduce(h->blk, src, 1, h->b, op->dtype, HCOMM_AVG, op->comm->size);
-        }
-        HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_ALLGATHER, h->blk,
-                                        h->pad ? h->pad : op->rbuf, h->b, sum, &h->child));
-        op->phase = 3;
-        /* fall through */
-    case 3:
-        t = hc_hier_wait(h, "allgather inside the node");
-        if (!hc_step_ok(t)) return t;
-        if (h->pad) memcpy(op->rbuf, h->pad, op->bytes);
-        if (h->t0) {
-            hc_hier_model_t m = hc_hier_predict(op->comm, op->bytes);
-            hc_log_info("topology model: allreduce of %zu bytes by hier: predicted %.1f us, measured "
-                        "%.1f us (first call of its size class)", op->bytes, m.hier,
-                        (double)(hc_time_ns() - h->t0) / 1e3);
-        }
-        return HC_STEP_DONE;
+        h = op->tmp;
     }
-    return hc_step_fail(hc_error(HCOMM_ERR_INTERNAL, "hcomm_allreduce (hier): phase %d", op->phase));
+    for (;;) {
+        bool moved = false;
+        /* Completions, oldest first (each comm runs its collectives in order). */
+        while (h->nq_n && h->nq[0]->done) {
+            struct hcomm_request *req = h->nq[0];
+            int k = h->nq_piece[0];
+            bool ag = h->nq_ag[0];
+            if (req->status != HCOMM_OK)
+                return hc_hier_failed(req, ag ? "allgather inside the node" : "reduce-scatter inside the node");
+            hc_request_free(req);
+            h->nq_n--;
+            memmove(h->nq, h->nq + 1, sizeof(h->nq[0]) * (size_t)h->nq_n);
+            memmove(h->nq_piece, h->nq_piece + 1, sizeof(h->nq_piece[0]) * (size_t)h->nq_n);
+            memmove(h->nq_ag, h->nq_ag + 1, sizeof(h->nq_ag[0]) * (size_t)h->nq_n);
+            if (ag) {
+                if (h->pad && k == h->K - 1)
+                    memcpy((uint8_t *)op->rbuf + (size_t)k * h->piece * es, h->pad, hc_hier_len(op, h, k) * es);
+                h->ag_done = k + 1;
+            } else {
+                h->rs_done = k + 1;
+            }
+            moved = true;
+        }
+        while (h->rq_n && h->rq[0]->done) {
+            struct hcomm_request *req = h->rq[0];
+            if (req->status != HCOMM_OK) return hc_hier_failed(req, "allreduce across nodes");
+            hc_request_free(req);
+            h->rq_n--;
+            memmove(h->rq, h->rq + 1, sizeof(h->rq[0]) * (size_t)h->rq_n);
+            int k = h->ar_done++;
+            if (op->op == HCOMM_AVG) {
+                uint8_t *blk = h->blk[k % HC_HIER_DEPTH];
+                const void *src[1] = {blk};
+                hc_reduce(blk, src, 1, hc_hier_slice(op, h, k, L), op->dtype, HCOMM_AVG, op->comm->size);
+            }
+            moved = true;
+        }
+        if (h->ag_done == h->K) break;
+        /* Rail allreduces, in piece order, once their slice is reduced. */
+        while (h->next_rail < h->rs_done && h->rq_n < HC_HIER_DEPTH) {
+            int k = h->next_rail;
+            uint8_t *blk = h->blk[k % HC_HIER_DEPTH];
+            HC_STEP_TRY(hc_coll_child_start(op, cc->hier_rail, HC_COLL_ALLREDUCE, blk, blk,
+                                            hc_hier_slice(op, h, k, L), sum, &h->rq[h->rq_n]));
+            h->rq_n++;
+            h->next_rail++;
+            moved = true;
+        }
+        /* Node collectives, in the fixed order, each when it can start. */
+        while (h->next_node < 2 * h->K && h->nq_n < 2 * HC_HIER_DEPTH) {
+            bool ag;
+            int k = hc_hier_node_item(h->next_node, h->K, &ag);
+            uint8_t *blk = h->blk[k % HC_HIER_DEPTH];
+            size_t b = hc_hier_slice(op, h, k, L);
+            bool pad = h->pad && k == h->K - 1;
+            if (ag) {
+                if (h->ar_done <= k) break;
+                void *out = pad ? (void *)h->pad : (uint8_t *)op->rbuf + (size_t)k * h->piece * es;
+                HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_ALLGATHER, blk, out, b, sum,
+                                                &h->nq[h->nq_n]));
+            } else {
+                if (k >= HC_HIER_DEPTH && h->ag_done <= k - HC_HIER_DEPTH) break; /* its buffer */
+                const void *in = (const uint8_t *)op->sbuf + (size_t)k * h->piece * es;
+                if (pad) {
+                    size_t len = hc_hier_len(op, h, k);
+                    memcpy(h->pad, in, len * es);
+                    memset(h->pad + len * es, 0, ((size_t)L * b - len) * es);
+                    in = h->pad;
+                }
+                HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_REDUCE_SCATTER, in, blk, b, sum,
+                                                &h->nq[h->nq_n]));
+            }
+            h->nq_piece[h->nq_n] = k;
+            h->nq_ag[h->nq_n] = ag;
+            h->nq_n++;
+            h->next_node++;
+            moved = true;
+        }
+        if (!moved) return HC_STEP_PENDING;
+    }
+    if (h->t0) {
+        hc_hier_model_t m = hc_hier_predict(op->comm, op->bytes);
+        hc_log_info("topology model: allreduce of %zu bytes by hier (%d pieces): predicted %.1f us, "
+                    "measured %.1f us (first call of its size class)", op->bytes, h->K, m.hier,
+                    (double)(hc_time_ns() - h->t0) / 1e3);
+    }
+    return HC_STEP_DONE;
 }
