@@ -135,6 +135,44 @@ hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key, hcomm_com
  * rank. Errors: ERR_INVALID (NULL, world, already freed). */
 hcomm_status_t hcomm_comm_free(hcomm_comm_t comm);
 
+/* ---- topology hints ---------------------------------------------------------
+ * A hint describes how an application arranges its ranks, today a
+ * Cartesian grid (data x tensor x pipeline parallelism, a 2-D stencil), so
+ * that hcomm can give it a communicator whose rank order matches the
+ * machine: in the communicator made by hcomm_comm_create_from_hint(), rank
+ * r sits at the grid coordinates of r in row-major order (the last dimension
+ * varies fastest), and ranks are placed so that runs along the last
+ * dimension stay inside a node, then inside a switch (docs/topology.md):
+ * with 8 nodes x 8 ranks and an 8 x 8 grid, every row is one node, whatever
+ * the launcher's numbering. HCOMM_TOPO=off keeps comm's order.
+ *
+ *     hcomm_topology_hint_t h;
+ *     hcomm_topology_hint_create(world, &h);
+ *     hcomm_topology_hint_set_dim(h, 2);
+ *     hcomm_topology_hint_set_size(h, 0, 8);   // rows
+ *     hcomm_topology_hint_set_size(h, 1, 8);   // ranks per row
+ *     hcomm_comm_create_from_hint(world, h, &grid);
+ *     hcomm_topology_hint_free(h);
+ *     // row = hcomm_comm_rank(grid) / 8, column = hcomm_comm_rank(grid) % 8
+ *
+ * A hint is local to the rank that made it (every rank makes its own, with
+ * the same dimensions). Errors name the argument: ERR_INVALID for a NULL or
+ * freed hint, a dimension count outside 1..HCOMM_HINT_MAX_DIMS, a dimension
+ * index or size out of range, sizes not set, or a grid whose size is not
+ * comm's. */
+#define HCOMM_HINT_MAX_DIMS 8
+typedef struct hcomm_topology_hint *hcomm_topology_hint_t;
+hcomm_status_t hcomm_topology_hint_create(hcomm_comm_t comm, hcomm_topology_hint_t *hint_p);
+hcomm_status_t hcomm_topology_hint_set_dim(hcomm_topology_hint_t hint, int ndims);
+hcomm_status_t hcomm_topology_hint_set_size(hcomm_topology_hint_t hint, int dim, int n);
+hcomm_status_t hcomm_topology_hint_free(hcomm_topology_hint_t hint);
+/* Collective over comm (every rank passes a hint of the same grid): a new
+ * communicator of comm's ranks in the grid's order (above); release it
+ * with hcomm_comm_free(). Errors as hcomm_comm_split's, and ERR_INVALID
+ * for a hint of another communicator or a grid that does not fit. */
+hcomm_status_t hcomm_comm_create_from_hint(hcomm_comm_t comm, hcomm_topology_hint_t hint,
+                                           hcomm_comm_t *newcomm_p);
+
 /* Makes every pending and later operation on comm return ERR_ABORTED
  * promptly, without needing the other ranks. May be called from any thread,
  * e.g. a watchdog; never ends the process. The communicator must still be

@@ -13,6 +13,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -244,6 +245,28 @@ static void test_4096_time(void **state)
     time_ring("4096x1.topo", 4, 16, 64, 1);
 }
 
+/* The order a topology hint uses (hcomm_comm_create_from_hint): an 8 x 8
+ * grid over 8 nodes x 8 ranks numbered at random: each row is one node. */
+static void test_grid_rows_are_nodes(void **state)
+{
+    (void)state;
+    const char *path = write_topo("8x8.topo", 1, 2, 4, 8, true);
+    hc_topo_map_t *m = NULL;
+    assert_int_equal(hc_topo_map_load(path, NULL, &m), HCOMM_OK);
+    int n = m->n, *mem = identity_members(n), order[64];
+    assert_int_equal(n, 64);
+    assert_int_equal(hc_topo_ring(m, mem, n, HC_TOPO_MODE_FULL, order), HCOMM_OK);
+    bool used[8] = {0};
+    for (int row = 0; row < 8; row++) {
+        int node = m->node[order[row * 8]];
+        assert_false(used[node]);
+        used[node] = true;
+        for (int c = 1; c < 8; c++) assert_int_equal(m->node[order[row * 8 + c]], node);
+    }
+    free(mem);
+    hc_topo_map_free(m);
+}
+
 static void test_dump_roundtrip(void **state)
 {
     (void)state;
@@ -341,7 +364,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_64x8_two_levels),   cmocka_unit_test(test_two_switches),
         cmocka_unit_test(test_small_vs_brute_force), cmocka_unit_test(test_4096_time),
-        cmocka_unit_test(test_dump_roundtrip),    cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_grid_rows_are_nodes), cmocka_unit_test(test_dump_roundtrip),    cmocka_unit_test(test_file_errors),
         cmocka_unit_test(test_weights_and_classes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
