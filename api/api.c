@@ -55,7 +55,7 @@ HC_EXPORT hcomm_status_t hcomm_init(int *argc, char ***argv)
     if (st != HCOMM_OK)
         return st;
     st = hc_coll_init();
-    if (st == HCOMM_OK && (st = hc_coll_api_init()) != HCOMM_OK)
+    if (st == HCOMM_OK && ((st = hc_coll_api_init()) != HCOMM_OK || (st = hc_api_topo_probe()) != HCOMM_OK))
         hc_coll_fini();
     if (st != HCOMM_OK) {
         char saved[512];

@@ -28,6 +28,14 @@
       "topology file: lines \"node <name> switch <path>\" (docs/topology.md)")                    \
     X(topo_dump_file, "HCOMM_TOPO_DUMP_FILE", STR, "",                                             \
       "rank 0 writes the job's map here at init, in the topology file format")                    \
+    X(topo_probe, "HCOMM_TOPO_PROBE", BOOL, "1",                                                  \
+      "at init, measure latency and bandwidth between nodes (a few pairs per round, one leader "   \
+      "per node) and order rings and choose algorithms by the measured costs (HCOMM_TOPO=full, "   \
+      "more than one node)")                                                                        \
+    X(topo_cache, "HCOMM_TOPO_CACHE", STR, "",                                                     \
+      "directory where rank 0 keeps probe results, keyed by the job's node set and network "       \
+      "driver, so that a restarted job skips the probe (empty: $XDG_CACHE_HOME/hcomm or "          \
+      "~/.cache/hcomm; none: no cache)")                                                           \
     X(topo_weights, "HCOMM_TOPO_WEIGHTS", STR, "1,3,15,30",                                        \
       "costs of the classes same NUMA node, same host, same switch, across switches")             \
     X(algo, "HCOMM_ALGO", STR, "auto",                                                             \

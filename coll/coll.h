@@ -238,6 +238,10 @@ const int *hc_coll_ring_order(struct hcomm_comm *comm, int *pos_p);
  * created at first use; false when comm is not made of >= 2 nodes with the
  * same number (>= 2) of its ranks each, or HCOMM_TOPO=off. */
 bool hc_coll_hier_ready(struct hcomm_comm *comm);
+/* The map's costs changed (the calibration probe, inside hcomm_init, with
+ * no collective in flight): every communicator recomputes its ring order
+ * and hierarchy at its next collective. */
+void hc_coll_topo_recalibrated(void);
 /* Frees what coll_topo.c keeps in cc (before cc goes). */
 void hc_coll_topo_free(hc_coll_comm_t *cc);
 

@@ -128,3 +128,17 @@ void hc_coll_topo_free(hc_coll_comm_t *cc)
     for (int i = 0; i < 2; i++)
         if (subs[i]) hc_comm_destroy(subs[i]);
 }
+
+void hc_coll_topo_recalibrated(void)
+{
+    for (hc_list_t *pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
+        struct hcomm_comm *c = hc_container_of(pos, struct hcomm_comm, link);
+        hc_coll_comm_t *cc = c->coll_priv;
+        if (!cc || (c->ctx_id & HC_CTX_SUB)) continue;
+        /* Internal communicators of cc go too (they are further on the
+         * list or before it: the walk goes on from c, which stays). */
+        hc_coll_topo_free(cc);
+        cc->hier_checked = false;
+        cc->hier_decided = cc->hier_yes = 0;
+    }
+}

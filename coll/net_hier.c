@@ -88,24 +88,27 @@ static hc_hier_model_t hc_hier_predict(struct hcomm_comm *comm, size_t bytes)
         per_node = (x + N - 1) / N;
         if (per_node < 1) per_node = 1;
     }
+    /* Measured by the calibration probe when it ran. */
+    double a_net = map && map->net_gbps > 0 ? map->net_lat_us : HC_HIER_A_NET;
+    double b_net = map && map->net_gbps > 0 ? map->net_gbps : HC_HIER_B_NET;
     hc_hier_model_t m;
-    m.ring = 2.0 * (n - 1) * (HC_HIER_A_NET + S / n / (HC_HIER_B_NET / per_node));
+    m.ring = 2.0 * (n - 1) * (a_net + S / n / (b_net / per_node));
     /* Recursive doubling: round k pairs r with r ^ 2^k; a round lasts as
      * long as its slowest pair (over the power-of-two part of the comm). */
     int pof2 = 1;
     while (pof2 * 2 <= n) pof2 *= 2;
-    m.rd = n > pof2 ? 2 * (HC_HIER_A_NET + S / HC_HIER_B_NET) : 0;
+    m.rd = n > pof2 ? 2 * (a_net + S / b_net) : 0;
     for (int d = 1; d < pof2; d *= 2) {
         bool cross = false;
         for (int r = 0; r < pof2 && !cross && map; r++)
             cross = map->node[comm->world_ranks[r]] != map->node[comm->world_ranks[r ^ d]];
-        m.rd += cross || !map ? HC_HIER_A_NET + S / HC_HIER_B_NET : HC_HIER_A_HOST + S / HC_HIER_B_HOST;
+        m.rd += cross || !map ? a_net + S / b_net : HC_HIER_A_HOST + S / HC_HIER_B_HOST;
     }
     /* hier: three collectives in a row, each with its start cost. */
     double intra = 2.0 * (HC_HIER_A_HOST + (L - 1) * (HC_HIER_A_HOST + S / L / HC_HIER_B_HOST));
     /* L rails share the node's link: each moves S/L at a 1/L share. */
-    double rail_ring = 2.0 * (N - 1) * (HC_HIER_A_NET + S / N / HC_HIER_B_NET);
-    double rail_rd = hc_hier_log2(N) * (HC_HIER_A_NET + S / HC_HIER_B_NET);
+    double rail_ring = 2.0 * (N - 1) * (a_net + S / N / b_net);
+    double rail_rd = hc_hier_log2(N) * (a_net + S / b_net);
     m.hier = intra + HC_HIER_A_HOST + (rail_ring < rail_rd ? rail_ring : rail_rd);
     return m;
 }

@@ -64,7 +64,28 @@ typedef struct hc_topo_map {
     int *leaf;   /* node -> leaf switch group (nodes with equal paths), -1 unknown */
     int nleaves;
     hc_topo_weights_t weights;
+    /* After a calibration probe (hc_topo_map_calibrate): node x node cost,
+     * microseconds to move HC_TOPO_REF_BYTES (latency + bytes / bandwidth),
+     * measured or, for pairs not sampled, the mean of their class; NULL:
+     * the class weights. net_lat_us, net_gbps: the mean of the measured
+     * pairs (0: not measured). */
+    double *ncost;
+    double net_lat_us, net_gbps;
+    int measured_pairs;
 } hc_topo_map_t;
+
+#define HC_TOPO_REF_BYTES ((size_t)1 << 20)
+
+/* One measured pair of nodes (node indices of the map). */
+typedef struct {
+    int32_t a, b;
+    float lat_us; /* one-way small-message latency */
+    float gbps;   /* bandwidth, GB/s (10^9 bytes) */
+} hc_topo_meas_t;
+
+/* Installs measurements: every node pair gets a cost (measured, else its
+ * class's mean, else the mean of all). n == 0 leaves the map as it is. */
+hcomm_status_t hc_topo_map_calibrate(hc_topo_map_t *map, const hc_topo_meas_t *m, int n);
 
 /* A map of n ranks: node[r] the node index of rank r (0..nnodes-1, any
  * numbering), numa[r] (NULL: unknown), per node its name and switch path
@@ -78,6 +99,8 @@ void hc_topo_map_free(hc_topo_map_t *map);
 int hc_topo_class(const hc_topo_map_t *map, int a, int b);
 static inline double hc_topo_cost(const hc_topo_map_t *map, int a, int b)
 {
+    int na = map->node[a], nb = map->node[b];
+    if (map->ncost && na != nb) return map->ncost[(size_t)na * (size_t)map->nnodes + (size_t)nb];
     return map->weights.w[hc_topo_class(map, a, b)];
 }
 

@@ -42,6 +42,7 @@ void hc_topo_map_free(hc_topo_map_t *map)
     free(map->name);
     free(map->sw);
     free(map->leaf);
+    free(map->ncost);
     free(map);
 }
 
@@ -247,4 +248,57 @@ hcomm_status_t hc_topo_map_dump(const hc_topo_map_t *m, FILE *f)
             fprintf(f, "rank %d node %s\n", r, m->name[m->node[r]]);
     }
     return ferror(f) ? hc_error(HCOMM_ERR_INVALID, "topology dump: write error") : HCOMM_OK;
+}
+
+/* ---- calibration ------------------------------------------------------------------------- */
+
+hcomm_status_t hc_topo_map_calibrate(hc_topo_map_t *map, const hc_topo_meas_t *m, int n)
+{
+    if (n <= 0) return HCOMM_OK;
+    size_t nn = (size_t)map->nnodes;
+    double *c = malloc(sizeof(double) * nn * nn);
+    if (!c) return hc_error(HCOMM_ERR_NO_MEMORY, "topology calibration of %zu nodes", nn);
+    for (size_t i = 0; i < nn * nn; i++) c[i] = -1;
+    /* A rank on each node stands for it in the class of a pair. */
+    int *rep = malloc(sizeof(int) * nn);
+    if (!rep) {
+        free(c);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "topology calibration of %zu nodes", nn);
+    }
+    for (int r = map->n - 1; r >= 0; r--) rep[map->node[r]] = r;
+    double sum[HC_TOPO_NCLASS] = {0}, lat = 0, bw = 0, all = 0;
+    int cnt[HC_TOPO_NCLASS] = {0}, used = 0;
+    for (int i = 0; i < n; i++) {
+        if (m[i].a < 0 || m[i].b < 0 || (size_t)m[i].a >= nn || (size_t)m[i].b >= nn || m[i].a == m[i].b ||
+            !(m[i].gbps > 0) || !(m[i].lat_us >= 0))
+            continue;
+        double t = m[i].lat_us + (double)HC_TOPO_REF_BYTES / (m[i].gbps * 1e3);
+        c[(size_t)m[i].a * nn + (size_t)m[i].b] = c[(size_t)m[i].b * nn + (size_t)m[i].a] = t;
+        int cls = hc_topo_class(map, rep[m[i].a], rep[m[i].b]);
+        sum[cls] += t;
+        cnt[cls]++;
+        lat += m[i].lat_us;
+        bw += m[i].gbps;
+        all += t;
+        used++;
+    }
+    if (!used) {
+        free(c);
+        free(rep);
+        return HCOMM_OK;
+    }
+    for (size_t a = 0; a < nn; a++)
+        for (size_t b = 0; b < nn; b++) {
+            if (a == b) c[a * nn + b] = 0;
+            if (a == b || c[a * nn + b] >= 0) continue;
+            int cls = hc_topo_class(map, rep[a], rep[b]);
+            c[a * nn + b] = cnt[cls] ? sum[cls] / cnt[cls] : all / used;
+        }
+    free(map->ncost);
+    map->ncost = c;
+    map->net_lat_us = lat / used;
+    map->net_gbps = bw / used;
+    map->measured_pairs = used;
+    free(rep);
+    return HCOMM_OK;
 }
