@@ -22,8 +22,9 @@ struct hcomm_topology_hint {
 
 static hcomm_status_t hc_hint_check(const char *fn, hcomm_topology_hint_t hint)
 {
-    if (!hint || hint->magic != HC_HINT_MAGIC)
-        return hc_error(HCOMM_ERR_INVALID, "%s: hint %p is NULL, freed or not a hint", fn, (void *)hint);
+    if (!hint) return hc_error(HCOMM_ERR_INVALID, "%s: hint is NULL", fn);
+    if (hint->magic != HC_HINT_MAGIC)
+        return hc_error(HCOMM_ERR_INVALID, "%s: hint %p is not a hint (freed?)", fn, (void *)hint);
     return HCOMM_OK;
 }
 

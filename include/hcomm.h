@@ -156,8 +156,8 @@ hcomm_status_t hcomm_comm_free(hcomm_comm_t comm);
  *     // row = hcomm_comm_rank(grid) / 8, column = hcomm_comm_rank(grid) % 8
  *
  * A hint is local to the rank that made it (every rank makes its own, with
- * the same dimensions). Errors name the argument: ERR_INVALID for a NULL or
- * freed hint, a dimension count outside 1..HCOMM_HINT_MAX_DIMS, a dimension
+ * the same dimensions). Errors name the argument: ERR_INVALID for a NULL
+ * hint, a dimension count outside 1..HCOMM_HINT_MAX_DIMS, a dimension
  * index or size out of range, sizes not set, or a grid whose size is not
  * comm's. */
 #define HCOMM_HINT_MAX_DIMS 8
