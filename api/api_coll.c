@@ -231,29 +231,11 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
         hc_coll_account(&op);
         return hc_coll_run_inline(&op, fn);
     }
-    struct hcomm_request *req = hc_request_alloc(HC_REQ_COLL);
-    hc_coll_op_t *op = hc_coll_op_alloc();
-    if (HC_UNLIKELY(!req || !op)) {
-        if (req)
-            hc_request_free(req);
-        if (op)
-            hc_coll_op_release(op);
-        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory for the operation", fn);
-    }
-    req->comm = comm;
-    req->peer = -1;
-    req->coll = op;
-    op->req = req;
-    op->comm = comm;
-    op->kind = kind;
-    op->sbuf = sbuf;
-    op->rbuf = rbuf;
-    op->count = count;
-    op->dtype = dtype;
-    op->op = rop;
-    op->root = root;
-    op->esize = hc_dtype_size(dtype);
-    op->bytes = bytes;
+    hc_coll_op_t *op;
+    hcomm_status_t st = hc_coll_op_create(kind, sbuf, rbuf, count, bytes, dtype, rop, root, comm, &op);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    struct hcomm_request *req = op->req;
 
     if (hc_ctx.group_depth > 0) {
         if (!hc_group_push(NULL, &hc_group.nops, 0)) {
@@ -271,7 +253,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
         }
         return HCOMM_OK;
     }
-    hcomm_status_t st = hc_coll_select(op);
+    st = hc_coll_select(op);
     if (st == HCOMM_OK)
         st = hc_coll_start(op);
     if (HC_UNLIKELY(st != HCOMM_OK)) {

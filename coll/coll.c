@@ -458,22 +458,16 @@ hc_step_t hc_coll_reqs_test(hc_coll_op_t *op)
 
 /* ---- collectives on internal communicators (hierarchical algorithms) ---------------------- */
 
-hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm, hc_coll_kind_t kind,
-                                   const void *sbuf, void *rbuf, size_t count, hcomm_op_t rop,
-                                   struct hcomm_request **req_p)
+hcomm_status_t hc_coll_op_create(hc_coll_kind_t kind, const void *sbuf, void *rbuf, size_t count,
+                                 size_t bytes, hcomm_dtype_t dtype, hcomm_op_t rop, int root,
+                                 struct hcomm_comm *comm, hc_coll_op_t **op_p)
 {
-    const char *fn = hc_coll_name(parent->kind);
-    hc_coll_comm_t *cc = hc_coll_comm(comm);
-    if (!cc) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
-    if (cc->broken)
-        return hc_error(cc->broken_status, "%s (%s): its internal communicator broke earlier (%s)", fn,
-                        parent->algo, cc->broken_why);
     struct hcomm_request *req = hc_request_alloc(HC_REQ_COLL);
     hc_coll_op_t *op = hc_coll_op_alloc();
-    if (!req || !op) {
+    if (HC_UNLIKELY(!req || !op)) {
         if (req) hc_request_free(req);
         if (op) hc_coll_op_release(op);
-        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory for the operation", fn);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory for the operation", hc_coll_name(kind));
     }
     req->comm = comm;
     req->peer = -1;
@@ -484,11 +478,30 @@ hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm
     op->sbuf = sbuf;
     op->rbuf = rbuf;
     op->count = count;
-    op->dtype = parent->dtype;
+    op->dtype = dtype;
     op->op = rop;
-    op->root = 0;
-    op->esize = parent->esize;
-    op->bytes = count * parent->esize; /* allgather, reduce_scatter: per rank block */
+    op->root = root;
+    op->esize = hc_dtype_size(dtype);
+    op->bytes = bytes;
+    *op_p = op;
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm, hc_coll_kind_t kind,
+                                   const void *sbuf, void *rbuf, size_t count, hcomm_op_t rop,
+                                   struct hcomm_request **req_p)
+{
+    const char *fn = hc_coll_name(parent->kind);
+    hc_coll_comm_t *cc = hc_coll_comm(comm);
+    if (!cc) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
+    if (cc->broken)
+        return hc_error(cc->broken_status, "%s (%s): its internal communicator broke earlier (%s)", fn,
+                        parent->algo, cc->broken_why);
+    hc_coll_op_t *op;
+    hcomm_status_t st = hc_coll_op_create(kind, sbuf, rbuf, count, count * parent->esize, parent->dtype,
+                                          rop, 0, comm, &op);
+    if (st != HCOMM_OK) return st;
+    struct hcomm_request *req = op->req; /* allgather, reduce_scatter: bytes per rank block */
     op->step = comm->size == 1 ? NULL : hc_coll_algo_pick(op, NULL, hc_coll_node_usable(comm));
     if (!op->step) {
         req->coll = NULL;
@@ -499,7 +512,7 @@ hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm
     }
     hc_log_debug("%s (%s): its %s of %zu bytes on %d ranks -> algorithm %s", fn, parent->algo,
                  hc_coll_name(kind), op->bytes, comm->size, op->algo);
-    hcomm_status_t st = hc_coll_start(op);
+    st = hc_coll_start(op);
     if (st != HCOMM_OK) {
         req->coll = NULL;
         hc_coll_op_release(op);

@@ -245,6 +245,10 @@ void hc_coll_topo_recalibrated(void);
 /* Frees what coll_topo.c keeps in cc (before cc goes). */
 void hc_coll_topo_free(hc_coll_comm_t *cc);
 
+/* A new op with its request (req->coll, op->req), its arguments set. */
+hcomm_status_t hc_coll_op_create(hc_coll_kind_t kind, const void *sbuf, void *rbuf, size_t count,
+                                 size_t bytes, hcomm_dtype_t dtype, hcomm_op_t rop, int root,
+                                 struct hcomm_comm *comm, hc_coll_op_t **op_p);
 /* A collective on an internal communicator, started from a step: the
  * request completes when it ends (hc_coll_child_end frees it, abandoning
  * the op and everything queued behind it on its comm if it still runs). */
