@@ -8,7 +8,11 @@
 #   auto  HCOMM_TOPO=full                 (the model's choice: hier at 16 MiB)
 # and, for each 16 MiB run, the bytes that crossed node 0's veth (tx + rx,
 # /sys/class/net/eth0/statistics, bootstrap and wireup included). Prints the
-# medians and the ratios against off. Not a ctest test (a benchmark).
+# medians and the ratios against off. Then, where Open MPI is installed, its
+# 16 MiB allreduce on the same placement (mpirun --map-by node over the two
+# namespaces: ranks alternate nodes) with its default coll tuned and with
+# coll han (hierarchical), once each, after the rounds. Not a ctest test (a
+# benchmark).
 set -u
 build=$(cd "${1:?build dir}" && pwd)
 rounds=${2:-3}
@@ -69,9 +73,38 @@ for cfg in off ring auto; do
     printf '%-6s %14s %18s %14s\n' "$cfg" "$m_bw" "$m_x" "$m_l"
     eval "M_BW_$cfg=$m_bw M_X_$cfg=$m_x M_L_$cfg=$m_l"
 done
+
+# Open MPI on the same placement: daemons started in each namespace by an
+# rsh agent (as bench_tcp.sh), 2 slots per node, ranks mapped by node.
+ompi_bw() { # MCA args...: busbw GB/s of the 16 MiB allreduce
+    "$here/netns.sh" run 0 mpirun --allow-run-as-root -np 4 --host 10.77.0.1:2,10.77.0.2:2 --map-by node \
+        --mca plm_rsh_agent "$work/agent.sh" --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 \
+        --mca oob_tcp_if_include eth0 --mca pml ob1 "$@" "$work/mpi_ref" 16777216 2>&1 |
+        sed -n 's/.*busbw \([0-9.]*\) GB.*/\1/p'
+}
+M_BW_tuned="" M_BW_han=""
+if command -v mpicc >/dev/null && command -v mpirun >/dev/null && mpicc -O2 "$here/mpi_ref.c" -o "$work/mpi_ref"; then
+    cat >"$work/agent.sh" <<AGENT
+#!/bin/bash
+host=\$1; shift
+i=\$(( \${host##*.} - 1 ))
+exec ip netns exec hcn-$HCN_JOB-\$i /bin/sh -c "\$*"
+AGENT
+    chmod +x "$work/agent.sh"
+    M_BW_tuned=$(ompi_bw --mca coll_han_priority 0)
+    M_BW_han=$(ompi_bw --mca coll_han_priority 100)
+    printf '%-6s %14s   (Open MPI %s, coll tuned, one run)\n' tuned "${M_BW_tuned:-failed}" "$(mpirun --version | head -1 | awk '{print $NF}')"
+    printf '%-6s %14s   (Open MPI, coll han, one run)\n' han "${M_BW_han:-failed}"
+else
+    echo "Open MPI not installed: no reference (apt-get install openmpi-bin libopenmpi-dev)"
+fi
 echo
 for cfg in ring auto; do
     eval "b=\$M_BW_$cfg x=\$M_X_$cfg l=\$M_L_$cfg"
     awk -v c="$cfg" -v b="$b" -v x="$x" -v l="$l" -v B="$M_BW_off" -v X="$M_X_off" -v L="$M_L_off" \
         'BEGIN {printf "%s / off: busbw %.2fx, veth bytes %.2fx, 8 B time %.2fx\n", c, b / B, x / X, l / L}'
+done
+for ref in tuned han; do
+    eval "r=\$M_BW_$ref"
+    [ -n "$r" ] && awk -v c="$ref" -v a="$M_BW_auto" -v r="$r" 'BEGIN {printf "auto / Open MPI %s: busbw %.2fx\n", c, a / r}'
 done

@@ -3,6 +3,7 @@
  * bench/pingpong and bench/allreduce_bw measure hcomm: 8-byte ping-pong
  * half round trip, and 32 MiB float allreduce bus bandwidth
  * (2 (n-1)/n * bytes / time). Built only when mpicc exists.
+ *   mpi_ref [BYTES]   the allreduce size (default 32 MiB)
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -32,7 +33,8 @@ int main(int argc, char **argv)
         if (rank == 0 && pass == 1)
             printf("pingpong 8 B: %.2f us (half round trip)\n", t / iters / 2 * 1e6);
     }
-    size_t n = (32u << 20) / sizeof(float);
+    size_t bytes = argc > 1 ? strtoull(argv[1], NULL, 0) : (32u << 20);
+    size_t n = bytes / sizeof(float);
     float *s = malloc(n * sizeof(float)), *r = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         s[i] = (float)(i % 7);
@@ -44,7 +46,7 @@ int main(int argc, char **argv)
         MPI_Allreduce(s, r, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     double t = (MPI_Wtime() - t0) / it;
     if (rank == 0)
-        printf("allreduce 32 MiB float: %.2f ms, busbw %.2f GB/s\n", t * 1e3,
+        printf("allreduce %zu bytes float: %.2f ms, busbw %.2f GB/s\n", n * sizeof(float), t * 1e3,
                2.0 * (size - 1) / size * (double)(n * sizeof(float)) / t / 1e9);
     free(s);
     free(r);
