@@ -157,6 +157,8 @@ static int topo_main(const char *file)
     printf("switch: %s\n", me.sw[0] ? me.sw : hc_cfg.topo_file[0] ? "not in HCOMM_TOPO_FILE" : "unknown (no HCOMM_TOPO_FILE)");
     printf("machine: ");
     hc_topo_describe(print_line, "");
+    printf("I/O devices (hwloc):\n");
+    hc_topo_io_describe(print_line, "  ");
     if (numa_available() >= 0) {
         int n = numa_max_node() + 1;
         printf("NUMA distances:\n     ");

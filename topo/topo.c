@@ -95,3 +95,42 @@ hcomm_status_t hc_topo_self(const char *file, const char *name, hc_topo_self_t *
                     file, name);
     return st;
 }
+
+void hc_topo_io_describe(void (*line)(const char *text, void *arg), void *arg)
+{
+    hwloc_topology_t topo;
+    char text[512];
+    if (hwloc_topology_init(&topo) != 0) return;
+    (void)hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (hwloc_topology_load(topo) != 0) {
+        hwloc_topology_destroy(topo);
+        line("I/O devices: hwloc could not load the topology", arg);
+        return;
+    }
+    int n = 0;
+    for (hwloc_obj_t o = NULL; (o = hwloc_get_next_osdev(topo, o));) {
+        const char *kind = o->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK       ? "network"
+                           : o->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS ? "rdma"
+                           : o->attr->osdev.type == HWLOC_OBJ_OSDEV_GPU         ? "gpu"
+                           : o->attr->osdev.type == HWLOC_OBJ_OSDEV_COPROC      ? "coproc"
+                                                                               : NULL;
+        if (!kind) continue;
+        hwloc_obj_t cpu = hwloc_get_non_io_ancestor_obj(topo, o);
+        int numa = -1;
+        if (cpu && cpu->nodeset && hwloc_bitmap_weight(cpu->nodeset) == 1) numa = hwloc_bitmap_first(cpu->nodeset);
+        char pci[32] = "";
+        for (hwloc_obj_t p = o->parent; p; p = p->parent)
+            if (p->type == HWLOC_OBJ_PCI_DEVICE) {
+                snprintf(pci, sizeof(pci), "%04x:%02x:%02x.%01x", p->attr->pcidev.domain, p->attr->pcidev.bus,
+                         p->attr->pcidev.dev, p->attr->pcidev.func);
+                break;
+            }
+        snprintf(text, sizeof(text), "%s (%s): %s%s, NUMA node %s", o->name ? o->name : "?", kind,
+                 pci[0] ? "PCI " : "virtual (no PCI device)", pci, numa >= 0 ? "" : "unknown");
+        if (numa >= 0) snprintf(text + strlen(text), sizeof(text) - strlen(text), "%d", numa);
+        line(text, arg);
+        n++;
+    }
+    if (!n) line("no network, RDMA or GPU devices that hwloc sees on PCI", arg);
+    hwloc_topology_destroy(topo);
+}

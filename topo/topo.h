@@ -24,6 +24,9 @@ hcomm_status_t hc_topo_node_id(const char *override, char *buf, size_t len);
 
 /* One-line machine summary from hwloc: packages, NUMA nodes, cores, PUs. */
 void hc_topo_describe(void (*line)(const char *text, void *arg), void *arg);
+/* One line per network, RDMA and GPU device hwloc sees: its PCI address
+ * and the NUMA node it hangs off (the PCIe path's end on the CPU side). */
+void hc_topo_io_describe(void (*line)(const char *text, void *arg), void *arg);
 
 /* ---- this rank ------------------------------------------------------------------------------ */
 
