@@ -488,7 +488,7 @@ hcomm_status_t hc_coll_op_create(hc_coll_kind_t kind, const void *sbuf, void *rb
 }
 
 hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm, hc_coll_kind_t kind,
-                                   const void *sbuf, void *rbuf, size_t count, hcomm_op_t rop,
+                                   const void *sbuf, void *rbuf, size_t count, hcomm_op_t rop, int root,
                                    struct hcomm_request **req_p)
 {
     const char *fn = hc_coll_name(parent->kind);
@@ -499,7 +499,7 @@ hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm
                         parent->algo, cc->broken_why);
     hc_coll_op_t *op;
     hcomm_status_t st = hc_coll_op_create(kind, sbuf, rbuf, count, count * parent->esize, parent->dtype,
-                                          rop, 0, comm, &op);
+                                          rop, root, comm, &op);
     if (st != HCOMM_OK) return st;
     struct hcomm_request *req = op->req; /* allgather, reduce_scatter: bytes per rank block */
     op->step = comm->size == 1 ? NULL : hc_coll_algo_pick(op, NULL, hc_coll_node_usable(comm));

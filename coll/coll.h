@@ -253,7 +253,7 @@ hcomm_status_t hc_coll_op_create(hc_coll_kind_t kind, const void *sbuf, void *rb
  * request completes when it ends (hc_coll_child_end frees it, abandoning
  * the op and everything queued behind it on its comm if it still runs). */
 hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm, hc_coll_kind_t kind,
-                                   const void *sbuf, void *rbuf, size_t count, hcomm_op_t rop,
+                                   const void *sbuf, void *rbuf, size_t count, hcomm_op_t rop, int root,
                                    struct hcomm_request **req_p);
 void hc_coll_child_end(struct hcomm_request *req);
 

@@ -17,6 +17,8 @@
  *                   rd    recursive doubling; non-power-of-two counts fold
  *                         the extra ranks into a partner first (auto: <= 64 KiB)
  *                   ring  pipelined ring reduce-scatter + ring allgather
+ *   broadcast,      hier  the root's rail across nodes, then each node
+ *   barrier               (net_hier.c; auto: small, by the model)
  *   reduce          tree  binomial tree to the root (auto: <= 64 KiB)
  *                   ring  pipelined ring reduce-scatter + gather to the root
  *   broadcast       tree  binomial tree (auto: <= 64 KiB)
@@ -94,6 +96,14 @@ const hc_coll_algo_t hc_coll_net_algos[] = {
      .colls = HC_COLL_BIT(HC_COLL_REDUCE),
      .step = hc_net_reduce_ring,
      .state_size = hc_net_reduce_ring_state},
+    {.name = "hier",
+     .family = "hier",
+     .colls = HC_COLL_BIT(HC_COLL_BROADCAST) | HC_COLL_BIT(HC_COLL_BARRIER),
+     .applies = hc_net_hier_applies,
+     .auto_pick = hc_net_hier_small_auto,
+     .prepare = hc_net_hier_small_prepare,
+     .state_size = hc_net_hier_small_state,
+     .release = hc_net_hier_small_release},
     {.name = "tree",
      .family = "tree",
      .colls = HC_COLL_BIT(HC_COLL_BROADCAST),

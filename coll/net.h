@@ -91,6 +91,10 @@ size_t hc_net_hier_state(const hc_coll_op_t *op); /* net_hier.c */
 bool hc_net_hier_applies(const hc_coll_op_t *op);
 bool hc_net_hier_auto(const hc_coll_op_t *op);
 void hc_net_hier_release(hc_coll_op_t *op);
+size_t hc_net_hier_small_state(const hc_coll_op_t *op);
+bool hc_net_hier_small_auto(const hc_coll_op_t *op);
+void hc_net_hier_small_release(hc_coll_op_t *op);
+hc_coll_step_fn hc_net_hier_small_prepare(hc_coll_op_t *op, const char *forced);
 
 /* The algorithms, by family file. */
 hc_step_t hc_net_allreduce_rd(hc_coll_op_t *op); /* net_rd.c */
@@ -105,5 +109,7 @@ hc_step_t hc_net_reduce_tree(hc_coll_op_t *op);
 hc_step_t hc_net_alltoall(hc_coll_op_t *op); /* net_direct.c */
 hc_step_t hc_net_barrier(hc_coll_op_t *op);
 hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op); /* net_hier.c */
+hc_step_t hc_net_broadcast_hier(hc_coll_op_t *op);
+hc_step_t hc_net_barrier_hier(hc_coll_op_t *op);
 
 #endif /* HC_COLL_NET_H */

@@ -302,7 +302,7 @@ hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op)
             int k = h->next_rail;
             uint8_t *blk = h->blk[k % HC_HIER_DEPTH];
             HC_STEP_TRY(hc_coll_child_start(op, cc->hier_rail, HC_COLL_ALLREDUCE, blk, blk,
-                                            hc_hier_slice(op, h, k, L), sum, &h->rq[h->rq_n]));
+                                            hc_hier_slice(op, h, k, L), sum, 0, &h->rq[h->rq_n]));
             h->rq_n++;
             h->next_rail++;
             moved = true;
@@ -317,7 +317,7 @@ hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op)
             if (ag) {
                 if (h->ar_done <= k) break;
                 void *out = pad ? (void *)h->pad : (uint8_t *)op->rbuf + (size_t)k * h->piece * es;
-                HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_ALLGATHER, blk, out, b, sum,
+                HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_ALLGATHER, blk, out, b, sum, 0,
                                                 &h->nq[h->nq_n]));
             } else {
                 if (k >= HC_HIER_DEPTH && h->ag_done <= k - HC_HIER_DEPTH) break; /* its buffer */
@@ -328,7 +328,7 @@ hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op)
                     memset(h->pad + len * es, 0, ((size_t)L * b - len) * es);
                     in = h->pad;
                 }
-                HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_REDUCE_SCATTER, in, blk, b, sum,
+                HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_REDUCE_SCATTER, in, blk, b, sum, 0,
                                                 &h->nq[h->nq_n]));
             }
             h->nq_piece[h->nq_n] = k;
@@ -346,4 +346,136 @@ hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op)
                     (double)(hc_time_ns() - h->t0) / 1e3);
     }
     return HC_STEP_DONE;
+}
+
+/* ---- broadcast and barrier ----------------------------------------------------------------------
+ * broadcast: the root's rail broadcasts from the root across nodes (only
+ * the ranks of the root's local index take part), then every node
+ * broadcasts from its rank of that index. barrier: the node's barrier, the
+ * barrier of rail 0 across nodes, the node's barrier again. Each level a
+ * child collective, as above; the model: log2(N) network rounds and one
+ * node step per level against the flat algorithm's log2(n) rounds, each
+ * as slow as its slowest pair. */
+
+typedef struct {
+    struct hcomm_request *child;
+} hc_hier_small_t;
+
+size_t hc_net_hier_small_state(const hc_coll_op_t *op)
+{
+    (void)op;
+    return sizeof(hc_hier_small_t);
+}
+
+void hc_net_hier_small_release(hc_coll_op_t *op)
+{
+    hc_hier_small_t *h = op->tmp;
+    if (h && h->child) hc_coll_child_end(h->child);
+    if (h) h->child = NULL;
+}
+
+/* Flat binomial/dissemination rounds vs hier's, on the model's constants. */
+bool hc_net_hier_small_auto(const hc_coll_op_t *op)
+{
+    if (!hc_net_hier_applies(op)) return false;
+    hc_coll_comm_t *cc = op->comm->coll_priv;
+    const hc_topo_map_t *map = hc_ctx.topo;
+    double a_net = map && map->net_gbps > 0 ? map->net_lat_us : HC_HIER_A_NET;
+    double b_net = map && map->net_gbps > 0 ? map->net_gbps : HC_HIER_B_NET;
+    double S = (double)op->bytes / 1e3;
+    double flat = hc_hier_log2(op->comm->size) * (a_net + S / b_net);
+    double node = HC_HIER_A_HOST + S / HC_HIER_B_HOST;
+    double hier = hc_hier_log2(cc->hier_N) * (a_net + S / b_net) +
+                  (op->kind == HC_COLL_BARRIER ? 2 : 1) * (HC_HIER_A_HOST + node);
+    return op->bytes <= HC_NET_SMALL_BYTES && hier < flat;
+}
+
+static hc_hier_small_t *hc_hier_small(hc_coll_op_t *op)
+{
+    if (!op->tmp) {
+        if (hc_net_alloc(op) != HCOMM_OK) return NULL;
+        memset(op->tmp, 0, sizeof(hc_hier_small_t));
+    }
+    return op->tmp;
+}
+
+/* The next level's outcome: pending, done (request freed), failed. */
+static hc_step_t hc_hier_small_wait(hc_hier_small_t *h, const char *what, const char *level)
+{
+    if (!h->child) return HC_STEP_DONE;
+    if (!h->child->done) return HC_STEP_PENDING;
+    hcomm_status_t st = h->child->status;
+    hc_request_free(h->child);
+    h->child = NULL;
+    if (st != HCOMM_OK)
+        return hc_step_fail(hc_error(st, "%s (hier): its %s failed: %s", what, level, hc_error_last()));
+    return HC_STEP_DONE;
+}
+
+hc_step_t hc_net_broadcast_hier(hc_coll_op_t *op)
+{
+    hc_coll_comm_t *cc = op->comm->coll_priv;
+    hc_hier_small_t *h = hc_hier_small(op);
+    if (!h) return hc_step_fail(HCOMM_ERR_NO_MEMORY);
+    int L = cc->hier_L, pos, rootp = 0;
+    const int *order = hc_coll_ring_order(op->comm, &pos);
+    if (!order) return hc_step_fail(hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_broadcast (hier): ring order"));
+    while (order[rootp] != op->root) rootp++;
+    int root_node = rootp / L, root_i = rootp % L; /* the hier comms' ranks of the root */
+    hc_step_t t;
+    switch (op->phase) {
+    case 0:
+        if (cc->hier_i == root_i)
+            HC_STEP_TRY(hc_coll_child_start(op, cc->hier_rail, HC_COLL_BROADCAST, op->rbuf, op->rbuf,
+                                            op->count, op->op, root_node, &h->child));
+        op->phase = 1;
+        /* fall through */
+    case 1:
+        t = hc_hier_small_wait(h, "hcomm_broadcast", "broadcast across nodes");
+        if (!hc_step_ok(t)) return t;
+        HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_BROADCAST, op->rbuf, op->rbuf, op->count,
+                                        op->op, root_i, &h->child));
+        op->phase = 2;
+        /* fall through */
+    case 2:
+        return hc_hier_small_wait(h, "hcomm_broadcast", "broadcast inside the node");
+    }
+    return hc_step_fail(hc_error(HCOMM_ERR_INTERNAL, "hcomm_broadcast (hier): phase %d", op->phase));
+}
+
+hc_step_t hc_net_barrier_hier(hc_coll_op_t *op)
+{
+    hc_coll_comm_t *cc = op->comm->coll_priv;
+    hc_hier_small_t *h = hc_hier_small(op);
+    if (!h) return hc_step_fail(HCOMM_ERR_NO_MEMORY);
+    hc_step_t t;
+    switch (op->phase) {
+    case 0:
+        HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_BARRIER, NULL, NULL, 0, op->op, 0, &h->child));
+        op->phase = 1;
+        /* fall through */
+    case 1:
+        t = hc_hier_small_wait(h, "hcomm_barrier", "barrier inside the node");
+        if (!hc_step_ok(t)) return t;
+        if (cc->hier_i == 0)
+            HC_STEP_TRY(hc_coll_child_start(op, cc->hier_rail, HC_COLL_BARRIER, NULL, NULL, 0, op->op, 0,
+                                            &h->child));
+        op->phase = 2;
+        /* fall through */
+    case 2:
+        t = hc_hier_small_wait(h, "hcomm_barrier", "barrier across nodes");
+        if (!hc_step_ok(t)) return t;
+        HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_BARRIER, NULL, NULL, 0, op->op, 0, &h->child));
+        op->phase = 3;
+        /* fall through */
+    case 3:
+        return hc_hier_small_wait(h, "hcomm_barrier", "barrier inside the node (release)");
+    }
+    return hc_step_fail(hc_error(HCOMM_ERR_INTERNAL, "hcomm_barrier (hier): phase %d", op->phase));
+}
+
+hc_coll_step_fn hc_net_hier_small_prepare(hc_coll_op_t *op, const char *forced)
+{
+    (void)forced;
+    return op->kind == HC_COLL_BROADCAST ? hc_net_broadcast_hier : hc_net_barrier_hier;
 }
