@@ -12,8 +12,8 @@
  * set and the network driver, and a job on the same nodes reads them
  * instead of probing.
  *
- * It is written on the public API, on a private duplicate of world, and
- * ends before hcomm_init returns.
+ * It is written on the public API (blocking p2p, broadcast, allgather) on a
+ * private communicator of all ranks, and ends before hcomm_init returns.
  */
 #include "api/api.h"
 #include "coll/coll.h"
@@ -198,9 +198,23 @@ hcomm_status_t hc_api_topo_probe(void)
     uint64_t t_start = hc_time_ns();
     int N = map->nnodes, M = N + (N & 1);
     int rounds = N <= HC_PROBE_ALL_PAIRS ? M - 1 : HC_PROBE_ROUNDS_BIG;
+    /* The probe's own communicator of every rank, made locally (no
+     * collective on world: world's state, its ring, its hierarchy, must
+     * not exist before the costs do). Its context id is one no parent's
+     * internal communicator can have (coll_topo.c), and it never runs a
+     * hierarchical algorithm (an internal id). */
     hcomm_comm_t pc = NULL;
-    hcomm_status_t st = hcomm_comm_split(hc_ctx.world, 0, hc_ctx.rank, &pc);
-    if (st != HCOMM_OK) return st;
+    hcomm_status_t st;
+    {
+        int *all_ranks = malloc(sizeof(int) * (size_t)hc_ctx.size);
+        if (!all_ranks) return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: topology probe");
+        for (int r = 0; r < hc_ctx.size; r++) all_ranks[r] = r;
+        uint32_t saved = hc_ctx.next_ctx_id;
+        st = hc_comm_create(HC_CTX_SUB | 0x3fffffffu, hc_ctx.size, all_ranks, &pc);
+        hc_ctx.next_ctx_id = saved;
+        free(all_ranks);
+        if (st != HCOMM_OK) return st;
+    }
     int cap = rounds * N + 1;
     hc_topo_meas_t *all = calloc((size_t)cap, sizeof(*all));
     hc_probe_row_t *rows = calloc((size_t)hc_ctx.size, sizeof(*rows));
@@ -254,6 +268,6 @@ out:
     free(all);
     free(rows);
     free(buf);
-    if (pc) (void)hcomm_comm_free(pc);
+    if (pc) hc_comm_destroy(pc);
     return st;
 }

@@ -19,6 +19,8 @@
  *                   ring  pipelined ring reduce-scatter + ring allgather
  *   broadcast,      hier  the root's rail across nodes, then each node
  *   barrier               (net_hier.c; auto: small, by the model)
+ *   allgather,      hier  rails then node (allgather), node then rails
+ *   reduce_scatter        (reduce_scatter), by the model (net_hier.c)
  *   reduce          tree  binomial tree to the root (auto: <= 64 KiB)
  *                   ring  pipelined ring reduce-scatter + gather to the root
  *   broadcast       tree  binomial tree (auto: <= 64 KiB)
@@ -114,6 +116,14 @@ const hc_coll_algo_t hc_coll_net_algos[] = {
      .colls = HC_COLL_BIT(HC_COLL_BROADCAST),
      .step = hc_net_broadcast_chain,
      .state_size = hc_net_chain_state},
+    {.name = "hier",
+     .family = "hier",
+     .colls = HC_COLL_BIT(HC_COLL_ALLGATHER) | HC_COLL_BIT(HC_COLL_REDUCE_SCATTER),
+     .applies = hc_net_hier_applies,
+     .auto_pick = hc_net_hier_blocks_auto,
+     .prepare = hc_net_hier_blocks_prepare,
+     .state_size = hc_net_hier_blocks_state,
+     .release = hc_net_hier_blocks_release},
     {.name = "rd",
      .family = "rd",
      .colls = HC_COLL_BIT(HC_COLL_ALLGATHER),

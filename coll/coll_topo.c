@@ -62,7 +62,9 @@ bool hc_coll_hier_ready(struct hcomm_comm *comm)
     cc->hier_checked = true;
     const hc_topo_map_t *map = hc_ctx.topo;
     int n = comm->size;
-    if (!map || hc_ctx.topo_mode == HC_TOPO_MODE_OFF || n < 4 || (comm->ctx_id & (HC_CTX_SUB | 0x20000000u)))
+    /* Parents below 2^28: their internal ids stay below HC_CTX_SUB |
+     * 0x20000000, clear of the probe's (api_probe.c). */
+    if (!map || hc_ctx.topo_mode == HC_TOPO_MODE_OFF || n < 4 || (comm->ctx_id & (HC_CTX_SUB | 0x30000000u)))
         return false;
     int pos;
     const int *order = hc_coll_ring_order(comm, &pos);

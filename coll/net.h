@@ -95,6 +95,10 @@ size_t hc_net_hier_small_state(const hc_coll_op_t *op);
 bool hc_net_hier_small_auto(const hc_coll_op_t *op);
 void hc_net_hier_small_release(hc_coll_op_t *op);
 hc_coll_step_fn hc_net_hier_small_prepare(hc_coll_op_t *op, const char *forced);
+size_t hc_net_hier_blocks_state(const hc_coll_op_t *op);
+bool hc_net_hier_blocks_auto(const hc_coll_op_t *op);
+void hc_net_hier_blocks_release(hc_coll_op_t *op);
+hc_coll_step_fn hc_net_hier_blocks_prepare(hc_coll_op_t *op, const char *forced);
 
 /* The algorithms, by family file. */
 hc_step_t hc_net_allreduce_rd(hc_coll_op_t *op); /* net_rd.c */

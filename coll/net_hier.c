@@ -479,3 +479,163 @@ hc_coll_step_fn hc_net_hier_small_prepare(hc_coll_op_t *op, const char *forced)
     (void)forced;
     return op->kind == HC_COLL_BROADCAST ? hc_net_broadcast_hier : hc_net_barrier_hier;
 }
+
+/* ---- allgather and reduce_scatter ------------------------------------------------------------
+ * Blocks of B bytes, one per comm rank. Along the ring the comm is N node
+ * blocks of L ranks: position k * L + i is (node k, local index i).
+ * allgather: the rails first (each rank gets the blocks of its local index
+ * from every node: the least a node can receive, (N-1) L blocks), then the
+ * node (each local index contributes its N blocks), then a copy from
+ * (i, k) order into rank order. reduce_scatter: the input copied into (i,
+ * k) order, the node reduce-scatters N blocks to each local index, then
+ * the rail reduce-scatters them one block per node. */
+
+typedef struct {
+    struct hcomm_request *child;
+    uint8_t *a, *b; /* scratch: n blocks (reduce_scatter: a) / N and n blocks (allgather) */
+} hc_hier_blocks_t;
+
+size_t hc_net_hier_blocks_state(const hc_coll_op_t *op)
+{
+    (void)op;
+    return sizeof(hc_hier_blocks_t);
+}
+
+void hc_net_hier_blocks_release(hc_coll_op_t *op)
+{
+    hc_hier_blocks_t *h = op->tmp;
+    if (h && h->child) hc_coll_child_end(h->child);
+    if (h) h->child = NULL;
+}
+
+bool hc_net_hier_blocks_auto(const hc_coll_op_t *op)
+{
+    if (!hc_net_hier_applies(op)) return false;
+    hc_coll_comm_t *cc = op->comm->coll_priv;
+    const hc_topo_map_t *map = hc_ctx.topo;
+    double a_net = map && map->net_gbps > 0 ? map->net_lat_us : HC_HIER_A_NET;
+    double b_net = map && map->net_gbps > 0 ? map->net_gbps : HC_HIER_B_NET;
+    int n = op->comm->size, N = cc->hier_N, L = cc->hier_L, pos;
+    double B = (double)op->bytes / 1e3;
+    int per_node = 1;
+    const int *order = hc_coll_ring_order(op->comm, &pos);
+    if (order && map)
+        per_node = HC_MAX(1, (hc_topo_ring_crossings(map, op->comm->world_ranks, n, order, HC_TOPO_SWITCH) + N - 1) / N);
+    double ring = (n - 1) * (a_net + B * per_node / b_net);
+    double hier = 2 * HC_HIER_A_HOST + (L - 1) * (HC_HIER_A_HOST + N * B / HC_HIER_B_HOST) +
+                  (N - 1) * (a_net + B * L / b_net) + (double)n * B / HC_HIER_B_HOST /* the copy */;
+    return hier < ring;
+}
+
+static hc_hier_blocks_t *hc_hier_blocks(hc_coll_op_t *op, hc_coll_comm_t *cc)
+{
+    if (op->tmp) return op->tmp;
+    if (hc_net_alloc(op) != HCOMM_OK) return NULL;
+    hc_hier_blocks_t *h = op->tmp;
+    memset(h, 0, sizeof(*h));
+    size_t n = (size_t)op->comm->size, N = (size_t)cc->hier_N, B = HC_ALIGN_UP(op->bytes, (size_t)HC_CACHE_LINE);
+    uint8_t *base = hc_hier_scratch(cc, B * (n + N));
+    if (!base) {
+        hc_error(HCOMM_ERR_NO_MEMORY, "%s (hier): %zu bytes of scratch", hc_coll_name(op->kind), B * (n + N));
+        return NULL;
+    }
+    h->a = base;         /* n blocks */
+    h->b = base + B * n; /* N blocks */
+    return h;
+}
+
+static hc_step_t hc_hier_blocks_wait(hc_coll_op_t *op, hc_hier_blocks_t *h, const char *level)
+{
+    if (!h->child) return HC_STEP_DONE;
+    if (!h->child->done) return HC_STEP_PENDING;
+    hcomm_status_t st = h->child->status;
+    hc_request_free(h->child);
+    h->child = NULL;
+    if (st != HCOMM_OK)
+        return hc_step_fail(hc_error(st, "%s (hier): its %s failed: %s", hc_coll_name(op->kind), level,
+                                     hc_error_last()));
+    return HC_STEP_DONE;
+}
+
+/* Scratch blocks are op->bytes apart (packed: the children see contiguous
+ * arrays); only the pool allocation is line-aligned. */
+hc_step_t hc_net_allgather_hier(hc_coll_op_t *op)
+{
+    hc_coll_comm_t *cc = op->comm->coll_priv;
+    hc_hier_blocks_t *h = hc_hier_blocks(op, cc);
+    if (!h) return hc_step_fail(HCOMM_ERR_NO_MEMORY);
+    int N = cc->hier_N, L = cc->hier_L, pos;
+    size_t B = op->bytes;
+    const int *order = hc_coll_ring_order(op->comm, &pos);
+    if (!order) return hc_step_fail(hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_allgather (hier): ring order"));
+    hc_step_t t;
+    switch (op->phase) {
+    case 0: {
+        /* In place, sbuf is this rank's block of rbuf: still there at the end (only rank-order copies land). */
+        HC_STEP_TRY(hc_coll_child_start(op, cc->hier_rail, HC_COLL_ALLGATHER, op->sbuf, h->b, op->count, op->op, 0,
+                                        &h->child));
+        op->phase = 1;
+    } /* fall through */
+    case 1:
+        t = hc_hier_blocks_wait(op, h, "allgather across nodes");
+        if (!hc_step_ok(t)) return t;
+        /* h->a in (i, k) order: local index i's N blocks, node-major inside */
+        HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_ALLGATHER, h->b, h->a, op->count * (size_t)N,
+                                        op->op, 0, &h->child));
+        op->phase = 2;
+        /* fall through */
+    case 2:
+        t = hc_hier_blocks_wait(op, h, "allgather inside the node");
+        if (!hc_step_ok(t)) return t;
+        for (int i = 0; i < L; i++)
+            for (int k = 0; k < N; k++)
+                memcpy((uint8_t *)op->rbuf + (size_t)order[k * L + i] * B, h->a + ((size_t)i * N + k) * B, B);
+        return HC_STEP_DONE;
+    }
+    return hc_step_fail(hc_error(HCOMM_ERR_INTERNAL, "hcomm_allgather (hier): phase %d", op->phase));
+}
+
+hc_step_t hc_net_reduce_scatter_hier(hc_coll_op_t *op)
+{
+    hc_coll_comm_t *cc = op->comm->coll_priv;
+    hc_hier_blocks_t *h = hc_hier_blocks(op, cc);
+    if (!h) return hc_step_fail(HCOMM_ERR_NO_MEMORY);
+    int N = cc->hier_N, L = cc->hier_L, pos;
+    size_t B = op->bytes;
+    hcomm_op_t sum = op->op == HCOMM_AVG ? HCOMM_SUM : op->op;
+    const int *order = hc_coll_ring_order(op->comm, &pos);
+    if (!order) return hc_step_fail(hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_reduce_scatter (hier): ring order"));
+    hc_step_t t;
+    switch (op->phase) {
+    case 0:
+        for (int i = 0; i < L; i++)
+            for (int k = 0; k < N; k++)
+                memcpy(h->a + ((size_t)i * N + k) * B, (const uint8_t *)op->sbuf + (size_t)order[k * L + i] * B, B);
+        HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_REDUCE_SCATTER, h->a, h->b, op->count * (size_t)N,
+                                        sum, 0, &h->child));
+        op->phase = 1;
+        /* fall through */
+    case 1:
+        t = hc_hier_blocks_wait(op, h, "reduce-scatter inside the node");
+        if (!hc_step_ok(t)) return t;
+        HC_STEP_TRY(hc_coll_child_start(op, cc->hier_rail, HC_COLL_REDUCE_SCATTER, h->b, op->rbuf, op->count, sum, 0,
+                                        &h->child));
+        op->phase = 2;
+        /* fall through */
+    case 2:
+        t = hc_hier_blocks_wait(op, h, "reduce-scatter across nodes");
+        if (!hc_step_ok(t)) return t;
+        if (op->op == HCOMM_AVG) {
+            const void *src[1] = {op->rbuf};
+            hc_reduce(op->rbuf, src, 1, op->count, op->dtype, HCOMM_AVG, op->comm->size);
+        }
+        return HC_STEP_DONE;
+    }
+    return hc_step_fail(hc_error(HCOMM_ERR_INTERNAL, "hcomm_reduce_scatter (hier): phase %d", op->phase));
+}
+
+hc_coll_step_fn hc_net_hier_blocks_prepare(hc_coll_op_t *op, const char *forced)
+{
+    (void)forced;
+    return op->kind == HC_COLL_ALLGATHER ? hc_net_allgather_hier : hc_net_reduce_scatter_hier;
+}
