@@ -58,6 +58,10 @@ typedef struct {
 #define HC_HIER_B_HOST 8.0
 #define HC_HIER_A_NET 15.0
 #define HC_HIER_B_NET 1.25
+/* Each child collective's start and wake-up, measured on netns nodes:
+ * hier broadcast of 8 B took 17-20 us against the binomial tree's 9-10 us
+ * with the same single cross-node round. */
+#define HC_HIER_LEVEL_US 4.0
 
 static double hc_hier_log2(int n)
 {
@@ -69,6 +73,26 @@ static double hc_hier_log2(int n)
 typedef struct {
     double ring, rd, hier;
 } hc_hier_model_t;
+
+/* Recursive doubling over the power-of-two part of comm: round k pairs r
+ * with r ^ 2^k and lasts as long as its slowest pair (rounds whose pairs
+ * all share a node cost the host class). S: microseconds-per-GB/s of the
+ * first round's message (bytes / 1e3); growing: round k moves 2^k times
+ * that (allgather), else the same (allreduce). */
+static double hc_hier_rd_time(struct hcomm_comm *comm, const hc_topo_map_t *map, double a_net, double b_net,
+                              double S, bool growing)
+{
+    int n = comm->size, pof2 = 1;
+    while (pof2 * 2 <= n) pof2 *= 2;
+    double t = n > pof2 ? 2 * (a_net + S / b_net) : 0, m = S;
+    for (int d = 1; d < pof2; d *= 2, m = growing ? 2 * m : m) {
+        bool cross = false;
+        for (int r = 0; r < pof2 && !cross && map; r++)
+            cross = map->node[comm->world_ranks[r]] != map->node[comm->world_ranks[r ^ d]];
+        t += cross || !map ? a_net + m / b_net : HC_HIER_A_HOST + m / HC_HIER_B_HOST;
+    }
+    return t;
+}
 
 /* Predicted microseconds of allreduce of `bytes` on comm (N nodes x L).
  * Uses only what every rank knows alike (the map, the comm, the size), so
@@ -93,17 +117,7 @@ static hc_hier_model_t hc_hier_predict(struct hcomm_comm *comm, size_t bytes)
     double b_net = map && map->net_gbps > 0 ? map->net_gbps : HC_HIER_B_NET;
     hc_hier_model_t m;
     m.ring = 2.0 * (n - 1) * (a_net + S / n / (b_net / per_node));
-    /* Recursive doubling: round k pairs r with r ^ 2^k; a round lasts as
-     * long as its slowest pair (over the power-of-two part of the comm). */
-    int pof2 = 1;
-    while (pof2 * 2 <= n) pof2 *= 2;
-    m.rd = n > pof2 ? 2 * (a_net + S / b_net) : 0;
-    for (int d = 1; d < pof2; d *= 2) {
-        bool cross = false;
-        for (int r = 0; r < pof2 && !cross && map; r++)
-            cross = map->node[comm->world_ranks[r]] != map->node[comm->world_ranks[r ^ d]];
-        m.rd += cross || !map ? a_net + S / b_net : HC_HIER_A_HOST + S / HC_HIER_B_HOST;
-    }
+    m.rd = hc_hier_rd_time(comm, map, a_net, b_net, S, false);
     /* hier: three collectives in a row, each with its start cost. */
     double intra = 2.0 * (HC_HIER_A_HOST + (L - 1) * (HC_HIER_A_HOST + S / L / HC_HIER_B_HOST));
     /* L rails share the node's link: each moves S/L at a 1/L share. */
@@ -374,20 +388,39 @@ void hc_net_hier_small_release(hc_coll_op_t *op)
     if (h) h->child = NULL;
 }
 
-/* Flat binomial/dissemination rounds vs hier's, on the model's constants. */
+
+/* Flat binomial tree (broadcast) or dissemination (barrier) rounds, each
+ * as slow as its slowest pair over the whole comm (what every rank knows
+ * alike), against hier's log2(N) network rounds plus its node levels. */
 bool hc_net_hier_small_auto(const hc_coll_op_t *op)
 {
-    if (!hc_net_hier_applies(op)) return false;
+    if (!hc_net_hier_applies(op) || op->bytes > HC_NET_SMALL_BYTES) return false;
     hc_coll_comm_t *cc = op->comm->coll_priv;
     const hc_topo_map_t *map = hc_ctx.topo;
     double a_net = map && map->net_gbps > 0 ? map->net_lat_us : HC_HIER_A_NET;
     double b_net = map && map->net_gbps > 0 ? map->net_gbps : HC_HIER_B_NET;
     double S = (double)op->bytes / 1e3;
-    double flat = hc_hier_log2(op->comm->size) * (a_net + S / b_net);
-    double node = HC_HIER_A_HOST + S / HC_HIER_B_HOST;
+    int n = op->comm->size;
+    const int *w = op->comm->world_ranks;
+    double flat = 0;
+    for (int d = 1; d < n; d *= 2) {
+        bool cross = false;
+        for (int v = 0; v < n && !cross && map; v++) {
+            int a, b;
+            if (op->kind == HC_COLL_BARRIER) {
+                a = v, b = (v + d) % n;
+            } else {
+                if (v % (2 * d) || v + d >= n) continue;
+                a = (v + op->root) % n, b = (v + d + op->root) % n;
+            }
+            cross = map->node[w[a]] != map->node[w[b]];
+        }
+        flat += cross || !map ? a_net + S / b_net : HC_HIER_A_HOST + S / HC_HIER_B_HOST;
+    }
+    int levels = op->kind == HC_COLL_BARRIER ? 3 : 2;
     double hier = hc_hier_log2(cc->hier_N) * (a_net + S / b_net) +
-                  (op->kind == HC_COLL_BARRIER ? 2 : 1) * (HC_HIER_A_HOST + node);
-    return op->bytes <= HC_NET_SMALL_BYTES && hier < flat;
+                  (levels - 1) * (HC_HIER_A_HOST + S / HC_HIER_B_HOST) + levels * HC_HIER_LEVEL_US;
+    return hier < flat;
 }
 
 static hc_hier_small_t *hc_hier_small(hc_coll_op_t *op)
@@ -521,10 +554,12 @@ bool hc_net_hier_blocks_auto(const hc_coll_op_t *op)
     const int *order = hc_coll_ring_order(op->comm, &pos);
     if (order && map)
         per_node = HC_MAX(1, (hc_topo_ring_crossings(map, op->comm->world_ranks, n, order, HC_TOPO_SWITCH) + N - 1) / N);
-    double ring = (n - 1) * (a_net + B * per_node / b_net);
-    double hier = 2 * HC_HIER_A_HOST + (L - 1) * (HC_HIER_A_HOST + N * B / HC_HIER_B_HOST) +
+    double flat = (n - 1) * (a_net + B * per_node / b_net); /* the ring */
+    if (op->kind == HC_COLL_ALLGATHER && !(n & (n - 1)) && op->bytes * (size_t)n <= HC_NET_SMALL_BYTES)
+        flat = HC_MIN(flat, hc_hier_rd_time(op->comm, map, a_net, b_net, B, true));
+    double hier = 2 * (HC_HIER_A_HOST + HC_HIER_LEVEL_US) + (L - 1) * (HC_HIER_A_HOST + N * B / HC_HIER_B_HOST) +
                   (N - 1) * (a_net + B * L / b_net) + (double)n * B / HC_HIER_B_HOST /* the copy */;
-    return hier < ring;
+    return hier < flat;
 }
 
 static hc_hier_blocks_t *hc_hier_blocks(hc_coll_op_t *op, hc_coll_comm_t *cc)
