@@ -92,7 +92,7 @@ static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
     if (!op->step && forced) {
         /* The forced family does not implement this collective (at this
          * size or rank count): the automatic choice, said once per kind. */
-        if (!(hc_coll_fallback_logged & (1u << op->kind))) {
+        if (!(hc_coll_fallback_logged & (1u << op->kind)) && !(op->comm->ctx_id & HC_CTX_SUB)) {
             hc_coll_fallback_logged |= 1u << op->kind;
             hc_log_warn("HCOMM_ALGO=%s does not implement %s on %d ranks (%zu bytes): using the "
                         "automatic choice for it",

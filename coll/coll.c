@@ -47,6 +47,7 @@ hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm)
 
 void hc_coll_op_init(hc_coll_op_t *op)
 {
+    op->end_status = HCOMM_OK;
     /* Only the algorithm state is reset: hc_coll_post sets the arguments. */
     op->started = false;
     op->error = 0;
@@ -152,6 +153,7 @@ static bool hc_coll_op_inflight(const hc_coll_op_t *op)
 static void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status)
 {
     struct hcomm_request *req = op->req;
+    op->end_status = status; /* for the entry's release hook */
     hc_list_del(&op->link);
     if (status != HCOMM_OK)
         hc_coll_break(op->comm, status, hc_error_last());
@@ -185,7 +187,10 @@ static int hc_coll_run(struct hcomm_comm *comm)
         if (!rc.done) {
             /* A step that moved counts as an event: the wait stays hot. */
             done += op->phase * 8 + op->state != before;
-            int dead = hc_coll_failed_member(comm);
+            /* An op made of child collectives (hier) waits only on the
+             * members of its children's comms, which check them: a member
+             * that finished its part and left must not fail the others'. */
+            int dead = op->entry && op->entry->release ? -1 : hc_coll_failed_member(comm);
             hc_coll_comm_t *cc = comm->coll_priv;
             if (HC_LIKELY(dead < 0 && cc->gave_up_rank < 0))
                 break;
@@ -523,15 +528,31 @@ hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm
     return HCOMM_OK;
 }
 
-void hc_coll_child_end(struct hcomm_request *req)
+void hc_coll_child_end(struct hcomm_request *req, hcomm_status_t status)
 {
     if (!req) return;
     if (!req->done && req->coll) {
+        /* The parent failed with status (a dead peer elsewhere, a
+         * timeout): the members of this child's comm learn it with that
+         * status, not a bare "aborted". */
+        if (status == HCOMM_OK || status == HCOMM_IN_PROGRESS) status = HCOMM_ERR_ABORTED;
         struct hcomm_comm *comm = req->coll->comm;
-        hc_coll_break(comm, HCOMM_ERR_ABORTED, "the collective it was part of ended");
-        while (!hc_list_empty(&comm->coll_queue))
-            hc_coll_finish(hc_container_of(comm->coll_queue.next, hc_coll_op_t, link),
-                           HCOMM_ERR_ABORTED);
+        char why[200];
+        snprintf(why, sizeof(why), "the collective it was part of failed (%s)", hcomm_strerror(status));
+        hc_coll_comm_t *cc = hc_coll_comm(comm);
+        bool was_broken = cc && cc->broken;
+        hc_coll_break(comm, status, why);
+        /* hc_coll_break does not relay a dead peer (every member sees it
+         * for itself): here the dead peer may be no member of this comm,
+         * so its members must be told. */
+        if (cc && !was_broken && status == HCOMM_ERR_PEER_FAILED) {
+            if (cc->node) hc_coll_node_give_up(cc->node, status);
+            if (comm->size > 1) hc_p2p_give_up(comm, status);
+        }
+        while (!hc_list_empty(&comm->coll_queue)) {
+            hc_error(status, "%s", why);
+            hc_coll_finish(hc_container_of(comm->coll_queue.next, hc_coll_op_t, link), status);
+        }
     }
     hc_request_free(req);
 }

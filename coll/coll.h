@@ -95,6 +95,7 @@ struct hc_coll_op {
     /* A failure the step found without returning it (node algorithms: the
      * ranks disagree on the collective): the engine ends the op with it. */
     int error;
+    hcomm_status_t end_status; /* how it ended (hc_coll_finish), for the release hook */
     /* Failed, waiting for its in-flight sends to leave the driver. */
     bool draining;
     hcomm_status_t drain_status;
@@ -251,11 +252,12 @@ hcomm_status_t hc_coll_op_create(hc_coll_kind_t kind, const void *sbuf, void *rb
                                  struct hcomm_comm *comm, hc_coll_op_t **op_p);
 /* A collective on an internal communicator, started from a step: the
  * request completes when it ends (hc_coll_child_end frees it, abandoning
- * the op and everything queued behind it on its comm if it still runs). */
+ * the op and everything queued behind it on its comm with status if it
+ * still runs). */
 hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm, hc_coll_kind_t kind,
                                    const void *sbuf, void *rbuf, size_t count, hcomm_op_t rop, int root,
                                    struct hcomm_request **req_p);
-void hc_coll_child_end(struct hcomm_request *req);
+void hc_coll_child_end(struct hcomm_request *req, hcomm_status_t status);
 
 /* ---- p2p algorithms (coll_net.c) --------------------------------------------- */
 

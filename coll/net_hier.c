@@ -192,8 +192,8 @@ void hc_net_hier_release(hc_coll_op_t *op)
 {
     hc_hier_t *h = op->tmp;
     if (!h) return;
-    for (int i = 0; i < h->nq_n; i++) hc_coll_child_end(h->nq[i]);
-    for (int i = 0; i < h->rq_n; i++) hc_coll_child_end(h->rq[i]);
+    for (int i = 0; i < h->nq_n; i++) hc_coll_child_end(h->nq[i], op->end_status);
+    for (int i = 0; i < h->rq_n; i++) hc_coll_child_end(h->rq[i], op->end_status);
     h->nq_n = h->rq_n = 0;
 }
 
@@ -214,10 +214,19 @@ static bool hc_hier_padded(const hc_coll_op_t *op, const hc_hier_t *h, int k, in
     return hc_hier_len(op, h, k) % (size_t)L != 0;
 }
 
+/* Why a child collective failed: the reason its communicator recorded
+ * when it broke (copied: the caller's hc_error reuses the error buffer). */
+static hc_step_t hc_hier_child_fail(const char *what, const char *level, struct hcomm_request *req)
+{
+    char why[256];
+    hc_coll_comm_t *cc = req->comm ? req->comm->coll_priv : NULL;
+    snprintf(why, sizeof(why), "%s", cc && cc->broken ? cc->broken_why : hcomm_strerror(req->status));
+    return hc_step_fail(hc_error(req->status, "%s (hier): its %s failed: %s", what, level, why));
+}
+
 static hc_step_t hc_hier_failed(struct hcomm_request *req, const char *level)
 {
-    hcomm_status_t st = req->status;
-    return hc_step_fail(hc_error(st, "hcomm_allreduce (hier): its %s failed: %s", level, hc_error_last()));
+    return hc_hier_child_fail("hcomm_allreduce", level, req);
 }
 
 static hc_step_t hc_hier_setup(hc_coll_op_t *op, hc_coll_comm_t *cc)
@@ -384,7 +393,7 @@ size_t hc_net_hier_small_state(const hc_coll_op_t *op)
 void hc_net_hier_small_release(hc_coll_op_t *op)
 {
     hc_hier_small_t *h = op->tmp;
-    if (h && h->child) hc_coll_child_end(h->child);
+    if (h && h->child) hc_coll_child_end(h->child, op->end_status);
     if (h) h->child = NULL;
 }
 
@@ -437,11 +446,9 @@ static hc_step_t hc_hier_small_wait(hc_hier_small_t *h, const char *what, const 
 {
     if (!h->child) return HC_STEP_DONE;
     if (!h->child->done) return HC_STEP_PENDING;
-    hcomm_status_t st = h->child->status;
+    if (h->child->status != HCOMM_OK) return hc_hier_child_fail(what, level, h->child); /* freed by release */
     hc_request_free(h->child);
     h->child = NULL;
-    if (st != HCOMM_OK)
-        return hc_step_fail(hc_error(st, "%s (hier): its %s failed: %s", what, level, hc_error_last()));
     return HC_STEP_DONE;
 }
 
@@ -537,7 +544,7 @@ size_t hc_net_hier_blocks_state(const hc_coll_op_t *op)
 void hc_net_hier_blocks_release(hc_coll_op_t *op)
 {
     hc_hier_blocks_t *h = op->tmp;
-    if (h && h->child) hc_coll_child_end(h->child);
+    if (h && h->child) hc_coll_child_end(h->child, op->end_status);
     if (h) h->child = NULL;
 }
 
@@ -583,12 +590,9 @@ static hc_step_t hc_hier_blocks_wait(hc_coll_op_t *op, hc_hier_blocks_t *h, cons
 {
     if (!h->child) return HC_STEP_DONE;
     if (!h->child->done) return HC_STEP_PENDING;
-    hcomm_status_t st = h->child->status;
+    if (h->child->status != HCOMM_OK) return hc_hier_child_fail(hc_coll_name(op->kind), level, h->child);
     hc_request_free(h->child);
     h->child = NULL;
-    if (st != HCOMM_OK)
-        return hc_step_fail(hc_error(st, "%s (hier): its %s failed: %s", hc_coll_name(op->kind), level,
-                                     hc_error_last()));
     return HC_STEP_DONE;
 }
 

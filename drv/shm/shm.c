@@ -496,6 +496,22 @@ static hcomm_status_t hc_drv_shm_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr,
 
 /* Single-copy transfer with the peer process (CMA), looping over partial
  * transfers: process_vm_readv for get, process_vm_writev for write. */
+/* The process is gone, or a zombie, or dying (/proc/PID/stat state Z, X,
+ * x): what a CMA failure during a peer's exit looks like. */
+static bool hc_shm_pid_gone(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return true;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ') return false;
+    return p[2] == 'Z' || p[2] == 'X' || p[2] == 'x';
+}
+
 static hcomm_status_t hc_shm_cma(hc_conn_t *conn, void *local, uint64_t raddr, size_t len,
                                  bool write)
 {
@@ -506,6 +522,11 @@ static hcomm_status_t hc_shm_cma(hc_conn_t *conn, void *local, uint64_t raddr, s
         struct iovec r = {.iov_base = (void *)(uintptr_t)(raddr + done), .iov_len = len - done};
         ssize_t n = write ? process_vm_writev(c->pid, &l, 1, &r, 1, 0)
                           : process_vm_readv(c->pid, &l, 1, &r, 1, 0);
+        if (n <= 0 && (errno == ESRCH || (errno == EFAULT && hc_shm_pid_gone(c->pid))))
+            /* the peer's process is gone (or exiting: its memory is being
+             * torn down): a peer failure, not an I/O error */
+            return hc_error(HCOMM_ERR_PEER_FAILED, "shm: rank %d's process is gone (process_vm_%s)",
+                            conn->peer, write ? "writev" : "readv");
         if (n <= 0)
             return hc_error_errno(HCOMM_ERR_IO, errno, "shm: process_vm_%s rank %d",
                                   write ? "writev to" : "readv from", conn->peer);
