@@ -91,13 +91,11 @@ size_t hc_net_hier_state(const hc_coll_op_t *op); /* net_hier.c */
 bool hc_net_hier_applies(const hc_coll_op_t *op);
 bool hc_net_hier_auto(const hc_coll_op_t *op);
 void hc_net_hier_release(hc_coll_op_t *op);
-size_t hc_net_hier_small_state(const hc_coll_op_t *op);
+size_t hc_net_hier_seq_state(const hc_coll_op_t *op); /* broadcast, barrier, allgather, reduce_scatter */
+void hc_net_hier_seq_release(hc_coll_op_t *op);
 bool hc_net_hier_small_auto(const hc_coll_op_t *op);
-void hc_net_hier_small_release(hc_coll_op_t *op);
 hc_coll_step_fn hc_net_hier_small_prepare(hc_coll_op_t *op, const char *forced);
-size_t hc_net_hier_blocks_state(const hc_coll_op_t *op);
 bool hc_net_hier_blocks_auto(const hc_coll_op_t *op);
-void hc_net_hier_blocks_release(hc_coll_op_t *op);
 hc_coll_step_fn hc_net_hier_blocks_prepare(hc_coll_op_t *op, const char *forced);
 
 /* The algorithms, by family file. */

@@ -371,6 +371,56 @@ hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op)
     return HC_STEP_DONE;
 }
 
+/* ---- broadcast, barrier, allgather, reduce_scatter: levels in sequence --------------------------
+ * One child collective at a time (h->child); the state is the same for
+ * all four. */
+
+typedef struct {
+    struct hcomm_request *child;
+    uint8_t *a, *b; /* allgather, reduce_scatter: scratch of n and N blocks */
+} hc_hier_seq_t;
+
+size_t hc_net_hier_seq_state(const hc_coll_op_t *op)
+{
+    (void)op;
+    return sizeof(hc_hier_seq_t);
+}
+
+void hc_net_hier_seq_release(hc_coll_op_t *op)
+{
+    hc_hier_seq_t *h = op->tmp;
+    if (h && h->child) hc_coll_child_end(h->child, op->end_status);
+    if (h) h->child = NULL;
+}
+
+static hc_hier_seq_t *hc_hier_seq(hc_coll_op_t *op, hc_coll_comm_t *cc, bool blocks)
+{
+    if (op->tmp) return op->tmp;
+    if (hc_net_alloc(op) != HCOMM_OK) return NULL;
+    hc_hier_seq_t *h = op->tmp;
+    memset(h, 0, sizeof(*h));
+    if (!blocks) return h;
+    size_t n = (size_t)op->comm->size, N = (size_t)cc->hier_N, B = HC_ALIGN_UP(op->bytes, (size_t)HC_CACHE_LINE);
+    uint8_t *base = hc_hier_scratch(cc, B * (n + N));
+    if (!base) {
+        hc_error(HCOMM_ERR_NO_MEMORY, "%s (hier): %zu bytes of scratch", hc_coll_name(op->kind), B * (n + N));
+        return NULL;
+    }
+    h->a = base;         /* n blocks */
+    h->b = base + B * n; /* N blocks */
+    return h;
+}
+
+static hc_step_t hc_hier_seq_wait(hc_coll_op_t *op, hc_hier_seq_t *h, const char *level)
+{
+    if (!h->child) return HC_STEP_DONE;
+    if (!h->child->done) return HC_STEP_PENDING;
+    if (h->child->status != HCOMM_OK) return hc_hier_child_fail(hc_coll_name(op->kind), level, h->child);
+    hc_request_free(h->child);
+    h->child = NULL;
+    return HC_STEP_DONE;
+}
+
 /* ---- broadcast and barrier ----------------------------------------------------------------------
  * broadcast: the root's rail broadcasts from the root across nodes (only
  * the ranks of the root's local index take part), then every node
@@ -379,24 +429,6 @@ hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op)
  * child collective, as above; the model: log2(N) network rounds and one
  * node step per level against the flat algorithm's log2(n) rounds, each
  * as slow as its slowest pair. */
-
-typedef struct {
-    struct hcomm_request *child;
-} hc_hier_small_t;
-
-size_t hc_net_hier_small_state(const hc_coll_op_t *op)
-{
-    (void)op;
-    return sizeof(hc_hier_small_t);
-}
-
-void hc_net_hier_small_release(hc_coll_op_t *op)
-{
-    hc_hier_small_t *h = op->tmp;
-    if (h && h->child) hc_coll_child_end(h->child, op->end_status);
-    if (h) h->child = NULL;
-}
-
 
 /* Flat binomial tree (broadcast) or dissemination (barrier) rounds, each
  * as slow as its slowest pair over the whole comm (what every rank knows
@@ -432,30 +464,10 @@ bool hc_net_hier_small_auto(const hc_coll_op_t *op)
     return hier < flat;
 }
 
-static hc_hier_small_t *hc_hier_small(hc_coll_op_t *op)
-{
-    if (!op->tmp) {
-        if (hc_net_alloc(op) != HCOMM_OK) return NULL;
-        memset(op->tmp, 0, sizeof(hc_hier_small_t));
-    }
-    return op->tmp;
-}
-
-/* The next level's outcome: pending, done (request freed), failed. */
-static hc_step_t hc_hier_small_wait(hc_hier_small_t *h, const char *what, const char *level)
-{
-    if (!h->child) return HC_STEP_DONE;
-    if (!h->child->done) return HC_STEP_PENDING;
-    if (h->child->status != HCOMM_OK) return hc_hier_child_fail(what, level, h->child); /* freed by release */
-    hc_request_free(h->child);
-    h->child = NULL;
-    return HC_STEP_DONE;
-}
-
 hc_step_t hc_net_broadcast_hier(hc_coll_op_t *op)
 {
     hc_coll_comm_t *cc = op->comm->coll_priv;
-    hc_hier_small_t *h = hc_hier_small(op);
+    hc_hier_seq_t *h = hc_hier_seq(op, cc, false);
     if (!h) return hc_step_fail(HCOMM_ERR_NO_MEMORY);
     int L = cc->hier_L, pos, rootp = 0;
     const int *order = hc_coll_ring_order(op->comm, &pos);
@@ -471,14 +483,14 @@ hc_step_t hc_net_broadcast_hier(hc_coll_op_t *op)
         op->phase = 1;
         /* fall through */
     case 1:
-        t = hc_hier_small_wait(h, "hcomm_broadcast", "broadcast across nodes");
+        t = hc_hier_seq_wait(op, h, "broadcast across nodes");
         if (!hc_step_ok(t)) return t;
         HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_BROADCAST, op->rbuf, op->rbuf, op->count,
                                         op->op, root_i, &h->child));
         op->phase = 2;
         /* fall through */
     case 2:
-        return hc_hier_small_wait(h, "hcomm_broadcast", "broadcast inside the node");
+        return hc_hier_seq_wait(op, h, "broadcast inside the node");
     }
     return hc_step_fail(hc_error(HCOMM_ERR_INTERNAL, "hcomm_broadcast (hier): phase %d", op->phase));
 }
@@ -486,7 +498,7 @@ hc_step_t hc_net_broadcast_hier(hc_coll_op_t *op)
 hc_step_t hc_net_barrier_hier(hc_coll_op_t *op)
 {
     hc_coll_comm_t *cc = op->comm->coll_priv;
-    hc_hier_small_t *h = hc_hier_small(op);
+    hc_hier_seq_t *h = hc_hier_seq(op, cc, false);
     if (!h) return hc_step_fail(HCOMM_ERR_NO_MEMORY);
     hc_step_t t;
     switch (op->phase) {
@@ -495,7 +507,7 @@ hc_step_t hc_net_barrier_hier(hc_coll_op_t *op)
         op->phase = 1;
         /* fall through */
     case 1:
-        t = hc_hier_small_wait(h, "hcomm_barrier", "barrier inside the node");
+        t = hc_hier_seq_wait(op, h, "barrier inside the node");
         if (!hc_step_ok(t)) return t;
         if (cc->hier_i == 0)
             HC_STEP_TRY(hc_coll_child_start(op, cc->hier_rail, HC_COLL_BARRIER, NULL, NULL, 0, op->op, 0,
@@ -503,13 +515,13 @@ hc_step_t hc_net_barrier_hier(hc_coll_op_t *op)
         op->phase = 2;
         /* fall through */
     case 2:
-        t = hc_hier_small_wait(h, "hcomm_barrier", "barrier across nodes");
+        t = hc_hier_seq_wait(op, h, "barrier across nodes");
         if (!hc_step_ok(t)) return t;
         HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_BARRIER, NULL, NULL, 0, op->op, 0, &h->child));
         op->phase = 3;
         /* fall through */
     case 3:
-        return hc_hier_small_wait(h, "hcomm_barrier", "barrier inside the node (release)");
+        return hc_hier_seq_wait(op, h, "barrier inside the node (release)");
     }
     return hc_step_fail(hc_error(HCOMM_ERR_INTERNAL, "hcomm_barrier (hier): phase %d", op->phase));
 }
@@ -529,24 +541,6 @@ hc_coll_step_fn hc_net_hier_small_prepare(hc_coll_op_t *op, const char *forced)
  * (i, k) order into rank order. reduce_scatter: the input copied into (i,
  * k) order, the node reduce-scatters N blocks to each local index, then
  * the rail reduce-scatters them one block per node. */
-
-typedef struct {
-    struct hcomm_request *child;
-    uint8_t *a, *b; /* scratch: n blocks (reduce_scatter: a) / N and n blocks (allgather) */
-} hc_hier_blocks_t;
-
-size_t hc_net_hier_blocks_state(const hc_coll_op_t *op)
-{
-    (void)op;
-    return sizeof(hc_hier_blocks_t);
-}
-
-void hc_net_hier_blocks_release(hc_coll_op_t *op)
-{
-    hc_hier_blocks_t *h = op->tmp;
-    if (h && h->child) hc_coll_child_end(h->child, op->end_status);
-    if (h) h->child = NULL;
-}
 
 bool hc_net_hier_blocks_auto(const hc_coll_op_t *op)
 {
@@ -569,39 +563,12 @@ bool hc_net_hier_blocks_auto(const hc_coll_op_t *op)
     return hier < flat;
 }
 
-static hc_hier_blocks_t *hc_hier_blocks(hc_coll_op_t *op, hc_coll_comm_t *cc)
-{
-    if (op->tmp) return op->tmp;
-    if (hc_net_alloc(op) != HCOMM_OK) return NULL;
-    hc_hier_blocks_t *h = op->tmp;
-    memset(h, 0, sizeof(*h));
-    size_t n = (size_t)op->comm->size, N = (size_t)cc->hier_N, B = HC_ALIGN_UP(op->bytes, (size_t)HC_CACHE_LINE);
-    uint8_t *base = hc_hier_scratch(cc, B * (n + N));
-    if (!base) {
-        hc_error(HCOMM_ERR_NO_MEMORY, "%s (hier): %zu bytes of scratch", hc_coll_name(op->kind), B * (n + N));
-        return NULL;
-    }
-    h->a = base;         /* n blocks */
-    h->b = base + B * n; /* N blocks */
-    return h;
-}
-
-static hc_step_t hc_hier_blocks_wait(hc_coll_op_t *op, hc_hier_blocks_t *h, const char *level)
-{
-    if (!h->child) return HC_STEP_DONE;
-    if (!h->child->done) return HC_STEP_PENDING;
-    if (h->child->status != HCOMM_OK) return hc_hier_child_fail(hc_coll_name(op->kind), level, h->child);
-    hc_request_free(h->child);
-    h->child = NULL;
-    return HC_STEP_DONE;
-}
-
 /* Scratch blocks are op->bytes apart (packed: the children see contiguous
  * arrays); only the pool allocation is line-aligned. */
 hc_step_t hc_net_allgather_hier(hc_coll_op_t *op)
 {
     hc_coll_comm_t *cc = op->comm->coll_priv;
-    hc_hier_blocks_t *h = hc_hier_blocks(op, cc);
+    hc_hier_seq_t *h = hc_hier_seq(op, cc, true);
     if (!h) return hc_step_fail(HCOMM_ERR_NO_MEMORY);
     int N = cc->hier_N, L = cc->hier_L, pos;
     size_t B = op->bytes;
@@ -616,7 +583,7 @@ hc_step_t hc_net_allgather_hier(hc_coll_op_t *op)
         op->phase = 1;
     } /* fall through */
     case 1:
-        t = hc_hier_blocks_wait(op, h, "allgather across nodes");
+        t = hc_hier_seq_wait(op, h, "allgather across nodes");
         if (!hc_step_ok(t)) return t;
         /* h->a in (i, k) order: local index i's N blocks, node-major inside */
         HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_ALLGATHER, h->b, h->a, op->count * (size_t)N,
@@ -624,7 +591,7 @@ hc_step_t hc_net_allgather_hier(hc_coll_op_t *op)
         op->phase = 2;
         /* fall through */
     case 2:
-        t = hc_hier_blocks_wait(op, h, "allgather inside the node");
+        t = hc_hier_seq_wait(op, h, "allgather inside the node");
         if (!hc_step_ok(t)) return t;
         for (int i = 0; i < L; i++)
             for (int k = 0; k < N; k++)
@@ -637,7 +604,7 @@ hc_step_t hc_net_allgather_hier(hc_coll_op_t *op)
 hc_step_t hc_net_reduce_scatter_hier(hc_coll_op_t *op)
 {
     hc_coll_comm_t *cc = op->comm->coll_priv;
-    hc_hier_blocks_t *h = hc_hier_blocks(op, cc);
+    hc_hier_seq_t *h = hc_hier_seq(op, cc, true);
     if (!h) return hc_step_fail(HCOMM_ERR_NO_MEMORY);
     int N = cc->hier_N, L = cc->hier_L, pos;
     size_t B = op->bytes;
@@ -655,14 +622,14 @@ hc_step_t hc_net_reduce_scatter_hier(hc_coll_op_t *op)
         op->phase = 1;
         /* fall through */
     case 1:
-        t = hc_hier_blocks_wait(op, h, "reduce-scatter inside the node");
+        t = hc_hier_seq_wait(op, h, "reduce-scatter inside the node");
         if (!hc_step_ok(t)) return t;
         HC_STEP_TRY(hc_coll_child_start(op, cc->hier_rail, HC_COLL_REDUCE_SCATTER, h->b, op->rbuf, op->count, sum, 0,
                                         &h->child));
         op->phase = 2;
         /* fall through */
     case 2:
-        t = hc_hier_blocks_wait(op, h, "reduce-scatter across nodes");
+        t = hc_hier_seq_wait(op, h, "reduce-scatter across nodes");
         if (!hc_step_ok(t)) return t;
         if (op->op == HCOMM_AVG) {
             const void *src[1] = {op->rbuf};
