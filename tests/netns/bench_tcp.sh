@@ -47,14 +47,7 @@ gl_run() { # BYTES ITERS: gloo's output (rank 0)
 
 ompi_run() {
     mpicc -O2 "$here/mpi_ref.c" -o "$work/mpi_ref" || return 1
-    cat >"$work/agent.sh" <<AGENT
-#!/bin/bash
-# rsh agent: "agent HOST cmd..." runs cmd in the namespace that owns HOST.
-host=\$1; shift
-i=\$(( \${host##*.} - 1 ))
-exec ip netns exec hcn-$HCN_JOB-\$i /bin/sh -c "\$*"
-AGENT
-    chmod +x "$work/agent.sh"
+    "$here/netns.sh" rsh-agent "$work/agent.sh"
     "$here/netns.sh" run 0 mpirun --allow-run-as-root -np 2 \
         --host 10.77.0.1,10.77.0.2 --mca plm_rsh_agent "$work/agent.sh" \
         --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \

@@ -88,13 +88,7 @@ ompi_bw() { # MCA args...: busbw GB/s of the 16 MiB allreduce
 }
 M_BW_tuned="" M_BW_han=""
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null && mpicc -O2 "$here/mpi_ref.c" -o "$work/mpi_ref"; then
-    cat >"$work/agent.sh" <<AGENT
-#!/bin/bash
-host=\$1; shift
-i=\$(( \${host##*.} - 1 ))
-exec ip netns exec hcn-$HCN_JOB-\$i /bin/sh -c "\$*"
-AGENT
-    chmod +x "$work/agent.sh"
+    "$here/netns.sh" rsh-agent "$work/agent.sh"
     M_BW_tuned=$(ompi_bw --mca coll_han_priority 0)
     M_BW_han=$(ompi_bw --mca coll_han_priority 100)
     printf '%-6s %14s   (Open MPI %s, coll tuned, one run)\n' tuned "${M_BW_tuned:-failed}" "$(mpirun --version | head -1 | awk '{print $NF}')"

@@ -57,8 +57,19 @@ run)
     shift 2
     exec ip netns exec "$pfx-$node" "$@"
     ;;
+rsh-agent)
+    # rsh-agent FILE: writes an rsh agent for mpirun (--mca plm_rsh_agent
+    # FILE): "FILE HOST cmd..." runs cmd in the namespace that owns HOST.
+    cat >"${2:?rsh-agent needs a file}" <<AGENT
+#!/bin/bash
+host=\$1; shift
+i=\$(( \${host##*.} - 1 ))
+exec ip netns exec $pfx-\$i /bin/sh -c "\$*"
+AGENT
+    chmod +x "$2"
+    ;;
 *)
-    echo "usage: HCN_JOB=id $0 up N | down | run NODE cmd..." >&2
+    echo "usage: HCN_JOB=id $0 up N | down | run NODE cmd... | rsh-agent FILE" >&2
     exit 2
     ;;
 esac
