@@ -253,7 +253,9 @@ hcomm_status_t hc_api_topo_probe(void)
         if (st == HCOMM_OK && client && mine.n < HC_PROBE_MAX_ENTRIES) mine.e[mine.n++] = m;
     }
     if (st != HCOMM_OK) {
-        hc_error(st, "hcomm_init: topology probe (HCOMM_TOPO_PROBE=0 skips it): %s", hcomm_last_error());
+        char why[400]; /* hc_error writes the buffer hcomm_last_error reads */
+        snprintf(why, sizeof(why), "%s", hcomm_last_error());
+        hc_error(st, "hcomm_init: topology probe (HCOMM_TOPO_PROBE=0 skips it): %s", why);
         goto out;
     }
     if ((st = hcomm_allgather(&mine, rows, sizeof(mine), HCOMM_UINT8, pc)) != HCOMM_OK) goto out;

@@ -35,9 +35,14 @@ const char *hc_error_last(void)
 static hcomm_status_t hc_error_vset(hcomm_status_t status, int errno_value, const char *fmt,
                                     va_list ap)
 {
-    int n = vsnprintf(hc_error_buf, sizeof(hc_error_buf), fmt, ap);
-    if (errno_value && n >= 0 && (size_t)n < sizeof(hc_error_buf))
-        snprintf(hc_error_buf + n, sizeof(hc_error_buf) - (size_t)n, ": %s", strerror(errno_value));
+    /* Formatted aside first: a message may quote the previous one
+     * (hc_error(st, "...: %s", hc_error_last())), which lives in the buffer
+     * being written. */
+    char text[sizeof(hc_error_buf)];
+    int n = vsnprintf(text, sizeof(text), fmt, ap);
+    if (errno_value && n >= 0 && (size_t)n < sizeof(text))
+        snprintf(text + n, sizeof(text) - (size_t)n, ": %s", strerror(errno_value));
+    memcpy(hc_error_buf, text, sizeof(hc_error_buf));
     hc_log_debug("%s (%s)", hc_error_buf, hcomm_strerror(status));
     return status;
 }
