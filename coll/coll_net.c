@@ -19,6 +19,8 @@
  *                   ring  pipelined ring reduce-scatter + ring allgather
  *   broadcast,      hier  the root's rail across nodes, then each node
  *   barrier               (net_hier.c; auto: small, by the model)
+ *   reduce          hier  node reduce-scatter, rails reduce to the root's node,
+ *                         slices to the root (net_hier.c; auto: the allreduce model)
  *   allgather,      hier  rails then node (allgather), node then rails
  *   reduce_scatter        (reduce_scatter), by the model (net_hier.c)
  *   reduce          tree  binomial tree to the root (auto: <= 64 KiB)
@@ -87,6 +89,14 @@ const hc_coll_algo_t hc_coll_net_algos[] = {
      .colls = HC_COLL_BIT(HC_COLL_ALLREDUCE),
      .step = hc_net_allreduce_ring,
      .state_size = hc_net_allreduce_ring_state},
+    {.name = "hier",
+     .family = "hier",
+     .colls = HC_COLL_BIT(HC_COLL_REDUCE),
+     .applies = hc_net_hier_applies,
+     .auto_pick = hc_net_hier_reduce_auto,
+     .step = hc_net_reduce_hier,
+     .state_size = hc_net_hier_reduce_state,
+     .release = hc_net_hier_reduce_release},
     {.name = "tree",
      .family = "tree",
      .colls = HC_COLL_BIT(HC_COLL_REDUCE),

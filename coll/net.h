@@ -97,6 +97,9 @@ bool hc_net_hier_small_auto(const hc_coll_op_t *op);
 hc_coll_step_fn hc_net_hier_small_prepare(hc_coll_op_t *op, const char *forced);
 bool hc_net_hier_blocks_auto(const hc_coll_op_t *op);
 hc_coll_step_fn hc_net_hier_blocks_prepare(hc_coll_op_t *op, const char *forced);
+size_t hc_net_hier_reduce_state(const hc_coll_op_t *op);
+void hc_net_hier_reduce_release(hc_coll_op_t *op);
+bool hc_net_hier_reduce_auto(const hc_coll_op_t *op);
 
 /* The algorithms, by family file. */
 hc_step_t hc_net_allreduce_rd(hc_coll_op_t *op); /* net_rd.c */
@@ -113,5 +116,6 @@ hc_step_t hc_net_barrier(hc_coll_op_t *op);
 hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op); /* net_hier.c */
 hc_step_t hc_net_broadcast_hier(hc_coll_op_t *op);
 hc_step_t hc_net_barrier_hier(hc_coll_op_t *op);
+hc_step_t hc_net_reduce_hier(hc_coll_op_t *op);
 
 #endif /* HC_COLL_NET_H */
