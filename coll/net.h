@@ -97,8 +97,6 @@ bool hc_net_hier_small_auto(const hc_coll_op_t *op);
 hc_coll_step_fn hc_net_hier_small_prepare(hc_coll_op_t *op, const char *forced);
 bool hc_net_hier_blocks_auto(const hc_coll_op_t *op);
 hc_coll_step_fn hc_net_hier_blocks_prepare(hc_coll_op_t *op, const char *forced);
-size_t hc_net_hier_reduce_state(const hc_coll_op_t *op);
-void hc_net_hier_reduce_release(hc_coll_op_t *op);
 bool hc_net_hier_reduce_auto(const hc_coll_op_t *op);
 
 /* The algorithms, by family file. */

@@ -371,13 +371,19 @@ hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op)
     return HC_STEP_DONE;
 }
 
-/* ---- broadcast, barrier, allgather, reduce_scatter: levels in sequence --------------------------
+/* ---- broadcast, barrier, allgather, reduce_scatter, reduce: levels in sequence --------------------------
  * One child collective at a time (h->child); the state is the same for
- * all four. */
+ * all five. */
 
 typedef struct {
     struct hcomm_request *child;
     uint8_t *a, *b; /* allgather, reduce_scatter: scratch of n and N blocks */
+    /* reduce */
+    size_t slice;   /* elements */
+    uint8_t *blk;   /* this rank's slice of the node's sum */
+    uint8_t *red;   /* the rail's reduced slice (ranks of the root's node) */
+    uint8_t *pad;   /* L slices when L does not divide count: padded input, then the root's output */
+    int root_node, root_i;
 } hc_hier_seq_t;
 
 size_t hc_net_hier_seq_state(const hc_coll_op_t *op)
@@ -655,48 +661,15 @@ hc_coll_step_fn hc_net_hier_blocks_prepare(hc_coll_op_t *op, const char *forced)
  * root's node. Decided by the allreduce model (reduce is about half of an
  * allreduce on either side). */
 
-typedef struct {
-    struct hcomm_request *child;
-    size_t b;     /* slice elements */
-    uint8_t *blk; /* this rank's slice of the node's sum */
-    uint8_t *red; /* the rail's reduced slice (ranks of the root's node) */
-    uint8_t *pad; /* L * b elements when L does not divide count: padded input, then the root's output */
-    int root_node, root_i;
-} hc_hier_reduce_t;
-
-size_t hc_net_hier_reduce_state(const hc_coll_op_t *op)
-{
-    (void)op;
-    return sizeof(hc_hier_reduce_t);
-}
-
-void hc_net_hier_reduce_release(hc_coll_op_t *op)
-{
-    hc_hier_reduce_t *h = op->tmp;
-    if (h && h->child) hc_coll_child_end(h->child, op->end_status);
-    if (h) h->child = NULL;
-}
-
 bool hc_net_hier_reduce_auto(const hc_coll_op_t *op)
 {
     return hc_net_hier_auto(op);
 }
 
-static hc_step_t hc_hier_reduce_wait(hc_coll_op_t *op, hc_hier_reduce_t *h, const char *level)
-{
-    (void)op;
-    if (!h->child) return HC_STEP_DONE;
-    if (!h->child->done) return HC_STEP_PENDING;
-    if (h->child->status != HCOMM_OK) return hc_hier_child_fail("hcomm_reduce", level, h->child);
-    hc_request_free(h->child);
-    h->child = NULL;
-    return HC_STEP_DONE;
-}
-
 hc_step_t hc_net_reduce_hier(hc_coll_op_t *op)
 {
     hc_coll_comm_t *cc = op->comm->coll_priv;
-    hc_hier_reduce_t *h = op->tmp;
+    hc_hier_seq_t *h = op->tmp;
     int L = cc->hier_L, pos;
     size_t es = op->esize;
     hcomm_op_t sum = op->op == HCOMM_AVG ? HCOMM_SUM : op->op;
@@ -710,10 +683,10 @@ hc_step_t hc_net_reduce_hier(hc_coll_op_t *op)
         while (order[rootp] != op->root) rootp++;
         h->root_node = rootp / L;
         h->root_i = rootp % L;
-        h->b = (op->count + (size_t)L - 1) / (size_t)L;
-        size_t slot = HC_ALIGN_UP(h->b * es, (size_t)HC_CACHE_LINE);
+        h->slice = (op->count + (size_t)L - 1) / (size_t)L;
+        size_t slot = HC_ALIGN_UP(h->slice * es, (size_t)HC_CACHE_LINE);
         bool pad = op->count % (size_t)L != 0;
-        uint8_t *base = hc_hier_scratch(cc, 2 * slot + (pad ? (size_t)L * h->b * es : 0));
+        uint8_t *base = hc_hier_scratch(cc, 2 * slot + (pad ? (size_t)L * h->slice * es : 0));
         if (!base)
             return hc_step_fail(hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_reduce (hier): scratch"));
         h->blk = base;
@@ -721,7 +694,7 @@ hc_step_t hc_net_reduce_hier(hc_coll_op_t *op)
         if (pad) {
             h->pad = base + 2 * slot;
             memcpy(h->pad, op->sbuf, op->bytes);
-            memset(h->pad + op->bytes, 0, (size_t)L * h->b * es - op->bytes);
+            memset(h->pad + op->bytes, 0, (size_t)L * h->slice * es - op->bytes);
         }
     }
     bool on_root_node = pos / L == h->root_node, root = op->comm->rank == op->root;
@@ -729,33 +702,33 @@ hc_step_t hc_net_reduce_hier(hc_coll_op_t *op)
     switch (op->phase) {
     case 0:
         HC_STEP_TRY(hc_coll_child_start(op, cc->hier_node, HC_COLL_REDUCE_SCATTER, h->pad ? h->pad : op->sbuf,
-                                        h->blk, h->b, sum, 0, &h->child));
+                                        h->blk, h->slice, sum, 0, &h->child));
         op->phase = 1;
         /* fall through */
     case 1:
-        t = hc_hier_reduce_wait(op, h, "reduce-scatter inside the node");
+        t = hc_hier_seq_wait(op, h, "reduce-scatter inside the node");
         if (!hc_step_ok(t)) return t;
         HC_STEP_TRY(hc_coll_child_start(op, cc->hier_rail, HC_COLL_REDUCE, h->blk, on_root_node ? h->red : NULL,
-                                        h->b, sum, h->root_node, &h->child));
+                                        h->slice, sum, h->root_node, &h->child));
         op->phase = 2;
         /* fall through */
     case 2:
-        t = hc_hier_reduce_wait(op, h, "reduce across nodes");
+        t = hc_hier_seq_wait(op, h, "reduce across nodes");
         if (!hc_step_ok(t)) return t;
         if (!on_root_node) return HC_STEP_DONE;
         if (op->op == HCOMM_AVG) {
             const void *src[1] = {h->red};
-            hc_reduce(h->red, src, 1, h->b, op->dtype, HCOMM_AVG, op->comm->size);
+            hc_reduce(h->red, src, 1, h->slice, op->dtype, HCOMM_AVG, op->comm->size);
         }
         /* The root's node: slices to the root. */
         if (!root) {
-            HC_STEP_TRY(hc_net_send(op, h->red, h->b * es, op->root));
+            HC_STEP_TRY(hc_net_send(op, h->red, h->slice * es, op->root));
         } else {
             uint8_t *out = h->pad ? h->pad : op->rbuf;
             for (int j = 0; j < L; j++) {
-                uint8_t *dst = out + (size_t)j * h->b * es;
-                if (j == h->root_i) memcpy(dst, h->red, h->b * es);
-                else HC_STEP_TRY(hc_net_recv(op, dst, h->b * es, order[h->root_node * L + j]));
+                uint8_t *dst = out + (size_t)j * h->slice * es;
+                if (j == h->root_i) memcpy(dst, h->red, h->slice * es);
+                else HC_STEP_TRY(hc_net_recv(op, dst, h->slice * es, order[h->root_node * L + j]));
             }
         }
         op->phase = 3;
