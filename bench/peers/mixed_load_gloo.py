@@ -3,22 +3,23 @@
 same profile, the same step, the same JSON line as bench/peers/mixed_load_mpi.c.
 
     /usr/bin/python3 bench/peers/mixed_load_gloo.py --nproc 2 -p bench/profiles/mixed.txt
-        [-P NAME] [-n STEPS] [-w WARMUP] [-a max|mean|min|rank0] [-l LIB] [-J FILE]
-        [--port PORT]
+        [-N NAME] [-n STEPS] [-w WARMUP] [-a rank0|mean|min|max] [-c 0|1] [-l LIB]
+        [-J FILE] [--port PORT]
 
-Profile: one message class a line, "<collective> <bytes> <count per step>"
-(allreduce allgather broadcast reduce_scatter alltoall; K/M/G suffixes; '#'
-comments); bytes is the nccl-tests size of the call, as in mixed_load_mpi.c.
-A step posts every message with async_op=True (float32, sum; broadcast from
-rank 0; alltoall as all_to_all_single; allgather into a list of views of one
-tensor), then waits for every work. WARMUP untimed steps, a barrier, then
-STEPS steps, each timed with time.perf_counter(); the step time is reduced
-over the ranks (-a, the slowest rank by default); p50 = sorted[STEPS/2],
-p99 = sorted[floor(0.99 STEPS)]; eff_GBps = bytes_per_step / mean step time.
-
-torch's all_reduce and reduce_scatter reduce into their own buffers, so the
-timed steps run on whatever the previous step left; afterwards the inputs are
-written again and one more step is checked against the exact results.
+Profile (bench/profiles/): one message class a line, "<collective> <bytes>
+<count per step>" (allreduce allgather broadcast reduce_scatter alltoall; K/M/G
+suffixes; '#' comments); bytes is the *_bw tools' size, as in mixed_load_mpi.c.
+A step posts every message (its own buffers, its own offset into the
+reference pattern) with async_op=True, float32 sum: all_reduce (in place, as
+torch does and as mixed_load does), broadcast from rank 0, all_gather into a
+list of views of one tensor, reduce_scatter, all_to_all_single; then waits
+for every work. As hcomm's mixed_load: WARMUP steps (10), a checked step, a
+barrier, STEPS steps (100) back to back with one clock read
+(time.perf_counter) between steps, untimed checked steps (fresh inputs,
+sentinel outputs) after every 25 timed steps and after the last. Each rank's
+step times and its mean are reduced over the ranks by -a (mean by default):
+step_us_mean is the reduced mean, p50 = sorted[STEPS/2], p99 =
+sorted[floor(0.99 STEPS)]; eff_GBps = bytes_per_step / step_us_mean.
 
 A collective that this torch's gloo backend lacks (reduce_scatter in torch
 1.13: "ProcessGroupGloo does not support reduce_scatter") is found by trying
@@ -37,6 +38,7 @@ import re
 import sys
 import time
 
+CHECK_EVERY = 25  # as hcomm's mixed_load
 COLLS = ("allreduce", "allgather", "broadcast", "reduce_scatter", "alltoall")
 PROG = "mixed_load_gloo"
 
@@ -122,19 +124,19 @@ def worker(rank, size, a, classes, pname):
                             "reason": missing[coll]})
             continue
         for _ in range(per_step):
+            # every message: its own buffers, its own offset into the pattern
+            m = {"coll": coll, "n": n, "eff": eff, "line": line, "first": len(msgs)}
             N = n * size
-            if coll == "allreduce":
-                m = {"buf": vals(rank, 0, n)}
-            elif coll == "broadcast":
-                m = {"buf": vals(rank, 0, n)}
+            if coll in ("allreduce", "broadcast"):  # in place
+                m["buf"] = torch.empty(n)
             elif coll == "allgather":
-                out = torch.full((N,), -1.0)
-                m = {"in": vals(rank, 0, n), "out": out, "outs": list(out.split(n))}
+                m["in"], m["out"] = torch.empty(n), torch.empty(N)
+                m["outs"] = list(m["out"].split(n))
             elif coll == "reduce_scatter":
-                m = {"out": torch.full((n,), -1.0), "ins": list(vals(rank, 0, N).split(n))}
+                m["in"], m["out"] = torch.empty(N), torch.empty(n)
+                m["ins"] = list(m["in"].split(n))
             else:
-                m = {"in": vals(rank, 0, N), "out": torch.full((N,), -1.0)}
-            m.update(coll=coll, n=n, bytes=b, eff=eff, line=line)
+                m["in"], m["out"] = torch.empty(N), torch.empty(N)
             msgs.append(m)
     if rank == 0:
         for s in skipped:
@@ -147,6 +149,14 @@ def worker(rank, size, a, classes, pname):
                   file=sys.stderr)
         dist.destroy_process_group()
         return 2
+
+    def fill(m):  # fresh inputs, sentinels where the outputs go
+        f = m["first"]
+        if "buf" in m:
+            m["buf"].copy_(vals(rank, f, m["n"]))
+        else:
+            m["in"].copy_(vals(rank, f, m["in"].numel()))
+            m["out"].fill_(-1.0)
 
     def post(m):
         c = m["coll"]
@@ -165,14 +175,57 @@ def worker(rank, size, a, classes, pname):
         for w in works:
             w.wait()
 
-    t = torch.zeros(a.steps, dtype=torch.float64)
-    for s in range(-a.warmup, a.steps):
-        if s == 0:
-            dist.barrier()
-        t0 = time.perf_counter()
+    tri = size * (size + 1) / 2
+
+    def check(k, m):  # wrong elements of message k on this rank
+        n, c, f = m["n"], m["coll"], m["first"]
+        if c == "allreduce":
+            want, got = vals(0, f, n) * tri, m["buf"]
+        elif c == "broadcast":
+            want, got = vals(0, f, n), m["buf"]
+        elif c == "allgather":
+            want, got = torch.cat([vals(r, f, n) for r in range(size)]), m["out"]
+        elif c == "reduce_scatter":
+            want, got = vals(0, f + rank * n, n) * tri, m["out"]
+        else:
+            want, got = torch.cat([vals(r, f + rank * n, n) for r in range(size)]), m["out"]
+        w = int((got != want).sum())
+        if "in" in m:  # out of place: the input must not change
+            w += int((m["in"] != vals(rank, f, m["in"].numel())).sum())
+        if w:
+            print("%s: rank %d: message %d (%s %d bytes, profile line %d): %d wrong elements"
+                  % (PROG, rank, k, c, m["eff"], m["line"], w), file=sys.stderr)
+        return w
+
+    def checked_step():  # untimed, on fresh inputs; wrong elements of every rank
+        for m in msgs:
+            fill(m)
         step()
-        if s >= 0:
-            t[s] = (time.perf_counter() - t0) * 1e6
+        wt = torch.tensor([sum(check(k, m) for k, m in enumerate(msgs))], dtype=torch.int64)
+        dist.all_reduce(wt)
+        return int(wt.item())
+
+    # as hcomm's mixed_load: warm-up, a checked step, a barrier, timed steps
+    # back to back (one clock read between steps), checked steps after every
+    # CHECK_EVERY timed ones and after the last, outside the timing
+    for m in msgs:
+        fill(m)
+    for _ in range(a.warmup):
+        step()
+    wrong = checked_step() if a.check else 0
+    dist.barrier()
+    t = torch.zeros(a.steps + 1, dtype=torch.float64)
+    t0 = time.perf_counter()
+    for s in range(a.steps):
+        step()
+        t1 = time.perf_counter()
+        t[s] = (t1 - t0) * 1e6
+        if a.check and ((s + 1) % CHECK_EVERY == 0 or s == a.steps - 1):
+            wrong += checked_step()
+            t1 = time.perf_counter()
+        t0 = t1
+    # this rank's mean in the last slot; every slot reduced over the ranks (-a)
+    t[a.steps] = t[:a.steps].sum() / a.steps
     if a.average == "rank0":
         dist.broadcast(t, 0)
     else:
@@ -181,57 +234,27 @@ def worker(rank, size, a, classes, pname):
         if a.average == "mean":
             t /= size
 
-    # the checked step: inputs again, outputs poisoned
-    for m in msgs:
-        if m["coll"] in ("allreduce", "broadcast"):
-            m["buf"].copy_(vals(rank, 0, m["n"]))
-        elif "out" in m:
-            m["out"].fill_(-1.0)
-    step()
-    tri = size * (size + 1) / 2
-    wrong = 0
-    for m in msgs:
-        n, c = m["n"], m["coll"]
-        if c == "allreduce":
-            want = vals(0, 0, n) * tri
-            got = m["buf"]
-        elif c == "broadcast":
-            want, got = vals(0, 0, n), m["buf"]
-        elif c == "allgather":
-            want, got = torch.cat([vals(r, 0, n) for r in range(size)]), m["out"]
-        elif c == "reduce_scatter":
-            want, got = vals(0, rank * n, n) * tri, m["out"]
-        else:
-            want, got = torch.cat([vals(r, rank * n, n) for r in range(size)]), m["out"]
-        w = int((got != want).sum())
-        if w:
-            print("%s: rank %d: %s %d bytes (profile line %d): %d wrong elements"
-                  % (PROG, rank, c, m["bytes"], m["line"], w), file=sys.stderr)
-        wrong += w
-    wt = torch.tensor([wrong], dtype=torch.int64)
-    dist.all_reduce(wt)
-    wrong = int(wt.item())
-
     if rank == 0:
-        ts = sorted(t.tolist())
-        mean = sum(ts) / len(ts)
+        mean = float(t[a.steps])
+        ts = sorted(t[:a.steps].tolist())
         bps = sum(m["eff"] for m in msgs)
-        skipped_bytes = sum(s["bytes"] * s["count"] for s in skipped)
         print("# %s (%s): profile %s: %d classes, %d messages, %d bytes per step, %d ranks, "
-              "%d steps after %d warm-up, step time over ranks: %s"
+              "%d steps after %d warm-up, average %s"
               % (PROG, a.lib, pname, len(classes), len(msgs), bps, size, a.steps, a.warmup,
                  a.average), file=sys.stderr)
         row = {"tool": "mixed_load", "lib": a.lib, "profile": pname, "nranks": size,
-               "steps": a.steps, "warmup": a.warmup,
-               "step_us_mean": round(mean, 3), "step_us_p50": round(ts[len(ts) // 2], 3),
+               "steps": a.steps, "step_us_mean": round(mean, 3),
+               "step_us_p50": round(ts[len(ts) // 2], 3),
                "step_us_p99": round(ts[int(len(ts) * 0.99)], 3),
+               "bytes_per_step": bps, "eff_GBps": round(bps / mean / 1e3, 4),
+               "wrong": wrong if a.check else None,
                "step_us_min": round(ts[0], 3), "step_us_max": round(ts[-1], 3),
-               "bytes_per_step": bps, "messages_per_step": len(msgs),
-               "eff_GBps": round(bps / mean / 1e3, 4), "dtype": "float32", "op": "sum",
-               "average": a.average, "torch": torch.__version__, "wrong": wrong}
+               "messages_per_step": len(msgs), "warmup": a.warmup, "blocking": 0,
+               "average": a.average, "mem": "torch", "profile_file": a.profile,
+               "torch": torch.__version__}
         if skipped:
             row["skipped"] = skipped
-            row["bytes_skipped_per_step"] = skipped_bytes
+            row["bytes_skipped_per_step"] = sum(s["bytes"] * s["count"] for s in skipped)
         line = json.dumps(row, separators=(",", ":"))
         print(line, flush=True)
         if a.json:
@@ -251,14 +274,22 @@ def main():
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("-p", "--profile", required=True)
-    ap.add_argument("-P", "--name", help="profile name in the JSON (default: file stem)")
+    ap.add_argument("-N", "--name", help="profile name in the JSON (default: the file's name "
+                    "without .txt)")
     ap.add_argument("-n", "--steps", type=int, default=100)
     ap.add_argument("-w", "--warmup", type=int, default=10)
-    ap.add_argument("-a", "--average", choices=("max", "mean", "min", "rank0"), default="max")
+    ap.add_argument("-a", "--average", default="mean",
+                    help="rank0|mean|min|max or 0..3, as hcomm's tools (mean)")
+    ap.add_argument("-c", "--check", type=int, choices=(0, 1), default=1)
     ap.add_argument("-l", "--lib", default="gloo")
     ap.add_argument("-J", "--json", help="also append the JSON line to this file")
     ap.add_argument("--port", type=int, default=29518)
     a = ap.parse_args()
+    names = ("rank0", "mean", "min", "max")
+    if a.average in ("0", "1", "2", "3"):
+        a.average = names[int(a.average)]
+    if a.average not in names:
+        die("-a wants rank0, mean, min or max (or 0..3), not '%s'" % a.average)
     if a.nproc < 1 or a.steps < 1 or a.warmup < 0:
         die("--nproc and -n want >= 1, -w >= 0")
     if a.json:
@@ -267,7 +298,9 @@ def main():
         except OSError as e:
             die("%s: %s" % (a.json, e.strerror or e))
     classes = read_profile(a.profile, a.nproc)
-    pname = a.name or os.path.splitext(os.path.basename(a.profile))[0]
+    pname = a.name or os.path.basename(a.profile)
+    if not a.name and len(pname) > 4 and pname.endswith(".txt"):
+        pname = pname[:-4]  # as mixed_load names it
     try:
         import torch.multiprocessing as mp
     except ImportError:
