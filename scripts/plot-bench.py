@@ -144,6 +144,16 @@ def variant_of(row):
         mode = row.get("mode")
         if mode not in (None, "", "lat"):
             parts.append(str(mode))
+    else:
+        if num(row.get("blocking")) == 1:
+            parts.append("blocking")
+        # a peer that left collectives out (gloo: reduce_scatter) moved fewer
+        # bytes: its own series, named after what it skipped
+        sk = row.get("skipped")
+        if isinstance(sk, list) and sk:
+            names = sorted({str(s.get("collective", "?")) if isinstance(s, dict) else str(s)
+                            for s in sk})
+            parts.append("(skips %s)" % ",".join(names))
     return " ".join(parts)
 
 
@@ -268,7 +278,9 @@ def print_tables(groups, metric_opt, ours, out):
             continue
         low = lower_is_better(metric)
         mine = [s for s in series if s == (ours, "")]
-        peers = [s for s in series if s[0] != ours]
+        # a series that skipped part of the work (gloo's "(skips ...)") is shown
+        # but is no "best peer"
+        peers = [s for s in series if s[0] != ours and "(skips " not in s[1]]
         ratio = bool(mine and peers)
         out.write("## %s: %s (%s is better)%s\n" % (
             group_title(g.key), metric, "lower" if low else "higher",
