@@ -77,6 +77,27 @@ HC_EXPORT hcomm_status_t hcomm_finalize(void)
     return HCOMM_OK;
 }
 
+HC_EXPORT hcomm_status_t hcomm_stats_dump(hcomm_comm_t comm)
+{
+    hcomm_status_t st = hc_check_init("hcomm_stats_dump");
+    if (st != HCOMM_OK)
+        return st;
+    if (comm) {
+        if ((st = hc_check_comm("hcomm_stats_dump", comm)) != HCOMM_OK)
+            return st;
+        if (hc_stats_level) {
+            int level = hc_stats_level;
+            hc_stats_level = 0; /* the barrier is the dump's, not the program's */
+            st = hcomm_barrier(comm);
+            hc_stats_level = level;
+            if (st != HCOMM_OK)
+                return st;
+        }
+    }
+    hc_stats_report("dump");
+    return HCOMM_OK;
+}
+
 HC_EXPORT int hcomm_initialized(void)
 {
     return hc_ctx.initialized;
@@ -148,9 +169,11 @@ HC_EXPORT hcomm_status_t hcomm_isend(const void *buf, size_t count, hcomm_dtype_
     if (HC_UNLIKELY(!req_p))
         return hc_error(HCOMM_ERR_INVALID, "hcomm_isend: req_p is NULL");
     struct hcomm_request *req;
+    uint64_t t0 = hc_stats_begin(HC_STATS_SEND, bytes, comm, peer);
     st = hc_p2p_isend(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
+    hc_request_stat(req, HC_STATS_SEND, bytes, t0);
     req->user = true;
     *req_p = req;
     return HCOMM_OK;
@@ -166,9 +189,11 @@ HC_EXPORT hcomm_status_t hcomm_irecv(void *buf, size_t count, hcomm_dtype_t dtyp
     if (HC_UNLIKELY(!req_p))
         return hc_error(HCOMM_ERR_INVALID, "hcomm_irecv: req_p is NULL");
     struct hcomm_request *req;
+    uint64_t t0 = hc_stats_begin(HC_STATS_RECV, bytes, comm, peer);
     st = hc_p2p_irecv(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
+    hc_request_stat(req, HC_STATS_RECV, bytes, t0);
     req->user = true;
     *req_p = req;
     return HCOMM_OK;
@@ -178,6 +203,7 @@ HC_EXPORT hcomm_status_t hcomm_irecv(void *buf, size_t count, hcomm_dtype_t dtyp
 static hcomm_status_t hc_api_finish(struct hcomm_request *req, const char *what)
 {
     hcomm_status_t st = hc_request_wait(req, what);
+    hc_request_stat_end(req);
     hc_request_free(req);
     return st;
 }
@@ -190,15 +216,21 @@ HC_EXPORT hcomm_status_t hcomm_send(const void *buf, size_t count, hcomm_dtype_t
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     bool sent;
+    uint64_t t0 = hc_stats_begin(HC_STATS_SEND, bytes, comm, peer);
     st = hc_p2p_send_eager_now(comm, buf, bytes, peer, tag, &sent);
-    if (HC_LIKELY(sent) || HC_UNLIKELY(st != HCOMM_OK))
+    if (HC_LIKELY(sent) || HC_UNLIKELY(st != HCOMM_OK)) {
+        if (HC_UNLIKELY(t0 != 0))
+            hc_stats_end(HC_STATS_SEND, bytes, comm, t0);
         return st;
+    }
     struct hcomm_request *req;
     st = hc_p2p_isend(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
+    hc_request_stat(req, HC_STATS_SEND, bytes, t0);
     if (HC_LIKELY(req->done)) {
         st = req->status;
+        hc_request_stat_end(req);
         hc_request_free(req);
         return st;
     }
@@ -213,9 +245,11 @@ HC_EXPORT hcomm_status_t hcomm_recv(void *buf, size_t count, hcomm_dtype_t dtype
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     struct hcomm_request *req;
+    uint64_t t0 = hc_stats_begin(HC_STATS_RECV, bytes, comm, peer);
     st = hc_p2p_irecv(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
+    hc_request_stat(req, HC_STATS_RECV, bytes, t0);
     return hc_api_finish(req, "hcomm_recv");
 }
 
@@ -262,6 +296,7 @@ HC_EXPORT hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p)
     }
     *done_p = 1;
     st = req->status;
+    hc_request_stat_end(req);
     hc_request_free(req);
     return st;
 }

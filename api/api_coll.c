@@ -8,6 +8,8 @@
 #include "core/stats.h"
 
 _Static_assert((int)HC_COLL_KIND_COUNT == (int)HC_STATS_COLL_KINDS, "stats cover every collective");
+_Static_assert((int)HC_COLL_ALLREDUCE == 0 && (int)HC_COLL_BARRIER == 6,
+               "stats name the collectives in hc_coll_kind_t's order");
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,7 @@ static struct {
 } hc_group;
 
 static uint64_t hc_coll_logged[HC_COLL_KIND_COUNT]; /* size classes already explained */
+static bool hc_coll_checking; /* the HCOMM_CHECK allgather: neither checked nor counted */
 
 static void hc_coll_explain(const hc_coll_op_t *op)
 {
@@ -71,12 +74,13 @@ hcomm_status_t hc_coll_api_init(void)
 static void hc_coll_account(const hc_coll_op_t *op)
 {
     hc_coll_explain(op);
-    hc_stats.coll_calls[op->kind]++;
-    hc_stats.coll_bytes[op->kind] += op->bytes;
-    if (op->algo && !strncmp(op->algo, "node", 4))
+    bool node = op->algo && !strncmp(op->algo, "node", 4);
+    if (node)
         hc_stats.coll_node++;
     else if (op->comm->size > 1)
         hc_stats.coll_p2p++;
+    if (HC_UNLIKELY(hc_stats_level) && !hc_coll_checking)
+        hc_stats_algo(op->kind, op->bytes, op->algo, op->comm, node);
 }
 
 static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
@@ -139,7 +143,6 @@ typedef struct {
     uint64_t count;
 } hc_coll_print_t;
 
-static bool hc_coll_checking; /* the fingerprint allgather itself is not checked */
 
 static hcomm_status_t hc_coll_check_args(hc_coll_kind_t kind, size_t count, hcomm_dtype_t dtype,
                                          hcomm_op_t rop, int root, hcomm_comm_t comm)
@@ -202,6 +205,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
         return hc_peer_error(dead, fn);
     if (HC_UNLIKELY(cc->gave_up_rank >= 0))
         return hc_coll_gave_up_error(cc, fn);
+    uint64_t t0 = hc_coll_checking ? 0 : hc_stats_begin(kind, bytes, comm, -1);
     if (HC_UNLIKELY(hc_cfg.check) && comm->size > 1 && !hc_coll_checking) {
         hcomm_status_t st = hc_coll_check_args(kind, count, dtype, rop, root, comm);
         if (st != HCOMM_OK)
@@ -229,13 +233,18 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
         hc_coll_number(&op);
         op.step = hc_coll_algo_pick(&op, hc_coll_forced, true);
         hc_coll_account(&op);
-        return hc_coll_run_inline(&op, fn);
+        hcomm_status_t st = hc_coll_run_inline(&op, fn);
+        if (t0)
+            hc_stats_end(kind, bytes, comm, t0);
+        return st;
     }
     hc_coll_op_t *op;
     hcomm_status_t st = hc_coll_op_create(kind, sbuf, rbuf, count, bytes, dtype, rop, root, comm, &op);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     struct hcomm_request *req = op->req;
+    if (!hc_coll_checking)
+        hc_request_stat(req, kind, bytes, t0);
 
     if (hc_ctx.group_depth > 0) {
         if (!hc_group_push(NULL, &hc_group.nops, 0)) {
@@ -268,6 +277,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
         return HCOMM_OK;
     }
     st = hc_request_wait(req, fn);
+    hc_request_stat_end(req);
     hc_request_free(req);
     return st;
 }
@@ -660,6 +670,7 @@ HC_EXPORT hcomm_status_t hcomm_group_end(void)
         st = hc_request_wait_until(hc_group.blocking[i], "hcomm_group_end", &deadline);
         if (st != HCOMM_OK && first == HCOMM_OK)
             first = st;
+        hc_request_stat_end(hc_group.blocking[i]);
         hc_request_free(hc_group.blocking[i]);
     }
     hc_group.nblocking = 0;

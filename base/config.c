@@ -183,6 +183,12 @@ hcomm_status_t hc_config_load(void)
                     "limit", hc_cfg.timeout, HC_TIMEOUT_MAX);
         hc_cfg.timeout = HC_TIMEOUT_MAX;
     }
+    if (hc_cfg.warn_after < 0)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hcomm_init: HCOMM_WARN_AFTER=%g: use seconds > 0, or 0 for never",
+                        hc_cfg.warn_after);
+    if (hc_cfg.warn_after > HC_TIMEOUT_MAX)
+        hc_cfg.warn_after = HC_TIMEOUT_MAX;
     return HCOMM_OK;
 }
 

@@ -68,7 +68,25 @@
     X(mem_hooks, "HCOMM_MEM_HOOKS", BOOL, "1",                                                     \
       "registration cache: intercept munmap, free and the like to drop records of memory given "   \
       "back (0: only hcomm_mem_deregister does)")                                                  \
-    X(stats, "HCOMM_STATS", BOOL, "0", "print per-operation counters at finalize")
+    X(stats, "HCOMM_STATS", INT, "0",                                                              \
+      "statistics: 0 off, 1 per operation calls, bytes, times (mean, p50, p99, max), sizes, "     \
+      "algorithms and drivers, printed at finalize and by hcomm_stats_dump; 2 as "                \
+      "HCOMM_STATS_LEVEL=2 (docs/observability.md)")                                              \
+    X(stats_level, "HCOMM_STATS_LEVEL", INT, "1",                                                  \
+      "with HCOMM_STATS=1: 2 adds per communicator and per peer counts, time blocked in waits, "  \
+      "drivers', pool and registration-cache counters, and times every call")                     \
+    X(stats_file, "HCOMM_STATS_FILE", STR, "",                                                     \
+      "statistics also as JSON lines in this file (%r rank, %h host, %p pid); hcomm_stats "       \
+      "merges the ranks' files into a job report")                                                \
+    X(stats_sample, "HCOMM_STATS_SAMPLE", INT, "16",                                               \
+      "level 1 times one call in this many (random phase) below 64 KiB, so that timing costs "    \
+      "under 3% of an 8-byte collective; 1: every call")                                          \
+    X(warn_after, "HCOMM_WARN_AFTER", DOUBLE, "10",                                                \
+      "seconds a blocking call or wait may last before it logs what it waits for (who, which "    \
+      "step, last heard), then again at each such interval; 0: never")                            \
+    X(control_fd, "HCOMM_CONTROL_FD", INT, "-1",                                                   \
+      "set by hcommrun: a socket on which it asks this rank for its hang report (--timeout, "     \
+      "SIGUSR1)")
 
 /* The largest HCOMM_TIMEOUT kept as given (seconds); larger values saturate
  * to it, which no job outlives (deadlines are 64-bit nanoseconds). */

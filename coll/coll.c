@@ -58,6 +58,7 @@ void hc_coll_op_init(hc_coll_op_t *op)
     op->tmp = NULL;
     op->tmp_bytes = 0;
     op->nreqs = 0;
+    op->parent = NULL;
     op->vrank = op->pof2 = op->rem = 0;
     op->algo = NULL;
     op->entry = NULL;
@@ -236,13 +237,15 @@ int hc_coll_progress(void)
 
 uint32_t hc_coll_sig(const hc_coll_op_t *op)
 {
+    /* The kind in the low 3 bits, as it is (a conflict can name the other
+     * call), a hash of the arguments above. */
     uint64_t x = (uint64_t)op->kind | (uint64_t)op->dtype << 4 | (uint64_t)op->op << 9 |
                  (uint64_t)(uint32_t)op->root << 16;
     x ^= (uint64_t)op->count * 0x9e3779b97f4a7c15ull;
     x ^= x >> 31;
     x *= 0xbf58476d1ce4e5b9ull;
     x ^= x >> 29;
-    return (uint32_t)(x >> 32);
+    return ((uint32_t)(x >> 32) & ~7u) | ((uint32_t)op->kind & 7u);
 }
 
 void hc_coll_number(hc_coll_op_t *op)
@@ -286,22 +289,133 @@ static void hc_coll_cancel(struct hcomm_request *req)
                        HCOMM_ERR_TIMEOUT);
 }
 
-/* Which rank a stuck collective waits for: the peer of its first pending
- * p2p request, or for node algorithms the rank whose flag it polls. Ops
- * queued behind another wait for what the head waits for. */
-static int hc_coll_waiting(struct hcomm_request *req)
+/* ---- hang reports ---------------------------------------------------------------------- */
+
+static void hc_coll_explain_comm(const struct hcomm_comm *comm, hc_explain_t *e)
 {
-    hc_coll_op_t *op = req->coll;
-    if (!op)
-        return -1;
-    if (!hc_list_empty(&op->comm->coll_queue))
-        op = hc_container_of(op->comm->coll_queue.next, hc_coll_op_t, link);
-    for (int i = 0; i < op->nreqs; i++)
-        if (!op->reqs[i]->done)
-            return op->reqs[i]->peer;
-    if (op->algo && !strncmp(op->algo, "node", 4) && op->round < op->comm->size)
-        return op->round;
-    return -1;
+    if (comm->is_world)
+        hc_explain_add(e, "the world communicator (%d ranks)", comm->size);
+    else if (comm->ctx_id & HC_CTX_SUB)
+        hc_explain_add(e, "an internal communicator of %d ranks (ctx 0x%x)", comm->size,
+                       comm->ctx_id);
+    else
+        hc_explain_add(e, "communicator 0x%x (%d ranks)", comm->ctx_id, comm->size);
+}
+
+static void hc_coll_explain_call(const hc_coll_op_t *op, hc_explain_t *e)
+{
+    hc_explain_add(e, "%s(", hc_coll_name(op->kind));
+    if (op->kind != HC_COLL_BARRIER)
+        hc_explain_add(e, "count %zu, %s", op->count, hc_dtype_name(op->dtype));
+    if (op->kind == HC_COLL_ALLREDUCE || op->kind == HC_COLL_REDUCE ||
+        op->kind == HC_COLL_REDUCE_SCATTER)
+        hc_explain_add(e, ", %s", hc_op_name(op->op));
+    if (op->kind == HC_COLL_REDUCE || op->kind == HC_COLL_BROADCAST)
+        hc_explain_add(e, ", root %d", op->root);
+    hc_explain_add(e, ") #%llu on ", (unsigned long long)op->seq);
+    hc_coll_explain_comm(op->comm, e);
+}
+
+static void hc_coll_explain_op(const hc_coll_op_t *op, hc_explain_t *e, int depth)
+{
+    hc_coll_explain_call(op, e);
+    hc_explain_add(e, ", algorithm %s, step: state %d, phase %d, round %d", op->algo ? op->algo : "?",
+                   op->state, op->phase, op->round);
+    if (op->nrounds)
+        hc_explain_add(e, " of %d", op->nrounds);
+    bool any = false;
+    for (int i = 0; i < op->nreqs; i++) {
+        if (op->reqs[i]->done)
+            continue;
+        hc_explain_add(e, any ? "; and " : "; waiting for ");
+        any = true;
+        hc_p2p_explain(op->reqs[i], e);
+    }
+    if (any)
+        return;
+    /* a child collective (hierarchical algorithms) */
+    hc_list_t *pos;
+    for (pos = hc_coll_active.next; pos != &hc_coll_active && depth < 4; pos = pos->next) {
+        hc_coll_comm_t *cc = hc_container_of(pos, hc_coll_comm_t, active_link);
+        if (hc_list_empty(&cc->comm->coll_queue))
+            continue;
+        const hc_coll_op_t *head = hc_container_of(cc->comm->coll_queue.next, hc_coll_op_t, link);
+        if (head->parent != op)
+            continue;
+        hc_explain_add(e, "; inside it, ");
+        hc_coll_explain_op(head, e, depth + 1);
+        return;
+    }
+    if (op->algo && !strncmp(op->algo, "node", 4) && op->round >= 0 && op->round < op->comm->size) {
+        int w = op->comm->world_ranks[op->round];
+        hc_explain_wait(e, w);
+        if (op->comm->is_world)
+            hc_explain_add(e, "; waiting for rank %d: its flag in the node's shared region (it "
+                              "has not reached this step)",
+                           op->round);
+        else
+            hc_explain_add(e, "; waiting for rank %d (world rank %d): its flag in the node's "
+                              "shared region (it has not reached this step)",
+                           op->round, w);
+        return;
+    }
+    hc_explain_add(e, "; nothing outstanding (between steps)");
+}
+
+static void hc_coll_explain(struct hcomm_request *req, const struct hc_coll_op *op,
+                            hc_explain_t *e)
+{
+    if (!op && req)
+        op = req->coll;
+    if (!op) {
+        hc_explain_add(e, "a collective that has ended");
+        return;
+    }
+    const struct hcomm_comm *comm = op->comm;
+    if (!hc_list_empty(&comm->coll_queue) && comm->coll_queue.next != &op->link) {
+        const hc_coll_op_t *head = hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
+        hc_coll_explain_call(op, e);
+        hc_explain_add(e, ", queued behind ");
+        op = head;
+    }
+    hc_coll_explain_op(op, e, 0);
+}
+
+/* The low 3 bits of a signature are the kind (hc_coll_sig): a conflict names it. */
+static void hc_coll_conflict(uint32_t ctx_id, int32_t mine, int32_t theirs, int peer, char *buf,
+                             size_t len)
+{
+    hc_coll_kind_t their_kind = (hc_coll_kind_t)(((uint32_t)theirs >> 16) & 7);
+    uint64_t seq = (uint32_t)mine & HC_COLL_TAG_SEQ_MASK;
+    struct hcomm_comm *comm = hc_comm_by_ctx(ctx_id & ~HC_CTX_COLL);
+    const hc_coll_op_t *op = NULL;
+    hc_list_t *pos;
+    for (pos = comm ? comm->coll_queue.next : NULL; pos && pos != &comm->coll_queue;
+         pos = pos->next) {
+        const hc_coll_op_t *o = hc_container_of(pos, hc_coll_op_t, link);
+        if ((o->seq & HC_COLL_TAG_SEQ_MASK) == seq) {
+            op = o;
+            break;
+        }
+    }
+    char mine_s[256] = "";
+    if (op) {
+        hc_explain_t e = {.buf = mine_s, .len = sizeof(mine_s)};
+        hc_coll_explain_call(op, &e);
+    } else {
+        snprintf(mine_s, sizeof(mine_s), "collective #%llu", (unsigned long long)seq);
+    }
+    int mk = (int)(((uint32_t)mine >> 16) & 7);
+    if ((int)their_kind != mk && their_kind < HC_COLL_KIND_COUNT)
+        snprintf(buf, len,
+                 "%s: communicator rank %d called %s at this point of the collective order "
+                 "(a rank skipped or added a collective, or called another one)",
+                 mine_s, peer, hc_coll_name(their_kind));
+    else
+        snprintf(buf, len,
+                 "%s: communicator rank %d called %s here with other arguments (count, dtype, "
+                 "op or root differ); HCOMM_CHECK=1 names the difference",
+                 mine_s, peer, hc_coll_name(op ? op->kind : their_kind));
 }
 
 static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status, bool release)
@@ -348,7 +462,8 @@ hcomm_status_t hc_coll_init(void)
     hc_list_init(&hc_coll_active);
     static const hc_coll_ops_t ops = {.progress = hc_coll_progress,
                                       .cancel = hc_coll_cancel,
-                                      .waiting_for = hc_coll_waiting,
+                                      .explain = hc_coll_explain,
+                                      .conflict = hc_coll_conflict,
                                       .comm_free = hc_coll_comm_free,
                                       .gave_up = hc_coll_gave_up};
     hc_core_register_coll(&ops);
@@ -380,12 +495,16 @@ void hc_coll_fini(void)
 hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn)
 {
     struct hcomm_comm *comm = op->comm;
-    uint64_t deadline = 0;
+    uint64_t deadline = 0, start = 0, next_warn = 0;
     hc_backoff_t backoff = {0};
+    hc_wait_state_t outer = hc_ctx.waiting;
     for (unsigned it = 1;; it++) {
         hc_step_t rc = op->step(op);
-        if (HC_LIKELY(hc_step_ok(rc) && !op->error))
+        if (HC_LIKELY(hc_step_ok(rc) && !op->error)) {
+            if (HC_UNLIKELY(start != 0))
+                hc_ctx.waiting = outer;
             return HCOMM_OK;
+        }
         hcomm_status_t st = HCOMM_OK;
         if (op->error && rc.st == HCOMM_OK)
             rc = hc_step_fail(op->error);
@@ -398,18 +517,27 @@ hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn)
             uint64_t now = hc_time_ns();
             if (!deadline)
                 deadline = now + (uint64_t)(hc_cfg.timeout * 1e9);
+            if (!start) {
+                start = now;
+                hc_ctx.waiting = (hc_wait_state_t){NULL, op, fn, now};
+            }
+            hc_hang_check(NULL, op, fn, start, now, &next_warn);
             if (hc_comm_aborted(comm)) {
                 hc_comm_handle_abort(comm);
                 st = hc_error(HCOMM_ERR_ABORTED, "%s: communicator was aborted", fn);
             } else if (dead >= 0) {
                 st = hc_peer_error(dead, fn);
             } else if (now > deadline) {
-                st = hc_error(HCOMM_ERR_TIMEOUT,
-                              "%s: timed out after %g s waiting for rank %d (HCOMM_TIMEOUT)", fn,
-                              hc_cfg.timeout, op->round);
+                char why[2048];
+                hc_explain_t e = {.buf = why, .len = sizeof(why)};
+                hc_wait_explain(NULL, op, fn, now - start, &e);
+                st = hc_error(HCOMM_ERR_TIMEOUT, "%s: timed out after %g s (HCOMM_TIMEOUT): %s", fn,
+                              hc_cfg.timeout, why);
             }
         }
         if (HC_UNLIKELY(st != HCOMM_OK)) {
+            if (start)
+                hc_ctx.waiting = outer;
             hc_coll_break(comm, st, hc_error_last());
             return st;
         }
@@ -507,6 +635,7 @@ hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm
                                           rop, root, comm, &op);
     if (st != HCOMM_OK) return st;
     struct hcomm_request *req = op->req; /* allgather, reduce_scatter: bytes per rank block */
+    op->parent = parent;
     op->step = comm->size == 1 ? NULL : hc_coll_algo_pick(op, NULL, hc_coll_node_usable(comm));
     if (!op->step) {
         req->coll = NULL;

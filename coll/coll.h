@@ -112,6 +112,8 @@ struct hc_coll_op {
     /* Called when the op ends, before its request completes (group fusion). */
     void (*on_done)(hc_coll_op_t *op, hcomm_status_t status);
     void *done_arg;
+    /* A child collective (hc_coll_child_start): the op it is part of. */
+    const struct hc_coll_op *parent;
 };
 
 /* Per-communicator state of coll/ (comm->coll_priv). */

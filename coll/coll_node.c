@@ -132,13 +132,24 @@ static inline uint8_t *hc_node_res(hc_coll_node_t *nd, uint64_t t)
  * op->error is set and false returned. */
 static HC_NOINLINE bool hc_node_sig_mismatch(hc_coll_op_t *op, int j, uint32_t theirs)
 {
-    op->error = hc_error(HCOMM_ERR_INVALID,
-                         "%s (%zu elements of %s, op %s, root %d): communicator rank %d called a different "
-                         "collective here (count, dtype, op or root differ: signature %08x, "
-                         "mine %08x); HCOMM_CHECK=1 names the difference",
-                         hc_coll_name(op->kind), op->count, hc_dtype_name(op->dtype),
-                         hc_op_name(op->op), op->root, j, theirs,
-                         op->sig);
+    hc_coll_kind_t tk = (hc_coll_kind_t)(theirs & 7u); /* hc_coll_sig: the kind, as it is */
+    if (tk != op->kind && tk < HC_COLL_KIND_COUNT)
+        op->error = hc_error(HCOMM_ERR_INVALID,
+                             "%s (%zu elements of %s, op %s, root %d) #%llu: communicator rank %d "
+                             "called %s at this point of the collective order (a rank skipped or "
+                             "added a collective, or called another one)",
+                             hc_coll_name(op->kind), op->count, hc_dtype_name(op->dtype),
+                             hc_op_name(op->op), op->root, (unsigned long long)op->seq, j,
+                             hc_coll_name(tk));
+    else
+        op->error = hc_error(HCOMM_ERR_INVALID,
+                             "%s (%zu elements of %s, op %s, root %d) #%llu: communicator rank %d "
+                             "called %s here with other arguments (count, dtype, op or root "
+                             "differ: signature %08x, mine %08x); HCOMM_CHECK=1 names the "
+                             "difference",
+                             hc_coll_name(op->kind), op->count, hc_dtype_name(op->dtype),
+                             hc_op_name(op->op), op->root, (unsigned long long)op->seq, j,
+                             hc_coll_name(op->kind), theirs, op->sig);
     return false;
 }
 

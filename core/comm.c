@@ -85,6 +85,7 @@ void hc_comm_destroy(struct hcomm_comm *comm)
     if (hc_coll_ops.comm_free)
         hc_coll_ops.comm_free(comm, HCOMM_ERR_ABORTED, true);
     hc_p2p_comm_cleanup(comm);
+    hc_stats_comm_gone(comm);
     pthread_mutex_lock(&hc_comm_list_lock);
     hc_list_del(&comm->link);
     comm->magic = HC_COMM_FREED;

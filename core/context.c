@@ -16,6 +16,7 @@
 #include "topo/topo.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,9 +359,30 @@ void hc_ctx_teardown(void)
     hc_ctx.topo = NULL;
     free(hc_ctx.node_of_rank);
     free(hc_ctx.local_ranks);
+    hc_stats_fini();
     hc_request_pool_fini();
     memset(&hc_ctx, 0, sizeof(hc_ctx));
     hc_list_init(&hc_ctx.comms);
+}
+
+/* HCOMM_CONTROL_FD (hcommrun): the socket on which the launcher asks for
+ * this rank's hang report; kept from the application's children. */
+static void hc_ctx_control_open(void)
+{
+    /* Kept for the life of the process, never closed: a later hcomm_init
+     * (after hcomm_finalize) finds it again, never a reused number. */
+    static int kept = -1;
+    int fd = (int)hc_cfg.control_fd;
+    hc_ctx.control_fd = kept;
+    if (fd < 0 || kept >= 0)
+        return;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+        hc_log_warn("HCOMM_CONTROL_FD=%d is not an open descriptor (%s): hcommrun cannot ask this "
+                    "rank for its hang report", fd, strerror(errno));
+        return;
+    }
+    hc_ctx.control_fd = kept = fd;
 }
 
 hcomm_status_t hc_ctx_init(void)
@@ -373,7 +395,7 @@ hcomm_status_t hc_ctx_init(void)
     hc_list_init(&hc_ctx.rndv_active);
     hc_list_init(&hc_ctx.orphans);
     hc_ctx.next_ctx_id = 1;
-    memset(&hc_stats, 0, sizeof(hc_stats));
+    hc_ctx.control_fd = -1;
 
     if ((st = hc_config_load()) != HCOMM_OK)
         return st;
@@ -505,6 +527,9 @@ hcomm_status_t hc_ctx_init(void)
     if (st != HCOMM_OK)
         goto err;
     hc_ctx.world->is_world = true;
+    if ((st = hc_stats_init()) != HCOMM_OK)
+        goto err;
+    hc_ctx_control_open();
     hc_ctx.initialized = true;
     hc_log_info("rank %d of %d up: node %d of %d (%d local ranks), bootstrap via %s", hc_ctx.rank,
                 hc_ctx.size, hc_ctx.node, hc_ctx.node_count, hc_ctx.local_size,
@@ -522,12 +547,6 @@ err:
     return st;
 }
 
-static void hc_ctx_stats_line(const char *text, void *arg)
-{
-    (void)arg;
-    fprintf(stderr, "[hcomm] %s\n", text);
-}
-
 static void hc_ctx_mem_line(const char *text, void *arg)
 {
     (void)arg;
@@ -536,10 +555,8 @@ static void hc_ctx_mem_line(const char *text, void *arg)
 
 void hc_ctx_finalize(void)
 {
-    if (hc_cfg.stats)
-        hc_stats_print(hc_ctx.rank, hc_ctx_stats_line, NULL);
-    if (hc_cfg.stats)
-        hc_mem_stats_print(hc_ctx_stats_line, NULL); /* pools, registration cache */
+    if (hc_stats_level)
+        hc_stats_report("finalize"); /* level 2 includes pools and the registration cache */
     else if (hc_log_level_current >= HC_LOG_INFO)
         hc_mem_stats_print(hc_ctx_mem_line, NULL);
     /* Nobody may unmap what a peer may still be reading: wait for all. */

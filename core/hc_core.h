@@ -17,6 +17,7 @@
 #define HC_CORE_H
 
 #include "core/bootstrap.h"
+#include "core/stats.h"
 #include "base/config.h"
 #include "base/hc_base.h"
 #include "base/list.h"
@@ -79,6 +80,11 @@ struct hcomm_request {
     hc_list_t link;     /* posted-receive queue or a peer's pending list */
     /* collectives */
     struct hc_coll_op *coll;
+    /* statistics (core/stats.h): the operation's kind (HC_STATS_NONE:
+     * internal), its bytes and its begin time stamp (0: not timed) */
+    uint8_t stat_kind;
+    size_t stat_bytes;
+    uint64_t stat_t0;
 };
 
 hcomm_status_t hc_request_pool_init(void);
@@ -103,6 +109,50 @@ static inline void hc_request_complete(struct hcomm_request *req, hcomm_status_t
 }
 /* Validates a user handle: NULL, never allocated or already freed -> false. */
 bool hc_request_valid(const struct hcomm_request *req);
+/* The operation req carries for the statistics begins (t0 from
+ * hc_stats_begin) / completed for its caller. */
+static inline void hc_request_stat(struct hcomm_request *req, unsigned kind, size_t bytes,
+                                   uint64_t t0)
+{
+    req->stat_kind = (uint8_t)kind;
+    req->stat_bytes = bytes;
+    req->stat_t0 = t0;
+}
+static inline void hc_request_stat_end(struct hcomm_request *req)
+{
+    if (HC_UNLIKELY(req->stat_t0 != 0)) {
+        hc_stats_end(req->stat_kind, req->stat_bytes, req->comm, req->stat_t0);
+        req->stat_t0 = 0;
+    }
+}
+
+/* ---- hang reports (core/hang.c) ------------------------------------------
+ * What a wait is waiting for, in words, built by the layer that owns each
+ * piece (p2p requests here, collectives in coll/ through hc_coll_ops). */
+#define HC_EXPLAIN_WAITS 16
+typedef struct {
+    char *buf;
+    size_t len, n;
+    int waits[HC_EXPLAIN_WAITS]; /* world ranks waited for, in order of mention */
+    int nwaits;
+} hc_explain_t;
+void hc_explain_add(hc_explain_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Notes that the wait needs world rank w (listed once). */
+void hc_explain_wait(hc_explain_t *e, int wrank);
+/* What req (a p2p send or receive) waits for: "a message from rank 3 with
+ * tag 7 (none has arrived)", ... (p2p.c); comm ranks of req->comm. */
+void hc_p2p_explain(const struct hcomm_request *req, hc_explain_t *e);
+/* The wait in progress (hc_ctx.waiting), or req/op given: the whole story,
+ * then one line per rank waited for (last heard, process state). */
+void hc_wait_explain(struct hcomm_request *req, const struct hc_coll_op *op, const char *what,
+                     uint64_t waited_ns, hc_explain_t *e);
+/* From the slow poll: when each peer was last heard from, and hcommrun's
+ * report requests on HCOMM_CONTROL_FD. */
+void hc_hang_poll(uint64_t now);
+/* A wait started at start_ns is now at now: warns (HCOMM_WARN_AFTER) when
+ * *next_p is due and moves it on. */
+void hc_hang_check(struct hcomm_request *req, const struct hc_coll_op *op, const char *what,
+                   uint64_t start_ns, uint64_t now, uint64_t *next_p);
 
 /* ---- peers --------------------------------------------------------------- */
 typedef struct hc_pending_frame {
@@ -136,6 +186,9 @@ typedef struct hc_peer {
     void *partial_unexp;
     size_t partial_off, partial_len;
     bool partial_active;
+    /* frames delivered from this peer, and when the slow poll last saw
+     * that count move (hang reports: "last heard") */
+    uint64_t rx_frames, rx_seen, heard_ns;
 } hc_peer_t;
 
 /* ---- communicators ------------------------------------------------------- */
@@ -157,6 +210,7 @@ struct hcomm_comm {
     hc_list_t coll_queue; /* active collective ops, in issue order */
     void *coll_priv;     /* coll/'s per-comm state (node regions, ...) */
     uint32_t split_seq;  /* splits done from this comm (for child ctx ids) */
+    struct hc_stats_comm *stats; /* level-2 statistics of this comm, NULL until used */
 };
 
 #define HC_CTX_COLL 0x80000000u
@@ -187,6 +241,15 @@ void hc_comm_destroy(struct hcomm_comm *comm);
 struct hcomm_comm *hc_comm_by_ctx(uint32_t ctx_id);
 
 /* ---- the context ---------------------------------------------------------- */
+/* The wait in progress: its request (NULL for an inline collective: op),
+ * what the caller called (NULL: none), since when (0: not yet stamped). */
+typedef struct {
+    struct hcomm_request *req;
+    const struct hc_coll_op *op;
+    const char *what;
+    uint64_t since_ns;
+} hc_wait_state_t;
+
 typedef struct hc_ctx {
     bool initialized;
     int rank, size;
@@ -216,6 +279,8 @@ typedef struct hc_ctx {
     int nfailed;          /* peers declared failed */
     int nverdicts_pending; /* peers judged failed by rank 0, not yet failed here */
     uint32_t next_ctx_id; /* lowest communicator context id never used here */
+    int control_fd;       /* HCOMM_CONTROL_FD: hcommrun asks for hang reports here, -1 */
+    hc_wait_state_t waiting; /* the wait in progress (hang reports) */
 } hc_ctx_t;
 
 extern hc_ctx_t hc_ctx;
@@ -233,13 +298,18 @@ typedef struct {
     int (*progress)(void);
     /* A collective request timed out: drop its state. */
     void (*cancel)(struct hcomm_request *req);
-    /* The comm rank a collective request is waiting for, or -1. */
-    int (*waiting_for)(struct hcomm_request *req);
     /* Fail the collectives queued on comm; with release, also free coll/'s
      * state for it (the communicator is being destroyed). */
     void (*comm_free)(struct hcomm_comm *comm, hcomm_status_t status, bool release);
     /* Comm rank `from` gave up on comm (HC_FRAME_GIVE_UP). */
     void (*gave_up)(struct hcomm_comm *comm, int from, hcomm_status_t status);
+    /* Hang reports: what the collective of req (or the inline op) waits
+     * for: the call, its algorithm and step, the ranks and what from them. */
+    void (*explain)(struct hcomm_request *req, const struct hc_coll_op *op, hc_explain_t *e);
+    /* A receive of a collective met a message of the same collective slot
+     * with another signature: the error text naming both calls. */
+    void (*conflict)(uint32_t ctx_id, int32_t mine, int32_t theirs, int peer, char *buf,
+                     size_t len);
 } hc_coll_ops_t;
 
 extern hc_coll_ops_t hc_coll_ops;

@@ -9,6 +9,7 @@
 #include "core/p2p_int.h"
 #include "core/stats.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -182,13 +183,14 @@ void hc_p2p_size_mismatch(struct hcomm_request *req, size_t msg_len)
 
 /* A collective's receive met a message of the same collective slot from a
  * rank that called it with other arguments (hc_coll_tag_conflict). */
-static HC_NOINLINE void hc_p2p_coll_conflict(struct hcomm_request *req)
+static HC_NOINLINE void hc_p2p_coll_conflict(struct hcomm_request *req, int32_t theirs)
 {
-    hc_request_complete(req, hc_error(HCOMM_ERR_INVALID,
-                                      "rank %d called a different collective here (count, "
-                                      "dtype, op or root differ); HCOMM_CHECK=1 names the "
-                                      "difference",
-                                      req->peer));
+    char why[400];
+    if (hc_coll_ops.conflict)
+        hc_coll_ops.conflict(req->ctx_id, req->tag, theirs, req->peer, why, sizeof(why));
+    else
+        snprintf(why, sizeof(why), "rank %d called a different collective here", req->peer);
+    hc_request_complete(req, hc_error(HCOMM_ERR_INVALID, "%s", why));
 }
 
 static void hc_p2p_eager_recv(struct hcomm_request *req, const void *data, size_t len)
@@ -313,6 +315,7 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
     int wpeer = conn->peer;
     hc_peer_t *p = &hc_ctx.peers[wpeer];
     struct hcomm_request *req;
+    p->rx_frames++;
 
     switch (hdr->type) {
     case HC_FRAME_EAGER:
@@ -336,7 +339,7 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
                 continue;
             if (HC_UNLIKELY(hc_coll_tag_conflict(hdr->ctx_id, req->tag, hdr->tag))) {
                 hc_list_del(&req->link);
-                hc_p2p_coll_conflict(req);
+                hc_p2p_coll_conflict(req, hdr->tag);
                 break; /* the message stays unexpected; the collective fails */
             }
             if (req->tag != hdr->tag)
@@ -400,6 +403,7 @@ hcomm_status_t hc_p2p_send_eager_now(struct hcomm_comm *comm, const void *buf, s
         hc_stats.send_msgs++;
         hc_stats.send_bytes += len;
         hc_stats.eager++;
+        hc_stats_peer_tx(wpeer, len);
         return HCOMM_OK;
     }
     if (st == HCOMM_ERR_AGAIN)
@@ -433,6 +437,7 @@ hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void
     size_t frame = p->conn->max_frame;
     hc_stats.send_msgs++;
     hc_stats.send_bytes += len;
+    hc_stats_peer_tx(wpeer, len);
     if (len <= frame)
         hc_stats.eager++;
     else if (len <= p->conn->eager_max)
@@ -477,6 +482,7 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_recv: no memory for a request");
     hc_stats.recv_msgs++;
     hc_stats.recv_bytes += len;
+    hc_stats_peer_rx(wpeer, len);
     req->comm = comm;
     req->buf = buf;
     req->len = len;
@@ -492,7 +498,7 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
         if (u->wpeer != wpeer || u->ctx_id != ctx_id)
             continue;
         if (HC_UNLIKELY(hc_coll_tag_conflict(ctx_id, tag, u->tag))) {
-            hc_p2p_coll_conflict(req);
+            hc_p2p_coll_conflict(req, u->tag);
             *req_p = req;
             return HCOMM_OK;
         }
@@ -655,4 +661,88 @@ void hc_p2p_orphans_cleanup(void)
         hc_list_del(pos);
         hc_p2p_unexp_free(hc_container_of(pos, hc_unexp_t, link));
     }
+}
+
+/* ---- hang reports ----------------------------------------------------------------------- */
+
+static const char *hc_p2p_who(const struct hcomm_request *req, char *buf, size_t len)
+{
+    if (req->comm && !req->comm->is_world && req->wpeer >= 0)
+        snprintf(buf, len, "rank %d (world rank %d)", req->peer, req->wpeer);
+    else
+        snprintf(buf, len, "rank %d", req->peer);
+    return buf;
+}
+
+void hc_p2p_explain(const struct hcomm_request *req, hc_explain_t *e)
+{
+    char who[48];
+    hc_p2p_who(req, who, sizeof(who));
+    if (req->wpeer >= 0)
+        hc_explain_wait(e, req->wpeer);
+    if (req->kind == HC_REQ_RECV) {
+        const hc_peer_t *p = req->wpeer >= 0 ? &hc_ctx.peers[req->wpeer] : NULL;
+        if (p && p->partial_req == req) {
+            hc_explain_add(e, "data from %s: %zu of %zu bytes of its message arrived", who,
+                           p->partial_off, p->partial_len);
+        } else if (req->rndv_state == HC_RNDV_GETTING) {
+            hc_explain_add(e, "data from %s: reading its %zu bytes (RMA get in flight)", who,
+                           req->msg_len);
+        } else if (req->rndv_state == HC_RNDV_CTS_SENT) {
+            hc_explain_add(e, "data from %s: %zu of %zu bytes arrived (clear-to-send given)", who,
+                           req->done_bytes, req->msg_len);
+        } else {
+            hc_explain_add(e, "data from %s: a message of %zu bytes with tag %d, none has arrived",
+                           who, req->len, (int)(req->tag & 0x7fffffff));
+            /* what did arrive from it, unexpected (another tag: a mismatch) */
+            int other = 0;
+            int32_t first_tag = 0;
+            if (req->comm) {
+                hc_list_t *pos;
+                for (pos = req->comm->unexpected.next; pos != &req->comm->unexpected;
+                     pos = pos->next) {
+                    const hc_unexp_t *u = hc_container_of(pos, hc_unexp_t, link);
+                    if (u->wpeer == req->wpeer && u->ctx_id == req->ctx_id) {
+                        if (!other++)
+                            first_tag = u->tag;
+                    }
+                }
+            }
+            if (other)
+                hc_explain_add(e, " (%d other message%s from it wait%s unreceived, the first "
+                                  "with tag %d)",
+                               other, other > 1 ? "s" : "", other > 1 ? "" : "s", (int)first_tag);
+        }
+        return;
+    }
+    /* a send */
+    int queued = 0;
+    if (req->wpeer >= 0) {
+        const hc_list_t *pl = &hc_ctx.peers[req->wpeer].pending;
+        for (const hc_list_t *pos = pl->next; pos != pl; pos = pos->next)
+            queued++;
+    }
+    switch (req->rndv_state) {
+    case HC_RNDV_RTS_SENT:
+        hc_explain_add(e, "%s to take a message of %zu bytes: its matching receive is not posted "
+                          "(rendezvous request sent, no answer)",
+                       who, req->len);
+        return;
+    case HC_RNDV_WRITING:
+        hc_explain_add(e, "%s: the RMA write of %zu bytes is in flight", who, req->len);
+        return;
+    case HC_RNDV_STREAMING:
+        hc_explain_add(e, "%s: streaming %zu bytes, %zu handed to the driver", who, req->len,
+                       req->done_bytes);
+        break;
+    default:
+        hc_explain_add(e, "%s to take a message of %zu bytes (%zu handed to the driver)", who,
+                       req->len, req->done_bytes);
+    }
+    if (queued)
+        hc_explain_add(e, "; a credit: %d frame%s queued for it, its receive slots are full",
+                       queued, queued > 1 ? "s" : "");
+    if (req->inflight)
+        hc_explain_add(e, "; %u put%s still inside the driver", req->inflight,
+                       req->inflight > 1 ? "s" : "");
 }

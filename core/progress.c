@@ -134,6 +134,7 @@ void hc_progress_slow(void)
     if (now < hc_ctx.slow_next_ns)
         return;
     hc_ctx.slow_next_ns = now + HC_SLOW_PERIOD_NS;
+    hc_hang_poll(now);
 
     /* Rank 0's word first: a peer that left after another's failure is
      * then known as such when its exit is seen below. */
@@ -227,6 +228,13 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
     uint64_t deadline = *deadline_p;
     hc_backoff_t backoff = {0};
     unsigned iter = 0;
+    uint64_t start = 0, next_warn = 0;
+    uint64_t wait_t0 = HC_UNLIKELY(hc_stats_level >= 2) ? hc_time_ns() : 0;
+    hc_wait_state_t outer = hc_ctx.waiting;
+    hc_ctx.waiting.req = req;
+    hc_ctx.waiting.op = NULL;
+    hc_ctx.waiting.what = what;
+    hc_ctx.waiting.since_ns = 0;
     while (!req->done) {
         int n = hc_progress();
         if (req->done)
@@ -240,20 +248,19 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
             uint64_t now = hc_time_ns();
             if (deadline == 0)
                 *deadline_p = deadline = now + (uint64_t)(hc_cfg.timeout * 1e9);
+            if (!start)
+                hc_ctx.waiting.since_ns = start = now;
+            hc_hang_check(req, NULL, what, start, now, &next_warn);
             if (now > deadline) {
-                int peer = req->peer;
-                if (req->kind == HC_REQ_COLL && hc_coll_ops.waiting_for)
-                    peer = hc_coll_ops.waiting_for(req);
+                /* the explanation first: cancelling drops what it reads */
+                char why[2048];
+                hc_explain_t e = {.buf = why, .len = sizeof(why)};
+                hc_wait_explain(req, NULL, what, now - start, &e);
                 hc_request_detach(req);
                 if (req->kind == HC_REQ_COLL && hc_coll_ops.cancel)
                     hc_coll_ops.cancel(req);
-                if (peer >= 0)
-                    hc_error(HCOMM_ERR_TIMEOUT,
-                             "%s: timed out after %g s waiting for rank %d (HCOMM_TIMEOUT)", what,
-                             hc_cfg.timeout, peer);
-                else
-                    hc_error(HCOMM_ERR_TIMEOUT, "%s: timed out after %g s (HCOMM_TIMEOUT)", what,
-                             hc_cfg.timeout);
+                hc_error(HCOMM_ERR_TIMEOUT, "%s: timed out after %g s (HCOMM_TIMEOUT): %s", what,
+                         hc_cfg.timeout, why);
                 hc_request_complete(req, HCOMM_ERR_TIMEOUT);
                 break;
             }
@@ -263,6 +270,9 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
         else
             hc_backoff_step(&backoff);
     }
+    hc_ctx.waiting = outer;
+    if (HC_UNLIKELY(wait_t0 != 0))
+        hc_stats_wait(req->stat_kind, hc_time_ns() - wait_t0);
     /* A send that failed while a driver still holds its payload (the peer
      * is alive: a broken communicator, a refused message): the caller may
      * free the buffer once this returns, so the puts go out first, within

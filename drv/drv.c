@@ -106,6 +106,13 @@ static void hc_drv_noop_describe(const hc_drv_env_t *env,
     (void)line;
     (void)arg;
 }
+static void hc_drv_noop_counters(hc_drv_t *drv,
+                                 void (*kv)(const char *name, uint64_t value, void *arg), void *arg)
+{
+    (void)drv;
+    (void)kv;
+    (void)arg;
+}
 static hcomm_status_t hc_drv_unsup_rkey_ptr(hc_conn_t *conn, const hc_rkey_t *rkey,
                                             uint64_t remote_addr, size_t len, void **ptr_p)
 {
@@ -178,6 +185,7 @@ static const struct hc_drv_ops hc_drv_base = {
     .rkey_ptr = hc_drv_unsup_rkey_ptr,
     .ep_recv = hc_drv_drop_ep_recv,
     .describe = hc_drv_noop_describe,
+    .counters = hc_drv_noop_counters,
 };
 
 static char hc_drv_refused[160];
@@ -213,7 +221,7 @@ void hc_drv_register(const struct hc_drv_ops *ops)
     HC_DRV_FILL_(disconnect) HC_DRV_FILL_(close) HC_DRV_FILL_(shared_put)
     HC_DRV_FILL_(write) HC_DRV_FILL_(rkey_pack) HC_DRV_FILL_(rkey_unpack)
     HC_DRV_FILL_(rkey_release) HC_DRV_FILL_(rkey_ptr) HC_DRV_FILL_(ep_recv)
-    HC_DRV_FILL_(describe)
+    HC_DRV_FILL_(describe) HC_DRV_FILL_(counters)
 #undef HC_DRV_FILL_
 }
 

@@ -262,6 +262,10 @@ struct hc_drv_ops {
     /* hcomm_info: extra lines on what the driver sees here (devices, ports,
      * addresses), each starting with two spaces; the base prints nothing. */
     void (*describe)(const hc_drv_env_t *env, void (*line)(const char *text, void *arg), void *arg);
+    /* HCOMM_STATS_LEVEL=2: the driver's own counters (retries, heartbeats,
+     * RDMA bytes), one kv() call each; the base reports none. */
+    void (*counters)(hc_drv_t *drv, void (*kv)(const char *name, uint64_t value, void *arg),
+                     void *arg);
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops);

@@ -319,6 +319,16 @@ hcomm_status_t hcomm_group_end(void);
 /* "hcomm 0.1.0 (drivers: shm tcp; ...)". Any thread. */
 const char *hcomm_version_string(void);
 
+/* Writes this rank's statistics now (HCOMM_STATS=1 or 2; docs/observability.md):
+ * the table on stderr and, with HCOMM_STATS_FILE, a report of JSON lines
+ * (numbered: the last one of each rank is what hcomm_stats merges). comm
+ * NULL: this rank alone, at once. comm given: collective over comm, every
+ * rank reports after a barrier (the barrier is not counted), so the ranks'
+ * reports describe the same point of the program. With statistics off it
+ * reports nothing and returns HCOMM_OK. Errors: ERR_INVALID (comm freed or
+ * not a communicator), the barrier's. */
+hcomm_status_t hcomm_stats_dump(hcomm_comm_t comm);
+
 #ifdef __cplusplus
 }
 #endif

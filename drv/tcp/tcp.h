@@ -177,6 +177,8 @@ struct hc_tcp_drv {
     uint64_t hb_period_ns, suspect_ns, fail_ns;
     uint64_t idle_ns;     /* HCOMM_CONN_IDLE_TIMEOUT, 0: never close */
     uint64_t idle_closed; /* connections closed for idleness (logged) */
+    /* counters (HCOMM_STATS_LEVEL=2) */
+    uint64_t n_hb_sent, n_hb_probes, n_hb_rx, n_suspects;
     uint64_t next_timer_ns;
     unsigned idle_polls, calls;
     bool closing;

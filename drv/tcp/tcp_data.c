@@ -410,6 +410,7 @@ static void hc_drv_tcp_driver_frame(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
 {
     switch (h->type) {
     case HC_TCP_FRAME_HB:
+        c->drv->n_hb_rx++;
         if (h->flags & HC_TCP_HB_ECHO) hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0, 0, 0);
         break;
     case HC_TCP_FRAME_BYE:
@@ -572,14 +573,17 @@ static void hc_drv_tcp_timers(hc_tcp_drv_t *d, uint64_t now)
         if (silent > d->suspect_ns) {
             if (!c->suspect) {
                 c->suspect = true;
+                d->n_suspects++;
                 hc_log_info("tcp: %s silent for %.1f s: suspect, probing", c->name,
                             (double)silent * 1e-9);
             }
             if (now - c->last_probe_ns >= d->hb_period_ns) {
                 c->last_probe_ns = now;
+                d->n_hb_probes++;
                 hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, HC_TCP_HB_ECHO, 0, 0);
             }
         } else if (now - c->last_tx_ns >= d->hb_period_ns && !s0->txq.head) {
+            d->n_hb_sent++;
             hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0, 0, 0);
         }
     }

@@ -865,6 +865,17 @@ static void hc_drv_tcp_close(hc_drv_t *drv)
     free(d);
 }
 
+static void hc_drv_tcp_counters(hc_drv_t *drv,
+                                void (*kv)(const char *name, uint64_t value, void *arg), void *arg)
+{
+    hc_tcp_drv_t *d = (hc_tcp_drv_t *)drv;
+    kv("heartbeats_sent", d->n_hb_sent, arg);
+    kv("heartbeat_probes", d->n_hb_probes, arg);
+    kv("heartbeats_received", d->n_hb_rx, arg);
+    kv("peers_suspected", d->n_suspects, arg);
+    kv("idle_closed", d->idle_closed, arg);
+}
+
 static const struct hc_drv_ops hc_drv_tcp_ops = {
     .size = sizeof(struct hc_drv_ops),
     .name = "tcp",
@@ -878,5 +889,6 @@ static const struct hc_drv_ops hc_drv_tcp_ops = {
     .progress = hc_drv_tcp_progress,
     .disconnect = hc_drv_tcp_disconnect,
     .close = hc_drv_tcp_close,
+    .counters = hc_drv_tcp_counters,
 };
 HC_DRV_REGISTER(hc_drv_tcp_ops)

@@ -439,7 +439,7 @@ static void hc_verbs_close(hc_drv_t *drv)
     hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
     for (int r = 0; r < d->env->size; r++)
         if (d->conns[r]) hc_verbs_disconnect(&d->conns[r]->base);
-    /* Printed under HCOMM_STATS=1 (as the core's statistics), else logged at info. */
+    /* HCOMM_STATS_LEVEL=2 reports them (hc_verbs_counters); info logs them here. */
     char t[512];
     snprintf(t, sizeof(t),
              "verbs stats: rank %d: RDMA WRITE %llu B, RDMA READ %llu B, eager %llu B in %llu frames "
@@ -450,10 +450,7 @@ static void hc_verbs_close(hc_drv_t *drv)
              (unsigned long long)d->n_inline, (unsigned long long)d->n_credit_writes,
              (unsigned long long)d->n_again_credit, (unsigned long long)d->n_regs,
              (unsigned long long)d->n_deregs);
-    if (hc_cfg.stats)
-        fprintf(stderr, "[hcomm] %s\n", t);
-    else
-        hc_log_info("%s", t);
+    hc_log_info("%s", t);
     while (d->rma_free) {
         hc_verbs_rma_t *o = d->rma_free;
         d->rma_free = o->next;
@@ -474,6 +471,21 @@ static hcomm_status_t hc_verbs_addr_pack(hc_drv_t *drv, void *buf, size_t *len_p
     memcpy(buf, &d->me, sizeof(d->me));
     *len_p = sizeof(d->me);
     return HCOMM_OK;
+}
+
+static void hc_verbs_counters(hc_drv_t *drv,
+                              void (*kv)(const char *name, uint64_t value, void *arg), void *arg)
+{
+    hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
+    kv("rdma_write_bytes", d->n_write_bytes, arg);
+    kv("rdma_read_bytes", d->n_read_bytes, arg);
+    kv("eager_bytes", d->n_eager_bytes, arg);
+    kv("eager_frames", d->n_eager_frames, arg);
+    kv("inline_frames", d->n_inline, arg);
+    kv("credit_writes", d->n_credit_writes, arg);
+    kv("put_retries_for_credit", d->n_again_credit, arg);
+    kv("registrations", d->n_regs, arg);
+    kv("deregistrations", d->n_deregs, arg);
 }
 
 static const struct hc_drv_ops hc_verbs_ops = {
@@ -499,5 +511,6 @@ static const struct hc_drv_ops hc_verbs_ops = {
     .rkey_release = hc_verbs_rkey_release,
     .ep_recv = hc_verbs_ep_recv,
     .describe = hc_verbs_describe,
+    .counters = hc_verbs_counters,
 };
 HC_DRV_REGISTER(hc_verbs_ops)
