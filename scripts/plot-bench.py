@@ -262,7 +262,9 @@ def fmt_val(v):
         return "%.1f" % v
     if a >= 1:
         return "%.3f" % v
-    return "%.4g" % v
+    if a >= 0.001:
+        return "%.4f" % v
+    return "%.3g" % v
 
 
 def print_tables(groups, metric_opt, ours, out):
