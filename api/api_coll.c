@@ -234,8 +234,11 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
         op.step = hc_coll_algo_pick(&op, hc_coll_forced, true);
         hc_coll_account(&op);
         hcomm_status_t st = hc_coll_run_inline(&op, fn);
-        if (t0)
+        if (t0) {
+            if (hc_stats_level >= 2) /* all of it was a wait */
+                hc_stats_wait(kind, hc_time_ns() - t0);
             hc_stats_end(kind, bytes, comm, t0);
+        }
         return st;
     }
     hc_coll_op_t *op;
@@ -711,8 +714,12 @@ HC_EXPORT hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key,
         free(members);
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_comm_split: no memory");
     }
+    /* The split's own allgather: not the user's collective (not counted,
+     * not fingerprinted). */
+    hc_coll_checking = true;
     st = hc_coll_post(HC_COLL_ALLGATHER, &mine, all, sizeof(mine), sizeof(mine), HCOMM_UINT8, 0, 0,
                       comm, NULL);
+    hc_coll_checking = false;
     if (st != HCOMM_OK)
         goto out;
     /* Context id: above every id any member has used; colors in ascending

@@ -130,10 +130,22 @@ static inline uint8_t *hc_node_res(hc_coll_node_t *nd, uint64_t t)
 
 /* Rank j's signature of tick t (op's first) against mine; on a mismatch
  * op->error is set and false returned. */
-static HC_NOINLINE bool hc_node_sig_mismatch(hc_coll_op_t *op, int j, uint32_t theirs)
+static HC_NOINLINE bool hc_node_sig_mismatch(hc_coll_op_t *op, int j, uint32_t theirs,
+                                             bool moved_on)
 {
     hc_coll_kind_t tk = (hc_coll_kind_t)(theirs & 7u); /* hc_coll_sig: the kind, as it is */
-    if (tk != op->kind && tk < HC_COLL_KIND_COUNT)
+    if (moved_on)
+        /* its slot already holds a later collective's signature: it went
+         * through this one without this rank (it called it with another
+         * root, or with arguments that did not need this rank) */
+        op->error = hc_error(HCOMM_ERR_INVALID,
+                             "%s (%zu elements of %s, op %s, root %d) #%llu: communicator rank %d "
+                             "went past this collective without this rank (it is in a later %s): "
+                             "it called this one with other arguments (root, count, dtype or op)",
+                             hc_coll_name(op->kind), op->count, hc_dtype_name(op->dtype),
+                             hc_op_name(op->op), op->root, (unsigned long long)op->seq, j,
+                             hc_coll_name(tk));
+    else if (tk != op->kind && tk < HC_COLL_KIND_COUNT)
         op->error = hc_error(HCOMM_ERR_INVALID,
                              "%s (%zu elements of %s, op %s, root %d) #%llu: communicator rank %d "
                              "called %s at this point of the collective order (a rank skipped or "
@@ -156,7 +168,9 @@ static HC_NOINLINE bool hc_node_sig_mismatch(hc_coll_op_t *op, int j, uint32_t t
 static inline bool hc_node_sig_check(hc_coll_node_t *nd, hc_coll_op_t *op, int j, uint64_t t)
 {
     uint32_t theirs = __atomic_load_n(&nd->line[j].sig[t & 1], __ATOMIC_RELAXED);
-    return HC_LIKELY(theirs == op->sig) || hc_node_sig_mismatch(op, j, theirs);
+    return HC_LIKELY(theirs == op->sig) ||
+           hc_node_sig_mismatch(op, j, theirs,
+                                __atomic_load_n(&nd->line[j].a, __ATOMIC_ACQUIRE) > t);
 }
 
 /* Rank j, which op waits for, has not arrived: has it given up on the

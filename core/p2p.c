@@ -665,6 +665,17 @@ void hc_p2p_orphans_cleanup(void)
 
 /* ---- hang reports ----------------------------------------------------------------------- */
 
+/* "with tag 7", or on a collective context "for collective #2 (broadcast)":
+ * the tag's sequence number and the kind its signature carries. */
+static void hc_p2p_tag_words(uint32_t ctx_id, int32_t tag, char *buf, size_t len)
+{
+    if (ctx_id & HC_CTX_COLL)
+        snprintf(buf, len, "for collective #%u (%s)", (unsigned)tag & HC_COLL_TAG_SEQ_MASK,
+                 hc_stats_kind_name(((unsigned)tag >> 16) & 7u));
+    else
+        snprintf(buf, len, "with tag %d", (int)tag);
+}
+
 static const char *hc_p2p_who(const struct hcomm_request *req, char *buf, size_t len)
 {
     if (req->comm && !req->comm->is_world && req->wpeer >= 0)
@@ -692,8 +703,10 @@ void hc_p2p_explain(const struct hcomm_request *req, hc_explain_t *e)
             hc_explain_add(e, "data from %s: %zu of %zu bytes arrived (clear-to-send given)", who,
                            req->done_bytes, req->msg_len);
         } else {
-            hc_explain_add(e, "data from %s: a message of %zu bytes with tag %d, none has arrived",
-                           who, req->len, (int)(req->tag & 0x7fffffff));
+            char what[96];
+            hc_p2p_tag_words(req->ctx_id, req->tag, what, sizeof(what));
+            hc_explain_add(e, "data from %s: a message of %zu bytes %s, none has arrived", who,
+                           req->len, what);
             /* what did arrive from it, unexpected (another tag: a mismatch) */
             int other = 0;
             int32_t first_tag = 0;
@@ -708,10 +721,12 @@ void hc_p2p_explain(const struct hcomm_request *req, hc_explain_t *e)
                     }
                 }
             }
-            if (other)
-                hc_explain_add(e, " (%d other message%s from it wait%s unreceived, the first "
-                                  "with tag %d)",
-                               other, other > 1 ? "s" : "", other > 1 ? "" : "s", (int)first_tag);
+            if (other) {
+                char what2[96];
+                hc_p2p_tag_words(req->ctx_id, first_tag, what2, sizeof(what2));
+                hc_explain_add(e, " (%d other message%s from it wait%s unreceived, the first %s)",
+                               other, other > 1 ? "s" : "", other > 1 ? "" : "s", what2);
+            }
         }
         return;
     }

@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -54,6 +55,8 @@
 #define REAP_GIVE_UP_SEC 5.0 /* after SIGKILL: a rank stuck in the kernel */
 #define DRAIN_GRACE_SEC 1.0  /* all ranks gone, a grandchild still holds a pipe */
 #define EXEC_CHECK_BATCH 256 /* exec report pipes open at once */
+#define REPORT_WAIT_SEC 2.0  /* ranks' answers to a hang report request */
+#define REPORT_MAX 8192
 #define EXIT_USAGE 2
 #define EXIT_INTERNAL 1
 #define EXIT_TIMEOUT 124
@@ -62,7 +65,8 @@
 /* Variables hcommrun owns; --env may not set them. */
 static const char *const launcher_vars[] = {"HCOMM_RANK",       "HCOMM_SIZE",
                                             "HCOMM_LOCAL_RANK", "HCOMM_LOCAL_SIZE",
-                                            "HCOMM_BOOTSTRAP",  "HCOMM_JOB_KEY"};
+                                            "HCOMM_BOOTSTRAP",  "HCOMM_JOB_KEY",
+                                            "HCOMM_CONTROL_FD"};
 
 typedef struct {
     int nranks;
@@ -80,6 +84,7 @@ typedef struct {
     pid_t pid;
     int alive;   /* forked and not yet reaped */
     int exec_fd; /* read end of the exec report pipe, -1 once checked */
+    int ctl_fd;  /* our end of the rank's control socket (hang reports), -1 */
 } hc_run_rank_t;
 
 /* What the child writes to the exec report pipe when something fails. */
@@ -142,13 +147,16 @@ static void usage(FILE *f)
             "                      node first; numa: rank i on all CPUs of NUMA node\n"
             "                      i mod nodes; none: no binding\n"
             "  --tag-output        prefix every output line with \"[rank] \"\n"
-            "  --timeout SEC       kill the job after SEC seconds (exit 124)\n"
+            "  --timeout SEC       kill the job after SEC seconds (exit 124), after\n"
+            "                      printing every rank's hang report (as SIGUSR1 does)\n"
             "  --env VAR=VAL       set VAR in every rank (repeatable)\n"
             "  -v, --verbose       print the job layout and every rank's exit\n"
             "  -h, --help          this text\n"
             "\n"
             "Each rank gets HCOMM_RANK, HCOMM_SIZE, HCOMM_LOCAL_RANK, HCOMM_LOCAL_SIZE,\n"
             "HCOMM_BOOTSTRAP (tcp://127.0.0.1:PORT) and HCOMM_JOB_KEY (fresh per job).\n"
+            "SIGUSR1 to hcommrun: every rank reports what it waits for (who, which\n"
+            "operation and step); the job goes on.\n"
             "Exit: 0 all ranks succeeded; the first failing rank's status (128+signal\n"
             "if killed); 77 rank 0 skipped; 124 timeout; 2 bad usage or prog cannot\n"
             "be executed; 1 launcher error; 128+sig when hcommrun got SIGINT/TERM/HUP.\n",
@@ -356,6 +364,7 @@ static int setup_signals(hc_run_job_t *job)
     sigaddset(&set, SIGHUP);
     sigaddset(&set, SIGTSTP);
     sigaddset(&set, SIGCONT);
+    sigaddset(&set, SIGUSR1);
     if (sigprocmask(SIG_BLOCK, &set, &job->orig_mask) != 0) goto err;
     job->sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (job->sfd < 0) goto err;
@@ -386,7 +395,7 @@ static int child_setenv_int(const char *name, int v)
 
 static __attribute__((noreturn)) void child_exec(hc_run_job_t *job, int rank, pid_t parent,
                                                  int report_fd, const int out_pipe[2],
-                                                 const int err_pipe[2])
+                                                 const int err_pipe[2], int ctl_fd)
 {
     /* The parent is single-threaded, so the usual async-signal-safety limits
      * after fork do not bind us: setenv and friends are fine here. */
@@ -420,6 +429,11 @@ static __attribute__((noreturn)) void child_exec(hc_run_job_t *job, int rank, pi
         child_setenv_int("HCOMM_LOCAL_SIZE", job->opts.nranks) != 0 ||
         setenv("HCOMM_BOOTSTRAP", job->bootstrap, 1) != 0 ||
         setenv("HCOMM_JOB_KEY", job->job_key, 1) != 0)
+        child_fail(report_fd, STAGE_SETUP, errno);
+    /* The rank's end of its control socket survives exec; the library
+     * marks it close-on-exec again at init. */
+    if (ctl_fd >= 0 && (fcntl(ctl_fd, F_SETFD, 0) != 0 ||
+                        child_setenv_int("HCOMM_CONTROL_FD", ctl_fd) != 0))
         child_fail(report_fd, STAGE_SETUP, errno);
 
     cpu_set_t *set = hc_run_bind_plan_set(&job->plan, rank);
@@ -567,6 +581,136 @@ static void on_job_control(hc_run_job_t *job, int sig)
     }
 }
 
+/* ---- hang reports ------------------------------------------------------------- */
+
+/* "R" or "R (stopped)": what /proc says of a rank that did not answer. */
+static const char *proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return "gone";
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ') return "unknown";
+    switch (p[2]) {
+    case 'R': return "running (busy outside hcomm, or spinning where it cannot answer)";
+    case 'S': return "sleeping outside hcomm (application code, I/O or another library)";
+    case 'D': return "in uninterruptible sleep (I/O)";
+    case 'T': return "stopped (SIGSTOP or a debugger)";
+    case 't': return "stopped by a debugger";
+    case 'Z': return "exited, not yet reaped";
+    default: return "in an unusual state";
+    }
+}
+
+/* Asks every live rank what it waits for and prints the answers: the ranks
+ * that do not answer (not inside an hcomm wait) and the ranks the others
+ * wait for come first. */
+static void collect_reports(hc_run_job_t *job, const char *why)
+{
+    int n = job->nspawned;
+    char **ans = calloc((size_t)n, sizeof(*ans));
+    int *waited = calloc((size_t)n, sizeof(*waited));
+    if (!ans || !waited) {
+        free(ans);
+        free(waited);
+        return;
+    }
+    int asked = 0;
+    for (int r = 0; r < n; r++) {
+        hc_run_rank_t *rk = &job->ranks[r];
+        if (!rk->alive || rk->ctl_fd < 0) continue;
+        char junk[REPORT_MAX];
+        while (recv(rk->ctl_fd, junk, sizeof(junk), MSG_DONTWAIT) > 0) {
+        } /* a late answer to an earlier request */
+        if (send(rk->ctl_fd, "report", 6, MSG_DONTWAIT | MSG_NOSIGNAL) == 6) asked++;
+    }
+    double end = now_sec() + REPORT_WAIT_SEC;
+    int got = 0;
+    while (got < asked && now_sec() < end) {
+        struct pollfd *pfd = calloc((size_t)n, sizeof(*pfd));
+        int *who = calloc((size_t)n, sizeof(*who));
+        int k = 0;
+        for (int r = 0; pfd && who && r < n; r++) {
+            if (ans[r] || !job->ranks[r].alive || job->ranks[r].ctl_fd < 0) continue;
+            pfd[k] = (struct pollfd){.fd = job->ranks[r].ctl_fd, .events = POLLIN};
+            who[k++] = r;
+        }
+        int ms = (int)((end - now_sec()) * 1000) + 1;
+        int pr = k ? poll(pfd, (nfds_t)k, ms) : 0;
+        for (int i = 0; i < k && pr > 0; i++) {
+            if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            char buf[REPORT_MAX];
+            ssize_t m = recv(pfd[i].fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+            if (m <= 0) {
+                ans[who[i]] = strdup("-"); /* finalized: closed its end */
+            } else {
+                buf[m] = 0;
+                ans[who[i]] = strdup(buf);
+            }
+            got++;
+        }
+        free(pfd);
+        free(who);
+        if (k == 0 || pr < 0) break;
+    }
+    /* tally: "hcomm-report rank=R waits_for=a,b" */
+    for (int r = 0; r < n; r++) {
+        const char *w = ans[r] ? strstr(ans[r], "waits_for=") : NULL;
+        if (!w) continue;
+        w += strlen("waits_for=");
+        while (*w >= '0' && *w <= '9') {
+            int q = atoi(w);
+            if (q >= 0 && q < n && q != r) waited[q]++;
+            while (*w >= '0' && *w <= '9') w++;
+            if (*w == ',') w++;
+        }
+    }
+    fprintf(stderr, "hcommrun: hang report (%s), %d of %d live ranks answered:\n", why, got,
+            job->nalive);
+    int top = -1;
+    for (int r = 0; r < n; r++)
+        if (waited[r] && (top < 0 || waited[r] > waited[top])) top = r;
+    if (top >= 0)
+        fprintf(stderr, "hcommrun:   most waited for: rank %d (%d rank%s wait%s for it)\n", top,
+                waited[top], waited[top] > 1 ? "s" : "", waited[top] > 1 ? "" : "s");
+    /* the ranks that did not answer, then the waited-for, then the rest */
+    for (int pass = 0; pass < 3; pass++) {
+        for (int r = 0; r < n; r++) {
+            hc_run_rank_t *rk = &job->ranks[r];
+            if (!rk->alive) {
+                if (pass == 0 && ans[r] == NULL && rk->pid)
+                    fprintf(stderr, "hcommrun:   rank %d: exited\n", r);
+                continue;
+            }
+            int cls = !ans[r] || !strcmp(ans[r], "-") ? 0 : waited[r] ? 1 : 2;
+            if (cls != pass) continue;
+            if (cls == 0) {
+                fprintf(stderr, "hcommrun:   rank %d (pid %d)%s: no report: %s%s\n", r, (int)rk->pid,
+                        waited[r] ? " [waited for]" : "",
+                        ans[r] ? "it closed its control socket (finalized?), process " : "",
+                        rk->ctl_fd < 0 ? "no control socket" : proc_state(rk->pid));
+                continue;
+            }
+            const char *text = strchr(ans[r], '\n');
+            text = text ? text + 1 : ans[r];
+            fprintf(stderr, "hcommrun:   rank %d (pid %d)%s: ", r, (int)rk->pid,
+                    waited[r] ? " [waited for]" : "");
+            for (const char *p = text; *p; p++) {
+                fputc(*p, stderr);
+                if (*p == '\n' && p[1]) fputs("hcommrun:     ", stderr);
+            }
+            if (text[0] && text[strlen(text) - 1] != '\n') fputc('\n', stderr);
+        }
+    }
+    for (int r = 0; r < n; r++) free(ans[r]);
+    free(ans);
+    free(waited);
+}
+
 static int drain_signalfd(hc_run_job_t *job)
 {
     struct signalfd_siginfo si[16];
@@ -580,6 +724,8 @@ static int drain_signalfd(hc_run_job_t *job)
                 reap(job);
             else if (sig == SIGTSTP || sig == SIGCONT)
                 on_job_control(job, sig);
+            else if (sig == SIGUSR1)
+                collect_reports(job, "SIGUSR1");
             else
                 on_signal(job, sig);
         }
@@ -639,7 +785,10 @@ static int check_exec_batch(hc_run_job_t *job, int upto)
 
 static int spawn_rank(hc_run_job_t *job, int r)
 {
-    int report[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+    int report[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, ctl[2] = {-1, -1};
+    /* A control socket per rank (hang reports): without one the job runs,
+     * the reports just say so. */
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) ctl[0] = ctl[1] = -1;
     if (pipe2(report, O_CLOEXEC) != 0 ||
         (job->opts.tag_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))) {
         fprintf(stderr, "hcommrun: pipe for rank %d failed: %s\n", r, strerror(errno));
@@ -653,8 +802,11 @@ static int spawn_rank(hc_run_job_t *job, int r)
     }
     if (pid == 0) {
         close(report[0]);
-        child_exec(job, r, parent, report[1], out, err);
+        if (ctl[0] >= 0) close(ctl[0]);
+        child_exec(job, r, parent, report[1], out, err, ctl[1]);
     }
+    if (ctl[1] >= 0) close(ctl[1]);
+    job->ranks[r].ctl_fd = ctl[0];
     if (r == 0) job->pgid = pid;
     /* Also set in the child; doing it here too closes the race where the next
      * rank or a group kill comes before the child ran. EACCES: it has exec'd. */
@@ -685,6 +837,7 @@ static int spawn_rank(hc_run_job_t *job, int r)
 
 err_close:
     for (int k = 0; k < 2; k++) {
+        if (ctl[k] >= 0) close(ctl[k]);
         if (report[k] >= 0) close(report[k]);
         if (out[k] >= 0) close(out[k]);
         if (err[k] >= 0) close(err[k]);
@@ -738,6 +891,7 @@ static void check_deadlines(hc_run_job_t *job, double now)
         now >= job->start + job->opts.timeout) {
         fprintf(stderr, "hcommrun: timeout after %s s, killing %d ranks\n", job->opts.timeout_str,
                 job->nalive);
+        collect_reports(job, "timeout");
         job->timed_out = 1;
         start_termination(job, SIGTERM);
     }
@@ -845,7 +999,7 @@ int main(int argc, char **argv)
         goto out_free;
     }
     for (int r = 0; r < job.opts.nranks; r++)
-        job.ranks[r].exec_fd = -1;
+        job.ranks[r].exec_fd = job.ranks[r].ctl_fd = -1;
     for (int k = 0; job.streams && k < 2 * job.opts.nranks; k++)
         job.streams[k].fd = -1;
 
@@ -878,6 +1032,7 @@ int main(int argc, char **argv)
 out_fds:
     for (int r = 0; r < job.nspawned; r++) {
         if (job.ranks[r].exec_fd >= 0) close(job.ranks[r].exec_fd);
+        if (job.ranks[r].ctl_fd >= 0) close(job.ranks[r].ctl_fd);
     }
     for (int k = 0; job.streams && k < 2 * job.nspawned; k++)
         hc_run_tag_stream_close(&job.streams[k]);

@@ -1,0 +1,84 @@
+#!/bin/bash
+# hang_test.sh HCOMMRUN MP_HANG: hangs and disagreements explain themselves
+# (tests/core/mp_hang.c, 4 ranks, the last one misbehaves at call #2):
+#   - skip (node and tcp paths): the error names both calls and the rank;
+#   - root (node path: an error naming the rank that went past; tcp path:
+#     a hang whose warning names the rank, the collective and the message
+#     it already sent for the next one);
+#   - sleep: HCOMM_WARN_AFTER warnings and the timeout error name the
+#     operation (#2, count, dtype), the algorithm and step, rank 3 and its
+#     process state;
+#   - stop: rank 3 stopped beyond HCOMM_WARN_AFTER: the warnings say
+#     "stopped"; continued, the job ends well;
+#   - hcommrun --timeout and SIGUSR1: every rank's report, rank 3 named as
+#     the one the others wait for, its process state when it cannot answer.
+set -u
+run=${1:?hcommrun} prog=${2:?mp_hang}
+work=$(mktemp -d /tmp/hc-hang.XXXXXX)
+trap 'rm -rf "$work"; kill $(jobs -p) 2>/dev/null' EXIT
+bad=0
+fail() { echo "FAIL: $*"; bad=1; }
+has() { # FILE PATTERN WHAT
+    grep -Eq -- "$2" "$1" || { fail "$3: no line matching '$2' in:"; sed 's/^/    /' "$1" | head -40; }
+}
+
+# skip: on the node path each side names the other's call
+"$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=20 "$prog" skip >"$work/skip" 2>&1
+has "$work/skip" "rank [012]: hcomm_allreduce: hcomm_allreduce .*#2: communicator rank 3 called hcomm_barrier" "skip (node)"
+# tcp path: rank 3 meets the others' allreduce #2 messages
+"$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=20 --env HCOMM_SHM=0 "$prog" skip >"$work/skip_tcp" 2>&1
+has "$work/skip_tcp" "rank 3: hcomm_barrier: .*hcomm_barrier\(\) #2 on the world communicator \(4 ranks\): communicator rank [0-2] called hcomm_allreduce at this point" "skip (tcp)"
+
+# root: broadcast with another root
+"$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=20 "$prog" root >"$work/root" 2>&1
+has "$work/root" "rank 3: hcomm_broadcast: hcomm_broadcast .*root 1\) #2: communicator rank 1 went past this collective" "root (node)"
+"$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=4 --env HCOMM_WARN_AFTER=1 --env HCOMM_SHM=0 \
+    "$prog" root >"$work/root_tcp" 2>&1
+has "$work/root_tcp" "r3\] warn: hcomm_broadcast has waited 1\.[0-9] s: hcomm_broadcast\(count 256, float32, root 1\) #2 .*waiting for data from rank 1: .*for collective #2 \(broadcast\), none has arrived \(1 other message from it waits unreceived, the first for collective #3 \(allreduce\)\)" "root (tcp) warning"
+
+# sleep: warnings then the timeout error, naming rank 3
+"$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=3 --env HCOMM_WARN_AFTER=1 "$prog" sleep 8 >"$work/sleep" 2>&1
+has "$work/sleep" "r0\] warn: hcomm_allreduce has waited 1\.[0-9] s: hcomm_allreduce\(count 256, float32, sum\) #2 on the world communicator \(4 ranks\), algorithm node[a-z-]*, step: .*waiting for rank 3: its flag" "sleep warning"
+has "$work/sleep" "^  rank 3 \(node .*, pid [0-9]+\): .*its process is sleeping" "sleep: rank 3's line"
+has "$work/sleep" "hcomm_allreduce has waited 2\.[0-9] s" "sleep: the warning repeats"
+has "$work/sleep" "rank [012]: hcomm_allreduce: hcomm_allreduce: timed out after 3 s \(HCOMM_TIMEOUT\): hcomm_allreduce has waited .*waiting for rank 3" "sleep: timeout error"
+# over tcp: the p2p path's words
+"$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=3 --env HCOMM_WARN_AFTER=1 --env HCOMM_SHM=0 "$prog" sleep 8 >"$work/sleep_tcp" 2>&1
+has "$work/sleep_tcp" "warn: hcomm_allreduce has waited 1\.[0-9] s: hcomm_allreduce\(count 256, float32, sum\) #2 .*algorithm [a-z]+, step: .*waiting for data from rank 3: a message of 1024 bytes for collective #2 \(allreduce\), none has arrived" "sleep (tcp) warning"
+has "$work/sleep_tcp" "^  rank 3 \(node .*\): last heard [0-9.]+ s ago" "sleep (tcp): last heard"
+
+# stop: rank 3 stopped for ~3 s, then continued
+"$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=30 --env HCOMM_WARN_AFTER=1 "$prog" stop >"$work/stop" 2>&1 &
+runner=$!
+for i in $(seq 1 100); do # the stopped rank
+    pid=$(ps -eo pid,stat,args | awk -v p="$prog" '$2 ~ /^T/ && $3 == p {print $1; exit}')
+    [ -n "$pid" ] && break
+    sleep 0.1
+done
+[ -n "$pid" ] || fail "stop: no stopped rank seen"
+sleep 3
+[ -n "$pid" ] && kill -CONT "$pid"
+wait $runner; rc=$?
+[ $rc = 0 ] || fail "stop: the job did not end well after SIGCONT (rc $rc)"
+has "$work/stop" "^  rank 3 .*its process is stopped \(SIGSTOP or a debugger\)" "stop: warning"
+
+# hcommrun --timeout: the reports, rank 3 waited for and not answering
+"$run" -n 4 --timeout 3 --env HCOMM_TIMEOUT=60 --env HCOMM_WARN_AFTER=0 "$prog" sleep 30 >"$work/report" 2>&1
+rc=$?
+[ $rc = 124 ] || fail "report: hcommrun exit $rc, want 124"
+has "$work/report" "hcommrun: hang report \(timeout\), 3 of 4 live ranks answered" "report header"
+has "$work/report" "most waited for: rank 3 \(3 ranks wait for it\)" "report: most waited for"
+has "$work/report" "rank 3 \(pid [0-9]+\) \[waited for\]: no report: sleeping outside hcomm" "report: rank 3"
+has "$work/report" "rank 0 \(pid [0-9]+\): hcomm_allreduce has waited .* #2 .*waiting for rank 3" "report: rank 0"
+
+# SIGUSR1: a report while the job goes on, and it still ends well
+"$run" -n 4 --timeout 60 --env HCOMM_WARN_AFTER=0 "$prog" sleep 4 >"$work/usr1" 2>&1 &
+runner=$!
+sleep 2
+kill -USR1 $runner
+wait $runner; rc=$?
+[ $rc = 0 ] || fail "SIGUSR1: the job failed (rc $rc)"
+has "$work/usr1" "hcommrun: hang report \(SIGUSR1\), 3 of 4 live ranks answered" "SIGUSR1 report"
+has "$work/usr1" "most waited for: rank 3" "SIGUSR1: rank 3"
+[ $bad = 0 ] && echo "hang_reports: all checks passed"
+exit $bad
