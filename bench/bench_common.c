@@ -1,6 +1,7 @@
 /*
  * Shared code of the benchmark tools: arguments, the size loop, buffers,
- * dtype conversions, reference data and the collective harness.
+ * statistics, JSON lines, dtype conversions, reference data and the
+ * collective harness.
  *
  * Checking a reduction needs a reference that does not depend on the
  * library's reduction order or accumulation precision (fp16/bf16 are summed
@@ -10,9 +11,11 @@
  * reference computed in int64 and converted once.
  *
  * Timing follows nccl-tests: warmup, barrier, a loop of back-to-back calls,
- * the per-call average; the row shows the slowest rank's average. The check
- * runs outside the timed loop, on a fresh run with freshly written inputs
- * and sentinel-filled outputs, so stale data cannot pass for a result.
+ * the per-call average, reduced over the ranks as -a says (rank 0, mean,
+ * min, max). Each call of the loop is also timed on its own (one clock read
+ * between calls) for the p50/p99 columns. The check runs outside the timed
+ * loop, on a fresh run with freshly written inputs and sentinel-filled
+ * outputs, so stale data cannot pass for a result.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -21,6 +24,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -33,7 +37,7 @@ int hb_rank = -1;
 int hb_nranks = 0;
 
 static const char *hb_prog = "bench";
-static int hb_prog_is_coll;
+static enum hb_tool hb_prog_tool = HB_TOOL_COLL;
 
 void hb_check(hcomm_status_t status, const char *what)
 {
@@ -81,25 +85,50 @@ int hb_iters_for(size_t bytes, int small, int large)
 
 static void hb_usage_print(FILE *f)
 {
-    fprintf(f,
-            "usage: hcommrun -n NRANKS %s [options]\n"
-            "  -b, --minbytes MIN      smallest size in bytes, K/M/G suffixes allowed "
-            "(default 8; 0 allowed)\n"
-            "  -e, --maxbytes MAX      largest size (default %s)\n"
-            "  -f, --stepfactor F      multiply the size by F, an integer >= 2 (default 2)\n"
-            "  -n, --iters N           timed iterations per size (default: by size, as the "
-            "peers' mpi_bench.c)\n"
-            "  -w, --warmup_iters N    warmup iterations per size (default: iters/10+1%s)\n",
-            hb_prog, hb_prog_is_coll ? "32M" : "4M", hb_prog_is_coll ? ", at least 5" : "");
-    if (hb_prog_is_coll)
+    fprintf(f, "usage: hcommrun -n NRANKS %s [options]\n", hb_prog);
+    if (hb_prog_tool != HB_TOOL_MIXED)
+        fprintf(f,
+                "  -b, --minbytes MIN      smallest size in bytes, K/M/G suffixes allowed "
+                "(default 8; 0 allowed)\n"
+                "  -e, --maxbytes MAX      largest size (default %s)\n"
+                "  -f, --stepfactor F      multiply the size by F, an integer >= 2 (default 2)\n"
+                "  -n, --iters N           timed iterations per size (default: by size, as the "
+                "peers' mpi_bench.c%s)\n"
+                "  -w, --warmup_iters N    warmup iterations per size (default: iters/10+1%s)\n",
+                hb_prog_tool == HB_TOOL_COLL ? "32M" : "4M",
+                hb_prog_tool == HB_TOOL_PINGPONG ? "; bw modes: as osu_bw" : "",
+                hb_prog_tool == HB_TOOL_COLL ? ", at least 5" : "");
+    if (hb_prog_tool == HB_TOOL_PINGPONG)
+        fprintf(f, "  -M, --mode lat|bw|bibw  latency (blocking round trips), or osu_bw/osu_bibw "
+                   "bandwidth (default lat)\n"
+                   "  -W, --window N          messages in flight per window in bw modes "
+                   "(default 64)\n");
+    if (hb_prog_tool == HB_TOOL_COLL)
         fprintf(f, "  -d, --datatype T        float|half|bfloat16|double|int8|uint8|int32|uint32|"
-                   "int64|uint64 (default float)\n"
+                   "int64|uint64|all (default float)\n"
                    "  -o, --op OP             sum|prod|max|min|avg|all (default sum)\n"
-                   "  -r, --root R            root rank of broadcast and reduce (default 0)\n"
-                   "  -c, --check 0|1         check every result against an exact reference "
-                   "(default 1)\n");
+                   "  -r, --root R            root rank of broadcast and reduce (default 0)\n");
+    if (hb_prog_tool == HB_TOOL_MIXED)
+        fprintf(f, "  -p, --profile FILE      profile: lines '<collective> <bytes> <count per "
+                   "step>'\n"
+                   "  -P, --builtin NAME      built-in profile (default mixed; 'list' names "
+                   "them)\n"
+                   "      --show-profile      print the profile's text and exit\n"
+                   "  -n, --iters N           timed steps (default 100)\n"
+                   "  -w, --warmup_iters N    untimed steps first (default 10)\n");
+    if (hb_prog_tool != HB_TOOL_PINGPONG)
+        fprintf(f,
+                "  -c, --check 0|1         check results against an exact reference "
+                "(default 1)\n"
+                "  -z, --blocking 0|1      1: blocking calls; 0: hcomm_i* calls completed "
+                "with hcomm_wait (default %d)\n"
+                "  -a, --average 0|1|2|3   time of rank 0 (0), mean over ranks (1), min (2), "
+                "max (3) (default 1)\n",
+                hb_prog_tool == HB_TOOL_COLL);
     fprintf(f, "  -m, --mem malloc|hcomm  buffers from aligned_alloc (default) or "
                "hcomm_mem_alloc\n"
+               "  -J, --json FILE         also write one JSON object per result to FILE "
+               "(rank 0)\n"
                "      --csv               comma-separated output\n"
                "  -h, --help              this text\n");
 }
@@ -120,8 +149,7 @@ void hb_usage_error(const char *fmt, ...)
     exit(2);
 }
 
-/* BYTES with an optional K, M or G (binary) suffix, optionally followed by B or iB. */
-static int hb_parse_size(const char *s, size_t *size_p)
+int hb_parse_size(const char *s, size_t *size_p)
 {
     unsigned long long v;
     unsigned shift = 0;
@@ -188,6 +216,14 @@ static const struct hb_name hb_dtype_names[] = {
     {"int", HCOMM_INT32},         {NULL, 0},
 };
 
+/* Indexed by hcomm_dtype_t. */
+static const char *const hb_dtype_cnames[HCOMM_DTYPE_COUNT] = {
+    [HCOMM_INT8] = "int8",       [HCOMM_UINT8] = "uint8",       [HCOMM_INT32] = "int32",
+    [HCOMM_UINT32] = "uint32",   [HCOMM_INT64] = "int64",       [HCOMM_UINT64] = "uint64",
+    [HCOMM_FLOAT16] = "float16", [HCOMM_BFLOAT16] = "bfloat16", [HCOMM_FLOAT32] = "float32",
+    [HCOMM_FLOAT64] = "float64",
+};
+
 static const struct hb_name hb_op_names[] = {
     {"sum", HCOMM_SUM}, {"prod", HCOMM_PROD}, {"max", HCOMM_MAX}, {"min", HCOMM_MIN},
     {"avg", HCOMM_AVG}, {"all", HB_OP_ALL},   {NULL, 0},
@@ -212,6 +248,11 @@ const char *hb_dtype_name(hcomm_dtype_t dtype)
     return "?";
 }
 
+const char *hb_dtype_cname(hcomm_dtype_t dtype)
+{
+    return (unsigned)dtype < HCOMM_DTYPE_COUNT ? hb_dtype_cnames[dtype] : "?";
+}
+
 const char *hb_op_name(int op)
 {
     if (op == HB_OP_NONE) return "none";
@@ -220,7 +261,19 @@ const char *hb_op_name(int op)
     return "?";
 }
 
-void hb_opts_parse(int argc, char **argv, int is_coll, struct hb_opts *opts_p)
+/* Long options without a short letter. */
+#define HB_OPT_CSV 0x100
+#define HB_OPT_SHOW_PROFILE 0x101
+
+/* "0" or "1" .. "max" as one digit. */
+static int hb_parse_digit(const char *s, int max, int *v_p)
+{
+    if (s[0] < '0' || s[0] > '0' + max || s[1]) return -1;
+    *v_p = s[0] - '0';
+    return 0;
+}
+
+void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opts_p)
 {
     static const struct option longopts[] = {
         {"minbytes", required_argument, NULL, 'b'},
@@ -232,14 +285,29 @@ void hb_opts_parse(int argc, char **argv, int is_coll, struct hb_opts *opts_p)
         {"op", required_argument, NULL, 'o'},
         {"root", required_argument, NULL, 'r'},
         {"check", required_argument, NULL, 'c'},
+        {"blocking", required_argument, NULL, 'z'},
+        {"average", required_argument, NULL, 'a'},
+        {"mode", required_argument, NULL, 'M'},
+        {"window", required_argument, NULL, 'W'},
+        {"profile", required_argument, NULL, 'p'},
+        {"builtin", required_argument, NULL, 'P'},
+        {"show-profile", no_argument, NULL, HB_OPT_SHOW_PROFILE},
         {"mem", required_argument, NULL, 'm'},
-        {"csv", no_argument, NULL, 'C'},
+        {"json", required_argument, NULL, 'J'},
+        {"csv", no_argument, NULL, HB_OPT_CSV},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    /* the letters each tool takes; a long option is accepted when its
+     * letter is (the option-less ones are checked below) */
+    static const char *const shortopts[] = {
+        [HB_TOOL_PINGPONG] = ":b:e:f:n:w:M:W:m:J:h",
+        [HB_TOOL_COLL] = ":b:e:f:n:w:d:o:r:c:z:a:m:J:h",
+        [HB_TOOL_MIXED] = ":p:P:n:w:c:z:a:m:J:h",
+    };
     struct hb_opts o = {
         .min_bytes = 8,
-        .max_bytes = is_coll ? (size_t)32 << 20 : (size_t)4 << 20,
+        .max_bytes = tool == HB_TOOL_COLL ? (size_t)32 << 20 : (size_t)4 << 20,
         .factor = 2,
         .iters = -1,
         .warmup = -1,
@@ -247,15 +315,24 @@ void hb_opts_parse(int argc, char **argv, int is_coll, struct hb_opts *opts_p)
         .op = HCOMM_SUM,
         .root = 0,
         .check = 1,
+        .blocking = tool != HB_TOOL_MIXED, /* a step overlaps its messages */
+        .average = HB_AVG_MEAN,
+        .mode = HB_PP_LAT,
+        .window = 64,
     };
-    const char *shortopts = is_coll ? ":b:e:f:n:w:d:o:r:c:m:h" : ":b:e:f:n:w:m:h";
     int ch, v;
     long l;
 
-    hb_prog_is_coll = is_coll;
+    hb_prog_tool = tool;
     opterr = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, shortopts[tool], longopts, NULL)) != -1) {
+        /* getopt_long() accepts every long option; refuse those whose
+         * letter this tool does not take */
+        if (ch != '?' && ch != ':' && ch < 0x100 && !strchr(shortopts[tool] + 1, ch))
+            hb_usage_error("option '%s' is not an option of %s", argv[optind - 1], hb_prog);
+        if (ch == HB_OPT_SHOW_PROFILE && tool != HB_TOOL_MIXED)
+            hb_usage_error("option '%s' is not an option of %s", argv[optind - 1], hb_prog);
         switch (ch) {
         case 'b':
             if (hb_parse_size(optarg, &o.min_bytes))
@@ -283,9 +360,14 @@ void hb_opts_parse(int argc, char **argv, int is_coll, struct hb_opts *opts_p)
             o.warmup = (int)l;
             break;
         case 'd':
+            if (!strcmp(optarg, "all")) {
+                o.dtype_all = 1;
+                break;
+            }
             if (hb_lookup(hb_dtype_names, optarg, &v))
                 hb_usage_error("-d: unknown data type '%s'", optarg);
             o.dtype = (hcomm_dtype_t)v;
+            o.dtype_all = 0;
             break;
         case 'o':
             if (hb_lookup(hb_op_names, optarg, &v))
@@ -300,9 +382,42 @@ void hb_opts_parse(int argc, char **argv, int is_coll, struct hb_opts *opts_p)
             o.root = (int)l;
             break;
         case 'c':
-            if (strcmp(optarg, "0") && strcmp(optarg, "1"))
+            if (hb_parse_digit(optarg, 1, &o.check))
                 hb_usage_error("-c: bad value '%s' (0 or 1)", optarg);
-            o.check = optarg[0] == '1';
+            break;
+        case 'z':
+            if (hb_parse_digit(optarg, 1, &o.blocking))
+                hb_usage_error("-z: bad value '%s' (1 blocking calls, 0 non-blocking)", optarg);
+            break;
+        case 'a':
+            if (hb_parse_digit(optarg, 3, &o.average))
+                hb_usage_error("-a: bad value '%s' (0 rank 0, 1 mean, 2 min, 3 max)", optarg);
+            break;
+        case 'M':
+            if (!strcmp(optarg, "lat"))
+                o.mode = HB_PP_LAT;
+            else if (!strcmp(optarg, "bw"))
+                o.mode = HB_PP_BW;
+            else if (!strcmp(optarg, "bibw"))
+                o.mode = HB_PP_BIBW;
+            else
+                hb_usage_error("-M: bad mode '%s' (lat, bw or bibw)", optarg);
+            break;
+        case 'W':
+            if (hb_parse_int(optarg, 1, 1 << 20, &l))
+                hb_usage_error("-W: bad window '%s' (an integer from 1 to 1048576)", optarg);
+            o.window = (int)l;
+            break;
+        case 'p':
+            o.profile_file = optarg;
+            o.profile_name = NULL;
+            break;
+        case 'P':
+            o.profile_name = optarg;
+            o.profile_file = NULL;
+            break;
+        case HB_OPT_SHOW_PROFILE:
+            o.show_profile = 1;
             break;
         case 'm':
             if (!strcmp(optarg, "malloc"))
@@ -312,7 +427,11 @@ void hb_opts_parse(int argc, char **argv, int is_coll, struct hb_opts *opts_p)
             else
                 hb_usage_error("-m: bad memory kind '%s' (malloc or hcomm)", optarg);
             break;
-        case 'C':
+        case 'J':
+            if (!optarg[0]) hb_usage_error("-J: empty file name");
+            o.json = optarg;
+            break;
+        case HB_OPT_CSV:
             o.csv = 1;
             break;
         case 'h':
@@ -378,6 +497,162 @@ void hb_buf_free(void *buf, size_t bytes, int mem_hcomm)
     }
     hb_check(hcomm_mem_deregister(buf, bytes ? bytes : 1), "hcomm_mem_deregister");
     free(buf);
+}
+
+/* ------------------------------------------------------------------------
+ * Statistics
+ * ---------------------------------------------------------------------- */
+
+static int hb_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void hb_stats_compute(double *v, size_t n, struct hb_stats *stats_p)
+{
+    struct hb_stats s = {0};
+    double sum = 0;
+
+    if (n) {
+        for (size_t i = 0; i < n; i++)
+            sum += v[i];
+        qsort(v, n, sizeof(double), hb_cmp_double);
+        s.mean = sum / (double)n;
+        s.min = v[0];
+        s.max = v[n - 1];
+        s.p50 = v[n / 2];
+        s.p99 = v[(size_t)((double)n * 0.99)];
+    }
+    *stats_p = s;
+}
+
+void hb_times_reduce(double *v, size_t n, int average, hcomm_comm_t comm)
+{
+    int nranks = hcomm_comm_size(comm);
+
+    switch (average) {
+    case HB_AVG_RANK0:
+        hb_check(hcomm_broadcast(v, n, HCOMM_FLOAT64, 0, comm), "hcomm_broadcast");
+        break;
+    case HB_AVG_MEAN:
+        hb_check(hcomm_allreduce(v, v, n, HCOMM_FLOAT64, HCOMM_SUM, comm), "hcomm_allreduce");
+        for (size_t i = 0; i < n; i++)
+            v[i] /= nranks;
+        break;
+    case HB_AVG_MIN:
+        hb_check(hcomm_allreduce(v, v, n, HCOMM_FLOAT64, HCOMM_MIN, comm), "hcomm_allreduce");
+        break;
+    default:
+        hb_check(hcomm_allreduce(v, v, n, HCOMM_FLOAT64, HCOMM_MAX, comm), "hcomm_allreduce");
+        break;
+    }
+}
+
+const char *hb_average_name(int average)
+{
+    static const char *const names[] = {"rank0", "mean", "min", "max"};
+    return (unsigned)average < 4 ? names[average] : "?";
+}
+
+/* ------------------------------------------------------------------------
+ * JSON lines
+ * ---------------------------------------------------------------------- */
+
+FILE *hb_json_open(const char *path, hcomm_comm_t comm)
+{
+    FILE *f = NULL;
+    int err = 0;
+
+    if (!path) return NULL;
+    if (hcomm_comm_rank(comm) == 0 && !(f = fopen(path, "w"))) err = errno;
+    hb_check(hcomm_broadcast(&err, 1, HCOMM_INT32, 0, comm), "hcomm_broadcast");
+    if (err) hb_usage_error("-J: cannot open '%s' for writing: %s", path, strerror(err));
+    return f;
+}
+
+void hb_json_close(FILE *f, const char *path)
+{
+    if (!f) return;
+    if (ferror(f) | fclose(f)) {
+        fprintf(stderr, "%s: -J: writing '%s' failed: %s\n", hb_prog, path, strerror(errno));
+        exit(1);
+    }
+}
+
+static void hb_json_put(struct hb_json *j, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void hb_json_put(struct hb_json *j, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (j->len >= sizeof(j->buf)) return;
+    va_start(ap, fmt);
+    n = vsnprintf(j->buf + j->len, sizeof(j->buf) - j->len, fmt, ap);
+    va_end(ap);
+    j->len = n < 0 ? sizeof(j->buf) : j->len + (size_t)n;
+}
+
+static void hb_json_key(struct hb_json *j, const char *key)
+{
+    hb_json_put(j, "%s\"%s\":", j->len > 1 ? "," : "", key);
+}
+
+void hb_json_begin(struct hb_json *j)
+{
+    j->len = 0;
+    hb_json_put(j, "{");
+}
+
+void hb_json_str(struct hb_json *j, const char *key, const char *val)
+{
+    hb_json_key(j, key);
+    hb_json_put(j, "\"");
+    for (const unsigned char *p = (const unsigned char *)val; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            hb_json_put(j, "\\%c", *p);
+        else if (*p < 0x20)
+            hb_json_put(j, "\\u%04x", *p);
+        else
+            hb_json_put(j, "%c", *p);
+    }
+    hb_json_put(j, "\"");
+}
+
+void hb_json_int(struct hb_json *j, const char *key, long long v)
+{
+    hb_json_key(j, key);
+    hb_json_put(j, "%lld", v);
+}
+
+void hb_json_num(struct hb_json *j, const char *key, double v)
+{
+    hb_json_key(j, key);
+    if (v != v || v > DBL_MAX || v < -DBL_MAX)
+        hb_json_put(j, "null");
+    else
+        hb_json_put(j, "%.9g", v);
+}
+
+void hb_json_null(struct hb_json *j, const char *key)
+{
+    hb_json_key(j, key);
+    hb_json_put(j, "null");
+}
+
+void hb_json_write(struct hb_json *j, FILE *f)
+{
+    hb_json_put(j, "}\n");
+    if (!f) return;
+    if (j->len >= sizeof(j->buf)) {
+        fprintf(stderr, "%s: -J: a JSON line is longer than %zu bytes (a bug)\n", hb_prog,
+                sizeof(j->buf));
+        exit(1);
+    }
+    fputs(j->buf, f);
+    fflush(f);
 }
 
 /* ------------------------------------------------------------------------
@@ -614,8 +889,106 @@ static double hb_elem_load(hcomm_dtype_t dtype, const void *buf, size_t k)
     }
 }
 
+/*
+ * Fast paths. hb_value() depends on idx only through idx modulo a small
+ * period (the sum patterns through idx mod 3 and idx mod n, products
+ * through idx mod n+1, max/min mod 11, data movement mod 113), and so does
+ * the reduced value. Big buffers are then filled by copying, and checked by
+ * comparing, whole stretches of one precomputed run of the pattern; a
+ * stretch that differs goes through the per-element code, which describes
+ * the mismatch. The run is computed with hb_value() itself and verified
+ * periodic, so an edit of hb_value() that breaks the period only costs the
+ * fast path, never a check.
+ */
+#define HB_FAST_MIN_BYTES 65536 /* below: per element */
+#define HB_RUN_BYTES 16384      /* at least this much of the pattern per copy */
+
+struct hb_run {
+    size_t period, len; /* elements: len is a multiple of period */
+    unsigned char *bytes;
+};
+
+static size_t hb_gcd(size_t a, size_t b)
+{
+    while (b) {
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static size_t hb_period(int op, size_t n)
+{
+    switch (op) {
+    case HCOMM_SUM:
+    case HCOMM_AVG:
+        return 3 * n / hb_gcd(3, n);
+    case HCOMM_PROD:
+        return n + 1;
+    case HCOMM_MAX:
+    case HCOMM_MIN:
+        return 11;
+    default:
+        return 113;
+    }
+}
+
+/* Element idx of the pattern: rank's value, or the reduction (HB_REDUCED). */
+static int64_t hb_ref(hcomm_dtype_t dtype, int op, int rank, size_t idx)
+{
+    return rank == HB_REDUCED ? hb_expected(dtype, op, hb_nranks, idx)
+                              : hb_value(dtype, op, rank, hb_nranks, idx);
+}
+
+/* 0 with run_p set, -1 when the fast path is not available. */
+static int hb_run_make(hcomm_dtype_t dtype, int op, int rank, struct hb_run *run_p)
+{
+    size_t esize = hcomm_dtype_size(dtype), period = hb_period(op, (size_t)hb_nranks), len;
+    unsigned char *bytes;
+
+    if (period > HB_RUN_BYTES) return -1;
+    len = (HB_RUN_BYTES / esize + period - 1) / period * period;
+    if (len < 2 * period) len = 2 * period;
+    if (!(bytes = malloc(len * esize))) return -1;
+    for (size_t j = 0; j < len; j++)
+        hb_elem_store(dtype, bytes, j, hb_ref(dtype, op, rank, j));
+    for (size_t j = period; j < len; j++) {
+        if (memcmp(bytes + j * esize, bytes + (j % period) * esize, esize)) {
+            free(bytes);
+            return -1;
+        }
+    }
+    run_p->period = period;
+    run_p->len = len;
+    run_p->bytes = bytes;
+    return 0;
+}
+
+/* Elements [k, k + *n_p) of a buffer starting at pattern index first are
+ * bytes of the run from the returned offset on; sets *n_p. */
+static const unsigned char *hb_run_at(const struct hb_run *run, size_t esize, size_t first,
+                                      size_t k, size_t left, size_t *n_p)
+{
+    size_t j = (first + k) % run->period;
+
+    *n_p = run->len - j < left ? run->len - j : left;
+    return run->bytes + j * esize;
+}
+
 void hb_fill(void *buf, size_t first, size_t count, hcomm_dtype_t dtype, int op, int rank)
 {
+    size_t esize = hcomm_dtype_size(dtype), n = 0;
+    struct hb_run run;
+
+    if (count * esize >= HB_FAST_MIN_BYTES && !hb_run_make(dtype, op, rank, &run)) {
+        for (size_t k = 0; k < count; k += n) {
+            const unsigned char *from = hb_run_at(&run, esize, first, k, count - k, &n);
+            memcpy((char *)buf + k * esize, from, n * esize);
+        }
+        free(run.bytes);
+        return;
+    }
     for (size_t k = 0; k < count; k++)
         hb_elem_store(dtype, buf, k, hb_value(dtype, op, rank, hb_nranks, first + k));
 }
@@ -625,20 +998,21 @@ void hb_fill_sentinel(void *buf, size_t count, hcomm_dtype_t dtype)
     memset(buf, 0xff, count * hcomm_dtype_size(dtype));
 }
 
-size_t hb_count_wrong(const void *buf, size_t first, size_t count, hcomm_dtype_t dtype, int op,
-                      int rank, const char *what)
+/* The per-element check of buf[0, count), pattern index first on; the
+ * first mismatch is described unless *noted (then set). */
+static size_t hb_count_wrong_slow(const char *buf, size_t first, size_t count, hcomm_dtype_t dtype,
+                                  int op, int rank, const char *what, int *noted)
 {
     static int reported;
     size_t esize = hcomm_dtype_size(dtype), wrong = 0;
-    const char *p = buf;
     uint64_t want;
 
     for (size_t k = 0; k < count; k++) {
-        int64_t v = rank == HB_REDUCED ? hb_expected(dtype, op, hb_nranks, first + k)
-                                       : hb_value(dtype, op, rank, hb_nranks, first + k);
-        hb_elem_store(dtype, &want, 0, v);
-        if (!memcmp(&want, p + k * esize, esize)) continue;
-        if (wrong++ == 0 && reported < 8) {
+        hb_elem_store(dtype, &want, 0, hb_ref(dtype, op, rank, first + k));
+        if (!memcmp(&want, buf + k * esize, esize)) continue;
+        wrong++;
+        if (!*noted && reported < 8) {
+            *noted = 1;
             reported++;
             fprintf(stderr, "rank %d: %s: element %zu is %.17g, expected %.17g\n", hb_rank, what,
                     first + k, hb_elem_load(dtype, buf, k), hb_elem_load(dtype, &want, 0));
@@ -647,29 +1021,83 @@ size_t hb_count_wrong(const void *buf, size_t first, size_t count, hcomm_dtype_t
     return wrong;
 }
 
+size_t hb_count_wrong(const void *buf, size_t first, size_t count, hcomm_dtype_t dtype, int op,
+                      int rank, const char *what)
+{
+    size_t esize = hcomm_dtype_size(dtype), wrong = 0, n = 0;
+    const char *p = buf;
+    struct hb_run run;
+    int noted = 0;
+
+    if (count * esize < HB_FAST_MIN_BYTES || hb_run_make(dtype, op, rank, &run))
+        return hb_count_wrong_slow(p, first, count, dtype, op, rank, what, &noted);
+    for (size_t k = 0; k < count; k += n) {
+        const unsigned char *want = hb_run_at(&run, esize, first, k, count - k, &n);
+        if (memcmp(p + k * esize, want, n * esize))
+            wrong +=
+                hb_count_wrong_slow(p + k * esize, first + k, n, dtype, op, rank, what, &noted);
+    }
+    free(run.bytes);
+    return wrong;
+}
+
 /* ------------------------------------------------------------------------
  * Collective harness
  * ---------------------------------------------------------------------- */
 
 struct hb_phase {
-    double us;
+    double us;            /* the mean time of one call, reduced over ranks as -a says */
+    struct hb_stats iter; /* per-iteration times, reduced over ranks as -a says */
     double algbw, busbw;
     int64_t wrong; /* -1: not checked */
 };
 
-static void hb_coll_phase(const struct hb_coll *coll, struct hb_coll_ctx *c, int in_place,
-                          int iters, int warmup, int check, double busbw_factor, size_t bytes,
-                          struct hb_phase *ph)
+void hb_coll_call(const struct hb_coll *coll, const struct hb_coll_ctx *c, int in_place,
+                  int blocking)
 {
-    char call[64], what[160], what_input[192];
-    double us, worst;
-    int64_t wrong, total;
-    uint64_t t0;
+    hcomm_request_t req;
+    hcomm_status_t st;
+    char call[64];
 
-    snprintf(call, sizeof(call), "hcomm_%s", coll->name);
-    snprintf(what, sizeof(what), "%s %s %s count %zu root %d %s", coll->name,
+    /* the name is formatted only on failure: nothing but the call in the
+     * timed loop */
+    if (blocking) {
+        st = coll->run(c, in_place);
+        if (st != HCOMM_OK) {
+            snprintf(call, sizeof(call), "hcomm_%s", coll->name);
+            hb_check(st, call);
+        }
+        return;
+    }
+    st = coll->irun(c, in_place, &req);
+    if (st != HCOMM_OK) {
+        snprintf(call, sizeof(call), "hcomm_i%s", coll->name);
+        hb_check(st, call);
+    }
+    hb_check(hcomm_wait(req), "hcomm_wait");
+}
+
+/*
+ * One block (out-of-place or in-place) of a row. Each iteration is timed on
+ * its own, one clock read between calls, so the loop costs what the
+ * back-to-back loop of nccl-tests costs. lat has iters + 1 slots: the
+ * per-iteration times and, last, this rank's mean, reduced over the ranks
+ * in one call. The mean is nccl-tests' time (the average of a rank's
+ * calls, then -a over ranks); the percentiles are those of the iterations
+ * after reducing each iteration over the ranks.
+ */
+static void hb_coll_phase(const struct hb_coll *coll, struct hb_coll_ctx *c,
+                          const struct hb_opts *o, int in_place, int iters, int warmup,
+                          double busbw_factor, size_t bytes, double *lat, struct hb_phase *ph)
+{
+    char what[160], what_input[192];
+    double sum = 0;
+    int64_t wrong, total;
+    uint64_t t0, t1;
+
+    snprintf(what, sizeof(what), "%s %s %s count %zu root %d %s %s", coll->name,
              hb_dtype_name(c->dtype), hb_op_name(c->op), c->count, c->root,
-             in_place ? "in-place" : "out-of-place");
+             in_place ? "in-place" : "out-of-place", o->blocking ? "blocking" : "non-blocking");
     snprintf(what_input, sizeof(what_input), "%s: input buffer changed", what);
     c->what = what;
     c->what_input = what_input;
@@ -677,20 +1105,27 @@ static void hb_coll_phase(const struct hb_coll *coll, struct hb_coll_ctx *c, int
     /* defined inputs: garbage could hold NaNs or denormals that slow floats */
     coll->fill(c, in_place);
     for (int i = 0; i < warmup; i++)
-        hb_check(coll->run(c, in_place), call);
+        hb_coll_call(coll, c, in_place, o->blocking);
     hb_check(hcomm_barrier(c->comm), "hcomm_barrier");
     t0 = hb_now_ns();
+    for (int i = 0; i < iters; i++) {
+        hb_coll_call(coll, c, in_place, o->blocking);
+        t1 = hb_now_ns();
+        lat[i] = (double)(t1 - t0) / 1e3;
+        t0 = t1;
+    }
     for (int i = 0; i < iters; i++)
-        hb_check(coll->run(c, in_place), call);
-    us = (double)(hb_now_ns() - t0) / 1e3 / iters;
-    hb_check(hcomm_allreduce(&us, &worst, 1, HCOMM_FLOAT64, HCOMM_MAX, c->comm), "hcomm_allreduce");
-    ph->us = worst;
-    ph->algbw = bytes && worst > 0 ? (double)bytes / worst / 1e3 : 0;
+        sum += lat[i];
+    lat[iters] = sum / iters;
+    hb_times_reduce(lat, (size_t)iters + 1, o->average, c->comm);
+    ph->us = lat[iters];
+    hb_stats_compute(lat, (size_t)iters, &ph->iter);
+    ph->algbw = bytes && ph->us > 0 ? (double)bytes / ph->us / 1e3 : 0;
     ph->busbw = ph->algbw * busbw_factor;
     ph->wrong = -1;
-    if (!check) return;
+    if (!o->check) return;
     coll->fill(c, in_place);
-    hb_check(coll->run(c, in_place), call);
+    hb_coll_call(coll, c, in_place, o->blocking);
     wrong = (int64_t)coll->check(c, in_place);
     hb_check(hcomm_allreduce(&wrong, &total, 1, HCOMM_INT64, HCOMM_SUM, c->comm),
              "hcomm_allreduce");
@@ -701,19 +1136,24 @@ static void hb_coll_header(const struct hb_coll *coll, const struct hb_opts *o)
 {
     if (o->csv) {
         printf("size,count,type,redop,root,time_us,algbw_GBs,busbw_GBs,wrong,"
-               "ip_time_us,ip_algbw_GBs,ip_busbw_GBs,ip_wrong\n");
+               "ip_time_us,ip_algbw_GBs,ip_busbw_GBs,ip_wrong,"
+               "p50_us,p99_us,ip_p50_us,ip_p99_us\n");
         return;
     }
     printf("# %s_bw: %s\n", coll->name, hcomm_version_string());
-    printf("# ranks %d  iters %s  warmup %s  check %d  mem %s\n", hb_nranks,
-           o->iters < 0 ? "auto" : "fixed", o->warmup < 0 ? "auto" : "fixed", o->check,
-           o->mem_hcomm ? "hcomm" : "malloc");
+    printf("# ranks %d  iters %s  warmup %s  check %d  mem %s  blocking %d  average %d (%s)\n",
+           hb_nranks, o->iters < 0 ? "auto" : "fixed", o->warmup < 0 ? "auto" : "fixed", o->check,
+           o->mem_hcomm ? "hcomm" : "malloc", o->blocking, o->average, hb_average_name(o->average));
     printf("#\n");
-    printf("# %10s %12s %8s %6s %6s %33s %33s\n", "", "", "", "", "", "out-of-place", "in-place");
-    printf("# %10s %12s %8s %6s %6s %9s %8s %8s %6s %9s %8s %8s %6s\n", "size", "count", "type",
-           "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-    printf("# %10s %12s %8s %6s %6s %9s %8s %8s %6s %9s %8s %8s %6s\n", "(B)", "(elements)", "", "",
-           "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    /* p50/p99 follow #wrong, so the columns of time (6) and busbw (8)
+     * stay where scripts read them */
+    printf("# %10s %12s %8s %6s %6s %51s %51s\n", "", "", "", "", "", "out-of-place", "in-place");
+    printf("# %10s %12s %8s %6s %6s %9s %8s %8s %6s %8s %8s %9s %8s %8s %6s %8s %8s\n", "size",
+           "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "p50", "p99",
+           "time", "algbw", "busbw", "#wrong", "p50", "p99");
+    printf("# %10s %12s %8s %6s %6s %9s %8s %8s %6s %8s %8s %9s %8s %8s %6s %8s %8s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)",
+           "(GB/s)", "(GB/s)", "", "(us)", "(us)");
 }
 
 static void hb_wrong_str(char *buf, size_t len, int64_t wrong)
@@ -732,52 +1172,81 @@ static void hb_coll_row(const struct hb_opts *o, const struct hb_coll_ctx *c, si
     hb_wrong_str(w0, sizeof(w0), ph[0].wrong);
     hb_wrong_str(w1, sizeof(w1), ph[1].wrong);
     if (o->csv)
-        printf("%zu,%zu,%s,%s,%d,%.3f,%.4f,%.4f,%s,%.3f,%.4f,%.4f,%s\n", bytes, elems,
-               hb_dtype_name(c->dtype), hb_op_name(c->op), c->root, ph[0].us, ph[0].algbw,
-               ph[0].busbw, w0, ph[1].us, ph[1].algbw, ph[1].busbw, w1);
-    else
-        printf("  %10zu %12zu %8s %6s %6d %9.2f %8.3f %8.3f %6s %9.2f %8.3f %8.3f %6s\n", bytes,
+        printf("%zu,%zu,%s,%s,%d,%.3f,%.4f,%.4f,%s,%.3f,%.4f,%.4f,%s,%.3f,%.3f,%.3f,%.3f\n", bytes,
                elems, hb_dtype_name(c->dtype), hb_op_name(c->op), c->root, ph[0].us, ph[0].algbw,
-               ph[0].busbw, w0, ph[1].us, ph[1].algbw, ph[1].busbw, w1);
+               ph[0].busbw, w0, ph[1].us, ph[1].algbw, ph[1].busbw, w1, ph[0].iter.p50,
+               ph[0].iter.p99, ph[1].iter.p50, ph[1].iter.p99);
+    else
+        printf("  %10zu %12zu %8s %6s %6d %9.2f %8.3f %8.3f %6s %8.2f %8.2f %9.2f %8.3f %8.3f %6s "
+               "%8.2f %8.2f\n",
+               bytes, elems, hb_dtype_name(c->dtype), hb_op_name(c->op), c->root, ph[0].us,
+               ph[0].algbw, ph[0].busbw, w0, ph[0].iter.p50, ph[0].iter.p99, ph[1].us, ph[1].algbw,
+               ph[1].busbw, w1, ph[1].iter.p50, ph[1].iter.p99);
     fflush(stdout);
 }
 
-int hb_coll_main(int argc, char **argv, const struct hb_coll *coll)
+static void hb_coll_json(FILE *f, const struct hb_coll *coll, const struct hb_opts *o,
+                         const struct hb_coll_ctx *c, size_t bytes, size_t elems, int iters,
+                         int in_place, const struct hb_phase *ph)
 {
-    static const int all_ops[] = {HCOMM_SUM, HCOMM_PROD, HCOMM_MAX, HCOMM_MIN, HCOMM_AVG};
-    struct hb_coll_ctx c = {0};
-    struct hb_opts o;
-    size_t max_elems, send_elems, recv_elems, last_elems = SIZE_MAX, size;
-    int ops[5], nops = 0;
-    int64_t total_wrong = 0;
-    double bw_sum = 0;
-    int bw_count = 0;
+    struct hb_json j;
+    char tool[64];
 
-    hb_init(&argc, &argv);
-    hb_opts_parse(argc, argv, 1, &o);
+    if (!f) return;
+    snprintf(tool, sizeof(tool), "%s_bw", coll->name);
+    hb_json_begin(&j);
+    hb_json_str(&j, "tool", tool);
+    hb_json_str(&j, "lib", "hcomm");
+    hb_json_int(&j, "nranks", c->nranks);
+    hb_json_str(&j, "dtype", hb_dtype_cname(c->dtype));
+    hb_json_str(&j, "op", hb_op_name(c->op));
+    hb_json_int(&j, "root", c->root);
+    hb_json_int(&j, "blocking", o->blocking);
+    hb_json_int(&j, "in_place", in_place);
+    hb_json_int(&j, "bytes", (long long)bytes);
+    hb_json_int(&j, "count", (long long)elems);
+    hb_json_num(&j, "time_us", ph->us);
+    hb_json_num(&j, "p50_us", ph->iter.p50);
+    hb_json_num(&j, "p99_us", ph->iter.p99);
+    hb_json_num(&j, "min_us", ph->iter.min);
+    hb_json_num(&j, "max_us", ph->iter.max);
+    hb_json_num(&j, "algbw_GBps", ph->algbw);
+    hb_json_num(&j, "busbw_GBps", ph->busbw);
+    if (ph->wrong < 0)
+        hb_json_null(&j, "wrong");
+    else
+        hb_json_int(&j, "wrong", (long long)ph->wrong);
+    hb_json_int(&j, "call_count", (long long)c->count);
+    hb_json_int(&j, "iters", iters);
+    hb_json_str(&j, "average", hb_average_name(o->average));
+    hb_json_str(&j, "mem", o->mem_hcomm ? "hcomm" : "malloc");
+    hb_json_write(&j, f);
+}
+
+/* The rows of one dtype over every size and op; returns its wrong
+ * elements (summed over ranks). */
+static int64_t hb_coll_dtype(const struct hb_coll *coll, const struct hb_opts *o,
+                             hcomm_dtype_t dtype, const int *ops, int nops, double *lat, FILE *json,
+                             double *bw_sum_p, int *bw_count_p)
+{
+    struct hb_coll_ctx c = {0};
+    size_t max_elems, send_elems, recv_elems, last_elems = SIZE_MAX, size;
+    int64_t total_wrong = 0;
 
     c.comm = hcomm_comm_world();
     c.rank = hb_rank;
     c.nranks = hb_nranks;
-    c.dtype = o.dtype;
-    c.esize = hcomm_dtype_size(o.dtype);
-    c.root = coll->rooted ? o.root : -1;
-    if (!coll->reduces)
-        ops[nops++] = HB_OP_NONE;
-    else if (o.op == HB_OP_ALL)
-        for (nops = 0; nops < 5; nops++)
-            ops[nops] = all_ops[nops];
-    else
-        ops[nops++] = o.op;
+    c.dtype = dtype;
+    c.esize = hcomm_dtype_size(dtype);
+    c.root = coll->rooted ? o->root : -1;
 
-    max_elems = o.max_bytes / c.esize;
+    max_elems = o->max_bytes / c.esize;
     if (coll->per_rank) max_elems = max_elems / (size_t)c.nranks * (size_t)c.nranks;
     coll->buf_elems(max_elems, c.nranks, &send_elems, &recv_elems);
-    c.sendbuf = send_elems ? hb_buf_alloc(send_elems * c.esize, o.mem_hcomm) : NULL;
-    c.recvbuf = recv_elems ? hb_buf_alloc(recv_elems * c.esize, o.mem_hcomm) : NULL;
+    c.sendbuf = send_elems ? hb_buf_alloc(send_elems * c.esize, o->mem_hcomm) : NULL;
+    c.recvbuf = recv_elems ? hb_buf_alloc(recv_elems * c.esize, o->mem_hcomm) : NULL;
 
-    if (c.rank == 0) hb_coll_header(coll, &o);
-    size = o.min_bytes;
+    size = o->min_bytes;
     do {
         size_t elems = size / c.esize, bytes;
         int iters, warmup;
@@ -788,25 +1257,72 @@ int hb_coll_main(int argc, char **argv, const struct hb_coll *coll)
         last_elems = elems;
         bytes = elems * c.esize;
         c.count = coll->per_rank ? elems / (size_t)c.nranks : elems;
-        iters = o.iters >= 0 ? o.iters : hb_iters_for(bytes, 1000, 20);
-        warmup = o.warmup >= 0 ? o.warmup : (iters / 10 + 1 > 5 ? iters / 10 + 1 : 5);
+        iters = o->iters >= 0 ? o->iters : hb_iters_for(bytes, 1000, 20);
+        warmup = o->warmup >= 0 ? o->warmup : (iters / 10 + 1 > 5 ? iters / 10 + 1 : 5);
         for (int i = 0; i < nops; i++) {
             struct hb_phase ph[2];
             double factor = coll->busbw_factor(c.nranks);
 
             c.op = ops[i];
             for (int in_place = 0; in_place < 2; in_place++) {
-                hb_coll_phase(coll, &c, in_place, iters, warmup, o.check, factor, bytes,
+                hb_coll_phase(coll, &c, o, in_place, iters, warmup, factor, bytes, lat,
                               &ph[in_place]);
                 total_wrong += ph[in_place].wrong > 0 ? ph[in_place].wrong : 0;
-                bw_sum += ph[in_place].busbw;
-                bw_count++;
+                *bw_sum_p += ph[in_place].busbw;
+                (*bw_count_p)++;
             }
-            if (c.rank == 0) hb_coll_row(&o, &c, bytes, elems, ph);
+            if (c.rank == 0) {
+                hb_coll_row(o, &c, bytes, elems, ph);
+                for (int in_place = 0; in_place < 2; in_place++)
+                    hb_coll_json(json, coll, o, &c, bytes, elems, iters, in_place, &ph[in_place]);
+            }
         }
-    } while (hb_size_next(&o, &size));
+    } while (hb_size_next(o, &size));
 
-    if (c.rank == 0) {
+    hb_buf_free(c.sendbuf, send_elems * c.esize, o->mem_hcomm);
+    hb_buf_free(c.recvbuf, recv_elems * c.esize, o->mem_hcomm);
+    return total_wrong;
+}
+
+int hb_coll_main(int argc, char **argv, const struct hb_coll *coll)
+{
+    static const int all_ops[] = {HCOMM_SUM, HCOMM_PROD, HCOMM_MAX, HCOMM_MIN, HCOMM_AVG};
+    /* -d all: the order of the -d list in the usage */
+    static const hcomm_dtype_t all_dtypes[] = {
+        HCOMM_FLOAT32, HCOMM_FLOAT16, HCOMM_BFLOAT16, HCOMM_FLOAT64, HCOMM_INT8,
+        HCOMM_UINT8,   HCOMM_INT32,   HCOMM_UINT32,   HCOMM_INT64,   HCOMM_UINT64,
+    };
+    struct hb_opts o;
+    int ops[5], nops = 0, ndtypes, max_iters;
+    int64_t total_wrong = 0;
+    double bw_sum = 0, *lat;
+    int bw_count = 0;
+    FILE *json;
+
+    hb_init(&argc, &argv);
+    hb_opts_parse(argc, argv, HB_TOOL_COLL, &o);
+    json = hb_json_open(o.json, hcomm_comm_world());
+
+    if (!coll->reduces)
+        ops[nops++] = HB_OP_NONE;
+    else if (o.op == HB_OP_ALL)
+        for (nops = 0; nops < 5; nops++)
+            ops[nops] = all_ops[nops];
+    else
+        ops[nops++] = o.op;
+    ndtypes = o.dtype_all ? (int)(sizeof(all_dtypes) / sizeof(all_dtypes[0])) : 1;
+    max_iters = o.iters >= 0 ? o.iters : 1000;
+    if (!(lat = malloc(sizeof(double) * ((size_t)max_iters + 1)))) {
+        fprintf(stderr, "rank %d: out of memory for %d iteration times\n", hb_rank, max_iters);
+        exit(1);
+    }
+
+    if (hb_rank == 0) hb_coll_header(coll, &o);
+    for (int d = 0; d < ndtypes; d++)
+        total_wrong += hb_coll_dtype(coll, &o, o.dtype_all ? all_dtypes[d] : o.dtype, ops, nops,
+                                     lat, json, &bw_sum, &bw_count);
+
+    if (hb_rank == 0) {
         if (!o.csv) {
             printf("# Out of bounds values : %lld %s\n", (long long)total_wrong,
                    total_wrong ? "FAILED" : "OK");
@@ -817,8 +1333,8 @@ int hb_coll_main(int argc, char **argv, const struct hb_coll *coll)
         }
         fflush(stdout);
     }
-    hb_buf_free(c.sendbuf, send_elems * c.esize, o.mem_hcomm);
-    hb_buf_free(c.recvbuf, recv_elems * c.esize, o.mem_hcomm);
+    hb_json_close(json, o.json);
+    free(lat);
     hb_check(hcomm_finalize(), "hcomm_finalize");
     return total_wrong ? 1 : 0;
 }

@@ -1,0 +1,387 @@
+/*
+ * The collectives the benchmark tools measure, one descriptor each: the
+ * blocking call and its non-blocking twin, buffer sizes, the nccl-tests
+ * busbw factor, the inputs of a checked run and its check. The *_bw tools
+ * run one descriptor through hb_coll_main(); mixed_load issues a profile's
+ * messages through the same descriptors, so both check alike.
+ *
+ * Each section's comment gives the row's size and count (the nccl-tests
+ * meaning), the busbw factor and what in place means.
+ */
+#include "bench_common.h"
+
+/* ------------------------------------------------------------------------
+ * allreduce: hcomm_allreduce and its non-blocking twin.
+ * size = count * element size; busbw = algbw * 2(n-1)/n. In place:
+ * sendbuf == recvbuf.
+ * ---------------------------------------------------------------------- */
+
+static double allreduce_busbw(int n)
+{
+    return 2.0 * (n - 1) / n;
+}
+
+static void allreduce_bufs(size_t max_elems, int n, size_t *send_p, size_t *recv_p)
+{
+    (void)n;
+    *send_p = max_elems;
+    *recv_p = max_elems;
+}
+
+static hcomm_status_t allreduce_run(const struct hb_coll_ctx *c, int in_place)
+{
+    return hcomm_allreduce(in_place ? c->recvbuf : c->sendbuf, c->recvbuf, c->count, c->dtype,
+                           (hcomm_op_t)c->op, c->comm);
+}
+
+static hcomm_status_t allreduce_irun(const struct hb_coll_ctx *c, int in_place,
+                                     hcomm_request_t *req_p)
+{
+    return hcomm_iallreduce(in_place ? c->recvbuf : c->sendbuf, c->recvbuf, c->count, c->dtype,
+                            (hcomm_op_t)c->op, c->comm, req_p);
+}
+
+static void allreduce_fill(const struct hb_coll_ctx *c, int in_place)
+{
+    hb_fill_sentinel(c->recvbuf, c->count, c->dtype);
+    hb_fill(in_place ? c->recvbuf : c->sendbuf, c->first, c->count, c->dtype, c->op, c->rank);
+}
+
+static size_t allreduce_check(const struct hb_coll_ctx *c, int in_place)
+{
+    size_t wrong =
+        hb_count_wrong(c->recvbuf, c->first, c->count, c->dtype, c->op, HB_REDUCED, c->what);
+
+    if (!in_place) /* the input is const */
+        wrong +=
+            hb_count_wrong(c->sendbuf, c->first, c->count, c->dtype, c->op, c->rank, c->what_input);
+    return wrong;
+}
+
+const struct hb_coll hb_coll_allreduce = {
+    .name = "allreduce",
+    .reduces = 1,
+    .busbw_factor = allreduce_busbw,
+    .buf_elems = allreduce_bufs,
+    .run = allreduce_run,
+    .irun = allreduce_irun,
+    .fill = allreduce_fill,
+    .check = allreduce_check,
+};
+
+/* ------------------------------------------------------------------------
+ * allgather: hcomm_allgather and its non-blocking twin.
+ * size = bytes gathered on each rank (nranks * sendcount * element size),
+ * count = its elements; busbw = algbw * (n-1)/n. In place: sendbuf is the
+ * rank's own block of recvbuf.
+ * ---------------------------------------------------------------------- */
+
+static double allgather_busbw(int n)
+{
+    return (double)(n - 1) / n;
+}
+
+static void allgather_bufs(size_t max_elems, int n, size_t *send_p, size_t *recv_p)
+{
+    *send_p = max_elems / (size_t)n;
+    *recv_p = max_elems;
+}
+
+static char *allgather_input(const struct hb_coll_ctx *c, int in_place)
+{
+    return in_place ? c->recvbuf + (size_t)c->rank * c->count * c->esize : c->sendbuf;
+}
+
+static hcomm_status_t allgather_run(const struct hb_coll_ctx *c, int in_place)
+{
+    return hcomm_allgather(allgather_input(c, in_place), c->recvbuf, c->count, c->dtype, c->comm);
+}
+
+static hcomm_status_t allgather_irun(const struct hb_coll_ctx *c, int in_place,
+                                     hcomm_request_t *req_p)
+{
+    return hcomm_iallgather(allgather_input(c, in_place), c->recvbuf, c->count, c->dtype, c->comm,
+                            req_p);
+}
+
+static void allgather_fill(const struct hb_coll_ctx *c, int in_place)
+{
+    hb_fill_sentinel(c->recvbuf, c->count * (size_t)c->nranks, c->dtype);
+    hb_fill(allgather_input(c, in_place), c->first, c->count, c->dtype, c->op, c->rank);
+}
+
+static size_t allgather_check(const struct hb_coll_ctx *c, int in_place)
+{
+    size_t wrong = 0;
+
+    for (int q = 0; q < c->nranks; q++)
+        wrong += hb_count_wrong(c->recvbuf + (size_t)q * c->count * c->esize, c->first, c->count,
+                                c->dtype, c->op, q, c->what);
+    if (!in_place)
+        wrong +=
+            hb_count_wrong(c->sendbuf, c->first, c->count, c->dtype, c->op, c->rank, c->what_input);
+    return wrong;
+}
+
+const struct hb_coll hb_coll_allgather = {
+    .name = "allgather",
+    .per_rank = 1,
+    .busbw_factor = allgather_busbw,
+    .buf_elems = allgather_bufs,
+    .run = allgather_run,
+    .irun = allgather_irun,
+    .fill = allgather_fill,
+    .check = allgather_check,
+};
+
+/* ------------------------------------------------------------------------
+ * broadcast: hcomm_broadcast and its non-blocking twin.
+ * size = count * element size; busbw = algbw. hcomm_broadcast has one
+ * buffer, so the out-of-place and in-place columns time the same call.
+ * ---------------------------------------------------------------------- */
+
+static double broadcast_busbw(int n)
+{
+    (void)n;
+    return 1.0;
+}
+
+static void broadcast_bufs(size_t max_elems, int n, size_t *send_p, size_t *recv_p)
+{
+    (void)n;
+    *send_p = 0;
+    *recv_p = max_elems;
+}
+
+static hcomm_status_t broadcast_run(const struct hb_coll_ctx *c, int in_place)
+{
+    (void)in_place;
+    return hcomm_broadcast(c->recvbuf, c->count, c->dtype, c->root, c->comm);
+}
+
+static hcomm_status_t broadcast_irun(const struct hb_coll_ctx *c, int in_place,
+                                     hcomm_request_t *req_p)
+{
+    (void)in_place;
+    return hcomm_ibroadcast(c->recvbuf, c->count, c->dtype, c->root, c->comm, req_p);
+}
+
+static void broadcast_fill(const struct hb_coll_ctx *c, int in_place)
+{
+    (void)in_place;
+    if (c->rank == c->root)
+        hb_fill(c->recvbuf, c->first, c->count, c->dtype, c->op, c->root);
+    else
+        hb_fill_sentinel(c->recvbuf, c->count, c->dtype);
+}
+
+static size_t broadcast_check(const struct hb_coll_ctx *c, int in_place)
+{
+    (void)in_place;
+    return hb_count_wrong(c->recvbuf, c->first, c->count, c->dtype, c->op, c->root, c->what);
+}
+
+const struct hb_coll hb_coll_broadcast = {
+    .name = "broadcast",
+    .rooted = 1,
+    .busbw_factor = broadcast_busbw,
+    .buf_elems = broadcast_bufs,
+    .run = broadcast_run,
+    .irun = broadcast_irun,
+    .fill = broadcast_fill,
+    .check = broadcast_check,
+};
+
+/* ------------------------------------------------------------------------
+ * reduce: hcomm_reduce and its non-blocking twin.
+ * size = count * element size; busbw = algbw. In place: sendbuf == recvbuf
+ * on every rank; only the root's recvbuf holds a result, and the other
+ * ranks' inputs must come back unchanged.
+ * ---------------------------------------------------------------------- */
+
+static double reduce_busbw(int n)
+{
+    (void)n;
+    return 1.0;
+}
+
+static void reduce_bufs(size_t max_elems, int n, size_t *send_p, size_t *recv_p)
+{
+    (void)n;
+    *send_p = max_elems;
+    *recv_p = max_elems;
+}
+
+static hcomm_status_t reduce_run(const struct hb_coll_ctx *c, int in_place)
+{
+    return hcomm_reduce(in_place ? c->recvbuf : c->sendbuf, c->recvbuf, c->count, c->dtype,
+                        (hcomm_op_t)c->op, c->root, c->comm);
+}
+
+static hcomm_status_t reduce_irun(const struct hb_coll_ctx *c, int in_place, hcomm_request_t *req_p)
+{
+    return hcomm_ireduce(in_place ? c->recvbuf : c->sendbuf, c->recvbuf, c->count, c->dtype,
+                         (hcomm_op_t)c->op, c->root, c->comm, req_p);
+}
+
+static void reduce_fill(const struct hb_coll_ctx *c, int in_place)
+{
+    hb_fill_sentinel(c->recvbuf, c->count, c->dtype);
+    hb_fill(in_place ? c->recvbuf : c->sendbuf, c->first, c->count, c->dtype, c->op, c->rank);
+}
+
+static size_t reduce_check(const struct hb_coll_ctx *c, int in_place)
+{
+    size_t wrong = 0;
+
+    if (c->rank == c->root)
+        wrong +=
+            hb_count_wrong(c->recvbuf, c->first, c->count, c->dtype, c->op, HB_REDUCED, c->what);
+    if (!in_place || c->rank != c->root)
+        wrong += hb_count_wrong(in_place ? c->recvbuf : c->sendbuf, c->first, c->count, c->dtype,
+                                c->op, c->rank, c->what_input);
+    return wrong;
+}
+
+const struct hb_coll hb_coll_reduce = {
+    .name = "reduce",
+    .reduces = 1,
+    .rooted = 1,
+    .busbw_factor = reduce_busbw,
+    .buf_elems = reduce_bufs,
+    .run = reduce_run,
+    .irun = reduce_irun,
+    .fill = reduce_fill,
+    .check = reduce_check,
+};
+
+/* ------------------------------------------------------------------------
+ * reduce_scatter: hcomm_reduce_scatter and its non-blocking twin.
+ * size = bytes reduced on each rank (nranks * recvcount * element
+ * size), count = its elements; busbw = algbw * (n-1)/n. In place: recvbuf is
+ * the rank's own block of sendbuf.
+ * ---------------------------------------------------------------------- */
+
+static double reduce_scatter_busbw(int n)
+{
+    return (double)(n - 1) / n;
+}
+
+static void reduce_scatter_bufs(size_t max_elems, int n, size_t *send_p, size_t *recv_p)
+{
+    *send_p = max_elems;
+    *recv_p = max_elems / (size_t)n;
+}
+
+static char *reduce_scatter_output(const struct hb_coll_ctx *c, int in_place)
+{
+    return in_place ? c->sendbuf + (size_t)c->rank * c->count * c->esize : c->recvbuf;
+}
+
+static hcomm_status_t reduce_scatter_run(const struct hb_coll_ctx *c, int in_place)
+{
+    return hcomm_reduce_scatter(c->sendbuf, reduce_scatter_output(c, in_place), c->count, c->dtype,
+                                (hcomm_op_t)c->op, c->comm);
+}
+
+static hcomm_status_t reduce_scatter_irun(const struct hb_coll_ctx *c, int in_place,
+                                          hcomm_request_t *req_p)
+{
+    return hcomm_ireduce_scatter(c->sendbuf, reduce_scatter_output(c, in_place), c->count, c->dtype,
+                                 (hcomm_op_t)c->op, c->comm, req_p);
+}
+
+static void reduce_scatter_fill(const struct hb_coll_ctx *c, int in_place)
+{
+    if (!in_place) hb_fill_sentinel(c->recvbuf, c->count, c->dtype);
+    hb_fill(c->sendbuf, c->first, c->count * (size_t)c->nranks, c->dtype, c->op, c->rank);
+}
+
+static size_t reduce_scatter_check(const struct hb_coll_ctx *c, int in_place)
+{
+    size_t first = c->first + (size_t)c->rank * c->count, wrong;
+
+    wrong = hb_count_wrong(reduce_scatter_output(c, in_place), first, c->count, c->dtype, c->op,
+                           HB_REDUCED, c->what);
+    if (!in_place)
+        wrong += hb_count_wrong(c->sendbuf, c->first, c->count * (size_t)c->nranks, c->dtype, c->op,
+                                c->rank, c->what_input);
+    return wrong;
+}
+
+const struct hb_coll hb_coll_reduce_scatter = {
+    .name = "reduce_scatter",
+    .reduces = 1,
+    .per_rank = 1,
+    .busbw_factor = reduce_scatter_busbw,
+    .buf_elems = reduce_scatter_bufs,
+    .run = reduce_scatter_run,
+    .irun = reduce_scatter_irun,
+    .fill = reduce_scatter_fill,
+    .check = reduce_scatter_check,
+};
+
+/* ------------------------------------------------------------------------
+ * alltoall: hcomm_alltoall and its non-blocking twin.
+ * size = bytes sent by each rank (nranks * count * element size), count =
+ * its elements; busbw = algbw * (n-1)/n. In place: sendbuf == recvbuf.
+ * ---------------------------------------------------------------------- */
+
+static double alltoall_busbw(int n)
+{
+    return (double)(n - 1) / n;
+}
+
+static void alltoall_bufs(size_t max_elems, int n, size_t *send_p, size_t *recv_p)
+{
+    (void)n;
+    *send_p = max_elems;
+    *recv_p = max_elems;
+}
+
+static hcomm_status_t alltoall_run(const struct hb_coll_ctx *c, int in_place)
+{
+    return hcomm_alltoall(in_place ? c->recvbuf : c->sendbuf, c->recvbuf, c->count, c->dtype,
+                          c->comm);
+}
+
+static hcomm_status_t alltoall_irun(const struct hb_coll_ctx *c, int in_place,
+                                    hcomm_request_t *req_p)
+{
+    return hcomm_ialltoall(in_place ? c->recvbuf : c->sendbuf, c->recvbuf, c->count, c->dtype,
+                           c->comm, req_p);
+}
+
+static void alltoall_fill(const struct hb_coll_ctx *c, int in_place)
+{
+    size_t total = c->count * (size_t)c->nranks;
+
+    hb_fill_sentinel(c->recvbuf, total, c->dtype);
+    hb_fill(in_place ? c->recvbuf : c->sendbuf, c->first, total, c->dtype, c->op, c->rank);
+}
+
+static size_t alltoall_check(const struct hb_coll_ctx *c, int in_place)
+{
+    size_t wrong = 0, total = c->count * (size_t)c->nranks;
+
+    /* block q came from rank q, which sent its block `rank` */
+    for (int q = 0; q < c->nranks; q++)
+        wrong += hb_count_wrong(c->recvbuf + (size_t)q * c->count * c->esize,
+                                c->first + (size_t)c->rank * c->count, c->count, c->dtype, c->op, q,
+                                c->what);
+    if (!in_place)
+        wrong +=
+            hb_count_wrong(c->sendbuf, c->first, total, c->dtype, c->op, c->rank, c->what_input);
+    return wrong;
+}
+
+const struct hb_coll hb_coll_alltoall = {
+    .name = "alltoall",
+    .per_rank = 1,
+    .busbw_factor = alltoall_busbw,
+    .buf_elems = alltoall_bufs,
+    .run = alltoall_run,
+    .irun = alltoall_irun,
+    .fill = alltoall_fill,
+    .check = alltoall_check,
+};
