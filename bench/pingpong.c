@@ -1,8 +1,15 @@
 /*
- * pingpong: one-way latency between ranks 0 and 1 with blocking
- * hcomm_send/hcomm_recv, measured like the peers' mpi_bench.c so the
- * columns compare directly: bytes, mean one-way latency (half the round
- * trip), its median and 99th percentile, and bytes / mean latency in MB/s.
+ * pingpong: point-to-point between ranks 0 and 1, in three modes.
+ *
+ * -M lat (default): one-way latency with blocking hcomm_send/hcomm_recv,
+ * measured like the peers' mpi_bench.c so the columns compare directly:
+ * bytes, mean one-way latency (half the round trip), its median and 99th
+ * percentile, and bytes / mean latency in MB/s.
+ *
+ * -M bw / -M bibw: osu_bw's and osu_bibw's bandwidth, a window of
+ * non-blocking messages in flight (pp_run_bw()).
+ *
+ * Latency mode:
  *
  * Rank 0 sends sbuf and receives the echo into a separate rbuf; rank 1
  * echoes what it received from its one buffer. Every data check happens
@@ -72,6 +79,9 @@ static size_t pp_compare(const uint8_t *got, const uint8_t *want, size_t n, int 
         for (size_t off = 0; off + 8 <= n; off += PP_STAMP_STRIDE)
             if (memcmp(got + off, want + off, 8) && !wrong++) first = off;
         if (memcmp(got + n - 8, want + n - 8, 8) && !wrong++) first = n - 8;
+        /* name the first wrong byte of the first wrong word */
+        while (wrong && got[first] == want[first])
+            first++;
     } else if (memcmp(got, want, n)) {
         for (size_t k = 0; k < n; k++)
             if (got[k] != want[k] && !wrong++) first = k;
@@ -85,34 +95,98 @@ static size_t pp_compare(const uint8_t *got, const uint8_t *want, size_t n, int 
     return wrong;
 }
 
-static int pp_cmp_double(const void *a, const void *b)
+/* One row: mean, percentiles and bandwidth of a size. lat holds the
+ * samples: one-way latencies (lat mode) or window times (bw modes). */
+struct pp_row {
+    size_t bytes;
+    int iters;
+    double lat_us; /* lat: mean one-way latency; bw: mean window time / messages */
+    struct hb_stats s;
+    double mbps;
+    int64_t wrong; /* both ranks */
+};
+
+static int pp_msgs_per_sample(const struct hb_opts *o)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return o->mode == HB_PP_LAT ? 1 : (o->mode == HB_PP_BW ? o->window : 2 * o->window);
 }
 
-static void pp_print_row(const struct hb_opts *o, size_t n, double *lat, int iters)
+static const char *pp_mode_name(int mode)
 {
-    double sum = 0, mean;
+    return mode == HB_PP_LAT ? "lat" : (mode == HB_PP_BW ? "bw" : "bibw");
+}
 
-    for (int i = 0; i < iters; i++)
-        sum += lat[i];
-    mean = sum / iters;
-    qsort(lat, (size_t)iters, sizeof(double), pp_cmp_double);
+static void pp_print_header(const struct hb_opts *o)
+{
+    const char *cols[4] = {"lat_us", "p50_us", "p99_us", "MB/s"};
+
+    if (o->mode != HB_PP_LAT) {
+        cols[0] = "msg_us";
+        cols[1] = "win_p50_us";
+        cols[2] = "win_p99_us";
+    }
+    if (o->csv) {
+        printf("bytes,%s,%s,%s,%s\n", cols[0], cols[1], cols[2], cols[3]);
+        return;
+    }
+    printf("# pingpong: %s\n# ranks %d  mem %s  mode %s", hcomm_version_string(), hb_nranks,
+           o->mem_hcomm ? "hcomm" : "malloc", pp_mode_name(o->mode));
+    if (o->mode != HB_PP_LAT)
+        printf("  window %d: msg_us = window time / %d messages, MB/s = %d x bytes / window time",
+               o->window, pp_msgs_per_sample(o), pp_msgs_per_sample(o));
+    printf("\n# %10s %12s %10s %10s %12s\n", "bytes", cols[0], cols[1], cols[2], cols[3]);
+}
+
+static void pp_print_row(const struct hb_opts *o, const struct pp_row *r, FILE *json)
+{
+    struct hb_json j;
+
     if (o->csv)
-        printf("%zu,%.4f,%.4f,%.4f,%.2f\n", n, mean, lat[iters / 2], lat[(int)(iters * 0.99)],
-               mean > 0 ? (double)n / mean : 0);
+        printf("%zu,%.4f,%.4f,%.4f,%.2f\n", r->bytes, r->lat_us, r->s.p50, r->s.p99, r->mbps);
     else
-        printf("  %10zu %12.3f %10.3f %10.3f %12.1f\n", n, mean, lat[iters / 2],
-               lat[(int)(iters * 0.99)], mean > 0 ? (double)n / mean : 0);
+        printf("  %10zu %12.3f %10.3f %10.3f %12.1f\n", r->bytes, r->lat_us, r->s.p50, r->s.p99,
+               r->mbps);
     fflush(stdout);
+    hb_json_begin(&j);
+    hb_json_str(&j, "tool", "pingpong");
+    hb_json_str(&j, "lib", "hcomm");
+    hb_json_str(&j, "mode", pp_mode_name(o->mode));
+    hb_json_int(&j, "bytes", (long long)r->bytes);
+    hb_json_num(&j, "lat_us", r->lat_us);
+    hb_json_num(&j, "p50_us", r->s.p50);
+    hb_json_num(&j, "p99_us", r->s.p99);
+    hb_json_num(&j, "MBps", r->mbps);
+    hb_json_num(&j, "min_us", r->s.min);
+    hb_json_num(&j, "max_us", r->s.max);
+    hb_json_int(&j, "window", o->mode == HB_PP_LAT ? 1 : o->window);
+    hb_json_int(&j, "iters", r->iters);
+    hb_json_int(&j, "wrong", (long long)r->wrong);
+    hb_json_str(&j, "mem", o->mem_hcomm ? "hcomm" : "malloc");
+    hb_json_write(&j, json);
 }
 
-/* One size; returns the number of wrong bytes this rank saw. */
+/* Fills the row from the samples of rank 0 (the others pass their own,
+ * unused) and the wrong count of this rank; every rank of pair calls it. */
+static void pp_finish_row(const struct hb_opts *o, hcomm_comm_t pair, size_t n, double *lat,
+                          int iters, size_t wrong, FILE *json)
+{
+    struct pp_row r = {.bytes = n, .iters = iters};
+    int64_t mine = (int64_t)wrong;
+    int msgs = pp_msgs_per_sample(o);
+
+    hb_check(hcomm_allreduce(&mine, &r.wrong, 1, HCOMM_INT64, HCOMM_SUM, pair), "hcomm_allreduce");
+    if (hb_rank != 0) return;
+    hb_stats_compute(lat, (size_t)iters, &r.s);
+    r.lat_us = r.s.mean / msgs;
+    r.mbps = r.s.mean > 0 ? (double)n * msgs / r.s.mean : 0;
+    pp_print_row(o, &r, json);
+}
+
+/* One size of -M lat; returns the number of wrong bytes this rank saw. */
 /* Messages go over the world communicator, as in the peers' benchmark;
  * pair (ranks 0 and 1) only synchronizes the start of each size. */
-static size_t pp_run_size(const struct hb_opts *o, hcomm_comm_t pair, size_t n, uint8_t *sbuf,
-                          uint8_t *rbuf, uint8_t *want, double *lat)
+static size_t pp_run_lat(const struct hb_opts *o, hcomm_comm_t pair, size_t n, uint8_t *sbuf,
+                         uint8_t *rbuf, uint8_t *want, double *lat, FILE *json)
 {
     hcomm_comm_t comm = hcomm_comm_world();
     int iters = o->iters >= 0 ? o->iters : hb_iters_for(n, 10000, 200);
@@ -147,7 +221,61 @@ static size_t pp_run_size(const struct hb_opts *o, hcomm_comm_t pair, size_t n, 
             wrong += pp_compare(rbuf, want, n, 0, total - 1);
         }
     }
-    if (hb_rank == 0) pp_print_row(o, n, lat, iters);
+    pp_finish_row(o, pair, n, lat, iters, wrong, json);
+    return wrong;
+}
+
+/*
+ * One size of -M bw or bibw, osu_bw's and osu_bibw's method. bw: rank 0
+ * posts a window of hcomm_isend, rank 1 a window of hcomm_irecv; both wait
+ * for all, then rank 1 sends a 1-byte ack that rank 0 receives. bibw: both
+ * ranks post a window of receives and a window of sends and wait for all.
+ * Rank 0 times each window (a sample). The messages of a window share one
+ * buffer, as in OSU: the sender stamps it with the window number before the
+ * window, the receiver checks the stamps after it (outside the timed
+ * region), and the whole buffer after the last window.
+ */
+static size_t pp_run_bw(const struct hb_opts *o, hcomm_comm_t pair, size_t n, uint8_t *sbuf,
+                        uint8_t *rbuf, uint8_t *want, hcomm_request_t *reqs, double *lat,
+                        FILE *json)
+{
+    hcomm_comm_t comm = hcomm_comm_world();
+    int iters = o->iters >= 0 ? o->iters : (n <= 8192 ? 100 : 20);
+    int warmup = o->warmup >= 0 ? o->warmup : (n <= 8192 ? 10 : 2);
+    int bibw = o->mode == HB_PP_BIBW, w = o->window, peer = 1 - hb_rank;
+    int sends = bibw || hb_rank == 0, recvs = bibw || hb_rank == 1, nreq = bibw ? 2 * w : w;
+    long total = (long)warmup + iters;
+    size_t wrong = 0;
+    uint8_t ack = 0;
+
+    pp_fill(sbuf, n, 0);
+    pp_fill(want, n, 0);
+    hb_check(hcomm_barrier(pair), "hcomm_barrier");
+    for (long i = 0; i < total; i++) {
+        uint64_t t0, t1;
+
+        if (sends) pp_stamp(sbuf, n, (uint64_t)i);
+        if (recvs) pp_stamp(want, n, (uint64_t)i);
+        t0 = hb_now_ns();
+        if (recvs)
+            for (int k = 0; k < w; k++)
+                hb_check(hcomm_irecv(rbuf, n, HCOMM_UINT8, peer, 1, comm, &reqs[k]), "hcomm_irecv");
+        if (sends)
+            for (int k = 0; k < w; k++)
+                hb_check(hcomm_isend(sbuf, n, HCOMM_UINT8, peer, 1, comm, &reqs[nreq - w + k]),
+                         "hcomm_isend");
+        for (int k = 0; k < nreq; k++)
+            hb_check(hcomm_wait(reqs[k]), "hcomm_wait");
+        if (!bibw && hb_rank == 0)
+            hb_check(hcomm_recv(&ack, 1, HCOMM_UINT8, 1, 2, comm), "hcomm_recv");
+        else if (!bibw)
+            hb_check(hcomm_send(&ack, 1, HCOMM_UINT8, 0, 2, comm), "hcomm_send");
+        t1 = hb_now_ns();
+        if (hb_rank == 0 && i >= warmup) lat[i - warmup] = (double)(t1 - t0) / 1e3;
+        if (recvs) wrong += pp_compare(rbuf, want, n, 1, i);
+    }
+    if (recvs && n) wrong += pp_compare(rbuf, want, n, 0, total - 1);
+    pp_finish_row(o, pair, n, lat, iters, wrong, json);
     return wrong;
 }
 
@@ -155,13 +283,15 @@ int main(int argc, char **argv)
 {
     struct hb_opts o;
     hcomm_comm_t pair;
+    hcomm_request_t *reqs = NULL;
     uint8_t *sbuf = NULL, *rbuf = NULL, *want = NULL;
     double *lat = NULL;
     size_t n, wrong = 0, bytes;
     int max_iters;
+    FILE *json;
 
     hb_init(&argc, &argv);
-    hb_opts_parse(argc, argv, 0, &o);
+    hb_opts_parse(argc, argv, HB_TOOL_PINGPONG, &o);
     if (hb_nranks < 2) {
         if (hb_rank == 0)
             fprintf(stderr,
@@ -171,6 +301,7 @@ int main(int argc, char **argv)
         hcomm_finalize();
         return 2;
     }
+    json = hb_json_open(o.json, hcomm_comm_world());
     /* only ranks 0 and 1 take part; the others go straight to
      * hcomm_finalize(), which waits for every rank without a busy poll that
      * would steal a core from the pair */
@@ -183,40 +314,36 @@ int main(int argc, char **argv)
     }
 
     bytes = o.max_bytes;
-    if (hb_rank == 0) {
-        sbuf = hb_buf_alloc(bytes, o.mem_hcomm);
-        max_iters = o.iters >= 0 ? o.iters : 10000;
-        if (!(lat = malloc(sizeof(double) * (size_t)max_iters))) {
-            fprintf(stderr, "rank 0: out of memory for %d latencies\n", max_iters);
-            return 1;
-        }
-        if (o.csv)
-            printf("bytes,lat_us,p50_us,p99_us,MB/s\n");
-        else
-            printf("# pingpong: %s\n# ranks %d  mem %s\n# %10s %12s %10s %10s %12s\n",
-                   hcomm_version_string(), hb_nranks, o.mem_hcomm ? "hcomm" : "malloc", "bytes",
-                   "lat_us", "p50_us", "p99_us", "MB/s");
-    } else {
-        want = malloc(bytes ? bytes : 1);
-        if (!want) {
-            fprintf(stderr, "rank 1: out of memory for a %zu-byte reference\n", bytes);
-            return 1;
-        }
-    }
+    max_iters = o.iters >= 0 ? o.iters : 10000;
+    sbuf = hb_buf_alloc(bytes, o.mem_hcomm);
     rbuf = hb_buf_alloc(bytes, o.mem_hcomm);
+    want = malloc(bytes ? bytes : 1);
+    lat = malloc(sizeof(double) * (size_t)max_iters);
+    reqs = malloc(sizeof(*reqs) * 2 * (size_t)o.window);
+    if (!want || !lat || !reqs) {
+        fprintf(stderr, "rank %d: out of memory for a %zu-byte reference and %d samples\n", hb_rank,
+                bytes, max_iters);
+        return 1;
+    }
+    if (hb_rank == 0) pp_print_header(&o);
 
     n = o.min_bytes;
     do {
-        wrong += pp_run_size(&o, pair, n, sbuf, rbuf, want, lat);
+        if (o.mode == HB_PP_LAT)
+            wrong += pp_run_lat(&o, pair, n, sbuf, rbuf, want, lat, json);
+        else
+            wrong += pp_run_bw(&o, pair, n, sbuf, rbuf, want, reqs, lat, json);
     } while (hb_size_next(&o, &n));
 
     if (wrong)
         fprintf(stderr, "rank %d: pingpong: %zu wrong bytes or words received: FAILED\n", hb_rank,
                 wrong);
+    hb_json_close(json, o.json);
     hb_buf_free(sbuf, bytes, o.mem_hcomm);
     hb_buf_free(rbuf, bytes, o.mem_hcomm);
     free(want);
     free(lat);
+    free(reqs);
     hb_check(hcomm_comm_free(pair), "hcomm_comm_free");
     hb_check(hcomm_finalize(), "hcomm_finalize");
     return wrong ? 1 : 0;
