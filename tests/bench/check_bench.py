@@ -1,0 +1,383 @@
+#!/usr/bin/python3
+"""Checks of the benchmark tools' output that need parsing: runs a tool
+under hcommrun, reads its table and its -J JSON lines back, and fails
+(exit 1, the reason on stderr) when a key is missing, a size is not the one
+asked for, a value is inconsistent or a result is wrong.
+
+  check_bench.py --hcommrun H --bindir D --profiles P [--timeout S] CHECK
+
+CHECK is one of the functions named check_* below (without the prefix).
+"""
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+COLL_KEYS = ["tool", "lib", "nranks", "dtype", "op", "root", "blocking", "in_place", "bytes",
+             "count", "time_us", "p50_us", "p99_us", "min_us", "max_us", "algbw_GBps",
+             "busbw_GBps", "wrong"]
+PP_KEYS = ["tool", "lib", "mode", "bytes", "lat_us", "p50_us", "p99_us", "MBps"]
+ML_KEYS = ["tool", "lib", "profile", "nranks", "steps", "step_us_mean", "step_us_p50",
+           "step_us_p99", "bytes_per_step", "eff_GBps", "wrong"]
+C_DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
+            "int32": 4, "uint32": 4, "int64": 8, "uint64": 8}
+NCCL_DTYPES = ["float", "half", "bfloat16", "double", "int8", "uint8", "int32", "uint32",
+               "int64", "uint64"]
+PER_RANK = {"allgather", "reduce_scatter", "alltoall"}
+
+ARGS = None
+
+
+class Failed(Exception):
+    pass
+
+
+def expect(cond, msg):
+    if not cond:
+        raise Failed(msg)
+
+
+def run(np, tool, *args, rc=0, env=None):
+    """Runs tool under hcommrun; returns (stdout, stderr). rc None: any."""
+    cmd = [ARGS.hcommrun, "-n", str(np), "--timeout", str(ARGS.timeout),
+           os.path.join(ARGS.bindir, tool)] + [str(a) for a in args]
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    p = subprocess.run(cmd, capture_output=True, text=True, env=full_env,
+                       timeout=ARGS.timeout + 10)
+    print("$ " + " ".join(cmd))
+    sys.stdout.write(p.stdout)
+    sys.stderr.write(p.stderr)
+    if rc is not None:
+        expect(p.returncode == rc, "%s exited %d, expected %d" % (tool, p.returncode, rc))
+    return p.stdout, p.stderr, p.returncode
+
+
+def read_json(path):
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            try:
+                rows.append(json.loads(line))
+            except ValueError as e:
+                raise Failed("%s:%d: not a JSON object: %s (%r)" % (path, n, e, line))
+    expect(rows, "%s: no JSON lines" % path)
+    return rows
+
+
+def keys_present(rows, keys):
+    for r in rows:
+        missing = [k for k in keys if k not in r]
+        expect(not missing, "JSON row lacks %s: %s" % (missing, r))
+
+
+def table_rows(out):
+    return [l.split() for l in out.splitlines() if l.strip() and not l.startswith("#")]
+
+
+def sizes(lo, hi, f):
+    s, out = lo, []
+    while s <= hi:
+        out.append(s)
+        s = 1 if s == 0 else s * f
+    return out
+
+
+def close(a, b, rel=0.02):
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-9)
+
+
+def coll_json(tool, np, lo, hi, f, extra, dtypes=("float32",), ops=None, root=-1, blocking=1,
+              average="mean"):
+    """Runs a collective tool with -J and checks every row."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "out.json")
+        out, _, _ = run(np, tool, "-b", lo, "-e", hi, "-f", f, "-n", 3, "-w", 1, "-J", path,
+                        *extra)
+        rows = read_json(path)
+    keys_present(rows, COLL_KEYS)
+    name = tool[:-3]
+    got = {}
+    for r in rows:
+        expect(r["tool"] == tool and r["lib"] == "hcomm", "tool/lib: %s" % r)
+        expect(r["nranks"] == np, "nranks %s, expected %d" % (r["nranks"], np))
+        expect(r["root"] == root, "root %s, expected %d" % (r["root"], root))
+        expect(r["blocking"] == blocking, "blocking %s, expected %d" % (r["blocking"], blocking))
+        expect(r.get("average") == average, "average %s, expected %s" % (r.get("average"),
+                                                                         average))
+        expect(r["wrong"] == 0, "wrong %s in %s" % (r["wrong"], r))
+        expect(r["dtype"] in C_DTYPES, "dtype %s is not an hcomm C name" % r["dtype"])
+        esize = C_DTYPES[r["dtype"]]
+        expect(r["count"] * esize == r["bytes"], "count * element size != bytes: %s" % r)
+        expect(0 < r["min_us"] <= r["p50_us"] <= r["p99_us"] <= r["max_us"],
+               "min <= p50 <= p99 <= max fails: %s" % r)
+        if average in ("mean", "rank0"):
+            expect(r["min_us"] * 0.999 <= r["time_us"] <= r["max_us"] * 1.001,
+                   "the mean is outside min..max: %s" % r)
+        expect(close(r["algbw_GBps"], r["bytes"] / r["time_us"] / 1e3),
+               "algbw != bytes / time: %s" % r)
+        got.setdefault((r["dtype"], r["op"]), []).append((r["bytes"], r["in_place"]))
+    # every size asked for, rounded down to whole elements (per rank), in
+    # both blocks, for every dtype and op
+    for dt in dtypes:
+        for op in ops or (["none"] if name not in ("allreduce", "reduce", "reduce_scatter")
+                          else ["sum"]):
+            unit = C_DTYPES[dt] * (np if name in PER_RANK else 1)
+            want = []
+            for s in sizes(lo, hi, f):
+                b = s // unit * unit
+                if (b or not s) and (b, 0) not in want:
+                    want += [(b, 0), (b, 1)]
+            expect(got.get((dt, op)) == want,
+                   "%s %s: rows (bytes, in_place) %s, expected %s" % (dt, op, got.get((dt, op)),
+                                                                      want))
+    expect(len(rows) == sum(len(v) for v in got.values()), "rows of unexpected dtypes or ops")
+    # the table has one row per pair of JSON rows, with the same size
+    table = table_rows(out)
+    expect(len(table) * 2 == len(rows), "%d table rows for %d JSON rows" % (len(table),
+                                                                           len(rows)))
+    for t, r in zip(table, rows[::2]):
+        expect(int(t[0]) == r["bytes"], "table size %s != JSON bytes %d" % (t[0], r["bytes"]))
+        expect(len(t) == 17, "a table row has %d columns, expected 17: %s" % (len(t), t))
+    return out, rows
+
+
+def check_json_allreduce():
+    coll_json("allreduce_bw", 2, 8, 65536, 8, [])
+
+
+def check_json_allgather():
+    coll_json("allgather_bw", 3, 8, 12288, 4, [])
+
+
+def check_json_broadcast_root():
+    coll_json("broadcast_bw", 3, 4, 4096, 16, ["-r", 1], root=1)
+
+
+def check_json_reduce_scatter_nonblocking():
+    coll_json("reduce_scatter_bw", 3, 12, 12288, 8, ["-z", 0, "-o", "all"],
+              ops=["sum", "prod", "max", "min", "avg"], blocking=0)
+
+
+def check_dtype_all():
+    """-d all: every dtype, in the table's nccl names and JSON's C names."""
+    for tool, np, ops in (("allreduce_bw", 2, ["sum", "prod", "max", "min", "avg"]),
+                          ("alltoall_bw", 3, None)):
+        extra = ["-d", "all"] + (["-o", "all"] if ops else [])
+        out, rows = coll_json(tool, np, 96, 6144, 64, extra, dtypes=list(C_DTYPES), ops=ops)
+        types = [t[2] for t in table_rows(out)]
+        expect(sorted(set(types)) == sorted(NCCL_DTYPES), "table types %s" % sorted(set(types)))
+        # one block of rows per dtype, in the order of the usage
+        order = [t for i, t in enumerate(types) if i == 0 or types[i - 1] != t]
+        expect(order == NCCL_DTYPES, "dtype blocks in the order %s" % order)
+
+
+def check_average():
+    """-a 0/2/3 are accepted, named in the header and the JSON, and min <=
+    the reported time <= max holds for min/max over ranks."""
+    for a, name in ((0, "rank0"), (2, "min"), (3, "max")):
+        out, rows = coll_json("allreduce_bw", 2, 1024, 65536, 8, ["-a", a], average=name)
+        expect("average %d (%s)" % (a, name) in out, "header lacks 'average %d (%s)'" % (a, name))
+
+
+def check_pingpong_modes():
+    asked = sizes(0, 65536, 16)
+    for mode in ("lat", "bw", "bibw"):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "pp.json")
+            out, _, _ = run(2, "pingpong", "-M", mode, "-W", 16, "-b", 0, "-e", 65536, "-f", 16,
+                            "-n", 20, "-w", 2, "-J", path)
+            rows = read_json(path)
+        keys_present(rows, PP_KEYS)
+        expect(("mode %s" % mode) in out, "header lacks 'mode %s'" % mode)
+        table = table_rows(out)
+        expect([int(t[0]) for t in table] == asked, "table sizes %s" % [t[0] for t in table])
+        expect([r["bytes"] for r in rows] == asked, "JSON sizes %s" % [r["bytes"] for r in rows])
+        msgs = {"lat": 1, "bw": 16, "bibw": 32}[mode]
+        for r in rows:
+            expect(r["tool"] == "pingpong" and r["lib"] == "hcomm" and r["mode"] == mode,
+                   "tool/lib/mode: %s" % r)
+            expect(r.get("wrong") == 0, "wrong: %s" % r)
+            expect(r["lat_us"] > 0, "times: %s" % r)
+            if r["bytes"]:
+                expect(close(r["MBps"], r["bytes"] / r["lat_us"]),
+                       "MBps != bytes / lat_us: %s" % r)
+            # the samples (min, p50, p99, max) are round trips halved (lat)
+            # or windows of msgs messages: their mean is lat_us * msgs
+            expect(r["min_us"] * 0.999 <= r["lat_us"] * msgs <= r["max_us"] * 1.001,
+                   "lat_us * %d is outside the samples' min..max: %s" % (msgs, r))
+            expect(r["min_us"] <= r["p50_us"] <= r["p99_us"] <= r["max_us"],
+                   "min <= p50 <= p99 <= max fails: %s" % r)
+
+
+def profile_bytes(text, np):
+    """bytes per step of a profile, rounded as mixed_load rounds."""
+    total = 0
+    for line in text.splitlines():
+        w = line.split("#")[0].split()
+        if not w:
+            continue
+        m = re.fullmatch(r"(\d+)([KMG]?)(i?B)?", w[1])
+        b = int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+        unit = 4 * (np if w[0] in PER_RANK else 1)
+        total += b // unit * unit * int(w[2])
+    return total
+
+
+def mixed_json(np, args, profile_text, name, blocking=0, rc=0, env=None):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ml.json")
+        out, err, _ = run(np, "mixed_load", "-n", 3, "-w", 1, "-J", path, *args, rc=rc, env=env)
+        rows = read_json(path)
+    expect(len(rows) == 1, "%d JSON rows, expected 1" % len(rows))
+    r = rows[0]
+    keys_present(rows, ML_KEYS)
+    expect(r["tool"] == "mixed_load" and r["lib"] == "hcomm", "tool/lib: %s" % r)
+    expect(r["profile"] == name, "profile %s, expected %s" % (r["profile"], name))
+    expect(r["nranks"] == np and r["steps"] == 3, "nranks/steps: %s" % r)
+    expect(r["blocking"] == blocking, "blocking: %s" % r)
+    want = profile_bytes(profile_text, np)
+    expect(r["bytes_per_step"] == want, "bytes_per_step %d, expected %d" % (r["bytes_per_step"],
+                                                                            want))
+    expect(0 < r["step_us_p50"] <= r["step_us_p99"], "step times: %s" % r)
+    expect(close(r["eff_GBps"], r["bytes_per_step"] / r["step_us_mean"] / 1e3),
+           "eff_GBps != bytes_per_step / step_us_mean: %s" % r)
+    row = table_rows(out)
+    expect(len(row) == 1 and int(row[0][5]) == want, "table row: %s" % row)
+    return r
+
+
+def check_mixed_builtin():
+    with open(os.path.join(ARGS.profiles, "mixed.txt")) as f:
+        text = f.read()
+    r = mixed_json(2, [], text, "mixed")  # the default profile
+    expect(r["wrong"] == 0, "wrong: %s" % r)
+    r = mixed_json(2, ["-P", "mixed", "-z", 1], text, "mixed", blocking=1)
+    expect(r["wrong"] == 0, "wrong: %s" % r)
+
+
+def check_mixed_file():
+    # every collective, sizes that round (allgather 1000 B over 3 ranks)
+    text = ("# a test profile\n"
+            "allreduce 4K 3      # comment\n"
+            "\tallgather 1000 2\n"
+            "\n"
+            "broadcast 64K 1\n"
+            "reduce_scatter 12K 2\n"
+            "alltoall 96K 2\n")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "mine.txt")
+        with open(path, "w") as f:
+            f.write(text)
+        for z in (0, 1):
+            r = mixed_json(3, ["-p", path, "-z", z], text, "mine", blocking=z)
+            expect(r["wrong"] == 0, "wrong: %s" % r)
+            expect(r.get("messages_per_step") == 10, "messages_per_step: %s" % r)
+
+
+def check_mixed_bad_profile():
+    """A line that does not parse: exit 2, the file, the line and the
+    offending word named."""
+    cases = [("allreduc 4K 1", "unknown collective 'allreduc'"),
+             ("allreduce 4Q 1", "bad size '4Q'"),
+             ("allreduce 4K", "without a count per step"),
+             ("allreduce 4K 0", "bad count per step '0'"),
+             ("allreduce 4K 1 2", "more than three fields"),
+             ("allgather 8 1", "no whole float32 element")]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "bad.txt")
+        for line, msg in cases:
+            with open(path, "w") as f:
+                f.write("# line 1\nallreduce 8K 1\n%s\nbroadcast 4K 1\n" % line)
+            _, err, _ = run(3, "mixed_load", "-p", path, "-n", 1, "-w", 0, rc=2)
+            expect("%s:3: " % path in err, "stderr does not name %s:3" % path)
+            expect(msg in err, "stderr does not say %r" % msg)
+        with open(path, "w") as f:
+            f.write("# nothing but comments\n\n")
+        _, err, _ = run(2, "mixed_load", "-p", path, rc=2)
+        expect("no messages" in err, "an empty profile is not refused")
+    _, err, _ = run(2, "mixed_load", "-p", os.path.join(ARGS.profiles, "no-such-file.txt"), rc=2)
+    expect("cannot open" in err, "a missing profile file is not named")
+    _, err, _ = run(2, "mixed_load", "-P", "no-such-profile", rc=2)
+    expect("mixed" in err, "an unknown -P does not list the built-ins")
+
+
+def check_profiles_embedded():
+    """The compiled-in profiles are the files of bench/profiles, byte for
+    byte, and -P list names exactly them."""
+    files = sorted(f[:-4] for f in os.listdir(ARGS.profiles) if f.endswith(".txt"))
+    out, _, _ = run(1, "mixed_load", "-P", "list")
+    expect(out.split() == files, "-P list says %s, the files are %s" % (out.split(), files))
+    for name in files:
+        with open(os.path.join(ARGS.profiles, name + ".txt")) as f:
+            text = f.read()
+        out, _, _ = run(1, "mixed_load", "-P", name, "--show-profile")
+        expect(out == text, "built-in %s differs from bench/profiles/%s.txt" % (name, name))
+        profile_bytes(text, 4)  # the file parses
+
+
+def check_json_unwritable():
+    _, err, _ = run(2, "allreduce_bw", "-b", 8, "-e", 8, "-J", "/nonexistent-dir/x.json", rc=2)
+    expect("-J: cannot open" in err, "an unwritable -J file is not reported")
+
+
+def check_detects_corruption():
+    """With one rank's results damaged (bench_corrupt.so), every tool's
+    check fails the run: exit 1, FAILED, wrong > 0 in the JSON."""
+    pre = {"LD_PRELOAD": ARGS.corrupt, "HB_CORRUPT": "allreduce"}
+    for z in (1, 0):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "x.json")
+            # 256 KiB: past HB_FAST_MIN_BYTES, the chunked check
+            out, _, _ = run(2, "allreduce_bw", "-b", 64, "-e", "256K", "-f", 64, "-n", 2, "-w",
+                            1, "-z", z, "-J", path, rc=1, env=pre)
+            rows = read_json(path)
+        expect("FAILED" in out, "allreduce_bw -z %d: no FAILED line" % z)
+        expect(all(r["wrong"] > 0 for r in rows), "allreduce_bw -z %d: rows with wrong 0" % z)
+        expect(len(rows) == 6, "allreduce_bw -z %d: %d rows, expected 6" % (z, len(rows)))
+    text = "allgather 4K 1\nallreduce 4K 2\nallreduce 256K 1\nbroadcast 1K 1\n"
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "small.txt")
+        with open(path, "w") as f:
+            f.write(text)
+        for z in (0, 1):
+            r = mixed_json(2, ["-p", path, "-z", z], text, "small", blocking=z, rc=1, env=pre)
+            # 2 checked steps x 3 damaged allreduces
+            expect(r["wrong"] == 6, "mixed_load -z %d: wrong %d, expected 6" % (z, r["wrong"]))
+    rec = {"LD_PRELOAD": ARGS.corrupt, "HB_CORRUPT": "recv"}
+    for mode, rank in (("lat", "0"), ("lat", "1"), ("bw", "1"), ("bibw", "0")):
+        env = dict(rec, HB_CORRUPT_RANK=rank)
+        _, err, _ = run(2, "pingpong", "-M", mode, "-b", 64, "-e", 64, "-n", 3, "-w", 1, rc=1,
+                        env=env)
+        expect("FAILED" in err, "pingpong -M %s: no FAILED message" % mode)
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--hcommrun", required=True)
+    p.add_argument("--bindir", required=True)
+    p.add_argument("--profiles", required=True)
+    p.add_argument("--corrupt", default="")
+    p.add_argument("--timeout", type=int, default=60)
+    p.add_argument("check")
+    ARGS = p.parse_args()
+    fn = globals().get("check_" + ARGS.check)
+    if not fn:
+        print("check_bench.py: no check %r" % ARGS.check, file=sys.stderr)
+        return 2
+    try:
+        fn()
+    except (Failed, subprocess.TimeoutExpired) as e:
+        print("check_bench.py %s: FAILED: %s" % (ARGS.check, e), file=sys.stderr)
+        return 1
+    print("check_bench.py %s: OK" % ARGS.check)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
