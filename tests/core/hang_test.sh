@@ -2,6 +2,7 @@
 # hang_test.sh HCOMMRUN MP_HANG: hangs and disagreements explain themselves
 # (tests/core/mp_hang.c, 4 ranks, the last one misbehaves at call #2):
 #   - skip (node and tcp paths): the error names both calls and the rank;
+#   - skipend: rank 3 skips the last call: the timeout errors name it;
 #   - root (node path: an error naming the rank that went past; tcp path:
 #     a hang whose warning names the rank, the collective and the message
 #     it already sent for the next one);
@@ -28,6 +29,14 @@ has "$work/skip" "rank [012]: hcomm_allreduce: hcomm_allreduce .*#2: communicato
 # tcp path: rank 3 meets the others' allreduce #2 messages
 "$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=20 --env HCOMM_SHM=0 "$prog" skip >"$work/skip_tcp" 2>&1
 has "$work/skip_tcp" "rank 3: hcomm_barrier: .*hcomm_barrier\(\) #2 on the world communicator \(4 ranks\): communicator rank [0-2] called hcomm_allreduce at this point" "skip (tcp)"
+
+# skipend: rank 3 skips the last allreduce: the others time out naming it
+# (the first rank to time out gives up on the communicator, the others then
+# fail with that; the warnings before it show who waits for rank 3)
+"$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=3 --env HCOMM_WARN_AFTER=1 --env HCOMM_SHM=0 \
+    "$prog" skipend >"$work/skipend" 2>&1
+has "$work/skipend" "rank [012]: hcomm_allreduce: hcomm_allreduce: timed out after 3 s \(HCOMM_TIMEOUT\): .*#3 .*waiting for data from rank [0-3]" "skipend: timeout error"
+has "$work/skipend" "r[012]\] warn: hcomm_allreduce has waited 1\.[0-9] s: .*#3 .*waiting for data from rank 3" "skipend: rank 3 named"
 
 # root: broadcast with another root
 "$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=20 "$prog" root >"$work/root" 2>&1

@@ -43,6 +43,7 @@ int main(int argc, char **argv)
         MP_OK(hcomm_allreduce(a, b, 2, HCOMM_FLOAT32, HCOMM_SUM, sub));
     MP_OK(hcomm_comm_free(sub));
     MP_OK(hcomm_stats_dump(w));
+    MP_EXPECT(HCOMM_ERR_INVALID, hcomm_stats_dump(sub)); /* freed */
     for (int i = 0; i < 10; i++) {
         if (me == n - 1) {
             struct timespec ts = {0, 20 * 1000 * 1000};
@@ -53,5 +54,5 @@ int main(int argc, char **argv)
     MP_OK(hcomm_finalize());
     free(a);
     free(b);
-    return 0;
+    return mp_failures ? 1 : 0;
 }
