@@ -320,19 +320,19 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
         .mode = HB_PP_LAT,
         .window = 64,
     };
-    int ch, v;
+    int ch, v, idx = -1;
     long l;
 
     hb_prog_tool = tool;
     opterr = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, shortopts[tool], longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, shortopts[tool], longopts, &idx)) != -1) {
         /* getopt_long() accepts every long option; refuse those whose
          * letter this tool does not take */
-        if (ch != '?' && ch != ':' && ch < 0x100 && !strchr(shortopts[tool] + 1, ch))
-            hb_usage_error("option '%s' is not an option of %s", argv[optind - 1], hb_prog);
-        if (ch == HB_OPT_SHOW_PROFILE && tool != HB_TOOL_MIXED)
-            hb_usage_error("option '%s' is not an option of %s", argv[optind - 1], hb_prog);
+        if ((ch != '?' && ch != ':' && ch < 0x100 && !strchr(shortopts[tool] + 1, ch)) ||
+            (ch == HB_OPT_SHOW_PROFILE && tool != HB_TOOL_MIXED))
+            hb_usage_error("option '--%s' is not an option of %s", longopts[idx].name, hb_prog);
+        idx = -1;
         switch (ch) {
         case 'b':
             if (hb_parse_size(optarg, &o.min_bytes))

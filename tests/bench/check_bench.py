@@ -325,6 +325,24 @@ def check_json_unwritable():
     expect("-J: cannot open" in err, "an unwritable -J file is not reported")
 
 
+def check_bad_options():
+    """Each tool refuses the options of the others (exit 2, the option
+    named), and bad values of the new ones."""
+    cases = [("pingpong", ["--blocking", 0], "'--blocking' is not an option"),
+             ("pingpong", ["-z", 0], "unknown option '-z'"),
+             ("pingpong", ["-M", "fast"], "-M: bad mode 'fast'"),
+             ("pingpong", ["-W", 0], "-W: bad window '0'"),
+             ("allreduce_bw", ["--mode=bw"], "'--mode' is not an option"),
+             ("allreduce_bw", ["-a", 4], "-a: bad value '4'"),
+             ("allreduce_bw", ["-z", 2], "-z: bad value '2'"),
+             ("allreduce_bw", ["-d", "float8"], "-d: unknown data type 'float8'"),
+             ("mixed_load", ["-d", "all"], "unknown option '-d'"),
+             ("mixed_load", ["--maxbytes", "1M"], "'--maxbytes' is not an option")]
+    for tool, args, msg in cases:
+        _, err, _ = run(2, tool, *args, rc=2)
+        expect(msg in err, "%s %s: stderr does not say %r" % (tool, args, msg))
+
+
 def check_detects_corruption():
     """With one rank's results damaged (bench_corrupt.so), every tool's
     check fails the run: exit 1, FAILED, wrong > 0 in the JSON."""
