@@ -98,7 +98,8 @@ static void hc_peer_line(int w, uint64_t now, hc_explain_t *e)
 void hc_wait_explain(struct hcomm_request *req, const struct hc_coll_op *op, const char *what,
                      uint64_t waited_ns, hc_explain_t *e)
 {
-    hc_explain_add(e, "%s has waited %.1f s: ", what ? what : "a wait", (double)waited_ns * 1e-9);
+    hc_explain_add(e, "%s has waited %.1f s%s: ", what ? what : "a wait", (double)waited_ns * 1e-9,
+                   e->note ? e->note : "");
     if ((req && req->kind == HC_REQ_COLL) || op) {
         if (hc_coll_ops.explain)
             hc_coll_ops.explain(req, op, e);
@@ -130,11 +131,11 @@ void hc_hang_check(struct hcomm_request *req, const struct hc_coll_op *op, const
     if (now < *next_p)
         return;
     *next_p = now + period;
-    char buf[2048];
-    hc_explain_t e = {.buf = buf, .len = sizeof(buf)};
+    char buf[2048], note[64];
+    snprintf(note, sizeof(note), " (HCOMM_WARN_AFTER=%g)", hc_cfg.warn_after);
+    hc_explain_t e = {.buf = buf, .len = sizeof(buf), .note = note};
     hc_wait_explain(req, op, what, now - start_ns, &e);
-    hc_log_warn("%s (HCOMM_WARN_AFTER=%g s: again every %g s)", buf, hc_cfg.warn_after,
-                hc_cfg.warn_after);
+    hc_log_warn("%s", buf);
 }
 
 /* hcommrun asked: the wait in progress, with a first line it can read. */

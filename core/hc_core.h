@@ -135,6 +135,7 @@ typedef struct {
     size_t len, n;
     int waits[HC_EXPLAIN_WAITS]; /* world ranks waited for, in order of mention */
     int nwaits;
+    const char *note; /* after "has waited N s" (NULL: none) */
 } hc_explain_t;
 void hc_explain_add(hc_explain_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Notes that the wait needs world rank w (listed once). */

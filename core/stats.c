@@ -26,6 +26,7 @@ typedef struct hc_stats_comm {
 
 static struct {
     hc_stats_comm_t *comms;
+    uint8_t *peer_drv; /* world rank -> bit of the driver that reaches it */
     uint32_t period;                   /* HCOMM_STATS_SAMPLE */
     uint32_t countdown[HC_STATS_KINDS]; /* calls until the next timed one */
     uint32_t rng;
@@ -53,6 +54,14 @@ static uint32_t hc_stats_reload(void)
     x ^= x << 5;
     hc_st.rng = x;
     return 1u + x % (2u * hc_st.period - 1u);
+}
+
+static uint8_t hc_stats_drv_bit(int wrank)
+{
+    hc_conn_t *conn = hc_core_conn(wrank);
+    return conn && conn->drv && conn->drv->index >= 0 && conn->drv->index < 8
+               ? (uint8_t)(1u << conn->drv->index)
+               : 0;
 }
 
 hcomm_status_t hc_stats_init(void)
@@ -86,6 +95,15 @@ hcomm_status_t hc_stats_init(void)
     for (int k = 0; k < HC_STATS_KINDS; k++)
         hc_st.countdown[k] = hc_stats_reload();
     hc_st.init_ns = hc_time_ns();
+    free(hc_st.peer_drv);
+    hc_st.peer_drv = NULL;
+    if (level) {
+        hc_st.peer_drv = calloc((size_t)hc_ctx.size, 1);
+        if (!hc_st.peer_drv)
+            return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: no memory for HCOMM_STATS");
+        for (int r = 0; r < hc_ctx.size; r++)
+            hc_st.peer_drv[r] = hc_stats_drv_bit(r);
+    }
     if (level >= 2) {
         hc_stats_peers = calloc((size_t)hc_ctx.size, sizeof(*hc_stats_peers));
         if (!hc_stats_peers)
@@ -103,6 +121,8 @@ void hc_stats_fini(void)
     }
     free(hc_stats_peers);
     hc_stats_peers = NULL;
+    free(hc_st.peer_drv);
+    hc_st.peer_drv = NULL;
     if (hc_st.file)
         fclose(hc_st.file);
     hc_st.file = NULL;
@@ -133,14 +153,6 @@ void hc_stats_comm_gone(struct hcomm_comm *comm)
     comm->stats = NULL;
 }
 
-static uint8_t hc_stats_drv_bit(int wrank)
-{
-    hc_conn_t *conn = hc_core_conn(wrank);
-    return conn && conn->drv && conn->drv->index >= 0 && conn->drv->index < 8
-               ? (uint8_t)(1u << conn->drv->index)
-               : 0;
-}
-
 uint64_t hc_stats_begin_slow(unsigned kind, size_t bytes, const struct hcomm_comm *comm, int peer)
 {
     if (kind >= HC_STATS_KINDS || (comm->ctx_id & HC_CTX_SUB))
@@ -151,7 +163,7 @@ uint64_t hc_stats_begin_slow(unsigned kind, size_t bytes, const struct hcomm_com
     s->bytes += bytes;
     s->sizes[cls]++;
     if (peer >= 0)
-        s->drvs[cls] |= hc_stats_drv_bit(comm->world_ranks[peer]);
+        s->drvs[cls] |= hc_st.peer_drv[comm->world_ranks[peer]];
     if (hc_stats_level >= 2) {
         hc_stats_comm_t *c = hc_stats_comm_of(comm);
         if (c) {
@@ -314,11 +326,20 @@ static void hc_stats_mem_line(const char *text, void *arg)
     hc_stats_out(arg, "  %s", text);
 }
 
+typedef struct {
+    char line[768];
+    size_t n;
+} hc_stats_drv_acc_t;
+
 static void hc_stats_drv_line(const char *name, uint64_t value, void *arg)
 {
-    FILE *f = ((void **)arg)[0];
-    const char *drv = ((void **)arg)[1];
-    hc_stats_out(f, "  %s: %s %llu", drv, name, (unsigned long long)value);
+    hc_stats_drv_acc_t *a = arg;
+    if (a->n + 1 < sizeof(a->line)) {
+        int w = snprintf(a->line + a->n, sizeof(a->line) - a->n, "%s %s %llu", a->n ? "," : "",
+                         name, (unsigned long long)value);
+        if (w > 0)
+            a->n = HC_MIN(a->n + (size_t)w, sizeof(a->line) - 1);
+    }
 }
 
 static void hc_stats_table(FILE *f, const char *why)
@@ -412,10 +433,11 @@ static void hc_stats_table(FILE *f, const char *why)
     }
     for (int i = 0; i < hc_ctx.ndrvs; i++) {
         hc_drv_t *d = hc_ctx.drvs[i];
-        if (d->ops->counters) {
-            void *arg[2] = {f, (void *)d->ops->name};
-            d->ops->counters(d, hc_stats_drv_line, arg);
-        }
+        hc_stats_drv_acc_t acc = {.n = 0};
+        acc.line[0] = 0;
+        d->ops->counters(d, hc_stats_drv_line, &acc);
+        if (acc.n)
+            hc_stats_out(f, "  driver %s:%s", d->ops->name, acc.line);
     }
     hc_mem_stats_print(hc_stats_mem_line, f);
 }

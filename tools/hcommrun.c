@@ -889,9 +889,9 @@ static void check_deadlines(hc_run_job_t *job, double now)
     /* A job already being terminated for a failure or a signal keeps that verdict. */
     if (job->opts.timeout > 0 && !job->timed_out && !job->failed && !job->got_signal &&
         now >= job->start + job->opts.timeout) {
+        collect_reports(job, "timeout");
         fprintf(stderr, "hcommrun: timeout after %s s, killing %d ranks\n", job->opts.timeout_str,
                 job->nalive);
-        collect_reports(job, "timeout");
         job->timed_out = 1;
         start_termination(job, SIGTERM);
     }

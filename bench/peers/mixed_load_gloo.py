@@ -278,7 +278,7 @@ def main():
                     "without .txt)")
     ap.add_argument("-n", "--steps", type=int, default=100)
     ap.add_argument("-w", "--warmup", type=int, default=10)
-    ap.add_argument("-a", "--average", default="mean",
+    ap.add_argument("-a", "--average", default="max",
                     help="rank0|mean|min|max or 0..3, as hcomm's tools (mean)")
     ap.add_argument("-c", "--check", type=int, choices=(0, 1), default=1)
     ap.add_argument("-l", "--lib", default="gloo")

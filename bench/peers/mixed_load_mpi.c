@@ -316,7 +316,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    const char *profile = NULL, *pname = NULL, *lib = NULL, *json = NULL, *avg = "mean";
+    const char *profile = NULL, *pname = NULL, *lib = NULL, *json = NULL, *avg = "max";
     long steps = 100, warmup = 10;
     int check_on = 1;
     for (int i = 1; i < argc; i++) {

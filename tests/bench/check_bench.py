@@ -92,7 +92,7 @@ def close(a, b, rel=0.02):
 
 
 def coll_json(tool, np, lo, hi, f, extra, dtypes=("float32",), ops=None, root=-1, blocking=1,
-              average="mean"):
+              average="max"):
     """Runs a collective tool with -J and checks every row."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "out.json")
