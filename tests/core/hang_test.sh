@@ -36,24 +36,24 @@ has "$work/skip_tcp" "rank 3: hcomm_barrier: .*hcomm_barrier\(\) #2 on the world
 "$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=3 --env HCOMM_WARN_AFTER=1 --env HCOMM_SHM=0 \
     "$prog" skipend >"$work/skipend" 2>&1
 has "$work/skipend" "rank [012]: hcomm_allreduce: hcomm_allreduce: timed out after 3 s \(HCOMM_TIMEOUT\): .*#3 .*waiting for data from rank [0-3]" "skipend: timeout error"
-has "$work/skipend" "r[012]\] warn: hcomm_allreduce has waited 1\.[0-9] s: .*#3 .*waiting for data from rank 3" "skipend: rank 3 named"
+has "$work/skipend" "r[012]\] warn: hcomm_allreduce has waited 1\.[0-9] s \(HCOMM_WARN_AFTER=1\): .*#3 .*waiting for data from rank 3" "skipend: rank 3 named"
 
 # root: broadcast with another root
 "$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=20 "$prog" root >"$work/root" 2>&1
 has "$work/root" "rank 3: hcomm_broadcast: hcomm_broadcast .*root 1\) #2: communicator rank 1 went past this collective" "root (node)"
 "$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=4 --env HCOMM_WARN_AFTER=1 --env HCOMM_SHM=0 \
     "$prog" root >"$work/root_tcp" 2>&1
-has "$work/root_tcp" "r3\] warn: hcomm_broadcast has waited 1\.[0-9] s: hcomm_broadcast\(count 256, float32, root 1\) #2 .*waiting for data from rank 1: .*for collective #2 \(broadcast\), none has arrived \(1 other message from it waits unreceived, the first for collective #3 \(allreduce\)\)" "root (tcp) warning"
+has "$work/root_tcp" "r3\] warn: hcomm_broadcast has waited 1\.[0-9] s \(HCOMM_WARN_AFTER=1\): hcomm_broadcast\(count 256, float32, root 1\) #2 .*waiting for data from rank 1: .*for collective #2 \(broadcast\), none has arrived \(1 other message from it waits unreceived, the first for collective #3 \(allreduce\)\)" "root (tcp) warning"
 
 # sleep: warnings then the timeout error, naming rank 3
 "$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=3 --env HCOMM_WARN_AFTER=1 "$prog" sleep 8 >"$work/sleep" 2>&1
-has "$work/sleep" "r0\] warn: hcomm_allreduce has waited 1\.[0-9] s: hcomm_allreduce\(count 256, float32, sum\) #2 on the world communicator \(4 ranks\), algorithm node[a-z-]*, step: .*waiting for rank 3: its flag" "sleep warning"
+has "$work/sleep" "r0\] warn: hcomm_allreduce has waited 1\.[0-9] s \(HCOMM_WARN_AFTER=1\): hcomm_allreduce\(count 256, float32, sum\) #2 on the world communicator \(4 ranks\), algorithm node[a-z-]*, step: .*waiting for rank 3: its flag" "sleep warning"
 has "$work/sleep" "^  rank 3 \(node .*, pid [0-9]+\): .*its process is sleeping" "sleep: rank 3's line"
-has "$work/sleep" "hcomm_allreduce has waited 2\.[0-9] s" "sleep: the warning repeats"
+has "$work/sleep" "hcomm_allreduce has waited 2\.[0-9] s \(HCOMM_WARN_AFTER=1\)" "sleep: the warning repeats"
 has "$work/sleep" "rank [012]: hcomm_allreduce: hcomm_allreduce: timed out after 3 s \(HCOMM_TIMEOUT\): hcomm_allreduce has waited .*waiting for rank 3" "sleep: timeout error"
 # over tcp: the p2p path's words
 "$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=3 --env HCOMM_WARN_AFTER=1 --env HCOMM_SHM=0 "$prog" sleep 8 >"$work/sleep_tcp" 2>&1
-has "$work/sleep_tcp" "warn: hcomm_allreduce has waited 1\.[0-9] s: hcomm_allreduce\(count 256, float32, sum\) #2 .*algorithm [a-z]+, step: .*waiting for data from rank 3: a message of 1024 bytes for collective #2 \(allreduce\), none has arrived" "sleep (tcp) warning"
+has "$work/sleep_tcp" "warn: hcomm_allreduce has waited 1\.[0-9] s \(HCOMM_WARN_AFTER=1\): hcomm_allreduce\(count 256, float32, sum\) #2 .*algorithm [a-z]+, step: .*waiting for data from rank 3: a message of 1024 bytes for collective #2 \(allreduce\), none has arrived" "sleep (tcp) warning"
 has "$work/sleep_tcp" "^  rank 3 \(node .*\): last heard [0-9.]+ s ago" "sleep (tcp): last heard"
 
 # stop: rank 3 stopped for ~3 s, then continued
