@@ -229,7 +229,9 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
     hc_backoff_t backoff = {0};
     unsigned iter = 0;
     uint64_t start = 0, next_warn = 0;
-    uint64_t wait_t0 = HC_UNLIKELY(hc_stats_level >= 2) ? hc_time_ns() : 0;
+    /* level 2: the time blocked, for operations the statistics count
+     * (timed: internal communicators' are not) */
+    uint64_t wait_t0 = HC_UNLIKELY(hc_stats_level >= 2 && req->stat_t0) ? hc_time_ns() : 0;
     hc_wait_state_t outer = hc_ctx.waiting;
     hc_ctx.waiting.req = req;
     hc_ctx.waiting.op = NULL;

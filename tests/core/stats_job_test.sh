@@ -12,20 +12,25 @@
 #   - hcomm_stats on a file with no records exits 2 with a message.
 set -u
 run=${1:?hcommrun} prog=${2:?mp_stats} tool=${3:?hcomm_stats}
+here=$(cd "$(dirname "$0")" && pwd)
 py=/usr/bin/python3
 work=$(mktemp -d /tmp/hc-stats.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 bad=0
 fail() { echo "FAIL: $*"; bad=1; }
 
-for cfg in "1 1" "2 1" "1 16"; do
-    read -r level sample <<<"$cfg"
-    d="$work/l$level.s$sample"
+# LEVEL SAMPLE NODES (2: fake nodes of this host, tcp between them and the
+# topology probe at init, whose internal collectives must not be counted)
+for cfg in "1 1 1" "2 1 1" "1 16 1" "2 1 2"; do
+    read -r level sample nodes <<<"$cfg"
+    d="$work/l$level.s$sample.n$nodes"
+    wrap=()
+    [ "$nodes" = 2 ] && wrap=("$here/../lib/fake_nodes.sh" 2 cyclic)
     mkdir -p "$d/json"
     # level 1 samples calls under 64 KiB (HCOMM_STATS_SAMPLE); with 1 every
     # call is timed and the barriers' straggler shows at both levels
     if ! "$run" -n 4 --timeout 100 --env HCOMM_STATS=$level --env HCOMM_STATS_SAMPLE=$sample \
-        --env "HCOMM_STATS_FILE=$d/json/st.%r.%h.%p.json" "$prog" >"$d/out" 2>"$d/err"; then
+        --env "HCOMM_STATS_FILE=$d/json/st.%r.%h.%p.json" "${wrap[@]}" "$prog" >"$d/out" 2>"$d/err"; then
         fail "level $level: the job failed"; cat "$d/err"; continue
     fi
     nfiles=$(ls "$d"/json/st.*.json 2>/dev/null | wc -l)
@@ -34,9 +39,9 @@ for cfg in "1 1" "2 1" "1 16"; do
     ls "$d"/json/st.0."$host".*.json >/dev/null 2>&1 || fail "level $level: %h/%p not expanded: $(ls "$d/json")"
     grep -q "statistics (finalize" "$d/err" || fail "level $level: no table on stderr"
     grep -q "statistics (dump" "$d/err" || fail "level $level: hcomm_stats_dump printed no table"
-    $py - "$d" "$level" "$sample" <<'PY' || bad=1
+    $py - "$d" "$level" "$sample" "$nodes" <<'PY' || bad=1
 import glob, json, sys
-d, level, sample = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d, level, sample, nodes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 ok = True
 def fail(msg):
     global ok
@@ -61,7 +66,7 @@ for f in sorted(glob.glob(d + "/json/st.*.json")):
        or sizes.get(8, {}).get("calls") != 5:
         fail("rank %d: allreduce size classes %s" % (rank, sizes))
     for s in sizes.values():
-        if not s["algo"] or s["drivers"] != "shm":
+        if not s["algo"] or s["drivers"] != ("shm" if nodes == 1 else "shm+tcp"):
             fail("rank %d: size class %s lacks its algorithm or driver" % (rank, s))
     bc = ops.get("broadcast")
     if not bc or bc["calls"] != 20 or bc["bytes"] != 20 * 1024:
@@ -95,8 +100,13 @@ for f in sorted(glob.glob(d + "/json/st.*.json")):
         fail("rank %d: the freed split's record %s" % (rank, freed))
     if "wait_s" not in ar:
         fail("rank %d: level 2 op record without wait_s" % rank)
+    for o in ops.values():  # time blocked is part of the time inside
+        if o.get("wait_s", 0) > o["time_s"] * 1.02 + 20e-6:
+            fail("rank %d: %s blocked %.6f s > %.6f s inside" % (rank, o["op"], o["wait_s"],
+                                                              o["time_s"]))
     peers = {p["peer"]: p for p in last if p["type"] == "peer"}
-    if rank == 0 and (peers.get(1, {}).get("tx_msgs", 0) < 30 or peers[1]["driver"] != "shm"):
+    if rank == 0 and (peers.get(1, {}).get("tx_msgs", 0) < 30 or
+                      peers[1]["driver"] != ("shm" if nodes == 1 else "tcp")):
         fail("rank 0: peer record for rank 1 %s" % peers.get(1))
     if not [r for r in last if r["type"] == "counters" and "reg_cache" in r and "pool" in r]:
         fail("rank %d: no counters record" % rank)
@@ -116,7 +126,7 @@ PY
     "$tool" --json "$d/json" | $py -c 'import json,sys; m=json.load(sys.stdin); assert m["size"]==4 and m["ops"]' ||
         fail "level $level: hcomm_stats --json"
 done
-cat "$work/l2.s1/report"
+cat "$work/l2.s1.n2/report"
 
 # bad values name the variable
 for kv in HCOMM_STATS=3 HCOMM_STATS_LEVEL=0 HCOMM_STATS_SAMPLE=0 HCOMM_WARN_AFTER=-1; do
