@@ -28,7 +28,6 @@ static struct {
     hc_stats_comm_t *comms;
     uint8_t *peer_drv; /* world rank -> bit of the driver that reaches it */
     uint32_t period;                   /* HCOMM_STATS_SAMPLE */
-    uint32_t countdown[HC_STATS_KINDS]; /* calls until the next timed one */
     uint32_t rng;
     uint64_t init_ns;
     unsigned reports; /* reports written so far (JSON "report" number) */
@@ -92,8 +91,10 @@ hcomm_status_t hc_stats_init(void)
     hc_st.rng = 0x9e3779b9u ^ (uint32_t)getpid() ^ (uint32_t)hc_ctx.rank * 0x85ebca6bu;
     if (!hc_st.rng)
         hc_st.rng = 1;
-    for (int k = 0; k < HC_STATS_KINDS; k++)
-        hc_st.countdown[k] = hc_stats_reload();
+    for (int k = 0; k < HC_STATS_KINDS; k++) {
+        hc_stats_ops[k].countdown = hc_stats_reload();
+        hc_stats_ops[k].run_peer = -1;
+    }
     hc_st.init_ns = hc_time_ns();
     free(hc_st.peer_drv);
     hc_st.peer_drv = NULL;
@@ -129,6 +130,9 @@ void hc_stats_fini(void)
     hc_stats_level = 0;
 }
 
+static void hc_stats_run_start(hc_stats_op_t *s, unsigned cls, const struct hcomm_comm *comm,
+                               int peer);
+
 static hc_stats_comm_t *hc_stats_comm_of(const struct hcomm_comm *comm)
 {
     struct hcomm_comm *c = (struct hcomm_comm *)comm;
@@ -148,9 +152,41 @@ static hc_stats_comm_t *hc_stats_comm_of(const struct hcomm_comm *comm)
 
 void hc_stats_comm_gone(struct hcomm_comm *comm)
 {
+    /* a run on comm ends: a communicator created later at the same address
+     * must not continue it */
+    for (unsigned k = 0; hc_stats_level && k < HC_STATS_KINDS; k++)
+        if (hc_stats_ops[k].run_comm == comm)
+            hc_stats_run_start(&hc_stats_ops[k], hc_stats_ops[k].run_cls, NULL, -1);
     if (comm->stats)
         comm->stats->gone = true;
     comm->stats = NULL;
+}
+
+/* The run of calls of one size class to one comm and peer ends: its count
+ * (and the driver to the peer) go to the class; a new run begins. */
+static HC_NOINLINE void hc_stats_run_start(hc_stats_op_t *s, unsigned cls,
+                                           const struct hcomm_comm *comm, int peer)
+{
+    s->sizes[s->run_cls] += s->run;
+    if (s->run)
+        s->drvs[s->run_cls] |= s->run_drv;
+    s->run = 0;
+    s->run_cls = (uint8_t)cls;
+    s->run_comm = comm;
+    s->run_peer = peer;
+    s->run_drv = peer >= 0 ? hc_st.peer_drv[comm->world_ranks[peer]] : 0;
+}
+
+/* Every run so far into sizes[] and drvs[] (before a report). */
+static void hc_stats_runs_flush(void)
+{
+    for (unsigned k = 0; k < HC_STATS_KINDS; k++) {
+        hc_stats_op_t *s = &hc_stats_ops[k];
+        s->sizes[s->run_cls] += s->run;
+        if (s->run)
+            s->drvs[s->run_cls] |= s->run_drv;
+        s->run = 0; /* the run goes on from 0: its class, comm and peer stay */
+    }
 }
 
 uint64_t hc_stats_begin_slow(unsigned kind, size_t bytes, const struct hcomm_comm *comm, int peer)
@@ -161,9 +197,9 @@ uint64_t hc_stats_begin_slow(unsigned kind, size_t bytes, const struct hcomm_com
     unsigned cls = hc_stats_size_class(bytes);
     s->calls++;
     s->bytes += bytes;
-    s->sizes[cls]++;
-    if (peer >= 0)
-        s->drvs[cls] |= hc_st.peer_drv[comm->world_ranks[peer]];
+    if (HC_UNLIKELY(cls != s->run_cls || comm != s->run_comm || peer != s->run_peer))
+        hc_stats_run_start(s, cls, comm, peer);
+    s->run++;
     if (hc_stats_level >= 2) {
         hc_stats_comm_t *c = hc_stats_comm_of(comm);
         if (c) {
@@ -179,9 +215,9 @@ uint64_t hc_stats_begin_slow(unsigned kind, size_t bytes, const struct hcomm_com
     if (bytes >= HC_STATS_TIME_ALWAYS)
         return hc_time_ns() | 1;
     s->small_calls++;
-    if (--hc_st.countdown[kind] != 0)
+    if (--s->countdown != 0)
         return 0;
-    hc_st.countdown[kind] = hc_stats_reload();
+    s->countdown = hc_stats_reload();
     s->small_timed++;
     return hc_time_ns() | 1;
 }
@@ -224,8 +260,8 @@ void hc_stats_end(unsigned kind, size_t bytes, const struct hcomm_comm *comm, ui
         comm->stats->ns[kind] += ns;
 }
 
-void hc_stats_algo(unsigned kind, size_t bytes, const char *algo, const struct hcomm_comm *comm,
-                   bool node)
+void hc_stats_algo_slow(unsigned kind, size_t bytes, const char *algo,
+                        const struct hcomm_comm *comm, bool node)
 {
     if (kind >= HC_STATS_KINDS || (comm->ctx_id & HC_CTX_SUB) || !algo)
         return;
@@ -641,6 +677,7 @@ void hc_stats_report(const char *why)
 {
     if (!hc_stats_level)
         return;
+    hc_stats_runs_flush();
     /* One write: the ranks' tables do not interleave line by line. */
     char *text = NULL;
     size_t tlen = 0;

@@ -60,9 +60,17 @@ extern hc_stats_t hc_stats;
 extern int hc_stats_level;
 
 typedef struct {
-    uint64_t calls, bytes;
-    /* timed calls, by weight: small = under HC_STATS_TIME_ALWAYS */
-    uint64_t small_calls, small_timed, small_ns, large_ns;
+    /* What every call touches, in one cache line: the counts, the sampling
+     * countdown, and the current run of calls of one size class to one
+     * comm and peer (sizes[] and drvs[] take a run when it ends). */
+    uint64_t calls, bytes, small_calls;
+    uint64_t run;
+    const void *run_comm;
+    int32_t run_peer;
+    uint32_t countdown; /* calls until the next timed one */
+    uint8_t run_cls, run_drv;
+    /* timed calls: small = under HC_STATS_TIME_ALWAYS */
+    uint64_t small_timed, small_ns, large_ns;
     uint64_t max_ns;
     uint64_t wait_ns; /* level 2: time blocked in waits */
     uint64_t sizes[HC_STATS_SIZE_CLASSES];
@@ -71,7 +79,7 @@ typedef struct {
      * drivers (bit i: hc_ctx.drvs[i]) that carried it */
     const char *algo[HC_STATS_SIZE_CLASSES][2];
     uint8_t drvs[HC_STATS_SIZE_CLASSES];
-} hc_stats_op_t;
+} __attribute__((aligned(64))) hc_stats_op_t;
 
 extern hc_stats_op_t hc_stats_ops[HC_STATS_KINDS];
 
@@ -89,14 +97,35 @@ static inline uint64_t hc_stats_begin(unsigned kind, size_t bytes, const struct 
 {
     if (HC_LIKELY(hc_stats_level == 0))
         return 0;
+    /* Level 1's common case inline: a small call, not the one to time,
+     * continuing the current run (same size class, comm and peer; a run
+     * never starts on an internal communicator). */
+    hc_stats_op_t *s = &hc_stats_ops[kind];
+    if (HC_LIKELY(hc_stats_level == 1 && bytes < HC_STATS_TIME_ALWAYS && s->countdown > 1 &&
+                  comm == s->run_comm && peer == s->run_peer &&
+                  hc_stats_size_class(bytes) == s->run_cls)) {
+        s->countdown--;
+        s->calls++;
+        s->bytes += bytes;
+        s->small_calls++;
+        s->run++;
+        return 0;
+    }
     return hc_stats_begin_slow(kind, bytes, comm, peer);
 }
 /* End of an operation begun at t0 (non-zero). */
 void hc_stats_end(unsigned kind, size_t bytes, const struct hcomm_comm *comm, uint64_t t0);
 /* The algorithm a collective of kind and size chose on comm (node: only
  * the node driver carries it). */
-void hc_stats_algo(unsigned kind, size_t bytes, const char *algo, const struct hcomm_comm *comm,
-                   bool node);
+void hc_stats_algo_slow(unsigned kind, size_t bytes, const char *algo,
+                        const struct hcomm_comm *comm, bool node);
+static inline void hc_stats_algo(unsigned kind, size_t bytes, const char *algo,
+                                 const struct hcomm_comm *comm, bool node)
+{
+    const char *const *slot = hc_stats_ops[kind].algo[hc_stats_size_class(bytes)];
+    if (HC_UNLIKELY(slot[0] != algo && slot[1] != algo))
+        hc_stats_algo_slow(kind, bytes, algo, comm, node);
+}
 /* Level 2: ns spent blocked in a wait for an operation of kind. */
 static inline void hc_stats_wait(unsigned kind, uint64_t ns)
 {
