@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -383,6 +384,8 @@ static void hc_ctx_control_open(void)
         return;
     }
     hc_ctx.control_fd = kept = fd;
+    /* hcommrun waits for reports only from ranks that said so */
+    (void)send(fd, "hcomm-up", 8, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 hcomm_status_t hc_ctx_init(void)

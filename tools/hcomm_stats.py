@@ -115,6 +115,8 @@ def merge(job, top):
                           "last_s": vals[last], "most_waiting": most, "most_s": vals[most]})
             # a real straggler: it spent clearly less time inside than the rest
             entry["straggler"] = last if med > 0 and vals[last] < 0.8 * med else None
+            # a root (broadcast, reduce) or a sender blocks least by design
+            entry["asymmetric"] = name in ("broadcast", "reduce", "send", "recv")
         oplist.append(entry)
     oplist.sort(key=lambda e: -e["time_s"])
     out["ops"] = oplist
@@ -164,7 +166,10 @@ def print_report(m, top):
     for e in m["ops"][:top]:
         if "last_to_arrive" not in e:
             continue
-        tag = "straggler" if e.get("straggler") is not None else "no clear straggler"
+        if e.get("asymmetric"):
+            tag = "asymmetric: a root or sender blocks least by design"
+        else:
+            tag = "straggler" if e.get("straggler") is not None else "no clear straggler"
         print("  %-14s rank %d: %s %s vs median %s (most: rank %d, %s) [%s]" % (
             e["op"], e["last_to_arrive"], fmt_s(e["last_s"]),
             "blocked" if e["by"] == "wait_s" else "inside", fmt_s(e["median_s"]),

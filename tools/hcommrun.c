@@ -85,6 +85,7 @@ typedef struct {
     int alive;   /* forked and not yet reaped */
     int exec_fd; /* read end of the exec report pipe, -1 once checked */
     int ctl_fd;  /* our end of the rank's control socket (hang reports), -1 */
+    int hcomm;   /* the rank said "hcomm-up" on it: an hcomm process that answers */
 } hc_run_rank_t;
 
 /* What the child writes to the exec report pipe when something fails. */
@@ -619,14 +620,23 @@ static void collect_reports(hc_run_job_t *job, const char *why)
         free(waited);
         return;
     }
-    int asked = 0;
+    int asked = 0, hcomm_ranks = 0;
     for (int r = 0; r < n; r++) {
         hc_run_rank_t *rk = &job->ranks[r];
         if (!rk->alive || rk->ctl_fd < 0) continue;
+        /* its hello from hcomm_init, or a late answer to an earlier request */
         char junk[REPORT_MAX];
-        while (recv(rk->ctl_fd, junk, sizeof(junk), MSG_DONTWAIT) > 0) {
-        } /* a late answer to an earlier request */
+        ssize_t m;
+        while ((m = recv(rk->ctl_fd, junk, sizeof(junk), MSG_DONTWAIT)) > 0)
+            if (m >= 8 && !memcmp(junk, "hcomm-up", 8)) rk->hcomm = 1;
+        if (!rk->hcomm) continue; /* not an hcomm process (yet): nobody would answer */
+        hcomm_ranks++;
         if (send(rk->ctl_fd, "report", 6, MSG_DONTWAIT | MSG_NOSIGNAL) == 6) asked++;
+    }
+    if (hcomm_ranks == 0) { /* plain programs: nothing to report */
+        free(ans);
+        free(waited);
+        return;
     }
     double end = now_sec() + REPORT_WAIT_SEC;
     int got = 0;
@@ -688,6 +698,12 @@ static void collect_reports(hc_run_job_t *job, const char *why)
             }
             int cls = !ans[r] || !strcmp(ans[r], "-") ? 0 : waited[r] ? 1 : 2;
             if (cls != pass) continue;
+            if (cls == 0 && !rk->hcomm) {
+                fprintf(stderr, "hcommrun:   rank %d (pid %d)%s: no report: it has not called "
+                                "hcomm_init; process %s\n",
+                        r, (int)rk->pid, waited[r] ? " [waited for]" : "", proc_state(rk->pid));
+                continue;
+            }
             if (cls == 0) {
                 fprintf(stderr, "hcommrun:   rank %d (pid %d)%s: no report: %s%s\n", r, (int)rk->pid,
                         waited[r] ? " [waited for]" : "",
