@@ -78,7 +78,7 @@
     X(stats_file, "HCOMM_STATS_FILE", STR, "",                                                     \
       "statistics also as JSON lines in this file (%r rank, %h host, %p pid); hcomm_stats "       \
       "merges the ranks' files into a job report")                                                \
-    X(stats_sample, "HCOMM_STATS_SAMPLE", INT, "16",                                               \
+    X(stats_sample, "HCOMM_STATS_SAMPLE", INT, "64",                                               \
       "level 1 times one call in this many (random phase) below 64 KiB, so that timing costs "    \
       "under 3% of an 8-byte collective; 1: every call")                                          \
     X(warn_after, "HCOMM_WARN_AFTER", DOUBLE, "10",                                                \
