@@ -8,8 +8,11 @@
 #include "core/stats.h"
 
 _Static_assert((int)HC_COLL_KIND_COUNT == (int)HC_STATS_COLL_KINDS, "stats cover every collective");
-_Static_assert((int)HC_COLL_ALLREDUCE == 0 && (int)HC_COLL_BARRIER == 6,
+_Static_assert((int)HC_COLL_ALLREDUCE == 0 && (int)HC_COLL_BARRIER == 6 &&
+                   (int)HC_COLL_ALLTOALLV == 11,
                "stats name the collectives in hc_coll_kind_t's order");
+_Static_assert((int)HC_COLL_SIG_KIND_MASK == (int)HC_STATS_SIG_KIND_MASK,
+               "p2p reads the kind of a collective tag as coll writes it");
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,7 +90,8 @@ static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
 {
     const char *forced = hc_coll_forced;
     op->step = NULL;
-    if (op->comm->size == 1) {
+    if (op->comm->size == 1 && op->kind <= HC_COLL_BARRIER) {
+        /* (the rooted and vector kinds' algorithms handle one rank) */
         op->step = hc_coll_local_step;
         op->algo = "local";
     } else {
@@ -133,7 +137,8 @@ static bool hc_group_push(void **arr_p, int *n, size_t elem)
 
 static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *rbuf, size_t count,
                                    size_t bytes, hcomm_dtype_t dtype, hcomm_op_t rop, int root,
-                                   hcomm_comm_t comm, hcomm_request_t *req_p);
+                                   hcomm_comm_t comm, hcomm_request_t *req_p,
+                                   const hc_coll_vec_t *vec);
 
 /* HCOMM_CHECK=1: what every rank must agree on, compared across ranks by an
  * allgather before the collective itself (fields that do not apply to the
@@ -149,8 +154,9 @@ static hcomm_status_t hc_coll_check_args(hc_coll_kind_t kind, size_t count, hcom
 {
     const char *fn = hc_coll_name(kind);
     bool reduction = kind == HC_COLL_ALLREDUCE || kind == HC_COLL_REDUCE ||
-                     kind == HC_COLL_REDUCE_SCATTER;
-    bool rooted = kind == HC_COLL_REDUCE || kind == HC_COLL_BROADCAST;
+                     kind == HC_COLL_REDUCE_SCATTER || kind == HC_COLL_REDUCE_SCATTERV;
+    bool rooted = kind == HC_COLL_REDUCE || kind == HC_COLL_BROADCAST ||
+                  kind == HC_COLL_GATHER || kind == HC_COLL_SCATTER;
     hc_coll_print_t mine = {.kind = (int32_t)kind,
                             .dtype = kind == HC_COLL_BARRIER ? 0 : (int32_t)dtype,
                             .op = reduction ? (int32_t)rop : 0,
@@ -163,7 +169,7 @@ static hcomm_status_t hc_coll_check_args(hc_coll_kind_t kind, size_t count, hcom
     hc_ctx.group_depth = 0;
     hc_coll_checking = true;
     hcomm_status_t st = hc_coll_post(HC_COLL_ALLGATHER, &mine, all, sizeof(mine), sizeof(mine),
-                                     HCOMM_UINT8, 0, 0, comm, NULL);
+                                     HCOMM_UINT8, 0, 0, comm, NULL, NULL);
     hc_coll_checking = false;
     hc_ctx.group_depth = depth;
     for (int r = 0; st == HCOMM_OK && r < comm->size; r++) {
@@ -188,10 +194,30 @@ static hcomm_status_t hc_coll_check_args(hc_coll_kind_t kind, size_t count, hcom
     return st;
 }
 
+/* The vector collective's arrays, copied into the op (one allocation). */
+static hcomm_status_t hc_coll_vec_copy(hc_coll_op_t *op, const hc_coll_vec_t *vec)
+{
+    size_t n = (size_t)op->comm->size;
+    const size_t *src[4] = {vec->scounts, vec->sdispls, vec->rcounts, vec->rdispls};
+    op->varr = malloc(4 * n * sizeof(size_t));
+    if (!op->varr)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory for %zu counts", hc_coll_name(op->kind),
+                        4 * n);
+    const size_t *dst[4] = {NULL, NULL, NULL, NULL};
+    for (int k = 0; k < 4; k++)
+        if (src[k]) {
+            memcpy(op->varr + (size_t)k * n, src[k], n * sizeof(size_t));
+            dst[k] = op->varr + (size_t)k * n;
+        }
+    op->vec = (hc_coll_vec_t){dst[0], dst[1], dst[2], dst[3]};
+    return HCOMM_OK;
+}
+
 /* Creates, selects and launches (or, inside a group, defers) one collective. */
 static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *rbuf, size_t count,
                                    size_t bytes, hcomm_dtype_t dtype, hcomm_op_t rop, int root,
-                                   hcomm_comm_t comm, hcomm_request_t *req_p)
+                                   hcomm_comm_t comm, hcomm_request_t *req_p,
+                                   const hc_coll_vec_t *vec)
 {
     const char *fn = hc_coll_name(kind);
     hc_coll_comm_t *cc = hc_coll_comm(comm);
@@ -248,6 +274,12 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
     struct hcomm_request *req = op->req;
     if (!hc_coll_checking)
         hc_request_stat(req, kind, bytes, t0);
+    if (vec && (st = hc_coll_vec_copy(op, vec)) != HCOMM_OK) {
+        req->coll = NULL;
+        hc_coll_op_release(op);
+        hc_request_free(req);
+        return st;
+    }
 
     if (hc_ctx.group_depth > 0) {
         if (!hc_group_push(NULL, &hc_group.nops, 0)) {
@@ -336,7 +368,7 @@ static hcomm_status_t hc_allreduce_impl(const char *fn, const void *sbuf, void *
         return st;
     if (count == 0)
         return hc_coll_noop(req_p);
-    return hc_coll_post(HC_COLL_ALLREDUCE, sbuf, rbuf, count, bytes, dtype, op, 0, comm, req_p);
+    return hc_coll_post(HC_COLL_ALLREDUCE, sbuf, rbuf, count, bytes, dtype, op, 0, comm, req_p, NULL);
 }
 
 static hcomm_status_t hc_broadcast_impl(const char *fn, void *buf, size_t count, hcomm_dtype_t dtype,
@@ -349,7 +381,7 @@ static hcomm_status_t hc_broadcast_impl(const char *fn, void *buf, size_t count,
         return st;
     if (count == 0)
         return hc_coll_noop(req_p);
-    return hc_coll_post(HC_COLL_BROADCAST, buf, buf, count, bytes, dtype, 0, root, comm, req_p);
+    return hc_coll_post(HC_COLL_BROADCAST, buf, buf, count, bytes, dtype, 0, root, comm, req_p, NULL);
 }
 
 static hcomm_status_t hc_reduce_impl(const char *fn, const void *sbuf, void *rbuf, size_t count,
@@ -366,7 +398,7 @@ static hcomm_status_t hc_reduce_impl(const char *fn, const void *sbuf, void *rbu
     if (count == 0)
         return hc_coll_noop(req_p);
     return hc_coll_post(HC_COLL_REDUCE, sbuf, comm->rank == root ? rbuf : NULL, count, bytes,
-                        dtype, op, root, comm, req_p);
+                        dtype, op, root, comm, req_p, NULL);
 }
 
 static hcomm_status_t hc_allgather_impl(const char *fn, const void *sbuf, void *rbuf, size_t count,
@@ -380,7 +412,7 @@ static hcomm_status_t hc_allgather_impl(const char *fn, const void *sbuf, void *
         return st;
     if (count == 0)
         return hc_coll_noop(req_p);
-    return hc_coll_post(HC_COLL_ALLGATHER, sbuf, rbuf, count, bytes, dtype, 0, 0, comm, req_p);
+    return hc_coll_post(HC_COLL_ALLGATHER, sbuf, rbuf, count, bytes, dtype, 0, 0, comm, req_p, NULL);
 }
 
 static hcomm_status_t hc_reduce_scatter_impl(const char *fn, const void *sbuf, void *rbuf,
@@ -396,7 +428,7 @@ static hcomm_status_t hc_reduce_scatter_impl(const char *fn, const void *sbuf, v
     if (count == 0)
         return hc_coll_noop(req_p);
     return hc_coll_post(HC_COLL_REDUCE_SCATTER, sbuf, rbuf, count, bytes, dtype, op, 0, comm,
-                        req_p);
+                        req_p, NULL);
 }
 
 static hcomm_status_t hc_alltoall_impl(const char *fn, const void *sbuf, void *rbuf, size_t count,
@@ -412,7 +444,7 @@ static hcomm_status_t hc_alltoall_impl(const char *fn, const void *sbuf, void *r
     if (count == 0)
         return hc_coll_noop(req_p);
     hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes);
-    return hc_coll_post(HC_COLL_ALLTOALL, sbuf, rbuf, count, bytes, dtype, 0, 0, comm, req_p);
+    return hc_coll_post(HC_COLL_ALLTOALL, sbuf, rbuf, count, bytes, dtype, 0, 0, comm, req_p, NULL);
 }
 
 static hcomm_status_t hc_barrier_impl(const char *fn, hcomm_comm_t comm, hcomm_request_t *req_p,
@@ -421,7 +453,220 @@ static hcomm_status_t hc_barrier_impl(const char *fn, hcomm_comm_t comm, hcomm_r
     hcomm_status_t st = hc_coll_check_common(fn, comm, HCOMM_UINT8, false, 0, nb, req_p);
     if (st != HCOMM_OK)
         return st;
-    return hc_coll_post(HC_COLL_BARRIER, NULL, NULL, 0, 0, HCOMM_UINT8, 0, 0, comm, req_p);
+    return hc_coll_post(HC_COLL_BARRIER, NULL, NULL, 0, 0, HCOMM_UINT8, 0, 0, comm, req_p, NULL);
+}
+
+/* ---- rooted and vector collectives ------------------------------------------------------- */
+
+static hcomm_status_t hc_gather_impl(const char *fn, bool scatter, const void *sbuf, void *rbuf,
+                                     size_t count, hcomm_dtype_t dtype, int root,
+                                     hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
+{
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    size_t bytes, total;
+    if (st != HCOMM_OK || (st = hc_coll_check_root(fn, comm, root)))
+        return st;
+    bool at_root = comm->rank == root;
+    /* gather: every rank's sendbuf, the root's recvbuf of size blocks;
+     * scatter: the root's sendbuf of size blocks, every rank's recvbuf */
+    if ((st = hc_check_buf(fn, scatter ? "recvbuf" : "sendbuf", scatter ? rbuf : sbuf, count,
+                           dtype, 1, &bytes)))
+        return st;
+    if (at_root && (st = hc_check_buf(fn, scatter ? "sendbuf" : "recvbuf", scatter ? sbuf : rbuf,
+                                      count, dtype, (size_t)comm->size, &total)))
+        return st;
+    if (count == 0)
+        return hc_coll_noop(req_p);
+    return hc_coll_post(scatter ? HC_COLL_SCATTER : HC_COLL_GATHER, sbuf, rbuf, count, bytes,
+                        dtype, 0, root, comm, req_p, NULL);
+}
+
+/* Every count array: non-NULL, each count * element size representable,
+ * and the sum too (total_p: elements). */
+static hcomm_status_t hc_check_counts(const char *fn, const char *name, const size_t *counts,
+                                      hcomm_comm_t comm, hcomm_dtype_t dtype, size_t *total_p)
+{
+    if (!counts)
+        return hc_error(HCOMM_ERR_INVALID, "%s: %s is NULL (it needs %d entries)", fn, name,
+                        comm->size);
+    size_t es = hc_dtype_size(dtype), total = 0;
+    for (int r = 0; r < comm->size; r++) {
+        if (counts[r] > SIZE_MAX / es || total + counts[r] < total ||
+            (total + counts[r]) > SIZE_MAX / es)
+            return hc_error(HCOMM_ERR_INVALID, "%s: %s[%d] = %zu elements of %zu bytes overflows",
+                            fn, name, r, counts[r], es);
+        total += counts[r];
+    }
+    *total_p = total;
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_check_displs(const char *fn, const char *name, const size_t *displs,
+                                      const size_t *counts, hcomm_comm_t comm,
+                                      hcomm_dtype_t dtype)
+{
+    if (!displs)
+        return hc_error(HCOMM_ERR_INVALID, "%s: %s is NULL (it needs %d entries)", fn, name,
+                        comm->size);
+    size_t es = hc_dtype_size(dtype);
+    for (int r = 0; r < comm->size; r++)
+        if (displs[r] > SIZE_MAX / es - counts[r])
+            return hc_error(HCOMM_ERR_INVALID, "%s: %s[%d] = %zu overflows", fn, name, r,
+                            displs[r]);
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_allgatherv_impl(const char *fn, const void *sbuf, size_t sendcount,
+                                         void *rbuf, const size_t *rcounts, const size_t *rdispls,
+                                         hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                         hcomm_request_t *req_p, bool nb)
+{
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    size_t total, bytes;
+    if (st != HCOMM_OK || (st = hc_check_counts(fn, "recvcounts", rcounts, comm, dtype, &total)) ||
+        (st = hc_check_displs(fn, "displs", rdispls, rcounts, comm, dtype)))
+        return st;
+    if (sendcount != rcounts[comm->rank])
+        return hc_error(HCOMM_ERR_INVALID, "%s: sendcount %zu differs from recvcounts[%d] = %zu",
+                        fn, sendcount, comm->rank, rcounts[comm->rank]);
+    if ((st = hc_check_buf(fn, "sendbuf", sbuf, sendcount, dtype, 1, &bytes)) ||
+        (st = hc_check_buf(fn, "recvbuf", rbuf, total, dtype, 1, &bytes)))
+        return st;
+    if (total == 0)
+        return hc_coll_noop(req_p);
+    hc_coll_vec_t v = {NULL, NULL, rcounts, rdispls};
+    return hc_coll_post(HC_COLL_ALLGATHERV, sbuf, rbuf, total, total * hc_dtype_size(dtype),
+                        dtype, 0, 0, comm, req_p, &v);
+}
+
+static hcomm_status_t hc_reduce_scatterv_impl(const char *fn, const void *sbuf, void *rbuf,
+                                              const size_t *rcounts, hcomm_dtype_t dtype,
+                                              hcomm_op_t op, hcomm_comm_t comm,
+                                              hcomm_request_t *req_p, bool nb)
+{
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, true, op, nb, req_p);
+    size_t total, bytes;
+    if (st != HCOMM_OK || (st = hc_check_counts(fn, "recvcounts", rcounts, comm, dtype, &total)))
+        return st;
+    if ((st = hc_check_buf(fn, "sendbuf", sbuf, total, dtype, 1, &bytes)) ||
+        (st = hc_check_buf(fn, "recvbuf", rbuf, rcounts[comm->rank], dtype, 1, &bytes)))
+        return st;
+    if (total == 0)
+        return hc_coll_noop(req_p);
+    /* the blocks lie in rank order in sendbuf: their offsets */
+    size_t *off = malloc(sizeof(size_t) * (size_t)comm->size);
+    if (!off)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
+    size_t acc = 0;
+    for (int r = 0; r < comm->size; r++) {
+        off[r] = acc;
+        acc += rcounts[r];
+    }
+    hc_coll_vec_t v = {NULL, off, rcounts, NULL};
+    st = hc_coll_post(HC_COLL_REDUCE_SCATTERV, sbuf, rbuf, total, total * hc_dtype_size(dtype),
+                      dtype, op, 0, comm, req_p, &v);
+    free(off);
+    return st;
+}
+
+static hcomm_status_t hc_alltoallv_impl(const char *fn, const void *sbuf, const size_t *scounts,
+                                        const size_t *sdispls, void *rbuf, const size_t *rcounts,
+                                        const size_t *rdispls, hcomm_dtype_t dtype,
+                                        hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
+{
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    size_t stotal, rtotal, bytes;
+    if (st != HCOMM_OK || (st = hc_check_counts(fn, "sendcounts", scounts, comm, dtype, &stotal)) ||
+        (st = hc_check_displs(fn, "sdispls", sdispls, scounts, comm, dtype)) ||
+        (st = hc_check_counts(fn, "recvcounts", rcounts, comm, dtype, &rtotal)) ||
+        (st = hc_check_displs(fn, "rdispls", rdispls, rcounts, comm, dtype)))
+        return st;
+    if ((st = hc_check_buf(fn, "sendbuf", sbuf, stotal, dtype, 1, &bytes)) ||
+        (st = hc_check_buf(fn, "recvbuf", rbuf, rtotal, dtype, 1, &bytes)))
+        return st;
+    if (sbuf && sbuf == rbuf)
+        return hc_error(HCOMM_ERR_INVALID, "%s: sendbuf == recvbuf: alltoallv is not done in "
+                                           "place (use separate buffers)", fn);
+    /* Every rank posts its messages, whatever the counts (zero: a zero-byte
+     * message), so even a rank with nothing to send or receive takes part:
+     * the signature's count is 0 (ranks' totals differ by design). */
+    hc_coll_vec_t v = {scounts, sdispls, rcounts, rdispls};
+    return hc_coll_post(HC_COLL_ALLTOALLV, sbuf, rbuf, 0, stotal * hc_dtype_size(dtype), dtype,
+                        0, 0, comm, req_p, &v);
+}
+
+HC_EXPORT hcomm_status_t hcomm_gather(const void *sendbuf, void *recvbuf, size_t count,
+                                      hcomm_dtype_t dtype, int root, hcomm_comm_t comm)
+{
+    return hc_gather_impl("hcomm_gather", false, sendbuf, recvbuf, count, dtype, root, comm, NULL,
+                          false);
+}
+HC_EXPORT hcomm_status_t hcomm_igather(const void *sendbuf, void *recvbuf, size_t count,
+                                       hcomm_dtype_t dtype, int root, hcomm_comm_t comm,
+                                       hcomm_request_t *req_p)
+{
+    return hc_gather_impl("hcomm_igather", false, sendbuf, recvbuf, count, dtype, root, comm,
+                          req_p, true);
+}
+HC_EXPORT hcomm_status_t hcomm_scatter(const void *sendbuf, void *recvbuf, size_t count,
+                                       hcomm_dtype_t dtype, int root, hcomm_comm_t comm)
+{
+    return hc_gather_impl("hcomm_scatter", true, sendbuf, recvbuf, count, dtype, root, comm, NULL,
+                          false);
+}
+HC_EXPORT hcomm_status_t hcomm_iscatter(const void *sendbuf, void *recvbuf, size_t count,
+                                        hcomm_dtype_t dtype, int root, hcomm_comm_t comm,
+                                        hcomm_request_t *req_p)
+{
+    return hc_gather_impl("hcomm_iscatter", true, sendbuf, recvbuf, count, dtype, root, comm,
+                          req_p, true);
+}
+HC_EXPORT hcomm_status_t hcomm_allgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
+                                          const size_t *recvcounts, const size_t *displs,
+                                          hcomm_dtype_t dtype, hcomm_comm_t comm)
+{
+    return hc_allgatherv_impl("hcomm_allgatherv", sendbuf, sendcount, recvbuf, recvcounts, displs,
+                              dtype, comm, NULL, false);
+}
+HC_EXPORT hcomm_status_t hcomm_iallgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
+                                           const size_t *recvcounts, const size_t *displs,
+                                           hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                           hcomm_request_t *req_p)
+{
+    return hc_allgatherv_impl("hcomm_iallgatherv", sendbuf, sendcount, recvbuf, recvcounts,
+                              displs, dtype, comm, req_p, true);
+}
+HC_EXPORT hcomm_status_t hcomm_reduce_scatterv(const void *sendbuf, void *recvbuf,
+                                               const size_t *recvcounts, hcomm_dtype_t dtype,
+                                               hcomm_op_t op, hcomm_comm_t comm)
+{
+    return hc_reduce_scatterv_impl("hcomm_reduce_scatterv", sendbuf, recvbuf, recvcounts, dtype,
+                                   op, comm, NULL, false);
+}
+HC_EXPORT hcomm_status_t hcomm_ireduce_scatterv(const void *sendbuf, void *recvbuf,
+                                                const size_t *recvcounts, hcomm_dtype_t dtype,
+                                                hcomm_op_t op, hcomm_comm_t comm,
+                                                hcomm_request_t *req_p)
+{
+    return hc_reduce_scatterv_impl("hcomm_ireduce_scatterv", sendbuf, recvbuf, recvcounts, dtype,
+                                   op, comm, req_p, true);
+}
+HC_EXPORT hcomm_status_t hcomm_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                                         const size_t *sdispls, void *recvbuf,
+                                         const size_t *recvcounts, const size_t *rdispls,
+                                         hcomm_dtype_t dtype, hcomm_comm_t comm)
+{
+    return hc_alltoallv_impl("hcomm_alltoallv", sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
+                             rdispls, dtype, comm, NULL, false);
+}
+HC_EXPORT hcomm_status_t hcomm_ialltoallv(const void *sendbuf, const size_t *sendcounts,
+                                          const size_t *sdispls, void *recvbuf,
+                                          const size_t *recvcounts, const size_t *rdispls,
+                                          hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                          hcomm_request_t *req_p)
+{
+    return hc_alltoallv_impl("hcomm_ialltoallv", sendbuf, sendcounts, sdispls, recvbuf,
+                             recvcounts, rdispls, dtype, comm, req_p, true);
 }
 
 HC_EXPORT hcomm_status_t hcomm_allreduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -718,7 +963,7 @@ HC_EXPORT hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key,
      * not fingerprinted). */
     hc_coll_checking = true;
     st = hc_coll_post(HC_COLL_ALLGATHER, &mine, all, sizeof(mine), sizeof(mine), HCOMM_UINT8, 0, 0,
-                      comm, NULL);
+                      comm, NULL, NULL);
     hc_coll_checking = false;
     if (st != HCOMM_OK)
         goto out;

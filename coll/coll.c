@@ -13,8 +13,9 @@
 #include <string.h>
 
 static const char *const hc_coll_kind_names[HC_COLL_KIND_COUNT] = {
-    "hcomm_allreduce",      "hcomm_broadcast", "hcomm_reduce", "hcomm_allgather",
-    "hcomm_reduce_scatter", "hcomm_alltoall",  "hcomm_barrier"};
+    "hcomm_allreduce",      "hcomm_broadcast", "hcomm_reduce",     "hcomm_allgather",
+    "hcomm_reduce_scatter", "hcomm_alltoall",  "hcomm_barrier",    "hcomm_gather",
+    "hcomm_scatter",        "hcomm_allgatherv", "hcomm_reduce_scatterv", "hcomm_alltoallv"};
 
 const char *hc_coll_name(hc_coll_kind_t kind)
 {
@@ -59,6 +60,8 @@ void hc_coll_op_init(hc_coll_op_t *op)
     op->tmp_bytes = 0;
     op->nreqs = 0;
     op->parent = NULL;
+    op->vec = (hc_coll_vec_t){NULL, NULL, NULL, NULL};
+    op->varr = NULL;
     op->vrank = op->pof2 = op->rem = 0;
     op->algo = NULL;
     op->entry = NULL;
@@ -81,6 +84,8 @@ hc_coll_op_t *hc_coll_op_alloc(void)
 
 void hc_coll_op_release(hc_coll_op_t *op)
 {
+    free(op->varr);
+    op->varr = NULL;
     if (op->tmp && op->entry && op->entry->release)
         op->entry->release(op);
     /* A failed op's sends may still be inside a driver, pointing into its
@@ -245,7 +250,7 @@ uint32_t hc_coll_sig(const hc_coll_op_t *op)
     x ^= x >> 31;
     x *= 0xbf58476d1ce4e5b9ull;
     x ^= x >> 29;
-    return ((uint32_t)(x >> 32) & ~7u) | ((uint32_t)op->kind & 7u);
+    return ((uint32_t)(x >> 32) & ~HC_COLL_SIG_KIND_MASK) | ((uint32_t)op->kind & HC_COLL_SIG_KIND_MASK);
 }
 
 void hc_coll_number(hc_coll_op_t *op)
@@ -308,9 +313,10 @@ static void hc_coll_explain_call(const hc_coll_op_t *op, hc_explain_t *e)
     if (op->kind != HC_COLL_BARRIER)
         hc_explain_add(e, "count %zu, %s", op->count, hc_dtype_name(op->dtype));
     if (op->kind == HC_COLL_ALLREDUCE || op->kind == HC_COLL_REDUCE ||
-        op->kind == HC_COLL_REDUCE_SCATTER)
+        op->kind == HC_COLL_REDUCE_SCATTER || op->kind == HC_COLL_REDUCE_SCATTERV)
         hc_explain_add(e, ", %s", hc_op_name(op->op));
-    if (op->kind == HC_COLL_REDUCE || op->kind == HC_COLL_BROADCAST)
+    if (op->kind == HC_COLL_REDUCE || op->kind == HC_COLL_BROADCAST ||
+        op->kind == HC_COLL_GATHER || op->kind == HC_COLL_SCATTER)
         hc_explain_add(e, ", root %d", op->root);
     hc_explain_add(e, ") #%llu on ", (unsigned long long)op->seq);
     hc_coll_explain_comm(op->comm, e);
@@ -381,11 +387,11 @@ static void hc_coll_explain(struct hcomm_request *req, const struct hc_coll_op *
     hc_coll_explain_op(op, e, 0);
 }
 
-/* The low 3 bits of a signature are the kind (hc_coll_sig): a conflict names it. */
+/* The low bits of a signature are the kind (hc_coll_sig): a conflict names it. */
 static void hc_coll_conflict(uint32_t ctx_id, int32_t mine, int32_t theirs, int peer, char *buf,
                              size_t len)
 {
-    hc_coll_kind_t their_kind = (hc_coll_kind_t)(((uint32_t)theirs >> 16) & 7);
+    hc_coll_kind_t their_kind = (hc_coll_kind_t)(((uint32_t)theirs >> 16) & HC_COLL_SIG_KIND_MASK);
     uint64_t seq = (uint32_t)mine & HC_COLL_TAG_SEQ_MASK;
     struct hcomm_comm *comm = hc_comm_by_ctx(ctx_id & ~HC_CTX_COLL);
     const hc_coll_op_t *op = NULL;
@@ -405,7 +411,7 @@ static void hc_coll_conflict(uint32_t ctx_id, int32_t mine, int32_t theirs, int 
     } else {
         snprintf(mine_s, sizeof(mine_s), "collective #%llu", (unsigned long long)seq);
     }
-    int mk = (int)(((uint32_t)mine >> 16) & 7);
+    int mk = (int)(((uint32_t)mine >> 16) & HC_COLL_SIG_KIND_MASK);
     if ((int)their_kind != mk && their_kind < HC_COLL_KIND_COUNT)
         snprintf(buf, len,
                  "%s: communicator rank %d called %s at this point of the collective order "

@@ -36,8 +36,23 @@ typedef enum {
     HC_COLL_REDUCE_SCATTER,
     HC_COLL_ALLTOALL,
     HC_COLL_BARRIER,
+    HC_COLL_GATHER,
+    HC_COLL_SCATTER,
+    HC_COLL_ALLGATHERV,
+    HC_COLL_REDUCE_SCATTERV,
+    HC_COLL_ALLTOALLV,
     HC_COLL_KIND_COUNT
 } hc_coll_kind_t;
+/* hc_coll_sig keeps the kind in its low bits, the tag 15 bits of the sig. */
+#define HC_COLL_SIG_KIND_BITS 4
+#define HC_COLL_SIG_KIND_MASK ((1u << HC_COLL_SIG_KIND_BITS) - 1)
+_Static_assert(HC_COLL_KIND_COUNT <= (1 << HC_COLL_SIG_KIND_BITS), "the kind fits the signature");
+
+/* The per-rank element counts and displacements of a vector collective,
+ * as the caller gave them (NULL where the kind has none). */
+typedef struct {
+    const size_t *scounts, *sdispls, *rcounts, *rdispls;
+} hc_coll_vec_t;
 
 /* What a step says: pending, done, or failed with a status. A type of its
  * own (a struct), so that a status returned where a step result is due, or
@@ -114,6 +129,11 @@ struct hc_coll_op {
     void *done_arg;
     /* A child collective (hc_coll_child_start): the op it is part of. */
     const struct hc_coll_op *parent;
+    /* Vector collectives: counts and displacements per rank, copied at the
+     * call (varr owns them, freed with the op), so the caller may reuse its
+     * arrays once a non-blocking call returns. */
+    hc_coll_vec_t vec;
+    size_t *varr;
 };
 
 /* Per-communicator state of coll/ (comm->coll_priv). */

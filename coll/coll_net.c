@@ -32,6 +32,11 @@
  *                   ring  pipelined ring
  *   reduce_scatter  ring  pipelined ring reduce-scatter
  *   alltoall        direct  pairwise exchange (n-1 rounds, several in flight)
+ *   gather, scatter direct  linear: the root posts its receives or sends in
+ *                           batches (net_vector.c)
+ *   allgatherv      ring    a ring in the topology's order, blocks of any size
+ *   reduce_scatterv direct  each block to its owner, reduced there in rank order
+ *   alltoallv       direct  pairwise exchange
  *   barrier         any name: dissemination (ceil(log2 n) zero-byte rounds);
  *                   there is no other, and forcing a family must not leave a
  *                   job unable to synchronize.
@@ -155,6 +160,27 @@ const hc_coll_algo_t hc_coll_net_algos[] = {
      .colls = HC_COLL_BIT(HC_COLL_ALLTOALL),
      .step = hc_net_alltoall,
      .state_size = hc_net_alltoall_state},
+    {.name = "linear",
+     .family = "direct",
+     .colls = HC_COLL_BIT(HC_COLL_GATHER),
+     .step = hc_net_gather},
+    {.name = "linear",
+     .family = "direct",
+     .colls = HC_COLL_BIT(HC_COLL_SCATTER),
+     .step = hc_net_scatter},
+    {.name = "ring",
+     .family = "ring",
+     .colls = HC_COLL_BIT(HC_COLL_ALLGATHERV),
+     .step = hc_net_allgatherv_ring},
+    {.name = "direct",
+     .family = "direct",
+     .colls = HC_COLL_BIT(HC_COLL_REDUCE_SCATTERV),
+     .step = hc_net_reduce_scatterv,
+     .state_size = hc_net_reduce_scatterv_state},
+    {.name = "pairwise",
+     .family = "direct",
+     .colls = HC_COLL_BIT(HC_COLL_ALLTOALLV),
+     .step = hc_net_alltoallv},
     /* One way to do it, whatever HCOMM_ALGO says. */
     {.name = "dissemination",
      .family = NULL,

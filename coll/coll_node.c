@@ -133,7 +133,7 @@ static inline uint8_t *hc_node_res(hc_coll_node_t *nd, uint64_t t)
 static HC_NOINLINE bool hc_node_sig_mismatch(hc_coll_op_t *op, int j, uint32_t theirs,
                                              bool moved_on)
 {
-    hc_coll_kind_t tk = (hc_coll_kind_t)(theirs & 7u); /* hc_coll_sig: the kind, as it is */
+    hc_coll_kind_t tk = (hc_coll_kind_t)(theirs & HC_COLL_SIG_KIND_MASK); /* hc_coll_sig */
     if (moved_on)
         /* its slot already holds a later collective's signature: it went
          * through this one without this rank (it called it with another

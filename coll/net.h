@@ -110,6 +110,13 @@ hc_step_t hc_net_broadcast_chain(hc_coll_op_t *op);
 hc_step_t hc_net_broadcast_tree(hc_coll_op_t *op); /* net_tree.c */
 hc_step_t hc_net_reduce_tree(hc_coll_op_t *op);
 hc_step_t hc_net_alltoall(hc_coll_op_t *op); /* net_direct.c */
+/* net_vector.c */
+hc_step_t hc_net_gather(hc_coll_op_t *op);
+hc_step_t hc_net_scatter(hc_coll_op_t *op);
+hc_step_t hc_net_allgatherv_ring(hc_coll_op_t *op);
+size_t hc_net_reduce_scatterv_state(const hc_coll_op_t *op);
+hc_step_t hc_net_reduce_scatterv(hc_coll_op_t *op);
+hc_step_t hc_net_alltoallv(hc_coll_op_t *op);
 hc_step_t hc_net_barrier(hc_coll_op_t *op);
 hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op); /* net_hier.c */
 hc_step_t hc_net_broadcast_hier(hc_coll_op_t *op);

@@ -671,7 +671,7 @@ static void hc_p2p_tag_words(uint32_t ctx_id, int32_t tag, char *buf, size_t len
 {
     if (ctx_id & HC_CTX_COLL)
         snprintf(buf, len, "for collective #%u (%s)", (unsigned)tag & HC_COLL_TAG_SEQ_MASK,
-                 hc_stats_kind_name(((unsigned)tag >> 16) & 7u));
+                 hc_stats_kind_name(((unsigned)tag >> 16) & HC_STATS_SIG_KIND_MASK));
     else
         snprintf(buf, len, "with tag %d", (int)tag);
 }

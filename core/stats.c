@@ -36,7 +36,8 @@ static struct {
 } hc_st;
 
 static const char *const hc_stats_kind_names[HC_STATS_KINDS] = {
-    "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "barrier",
+    "allreduce", "broadcast", "reduce",          "allgather",       "reduce_scatter", "alltoall",
+    "barrier",   "gather",    "scatter",         "allgatherv",      "reduce_scatterv", "alltoallv",
     "send",      "recv"};
 
 const char *hc_stats_kind_name(unsigned kind)

@@ -32,7 +32,8 @@ struct hcomm_comm;
 struct hcomm_request;
 
 enum {
-    HC_STATS_COLL_KINDS = 7, /* hc_coll_kind_t, in its order */
+    HC_STATS_COLL_KINDS = 12, /* hc_coll_kind_t, in its order */
+    HC_STATS_SIG_KIND_MASK = 15, /* coll/'s HC_COLL_SIG_KIND_MASK: the kind in a collective tag */
     HC_STATS_SEND = HC_STATS_COLL_KINDS,
     HC_STATS_RECV,
     HC_STATS_KINDS,

@@ -303,6 +303,56 @@ hcomm_status_t hcomm_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
                                hcomm_dtype_t dtype, hcomm_comm_t comm, hcomm_request_t *req_p);
 hcomm_status_t hcomm_ibarrier(hcomm_comm_t comm, hcomm_request_t *req_p);
 
+/* Rooted and vector collectives. Counts and displacements are in elements.
+ * The vector forms read their arrays during the call only (they are
+ * copied): a non-blocking caller may reuse them once the call returns.
+ *
+ * gather: recvbuf on root (size*count elements) = sendbuf of rank 0, 1, ...;
+ *   recvbuf is ignored elsewhere. In place on root when sendbuf ==
+ *   recvbuf + root*count.
+ * scatter: block j of sendbuf on root (size*count elements) lands in recvbuf
+ *   of rank j; sendbuf is ignored elsewhere. In place on root when recvbuf ==
+ *   sendbuf + root*count.
+ * allgatherv: rank j's sendbuf (recvcounts[j] elements; sendcount must equal
+ *   recvcounts[rank]) lands at recvbuf + displs[j] on every rank. In place
+ *   when sendbuf == recvbuf + displs[rank]. recvcounts and displs must be
+ *   the same on every rank.
+ * reduce_scatterv: sendbuf holds size blocks in rank order, block j of
+ *   recvcounts[j] elements; recvbuf (recvcounts[rank] elements) = op over
+ *   ranks of block `rank`. recvcounts must be the same on every rank.
+ * alltoallv: sendcounts[j] elements at sendbuf + sdispls[j] go to rank j,
+ *   landing at its recvbuf + rdispls[rank]; recvcounts[j] must equal rank
+ *   j's sendcounts[rank] (a mismatch fails with ERR_TRUNCATED). Not in place.
+ * Counts of zero are allowed anywhere; every rank must still call. */
+hcomm_status_t hcomm_gather(const void *sendbuf, void *recvbuf, size_t count, hcomm_dtype_t dtype,
+                            int root, hcomm_comm_t comm);
+hcomm_status_t hcomm_scatter(const void *sendbuf, void *recvbuf, size_t count,
+                             hcomm_dtype_t dtype, int root, hcomm_comm_t comm);
+hcomm_status_t hcomm_allgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
+                                const size_t *recvcounts, const size_t *displs,
+                                hcomm_dtype_t dtype, hcomm_comm_t comm);
+hcomm_status_t hcomm_reduce_scatterv(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                     hcomm_dtype_t dtype, hcomm_op_t op, hcomm_comm_t comm);
+hcomm_status_t hcomm_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                               const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                               const size_t *rdispls, hcomm_dtype_t dtype, hcomm_comm_t comm);
+hcomm_status_t hcomm_igather(const void *sendbuf, void *recvbuf, size_t count,
+                             hcomm_dtype_t dtype, int root, hcomm_comm_t comm,
+                             hcomm_request_t *req_p);
+hcomm_status_t hcomm_iscatter(const void *sendbuf, void *recvbuf, size_t count,
+                              hcomm_dtype_t dtype, int root, hcomm_comm_t comm,
+                              hcomm_request_t *req_p);
+hcomm_status_t hcomm_iallgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
+                                 const size_t *recvcounts, const size_t *displs,
+                                 hcomm_dtype_t dtype, hcomm_comm_t comm, hcomm_request_t *req_p);
+hcomm_status_t hcomm_ireduce_scatterv(const void *sendbuf, void *recvbuf,
+                                      const size_t *recvcounts, hcomm_dtype_t dtype,
+                                      hcomm_op_t op, hcomm_comm_t comm, hcomm_request_t *req_p);
+hcomm_status_t hcomm_ialltoallv(const void *sendbuf, const size_t *sendcounts,
+                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                const size_t *rdispls, hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                hcomm_request_t *req_p);
+
 /* Collectives issued between hcomm_group_start() and hcomm_group_end() are
  * launched together at hcomm_group_end() (small allreduces of one comm,
  * dtype and op are fused into one). Blocking collectives inside a group

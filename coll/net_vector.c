@@ -1,0 +1,186 @@
+/*
+ * Rooted and vector collectives over point-to-point messages: gather and
+ * scatter (linear: the root posts a batch of receives or sends at a time),
+ * allgatherv (a ring in the topology's order, blocks of any size),
+ * reduce_scatterv (direct: every rank sends each block to its owner, which
+ * reduces the contributions in rank order) and alltoallv (pairwise
+ * exchange). Counts of zero are messages of zero bytes: every rank posts
+ * the same messages whatever the counts, so matching never depends on them.
+ * Counts that disagree between ranks fail on the p2p exact-size check.
+ */
+#include "coll/net.h"
+
+/* ---- gather / scatter: linear ------------------------------------------------------------- */
+
+hc_step_t hc_net_gather(hc_coll_op_t *op)
+{
+    int n = op->comm->size, me = op->comm->rank, root = op->root;
+    size_t B = op->bytes; /* per rank */
+    uint8_t *rbuf = op->rbuf;
+    if (op->phase == 0) {
+        op->phase = 1;
+        if (me != root) {
+            HC_STEP_TRY(hc_net_send(op, op->sbuf, B, root));
+            return hc_net_test(op);
+        }
+        if (op->sbuf != rbuf + (size_t)root * B) /* else in place */
+            memmove(rbuf + (size_t)root * B, op->sbuf, B);
+        op->round = 0;
+    }
+    if (me != root)
+        return hc_net_test(op);
+    for (;;) {
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t))
+            return t;
+        if (op->round >= n)
+            return HC_STEP_DONE;
+        for (int k = 0; k < HC_COLL_MAX_REQS && op->round < n; op->round++) {
+            if (op->round == me)
+                continue;
+            HC_STEP_TRY(hc_net_recv(op, rbuf + (size_t)op->round * B, B, op->round));
+            k++;
+        }
+    }
+}
+
+hc_step_t hc_net_scatter(hc_coll_op_t *op)
+{
+    int n = op->comm->size, me = op->comm->rank, root = op->root;
+    size_t B = op->bytes; /* per rank */
+    const uint8_t *sbuf = op->sbuf;
+    if (op->phase == 0) {
+        op->phase = 1;
+        if (me != root) {
+            HC_STEP_TRY(hc_net_recv(op, op->rbuf, B, root));
+            return hc_net_test(op);
+        }
+        if ((const uint8_t *)op->rbuf != sbuf + (size_t)root * B)
+            memmove(op->rbuf, sbuf + (size_t)root * B, B);
+        op->round = 0;
+    }
+    if (me != root)
+        return hc_net_test(op);
+    for (;;) {
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t))
+            return t;
+        if (op->round >= n)
+            return HC_STEP_DONE;
+        for (int k = 0; k < HC_COLL_MAX_REQS && op->round < n; op->round++) {
+            if (op->round == me)
+                continue;
+            HC_STEP_TRY(hc_net_send(op, sbuf + (size_t)op->round * B, B, op->round));
+            k++;
+        }
+    }
+}
+
+/* ---- allgatherv: ring ------------------------------------------------------------------- */
+
+/* Step s (1 .. n-1) sends on the block received at step s-1 (at step 1 its
+ * own) to the next rank of the ring and receives the previous rank's. */
+hc_step_t hc_net_allgatherv_ring(hc_coll_op_t *op)
+{
+    int n = op->comm->size, me = op->comm->rank;
+    size_t es = op->esize;
+    uint8_t *rbuf = op->rbuf;
+    const size_t *cnt = op->vec.rcounts, *dsp = op->vec.rdispls;
+    int pos;
+    const int *ring = hc_coll_ring_order(op->comm, &pos);
+    if (!ring)
+        return hc_step_fail(hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_allgatherv: no memory"));
+    if (op->phase == 0) {
+        op->phase = 1;
+        uint8_t *mine = rbuf + dsp[me] * es;
+        if ((const uint8_t *)op->sbuf != mine) /* else in place */
+            memmove(mine, op->sbuf, cnt[me] * es);
+        op->round = 1;
+        op->nrounds = n;
+    }
+    for (;;) {
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t))
+            return t;
+        if (op->round >= n)
+            return HC_STEP_DONE;
+        int s = op->round++;
+        int right = ring[hc_net_mod(pos + 1, n)], left = ring[hc_net_mod(pos - 1, n)];
+        int out = ring[hc_net_mod(pos - s + 1, n)], in = ring[hc_net_mod(pos - s, n)];
+        HC_STEP_TRY(hc_net_recv(op, rbuf + dsp[in] * es, cnt[in] * es, left));
+        HC_STEP_TRY(hc_net_send(op, rbuf + dsp[out] * es, cnt[out] * es, right));
+    }
+}
+
+/* ---- reduce_scatterv: direct ----------------------------------------------------------------- */
+
+/* Scratch: n slots of this rank's block (its own contribution and every
+ * other rank's), then n source pointers. */
+size_t hc_net_reduce_scatterv_state(const hc_coll_op_t *op)
+{
+    int n = op->comm->size;
+    size_t mine = op->vec.rcounts[op->comm->rank] * op->esize;
+    return (size_t)n * HC_ALIGN_UP(mine, (size_t)64) + (size_t)n * sizeof(void *);
+}
+
+hc_step_t hc_net_reduce_scatterv(hc_coll_op_t *op)
+{
+    int n = op->comm->size, me = op->comm->rank;
+    size_t es = op->esize;
+    const size_t *cnt = op->vec.rcounts, *off = op->vec.sdispls; /* block offsets in sendbuf */
+    const uint8_t *sbuf = op->sbuf;
+    size_t mine = cnt[me] * es, slot = HC_ALIGN_UP(mine, (size_t)64);
+    if (op->phase == 0) {
+        HC_STEP_TRY(hc_net_alloc(op));
+        memcpy((uint8_t *)op->tmp + (size_t)me * slot, sbuf + off[me] * es, mine);
+        op->round = 1;
+        op->phase = 1;
+    }
+    for (;;) {
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t))
+            return t;
+        if (op->round >= n)
+            break;
+        for (int k = 0; k < HC_NET_BATCH && op->round < n; k++, op->round++) {
+            int to = hc_net_mod(me + op->round, n), from = hc_net_mod(me - op->round, n);
+            HC_STEP_TRY(hc_net_recv(op, (uint8_t *)op->tmp + (size_t)from * slot, mine, from));
+            HC_STEP_TRY(hc_net_send(op, sbuf + off[to] * es, cnt[to] * es, to));
+        }
+    }
+    /* every contribution is here: reduce them in rank order */
+    const void **srcs = (const void **)((uint8_t *)op->tmp + (size_t)n * slot);
+    for (int r = 0; r < n; r++)
+        srcs[r] = (uint8_t *)op->tmp + (size_t)r * slot;
+    if (cnt[me])
+        hc_reduce(op->rbuf, srcs, n, cnt[me], op->dtype, op->op, op->op == HCOMM_AVG ? n : 0);
+    return HC_STEP_DONE;
+}
+
+/* ---- alltoallv: pairwise exchange ------------------------------------------------------------ */
+
+hc_step_t hc_net_alltoallv(hc_coll_op_t *op)
+{
+    int n = op->comm->size, me = op->comm->rank;
+    size_t es = op->esize;
+    const hc_coll_vec_t *v = &op->vec;
+    const uint8_t *sbuf = op->sbuf;
+    uint8_t *rbuf = op->rbuf;
+    if (op->phase == 0) {
+        memmove(rbuf + v->rdispls[me] * es, sbuf + v->sdispls[me] * es, v->scounts[me] * es);
+        op->round = 1;
+        op->phase = 1;
+    }
+    for (;;) {
+        hc_step_t t = hc_net_test(op);
+        if (!hc_step_ok(t))
+            return t;
+        if (op->round >= n)
+            return HC_STEP_DONE;
+        for (int k = 0; k < HC_NET_BATCH && op->round < n; k++, op->round++) {
+            int to = hc_net_mod(me + op->round, n), from = hc_net_mod(me - op->round, n);
+            HC_STEP_TRY(hc_net_recv(op, rbuf + v->rdispls[from] * es, v->rcounts[from] * es, from));
+            HC_STEP_TRY(hc_net_send(op, sbuf + v->sdispls[to] * es, v->scounts[to] * es, to));
+        }
+    }
+}
