@@ -10,6 +10,8 @@
  */
 #include "bench_common.h"
 
+#include <stdlib.h>
+
 /* ------------------------------------------------------------------------
  * allreduce: hcomm_allreduce and its non-blocking twin.
  * size = count * element size; busbw = algbw * 2(n-1)/n. In place:
@@ -384,4 +386,208 @@ const struct hb_coll hb_coll_alltoall = {
     .irun = alltoall_irun,
     .fill = alltoall_fill,
     .check = alltoall_check,
+};
+
+/* ------------------------------------------------------------------------
+ * gather: hcomm_gather and its non-blocking twin, root -r.
+ * size = bytes gathered at the root (nranks * count * element size), count
+ * = its elements; busbw = algbw * (n-1)/n. In place: the root's sendbuf is
+ * its own block of recvbuf.
+ * ---------------------------------------------------------------------- */
+
+static double gather_busbw(int n)
+{
+    return (double)(n - 1) / n;
+}
+
+static void gather_bufs(size_t max_elems, int n, size_t *send_p, size_t *recv_p)
+{
+    *send_p = max_elems / (size_t)n;
+    *recv_p = max_elems;
+}
+
+static char *gather_input(const struct hb_coll_ctx *c, int in_place)
+{
+    return in_place && c->rank == c->root ? c->recvbuf + (size_t)c->rank * c->count * c->esize
+                                          : c->sendbuf;
+}
+
+static hcomm_status_t gather_run(const struct hb_coll_ctx *c, int in_place)
+{
+    return hcomm_gather(gather_input(c, in_place), c->recvbuf, c->count, c->dtype, c->root,
+                        c->comm);
+}
+
+static hcomm_status_t gather_irun(const struct hb_coll_ctx *c, int in_place,
+                                  hcomm_request_t *req_p)
+{
+    return hcomm_igather(gather_input(c, in_place), c->recvbuf, c->count, c->dtype, c->root,
+                         c->comm, req_p);
+}
+
+static void gather_fill(const struct hb_coll_ctx *c, int in_place)
+{
+    if (c->rank == c->root)
+        hb_fill_sentinel(c->recvbuf, c->count * (size_t)c->nranks, c->dtype);
+    hb_fill(gather_input(c, in_place), c->first, c->count, c->dtype, c->op, c->rank);
+}
+
+static size_t gather_check(const struct hb_coll_ctx *c, int in_place)
+{
+    size_t wrong = 0;
+
+    if (c->rank == c->root)
+        for (int q = 0; q < c->nranks; q++)
+            wrong += hb_count_wrong(c->recvbuf + (size_t)q * c->count * c->esize, c->first,
+                                    c->count, c->dtype, c->op, q, c->what);
+    if (!(in_place && c->rank == c->root))
+        wrong += hb_count_wrong(gather_input(c, in_place), c->first, c->count, c->dtype, c->op,
+                                c->rank, c->what_input);
+    return wrong;
+}
+
+const struct hb_coll hb_coll_gather = {
+    .name = "gather",
+    .rooted = 1,
+    .per_rank = 1,
+    .busbw_factor = gather_busbw,
+    .buf_elems = gather_bufs,
+    .run = gather_run,
+    .irun = gather_irun,
+    .fill = gather_fill,
+    .check = gather_check,
+};
+
+/* ------------------------------------------------------------------------
+ * scatter: hcomm_scatter and its non-blocking twin, root -r.
+ * size = bytes scattered by the root (nranks * count * element size), count
+ * = its elements; busbw = algbw * (n-1)/n. In place: the root's recvbuf is
+ * its own block of sendbuf.
+ * ---------------------------------------------------------------------- */
+
+static void scatter_bufs(size_t max_elems, int n, size_t *send_p, size_t *recv_p)
+{
+    *send_p = max_elems;
+    *recv_p = max_elems / (size_t)n;
+}
+
+static char *scatter_output(const struct hb_coll_ctx *c, int in_place)
+{
+    return in_place && c->rank == c->root ? c->sendbuf + (size_t)c->rank * c->count * c->esize
+                                          : c->recvbuf;
+}
+
+static hcomm_status_t scatter_run(const struct hb_coll_ctx *c, int in_place)
+{
+    return hcomm_scatter(c->sendbuf, scatter_output(c, in_place), c->count, c->dtype, c->root,
+                         c->comm);
+}
+
+static hcomm_status_t scatter_irun(const struct hb_coll_ctx *c, int in_place,
+                                   hcomm_request_t *req_p)
+{
+    return hcomm_iscatter(c->sendbuf, scatter_output(c, in_place), c->count, c->dtype, c->root,
+                          c->comm, req_p);
+}
+
+static void scatter_fill(const struct hb_coll_ctx *c, int in_place)
+{
+    /* block q of the root's input holds rank q's reference values */
+    if (c->rank == c->root)
+        for (int q = 0; q < c->nranks; q++)
+            hb_fill(c->sendbuf + (size_t)q * c->count * c->esize, c->first, c->count, c->dtype,
+                    c->op, q);
+    if (!(in_place && c->rank == c->root))
+        hb_fill_sentinel(scatter_output(c, in_place), c->count, c->dtype);
+}
+
+static size_t scatter_check(const struct hb_coll_ctx *c, int in_place)
+{
+    size_t wrong = hb_count_wrong(scatter_output(c, in_place), c->first, c->count, c->dtype,
+                                  c->op, c->rank, c->what);
+
+    if (c->rank == c->root)
+        for (int q = 0; q < c->nranks; q++)
+            wrong += hb_count_wrong(c->sendbuf + (size_t)q * c->count * c->esize, c->first,
+                                    c->count, c->dtype, c->op, q, c->what_input);
+    return wrong;
+}
+
+const struct hb_coll hb_coll_scatter = {
+    .name = "scatter",
+    .rooted = 1,
+    .per_rank = 1,
+    .busbw_factor = gather_busbw,
+    .buf_elems = scatter_bufs,
+    .run = scatter_run,
+    .irun = scatter_irun,
+    .fill = scatter_fill,
+    .check = scatter_check,
+};
+
+/* ------------------------------------------------------------------------
+ * alltoallv: hcomm_alltoallv and its non-blocking twin with equal counts
+ * (every block `count` elements, displacements q * count): the vector
+ * call's cost next to alltoall_bw's. size, count and busbw as alltoall.
+ * alltoallv is not done in place: both columns time the out-of-place call.
+ * ---------------------------------------------------------------------- */
+
+static size_t *alltoallv_arrays(const struct hb_coll_ctx *c)
+{
+    static size_t *arr;
+    static int n;
+    if (n != c->nranks) {
+        free(arr);
+        arr = malloc(sizeof(size_t) * 2 * (size_t)c->nranks);
+        if (!arr) {
+            fprintf(stderr, "rank %d: out of memory\n", c->rank);
+            exit(1);
+        }
+        n = c->nranks;
+    }
+    for (int q = 0; q < n; q++) {
+        arr[q] = c->count;
+        arr[n + q] = (size_t)q * c->count;
+    }
+    return arr;
+}
+
+static hcomm_status_t alltoallv_run(const struct hb_coll_ctx *c, int in_place)
+{
+    (void)in_place;
+    size_t *a = alltoallv_arrays(c);
+    return hcomm_alltoallv(c->sendbuf, a, a + c->nranks, c->recvbuf, a, a + c->nranks, c->dtype,
+                           c->comm);
+}
+
+static hcomm_status_t alltoallv_irun(const struct hb_coll_ctx *c, int in_place,
+                                     hcomm_request_t *req_p)
+{
+    (void)in_place;
+    size_t *a = alltoallv_arrays(c);
+    return hcomm_ialltoallv(c->sendbuf, a, a + c->nranks, c->recvbuf, a, a + c->nranks, c->dtype,
+                            c->comm, req_p);
+}
+
+static void alltoallv_fill(const struct hb_coll_ctx *c, int in_place)
+{
+    (void)in_place;
+    alltoall_fill(c, 0);
+}
+
+static size_t alltoallv_check(const struct hb_coll_ctx *c, int in_place)
+{
+    (void)in_place;
+    return alltoall_check(c, 0);
+}
+
+const struct hb_coll hb_coll_alltoallv = {
+    .name = "alltoallv",
+    .per_rank = 1,
+    .busbw_factor = alltoall_busbw,
+    .buf_elems = alltoall_bufs,
+    .run = alltoallv_run,
+    .irun = alltoallv_irun,
+    .fill = alltoallv_fill,
+    .check = alltoallv_check,
 };

@@ -213,6 +213,9 @@ extern const struct hb_coll hb_coll_broadcast;
 extern const struct hb_coll hb_coll_reduce;
 extern const struct hb_coll hb_coll_reduce_scatter;
 extern const struct hb_coll hb_coll_alltoall;
+extern const struct hb_coll hb_coll_gather;
+extern const struct hb_coll hb_coll_scatter;
+extern const struct hb_coll hb_coll_alltoallv;
 
 /* One call of coll: blocking, or posted and waited for (blocking 0). Exits
  * through hb_check() when hcomm fails. */

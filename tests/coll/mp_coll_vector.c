@@ -332,6 +332,7 @@ int main(int argc, char **argv)
     hcomm_comm_t w = hcomm_comm_world();
     me = hcomm_comm_rank(w);
     n = hcomm_comm_size(w);
+    mp_rank = me;
     if (n > 64) {
         fprintf(stderr, "mp_coll_vector: at most 64 ranks\n");
         return 2;

@@ -1,0 +1,11 @@
+/*
+ * gather_bw: hcomm_gather time and bandwidth, nccl-tests columns.
+ * The collective itself is hb_coll_gather in bench_colls.c (its comment
+ * gives the row's size, count, busbw and in-place meaning).
+ */
+#include "bench_common.h"
+
+int main(int argc, char **argv)
+{
+    return hb_coll_main(argc, argv, &hb_coll_gather);
+}
