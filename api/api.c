@@ -45,13 +45,11 @@ HC_EXPORT size_t hcomm_dtype_size(hcomm_dtype_t dtype)
     return (unsigned)dtype < HCOMM_DTYPE_COUNT ? hc_dtype_sizes[dtype] : 0;
 }
 
-HC_EXPORT hcomm_status_t hcomm_init(int *argc, char ***argv)
+static hcomm_status_t hc_api_init(const hc_bootstrap_params_t *given)
 {
-    (void)argc;
-    (void)argv;
     if (hc_ctx.initialized)
         return hc_error(HCOMM_ERR_ALREADY_INITIALIZED, "hcomm_init: already initialized");
-    hcomm_status_t st = hc_ctx_init();
+    hcomm_status_t st = hc_ctx_init(given);
     if (st != HCOMM_OK)
         return st;
     st = hc_coll_init();
@@ -64,6 +62,38 @@ HC_EXPORT hcomm_status_t hcomm_init(int *argc, char ***argv)
         return hc_error(st, "%s", saved);
     }
     return HCOMM_OK;
+}
+
+HC_EXPORT hcomm_status_t hcomm_init(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    return hc_api_init(NULL);
+}
+
+HC_EXPORT hcomm_status_t hcomm_init_rank(const hcomm_init_params_t *params)
+{
+    if (!params)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_init_rank: params is NULL");
+    hc_bootstrap_params_t p;
+    hcomm_status_t st = hc_bootstrap_params_given(params->rank, params->size, params->local_rank,
+                                                  params->local_size, params->bootstrap,
+                                                  params->job_key, &p);
+    if (st != HCOMM_OK)
+        return st;
+    return hc_api_init(&p);
+}
+
+HC_EXPORT hcomm_status_t hcomm_bootstrap_address(char *url, size_t url_len, char *key,
+                                                 size_t key_len)
+{
+    if (!url || url_len < 64)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_bootstrap_address: url is NULL or url_len %zu "
+                                           "< 64", url_len);
+    if (!key || key_len < 33)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_bootstrap_address: key is NULL or key_len %zu "
+                                           "< 33", key_len);
+    return hc_bootstrap_address_make(url, url_len, key, key_len);
 }
 
 HC_EXPORT hcomm_status_t hcomm_finalize(void)

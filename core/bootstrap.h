@@ -34,6 +34,13 @@ typedef struct {
  * outside [0, size), a size < 1, a malformed URL, a multi-rank job with no
  * rendezvous address). */
 hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p);
+/* The same from values the caller gives (hcomm_init_rank), validated the
+ * same way; messages name hcomm_init_rank's fields. */
+hcomm_status_t hc_bootstrap_params_given(int rank, int size, int local_rank, int local_size,
+                                         const char *url, const char *key,
+                                         hc_bootstrap_params_t *p);
+/* "tcp://<this host's address>:<free port>" and a random 32-hex key. */
+hcomm_status_t hc_bootstrap_address_make(char *url, size_t url_len, char *key, size_t key_len);
 
 typedef struct hc_bootstrap hc_bootstrap_t;
 

@@ -10,10 +10,15 @@
  */
 #include "core/bootstrap.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define HC_BS_ENV_FN "hc_bootstrap_params_from_env"
 
@@ -231,5 +236,98 @@ hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p_p)
                         p.source, p.size);
     if (p.size == 1 && !l) p.url[0] = '\0';
     *p_p = p;
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_bootstrap_params_given(int rank, int size, int local_rank, int local_size,
+                                         const char *url, const char *key,
+                                         hc_bootstrap_params_t *p_p)
+{
+    hc_bootstrap_params_t p;
+    memset(&p, 0, sizeof(p));
+    if (size < 1 || (unsigned)size > HC_BOOTSTRAP_MAX_SIZE)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_init_rank: size %d is out of range [1, %d]",
+                        size, HC_BOOTSTRAP_MAX_SIZE);
+    if (rank < 0 || rank >= size)
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_init_rank: rank %d is out of range [0, %d)",
+                        rank, size);
+    if ((local_size < 0) != (local_rank < 0) || local_size > size ||
+        (local_size > 0 && local_rank >= local_size))
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hcomm_init_rank: local_rank %d of local_size %d: give both (local_rank "
+                        "< local_size <= size) or -1 for both",
+                        local_rank, local_size);
+    p.rank = rank;
+    p.size = size;
+    p.local_rank = local_rank;
+    p.local_size = local_size;
+    p.source = "hcomm_init_rank";
+    if (key && key[0]) {
+        if (strlen(key) > HC_BOOTSTRAP_MAX_KEY)
+            return hc_error(HCOMM_ERR_INVALID,
+                            "hcomm_init_rank: job_key is %zu characters, at most %u allowed",
+                            strlen(key), HC_BOOTSTRAP_MAX_KEY);
+        strcpy(p.job_key, key);
+    }
+    if (url && url[0]) {
+        hc_bootstrap_url_t u;
+        if (strlen(url) >= sizeof(p.url))
+            return hc_error(HCOMM_ERR_INVALID, "hcomm_init_rank: bootstrap too long (%zu)",
+                            strlen(url));
+        hcomm_status_t st = hc_bootstrap_url_parse(url, "hcomm_init_rank: bootstrap", &u);
+        if (st != HCOMM_OK)
+            return st;
+        strcpy(p.url, url);
+    } else if (size > 1) {
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hcomm_init_rank: a job of %d ranks needs a bootstrap address (rank 0's "
+                        "hcomm_bootstrap_address, shared through your store)",
+                        size);
+    }
+    *p_p = p;
+    return HCOMM_OK;
+}
+
+/* The IPv4 address this host reaches others with: the source address of
+ * the default route (a UDP connect sends nothing), else 127.0.0.1. */
+static void hc_bootstrap_host_addr(char *buf, size_t len)
+{
+    snprintf(buf, len, "127.0.0.1");
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return;
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9)};
+    inet_pton(AF_INET, "192.0.2.1", &to.sin_addr); /* TEST-NET-1: routed by default, never sent */
+    struct sockaddr_in me;
+    socklen_t ml = sizeof(me);
+    if (connect(s, (struct sockaddr *)&to, sizeof(to)) == 0 &&
+        getsockname(s, (struct sockaddr *)&me, &ml) == 0 && me.sin_addr.s_addr != 0)
+        inet_ntop(AF_INET, &me.sin_addr, buf, (socklen_t)len);
+    close(s);
+}
+
+hcomm_status_t hc_bootstrap_address_make(char *url, size_t url_len, char *key, size_t key_len)
+{
+    char host[INET_ADDRSTRLEN];
+    hc_bootstrap_host_addr(host, sizeof(host));
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t al = sizeof(a);
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(s, (struct sockaddr *)&a, &al) != 0) {
+        int e = errno;
+        if (s >= 0)
+            close(s);
+        return hc_error(HCOMM_ERR_BOOTSTRAP, "hcomm_bootstrap_address: no free port: %s",
+                        strerror(e));
+    }
+    close(s); /* the port is free now; rank 0 binds it again at hcomm_init_rank */
+    snprintf(url, url_len, "tcp://%s:%d", host, ntohs(a.sin_port));
+    uint8_t r[16];
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        return hc_error(HCOMM_ERR_BOOTSTRAP, "hcomm_bootstrap_address: getrandom failed: %s",
+                        strerror(errno));
+    for (int i = 0; i < 16 && (size_t)(2 * i + 2) < key_len; i++)
+        snprintf(key + 2 * i, 3, "%02x", r[i]);
     return HCOMM_OK;
 }

@@ -388,7 +388,7 @@ static void hc_ctx_control_open(void)
     (void)send(fd, "hcomm-up", 8, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-hcomm_status_t hc_ctx_init(void)
+hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
 {
     hcomm_status_t st;
     uint8_t *blobs = NULL, *table2 = NULL;
@@ -404,7 +404,9 @@ hcomm_status_t hc_ctx_init(void)
         return st;
     if ((st = hc_rndv_init()) != HCOMM_OK)
         return st;
-    if ((st = hc_bootstrap_params_from_env(&hc_ctx.bs_params)) != HCOMM_OK)
+    if (given)
+        hc_ctx.bs_params = *given;
+    else if ((st = hc_bootstrap_params_from_env(&hc_ctx.bs_params)) != HCOMM_OK)
         return st;
     hc_ctx.rank = hc_ctx.bs_params.rank;
     hc_ctx.size = hc_ctx.bs_params.size;

@@ -287,7 +287,9 @@ typedef struct hc_ctx {
 extern hc_ctx_t hc_ctx;
 
 /* The runtime's lifecycle (context.c), called by the API layer. */
-hcomm_status_t hc_ctx_init(void);
+/* given: the job as the caller describes it (hcomm_init_rank), validated;
+ * NULL: from the environment. */
+hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given);
 void hc_ctx_finalize(void);
 
 /* ---- progress (progress.c) ------------------------------------------------ */

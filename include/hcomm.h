@@ -104,6 +104,23 @@ typedef struct hcomm_request *hcomm_request_t;
  * ERR_TIMEOUT, ERR_NO_DEVICE, ERR_NO_MEMORY. Not thread-safe: call once. */
 hcomm_status_t hcomm_init(int *argc, char ***argv);
 
+/* A job from a rendezvous of the caller's own (a framework's key-value
+ * store, like ncclGetUniqueId + ncclCommInitRank): rank 0 calls
+ * hcomm_bootstrap_address() and hands the two strings to every rank through
+ * the store; every rank then calls hcomm_init_rank() with them. */
+typedef struct {
+    int rank, size;             /* this rank, the job's ranks */
+    int local_rank, local_size; /* among the ranks of its node; -1: let hcomm find out */
+    const char *bootstrap;      /* the same on every rank: "tcp://host:port" (rank 0 listens
+                                   there) or "file:///shared/dir"; NULL or "" for size 1 */
+    const char *job_key;        /* the same on every rank (NULL: none): ranks of other jobs
+                                   that reach the address are refused */
+} hcomm_init_params_t;
+hcomm_status_t hcomm_init_rank(const hcomm_init_params_t *params);
+/* An address rank 0 can listen on ("tcp://<this host's address>:<a free
+ * port>", url_len >= 64) and a fresh random job key (key_len >= 33). */
+hcomm_status_t hcomm_bootstrap_address(char *url, size_t url_len, char *key, size_t key_len);
+
 /* Releases every resource of the library. Communicators not freed are freed;
  * pending requests are cancelled. hcomm_init() may be called again after it.
  * Errors: ERR_NOT_INITIALIZED. */
