@@ -404,8 +404,12 @@ static hcomm_status_t hc_bs_listen_on(const char *host, const char *port, int *f
         close(fd);
     }
     freeaddrinfo(res);
-    return hc_error_errno(HCOMM_ERR_BOOTSTRAP, err, "hc_bootstrap_open: cannot listen on %s:%s",
-                          host, port);
+    return hc_error_errno(HCOMM_ERR_BOOTSTRAP, err,
+                          "hc_bootstrap_open: cannot listen on %s:%s%s", host, port,
+                          err == EADDRINUSE ? " (another process holds the port: set "
+                                              "HCOMM_BOOTSTRAP=tcp://host:PORT to a free one; "
+                                              "under torchrun hcomm uses MASTER_PORT+1)"
+                                            : "");
 }
 
 /* file://: an ephemeral port on this host's address, published atomically. */
@@ -692,9 +696,10 @@ static hcomm_status_t hc_bs_root_open(hc_bootstrap_t *bs, const hc_bootstrap_par
     char port[16], where[128];
     int lfd = -1;
 
-    if (p->job_key[0] == '\0')
-        hc_log_warn("bootstrap: rendezvous is unauthenticated (no HCOMM_JOB_KEY): any process "
-                    "that reaches rank 0's port may join");
+    if (p->job_key[0] == '\0' && p->key_expected)
+        hc_log_warn("bootstrap: rendezvous is unauthenticated (no %s): any process that reaches "
+                    "rank 0's port may join",
+                    strcmp(p->source, "hcomm_init_rank") ? "HCOMM_JOB_KEY" : "job_key");
     if (u->is_file) {
         st = hc_bs_listen_file(bs, p, u, &lfd);
     } else {

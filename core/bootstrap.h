@@ -27,7 +27,10 @@ typedef struct {
     int local_rank, local_size; /* -1 when the launcher did not say */
     char url[512];              /* "tcp://host:port", "file:///dir" or "" (size 1) */
     char job_key[128];          /* "" when the launcher set none */
-    const char *source;         /* "hcommrun", "torchrun", "openmpi", "slurm", "single" */
+    const char *source;         /* "hcommrun", "torchrun", "openmpi", "hydra", "slurm", "single" */
+    /* Whoever gave the address could have given a key too (HCOMM_BOOTSTRAP,
+     * hcomm_init_rank): a missing key is worth a warning. */
+    bool key_expected;
 } hc_bootstrap_params_t;
 
 /* Reads the environment. Errors: ERR_INVALID naming the variable (a rank
@@ -39,6 +42,11 @@ hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p);
 hcomm_status_t hc_bootstrap_params_given(int rank, int size, int local_rank, int local_size,
                                          const char *url, const char *key,
                                          hc_bootstrap_params_t *p);
+/* PMI-1 on PMI_FD (mpiexec.hydra): rank 0's address and key published in
+ * the launcher's key-value space and read back by every rank into p->url
+ * and p->job_key (bootstrap_pmi.c); finalize tells the launcher at the end. */
+hcomm_status_t hc_bootstrap_pmi(hc_bootstrap_params_t *p, double timeout);
+void hc_bootstrap_pmi_finalize(void);
 /* "tcp://<this host's address>:<free port>" and a random 32-hex key. */
 hcomm_status_t hc_bootstrap_address_make(char *url, size_t url_len, char *key, size_t key_len);
 

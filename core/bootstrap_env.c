@@ -9,6 +9,7 @@
  * variable and the value it had.
  */
 #include "core/bootstrap.h"
+#include "base/config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,6 +27,7 @@ typedef struct {
     const char *source;
     const char *rank, *size, *local_rank, *local_size;
     bool needs_url; /* the launcher gives no rendezvous address of its own */
+    bool pmi;       /* ... but a PMI-1 key-value space on PMI_FD (core/bootstrap_pmi.c) */
 } hc_bootstrap_launcher_t;
 
 static const hc_bootstrap_launcher_t hc_bootstrap_launchers[] = {
@@ -33,6 +35,9 @@ static const hc_bootstrap_launcher_t hc_bootstrap_launchers[] = {
     {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", false},
     {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE", true},
+    /* mpiexec.hydra (MPICH, Intel MPI, MVAPICH); before Slurm: under srun it
+     * is the nearer launcher */
+    {"hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", true, true},
     {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, true},
 };
 
@@ -157,10 +162,30 @@ static hcomm_status_t hc_bootstrap_env_launcher(const hc_bootstrap_launcher_t *l
     return HCOMM_OK;
 }
 
-/* torchrun's MASTER_ADDR may be a bare IPv6 address: bracket it. */
+/* torchrun's MASTER_ADDR may be a bare IPv6 address: bracket it. Under
+ * torchrun's elastic agent (TORCHELASTIC_RUN_ID set) the agent's TCPStore
+ * holds MASTER_PORT for the whole job, so rank 0 listens on MASTER_PORT + 1
+ * (docs/bootstrap.md), and the job key is the run's identity (run id,
+ * restart count, address): ranks of another run or attempt are refused. */
 static hcomm_status_t hc_bootstrap_env_torch_url(hc_bootstrap_params_t *p)
 {
     const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+    const char *run = getenv("TORCHELASTIC_RUN_ID");
+    char port_buf[16];
+    if (run && port) {
+        char *end;
+        long pv = strtol(port, &end, 10);
+        if (*end || pv < 1 || pv >= 65535)
+            return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": MASTER_PORT=\"%s\" is not a port "
+                                               "below 65535", port);
+        snprintf(port_buf, sizeof(port_buf), "%ld", pv + 1);
+        if (!p->job_key[0]) {
+            const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+            snprintf(p->job_key, sizeof(p->job_key), "torchelastic:%.40s:%.8s:%.40s:%ld", run,
+                     restart ? restart : "0", addr ? addr : "", pv);
+        }
+        port = port_buf;
+    }
     const char *missing = addr == NULL ? "MASTER_ADDR" : port == NULL ? "MASTER_PORT" : NULL;
     int n;
 
@@ -225,8 +250,13 @@ hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p_p)
         st = hc_bootstrap_url_parse(url, HC_BS_ENV_FN ": HCOMM_BOOTSTRAP", &u);
         if (st != HCOMM_OK) return st;
         strcpy(p.url, url);
+        p.key_expected = true;
     } else if (l && !l->needs_url) {
         st = hc_bootstrap_env_torch_url(&p);
+        if (st != HCOMM_OK) return st;
+    }
+    if (p.size > 1 && p.url[0] == '\0' && l && l->pmi) {
+        st = hc_bootstrap_pmi(&p, hc_cfg.timeout > 0 ? hc_cfg.timeout : 60.0);
         if (st != HCOMM_OK) return st;
     }
     if (p.size > 1 && p.url[0] == '\0')
@@ -262,6 +292,7 @@ hcomm_status_t hc_bootstrap_params_given(int rank, int size, int local_rank, int
     p.local_rank = local_rank;
     p.local_size = local_size;
     p.source = "hcomm_init_rank";
+    p.key_expected = true;
     if (key && key[0]) {
         if (strlen(key) > HC_BOOTSTRAP_MAX_KEY)
             return hc_error(HCOMM_ERR_INVALID,

@@ -360,6 +360,7 @@ void hc_ctx_teardown(void)
     hc_ctx.topo = NULL;
     free(hc_ctx.node_of_rank);
     free(hc_ctx.local_ranks);
+    hc_bootstrap_pmi_finalize();
     hc_stats_fini();
     hc_request_pool_fini();
     memset(&hc_ctx, 0, sizeof(hc_ctx));
