@@ -7,7 +7,7 @@
  *   root     call #2 is a broadcast; the last rank uses root 1, the others 0
  *   sleep S  it sleeps S seconds first (outside hcomm)
  *   stop     it stops itself (SIGSTOP) until the test continues it
- *   skipend  it skips the last allreduce (#3) and goes to hcomm_finalize
+ *   skipend  it skips the last allreduce (#3), sleeps 6 s, and finalizes
  * Every failure is printed as "rank R: CALL: <hcomm_last_error()>" on
  * stderr; the exit status is 1 when a call failed.
  */
@@ -34,8 +34,10 @@ int main(int argc, char **argv)
             sleep((unsigned)atoi(argc > 2 ? argv[2] : "1"));
         if (odd && !strcmp(mode, "stop"))
             raise(SIGSTOP);
-        if (me == n - 1 && i == 3 && !strcmp(mode, "skipend"))
+        if (me == n - 1 && i == 3 && !strcmp(mode, "skipend")) {
+            sleep(6); /* past the others' HCOMM_TIMEOUT: they time out, not see it leave */
             break;
+        }
         if (odd && !strcmp(mode, "skip")) {
             call = "hcomm_barrier";
             st = hcomm_barrier(w);
