@@ -47,6 +47,8 @@ hcomm_status_t hc_bootstrap_params_given(int rank, int size, int local_rank, int
  * and p->job_key (bootstrap_pmi.c); finalize tells the launcher at the end. */
 hcomm_status_t hc_bootstrap_pmi(hc_bootstrap_params_t *p, double timeout);
 void hc_bootstrap_pmi_finalize(void);
+/* The first host of a Slurm compressed host list (bootstrap_env.c). */
+hcomm_status_t hc_bootstrap_slurm_first_host(const char *list, char *out, size_t len);
 /* "tcp://<this host's address>:<free port>" and a random 32-hex key. */
 hcomm_status_t hc_bootstrap_address_make(char *url, size_t url_len, char *key, size_t key_len);
 

@@ -206,6 +206,117 @@ static hcomm_status_t hc_bootstrap_env_torch_url(hc_bootstrap_params_t *p)
     return hc_bootstrap_url_parse(p->url, HC_BS_ENV_FN ": MASTER_ADDR:MASTER_PORT", &u);
 }
 
+/* The first host of a Slurm host list: "node[07-09,12],gpu1" -> "node07",
+ * "a,b" -> "a", "n[3]" -> "n3". */
+hcomm_status_t hc_bootstrap_slurm_first_host(const char *list, char *out, size_t len)
+{
+    size_t pre = strcspn(list, ",[");
+    if (pre == 0 || pre >= len)
+        return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": the Slurm node list \"%s\" does not "
+                                           "start with a host name", list);
+    memcpy(out, list, pre);
+    out[pre] = 0;
+    if (list[pre] != '[')
+        return HCOMM_OK;
+    const char *r = list + pre + 1;
+    size_t dl = strspn(r, "0123456789"); /* the first number of the range, zeros kept */
+    if (dl == 0 || (r[dl] != '-' && r[dl] != ',' && r[dl] != ']') || pre + dl >= len)
+        return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": cannot read the Slurm node list "
+                                           "\"%s\"", list);
+    memcpy(out + pre, r, dl);
+    out[pre + dl] = 0;
+    /* a suffix after the bracket ("n[1-2]-ib") belongs to every host */
+    const char *close = strchr(r, ']');
+    if (!close)
+        return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": unclosed [ in the Slurm node list "
+                                           "\"%s\"", list);
+    size_t suf = strcspn(close + 1, ",");
+    if (pre + dl + suf >= len)
+        return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": host name too long in \"%s\"", list);
+    memcpy(out + pre + dl, close + 1, suf);
+    out[pre + dl + suf] = 0;
+    return HCOMM_OK;
+}
+
+/* The task count of node `node` in SLURM_STEP_TASKS_PER_NODE ("2(x3),1"). */
+static long hc_bootstrap_slurm_tasks_on(const char *tpn, long node)
+{
+    long seen = 0;
+    for (const char *p = tpn; *p;) {
+        char *end;
+        long cnt = strtol(p, &end, 10), rep = 1;
+        if (end == p || cnt < 1)
+            return -1;
+        p = end;
+        if (!strncmp(p, "(x", 2)) {
+            rep = strtol(p + 2, &end, 10);
+            if (end == p + 2 || *end != ')' || rep < 1)
+                return -1;
+            p = end + 1;
+        }
+        if (node < seen + rep)
+            return cnt;
+        seen += rep;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return -1;
+}
+
+/* srun without an address (docs/launchers.md): rank 0 runs on the first host
+ * of the step's node list and listens on a port derived from the job and
+ * step ids, 20000 + (job * 64 + step) mod 40000; the key is the step's
+ * identity; the local size comes from SLURM_STEP_TASKS_PER_NODE. */
+static hcomm_status_t hc_bootstrap_env_slurm(hc_bootstrap_params_t *p)
+{
+    const char *list = getenv("SLURM_STEP_NODELIST");
+    if (!list) list = getenv("SLURM_JOB_NODELIST");
+    if (!list) list = getenv("SLURM_NODELIST");
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    if (!list || !job) {
+        if (p->size == 1) return HCOMM_OK;
+        return hc_error(HCOMM_ERR_INVALID,
+                        HC_BS_ENV_FN ": Slurm job of %d ranks but %s is not set (set "
+                                     "HCOMM_BOOTSTRAP, or run under srun)",
+                        p->size, !list ? "SLURM_STEP_NODELIST" : "SLURM_JOB_ID");
+    }
+    char host[256];
+    hcomm_status_t st = hc_bootstrap_slurm_first_host(list, host, sizeof(host));
+    if (st != HCOMM_OK) return st;
+    char *end;
+    long j = strtol(job, &end, 10), s = step ? strtol(step, NULL, 10) : 0;
+    if (*end || j < 0)
+        return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": SLURM_JOB_ID=\"%s\" is not a job id",
+                        job);
+    if (s < 0) s = 0; /* batch (-5), extern (-4) steps... */
+    int port = 20000 + (int)(((unsigned long)j * 64u + (unsigned long)s) % 40000u);
+    snprintf(p->url, sizeof(p->url), "tcp://%s:%d", host, port);
+    if (!p->job_key[0]) {
+        const char *cl = getenv("SLURM_CLUSTER_NAME");
+        snprintf(p->job_key, sizeof(p->job_key), "slurm:%.32s:%ld.%ld", cl ? cl : "", j, s);
+    }
+    const char *tpn = getenv("SLURM_STEP_TASKS_PER_NODE");
+    if (!tpn) tpn = getenv("SLURM_TASKS_PER_NODE");
+    const char *nid = getenv("SLURM_NODEID");
+    if (tpn && nid && p->local_size < 0) {
+        long t = hc_bootstrap_slurm_tasks_on(tpn, strtol(nid, NULL, 10));
+        if (t < 1 || t > p->size)
+            return hc_error(HCOMM_ERR_INVALID,
+                            HC_BS_ENV_FN ": cannot read node %s's task count in "
+                                         "SLURM_STEP_TASKS_PER_NODE=\"%s\"",
+                            nid, tpn);
+        p->local_size = (int)t;
+        if (p->local_rank >= p->local_size)
+            return hc_error(HCOMM_ERR_INVALID,
+                            HC_BS_ENV_FN ": SLURM_LOCALID=%d but node %s runs %ld tasks",
+                            p->local_rank, nid, t);
+    }
+    hc_bootstrap_url_t u;
+    return hc_bootstrap_url_parse(p->url, HC_BS_ENV_FN ": the Slurm-derived address", &u);
+}
+
 hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p_p)
 {
     hc_bootstrap_params_t p;
@@ -253,6 +364,10 @@ hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p_p)
         p.key_expected = true;
     } else if (l && !l->needs_url) {
         st = hc_bootstrap_env_torch_url(&p);
+        if (st != HCOMM_OK) return st;
+    }
+    if (p.url[0] == '\0' && l && !strcmp(l->source, "slurm")) {
+        st = hc_bootstrap_env_slurm(&p);
         if (st != HCOMM_OK) return st;
     }
     if (p.size > 1 && p.url[0] == '\0' && l && l->pmi) {

@@ -34,6 +34,22 @@ static const char *const all_vars[] = {
     "SLURM_PROCID",
     "SLURM_NTASKS",
     "SLURM_LOCALID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_NODEID",
+    "SLURM_CLUSTER_NAME",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_FD",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
 };
 
 static int clear_env(void **state)
@@ -188,9 +204,35 @@ static void test_slurm(void **state)
 {
     (void)state;
     set("SLURM_PROCID", "3", "SLURM_NTASKS", "8", "SLURM_LOCALID", "1", NULL);
-    bad("HCOMM_BOOTSTRAP", "slurm");
-    set("HCOMM_BOOTSTRAP", "tcp://head:9000", "HCOMM_JOB_KEY", "k", NULL);
+    bad("SLURM_STEP_NODELIST", "srun");
+    /* srun's own variables: rank 0's host, the port from job and step,
+     * the local size of this node (SLURM_NODEID 2: the third node) */
+    set("SLURM_STEP_NODELIST", "gpu[07-09,12]-ib,login", "SLURM_JOB_ID", "4242", "SLURM_STEP_ID",
+        "3", "SLURM_STEP_TASKS_PER_NODE", "1(x2),4,1", "SLURM_NODEID", "2", NULL);
     hc_bootstrap_params_t p = ok();
+    assert_string_equal(p.url, "tcp://gpu07-ib:51491"); /* 20000 + (4242*64+3) % 40000 */
+    assert_string_equal(p.job_key, "slurm::4242.3");
+    assert_int_equal(p.local_size, 4);
+    assert_int_equal(p.local_rank, 1);
+    assert_false(p.key_expected);
+    set("SLURM_NODEID", "0", NULL); /* 1 task there, but SLURM_LOCALID 1 */
+    bad("SLURM_LOCALID", NULL);
+    set("SLURM_NODEID", "9", NULL);
+    bad("SLURM_STEP_TASKS_PER_NODE", NULL);
+    set("SLURM_NODEID", "2", "SLURM_STEP_NODELIST", "[1-2]", NULL);
+    bad("node list", NULL);
+    char h[64];
+    assert_int_equal(hc_bootstrap_slurm_first_host("n[3]", h, sizeof(h)), HCOMM_OK);
+    assert_string_equal(h, "n3");
+    assert_int_equal(hc_bootstrap_slurm_first_host("a,b", h, sizeof(h)), HCOMM_OK);
+    assert_string_equal(h, "a");
+    assert_int_equal(hc_bootstrap_slurm_first_host("x[0005-0007]", h, sizeof(h)), HCOMM_OK);
+    assert_string_equal(h, "x0005");
+    assert_int_not_equal(hc_bootstrap_slurm_first_host("x[", h, sizeof(h)), HCOMM_OK);
+    unsetenv("SLURM_STEP_NODELIST");
+    unsetenv("SLURM_NODEID");
+    set("HCOMM_BOOTSTRAP", "tcp://head:9000", "HCOMM_JOB_KEY", "k", NULL);
+    p = ok();
     assert_string_equal(p.source, "slurm");
     assert_int_equal(p.rank, 3);
     assert_int_equal(p.size, 8);
