@@ -7,7 +7,6 @@ pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 find_library(NUMA_LIB numa REQUIRED)
 find_path(NUMA_INCLUDE numa.h REQUIRED)
 set(HCOMM_DEP_LIBS PkgConfig::HWLOC ${NUMA_LIB})
-set(HCOMM_PC_PRIVATE_LIBS "-lhwloc -lnuma -lpthread -lm")
 
 if(HCOMM_BUILD_TESTS)
   pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)
