@@ -1,0 +1,1983 @@
+/*
+ * hcomm._hcomm: the CPython binding of libhcomm.
+ *
+ * Buffers are taken where they lie, never copied: objects with the buffer
+ * protocol (numpy arrays, memoryview, bytearray...) through a Py_buffer,
+ * torch CPU tensors through data_ptr()/numel()/element_size(). Each hcomm
+ * call runs with the GIL released under the process-wide lock that
+ * serializes libhcomm (hcomm_capi.h); a non-blocking call's Request holds
+ * its buffers (the Py_buffer export or a reference to the tensor) until it
+ * completes, or until hcomm finalizes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hcomm.h>
+
+#include "hcomm_capi.h"
+
+/* ---- process-wide state ------------------------------------------------ */
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_holds;            /* holds on the initialized library (g_lock) */
+static int g_py_hold;          /* 1 while hcomm.init()'s hold is taken (g_lock) */
+static unsigned long g_gen = 1; /* bumped at every finalize: older objects are dead */
+static PyObject *g_error;      /* hcomm.Error */
+static PyObject *g_world;      /* cached Comm of the world, of generation g_world_gen */
+static PyObject *g_torch_dtypes; /* dict: torch dtype object -> (code, name) */
+
+static void lib_lock(void)
+{
+    pthread_mutex_lock(&g_lock);
+}
+static void lib_unlock(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Runs expr (an hcomm call) without the GIL, under the lock. */
+#define HC_LOCKED(st, expr)                                                                        \
+    do {                                                                                           \
+        Py_BEGIN_ALLOW_THREADS lib_lock();                                                         \
+        (st) = (expr);                                                                             \
+        lib_unlock();                                                                              \
+        Py_END_ALLOW_THREADS                                                                       \
+    } while (0)
+
+static const char *status_name(int st)
+{
+    switch (st) {
+#define HC_NAME_(name, value, text)                                                                \
+    case value:                                                                                    \
+        return #name;
+        HCOMM_STATUS_MAP(HC_NAME_)
+#undef HC_NAME_
+    }
+    return "UNKNOWN";
+}
+
+/* hcomm.Error(message) with .status, .status_name, .message. */
+static PyObject *make_error(int st, const char *msg)
+{
+    if (!msg || !*msg)
+        msg = hcomm_strerror((hcomm_status_t)st);
+    PyObject *text = PyUnicode_FromFormat("%s [%s]", msg, status_name(st));
+    if (!text)
+        return NULL;
+    PyObject *exc = PyObject_CallOneArg(g_error, text);
+    Py_DECREF(text);
+    if (!exc)
+        return NULL;
+    PyObject *v;
+    if (!(v = PyLong_FromLong(st)) || PyObject_SetAttrString(exc, "status", v) < 0)
+        goto fail;
+    Py_DECREF(v);
+    if (!(v = PyUnicode_FromString(status_name(st))) ||
+        PyObject_SetAttrString(exc, "status_name", v) < 0)
+        goto fail;
+    Py_DECREF(v);
+    if (!(v = PyUnicode_FromString(msg)) || PyObject_SetAttrString(exc, "message", v) < 0)
+        goto fail;
+    Py_DECREF(v);
+    return exc;
+fail:
+    Py_XDECREF(v);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static PyObject *raise_msg(int st, const char *msg)
+{
+    PyObject *exc = make_error(st, msg);
+    if (exc) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+/* Raises hcomm.Error for st with this thread's hcomm_last_error(). */
+static PyObject *raise_status(int st)
+{
+    return raise_msg(st, hcomm_last_error());
+}
+
+static PyObject *raise_fmt(int st, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    return raise_msg(st, buf);
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+typedef struct {
+    char *ptr;
+    size_t nbytes;
+    size_t itemsize;
+    int dtype;   /* hcomm dtype, or -1: one hcomm does not reduce (moved as bytes) */
+    int has_view;
+    Py_buffer view;
+    PyObject *owner; /* torch path: the tensor */
+    PyObject *obj;   /* borrowed: what the caller passed */
+    char desc[40];   /* the type, for messages */
+} hbuf_t;
+
+static const char *dtype_names[HCOMM_DTYPE_COUNT] = {
+    "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64",
+};
+
+static int format_dtype(const char *fmt, Py_ssize_t itemsize)
+{
+    if (!fmt)
+        return itemsize == 1 ? HCOMM_UINT8 : -1;
+    const char *f = fmt;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+#else
+    if (*f == '@' || *f == '=' || *f == '>' || *f == '!')
+        f++;
+#endif
+    if (!f[0] || f[1])
+        return -1;
+    switch (*f) {
+    case 'b':
+        return HCOMM_INT8;
+    case 'B':
+        return HCOMM_UINT8;
+    case 'i':
+    case 'l':
+    case 'q':
+    case 'n':
+        return itemsize == 4 ? HCOMM_INT32 : itemsize == 8 ? HCOMM_INT64 : -1;
+    case 'I':
+    case 'L':
+    case 'Q':
+    case 'N':
+        return itemsize == 4 ? HCOMM_UINT32 : itemsize == 8 ? HCOMM_UINT64 : -1;
+    case 'e':
+        return itemsize == 2 ? HCOMM_FLOAT16 : -1;
+    case 'f':
+        return itemsize == 4 ? HCOMM_FLOAT32 : -1;
+    case 'd':
+        return itemsize == 8 ? HCOMM_FLOAT64 : -1;
+    }
+    return -1;
+}
+
+static void hbuf_release(hbuf_t *b)
+{
+    if (b->has_view)
+        PyBuffer_Release(&b->view);
+    b->has_view = 0;
+    Py_CLEAR(b->owner);
+}
+
+/* torch dtype -> (hcomm code or -1, name), cached per dtype object. */
+static int torch_dtype(PyObject *dtype, int *code, char *name, size_t namelen)
+{
+    PyObject *ent = PyDict_GetItemWithError(g_torch_dtypes, dtype);
+    if (!ent) {
+        if (PyErr_Occurred())
+            return -1;
+        PyObject *s = PyObject_Str(dtype);
+        if (!s)
+            return -1;
+        const char *str = PyUnicode_AsUTF8(s);
+        if (!str) {
+            Py_DECREF(s);
+            return -1;
+        }
+        static const struct {
+            const char *name;
+            int code;
+        } map[] = {
+            {"torch.int8", HCOMM_INT8},         {"torch.uint8", HCOMM_UINT8},
+            {"torch.int32", HCOMM_INT32},       {"torch.int64", HCOMM_INT64},
+            {"torch.float16", HCOMM_FLOAT16},   {"torch.bfloat16", HCOMM_BFLOAT16},
+            {"torch.float32", HCOMM_FLOAT32},   {"torch.float64", HCOMM_FLOAT64},
+        };
+        int c = -1;
+        for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+            if (!strcmp(map[i].name, str))
+                c = map[i].code;
+        ent = Py_BuildValue("(iO)", c, s);
+        Py_DECREF(s);
+        if (!ent || PyDict_SetItem(g_torch_dtypes, dtype, ent) < 0) {
+            Py_XDECREF(ent);
+            return -1;
+        }
+        Py_DECREF(ent); /* the dict holds it */
+    }
+    *code = (int)PyLong_AsLong(PyTuple_GET_ITEM(ent, 0));
+    snprintf(name, namelen, "%s", PyUnicode_AsUTF8(PyTuple_GET_ITEM(ent, 1)));
+    return 0;
+}
+
+static int call_bool(PyObject *o, const char *meth, int *out)
+{
+    PyObject *r = PyObject_CallMethod(o, meth, NULL);
+    if (!r)
+        return -1;
+    *out = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return *out < 0 ? -1 : 0;
+}
+
+static int call_size(PyObject *o, const char *meth, size_t *out)
+{
+    PyObject *r = PyObject_CallMethod(o, meth, NULL);
+    if (!r)
+        return -1;
+    *out = PyLong_AsSize_t(r);
+    Py_DECREF(r);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* A torch tensor (anything with data_ptr/numel/element_size/dtype). */
+static int resolve_tensor(PyObject *o, const char *fn, const char *arg, hbuf_t *b)
+{
+    int contig;
+    if (call_bool(o, "is_contiguous", &contig) < 0)
+        return -1;
+    PyObject *dev = PyObject_GetAttrString(o, "device");
+    if (!dev)
+        return -1;
+    PyObject *type = PyObject_GetAttrString(dev, "type");
+    Py_DECREF(dev);
+    if (!type)
+        return -1;
+    int cpu = PyUnicode_Check(type) && !PyUnicode_CompareWithASCIIString(type, "cpu");
+    if (!cpu) {
+        PyErr_Format(PyExc_ValueError, "%s: %s is a tensor on device '%S': hcomm takes CPU tensors",
+                     fn, arg, type);
+        Py_DECREF(type);
+        return -1;
+    }
+    Py_DECREF(type);
+    if (!contig) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s is not contiguous: hcomm does not copy (pass .contiguous())", fn, arg);
+        return -1;
+    }
+    PyObject *dt = PyObject_GetAttrString(o, "dtype");
+    if (!dt)
+        return -1;
+    int r = torch_dtype(dt, &b->dtype, b->desc, sizeof(b->desc));
+    Py_DECREF(dt);
+    if (r < 0)
+        return -1;
+    size_t numel, esize;
+    if (call_size(o, "numel", &numel) < 0 || call_size(o, "element_size", &esize) < 0)
+        return -1;
+    PyObject *p = PyObject_CallMethod(o, "data_ptr", NULL);
+    if (!p)
+        return -1;
+    b->ptr = PyLong_AsVoidPtr(p);
+    Py_DECREF(p);
+    if (PyErr_Occurred())
+        return -1;
+    b->itemsize = esize ? esize : 1;
+    b->nbytes = numel * esize;
+    Py_INCREF(o);
+    b->owner = o;
+    return 0;
+}
+
+/* Fills b from o. writable: the call writes into it. dtype_override >= 0:
+ * read the bytes as that hcomm dtype (e.g. bfloat16 data in a uint16 array). */
+static int resolve(PyObject *o, int writable, int dtype_override, const char *fn, const char *arg,
+                   hbuf_t *b)
+{
+    memset(b, 0, sizeof(*b));
+    b->obj = o;
+    if (o == NULL || o == Py_None) {
+        PyErr_Format(PyExc_TypeError, "%s: %s is required here", fn, arg);
+        return -1;
+    }
+    if (PyObject_CheckBuffer(o)) {
+        int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(o, &b->view, flags) < 0) {
+            PyObject *t, *v, *tb;
+            PyErr_Fetch(&t, &v, &tb);
+            PyErr_Format(writable ? PyExc_ValueError : PyExc_TypeError, "%s: %s: %S", fn, arg,
+                         v ? v : Py_None);
+            Py_XDECREF(t);
+            Py_XDECREF(v);
+            Py_XDECREF(tb);
+            return -1;
+        }
+        b->has_view = 1;
+        if (!PyBuffer_IsContiguous(&b->view, 'C')) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: %s is not C-contiguous: hcomm does not copy (pass a contiguous array)",
+                         fn, arg);
+            hbuf_release(b);
+            return -1;
+        }
+        b->ptr = b->view.buf;
+        b->nbytes = (size_t)b->view.len;
+        b->itemsize = b->view.itemsize > 0 ? (size_t)b->view.itemsize : 1;
+        b->dtype = format_dtype(b->view.format, b->view.itemsize);
+        snprintf(b->desc, sizeof(b->desc), "format '%s'", b->view.format ? b->view.format : "B");
+    } else if (PyObject_HasAttrString(o, "data_ptr") && PyObject_HasAttrString(o, "element_size")) {
+        if (resolve_tensor(o, fn, arg, b) < 0) {
+            hbuf_release(b);
+            return -1;
+        }
+    } else {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: %s must be a numpy array, a torch CPU tensor or an object with the buffer "
+                     "protocol, not %.100s",
+                     fn, arg, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    if (dtype_override >= 0) {
+        size_t sz = hcomm_dtype_size((hcomm_dtype_t)dtype_override);
+        if (!sz || b->nbytes % sz) {
+            PyErr_Format(PyExc_ValueError, "%s: %s has %zu bytes, not a whole number of dtype %d",
+                         fn, arg, b->nbytes, dtype_override);
+            hbuf_release(b);
+            return -1;
+        }
+        b->dtype = dtype_override;
+        b->itemsize = sz;
+        snprintf(b->desc, sizeof(b->desc), "%s", dtype_names[dtype_override]);
+    } else if (b->dtype >= 0) {
+        snprintf(b->desc, sizeof(b->desc), "%s", dtype_names[b->dtype]);
+    }
+    return 0;
+}
+
+static size_t hbuf_count(const hbuf_t *b)
+{
+    return b->nbytes / b->itemsize;
+}
+
+/* Reductions need a dtype hcomm reduces. */
+static int need_reducible(const hbuf_t *b, const char *fn, const char *arg)
+{
+    if (b->dtype >= 0)
+        return 0;
+    PyErr_Format(PyExc_TypeError,
+                 "%s: %s has type %s, which hcomm does not reduce (int8, uint8, int32, uint32, "
+                 "int64, uint64, float16, bfloat16, float32, float64; dtype= reinterprets bytes)",
+                 fn, arg, b->desc);
+    return -1;
+}
+
+static int need_same(const hbuf_t *a, const hbuf_t *b, const char *fn, const char *an,
+                     const char *bn)
+{
+    if (a->dtype == b->dtype && a->itemsize == b->itemsize)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s: %s (%s) and %s (%s) have different types", fn, an, a->desc,
+                 bn, b->desc);
+    return -1;
+}
+
+/* The dtype a buffer travels as, and how many of those make one element. */
+static hcomm_dtype_t xfer_dtype(const hbuf_t *b, size_t *scale)
+{
+    if (b->dtype >= 0) {
+        *scale = 1;
+        return (hcomm_dtype_t)b->dtype;
+    }
+    *scale = b->itemsize;
+    return HCOMM_UINT8;
+}
+
+/* ---- in-flight operations ----------------------------------------------- */
+
+typedef struct hop {
+    struct hop *prev, *next; /* in g_ops while in flight */
+    hcomm_request_t req;
+    int inflight;
+    int orphan; /* its Request is gone: reaped by later calls */
+    int busy;   /* a thread is in wait()/test() on it */
+    int status;
+    char *errmsg;
+    int nbufs;
+    hbuf_t bufs[2];
+    PyObject *result; /* what wait() returns */
+    const char *what;
+} hop_t;
+
+static hop_t g_ops = {&g_ops, &g_ops};
+
+static void op_unlink_release(hop_t *op)
+{
+    if (op->inflight) {
+        op->prev->next = op->next;
+        op->next->prev = op->prev;
+        op->prev = op->next = NULL;
+        op->inflight = 0;
+    }
+    for (int i = 0; i < op->nbufs; i++)
+        hbuf_release(&op->bufs[i]);
+    op->nbufs = 0;
+}
+
+static void op_free(hop_t *op)
+{
+    op_unlink_release(op);
+    Py_CLEAR(op->result);
+    free(op->errmsg);
+    free(op);
+}
+
+static void op_complete(hop_t *op, int st)
+{
+    op->status = st;
+    if (st < 0) {
+        const char *m = hcomm_last_error();
+        op->errmsg = strdup(m && *m ? m : hcomm_strerror((hcomm_status_t)st));
+    }
+    op_unlink_release(op);
+}
+
+/* Completes requests whose Request objects were dropped while in flight
+ * (their buffers stayed referenced). Only when the lock is free: never
+ * waits behind another thread's blocking call. */
+static void reap_orphans(void)
+{
+    int any = 0;
+    for (hop_t *op = g_ops.next; op != &g_ops; op = op->next)
+        any |= op->orphan;
+    if (!any || pthread_mutex_trylock(&g_lock) != 0)
+        return;
+    for (hop_t *op = g_ops.next, *next; op != &g_ops; op = next) {
+        next = op->next;
+        if (!op->orphan)
+            continue;
+        int done = 0;
+        hcomm_status_t st = hcomm_test(op->req, &done);
+        if (st < 0) {
+            PySys_WriteStderr("hcomm: a dropped, unfinished request (%s) failed: %s\n", op->what,
+                              hcomm_last_error());
+            done = 1;
+        }
+        if (done)
+            op_free(op);
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* After hcomm_finalize: every request was cancelled by the library. */
+static void cancel_all_ops(void)
+{
+    while (g_ops.next != &g_ops) {
+        hop_t *op = g_ops.next;
+        if (op->orphan) {
+            op_free(op);
+        } else {
+            op->status = HCOMM_ERR_NOT_INITIALIZED;
+            free(op->errmsg);
+            op->errmsg = strdup("the request was cancelled by hcomm_finalize before it completed");
+            op_unlink_release(op);
+        }
+    }
+}
+
+/* ---- the library's holds ------------------------------------------------- */
+
+/* Under the lock: drop a hold; returns 1 when it was the last (finalized). */
+static int drop_hold_locked(hcomm_status_t *st)
+{
+    *st = HCOMM_OK;
+    if (g_holds > 0 && --g_holds == 0) {
+        *st = hcomm_finalize();
+        return 1;
+    }
+    return 0;
+}
+
+static void after_finalize(void)
+{
+    g_gen++;
+    Py_CLEAR(g_world);
+    cancel_all_ops();
+}
+
+static int capi_initialized(void)
+{
+    return hcomm_initialized();
+}
+
+static hcomm_status_t capi_world_acquire(const hcomm_init_params_t *params, char *msg,
+                                         size_t msglen)
+{
+    hcomm_status_t st = HCOMM_OK;
+    lib_lock();
+    if (params) {
+        st = hcomm_init_rank(params);
+        if (st == HCOMM_OK)
+            g_holds = 1;
+        else if (msg && msglen)
+            snprintf(msg, msglen, "%s", hcomm_last_error());
+    } else if (!hcomm_initialized()) {
+        st = HCOMM_ERR_NOT_INITIALIZED;
+        if (msg && msglen)
+            snprintf(msg, msglen, "hcomm is not initialized");
+    } else {
+        g_holds++;
+    }
+    lib_unlock();
+    return st;
+}
+
+static void capi_world_release(void)
+{
+    int py = Py_IsInitialized() && !_Py_IsFinalizing();
+    PyGILState_STATE gs = PyGILState_UNLOCKED;
+    if (py)
+        gs = PyGILState_Ensure();
+    hcomm_status_t st;
+    int fin;
+    if (py) {
+        Py_BEGIN_ALLOW_THREADS lib_lock();
+        fin = drop_hold_locked(&st);
+        lib_unlock();
+        Py_END_ALLOW_THREADS
+        if (fin)
+            after_finalize();
+        PyGILState_Release(gs);
+    } else {
+        lib_lock();
+        drop_hold_locked(&st);
+        lib_unlock();
+    }
+}
+
+static hcpy_capi_t g_capi = {
+    .version = HCPY_CAPI_VERSION,
+    .lock = lib_lock,
+    .unlock = lib_unlock,
+    .initialized = capi_initialized,
+    .world_acquire = capi_world_acquire,
+    .world_release = capi_world_release,
+};
+
+/* ---- Comm --------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD hcomm_comm_t comm;
+    unsigned long gen;
+    int owned; /* from split: freed by free() or when collected */
+    int freed;
+    int rank, size;
+} CommObject;
+
+static PyTypeObject CommType;
+
+static PyObject *comm_new(hcomm_comm_t c, int owned)
+{
+    CommObject *o = PyObject_New(CommObject, &CommType);
+    if (!o)
+        return NULL;
+    o->comm = c;
+    o->gen = g_gen;
+    o->owned = owned;
+    o->freed = 0;
+    o->rank = hcomm_comm_rank(c);
+    o->size = hcomm_comm_size(c);
+    return (PyObject *)o;
+}
+
+static int comm_check(CommObject *c, const char *fn)
+{
+    if (c->freed) {
+        raise_fmt(HCOMM_ERR_INVALID, "%s: the communicator was freed", fn);
+        return -1;
+    }
+    if (c->gen != g_gen || !hcomm_initialized()) {
+        raise_fmt(HCOMM_ERR_NOT_INITIALIZED,
+                  "%s: the communicator belongs to an hcomm that was finalized", fn);
+        return -1;
+    }
+    return 0;
+}
+
+static void comm_dealloc(CommObject *c)
+{
+    if (c->owned && !c->freed && c->gen == g_gen && hcomm_initialized()) {
+        hcomm_status_t st;
+        HC_LOCKED(st, hcomm_comm_free(c->comm));
+        (void)st;
+    }
+    PyObject_Free(c);
+}
+
+static PyObject *comm_repr(CommObject *c)
+{
+    if (c->freed)
+        return PyUnicode_FromString("<hcomm.Comm freed>");
+    return PyUnicode_FromFormat("<hcomm.Comm rank %d of %d%s>", c->rank, c->size,
+                                c->owned ? "" : " (world)");
+}
+
+static PyObject *comm_get_rank(CommObject *c, void *unused)
+{
+    (void)unused;
+    if (comm_check(c, "hcomm.Comm.rank") < 0)
+        return NULL;
+    return PyLong_FromLong(c->rank);
+}
+
+static PyObject *comm_get_size(CommObject *c, void *unused)
+{
+    (void)unused;
+    if (comm_check(c, "hcomm.Comm.size") < 0)
+        return NULL;
+    return PyLong_FromLong(c->size);
+}
+
+static PyObject *comm_split(CommObject *c, PyObject *args, PyObject *kw)
+{
+    static char *kwl[] = {"color", "key", NULL};
+    int color, key = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "i|i:split", kwl, &color, &key))
+        return NULL;
+    if (comm_check(c, "hcomm.Comm.split") < 0)
+        return NULL;
+    if (key == -1)
+        key = c->rank;
+    hcomm_comm_t nc = NULL;
+    hcomm_status_t st;
+    HC_LOCKED(st, hcomm_comm_split(c->comm, color, key, &nc));
+    if (st < 0)
+        return raise_status(st);
+    if (!nc)
+        Py_RETURN_NONE;
+    return comm_new(nc, 1);
+}
+
+static PyObject *comm_free_m(CommObject *c, PyObject *unused)
+{
+    (void)unused;
+    if (!c->owned)
+        return raise_fmt(HCOMM_ERR_INVALID,
+                         "hcomm.Comm.free: the world communicator belongs to the library");
+    if (comm_check(c, "hcomm.Comm.free") < 0)
+        return NULL;
+    hcomm_status_t st;
+    HC_LOCKED(st, hcomm_comm_free(c->comm));
+    if (st < 0)
+        return raise_status(st);
+    c->freed = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *comm_abort_m(CommObject *c, PyObject *unused)
+{
+    (void)unused;
+    if (comm_check(c, "hcomm.Comm.abort") < 0)
+        return NULL;
+    /* Any thread, without the lock: its purpose is to end a blocked call. */
+    hcomm_status_t st = hcomm_comm_abort(c->comm);
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *comm_enter(CommObject *c, PyObject *unused)
+{
+    (void)unused;
+    Py_INCREF(c);
+    return (PyObject *)c;
+}
+
+static PyObject *comm_exit(CommObject *c, PyObject *args)
+{
+    (void)args;
+    if (c->owned && !c->freed && c->gen == g_gen && hcomm_initialized())
+        return comm_free_m(c, NULL);
+    Py_RETURN_NONE;
+}
+
+/* ---- Request ------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD hop_t *op;
+} RequestObject;
+
+static PyTypeObject RequestType;
+
+static void request_dealloc(RequestObject *r)
+{
+    hop_t *op = r->op;
+    if (op) {
+        if (op->inflight)
+            op->orphan = 1; /* the buffers stay referenced until it completes */
+        else
+            op_free(op);
+    }
+    PyObject_Free(r);
+}
+
+static PyObject *request_result(hop_t *op)
+{
+    if (op->status < 0)
+        return raise_msg(op->status, op->errmsg);
+    PyObject *res = op->result ? op->result : Py_None;
+    Py_INCREF(res);
+    return res;
+}
+
+static PyObject *request_wait(RequestObject *r, PyObject *unused)
+{
+    (void)unused;
+    hop_t *op = r->op;
+    if (op->busy)
+        return raise_fmt(HCOMM_ERR_INVALID, "hcomm.Request.wait: another thread is waiting for it");
+    if (op->inflight) {
+        hcomm_status_t st;
+        op->busy = 1;
+        HC_LOCKED(st, hcomm_wait(op->req));
+        op->busy = 0;
+        if (op->inflight) /* not cancelled by a finalize meanwhile */
+            op_complete(op, st);
+    }
+    return request_result(op);
+}
+
+static PyObject *request_test(RequestObject *r, PyObject *unused)
+{
+    (void)unused;
+    hop_t *op = r->op;
+    if (op->busy)
+        return raise_fmt(HCOMM_ERR_INVALID, "hcomm.Request.test: another thread is waiting for it");
+    if (op->inflight) {
+        int done = 0;
+        hcomm_status_t st;
+        op->busy = 1;
+        HC_LOCKED(st, hcomm_test(op->req, &done));
+        op->busy = 0;
+        if (!op->inflight)
+            done = 1;
+        else if (st < 0 || done)
+            op_complete(op, st);
+        else
+            Py_RETURN_FALSE;
+    }
+    if (op->status < 0)
+        return raise_msg(op->status, op->errmsg);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *request_get_done(RequestObject *r, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(!r->op->inflight);
+}
+
+static PyObject *request_repr(RequestObject *r)
+{
+    return PyUnicode_FromFormat("<hcomm.Request %s%s>", r->op->what,
+                                r->op->inflight ? " in flight" : " done");
+}
+
+/* ---- calling libhcomm ------------------------------------------------------ */
+
+typedef enum {
+    K_ALLREDUCE,
+    K_BROADCAST,
+    K_REDUCE,
+    K_ALLGATHER,
+    K_REDUCE_SCATTER,
+    K_ALLTOALL,
+    K_BARRIER,
+    K_GATHER,
+    K_SCATTER,
+    K_ALLGATHERV,
+    K_REDUCE_SCATTERV,
+    K_ALLTOALLV,
+    K_SEND,
+    K_RECV,
+} kind_t;
+
+typedef struct {
+    kind_t kind;
+    const void *sbuf;
+    void *rbuf;
+    size_t count;
+    hcomm_dtype_t dt;
+    hcomm_op_t op;
+    int root, peer, tag;
+    size_t *c1, *d1, *c2, *d2; /* vector forms (malloc'd) */
+} call_t;
+
+static hcomm_status_t do_call(const call_t *c, hcomm_comm_t comm, hcomm_request_t *rq)
+{
+    switch (c->kind) {
+    case K_ALLREDUCE:
+        return rq ? hcomm_iallreduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, rq)
+                  : hcomm_allreduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm);
+    case K_BROADCAST:
+        return rq ? hcomm_ibroadcast(c->rbuf, c->count, c->dt, c->root, comm, rq)
+                  : hcomm_broadcast(c->rbuf, c->count, c->dt, c->root, comm);
+    case K_REDUCE:
+        return rq ? hcomm_ireduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, c->root, comm, rq)
+                  : hcomm_reduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, c->root, comm);
+    case K_ALLGATHER:
+        return rq ? hcomm_iallgather(c->sbuf, c->rbuf, c->count, c->dt, comm, rq)
+                  : hcomm_allgather(c->sbuf, c->rbuf, c->count, c->dt, comm);
+    case K_REDUCE_SCATTER:
+        return rq ? hcomm_ireduce_scatter(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, rq)
+                  : hcomm_reduce_scatter(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm);
+    case K_ALLTOALL:
+        return rq ? hcomm_ialltoall(c->sbuf, c->rbuf, c->count, c->dt, comm, rq)
+                  : hcomm_alltoall(c->sbuf, c->rbuf, c->count, c->dt, comm);
+    case K_BARRIER:
+        return rq ? hcomm_ibarrier(comm, rq) : hcomm_barrier(comm);
+    case K_GATHER:
+        return rq ? hcomm_igather(c->sbuf, c->rbuf, c->count, c->dt, c->root, comm, rq)
+                  : hcomm_gather(c->sbuf, c->rbuf, c->count, c->dt, c->root, comm);
+    case K_SCATTER:
+        return rq ? hcomm_iscatter(c->sbuf, c->rbuf, c->count, c->dt, c->root, comm, rq)
+                  : hcomm_scatter(c->sbuf, c->rbuf, c->count, c->dt, c->root, comm);
+    case K_ALLGATHERV:
+        return rq ? hcomm_iallgatherv(c->sbuf, c->count, c->rbuf, c->c1, c->d1, c->dt, comm, rq)
+                  : hcomm_allgatherv(c->sbuf, c->count, c->rbuf, c->c1, c->d1, c->dt, comm);
+    case K_REDUCE_SCATTERV:
+        return rq ? hcomm_ireduce_scatterv(c->sbuf, c->rbuf, c->c1, c->dt, c->op, comm, rq)
+                  : hcomm_reduce_scatterv(c->sbuf, c->rbuf, c->c1, c->dt, c->op, comm);
+    case K_ALLTOALLV:
+        return rq ? hcomm_ialltoallv(c->sbuf, c->c1, c->d1, c->rbuf, c->c2, c->d2, c->dt, comm, rq)
+                  : hcomm_alltoallv(c->sbuf, c->c1, c->d1, c->rbuf, c->c2, c->d2, c->dt, comm);
+    case K_SEND:
+        return rq ? hcomm_isend(c->sbuf, c->count, c->dt, c->peer, c->tag, comm, rq)
+                  : hcomm_send(c->sbuf, c->count, c->dt, c->peer, c->tag, comm);
+    case K_RECV:
+        return rq ? hcomm_irecv(c->rbuf, c->count, c->dt, c->peer, c->tag, comm, rq)
+                  : hcomm_recv(c->rbuf, c->count, c->dt, c->peer, c->tag, comm);
+    }
+    return HCOMM_ERR_INTERNAL;
+}
+
+static const char *kind_name(kind_t k)
+{
+    static const char *n[] = {"allreduce", "broadcast", "reduce",        "allgather",
+                              "reduce_scatter", "alltoall", "barrier",   "gather",
+                              "scatter",   "allgatherv", "reduce_scatterv", "alltoallv",
+                              "send",      "recv"};
+    return n[k];
+}
+
+static void call_free(call_t *c)
+{
+    free(c->c1);
+    free(c->d1);
+    free(c->c2);
+    free(c->d2);
+}
+
+/* Runs the call (blocking) or posts it (nb) and hands back the result
+ * object or a Request. Takes over bufs[0..nbufs) and the call's arrays. */
+static PyObject *finish_call(CommObject *self, call_t *c, hbuf_t *bufs, int nbufs,
+                             PyObject *result, int nb)
+{
+    hcomm_status_t st;
+    if (!nb) {
+        HC_LOCKED(st, do_call(c, self->comm, NULL));
+        for (int i = 0; i < nbufs; i++)
+            hbuf_release(&bufs[i]);
+        call_free(c);
+        if (st < 0)
+            return raise_status(st);
+        if (!result)
+            result = Py_None;
+        Py_INCREF(result);
+        return result;
+    }
+    reap_orphans();
+    hop_t *op = calloc(1, sizeof(*op));
+    RequestObject *r = op ? PyObject_New(RequestObject, &RequestType) : NULL;
+    if (!r) {
+        free(op);
+        for (int i = 0; i < nbufs; i++)
+            hbuf_release(&bufs[i]);
+        call_free(c);
+        return PyErr_NoMemory();
+    }
+    hcomm_request_t req = NULL;
+    HC_LOCKED(st, do_call(c, self->comm, &req));
+    call_free(c); /* the library copied the vector arrays */
+    op->what = kind_name(c->kind);
+    op->nbufs = nbufs;
+    for (int i = 0; i < nbufs; i++)
+        op->bufs[i] = bufs[i];
+    r->op = op;
+    if (st < 0) {
+        op->status = st;
+        const char *m = hcomm_last_error();
+        PyObject *exc = make_error(st, m);
+        op_free(op);
+        r->op = NULL;
+        Py_DECREF(r);
+        if (exc) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        return NULL;
+    }
+    op->req = req;
+    op->inflight = 1;
+    op->prev = g_ops.prev;
+    op->next = &g_ops;
+    g_ops.prev->next = op;
+    g_ops.prev = op;
+    if (result) {
+        Py_INCREF(result);
+        op->result = result;
+    }
+    return (PyObject *)r;
+}
+
+/* dtype= keyword: None or an hcomm dtype code. */
+static int parse_dtype(PyObject *o, int *out)
+{
+    *out = -1;
+    if (!o || o == Py_None)
+        return 0;
+    long v = PyLong_AsLong(o);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0 || v >= HCOMM_DTYPE_COUNT) {
+        PyErr_Format(PyExc_ValueError, "dtype %ld is not an hcomm dtype", v);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_counts(PyObject *o, int n, size_t scale, const char *fn, const char *arg,
+                        size_t **out)
+{
+    *out = NULL;
+    PyObject *seq = PySequence_Fast(o, "counts must be a sequence");
+    if (!seq) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a sequence of %d integers", fn, arg, n);
+        return -1;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) != n) {
+        PyErr_Format(PyExc_ValueError, "%s: %s has %zd entries for a communicator of %d ranks", fn,
+                     arg, PySequence_Fast_GET_SIZE(seq), n);
+        Py_DECREF(seq);
+        return -1;
+    }
+    size_t *a = calloc(n ? (size_t)n : 1, sizeof(size_t));
+    if (!a) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *it = PyNumber_Index(PySequence_Fast_GET_ITEM(seq, i));
+        long long v = it ? PyLong_AsLongLong(it) : -1;
+        Py_XDECREF(it);
+        if (v < 0) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "%s: %s[%d] = %lld is negative", fn, arg, i, v);
+            free(a);
+            Py_DECREF(seq);
+            return -1;
+        }
+        a[i] = (size_t)v * scale;
+    }
+    Py_DECREF(seq);
+    *out = a;
+    return 0;
+}
+
+/* displs: given, or the exclusive prefix sum of counts. */
+static int parse_displs(PyObject *o, const size_t *counts, int n, size_t scale, const char *fn,
+                        const char *arg, size_t **out)
+{
+    if (o && o != Py_None)
+        return parse_counts(o, n, scale, fn, arg, out);
+    size_t *a = calloc(n ? (size_t)n : 1, sizeof(size_t));
+    if (!a) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t s = 0;
+    for (int i = 0; i < n; i++) {
+        a[i] = s;
+        s += counts[i];
+    }
+    *out = a;
+    return 0;
+}
+
+/* Largest displs[j] + counts[j] (in transfer units). */
+static size_t extent(const size_t *c, const size_t *d, int n)
+{
+    size_t m = 0;
+    for (int i = 0; i < n; i++)
+        if (c[i] && d[i] + c[i] > m)
+            m = d[i] + c[i];
+    return m;
+}
+
+#define FN_NAME(nb, name) ((nb) ? "hcomm.i" name : "hcomm." name)
+
+static PyObject *impl_allreduce(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"sendbuf", "recvbuf", "op", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "allreduce");
+    PyObject *so, *ro = Py_None, *dto = Py_None;
+    int op = HCOMM_SUM, dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OiO", kwl, &so, &ro, &op, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    int inplace = ro == Py_None || ro == so;
+    hbuf_t b[2];
+    int nbuf = 0;
+    if (resolve(so, inplace, dto_v, fn, "sendbuf", &b[0]) < 0)
+        return NULL;
+    nbuf = 1;
+    if (need_reducible(&b[0], fn, "sendbuf") < 0)
+        goto fail;
+    if (!inplace) {
+        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
+            goto fail;
+        nbuf = 2;
+        if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
+            goto fail;
+        if (b[1].nbytes != b[0].nbytes) {
+            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, sendbuf %zu", fn,
+                         hbuf_count(&b[1]), hbuf_count(&b[0]));
+            goto fail;
+        }
+    }
+    call_t c = {.kind = K_ALLREDUCE, .sbuf = b[0].ptr, .rbuf = inplace ? b[0].ptr : b[1].ptr,
+                .count = hbuf_count(&b[0]), .dt = (hcomm_dtype_t)b[0].dtype, .op = (hcomm_op_t)op};
+    return finish_call(self, &c, b, nbuf, inplace ? so : ro, nb);
+fail:
+    for (int i = 0; i < nbuf; i++)
+        hbuf_release(&b[i]);
+    return NULL;
+}
+
+static PyObject *impl_broadcast(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"buf", "root", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "broadcast");
+    PyObject *bo, *dto = Py_None;
+    int root = 0, dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iO", kwl, &bo, &root, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    hbuf_t b[1];
+    if (resolve(bo, self->rank != root, dto_v, fn, "buf", &b[0]) < 0)
+        return NULL;
+    size_t scale;
+    hcomm_dtype_t dt = xfer_dtype(&b[0], &scale);
+    call_t c = {.kind = K_BROADCAST, .rbuf = b[0].ptr, .count = hbuf_count(&b[0]) * scale,
+                .dt = dt, .root = root};
+    return finish_call(self, &c, b, 1, bo, nb);
+}
+
+static PyObject *impl_reduce(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"sendbuf", "recvbuf", "op", "root", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "reduce");
+    PyObject *so, *ro = Py_None, *dto = Py_None;
+    int op = HCOMM_SUM, root = 0, dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OiiO", kwl, &so, &ro, &op, &root, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    int is_root = self->rank == root;
+    int inplace = is_root && (ro == Py_None || ro == so);
+    hbuf_t b[2];
+    int nbuf = 0;
+    if (resolve(so, inplace, dto_v, fn, "sendbuf", &b[0]) < 0)
+        return NULL;
+    nbuf = 1;
+    if (need_reducible(&b[0], fn, "sendbuf") < 0)
+        goto fail;
+    void *rbuf = NULL;
+    PyObject *result = NULL;
+    if (inplace) {
+        rbuf = b[0].ptr;
+        result = so;
+    } else if (is_root) {
+        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
+            goto fail;
+        nbuf = 2;
+        if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
+            goto fail;
+        if (b[1].nbytes != b[0].nbytes) {
+            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, sendbuf %zu", fn,
+                         hbuf_count(&b[1]), hbuf_count(&b[0]));
+            goto fail;
+        }
+        rbuf = b[1].ptr;
+        result = ro;
+    }
+    call_t c = {.kind = K_REDUCE, .sbuf = b[0].ptr, .rbuf = rbuf, .count = hbuf_count(&b[0]),
+                .dt = (hcomm_dtype_t)b[0].dtype, .op = (hcomm_op_t)op, .root = root};
+    return finish_call(self, &c, b, nbuf, result, nb);
+fail:
+    for (int i = 0; i < nbuf; i++)
+        hbuf_release(&b[i]);
+    return NULL;
+}
+
+/* allgather(sendbuf, recvbuf): sendbuf None: in place (block `rank` of recvbuf). */
+static PyObject *impl_allgather(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"sendbuf", "recvbuf", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "allgather");
+    PyObject *so, *ro, *dto = Py_None;
+    int dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O", kwl, &so, &ro, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    hbuf_t b[2];
+    int nbuf = 0;
+    if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[0]) < 0)
+        return NULL;
+    nbuf = 1;
+    size_t scale, n = self->size;
+    hcomm_dtype_t dt = xfer_dtype(&b[0], &scale);
+    size_t rcount = hbuf_count(&b[0]), count;
+    const char *sbuf;
+    if (so == Py_None) {
+        if (rcount % n) {
+            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, not a multiple of %zu ranks",
+                         fn, rcount, n);
+            goto fail;
+        }
+        count = rcount / n;
+        sbuf = b[0].ptr + (size_t)self->rank * count * b[0].itemsize;
+    } else {
+        if (resolve(so, 0, dto_v, fn, "sendbuf", &b[1]) < 0)
+            goto fail;
+        nbuf = 2;
+        if (need_same(&b[1], &b[0], fn, "sendbuf", "recvbuf") < 0)
+            goto fail;
+        count = hbuf_count(&b[1]);
+        if (count * n != rcount) {
+            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, not %zu ranks x %zu", fn,
+                         rcount, n, count);
+            goto fail;
+        }
+        sbuf = b[1].ptr;
+    }
+    call_t c = {.kind = K_ALLGATHER, .sbuf = sbuf, .rbuf = b[0].ptr, .count = count * scale,
+                .dt = dt};
+    return finish_call(self, &c, b, nbuf, ro, nb);
+fail:
+    for (int i = 0; i < nbuf; i++)
+        hbuf_release(&b[i]);
+    return NULL;
+}
+
+/* reduce_scatter(sendbuf, recvbuf=None): recvbuf None: in place (the
+ * result is block `rank` of sendbuf). */
+static PyObject *impl_reduce_scatter(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"sendbuf", "recvbuf", "op", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "reduce_scatter");
+    PyObject *so, *ro = Py_None, *dto = Py_None;
+    int op = HCOMM_SUM, dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OiO", kwl, &so, &ro, &op, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    int inplace = ro == Py_None;
+    hbuf_t b[2];
+    int nbuf = 0;
+    if (resolve(so, inplace, dto_v, fn, "sendbuf", &b[0]) < 0)
+        return NULL;
+    nbuf = 1;
+    if (need_reducible(&b[0], fn, "sendbuf") < 0)
+        goto fail;
+    size_t n = self->size, scount = hbuf_count(&b[0]), count;
+    char *rbuf;
+    if (inplace) {
+        if (scount % n) {
+            PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, not a multiple of %zu ranks",
+                         fn, scount, n);
+            goto fail;
+        }
+        count = scount / n;
+        rbuf = b[0].ptr + (size_t)self->rank * count * b[0].itemsize;
+    } else {
+        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
+            goto fail;
+        nbuf = 2;
+        if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
+            goto fail;
+        count = hbuf_count(&b[1]);
+        if (count * n != scount) {
+            PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, not %zu ranks x %zu", fn,
+                         scount, n, count);
+            goto fail;
+        }
+        rbuf = b[1].ptr;
+    }
+    call_t c = {.kind = K_REDUCE_SCATTER, .sbuf = b[0].ptr, .rbuf = rbuf, .count = count,
+                .dt = (hcomm_dtype_t)b[0].dtype, .op = (hcomm_op_t)op};
+    return finish_call(self, &c, b, nbuf, inplace ? so : ro, nb);
+fail:
+    for (int i = 0; i < nbuf; i++)
+        hbuf_release(&b[i]);
+    return NULL;
+}
+
+static PyObject *impl_alltoall(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"sendbuf", "recvbuf", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "alltoall");
+    PyObject *so, *ro = Py_None, *dto = Py_None;
+    int dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO", kwl, &so, &ro, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    int inplace = ro == Py_None || ro == so;
+    hbuf_t b[2];
+    int nbuf = 0;
+    if (resolve(so, inplace, dto_v, fn, "sendbuf", &b[0]) < 0)
+        return NULL;
+    nbuf = 1;
+    size_t n = self->size, scount = hbuf_count(&b[0]), scale;
+    hcomm_dtype_t dt = xfer_dtype(&b[0], &scale);
+    if (scount % n) {
+        PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, not a multiple of %zu ranks",
+                     fn, scount, n);
+        goto fail;
+    }
+    if (!inplace) {
+        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
+            goto fail;
+        nbuf = 2;
+        if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
+            goto fail;
+        if (b[1].nbytes != b[0].nbytes) {
+            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, sendbuf %zu", fn,
+                         hbuf_count(&b[1]), scount);
+            goto fail;
+        }
+    }
+    call_t c = {.kind = K_ALLTOALL, .sbuf = b[0].ptr, .rbuf = inplace ? b[0].ptr : b[1].ptr,
+                .count = scount / n * scale, .dt = dt};
+    return finish_call(self, &c, b, nbuf, inplace ? so : ro, nb);
+fail:
+    for (int i = 0; i < nbuf; i++)
+        hbuf_release(&b[i]);
+    return NULL;
+}
+
+static PyObject *impl_barrier(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {NULL};
+    const char *fn = FN_NAME(nb, "barrier");
+    if (!PyArg_ParseTupleAndKeywords(args, kw, ":barrier", kwl) || comm_check(self, fn) < 0)
+        return NULL;
+    call_t c = {.kind = K_BARRIER};
+    return finish_call(self, &c, NULL, 0, NULL, nb);
+}
+
+/* gather(sendbuf, recvbuf=None, root=0): recvbuf on root only; sendbuf None
+ * on root: in place (block `root` of recvbuf). */
+static PyObject *impl_gather(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"sendbuf", "recvbuf", "root", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "gather");
+    PyObject *so, *ro = Py_None, *dto = Py_None;
+    int root = 0, dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OiO", kwl, &so, &ro, &root, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    hbuf_t b[2];
+    int nbuf = 0;
+    size_t n = self->size, scale, count;
+    hcomm_dtype_t dt;
+    const char *sbuf;
+    char *rbuf = NULL;
+    PyObject *result = NULL;
+    if (self->rank == root) {
+        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[0]) < 0)
+            return NULL;
+        nbuf = 1;
+        dt = xfer_dtype(&b[0], &scale);
+        size_t rcount = hbuf_count(&b[0]);
+        if (rcount % n) {
+            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, not a multiple of %zu ranks",
+                         fn, rcount, n);
+            goto fail;
+        }
+        count = rcount / n;
+        rbuf = b[0].ptr;
+        result = ro;
+        if (so == Py_None) {
+            sbuf = b[0].ptr + (size_t)root * count * b[0].itemsize;
+        } else {
+            if (resolve(so, 0, dto_v, fn, "sendbuf", &b[1]) < 0)
+                goto fail;
+            nbuf = 2;
+            if (need_same(&b[1], &b[0], fn, "sendbuf", "recvbuf") < 0)
+                goto fail;
+            if (hbuf_count(&b[1]) != count) {
+                PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, not %zu ranks x %zu",
+                             fn, rcount, n, hbuf_count(&b[1]));
+                goto fail;
+            }
+            sbuf = b[1].ptr;
+        }
+    } else {
+        if (resolve(so, 0, dto_v, fn, "sendbuf", &b[0]) < 0)
+            return NULL;
+        nbuf = 1;
+        dt = xfer_dtype(&b[0], &scale);
+        count = hbuf_count(&b[0]);
+        sbuf = b[0].ptr;
+    }
+    call_t c = {.kind = K_GATHER, .sbuf = sbuf, .rbuf = rbuf, .count = count * scale, .dt = dt,
+                .root = root};
+    return finish_call(self, &c, b, nbuf, result, nb);
+fail:
+    for (int i = 0; i < nbuf; i++)
+        hbuf_release(&b[i]);
+    return NULL;
+}
+
+/* scatter(sendbuf, recvbuf, root=0): sendbuf on root only; recvbuf None on
+ * root: in place (block `root` of sendbuf keeps its data). */
+static PyObject *impl_scatter(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"sendbuf", "recvbuf", "root", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "scatter");
+    PyObject *so, *ro = Py_None, *dto = Py_None;
+    int root = 0, dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OiO", kwl, &so, &ro, &root, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    hbuf_t b[2];
+    int nbuf = 0;
+    size_t n = self->size, scale, count;
+    hcomm_dtype_t dt;
+    const char *sbuf = NULL;
+    char *rbuf;
+    PyObject *result;
+    if (self->rank == root) {
+        int inplace = ro == Py_None;
+        if (resolve(so, inplace, dto_v, fn, "sendbuf", &b[0]) < 0)
+            return NULL;
+        nbuf = 1;
+        dt = xfer_dtype(&b[0], &scale);
+        size_t scount = hbuf_count(&b[0]);
+        if (scount % n) {
+            PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, not a multiple of %zu ranks",
+                         fn, scount, n);
+            goto fail;
+        }
+        count = scount / n;
+        sbuf = b[0].ptr;
+        if (inplace) {
+            rbuf = b[0].ptr + (size_t)root * count * b[0].itemsize;
+            result = so;
+        } else {
+            if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
+                goto fail;
+            nbuf = 2;
+            if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
+                goto fail;
+            if (hbuf_count(&b[1]) != count) {
+                PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, not %zu ranks x %zu",
+                             fn, scount, n, hbuf_count(&b[1]));
+                goto fail;
+            }
+            rbuf = b[1].ptr;
+            result = ro;
+        }
+    } else {
+        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[0]) < 0)
+            return NULL;
+        nbuf = 1;
+        dt = xfer_dtype(&b[0], &scale);
+        count = hbuf_count(&b[0]);
+        rbuf = b[0].ptr;
+        result = ro;
+    }
+    call_t c = {.kind = K_SCATTER, .sbuf = sbuf, .rbuf = rbuf, .count = count * scale, .dt = dt,
+                .root = root};
+    return finish_call(self, &c, b, nbuf, result, nb);
+fail:
+    for (int i = 0; i < nbuf; i++)
+        hbuf_release(&b[i]);
+    return NULL;
+}
+
+/* allgatherv(sendbuf, recvbuf, recvcounts, displs=None): sendbuf None: in
+ * place (at displs[rank] of recvbuf). */
+static PyObject *impl_allgatherv(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"sendbuf", "recvbuf", "recvcounts", "displs", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "allgatherv");
+    PyObject *so, *ro, *co, *dso = Py_None, *dto = Py_None;
+    int dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO", kwl, &so, &ro, &co, &dso, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    hbuf_t b[2];
+    int nbuf = 0, n = self->size;
+    call_t c = {.kind = K_ALLGATHERV};
+    if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[0]) < 0)
+        return NULL;
+    nbuf = 1;
+    size_t scale;
+    c.dt = xfer_dtype(&b[0], &scale);
+    if (parse_counts(co, n, scale, fn, "recvcounts", &c.c1) < 0 ||
+        parse_displs(dso, c.c1, n, scale, fn, "displs", &c.d1) < 0)
+        goto fail;
+    if (extent(c.c1, c.d1, n) > hbuf_count(&b[0]) * scale) {
+        PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, recvcounts and displs reach %zu",
+                     fn, hbuf_count(&b[0]), extent(c.c1, c.d1, n) / scale);
+        goto fail;
+    }
+    c.rbuf = b[0].ptr;
+    if (so == Py_None) {
+        c.sbuf = b[0].ptr + c.d1[self->rank] / scale * b[0].itemsize;
+        c.count = c.c1[self->rank];
+    } else {
+        if (resolve(so, 0, dto_v, fn, "sendbuf", &b[1]) < 0)
+            goto fail;
+        nbuf = 2;
+        if (need_same(&b[1], &b[0], fn, "sendbuf", "recvbuf") < 0)
+            goto fail;
+        c.sbuf = b[1].ptr;
+        c.count = hbuf_count(&b[1]) * scale;
+    }
+    return finish_call(self, &c, b, nbuf, ro, nb);
+fail:
+    call_free(&c);
+    for (int i = 0; i < nbuf; i++)
+        hbuf_release(&b[i]);
+    return NULL;
+}
+
+static PyObject *impl_reduce_scatterv(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"sendbuf", "recvbuf", "recvcounts", "op", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "reduce_scatterv");
+    PyObject *so, *ro, *co, *dto = Py_None;
+    int op = HCOMM_SUM, dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|iO", kwl, &so, &ro, &co, &op, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    hbuf_t b[2];
+    int nbuf = 0, n = self->size;
+    call_t c = {.kind = K_REDUCE_SCATTERV, .op = (hcomm_op_t)op};
+    if (resolve(so, 0, dto_v, fn, "sendbuf", &b[0]) < 0)
+        return NULL;
+    nbuf = 1;
+    if (need_reducible(&b[0], fn, "sendbuf") < 0 || resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
+        goto fail;
+    nbuf = 2;
+    if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0 ||
+        parse_counts(co, n, 1, fn, "recvcounts", &c.c1) < 0)
+        goto fail;
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += c.c1[i];
+    if (total != hbuf_count(&b[0])) {
+        PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, recvcounts sum to %zu", fn,
+                     hbuf_count(&b[0]), total);
+        goto fail;
+    }
+    if (hbuf_count(&b[1]) < c.c1[self->rank]) {
+        PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, recvcounts[%d] is %zu", fn,
+                     hbuf_count(&b[1]), self->rank, c.c1[self->rank]);
+        goto fail;
+    }
+    c.sbuf = b[0].ptr;
+    c.rbuf = b[1].ptr;
+    c.dt = (hcomm_dtype_t)b[0].dtype;
+    return finish_call(self, &c, b, nbuf, ro, nb);
+fail:
+    call_free(&c);
+    for (int i = 0; i < nbuf; i++)
+        hbuf_release(&b[i]);
+    return NULL;
+}
+
+static PyObject *impl_alltoallv(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"sendbuf", "sendcounts", "recvbuf", "recvcounts",
+                          "sdispls", "rdispls",    "dtype",   NULL};
+    const char *fn = FN_NAME(nb, "alltoallv");
+    PyObject *so, *sco, *ro, *rco, *sdo = Py_None, *rdo = Py_None, *dto = Py_None;
+    int dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|OOO", kwl, &so, &sco, &ro, &rco, &sdo, &rdo,
+                                     &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    hbuf_t b[2];
+    int nbuf = 0, n = self->size;
+    call_t c = {.kind = K_ALLTOALLV};
+    if (resolve(so, 0, dto_v, fn, "sendbuf", &b[0]) < 0)
+        return NULL;
+    nbuf = 1;
+    if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
+        goto fail;
+    nbuf = 2;
+    if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
+        goto fail;
+    size_t scale;
+    c.dt = xfer_dtype(&b[0], &scale);
+    if (parse_counts(sco, n, scale, fn, "sendcounts", &c.c1) < 0 ||
+        parse_displs(sdo, c.c1, n, scale, fn, "sdispls", &c.d1) < 0 ||
+        parse_counts(rco, n, scale, fn, "recvcounts", &c.c2) < 0 ||
+        parse_displs(rdo, c.c2, n, scale, fn, "rdispls", &c.d2) < 0)
+        goto fail;
+    if (extent(c.c1, c.d1, n) > hbuf_count(&b[0]) * scale) {
+        PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, sendcounts and sdispls reach %zu",
+                     fn, hbuf_count(&b[0]), extent(c.c1, c.d1, n) / scale);
+        goto fail;
+    }
+    if (extent(c.c2, c.d2, n) > hbuf_count(&b[1]) * scale) {
+        PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, recvcounts and rdispls reach %zu",
+                     fn, hbuf_count(&b[1]), extent(c.c2, c.d2, n) / scale);
+        goto fail;
+    }
+    c.sbuf = b[0].ptr;
+    c.rbuf = b[1].ptr;
+    return finish_call(self, &c, b, nbuf, ro, nb);
+fail:
+    call_free(&c);
+    for (int i = 0; i < nbuf; i++)
+        hbuf_release(&b[i]);
+    return NULL;
+}
+
+static PyObject *impl_send(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"buf", "dest", "tag", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "send");
+    PyObject *bo, *dto = Py_None;
+    int dest, tag = 0, dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|iO", kwl, &bo, &dest, &tag, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    hbuf_t b[1];
+    if (resolve(bo, 0, dto_v, fn, "buf", &b[0]) < 0)
+        return NULL;
+    size_t scale;
+    hcomm_dtype_t dt = xfer_dtype(&b[0], &scale);
+    call_t c = {.kind = K_SEND, .sbuf = b[0].ptr, .count = hbuf_count(&b[0]) * scale, .dt = dt,
+                .peer = dest, .tag = tag};
+    return finish_call(self, &c, b, 1, NULL, nb);
+}
+
+static PyObject *impl_recv(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"buf", "source", "tag", "dtype", NULL};
+    const char *fn = FN_NAME(nb, "recv");
+    PyObject *bo, *dto = Py_None;
+    int src, tag = 0, dto_v;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|iO", kwl, &bo, &src, &tag, &dto) ||
+        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+        return NULL;
+    hbuf_t b[1];
+    if (resolve(bo, 1, dto_v, fn, "buf", &b[0]) < 0)
+        return NULL;
+    size_t scale;
+    hcomm_dtype_t dt = xfer_dtype(&b[0], &scale);
+    call_t c = {.kind = K_RECV, .rbuf = b[0].ptr, .count = hbuf_count(&b[0]) * scale, .dt = dt,
+                .peer = src, .tag = tag};
+    return finish_call(self, &c, b, 1, bo, nb);
+}
+
+#define HC_PAIR(name)                                                                              \
+    static PyObject *comm_##name(CommObject *s, PyObject *a, PyObject *k)                          \
+    {                                                                                              \
+        return impl_##name(s, a, k, 0);                                                            \
+    }                                                                                              \
+    static PyObject *comm_i##name(CommObject *s, PyObject *a, PyObject *k)                         \
+    {                                                                                              \
+        return impl_##name(s, a, k, 1);                                                            \
+    }
+HC_PAIR(allreduce)
+HC_PAIR(broadcast)
+HC_PAIR(reduce)
+HC_PAIR(allgather)
+HC_PAIR(reduce_scatter)
+HC_PAIR(alltoall)
+HC_PAIR(barrier)
+HC_PAIR(gather)
+HC_PAIR(scatter)
+HC_PAIR(allgatherv)
+HC_PAIR(reduce_scatterv)
+HC_PAIR(alltoallv)
+HC_PAIR(send)
+HC_PAIR(recv)
+
+#define HC_METH(name, doc)                                                                         \
+    {#name, (PyCFunction)(void (*)(void))comm_##name, METH_VARARGS | METH_KEYWORDS, doc},          \
+        {"i" #name, (PyCFunction)(void (*)(void))comm_i##name, METH_VARARGS | METH_KEYWORDS,       \
+         "non-blocking " #name ": returns a Request"}
+
+static PyMethodDef comm_methods[] = {
+    HC_METH(allreduce, "allreduce(sendbuf, recvbuf=None, op=SUM, dtype=None): recvbuf None: in place"),
+    HC_METH(broadcast, "broadcast(buf, root=0, dtype=None)"),
+    HC_METH(reduce, "reduce(sendbuf, recvbuf=None, op=SUM, root=0, dtype=None): recvbuf on root "
+                    "(None: in place)"),
+    HC_METH(allgather, "allgather(sendbuf, recvbuf, dtype=None): sendbuf None: in place"),
+    HC_METH(reduce_scatter, "reduce_scatter(sendbuf, recvbuf=None, op=SUM, dtype=None): recvbuf "
+                            "None: in place (block rank of sendbuf)"),
+    HC_METH(alltoall, "alltoall(sendbuf, recvbuf=None, dtype=None): recvbuf None: in place"),
+    HC_METH(barrier, "barrier()"),
+    HC_METH(gather, "gather(sendbuf, recvbuf=None, root=0, dtype=None): recvbuf on root; sendbuf "
+                    "None on root: in place"),
+    HC_METH(scatter, "scatter(sendbuf, recvbuf=None, root=0, dtype=None): sendbuf on root; "
+                     "recvbuf None on root: in place"),
+    HC_METH(allgatherv, "allgatherv(sendbuf, recvbuf, recvcounts, displs=None, dtype=None): "
+                        "sendbuf None: in place"),
+    HC_METH(reduce_scatterv, "reduce_scatterv(sendbuf, recvbuf, recvcounts, op=SUM, dtype=None)"),
+    HC_METH(alltoallv, "alltoallv(sendbuf, sendcounts, recvbuf, recvcounts, sdispls=None, "
+                       "rdispls=None, dtype=None)"),
+    HC_METH(send, "send(buf, dest, tag=0, dtype=None)"),
+    HC_METH(recv, "recv(buf, source, tag=0, dtype=None): returns buf"),
+    {"split", (PyCFunction)(void (*)(void))comm_split, METH_VARARGS | METH_KEYWORDS,
+     "split(color, key=rank): a new Comm of the ranks with this color (None for a negative "
+     "color)"},
+    {"free", (PyCFunction)comm_free_m, METH_NOARGS, "free(): release a communicator from split()"},
+    {"abort", (PyCFunction)comm_abort_m, METH_NOARGS,
+     "abort(): make pending and later operations fail with ERR_ABORTED (any thread)"},
+    {"__enter__", (PyCFunction)comm_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)comm_exit, METH_VARARGS, NULL},
+    {NULL},
+};
+
+static PyGetSetDef comm_getset[] = {
+    {"rank", (getter)comm_get_rank, NULL, "this process's rank in the communicator", NULL},
+    {"size", (getter)comm_get_size, NULL, "the number of ranks", NULL},
+    {NULL},
+};
+
+static PyTypeObject CommType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hcomm.Comm",
+    .tp_basicsize = sizeof(CommObject),
+    .tp_dealloc = (destructor)comm_dealloc,
+    .tp_repr = (reprfunc)comm_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An hcomm communicator: hcomm.world() or Comm.split()",
+    .tp_methods = comm_methods,
+    .tp_getset = comm_getset,
+};
+
+static PyMethodDef request_methods[] = {
+    {"wait", (PyCFunction)request_wait, METH_NOARGS,
+     "wait(): block until done; returns the output buffer (None for send/barrier), raises "
+     "hcomm.Error on failure"},
+    {"test", (PyCFunction)request_test, METH_NOARGS,
+     "test(): True when done (raises hcomm.Error on failure), False otherwise"},
+    {NULL},
+};
+
+static PyGetSetDef request_getset[] = {
+    {"done", (getter)request_get_done, NULL, "True once completed (by wait or test)", NULL},
+    {NULL},
+};
+
+static PyTypeObject RequestType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hcomm.Request",
+    .tp_basicsize = sizeof(RequestObject),
+    .tp_dealloc = (destructor)request_dealloc,
+    .tp_repr = (reprfunc)request_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A non-blocking operation in flight; holds its buffers until it completes",
+    .tp_methods = request_methods,
+    .tp_getset = request_getset,
+};
+
+/* ---- module functions ------------------------------------------------------ */
+
+static PyObject *m_init_env(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    hcomm_status_t st;
+    Py_BEGIN_ALLOW_THREADS lib_lock();
+    st = hcomm_init(NULL, NULL);
+    if (st == HCOMM_OK) {
+        g_holds = 1;
+        g_py_hold = 1;
+    }
+    lib_unlock();
+    Py_END_ALLOW_THREADS
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *m_init_rank(PyObject *m, PyObject *args, PyObject *kw)
+{
+    (void)m;
+    static char *kwl[] = {"rank", "size", "bootstrap", "key", "local_rank", "local_size", NULL};
+    hcomm_init_params_t p = {.local_rank = -1, .local_size = -1};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ii|zzii:init_rank", kwl, &p.rank, &p.size,
+                                     &p.bootstrap, &p.job_key, &p.local_rank, &p.local_size))
+        return NULL;
+    hcomm_status_t st;
+    Py_BEGIN_ALLOW_THREADS lib_lock();
+    st = hcomm_init_rank(&p);
+    if (st == HCOMM_OK) {
+        g_holds = 1;
+        g_py_hold = 1;
+    }
+    lib_unlock();
+    Py_END_ALLOW_THREADS
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *m_bootstrap_address(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    char url[256], key[64];
+    hcomm_status_t st = hcomm_bootstrap_address(url, sizeof(url), key, sizeof(key));
+    if (st < 0)
+        return raise_status(st);
+    return Py_BuildValue("(ss)", url, key);
+}
+
+static PyObject *m_finalize(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    if (!hcomm_initialized()) {
+        hcomm_status_t st = hcomm_finalize(); /* the library's own error */
+        return raise_status(st < 0 ? st : HCOMM_ERR_NOT_INITIALIZED);
+    }
+    hcomm_status_t st = HCOMM_OK;
+    int fin = 0, held;
+    Py_BEGIN_ALLOW_THREADS lib_lock();
+    held = g_py_hold;
+    if (held) {
+        g_py_hold = 0;
+        fin = drop_hold_locked(&st);
+    }
+    lib_unlock();
+    Py_END_ALLOW_THREADS
+    if (!held)
+        return raise_fmt(HCOMM_ERR_INVALID,
+                         "hcomm.finalize: hcomm was not initialized by hcomm.init() but by a torch "
+                         "process group (torch.distributed.destroy_process_group() finalizes it)");
+    if (fin)
+        after_finalize();
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *m_initialized(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyBool_FromLong(hcomm_initialized());
+}
+
+static PyObject *m_world(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    hcomm_comm_t w = hcomm_comm_world();
+    if (!w)
+        return raise_fmt(HCOMM_ERR_NOT_INITIALIZED,
+                         "hcomm.world: hcomm is not initialized (call hcomm.init first)");
+    if (!g_world || ((CommObject *)g_world)->gen != g_gen || ((CommObject *)g_world)->comm != w) {
+        Py_CLEAR(g_world);
+        g_world = comm_new(w, 0);
+        if (!g_world)
+            return NULL;
+    }
+    Py_INCREF(g_world);
+    return g_world;
+}
+
+static PyObject *m_version(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyUnicode_FromString(hcomm_version_string());
+}
+
+static PyObject *m_strerror(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(hcomm_strerror((hcomm_status_t)v));
+}
+
+static PyObject *m_last_error(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyUnicode_FromString(hcomm_last_error());
+}
+
+static PyObject *m_dtype_size(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromSize_t(hcomm_dtype_size((hcomm_dtype_t)v));
+}
+
+static PyObject *m_dtype_of(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    hbuf_t b;
+    if (resolve(arg, 0, -1, "hcomm.dtype_of", "obj", &b) < 0)
+        return NULL;
+    int dt = b.dtype;
+    hbuf_release(&b);
+    if (dt < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(dt);
+}
+
+static PyObject *m_stats_dump(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *co = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:stats_dump", &co))
+        return NULL;
+    hcomm_comm_t c = NULL;
+    if (co != Py_None) {
+        if (!PyObject_TypeCheck(co, &CommType)) {
+            PyErr_SetString(PyExc_TypeError, "hcomm.stats_dump: comm must be an hcomm.Comm or None");
+            return NULL;
+        }
+        if (comm_check((CommObject *)co, "hcomm.stats_dump") < 0)
+            return NULL;
+        c = ((CommObject *)co)->comm;
+    }
+    hcomm_status_t st;
+    HC_LOCKED(st, hcomm_stats_dump(c));
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *m_holds(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    int h, p;
+    lib_lock();
+    h = g_holds;
+    p = g_py_hold;
+    lib_unlock();
+    return Py_BuildValue("(ii)", h, p);
+}
+
+static PyObject *m_pending(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    long n = 0;
+    for (hop_t *op = g_ops.next; op != &g_ops; op = op->next)
+        n++;
+    return PyLong_FromLong(n);
+}
+
+static PyMethodDef module_methods[] = {
+    {"init_env", m_init_env, METH_NOARGS, "hcomm_init(): the job described by the environment"},
+    {"init_rank", (PyCFunction)(void (*)(void))m_init_rank, METH_VARARGS | METH_KEYWORDS,
+     "init_rank(rank, size, bootstrap, key, local_rank=-1, local_size=-1): hcomm_init_rank"},
+    {"bootstrap_address", m_bootstrap_address, METH_NOARGS,
+     "bootstrap_address() -> (url, key): for rank 0 to hand to every rank"},
+    {"finalize", m_finalize, METH_NOARGS, "drop hcomm.init()'s hold (the last hold finalizes)"},
+    {"initialized", m_initialized, METH_NOARGS, "True between init and finalize"},
+    {"world", m_world, METH_NOARGS, "the world communicator"},
+    {"version", m_version, METH_NOARGS, "hcomm_version_string()"},
+    {"strerror", m_strerror, METH_O, "hcomm_strerror(status)"},
+    {"last_error", m_last_error, METH_NOARGS, "this thread's hcomm_last_error()"},
+    {"dtype_size", m_dtype_size, METH_O, "hcomm_dtype_size(dtype)"},
+    {"dtype_of", m_dtype_of, METH_O, "the hcomm dtype of an array or tensor (None: moved as bytes)"},
+    {"stats_dump", m_stats_dump, METH_VARARGS, "hcomm_stats_dump(comm=None)"},
+    {"_holds", m_holds, METH_NOARGS, "(holds, module's hold): for tests"},
+    {"_pending", m_pending, METH_NOARGS, "operations in flight (incl. dropped ones): for tests"},
+    {NULL},
+};
+
+static struct PyModuleDef hcomm_module = {
+    PyModuleDef_HEAD_INIT, .m_name = "hcomm._hcomm",
+    .m_doc = "CPython binding of libhcomm (use the hcomm package)", .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__hcomm(void)
+{
+    if (PyType_Ready(&CommType) < 0 || PyType_Ready(&RequestType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&hcomm_module);
+    if (!m)
+        return NULL;
+    g_error = PyErr_NewExceptionWithDoc(
+        "hcomm.Error",
+        "An hcomm call failed: .status (the hcomm_status_t), .status_name, .message "
+        "(hcomm_last_error())",
+        PyExc_RuntimeError, NULL);
+    g_torch_dtypes = PyDict_New();
+    if (!g_error || !g_torch_dtypes)
+        goto fail;
+    Py_INCREF(g_error);
+    if (PyModule_AddObject(m, "Error", g_error) < 0)
+        goto fail;
+    Py_INCREF(&CommType);
+    if (PyModule_AddObject(m, "Comm", (PyObject *)&CommType) < 0)
+        goto fail;
+    Py_INCREF(&RequestType);
+    if (PyModule_AddObject(m, "Request", (PyObject *)&RequestType) < 0)
+        goto fail;
+#define HC_ADD_STATUS_(name, value, text)                                                          \
+    if (PyModule_AddIntConstant(m, #name, value) < 0)                                              \
+        goto fail;
+    HCOMM_STATUS_MAP(HC_ADD_STATUS_)
+#undef HC_ADD_STATUS_
+    static const struct {
+        const char *n;
+        int v;
+    } consts[] = {
+        {"INT8", HCOMM_INT8},       {"UINT8", HCOMM_UINT8},       {"INT32", HCOMM_INT32},
+        {"UINT32", HCOMM_UINT32},   {"INT64", HCOMM_INT64},       {"UINT64", HCOMM_UINT64},
+        {"FLOAT16", HCOMM_FLOAT16}, {"BFLOAT16", HCOMM_BFLOAT16}, {"FLOAT32", HCOMM_FLOAT32},
+        {"FLOAT64", HCOMM_FLOAT64}, {"SUM", HCOMM_SUM},           {"PROD", HCOMM_PROD},
+        {"MAX", HCOMM_MAX},         {"MIN", HCOMM_MIN},           {"AVG", HCOMM_AVG},
+        {"UNDEFINED", HCOMM_UNDEFINED},
+    };
+    for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)
+        if (PyModule_AddIntConstant(m, consts[i].n, consts[i].v) < 0)
+            goto fail;
+    PyObject *cap = PyCapsule_New(&g_capi, HCPY_CAPI_NAME, NULL);
+    if (!cap || PyModule_AddObject(m, "_C_API", cap) < 0) {
+        Py_XDECREF(cap);
+        goto fail;
+    }
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}
