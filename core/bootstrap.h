@@ -47,6 +47,11 @@ hcomm_status_t hc_bootstrap_params_given(int rank, int size, int local_rank, int
  * and p->job_key (bootstrap_pmi.c); finalize tells the launcher at the end. */
 hcomm_status_t hc_bootstrap_pmi(hc_bootstrap_params_t *p, double timeout);
 void hc_bootstrap_pmi_finalize(void);
+/* PMIx (bootstrap_pmix.c, when built with libpmix): the same through a
+ * PMIx server's key-value store and fence. */
+bool hc_bootstrap_pmix_available(void);
+hcomm_status_t hc_bootstrap_pmix(hc_bootstrap_params_t *p, double timeout);
+void hc_bootstrap_pmix_finalize(void);
 /* The first host of a Slurm compressed host list (bootstrap_env.c). */
 hcomm_status_t hc_bootstrap_slurm_first_host(const char *list, char *out, size_t len);
 /* "tcp://<this host's address>:<free port>" and a random 32-hex key. */

@@ -366,6 +366,13 @@ hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p_p)
         st = hc_bootstrap_env_torch_url(&p);
         if (st != HCOMM_OK) return st;
     }
+    /* PMIx when the launcher serves it (mpirun/prterun, srun --mpi=pmix) */
+    if (p.size > 1 && p.url[0] == '\0' && l &&
+        (!strcmp(l->source, "openmpi") || !strcmp(l->source, "slurm")) &&
+        hc_bootstrap_pmix_available()) {
+        st = hc_bootstrap_pmix(&p, hc_cfg.timeout > 0 ? hc_cfg.timeout : 60.0);
+        if (st != HCOMM_OK) return st;
+    }
     if (p.url[0] == '\0' && l && !strcmp(l->source, "slurm")) {
         st = hc_bootstrap_env_slurm(&p);
         if (st != HCOMM_OK) return st;

@@ -361,6 +361,7 @@ void hc_ctx_teardown(void)
     free(hc_ctx.node_of_rank);
     free(hc_ctx.local_ranks);
     hc_bootstrap_pmi_finalize();
+    hc_bootstrap_pmix_finalize();
     hc_stats_fini();
     hc_request_pool_fini();
     memset(&hc_ctx, 0, sizeof(hc_ctx));

@@ -3,6 +3,7 @@
 # hand-set variable:
 #   - mpiexec.hydra (MPICH's; PMI-1 on PMI_FD): 2 and 4 ranks of mp_coll_vector
 #     and mp_p2p, one job each (not N jobs of one rank);
+#   - Open MPI's mpirun (PMIx): 2 and 4 ranks of mp_coll_vector;
 #   - PMI_RANK/PMI_SIZE saying "2 ranks" without a PMI_FD: an error naming it,
 #     never a silent job of one;
 #   - torchrun (torch.distributed.run, whose agent holds MASTER_PORT): 2 ranks;
@@ -29,6 +30,20 @@ if command -v mpiexec.hydra >/dev/null; then
     ran=1
 else
     echo "skipped: mpiexec.hydra is not installed (apt-get install mpich)"
+fi
+
+if command -v mpirun.openmpi >/dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    for np in 2 4; do
+        timeout 120 mpirun.openmpi --oversubscribe -n $np "$bin/mp_coll_vector" >"$work/ompi$np" 2>&1 ||
+            { fail "mpirun.openmpi -n $np mp_coll_vector: rc $?"; sed 's/^/    /' "$work/ompi$np" | tail -20; }
+        grep -q "mp_coll_vector: $np ranks, every dtype, all checks passed" "$work/ompi$np" ||
+            fail "mpirun -n $np: not one job of $np ranks (PMIx): $(grep -v MEMLOCK "$work/ompi$np" | head -3)"
+        grep -q "unauthenticated" "$work/ompi$np" && fail "mpirun: an unauthenticated warning (PMIx gives the key)"
+    done
+    ran=1
+else
+    echo "skipped: mpirun.openmpi is not installed (apt-get install openmpi-bin)"
 fi
 
 # launcher variables that say "2 ranks" with no rendezvous: an error
