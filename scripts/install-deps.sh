@@ -11,13 +11,15 @@
 #                            the verbs driver), perftest, ibverbs-utils and
 #                            ucx-utils (the references of tests/vm/bench_rdma.sh
 #                            and the two-guest check), gdb (backtraces of a
-#                            rank that hangs in a guest)
+#                            rank that hangs in a guest), slurm-wlm and munge
+#                            (tests/launchers: srun jobs on a private
+#                            single-node Slurm)
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       libhwloc-dev hwloc libnuma-dev numactl libcmocka-dev
       libibverbs-dev rdma-core iproute2 nftables procps)
 test_pkgs=(bc cpio qemu-system-x86 linux-image-amd64 busybox-static
-           perftest ibverbs-utils ucx-utils gdb)
+           perftest ibverbs-utils ucx-utils gdb slurm-wlm munge)
 missing() { # prints the packages among "$@" that are not installed
     local p
     for p in "$@"; do
@@ -36,7 +38,7 @@ if ((${#need[@]})); then
     install "${need[@]}"
 fi
 if [[ ${1:-} == --test ]]; then
-    # Best effort: without them the guest-kernel tests skip and say why.
+    # Best effort: without them the guest-kernel and Slurm tests skip and say why.
     mapfile -t need < <(missing "${test_pkgs[@]}")
     if ((${#need[@]})); then
         echo "install-deps: installing (for tests) ${need[*]}"
