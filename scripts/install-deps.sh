@@ -3,7 +3,8 @@
 # Required: compiler, CMake + Ninja, hwloc, libnuma, cmocka. Optional but
 # installed so the configure summary shows them: rdma-core (ibverbs/mlx5dv),
 # clang + its runtime (libFuzzer), iproute2 and nftables (network-namespace
-# tests: nodes, and packet loss where the kernel has no netem).
+# tests: nodes, and packet loss where the kernel has no netem), libpmix-dev
+# (the rendezvous under Open MPI's mpirun and srun --mpi=pmix).
 #   install-deps.sh --test   also what only the test suite needs: bc, and
 #                            qemu + Debian's kernel + a static busybox for the
 #                            tests that boot a guest kernel (tests/vm: tc netem
@@ -13,13 +14,16 @@
 #                            and the two-guest check), gdb (backtraces of a
 #                            rank that hangs in a guest), slurm-wlm and munge
 #                            (tests/launchers: srun jobs on a private
-#                            single-node Slurm)
+#                            single-node Slurm), mpich, openmpi-bin and
+#                            python3-torch (the launchers test: mpiexec.hydra,
+#                            mpirun and torchrun)
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       libhwloc-dev hwloc libnuma-dev numactl libcmocka-dev
-      libibverbs-dev rdma-core iproute2 nftables procps)
+      libibverbs-dev rdma-core iproute2 nftables procps libpmix-dev)
 test_pkgs=(bc cpio qemu-system-x86 linux-image-amd64 busybox-static
-           perftest ibverbs-utils ucx-utils gdb slurm-wlm munge)
+           perftest ibverbs-utils ucx-utils gdb slurm-wlm munge
+           mpich openmpi-bin python3-torch)
 missing() { # prints the packages among "$@" that are not installed
     local p
     for p in "$@"; do
