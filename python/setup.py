@@ -124,7 +124,23 @@ if want_torch != "0":
             depends=[os.path.join(INC, "hcomm.h"), os.path.join(src_dir, "hcomm_capi.h"),
                      os.path.join(LIB, "libhcomm.so")],
         ))
-        cmdclass["build_ext"] = BuildExtension.with_options(use_ninja=True)
+        from setuptools.command.build_ext import build_ext as _plain_build_ext
+
+        class HcommBuildExt(BuildExtension):
+            """The C extension with the plain C compiler (torch's builder would compile
+            it as C++), the torch one with torch's."""
+
+            def build_extensions(self):
+                every = self.extensions
+                try:
+                    self.extensions = [e for e in every if e is c_ext]
+                    _plain_build_ext.build_extensions(self)
+                    self.extensions = [e for e in every if e is not c_ext]
+                    BuildExtension.build_extensions(self)
+                finally:
+                    self.extensions = every
+
+        cmdclass["build_ext"] = HcommBuildExt.with_options(use_ninja=True)
     elif want_torch == "1":
         sys.exit(f"hcomm setup: HCOMM_PY_TORCH=1 but torch.utils.cpp_extension fails: {why}")
     else:
