@@ -2,7 +2,8 @@
 #   lib/       libhcomm.so.0 (+ links), libhcomm.a
 #   lib/cmake/hcomm/  hcommConfig.cmake: find_package(hcomm) -> hcomm::hcomm,
 #              hcomm::hcomm_static (the archive, linked whole, with its deps)
-#   lib/pkgconfig/hcomm.pc  (variable static_libs: the static recipe)
+#   lib/pkgconfig/hcomm.pc  (naming the prefix installed to; variable
+#              static_libs: the static recipe)
 #   include/   the public headers
 #   bin/       hcommrun, hcomm_info, hcomm_stats, hcomm-hugepages, and the
 #              benchmarks renamed hcomm-<name> (pingpong -> hcomm-pingpong,
@@ -20,32 +21,75 @@ if(NOT TARGET hcomm::hcomm)
   add_library(hcomm::hcomm ALIAS hcomm)
 endif()
 
-# Libraries, each linked by name (-lhwloc...) from the static archive's users:
-# the pkg-config file and hcomm::hcomm_static carry the same list.
-set(HCOMM_STATIC_DEPS hwloc numa)
-if(HCOMM_HAVE_VERBS)
-  list(APPEND HCOMM_STATIC_DEPS ibverbs)
+# What the static archive's users link after it, derived from what the
+# library objects link (hcomm_obj's INTERFACE_LINK_LIBRARIES, complete here at
+# the end of the configure), so a dependency a module adds reaches hcomm.pc
+# and hcomm::hcomm_static by itself: a pkg-config target gives its libraries
+# (a full path becomes -l<name>, plus -L<dir> outside the compiler's own
+# directories) and link options; Threads::Threads is -lpthread.
+#   HCOMM_STATIC_LIBS  names (hwloc numa ibverbs pthread m dl)
+#   HCOMM_STATIC_DIRS  -L directories
+#   HCOMM_STATIC_OPTS  other link options, in order
+function(_hcomm_static_deps item)
+  if(item MATCHES "^::@" OR item MATCHES "^\\$<")
+    # directory markers; generator expressions (none today)
+  elseif(item STREQUAL "Threads::Threads")
+    set_property(GLOBAL APPEND PROPERTY _hcomm_static_libs pthread)
+  elseif(TARGET ${item})
+    get_target_property(_deps ${item} INTERFACE_LINK_LIBRARIES)
+    foreach(d IN LISTS _deps)
+      if(d)
+        _hcomm_static_deps(${d})
+      endif()
+    endforeach()
+    get_target_property(_opts ${item} INTERFACE_LINK_OPTIONS)
+    if(_opts)
+      set_property(GLOBAL APPEND PROPERTY _hcomm_static_opts ${_opts})
+    endif()
+  elseif(IS_ABSOLUTE "${item}" AND item MATCHES "/lib([^/]+)\\.(so|a)(\\.[0-9.]+)?$")
+    set_property(GLOBAL APPEND PROPERTY _hcomm_static_libs ${CMAKE_MATCH_1})
+    get_filename_component(_dir "${item}" DIRECTORY)
+    if(NOT _dir IN_LIST CMAKE_C_IMPLICIT_LINK_DIRECTORIES)
+      set_property(GLOBAL APPEND PROPERTY _hcomm_static_dirs ${_dir})
+    endif()
+  elseif(item MATCHES "^-")
+    set_property(GLOBAL APPEND PROPERTY _hcomm_static_opts ${item})
+  else()
+    set_property(GLOBAL APPEND PROPERTY _hcomm_static_libs ${item})
+  endif()
+endfunction()
+get_target_property(_deps hcomm_obj INTERFACE_LINK_LIBRARIES)
+foreach(d IN LISTS _deps CMAKE_DL_LIBS)
+  _hcomm_static_deps(${d})
+endforeach()
+get_property(HCOMM_STATIC_LIBS GLOBAL PROPERTY _hcomm_static_libs)
+get_property(HCOMM_STATIC_DIRS GLOBAL PROPERTY _hcomm_static_dirs)
+get_property(HCOMM_STATIC_OPTS GLOBAL PROPERTY _hcomm_static_opts)
+list(REMOVE_DUPLICATES HCOMM_STATIC_LIBS)
+list(REMOVE_DUPLICATES HCOMM_STATIC_DIRS)
+list(TRANSFORM HCOMM_STATIC_DIRS PREPEND -L OUTPUT_VARIABLE _pc_dirs)
+list(TRANSFORM HCOMM_STATIC_LIBS PREPEND -l OUTPUT_VARIABLE _pc_libs)
+list(JOIN _pc_dirs " " _pc_dirs)
+list(JOIN _pc_libs " " _pc_libs)
+list(JOIN HCOMM_STATIC_OPTS " " HCOMM_STATIC_OPTS)
+set(HCOMM_STATIC_LINK_OPTIONS "") # for hcomm::hcomm_static, kept in order
+if(HCOMM_STATIC_OPTS)
+  set(HCOMM_STATIC_LINK_OPTIONS "SHELL:${HCOMM_STATIC_OPTS}")
 endif()
-list(APPEND HCOMM_STATIC_DEPS pthread m ${CMAKE_DL_LIBS})
-list(TRANSFORM HCOMM_STATIC_DEPS PREPEND -l OUTPUT_VARIABLE _pc_libs)
-list(JOIN _pc_libs " " HCOMM_PC_PRIVATE_LIBS)
+string(STRIP "${_pc_dirs} ${_pc_libs} ${HCOMM_STATIC_OPTS}" HCOMM_PC_PRIVATE_LIBS)
 
-# hcomm.pc finds its prefix from its own place (${pcfiledir}), so a prefix,
-# a DESTDIR staging tree or a `dpkg -x` root can be moved as a whole.
-if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
-  set(HCOMM_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
-  set(HCOMM_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
-else()
-  file(RELATIVE_PATH _rel /hcomm-prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /hcomm-prefix)
-  string(REGEX REPLACE "/$" "" _rel "${_rel}")
-  set(HCOMM_PC_PREFIX "\${pcfiledir}/${_rel}")
-  set(HCOMM_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
-endif()
-if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
-  set(HCOMM_PC_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}")
-else()
-  set(HCOMM_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
-endif()
+# hcomm.pc names its prefix as installed: the build tree's copy has the
+# configured prefix, and install writes the one it installs to (--prefix;
+# /usr in the Debian package, which installs through DESTDIR). An unpacked
+# tree elsewhere is used with PKG_CONFIG_SYSROOT_DIR (docs/install.md).
+set(HCOMM_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+foreach(d LIBDIR INCLUDEDIR)
+  if(IS_ABSOLUTE "${CMAKE_INSTALL_${d}}")
+    set(HCOMM_PC_${d} "${CMAKE_INSTALL_${d}}")
+  else()
+    set(HCOMM_PC_${d} "\${prefix}/${CMAKE_INSTALL_${d}}")
+  endif()
+endforeach()
 configure_file(${PROJECT_SOURCE_DIR}/hcomm.pc.in ${PROJECT_BINARY_DIR}/hcomm.pc @ONLY)
 
 # Libraries and headers. The archive is exported as hcomm::hcomm_archive;
@@ -57,7 +101,19 @@ install(TARGETS hcomm hcomm_static EXPORT hcommTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
-install(FILES ${PROJECT_BINARY_DIR}/hcomm.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(_pcdir "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+else()
+  set(_pcdir "\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+endif()
+install(CODE "
+  file(READ \"${PROJECT_BINARY_DIR}/hcomm.pc\" _pc)
+  string(REGEX REPLACE \"^prefix=[^\\n]*\" \"prefix=\${CMAKE_INSTALL_PREFIX}\" _pc \"\${_pc}\")
+  string(MD5 _id \"\${CMAKE_INSTALL_PREFIX}\")
+  file(WRITE \"${PROJECT_BINARY_DIR}/pkgconfig-install/\${_id}/hcomm.pc\" \"\${_pc}\")
+  file(INSTALL DESTINATION \"${_pcdir}\" TYPE FILE
+       FILES \"${PROJECT_BINARY_DIR}/pkgconfig-install/\${_id}/hcomm.pc\")
+")
 
 # The CMake package.
 install(EXPORT hcommTargets NAMESPACE hcomm:: DESTINATION ${HCOMM_CMAKE_DIR})

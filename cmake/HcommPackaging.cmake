@@ -21,6 +21,10 @@ between nodes. The package holds the shared and static libraries, the header, \
 the CMake package (find_package(hcomm)) and pkg-config file, the hcommrun \
 launcher, hcomm_info, hcomm_stats and the hcomm-* benchmarks.")
 set(CPACK_GENERATOR DEB)
+# Install with CMAKE_INSTALL_PREFIX=/usr into a DESTDIR, so that hcomm.pc
+# names /usr, not the staging directory.
+set(CPACK_SET_DESTDIR ON)
+set(CPACK_INSTALL_PREFIX /usr)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
 

@@ -23,10 +23,12 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/hcomm-install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 consumer=$src/tests/install/consumer
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
+libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt") # lib, lib/x86_64-linux-gnu
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: $*"; exit 77; }
 step() { echo "--- $*"; }
+[[ $libdir != /* ]] || skip "CMAKE_INSTALL_LIBDIR is absolute ($libdir): no relocatable prefix"
 # run PROG...: runs it and checks it reports a working allreduce
 run() {
     local out rc=0
@@ -100,7 +102,7 @@ message("${PACKAGE_VERSION_COMPATIBLE}")
 EOF
     for want in "0.1:TRUE" "0.0.1:TRUE" "$version:TRUE" "0.2:FALSE" "1.0:FALSE"; do
         v=${want%:*} expect=${want#*:}
-        got=$("$CMAKE" -DPACKAGE_FIND_VERSION="$v" -DV="$p/lib/cmake/hcomm/hcommConfigVersion.cmake" \
+        got=$("$CMAKE" -DPACKAGE_FIND_VERSION="$v" -DV="$p/$libdir/cmake/hcomm/hcommConfigVersion.cmake" \
             -P "$tmp/version.cmake" 2>&1) || fail "$got"
         [[ $got == "$expect" ]] || fail "find_package(hcomm $v): compatible=$got, want $expect"
     done
@@ -111,6 +113,7 @@ pkgconfig | static)
     install_prefix "$p"
     pcdir=$(dirname "$(find "$p" -name hcomm.pc)")
     step "pkg-config from $pcdir"
+    [[ $(pkg-config --variable=prefix "$pcdir/hcomm.pc") == "$p" ]] || fail "hcomm.pc does not name $p"
     if [[ $case == pkgconfig ]]; then pc_shared "$pcdir"; else pc_static "$pcdir"; fi
     ;;
 tools)
@@ -162,9 +165,10 @@ deb)
         grep -q "\blibibverbs1\b" <<<"$depends" || fail "Depends lacks libibverbs1: $depends"
     fi
     dpkg-deb -c "$deb" | awk '{print $6}' >"$tmp/contents"
-    for f in ./usr/lib/libhcomm.so.0 ./usr/lib/libhcomm.so ./usr/lib/libhcomm.a ./usr/include/hcomm.h \
-        ./usr/lib/cmake/hcomm/hcommConfig.cmake ./usr/lib/cmake/hcomm/hcommConfigVersion.cmake \
-        ./usr/lib/cmake/hcomm/hcommTargets.cmake ./usr/lib/pkgconfig/hcomm.pc \
+    l=./usr/$libdir
+    for f in $l/libhcomm.so.0 $l/libhcomm.so $l/libhcomm.a ./usr/include/hcomm.h \
+        $l/cmake/hcomm/hcommConfig.cmake $l/cmake/hcomm/hcommConfigVersion.cmake \
+        $l/cmake/hcomm/hcommTargets.cmake $l/pkgconfig/hcomm.pc \
         ./usr/bin/hcommrun ./usr/bin/hcomm_info ./usr/bin/hcomm_stats ./usr/bin/hcomm-allreduce-bw \
         ./usr/bin/hcomm-pingpong ./usr/share/doc/hcomm/README.md; do
         grep -qx "$f" "$tmp/contents" || fail "the package lacks $f"
@@ -177,8 +181,12 @@ deb)
     "$tmp/root/usr/bin/hcommrun" -n 1 --timeout 20 "$tmp/root/usr/bin/hcomm-allreduce-bw" -b 8 -e 1K -n 2 -w 1 \
         >"$tmp/bw.txt" 2>&1 || { cat "$tmp/bw.txt" >&2; fail "the packaged hcomm-allreduce-bw"; }
     cmake_consumer "$tmp/root/usr"
-    pc_shared "$tmp/root/usr/lib/pkgconfig"
-    pc_static "$tmp/root/usr/lib/pkgconfig"
+    # hcomm.pc names /usr: the unpacked root is a sysroot to pkg-config.
+    export PKG_CONFIG_SYSROOT_DIR=$tmp/root
+    [[ $(pkg-config --variable=prefix "$tmp/root/usr/$libdir/pkgconfig/hcomm.pc") == "$tmp/root/usr" ]] ||
+        fail "the packaged hcomm.pc does not name /usr"
+    pc_shared "$tmp/root/usr/$libdir/pkgconfig"
+    pc_static "$tmp/root/usr/$libdir/pkgconfig"
     ;;
 *)
     fail "unknown case $case"
