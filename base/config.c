@@ -221,3 +221,108 @@ void hc_config_foreach(void (*fn)(const char *env, const char *value, const char
     hc_cfg_print_t p = {fn, arg};
     (void)hc_config_walk(hc_config_print_one, &p);
 }
+
+typedef struct {
+    const char *name;
+    bool found;
+} hc_cfg_find_t;
+
+static bool hc_config_find_one(const hc_config_knob_t *k, void *arg)
+{
+    hc_cfg_find_t *f = arg;
+    if (!strcmp(k->env, f->name)) {
+        f->found = true;
+        return false;
+    }
+    return true;
+}
+
+const char *hc_config_env(const char *name)
+{
+    hc_cfg_find_t f = {name, false};
+    (void)hc_config_walk(hc_config_find_one, &f);
+    return f.found ? getenv(name) : NULL;
+}
+
+/* Edit distance (optimal string alignment: a swap of two neighbours is
+ * one edit), at most 63 characters each. */
+static int hc_config_distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 63 || lb > 63)
+        return 99;
+    int d[64][64];
+    for (int i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (int j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = c < del ? (c < ins ? c : ins) : (del < ins ? del : ins);
+            /* two letters swapped count as one typo (HCOMM_LGO: HCOMM_LOG) */
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < d[i][j])
+                d[i][j] = d[i - 2][j - 2] + 1;
+        }
+    return d[la][lb];
+}
+
+typedef struct {
+    const char *name;
+    const char *best;
+    int dist;
+} hc_cfg_near_t;
+
+static bool hc_config_near_one(const hc_config_knob_t *k, void *arg)
+{
+    hc_cfg_near_t *n = arg;
+    int d = hc_config_distance(n->name, k->env);
+    /* ties: the name of the same length (a typo more than a missing letter) */
+    bool closer_len = n->best && abs((int)strlen(k->env) - (int)strlen(n->name)) <
+                                     abs((int)strlen(n->best) - (int)strlen(n->name));
+    if (d < n->dist || (d == n->dist && closer_len)) {
+        n->dist = d;
+        n->best = k->env;
+    }
+    return true;
+}
+
+extern char **environ;
+
+void hc_config_check_unknown(bool report)
+{
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "HCOMM_", 6))
+            continue;
+        char name[128];
+        size_t len = strcspn(*e, "=");
+        if (len >= sizeof(name))
+            continue;
+        memcpy(name, *e, len);
+        name[len] = 0;
+        hc_cfg_find_t f = {name, false};
+        (void)hc_config_walk(hc_config_find_one, &f);
+        if (f.found)
+            continue;
+        /* the names of hcomm's scripts and test suite, not of the library */
+        static const char *const others[] = {"HCOMM_VM_",    "HCOMM_TEST_", "HCOMM_BENCH_",
+                                             "HCOMM_ZZTEST_", "HCOMM_BUILD", "HCOMM_HUGEPAGES",
+                                             "HCOMM_DRIVERS"};
+        bool theirs = false;
+        for (size_t i = 0; i < HC_ARRAY_SIZE(others); i++)
+            theirs |= !strncmp(name, others[i], strlen(others[i]));
+        if (theirs)
+            continue;
+        hc_cfg_near_t n = {name, NULL, 99};
+        (void)hc_config_walk(hc_config_near_one, &n);
+        if (n.best && n.dist <= 3)
+            hc_log(report ? HC_LOG_WARN : HC_LOG_INFO,
+                   "%s is not an hcomm variable (ignored): did you mean %s? (hcomm_info -c lists "
+                   "them all)", name, n.best);
+        else
+            hc_log(report ? HC_LOG_WARN : HC_LOG_INFO,
+                   "%s is not an hcomm variable (ignored; hcomm_info -c lists them all)", name);
+    }
+}

@@ -15,6 +15,23 @@
 
 #define HC_CONFIG_MAP(X)                                                                           \
     X(log, "HCOMM_LOG", STR, "warn", "log level: error|warn|info|debug|trace")                     \
+    X(log_file, "HCOMM_LOG_FILE", STR, "",                                                         \
+      "log to this file instead of stderr (%r rank, %h host, %p pid, %% a percent sign)")         \
+    X(log_subsys, "HCOMM_LOG_SUBSYS", STR, "",                                                     \
+      "info/debug/trace messages only of these subsystems, comma separated: base core mem topo "  \
+      "coll api self shm tcp verbs fake (^ first: all but these); warnings and errors always")     \
+    X(rank, "HCOMM_RANK", STR, "",                                                                 \
+      "this rank (set by hcommrun; read and checked by the bootstrap, docs/launchers.md)")        \
+    X(size, "HCOMM_SIZE", STR, "", "the job's ranks (set by hcommrun)")                            \
+    X(local_rank, "HCOMM_LOCAL_RANK", STR, "", "this rank among its node's (set by hcommrun)")     \
+    X(local_size, "HCOMM_LOCAL_SIZE", STR, "", "ranks on this node (set by hcommrun)")             \
+    X(bootstrap, "HCOMM_BOOTSTRAP", STR, "",                                                       \
+      "rank 0's rendezvous address: tcp://host:port or file:///shared/dir (hcommrun, PMI, PMIx, "  \
+      "srun and torchrun give one)")                                                               \
+    X(job_key, "HCOMM_JOB_KEY", STR, "",                                                           \
+      "shared secret of the job's ranks: others reaching the rendezvous are refused")             \
+    X(reduce_isa, "HCOMM_REDUCE_ISA", STR, "",                                                     \
+      "debug: reduction kernels scalar|avx2|avx512|avx512fp16 instead of the best this CPU has")   \
     X(timeout, "HCOMM_TIMEOUT", DOUBLE, "300",                                                     \
       "seconds any wait may last before ERR_TIMEOUT (decimal; above 1e9: no limit)")              \
     X(net, "HCOMM_NET", STR, "auto", "transport between nodes: auto|mlx5|verbs|dpdk|tcp")          \
@@ -120,6 +137,14 @@ typedef struct {
 #define HC_KNOB_DOUBLE(var, env, def, help) {env, def, help, HC_CFG_DOUBLE, &(var)}
 #define HC_KNOB_STR(var, env, def, help) {env, def, help, HC_CFG_STR, &(var)}
 #define HC_KNOB_BOOL(var, env, def, help) {env, def, help, HC_CFG_BOOL, &(var)}
+
+/* The value of a knob read outside hc_config_load (the bootstrap, which
+ * unit tests run without hcomm_init; the reduction kernels, chosen at their
+ * first use): getenv, for a name the table lists (NULL otherwise). */
+const char *hc_config_env(const char *name);
+/* HCOMM_* variables of the environment that no knob names: one warning
+ * each, naming the nearest knob (HCOMM_LGO: HCOMM_LOG?); report false: info. */
+void hc_config_check_unknown(bool report);
 
 /* Registers a driver's knobs (from a constructor: HC_CONFIG_KNOBS). */
 void hc_config_register(const char *owner, const hc_config_knob_t *knobs, size_t n);

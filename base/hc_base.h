@@ -45,6 +45,16 @@ const char *hc_error_last(void);
 typedef enum { HC_LOG_ERROR, HC_LOG_WARN, HC_LOG_INFO, HC_LOG_DEBUG, HC_LOG_TRACE } hc_log_level_t;
 extern int hc_log_level_current;                /* set from HCOMM_LOG at init */
 void hc_log_set_rank(int rank);                 /* prefix "[hcomm r3]"; -1 = none */
+/* Once the rank is known: HCOMM_LOG_FILE (pattern: %r %h %p) and
+ * HCOMM_LOG_SUBSYS (comma list, ^ excludes); NULL or "": unchanged. */
+void hc_log_configure(const char *file_pattern, const char *subsys);
+/* A condition of the whole job (a limit every rank shares): a warning on
+ * rank 0 (or before the rank is known), info elsewhere. */
+#define hc_log_warn_job(...) hc_log(hc_log_job_level(), __VA_ARGS__)
+int hc_log_job_level(void);
+/* pattern with %r (rank), %h (host), %p (pid), %% expanded into out; false
+ * when it does not fit. */
+bool hc_path_expand(const char *pattern, int rank, char *out, size_t len);
 bool hc_log_level_parse(const char *s, int *level_p);
 void hc_log_emit(int level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

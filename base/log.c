@@ -4,6 +4,8 @@
  */
 #include "base/hc_base.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <time.h>
 #include <stdio.h>
@@ -13,6 +15,97 @@
 
 int hc_log_level_current = HC_LOG_WARN;
 static int hc_log_rank = -1;
+static int hc_log_fd = STDERR_FILENO;
+/* HCOMM_LOG_SUBSYS: the subsystems whose info/debug/trace lines are shown */
+static char hc_log_subsys[256];
+static bool hc_log_subsys_exclude;
+
+int hc_log_job_level(void)
+{
+    return hc_log_rank <= 0 ? HC_LOG_WARN : HC_LOG_INFO;
+}
+
+bool hc_path_expand(const char *pattern, int rank, char *out, size_t len)
+{
+    size_t n = 0;
+    for (const char *p = pattern; *p; p++) {
+        char piece[300];
+        if (*p == '%' && p[1]) {
+            p++;
+            if (*p == 'r')
+                snprintf(piece, sizeof(piece), "%d", rank);
+            else if (*p == 'p')
+                snprintf(piece, sizeof(piece), "%d", (int)getpid());
+            else if (*p == 'h') {
+                if (gethostname(piece, sizeof(piece) - 1) != 0)
+                    snprintf(piece, sizeof(piece), "unknown");
+                piece[sizeof(piece) - 1] = 0;
+            } else if (*p == '%')
+                snprintf(piece, sizeof(piece), "%%");
+            else
+                snprintf(piece, sizeof(piece), "%%%c", *p);
+        } else {
+            piece[0] = *p;
+            piece[1] = 0;
+        }
+        size_t k = strlen(piece);
+        if (n + k >= len)
+            return false;
+        memcpy(out + n, piece, k);
+        n += k;
+    }
+    out[n] = 0;
+    return true;
+}
+
+void hc_log_configure(const char *file_pattern, const char *subsys)
+{
+    if (subsys && subsys[0]) {
+        hc_log_subsys_exclude = subsys[0] == '^';
+        snprintf(hc_log_subsys, sizeof(hc_log_subsys), ",%s,", subsys + hc_log_subsys_exclude);
+    } else {
+        hc_log_subsys[0] = 0;
+    }
+    if (file_pattern && file_pattern[0]) {
+        char path[512];
+        int fd = -1;
+        if (hc_path_expand(file_pattern, hc_log_rank < 0 ? 0 : hc_log_rank, path, sizeof(path)))
+            fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            hc_log_warn("HCOMM_LOG_FILE=%s: cannot open it (%s): logging to stderr", file_pattern,
+                        strerror(errno));
+            return;
+        }
+        if (hc_log_fd != STDERR_FILENO)
+            close(hc_log_fd);
+        hc_log_fd = fd;
+    }
+}
+
+/* The subsystem of a source file: drv/<name>/ -> name, else its folder. */
+static bool hc_log_subsys_shown(const char *file)
+{
+    if (!hc_log_subsys[0])
+        return true;
+    char sub[32] = "";
+    const char *d = strstr(file, "/drv/");
+    if (d) {
+        d += 5;
+        size_t l = strcspn(d, "/");
+        if (l < sizeof(sub) - 2 && d[l] == '/')
+            snprintf(sub, sizeof(sub), ",%.*s,", (int)l, d);
+    }
+    if (!sub[0]) {
+        const char *end = strrchr(file, '/');
+        const char *start = end;
+        while (start && start > file && start[-1] != '/')
+            start--;
+        if (end && start && end > start && (size_t)(end - start) < sizeof(sub) - 2)
+            snprintf(sub, sizeof(sub), ",%.*s,", (int)(end - start), start);
+    }
+    bool listed = sub[0] && strstr(hc_log_subsys, sub) != NULL;
+    return hc_log_subsys_exclude ? !listed : listed;
+}
 
 static const char *const hc_log_names[] = {"error", "warn", "info", "debug", "trace"};
 
@@ -34,6 +127,8 @@ bool hc_log_level_parse(const char *s, int *level_p)
 
 void hc_log_emit(int level, const char *file, int line, const char *fmt, ...)
 {
+    if (level >= HC_LOG_INFO && !hc_log_subsys_shown(file))
+        return;
     char buf[1024];
     int n;
     const char *base = strrchr(file, '/');
@@ -51,7 +146,7 @@ void hc_log_emit(int level, const char *file, int line, const char *fmt, ...)
     if (level >= HC_LOG_DEBUG)
         n += snprintf(buf + n, sizeof(buf) - (size_t)n, " (%s:%d)", base, line);
     buf[n++] = '\n';
-    ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
+    ssize_t w = write(hc_log_fd, buf, (size_t)n);
     (void)w;
 }
 

@@ -55,6 +55,14 @@ void hb_init(int *argc, char ***argv)
         const char *slash = strrchr((*argv)[0], '/');
         hb_prog = slash ? slash + 1 : (*argv)[0];
     }
+    /* -h/--help prints the usage and exits: no job for it (and none of
+     * hcomm_init's warnings on a help screen) */
+    for (int i = 1; i < *argc; i++)
+        if (!strcmp((*argv)[i], "-h") || !strcmp((*argv)[i], "--help")) {
+            hb_rank = 0;
+            hb_nranks = 1;
+            return;
+        }
     hb_check(hcomm_init(argc, argv), "hcomm_init");
     world = hcomm_comm_world();
     hb_rank = hcomm_comm_rank(world);
@@ -436,7 +444,7 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
             break;
         case 'h':
             if (hb_rank == 0) hb_usage_print(stdout);
-            hcomm_finalize();
+            if (hcomm_initialized()) hcomm_finalize();
             exit(0);
         case ':':
             hb_usage_error("option '%s' needs a value", argv[optind - 1]);

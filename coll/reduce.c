@@ -17,6 +17,7 @@
  * unsigned type of the same width (wrapping without UB).
  */
 #include "coll/reduce_impl.h"
+#include "base/config.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -381,9 +382,9 @@ static void hc_reduce_init_once(void)
     for (int i = 0; i < HC_ISA_COUNT; i++)
         if (hc_reduce_have[i]) best = i;
 
-    /* A debug knob, read here rather than in the config table: it must work
-     * in unit tests that never call hcomm_init(). */
-    const char *force = getenv("HCOMM_REDUCE_ISA");
+    /* A debug knob of the table, read at first use rather than by
+     * hc_config_load: it must work in unit tests that never call hcomm_init(). */
+    const char *force = hc_config_env("HCOMM_REDUCE_ISA");
     if (force && *force) {
         int want = -1;
         for (int i = 0; i < HC_ISA_COUNT; i++)

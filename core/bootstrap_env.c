@@ -321,7 +321,7 @@ hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p_p)
 {
     hc_bootstrap_params_t p;
     const hc_bootstrap_launcher_t *l = NULL;
-    const char *url = getenv("HCOMM_BOOTSTRAP"), *key = getenv("HCOMM_JOB_KEY");
+    const char *url = hc_config_env("HCOMM_BOOTSTRAP"), *key = hc_config_env("HCOMM_JOB_KEY");
     hcomm_status_t st;
 
     if (p_p == NULL) return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": argument p is NULL");

@@ -413,6 +413,8 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
     hc_ctx.rank = hc_ctx.bs_params.rank;
     hc_ctx.size = hc_ctx.bs_params.size;
     hc_log_set_rank(hc_ctx.size > 1 ? hc_ctx.rank : -1);
+    hc_log_configure(hc_cfg.log_file, hc_cfg.log_subsys);
+    hc_config_check_unknown(hc_ctx.rank == 0); /* one warning per job, not per rank */
     if ((st = hc_request_pool_init()) != HCOMM_OK)
         goto err;
     hc_ctx.peers = calloc((size_t)hc_ctx.size, sizeof(hc_peer_t));

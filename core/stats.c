@@ -640,40 +640,6 @@ static void hc_stats_json(FILE *f, const char *why)
             (unsigned long long)m.cache_entries, (unsigned long long)m.cache_bytes);
 }
 
-/* HCOMM_STATS_FILE with %r (rank), %h (host), %p (pid), %% expanded. */
-static bool hc_stats_path(const char *pattern, char *out, size_t len)
-{
-    size_t n = 0;
-    for (const char *p = pattern; *p; p++) {
-        char piece[300];
-        if (*p == '%' && p[1]) {
-            p++;
-            if (*p == 'r')
-                snprintf(piece, sizeof(piece), "%d", hc_ctx.rank);
-            else if (*p == 'p')
-                snprintf(piece, sizeof(piece), "%d", (int)getpid());
-            else if (*p == 'h') {
-                if (gethostname(piece, sizeof(piece) - 1) != 0)
-                    snprintf(piece, sizeof(piece), "unknown");
-                piece[sizeof(piece) - 1] = 0;
-            } else if (*p == '%')
-                snprintf(piece, sizeof(piece), "%%");
-            else
-                snprintf(piece, sizeof(piece), "%%%c", *p);
-        } else {
-            piece[0] = *p;
-            piece[1] = 0;
-        }
-        size_t k = strlen(piece);
-        if (n + k >= len)
-            return false;
-        memcpy(out + n, piece, k);
-        n += k;
-    }
-    out[n] = 0;
-    return true;
-}
-
 void hc_stats_report(const char *why)
 {
     if (!hc_stats_level)
@@ -692,7 +658,7 @@ void hc_stats_report(const char *why)
     }
     if (hc_cfg.stats_file && hc_cfg.stats_file[0]) {
         if (!hc_st.file) {
-            if (!hc_stats_path(hc_cfg.stats_file, hc_st.path, sizeof(hc_st.path))) {
+            if (!hc_path_expand(hc_cfg.stats_file, hc_ctx.rank, hc_st.path, sizeof(hc_st.path))) {
                 hc_log_warn("HCOMM_STATS_FILE=%s: the expanded path is too long: statistics not "
                             "written",
                             hc_cfg.stats_file);

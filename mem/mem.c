@@ -38,7 +38,7 @@ static void hc_mem_check_memlock(size_t want)
     struct rlimit rl;
     if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
         return;
-    hc_log_warn("mem: RLIMIT_MEMLOCK (ulimit -l) is %llu kB, below the pool limit "
+    hc_log_warn_job("mem: RLIMIT_MEMLOCK (ulimit -l) is %llu kB, below the pool limit "
                 "HCOMM_MEM_POOL_MAX_SIZE=%zu kB: pool memory past the limit stays unlocked. Raise "
                 "it (`ulimit -l unlimited`, memlock in /etc/security/limits.conf).",
                 (unsigned long long)rl.rlim_cur >> 10, want >> 10);

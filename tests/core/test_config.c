@@ -129,13 +129,13 @@ static const hc_config_knob_t zz_knobs[] = {
 };
 HC_CONFIG_KNOBS("zztest", zz_knobs)
 
-static char order[64][40];
+static char order[256][40];
 static int norder;
 static void record_knob(const char *env, const char *value, const char *def, const char *help,
                         void *arg)
 {
     (void)value, (void)def, (void)help, (void)arg;
-    if (norder < 64)
+    if (norder < 256)
         snprintf(order[norder++], sizeof(order[0]), "%s", env);
 }
 
