@@ -379,7 +379,25 @@ hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p_p)
     }
     if (p.size > 1 && p.url[0] == '\0' && l && l->pmi) {
         st = hc_bootstrap_pmi(&p, hc_cfg.timeout > 0 ? hc_cfg.timeout : 60.0);
-        if (st != HCOMM_OK) return st;
+        if (st != HCOMM_OK && getenv("SLURM_STEP_ID") && getenv("SLURM_PROCID")) {
+            /* srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE/PMI_FD too, but speaks
+             * PMI-2: the step's own variables describe the job as well */
+            hc_log_info("bootstrap: PMI-1 on PMI_FD failed (%s): using srun's variables",
+                        hc_error_last());
+            hc_bootstrap_params_t q;
+            memset(&q, 0, sizeof(q));
+            const hc_bootstrap_launcher_t *sl = NULL;
+            for (size_t i = 0; i < HC_ARRAY_SIZE(hc_bootstrap_launchers); i++)
+                if (!strcmp(hc_bootstrap_launchers[i].source, "slurm"))
+                    sl = &hc_bootstrap_launchers[i];
+            if ((st = hc_bootstrap_env_launcher(sl, &q)) != HCOMM_OK) return st;
+            strcpy(q.job_key, p.job_key);
+            p = q;
+            l = sl;
+            if ((st = hc_bootstrap_env_slurm(&p)) != HCOMM_OK) return st;
+        } else if (st != HCOMM_OK) {
+            return st;
+        }
     }
     if (p.size > 1 && p.url[0] == '\0')
         return hc_error(HCOMM_ERR_INVALID,

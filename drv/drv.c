@@ -297,6 +297,22 @@ hcomm_status_t hc_drv_select_open(const hc_drv_env_t *env, hc_drv_t **drvs, int 
 
     if (hc_drv_registry_error())
         return hc_error(HCOMM_ERR_INTERNAL, "hcomm_init: %s", hc_drv_registry_error());
+    if (forced) { /* checked whether or not this job needs a network driver */
+        bool known = false;
+        char names[160] = "auto";
+        size_t nl = strlen(names);
+        for (int i = 0; i < hc_drv_n; i++) {
+            if (hc_drv_table[i].scope != HC_DRV_SCOPE_NET)
+                continue;
+            known |= !strcasecmp(forced, hc_drv_table[i].name);
+            nl += (size_t)snprintf(names + nl, sizeof(names) - nl, "|%s", hc_drv_table[i].name);
+        }
+        if (!known)
+            return hc_error(HCOMM_ERR_INVALID,
+                            "hcomm_init: HCOMM_NET=%s is not a network driver of this build: use "
+                            "%s",
+                            forced, names);
+    }
     chosen[0] = hc_drv_pick(env, HC_DRV_SCOPE_SELF, NULL, &st);
     if (use_node)
         chosen[1] = hc_drv_pick(env, HC_DRV_SCOPE_NODE, NULL, &st);

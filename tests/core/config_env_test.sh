@@ -23,6 +23,8 @@ if [ "$(ulimit -l)" != unlimited ] && [ "$(ulimit -l)" -lt 524288 ]; then
     n=$(echo "$out" | grep -c "RLIMIT_MEMLOCK")
     [ "$n" = 1 ] || fail "RLIMIT_MEMLOCK: $n warnings on 4 ranks, want 1"
 fi
+out=$("$run" -n 1 --env HCOMM_NET=bogus "$prog" 2>&1) && fail "HCOMM_NET=bogus: the job succeeded"
+echo "$out" | grep -q "HCOMM_NET=bogus is not a network driver" || fail "HCOMM_NET=bogus: $(echo "$out" | head -3)"
 out=$("$run" -n 2 --env HCOMM_ALGO=bogus "$prog" 2>&1) && fail "HCOMM_ALGO=bogus: the job succeeded"
 echo "$out" | grep -q "HCOMM_ALGO=bogus is not an algorithm" || fail "HCOMM_ALGO=bogus: $(echo "$out" | head -3)"
 

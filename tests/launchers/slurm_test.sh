@@ -5,7 +5,8 @@
 # waits for the node to be idle, then runs hcomm jobs with srun alone (no
 # HCOMM_* variable: core/bootstrap_env.c derives the rendezvous from the step):
 #   srun -n 2 mp_coll_vector, srun -n 4 mp_coll_vector (4 tasks on however
-#   many cores: --overcommit), srun -n 2 mp_p2p
+#   many cores: --overcommit), srun -n 2 mp_p2p, and srun --mpi=pmix and
+#   --mpi=pmi2 -n 2 mp_coll_vector where the plugins exist
 # Each must report one job of N ranks (the pass line exactly once), not N jobs
 # of one. Every daemon is stopped at the end and the temp dir removed.
 #   slurm_test.sh BINDIR     exit 0 passed, 1 failed, 77 skipped (no Slurm)
@@ -181,6 +182,17 @@ run_job "srun -n 4 mp_coll_vector" "mp_coll_vector: 4 ranks, every dtype, all ch
     -n 4 --overcommit "$bindir/mp_coll_vector"
 run_job "srun -n 2 mp_p2p" "rank 0: mp_p2p: passed (0 failures on this rank, 0 in all)" \
     -n 2 --overcommit "$bindir/mp_p2p"
+# the PMI flavours srun offers: PMIx (hcomm's rendezvous through it) and
+# PMI-2 (PMI_FD speaks PMI-2, not PMI-1: hcomm falls back to srun's variables)
+for mpi in pmix pmi2; do
+    if srun --mpi=list 2>&1 | grep -qw "$mpi"; then
+        run_job "srun --mpi=$mpi -n 2 mp_coll_vector" \
+            "mp_coll_vector: 2 ranks, every dtype, all checks passed" \
+            --mpi=$mpi -n 2 --overcommit "$bindir/mp_coll_vector"
+    else
+        echo "skipped: srun --mpi=$mpi (this Slurm lacks the plugin)"
+    fi
+done
 
 if ((fails)); then
     dump_logs
