@@ -106,8 +106,12 @@ cmdclass = {}
 want_torch = os.environ.get("HCOMM_PY_TORCH", "auto")
 if want_torch != "0":
     try:
-        from torch.utils.cpp_extension import BuildExtension, CppExtension
+        from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
         have_torch = True
+        pg = "torch/csrc/distributed/c10d/ProcessGroup.hpp"
+        if not any(os.path.exists(os.path.join(d, pg)) for d in include_paths()):
+            have_torch = False
+            why = f"no {pg} (Debian: apt-get install libtorch-dev)"
     except Exception as e:  # torch missing or broken
         have_torch = False
         why = repr(e)

@@ -12,7 +12,11 @@ except ImportError as e:
     print(f"SKIP: numpy unavailable: {e}")
     sys.exit(77)
 
-import hcomm
+try:
+    import hcomm
+except ImportError as e:
+    print(f"SKIP: the hcomm module is not built: {e}")
+    sys.exit(77)
 
 try:
     import torch

@@ -21,7 +21,11 @@ except ImportError as e:
     print(f"SKIP: numpy unavailable: {e}")
     sys.exit(77)
 
-import hcomm
+try:
+    import hcomm
+except ImportError as e:
+    print(f"SKIP: the hcomm module is not built: {e}")
+    sys.exit(77)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--no-torch", action="store_true")
