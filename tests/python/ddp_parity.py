@@ -60,7 +60,10 @@ def batch(kind, dt, rank, step):
 def train(backend, rank, size, store, kind, steps):
     dist.init_process_group(backend, init_method="file://" + store, rank=rank, world_size=size)
     model, dt = make_model(kind)
-    ddp = nn.parallel.DistributedDataParallel(model)
+    # small buckets (the first one too): from the second step on (DDP rebuilds
+    # its buckets then) two allreduces per step are in flight at once
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 512
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=512 / 2**20)
     exact = kind == "exact"
     opt = torch.optim.SGD(ddp.parameters(), lr=2.0 ** -6 if exact else 0.05,
                           momentum=0 if exact else 0.9)
