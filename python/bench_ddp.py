@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """hcomm's torch.distributed backend against gloo's on DDP-sized allreduces.
 
-    bench_ddp.py [-n RANKS] [--mib 25] [--buckets 1] [--rounds 10] [--iters 5]
-                 [--warmup 2] [--json FILE]
+    bench_ddp.py [-n RANKS] [--mib 25 | --bytes N] [--buckets 1] [--rounds 10]
+                 [--iters 5] [--warmup 2] [--json FILE]
 
 Every rank holds both groups at once: the default group (gloo) and a group
 of the whole world made with backend="hcomm". Each round times --iters
@@ -40,7 +40,7 @@ def worker(rank, a, store, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=a.n)
     groups = {"gloo": dist.group.WORLD, "hcomm": dist.new_group(backend="hcomm")}
-    elems = int(a.mib * 2**20) // 4
+    elems = a.bytes // 4
     bufs = [torch.full((elems,), float(rank + 1)) for _ in range(a.buckets)]
     want = a.n * (a.n + 1) / 2
 
@@ -87,12 +87,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("-n", type=int, default=2, help="ranks (default 2)")
     ap.add_argument("--mib", type=float, default=25, help="MiB per bucket (default 25)")
+    ap.add_argument("--bytes", type=int, help="bytes per bucket (instead of --mib)")
     ap.add_argument("--buckets", type=int, default=1, help="buckets in flight (default 1)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--iters", type=int, default=5, help="allreduces timed per round and backend")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--json", help="append the result as one JSON line here")
     a = ap.parse_args()
+    if a.bytes is None:
+        a.bytes = int(a.mib * 2**20)
+    a.bytes = max(4, a.bytes // 4 * 4)
+    size = f"{a.bytes / 2**20:g} MiB" if a.bytes >= 2**20 else f"{a.bytes} B"
     try:
         import torch.multiprocessing as mp
         import hcomm.torch  # noqa: F401
@@ -104,9 +109,9 @@ def main():
         mp.spawn(worker, args=(a, os.path.join(tmp, "store"), out), nprocs=a.n)
         with open(out) as f:
             times = json.load(f)
-    nbytes = int(a.mib * 2**20) // 4 * 4 * a.buckets
-    res = {"ranks": a.n, "mib": a.mib, "buckets": a.buckets, "rounds": a.rounds, "iters": a.iters}
-    print(f"allreduce SUM float32, {a.n} ranks, {a.buckets} x {a.mib:g} MiB, "
+    nbytes = a.bytes * a.buckets
+    res = {"ranks": a.n, "bytes": a.bytes, "buckets": a.buckets, "rounds": a.rounds, "iters": a.iters}
+    print(f"allreduce SUM float32, {a.n} ranks, {a.buckets} x {size}, "
           f"{a.rounds} interleaved rounds x {a.iters} (slowest rank's time)")
     print(f"{'backend':8} {'median ms':>10} {'p10 ms':>8} {'p90 ms':>8} {'algbw GB/s':>11} {'busbw GB/s':>11}")
     for name in ("gloo", "hcomm"):
@@ -116,8 +121,8 @@ def main():
         bus = alg * 2 * (a.n - 1) / a.n
         res[name] = {"median_s": med, "p10_s": pct(xs, 0.1), "p90_s": pct(xs, 0.9),
                      "algbw_GBps": alg, "busbw_GBps": bus, "samples": len(xs)}
-        print(f"{name:8} {med * 1e3:10.2f} {pct(xs, 0.1) * 1e3:8.2f} {pct(xs, 0.9) * 1e3:8.2f} "
-              f"{alg:11.2f} {bus:11.2f}")
+        print(f"{name:8} {med * 1e3:10.3f} {pct(xs, 0.1) * 1e3:8.3f} {pct(xs, 0.9) * 1e3:8.3f} "
+              f"{alg:11.3f} {bus:11.3f}")
     res["ratio_gloo_over_hcomm"] = res["gloo"]["median_s"] / res["hcomm"]["median_s"]
     print(f"ratio gloo/hcomm (median time): {res['ratio_gloo_over_hcomm']:.2f}x "
           f"({'hcomm faster' if res['ratio_gloo_over_hcomm'] > 1 else 'gloo faster'})")
