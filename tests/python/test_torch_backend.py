@@ -226,6 +226,14 @@ def body(c, rank, size, hcomm):
     dist.all_reduce(t)
     c.eq("usable after refusals", t, torch.full((2,), float(N)))
     dist.destroy_process_group(g2)
+    # past the group's timeout an operation aborts the group's communicator
+    g3 = dist.new_group(list(range(N)), timeout=timedelta(seconds=1))
+    if rank == 0:
+        work = dist.irecv(torch.zeros(4), src=1, tag=77, group=g3)  # never sent
+        c.raises("timeout", work.wait, ["timeout", "aborted", "ERR_ABORTED"])
+        c.raises("aborted group", lambda: dist.all_reduce(torch.ones(1), group=g3), ["ERR_ABORTED"])
+    dist.destroy_process_group(g3)
+    dist.barrier()
 
 
 def main():
