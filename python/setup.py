@@ -14,7 +14,6 @@ HCOMM_PY_TORCH=0 skips the torch backend, =1 requires it (default: built
 when torch and its headers are there). HCOMM_PY_WERROR=1 adds -Werror.
 """
 import os
-import shlex
 import subprocess
 import sys
 
@@ -63,14 +62,13 @@ def find_hcomm():
             sys.exit(f"hcomm setup: HCOMM_PREFIX={prefix} has no lib*/libhcomm.so")
         return os.path.join(prefix, "include"), lib, "HCOMM_PREFIX"
     try:
-        cf = subprocess.run(["pkg-config", "--cflags-only-I", "hcomm"], capture_output=True,
-                            text=True, check=True).stdout
-        lf = subprocess.run(["pkg-config", "--libs-only-L", "hcomm"], capture_output=True,
-                            text=True, check=True).stdout
-        incs = [a[2:] for a in shlex.split(cf) if a.startswith("-I")]
-        libs = [a[2:] for a in shlex.split(lf) if a.startswith("-L")]
-        if incs and libs:
-            return incs[0], libs[0], "pkg-config"
+        def var(v):
+            return subprocess.run(["pkg-config", f"--variable={v}", "hcomm"], capture_output=True,
+                                  text=True, check=True).stdout.strip()
+        inc, lib = var("includedir"), var("libdir")
+        if os.path.exists(os.path.join(inc, "hcomm.h")) and \
+                os.path.exists(os.path.join(lib, "libhcomm.so")):
+            return inc, lib, "pkg-config"
     except (OSError, subprocess.CalledProcessError):
         pass
     repo = os.path.dirname(HERE)
