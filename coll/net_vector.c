@@ -12,19 +12,24 @@
 
 /* ---- gather / scatter: linear ------------------------------------------------------------- */
 
-hc_step_t hc_net_gather(hc_coll_op_t *op)
+/* The root receives (gather) or sends (scatter) every other rank's block,
+ * a batch of HC_COLL_MAX_REQS at a time; the others send or receive theirs.
+ * The root's own block is copied unless it is already in place. */
+static hc_step_t hc_net_rooted_linear(hc_coll_op_t *op, bool gather)
 {
     int n = op->comm->size, me = op->comm->rank, root = op->root;
     size_t B = op->bytes; /* per rank */
-    uint8_t *rbuf = op->rbuf;
+    uint8_t *blocks = gather ? (uint8_t *)op->rbuf : (uint8_t *)op->sbuf; /* the root's n blocks */
+    uint8_t *mine = gather ? (uint8_t *)op->sbuf : (uint8_t *)op->rbuf;  /* this rank's one */
     if (op->phase == 0) {
         op->phase = 1;
         if (me != root) {
-            HC_STEP_TRY(hc_net_send(op, op->sbuf, B, root));
+            HC_STEP_TRY(gather ? hc_net_send(op, mine, B, root) : hc_net_recv(op, mine, B, root));
             return hc_net_test(op);
         }
-        if (op->sbuf != rbuf + (size_t)root * B) /* else in place */
-            memmove(rbuf + (size_t)root * B, op->sbuf, B);
+        if (mine != blocks + (size_t)root * B) /* else in place */
+            memmove(gather ? blocks + (size_t)root * B : mine,
+                    gather ? mine : blocks + (size_t)root * B, B);
         op->round = 0;
     }
     if (me != root)
@@ -38,42 +43,22 @@ hc_step_t hc_net_gather(hc_coll_op_t *op)
         for (int k = 0; k < HC_COLL_MAX_REQS && op->round < n; op->round++) {
             if (op->round == me)
                 continue;
-            HC_STEP_TRY(hc_net_recv(op, rbuf + (size_t)op->round * B, B, op->round));
+            uint8_t *blk = blocks + (size_t)op->round * B;
+            HC_STEP_TRY(gather ? hc_net_recv(op, blk, B, op->round)
+                               : hc_net_send(op, blk, B, op->round));
             k++;
         }
     }
 }
 
+hc_step_t hc_net_gather(hc_coll_op_t *op)
+{
+    return hc_net_rooted_linear(op, true);
+}
+
 hc_step_t hc_net_scatter(hc_coll_op_t *op)
 {
-    int n = op->comm->size, me = op->comm->rank, root = op->root;
-    size_t B = op->bytes; /* per rank */
-    const uint8_t *sbuf = op->sbuf;
-    if (op->phase == 0) {
-        op->phase = 1;
-        if (me != root) {
-            HC_STEP_TRY(hc_net_recv(op, op->rbuf, B, root));
-            return hc_net_test(op);
-        }
-        if ((const uint8_t *)op->rbuf != sbuf + (size_t)root * B)
-            memmove(op->rbuf, sbuf + (size_t)root * B, B);
-        op->round = 0;
-    }
-    if (me != root)
-        return hc_net_test(op);
-    for (;;) {
-        hc_step_t t = hc_net_test(op);
-        if (!hc_step_ok(t))
-            return t;
-        if (op->round >= n)
-            return HC_STEP_DONE;
-        for (int k = 0; k < HC_COLL_MAX_REQS && op->round < n; op->round++) {
-            if (op->round == me)
-                continue;
-            HC_STEP_TRY(hc_net_send(op, sbuf + (size_t)op->round * B, B, op->round));
-            k++;
-        }
-    }
+    return hc_net_rooted_linear(op, false);
 }
 
 /* ---- allgatherv: ring ------------------------------------------------------------------- */

@@ -336,6 +336,20 @@ static void hc_stats_drv_names(uint8_t mask, char *buf, size_t len)
         snprintf(buf, len, "local");
 }
 
+/* The next peer after *r that carried messages, with its drivers' names
+ * (level 2); NULL after the last. */
+static const hc_stats_peer_t *hc_stats_peer_next(int *r, char *drv, size_t len)
+{
+    while (hc_stats_peers && ++*r < hc_ctx.size) {
+        const hc_stats_peer_t *p = &hc_stats_peers[*r];
+        if (!p->tx_msgs && !p->rx_msgs)
+            continue;
+        hc_stats_drv_names(hc_stats_drv_bit(*r), drv, len);
+        return p;
+    }
+    return NULL;
+}
+
 static void hc_stats_size_label(unsigned cls, char *buf, size_t len)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
@@ -458,12 +472,9 @@ static void hc_stats_table(FILE *f, const char *why)
                      c->world ? ", world" : "", c->gone ? ", freed" : "", n ? line : " -");
     }
     hc_stats_out(f, "  per peer (world rank, driver: messages and bytes sent, received):");
-    for (int r = 0; hc_stats_peers && r < hc_ctx.size; r++) {
-        const hc_stats_peer_t *p = &hc_stats_peers[r];
-        if (!p->tx_msgs && !p->rx_msgs)
-            continue;
-        char drv[64];
-        hc_stats_drv_names(hc_stats_drv_bit(r), drv, sizeof(drv));
+    char drv[64];
+    const hc_stats_peer_t *p;
+    for (int r = -1; (p = hc_stats_peer_next(&r, drv, sizeof(drv))) != NULL;) {
         hc_stats_out(f, "    rank %-5d %-6s tx %10llu msgs %14llu B   rx %10llu msgs %14llu B", r,
                      drv, (unsigned long long)p->tx_msgs, (unsigned long long)p->tx_bytes,
                      (unsigned long long)p->rx_msgs, (unsigned long long)p->rx_bytes);
@@ -600,12 +611,9 @@ static void hc_stats_json(FILE *f, const char *why)
         }
         fprintf(f, "}}\n");
     }
-    for (int r = 0; hc_stats_peers && r < hc_ctx.size; r++) {
-        const hc_stats_peer_t *p = &hc_stats_peers[r];
-        if (!p->tx_msgs && !p->rx_msgs)
-            continue;
-        char drv[64];
-        hc_stats_drv_names(hc_stats_drv_bit(r), drv, sizeof(drv));
+    char drv[64];
+    const hc_stats_peer_t *p;
+    for (int r = -1; (p = hc_stats_peer_next(&r, drv, sizeof(drv))) != NULL;) {
         fprintf(f, "{\"type\":\"peer\",\"report\":%u,\"rank\":%d,\"peer\":%d,\"driver\":", rep,
                 hc_ctx.rank, r);
         hc_json_str(f, drv);
