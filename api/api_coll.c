@@ -587,6 +587,10 @@ static hcomm_status_t hc_alltoallv_impl(const char *fn, const void *sbuf, const 
     if (sbuf && sbuf == rbuf)
         return hc_error(HCOMM_ERR_INVALID, "%s: sendbuf == recvbuf: alltoallv is not done in "
                                            "place (use separate buffers)", fn);
+    if (scounts[comm->rank] != rcounts[comm->rank])
+        return hc_error(HCOMM_ERR_INVALID, "%s: sendcounts[%d] = %zu but recvcounts[%d] = %zu "
+                                           "(the block this rank sends itself)", fn, comm->rank,
+                        scounts[comm->rank], comm->rank, rcounts[comm->rank]);
     /* Every rank posts its messages, whatever the counts (zero: a zero-byte
      * message), so even a rank with nothing to send or receive takes part:
      * the signature's count is 0 (ranks' totals differ by design). */

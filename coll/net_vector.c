@@ -97,65 +97,17 @@ hc_step_t hc_net_allgatherv_ring(hc_coll_op_t *op)
     }
 }
 
-/* ---- reduce_scatterv: direct ----------------------------------------------------------------- */
+/* ---- pairwise exchange (reduce_scatterv, alltoallv) ------------------------------------------- */
 
-/* Scratch: n slots of this rank's block (its own contribution and every
- * other rank's), then n source pointers. */
-size_t hc_net_reduce_scatterv_state(const hc_coll_op_t *op)
-{
-    int n = op->comm->size;
-    size_t mine = op->vec.rcounts[op->comm->rank] * op->esize;
-    return (size_t)n * HC_ALIGN_UP(mine, (size_t)64) + (size_t)n * sizeof(void *);
-}
+/* Where this rank's block for peer lies (send) or peer's block lands (recv),
+ * and its bytes. */
+typedef uint8_t *(*hc_net_block_fn)(hc_coll_op_t *op, int peer, bool send, size_t *len_p);
 
-hc_step_t hc_net_reduce_scatterv(hc_coll_op_t *op)
+/* Round i sends to me+i and receives from me-i, up to HC_NET_BATCH rounds in
+ * flight; done when every round's messages are. op->round starts at 1. */
+static hc_step_t hc_net_pairwise(hc_coll_op_t *op, hc_net_block_fn block)
 {
     int n = op->comm->size, me = op->comm->rank;
-    size_t es = op->esize;
-    const size_t *cnt = op->vec.rcounts, *off = op->vec.sdispls; /* block offsets in sendbuf */
-    const uint8_t *sbuf = op->sbuf;
-    size_t mine = cnt[me] * es, slot = HC_ALIGN_UP(mine, (size_t)64);
-    if (op->phase == 0) {
-        HC_STEP_TRY(hc_net_alloc(op));
-        memcpy((uint8_t *)op->tmp + (size_t)me * slot, sbuf + off[me] * es, mine);
-        op->round = 1;
-        op->phase = 1;
-    }
-    for (;;) {
-        hc_step_t t = hc_net_test(op);
-        if (!hc_step_ok(t))
-            return t;
-        if (op->round >= n)
-            break;
-        for (int k = 0; k < HC_NET_BATCH && op->round < n; k++, op->round++) {
-            int to = hc_net_mod(me + op->round, n), from = hc_net_mod(me - op->round, n);
-            HC_STEP_TRY(hc_net_recv(op, (uint8_t *)op->tmp + (size_t)from * slot, mine, from));
-            HC_STEP_TRY(hc_net_send(op, sbuf + off[to] * es, cnt[to] * es, to));
-        }
-    }
-    /* every contribution is here: reduce them in rank order */
-    const void **srcs = (const void **)((uint8_t *)op->tmp + (size_t)n * slot);
-    for (int r = 0; r < n; r++)
-        srcs[r] = (uint8_t *)op->tmp + (size_t)r * slot;
-    if (cnt[me])
-        hc_reduce(op->rbuf, srcs, n, cnt[me], op->dtype, op->op, op->op == HCOMM_AVG ? n : 0);
-    return HC_STEP_DONE;
-}
-
-/* ---- alltoallv: pairwise exchange ------------------------------------------------------------ */
-
-hc_step_t hc_net_alltoallv(hc_coll_op_t *op)
-{
-    int n = op->comm->size, me = op->comm->rank;
-    size_t es = op->esize;
-    const hc_coll_vec_t *v = &op->vec;
-    const uint8_t *sbuf = op->sbuf;
-    uint8_t *rbuf = op->rbuf;
-    if (op->phase == 0) {
-        memmove(rbuf + v->rdispls[me] * es, sbuf + v->sdispls[me] * es, v->scounts[me] * es);
-        op->round = 1;
-        op->phase = 1;
-    }
     for (;;) {
         hc_step_t t = hc_net_test(op);
         if (!hc_step_ok(t))
@@ -164,8 +116,84 @@ hc_step_t hc_net_alltoallv(hc_coll_op_t *op)
             return HC_STEP_DONE;
         for (int k = 0; k < HC_NET_BATCH && op->round < n; k++, op->round++) {
             int to = hc_net_mod(me + op->round, n), from = hc_net_mod(me - op->round, n);
-            HC_STEP_TRY(hc_net_recv(op, rbuf + v->rdispls[from] * es, v->rcounts[from] * es, from));
-            HC_STEP_TRY(hc_net_send(op, sbuf + v->sdispls[to] * es, v->scounts[to] * es, to));
+            size_t rl, sl;
+            uint8_t *rb = block(op, from, false, &rl), *sb = block(op, to, true, &sl);
+            HC_STEP_TRY(hc_net_recv(op, rb, rl, from));
+            HC_STEP_TRY(hc_net_send(op, sb, sl, to));
         }
     }
+}
+
+/* ---- reduce_scatterv: direct ----------------------------------------------------------------- */
+
+/* Scratch: n slots of this rank's block (its own contribution and every
+ * other rank's), then n source pointers. */
+static size_t hc_net_rsv_slot(const hc_coll_op_t *op)
+{
+    return HC_ALIGN_UP(op->vec.rcounts[op->comm->rank] * op->esize, (size_t)64);
+}
+
+size_t hc_net_reduce_scatterv_state(const hc_coll_op_t *op)
+{
+    return (size_t)op->comm->size * (hc_net_rsv_slot(op) + sizeof(void *));
+}
+
+/* Sends: block `peer` of sendbuf (offsets in vec.sdispls); receives: peer's
+ * contribution to this rank's block, into its scratch slot. */
+static uint8_t *hc_net_rsv_block(hc_coll_op_t *op, int peer, bool send, size_t *len_p)
+{
+    const size_t *cnt = op->vec.rcounts;
+    if (send) {
+        *len_p = cnt[peer] * op->esize;
+        return (uint8_t *)op->sbuf + op->vec.sdispls[peer] * op->esize;
+    }
+    *len_p = cnt[op->comm->rank] * op->esize;
+    return (uint8_t *)op->tmp + (size_t)peer * hc_net_rsv_slot(op);
+}
+
+hc_step_t hc_net_reduce_scatterv(hc_coll_op_t *op)
+{
+    int n = op->comm->size, me = op->comm->rank;
+    size_t mine, slot = hc_net_rsv_slot(op);
+    if (op->phase == 0) {
+        HC_STEP_TRY(hc_net_alloc(op));
+        uint8_t *own = hc_net_rsv_block(op, me, true, &mine);
+        memcpy((uint8_t *)op->tmp + (size_t)me * slot, own, mine);
+        op->round = 1;
+        op->phase = 1;
+    }
+    hc_step_t t = hc_net_pairwise(op, hc_net_rsv_block);
+    if (!hc_step_ok(t))
+        return t;
+    /* every contribution is here: reduce them in rank order */
+    const void **srcs = (const void **)((uint8_t *)op->tmp + (size_t)n * slot);
+    for (int r = 0; r < n; r++)
+        srcs[r] = (uint8_t *)op->tmp + (size_t)r * slot;
+    size_t cnt = op->vec.rcounts[me];
+    if (cnt)
+        hc_reduce(op->rbuf, srcs, n, cnt, op->dtype, op->op, op->op == HCOMM_AVG ? n : 0);
+    return HC_STEP_DONE;
+}
+
+/* ---- alltoallv: pairwise exchange ------------------------------------------------------------ */
+
+static uint8_t *hc_net_a2av_block(hc_coll_op_t *op, int peer, bool send, size_t *len_p)
+{
+    const hc_coll_vec_t *v = &op->vec;
+    *len_p = (send ? v->scounts[peer] : v->rcounts[peer]) * op->esize;
+    return send ? (uint8_t *)op->sbuf + v->sdispls[peer] * op->esize
+                : (uint8_t *)op->rbuf + v->rdispls[peer] * op->esize;
+}
+
+hc_step_t hc_net_alltoallv(hc_coll_op_t *op)
+{
+    int me = op->comm->rank;
+    if (op->phase == 0) {
+        size_t sl, rl;
+        uint8_t *s = hc_net_a2av_block(op, me, true, &sl), *r = hc_net_a2av_block(op, me, false, &rl);
+        memmove(r, s, sl < rl ? sl : rl);
+        op->round = 1;
+        op->phase = 1;
+    }
+    return hc_net_pairwise(op, hc_net_a2av_block);
 }

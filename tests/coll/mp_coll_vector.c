@@ -294,6 +294,11 @@ static void errors(hcomm_comm_t w)
     mp_expect_msg("allgatherv sendcount", "sendcount 1 differs from recvcounts", NULL);
     MP_EXPECT(HCOMM_ERR_INVALID, hcomm_alltoallv(y, c, dsp, y, c, dsp, HCOMM_FLOAT32, w));
     mp_expect_msg("alltoallv in place", "hcomm_alltoallv", "not done in place", NULL);
+    size_t c2[64];
+    memcpy(c2, c, sizeof(c2));
+    c2[me] = 3; /* sends itself 3, expects 2 */
+    MP_EXPECT(HCOMM_ERR_INVALID, hcomm_alltoallv(x, c2, dsp, y, c, dsp, HCOMM_FLOAT32, w));
+    mp_expect_msg("alltoallv own block", "sendcounts[", "recvcounts[", NULL);
     MP_EXPECT(HCOMM_ERR_INVALID, hcomm_reduce_scatterv(x, y, c, HCOMM_FLOAT32, (hcomm_op_t)99, w));
     MP_EXPECT(HCOMM_ERR_INVALID, hcomm_gather(x, y, 1, HCOMM_FLOAT32, n, w));
     mp_expect_msg("gather root", "hcomm_gather", "root", NULL);
