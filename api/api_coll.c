@@ -1019,3 +1019,90 @@ out:
     free(members);
     return st;
 }
+
+/* hcomm_comm_create_group: a communicator of some of comm's ranks, made by
+ * those ranks alone. The context id comes as split's does (above every id a
+ * member has used): the members send theirs to the first member, which
+ * answers with the largest, on comm's point-to-point context with a
+ * negative tag (never a user's: the API refuses negative tags). */
+static hcomm_status_t hc_group_xchg(hcomm_comm_t comm, int peer, bool send, uint32_t *v,
+                                    int32_t itag, const char *fn)
+{
+    struct hcomm_request *req;
+    hcomm_status_t st = send ? hc_p2p_isend(comm, comm->ctx_id, v, sizeof(*v), peer, itag, &req)
+                             : hc_p2p_irecv(comm, comm->ctx_id, v, sizeof(*v), peer, itag, &req);
+    if (st != HCOMM_OK)
+        return st;
+    st = hc_request_wait(req, fn);
+    hc_request_free(req);
+    return st;
+}
+
+HC_EXPORT hcomm_status_t hcomm_comm_create_group(hcomm_comm_t comm, const int *ranks, int n,
+                                                 int tag, hcomm_comm_t *newcomm_p)
+{
+    const char *fn = "hcomm_comm_create_group";
+    hcomm_status_t st = hc_check_comm(fn, comm);
+    if (st != HCOMM_OK)
+        return st;
+    if (!newcomm_p)
+        return hc_error(HCOMM_ERR_INVALID, "%s: newcomm_p is NULL", fn);
+    if (hc_ctx.group_depth)
+        return hc_error(HCOMM_ERR_INVALID, "%s: not allowed inside a group", fn);
+    if (!ranks || n < 1 || n > comm->size)
+        return hc_error(HCOMM_ERR_INVALID, "%s: ranks is NULL or n = %d is not in [1, %d]", fn, n,
+                        comm->size);
+    if (tag < 0)
+        return hc_error(HCOMM_ERR_INVALID, "%s: tag %d is negative", fn, tag);
+    uint8_t *seen = calloc((size_t)comm->size, 1);
+    int *members = malloc(sizeof(int) * (size_t)n);
+    if (!seen || !members) {
+        free(seen);
+        free(members);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
+    }
+    int me = -1;
+    for (int i = 0; i < n && st == HCOMM_OK; i++) {
+        if (ranks[i] < 0 || ranks[i] >= comm->size)
+            st = hc_error(HCOMM_ERR_INVALID, "%s: ranks[%d] = %d is out of range for a "
+                                             "communicator of %d ranks", fn, i, ranks[i],
+                          comm->size);
+        else if (seen[ranks[i]]++)
+            st = hc_error(HCOMM_ERR_INVALID, "%s: rank %d is listed twice (ranks[%d])", fn,
+                          ranks[i], i);
+        else {
+            members[i] = comm->world_ranks[ranks[i]];
+            if (ranks[i] == comm->rank)
+                me = i;
+        }
+    }
+    if (st == HCOMM_OK && me < 0)
+        st = hc_error(HCOMM_ERR_INVALID, "%s: this rank (%d) is not in ranks: only the members "
+                                         "call it", fn, comm->rank);
+    int32_t itag = -1 - (int32_t)(tag & 0x3fffffff);
+    uint32_t base = hc_ctx.next_ctx_id;
+    if (st == HCOMM_OK && me == 0) {
+        for (int i = 1; i < n && st == HCOMM_OK; i++) {
+            uint32_t v;
+            st = hc_group_xchg(comm, ranks[i], false, &v, itag, fn);
+            base = HC_MAX(base, v);
+        }
+        for (int i = 1; i < n && st == HCOMM_OK; i++)
+            st = hc_group_xchg(comm, ranks[i], true, &base, itag, fn);
+    } else if (st == HCOMM_OK) {
+        uint32_t v = base;
+        st = hc_group_xchg(comm, ranks[0], true, &v, itag, fn);
+        if (st == HCOMM_OK)
+            st = hc_group_xchg(comm, ranks[0], false, &base, itag, fn);
+    }
+    if (st == HCOMM_OK) {
+        hc_ctx.next_ctx_id = HC_MAX(hc_ctx.next_ctx_id, base + 1);
+        struct hcomm_comm *nc;
+        st = hc_comm_create(base, n, members, &nc);
+        if (st == HCOMM_OK)
+            *newcomm_p = nc;
+    }
+    free(seen);
+    free(members);
+    return st;
+}

@@ -148,7 +148,17 @@ int hcomm_comm_size(hcomm_comm_t comm);
 #define HCOMM_UNDEFINED (-1)
 hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key, hcomm_comm_t *newcomm_p);
 
-/* Releases a communicator created by hcomm_comm_split(). Local: needs no other
+/* Collective over the listed ranks of comm only (the others do not call it;
+ * MPI_Comm_create_group): a communicator of ranks[0..n-1], in that order
+ * (every member passes the same list). tag (>= 0) tells apart creations
+ * that may run at the same time on overlapping members. Errors:
+ * ERR_INVALID (comm, ranks out of range or twice, this rank not listed,
+ * n, tag, newcomm_p), ERR_NO_MEMORY, ERR_PEER_FAILED, ERR_TIMEOUT. */
+hcomm_status_t hcomm_comm_create_group(hcomm_comm_t comm, const int *ranks, int n, int tag,
+                                       hcomm_comm_t *newcomm_p);
+
+/* Releases a communicator created by hcomm_comm_split() or
+ * hcomm_comm_create_group(). Local: needs no other
  * rank. Errors: ERR_INVALID (NULL, world, already freed). */
 hcomm_status_t hcomm_comm_free(hcomm_comm_t comm);
 
