@@ -6,17 +6,7 @@ cannot take, and the library stays usable after each. Under hcommrun (2+ ranks):
 """
 import sys
 
-try:
-    import numpy as np
-except ImportError as e:
-    print(f"SKIP: numpy unavailable: {e}")
-    sys.exit(77)
-
-try:
-    import hcomm
-except ImportError as e:
-    print(f"SKIP: the hcomm module is not built: {e}")
-    sys.exit(77)
+from hcomm_testlib import hcomm, np
 
 try:
     import torch

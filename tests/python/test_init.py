@@ -17,16 +17,7 @@ import tempfile
 import time
 import traceback
 
-try:
-    import numpy as np
-except ImportError as e:
-    print(f"SKIP: numpy unavailable: {e}")
-    sys.exit(77)
-try:
-    import hcomm
-except ImportError as e:
-    print(f"SKIP: the hcomm module is not built: {e}")
-    sys.exit(77)
+from hcomm_testlib import hcomm, np
 
 
 class DirStore:

@@ -15,17 +15,7 @@ import gc
 import os
 import sys
 
-try:
-    import numpy as np
-except ImportError as e:
-    print(f"SKIP: numpy unavailable: {e}")
-    sys.exit(77)
-
-try:
-    import hcomm
-except ImportError as e:
-    print(f"SKIP: the hcomm module is not built: {e}")
-    sys.exit(77)
+from hcomm_testlib import hcomm, np
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--no-torch", action="store_true")
