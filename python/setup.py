@@ -86,17 +86,28 @@ SYSTEM_LIB = LIB in ("/usr/lib", "/usr/lib64", "/usr/lib/x86_64-linux-gnu")
 werror = ["-Werror"] if os.environ.get("HCOMM_PY_WERROR") == "1" else []
 src_dir = os.path.join("src")
 
+
+def linked_to_hcomm(source, extra_compile_args):
+    """What both extensions pass to their Extension class: the source in
+    src/, libhcomm's headers and library (fresh lists each call: torch's
+    CppExtension extends include_dirs in place)."""
+    return dict(
+        sources=[os.path.join(src_dir, source)],
+        include_dirs=[INC, src_dir],
+        library_dirs=[LIB],
+        runtime_library_dirs=[] if SYSTEM_LIB else [LIB],
+        libraries=["hcomm"],
+        extra_compile_args=extra_compile_args + werror,
+        depends=[os.path.join(INC, "hcomm.h"), os.path.join(src_dir, "hcomm_capi.h"),
+                 os.path.join(LIB, "libhcomm.so")],
+    )
+
+
 c_ext = Extension(
     "hcomm._hcomm",
-    sources=[os.path.join(src_dir, "hcomm_module.c")],
-    include_dirs=[INC, src_dir],
-    library_dirs=[LIB],
-    runtime_library_dirs=[] if SYSTEM_LIB else [LIB],
-    libraries=["hcomm"],
-    extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-missing-field-initializers",
-                        "-Wno-cast-function-type"] + werror,
-    depends=[os.path.join(INC, "hcomm.h"), os.path.join(src_dir, "hcomm_capi.h"),
-             os.path.join(LIB, "libhcomm.so")],
+    **linked_to_hcomm("hcomm_module.c", ["-std=gnu11", "-Wall", "-Wextra",
+                                         "-Wno-missing-field-initializers",
+                                         "-Wno-cast-function-type"]),
 )
 ext_modules = [c_ext]
 cmdclass = {}
@@ -116,15 +127,8 @@ if want_torch != "0":
     if have_torch:
         ext_modules.append(CppExtension(
             "hcomm._torch_backend",
-            sources=[os.path.join(src_dir, "process_group_hcomm.cpp")],
-            include_dirs=[INC, src_dir],
-            library_dirs=[LIB],
-            runtime_library_dirs=[] if SYSTEM_LIB else [LIB],
-            libraries=["hcomm"],
-            extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-Wno-missing-field-initializers"] + werror,
-            depends=[os.path.join(INC, "hcomm.h"), os.path.join(src_dir, "hcomm_capi.h"),
-                     os.path.join(LIB, "libhcomm.so")],
+            **linked_to_hcomm("process_group_hcomm.cpp", ["-Wall", "-Wextra", "-Wno-unused-parameter",
+                                                          "-Wno-missing-field-initializers"]),
         ))
         from setuptools.command.build_ext import build_ext as _plain_build_ext
 
