@@ -41,6 +41,19 @@ typedef struct {
     void (*world_release)(void);
 } hcpy_capi_t;
 
+/* The name of a status ("ERR_TIMEOUT"), for messages on both sides. */
+static inline const char *hcpy_status_name(int st)
+{
+    switch (st) {
+#define HCPY_NAME_(name, value, text)                                                              \
+    case value:                                                                                    \
+        return #name;
+        HCOMM_STATUS_MAP(HCPY_NAME_)
+#undef HCPY_NAME_
+    }
+    return "UNKNOWN";
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -51,24 +51,12 @@ static void lib_unlock(void)
         Py_END_ALLOW_THREADS                                                                       \
     } while (0)
 
-static const char *status_name(int st)
-{
-    switch (st) {
-#define HC_NAME_(name, value, text)                                                                \
-    case value:                                                                                    \
-        return #name;
-        HCOMM_STATUS_MAP(HC_NAME_)
-#undef HC_NAME_
-    }
-    return "UNKNOWN";
-}
-
 /* hcomm.Error(message) with .status, .status_name, .message. */
 static PyObject *make_error(int st, const char *msg)
 {
     if (!msg || !*msg)
         msg = hcomm_strerror((hcomm_status_t)st);
-    PyObject *text = PyUnicode_FromFormat("%s [%s]", msg, status_name(st));
+    PyObject *text = PyUnicode_FromFormat("%s [%s]", msg, hcpy_status_name(st));
     if (!text)
         return NULL;
     PyObject *exc = PyObject_CallOneArg(g_error, text);
@@ -79,7 +67,7 @@ static PyObject *make_error(int st, const char *msg)
     if (!(v = PyLong_FromLong(st)) || PyObject_SetAttrString(exc, "status", v) < 0)
         goto fail;
     Py_DECREF(v);
-    if (!(v = PyUnicode_FromString(status_name(st))) ||
+    if (!(v = PyUnicode_FromString(hcpy_status_name(st))) ||
         PyObject_SetAttrString(exc, "status_name", v) < 0)
         goto fail;
     Py_DECREF(v);

@@ -48,21 +48,10 @@ struct LibLock {
   ~LibLock() { capi->unlock(); }
 };
 
-static const char* status_name(hcomm_status_t st) {
-  switch (st) {
-#define HC_NAME_(name, value, text) \
-  case value:                       \
-    return #name;
-    HCOMM_STATUS_MAP(HC_NAME_)
-#undef HC_NAME_
-  }
-  return "UNKNOWN";
-}
-
 // The failure of an hcomm call, read on the thread that made it.
 static std::string hcomm_message(hcomm_status_t st) {
   const char* m = hcomm_last_error();
-  return std::string(m && *m ? m : hcomm_strerror(st)) + " [" + status_name(st) + "]";
+  return std::string(m && *m ? m : hcomm_strerror(st)) + " [" + hcpy_status_name(st) + "]";
 }
 
 static int hdtype(at::ScalarType t) {
@@ -283,7 +272,7 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
       hcomm_init_params_t p = {rank, size, -1, -1, url.c_str(), key.c_str()};
       st = capi->world_acquire(&p, msg, sizeof(msg));
       TORCH_CHECK(st == HCOMM_OK, "hcomm: hcomm_init_rank(rank ", rank, " of ", size, ", ", url,
-                  "): ", msg, " [", status_name(st), "]");
+                  "): ", msg, " [", hcpy_status_name(st), "]");
     }
     {
       // The group's own communicator (ordered by torch's rank), apart from
