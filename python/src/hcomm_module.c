@@ -1019,159 +1019,242 @@ static size_t extent(const size_t *c, const size_t *d, int n)
     return m;
 }
 
-#define FN_NAME(nb, name) ((nb) ? "hcomm.i" name : "hcomm." name)
+/* ---- the collectives: one call being prepared -------------------------------- */
+
+/* A call's arguments as they are checked: its buffers (released on failure,
+ * handed to finish_call on success) and the call_t (vector arrays freed). */
+typedef struct {
+    CommObject *self;
+    int nb;       /* the non-blocking form */
+    int dtype;    /* dtype= (-1: none) */
+    char fn[32];  /* "hcomm.allreduce", "hcomm.iallreduce"... for messages */
+    int nbuf;
+    hbuf_t b[2];
+    call_t c;
+} ctx_t;
+
+/* After the arguments parsed: dto (the dtype= keyword, NULL: none) and the
+ * communicator checked. */
+static int ctx_begin(ctx_t *x, CommObject *self, int nb, kind_t kind, PyObject *dto)
+{
+    memset(x, 0, sizeof(*x));
+    x->self = self;
+    x->nb = nb;
+    x->c.kind = kind;
+    snprintf(x->fn, sizeof(x->fn), "hcomm.%s%s", nb ? "i" : "", kind_name(kind));
+    if (parse_dtype(dto, &x->dtype) < 0 || comm_check(self, x->fn) < 0)
+        return -1;
+    return 0;
+}
+
+/* Parses an impl_'s arguments (its kwl) into the ctx x of the call kind. */
+#define CTX_BEGIN(x, kind, dto, fmt, ...)                                                          \
+    (PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, __VA_ARGS__) &&                               \
+     ctx_begin(&(x), self, nb, kind, dto) == 0)
+
+static PyObject *ctx_fail(ctx_t *x)
+{
+    call_free(&x->c);
+    for (int i = 0; i < x->nbuf; i++)
+        hbuf_release(&x->b[i]);
+    return NULL;
+}
+
+static PyObject *ctx_finish(ctx_t *x, PyObject *result)
+{
+    return finish_call(x->self, &x->c, x->b, x->nbuf, result, x->nb);
+}
+
+/* o (named arg) as the call's next buffer. */
+static hbuf_t *ctx_buf(ctx_t *x, PyObject *o, int writable, const char *arg)
+{
+    hbuf_t *b = &x->b[x->nbuf];
+    if (resolve(o, writable, x->dtype, x->fn, arg, b) < 0)
+        return NULL;
+    x->nbuf++;
+    return b;
+}
+
+/* The second buffer, of the first one's type: the sendbuf (sends, read) or
+ * the recvbuf (written). */
+static hbuf_t *ctx_second(ctx_t *x, PyObject *o, int sends)
+{
+    hbuf_t *first = &x->b[0], *b = ctx_buf(x, o, !sends, sends ? "sendbuf" : "recvbuf");
+    if (!b || need_same(sends ? b : first, sends ? first : b, x->fn, "sendbuf", "recvbuf") < 0)
+        return NULL;
+    return b;
+}
+
+/* The recvbuf of a call whose sendbuf (the first buffer) it matches in size. */
+static hbuf_t *ctx_recvbuf(ctx_t *x, PyObject *o)
+{
+    hbuf_t *s = &x->b[0], *r = ctx_second(x, o, 0);
+    if (!r || r->nbytes == s->nbytes)
+        return r;
+    PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, sendbuf %zu", x->fn,
+                 hbuf_count(r), hbuf_count(s));
+    return NULL;
+}
+
+/* The sendbuf of a reduction (the first buffer): sets the call's dtype and sbuf. */
+static hbuf_t *ctx_reducible(ctx_t *x, PyObject *o, int writable)
+{
+    hbuf_t *b = ctx_buf(x, o, writable, "sendbuf");
+    if (!b || need_reducible(b, x->fn, "sendbuf") < 0)
+        return NULL;
+    x->c.dt = (hcomm_dtype_t)b->dtype;
+    x->c.sbuf = b->ptr;
+    return b;
+}
+
+/* b (named arg) holds one block per rank: *block, the elements of one. */
+static int ctx_blocks(ctx_t *x, const hbuf_t *b, const char *arg, size_t *block)
+{
+    size_t n = x->self->size, count = hbuf_count(b);
+    if (count % n) {
+        PyErr_Format(PyExc_ValueError, "%s: %s has %zu elements, not a multiple of %zu ranks",
+                     x->fn, arg, count, n);
+        return -1;
+    }
+    *block = count / n;
+    return 0;
+}
+
+/* Calls of one block per rank on one side (allgather, gather, reduce_scatter,
+ * scatter): the first buffer, the sendbuf (whole_sends) or the recvbuf, holds
+ * them; the other side is o or, o None, block k of the first in place. Sets
+ * the call's buffers, dtype and count. */
+static int ctx_blocked(ctx_t *x, int whole_sends, PyObject *o, size_t k)
+{
+    hbuf_t *whole = &x->b[0];
+    const char *warg = whole_sends ? "sendbuf" : "recvbuf";
+    size_t scale, block, n = x->self->size;
+    x->c.dt = xfer_dtype(whole, &scale);
+    char *other;
+    if (o == Py_None) {
+        if (ctx_blocks(x, whole, warg, &block) < 0)
+            return -1;
+        other = whole->ptr + k * block * whole->itemsize;
+    } else {
+        hbuf_t *b = ctx_second(x, o, !whole_sends);
+        if (!b)
+            return -1;
+        block = hbuf_count(b);
+        if (block * n != hbuf_count(whole)) {
+            PyErr_Format(PyExc_ValueError, "%s: %s has %zu elements, not %zu ranks x %zu", x->fn,
+                         warg, hbuf_count(whole), n, block);
+            return -1;
+        }
+        other = b->ptr;
+    }
+    x->c.count = block * scale;
+    x->c.sbuf = whole_sends ? whole->ptr : other;
+    x->c.rbuf = whole_sends ? other : whole->ptr;
+    return 0;
+}
+
+/* Calls of one buffer moved as it lies (broadcast, send, recv, gather off the
+ * root, scatter off the root): into the call's sbuf (sends) or rbuf. */
+static PyObject *ctx_single(ctx_t *x, PyObject *o, const char *arg, int sends, int writable,
+                            PyObject *result)
+{
+    hbuf_t *b = ctx_buf(x, o, writable, arg);
+    if (!b)
+        return NULL;
+    size_t scale;
+    x->c.dt = xfer_dtype(b, &scale);
+    x->c.count = hbuf_count(b) * scale;
+    if (sends)
+        x->c.sbuf = b->ptr;
+    else
+        x->c.rbuf = b->ptr;
+    return ctx_finish(x, result);
+}
+
+/* counts (carg) and displs (darg, None: packed) of a vector call. */
+static int ctx_vector(ctx_t *x, PyObject *co, PyObject *dso, size_t scale, const char *carg,
+                      const char *darg, size_t **counts, size_t **displs)
+{
+    int n = x->self->size;
+    if (parse_counts(co, n, scale, x->fn, carg, counts) < 0 ||
+        parse_displs(dso, *counts, n, scale, x->fn, darg, displs) < 0)
+        return -1;
+    return 0;
+}
+
+/* b (named arg) holds what counts and displs reach. */
+static int ctx_reach(ctx_t *x, const hbuf_t *b, size_t scale, const size_t *counts,
+                     const size_t *displs, const char *arg, const char *carg, const char *darg)
+{
+    size_t e = extent(counts, displs, x->self->size);
+    if (e <= hbuf_count(b) * scale)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "%s: %s has %zu elements, %s and %s reach %zu", x->fn, arg,
+                 hbuf_count(b), carg, darg, e / scale);
+    return -1;
+}
 
 static PyObject *impl_allreduce(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"sendbuf", "recvbuf", "op", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "allreduce");
     PyObject *so, *ro = Py_None, *dto = Py_None;
-    int op = HCOMM_SUM, dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OiO", kwl, &so, &ro, &op, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+    int op = HCOMM_SUM;
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_ALLREDUCE, dto, "O|OiO", &so, &ro, &op, &dto))
         return NULL;
     int inplace = ro == Py_None || ro == so;
-    hbuf_t b[2];
-    int nbuf = 0;
-    if (resolve(so, inplace, dto_v, fn, "sendbuf", &b[0]) < 0)
-        return NULL;
-    nbuf = 1;
-    if (need_reducible(&b[0], fn, "sendbuf") < 0)
-        goto fail;
-    if (!inplace) {
-        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
-            goto fail;
-        nbuf = 2;
-        if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
-            goto fail;
-        if (b[1].nbytes != b[0].nbytes) {
-            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, sendbuf %zu", fn,
-                         hbuf_count(&b[1]), hbuf_count(&b[0]));
-            goto fail;
-        }
-    }
-    call_t c = {.kind = K_ALLREDUCE, .sbuf = b[0].ptr, .rbuf = inplace ? b[0].ptr : b[1].ptr,
-                .count = hbuf_count(&b[0]), .dt = (hcomm_dtype_t)b[0].dtype, .op = (hcomm_op_t)op};
-    return finish_call(self, &c, b, nbuf, inplace ? so : ro, nb);
-fail:
-    for (int i = 0; i < nbuf; i++)
-        hbuf_release(&b[i]);
-    return NULL;
+    hbuf_t *s = ctx_reducible(&x, so, inplace), *r = s;
+    if (!s || (!inplace && !(r = ctx_recvbuf(&x, ro))))
+        return ctx_fail(&x);
+    x.c.rbuf = r->ptr;
+    x.c.count = hbuf_count(s);
+    x.c.op = (hcomm_op_t)op;
+    return ctx_finish(&x, inplace ? so : ro);
 }
 
 static PyObject *impl_broadcast(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"buf", "root", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "broadcast");
     PyObject *bo, *dto = Py_None;
-    int root = 0, dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iO", kwl, &bo, &root, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+    int root = 0;
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_BROADCAST, dto, "O|iO", &bo, &root, &dto))
         return NULL;
-    hbuf_t b[1];
-    if (resolve(bo, self->rank != root, dto_v, fn, "buf", &b[0]) < 0)
-        return NULL;
-    size_t scale;
-    hcomm_dtype_t dt = xfer_dtype(&b[0], &scale);
-    call_t c = {.kind = K_BROADCAST, .rbuf = b[0].ptr, .count = hbuf_count(&b[0]) * scale,
-                .dt = dt, .root = root};
-    return finish_call(self, &c, b, 1, bo, nb);
+    x.c.root = root;
+    return ctx_single(&x, bo, "buf", 0, self->rank != root, bo);
 }
 
 static PyObject *impl_reduce(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"sendbuf", "recvbuf", "op", "root", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "reduce");
     PyObject *so, *ro = Py_None, *dto = Py_None;
-    int op = HCOMM_SUM, root = 0, dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OiiO", kwl, &so, &ro, &op, &root, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+    int op = HCOMM_SUM, root = 0;
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_REDUCE, dto, "O|OiiO", &so, &ro, &op, &root, &dto))
         return NULL;
     int is_root = self->rank == root;
     int inplace = is_root && (ro == Py_None || ro == so);
-    hbuf_t b[2];
-    int nbuf = 0;
-    if (resolve(so, inplace, dto_v, fn, "sendbuf", &b[0]) < 0)
-        return NULL;
-    nbuf = 1;
-    if (need_reducible(&b[0], fn, "sendbuf") < 0)
-        goto fail;
-    void *rbuf = NULL;
-    PyObject *result = NULL;
-    if (inplace) {
-        rbuf = b[0].ptr;
-        result = so;
-    } else if (is_root) {
-        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
-            goto fail;
-        nbuf = 2;
-        if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
-            goto fail;
-        if (b[1].nbytes != b[0].nbytes) {
-            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, sendbuf %zu", fn,
-                         hbuf_count(&b[1]), hbuf_count(&b[0]));
-            goto fail;
-        }
-        rbuf = b[1].ptr;
-        result = ro;
-    }
-    call_t c = {.kind = K_REDUCE, .sbuf = b[0].ptr, .rbuf = rbuf, .count = hbuf_count(&b[0]),
-                .dt = (hcomm_dtype_t)b[0].dtype, .op = (hcomm_op_t)op, .root = root};
-    return finish_call(self, &c, b, nbuf, result, nb);
-fail:
-    for (int i = 0; i < nbuf; i++)
-        hbuf_release(&b[i]);
-    return NULL;
+    hbuf_t *s = ctx_reducible(&x, so, inplace), *r = s;
+    if (!s || (is_root && !inplace && !(r = ctx_recvbuf(&x, ro))))
+        return ctx_fail(&x);
+    x.c.rbuf = is_root ? r->ptr : NULL;
+    x.c.count = hbuf_count(s);
+    x.c.op = (hcomm_op_t)op;
+    x.c.root = root;
+    return ctx_finish(&x, !is_root ? NULL : inplace ? so : ro);
 }
 
 /* allgather(sendbuf, recvbuf): sendbuf None: in place (block `rank` of recvbuf). */
 static PyObject *impl_allgather(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"sendbuf", "recvbuf", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "allgather");
     PyObject *so, *ro, *dto = Py_None;
-    int dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O", kwl, &so, &ro, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_ALLGATHER, dto, "OO|O", &so, &ro, &dto))
         return NULL;
-    hbuf_t b[2];
-    int nbuf = 0;
-    if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[0]) < 0)
-        return NULL;
-    nbuf = 1;
-    size_t scale, n = self->size;
-    hcomm_dtype_t dt = xfer_dtype(&b[0], &scale);
-    size_t rcount = hbuf_count(&b[0]), count;
-    const char *sbuf;
-    if (so == Py_None) {
-        if (rcount % n) {
-            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, not a multiple of %zu ranks",
-                         fn, rcount, n);
-            goto fail;
-        }
-        count = rcount / n;
-        sbuf = b[0].ptr + (size_t)self->rank * count * b[0].itemsize;
-    } else {
-        if (resolve(so, 0, dto_v, fn, "sendbuf", &b[1]) < 0)
-            goto fail;
-        nbuf = 2;
-        if (need_same(&b[1], &b[0], fn, "sendbuf", "recvbuf") < 0)
-            goto fail;
-        count = hbuf_count(&b[1]);
-        if (count * n != rcount) {
-            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, not %zu ranks x %zu", fn,
-                         rcount, n, count);
-            goto fail;
-        }
-        sbuf = b[1].ptr;
-    }
-    call_t c = {.kind = K_ALLGATHER, .sbuf = sbuf, .rbuf = b[0].ptr, .count = count * scale,
-                .dt = dt};
-    return finish_call(self, &c, b, nbuf, ro, nb);
-fail:
-    for (int i = 0; i < nbuf; i++)
-        hbuf_release(&b[i]);
-    return NULL;
+    if (!ctx_buf(&x, ro, 1, "recvbuf") || ctx_blocked(&x, 0, so, self->rank) < 0)
+        return ctx_fail(&x);
+    return ctx_finish(&x, ro);
 }
 
 /* reduce_scatter(sendbuf, recvbuf=None): recvbuf None: in place (the
@@ -1179,104 +1262,45 @@ fail:
 static PyObject *impl_reduce_scatter(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"sendbuf", "recvbuf", "op", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "reduce_scatter");
     PyObject *so, *ro = Py_None, *dto = Py_None;
-    int op = HCOMM_SUM, dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OiO", kwl, &so, &ro, &op, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+    int op = HCOMM_SUM;
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_REDUCE_SCATTER, dto, "O|OiO", &so, &ro, &op, &dto))
         return NULL;
     int inplace = ro == Py_None;
-    hbuf_t b[2];
-    int nbuf = 0;
-    if (resolve(so, inplace, dto_v, fn, "sendbuf", &b[0]) < 0)
-        return NULL;
-    nbuf = 1;
-    if (need_reducible(&b[0], fn, "sendbuf") < 0)
-        goto fail;
-    size_t n = self->size, scount = hbuf_count(&b[0]), count;
-    char *rbuf;
-    if (inplace) {
-        if (scount % n) {
-            PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, not a multiple of %zu ranks",
-                         fn, scount, n);
-            goto fail;
-        }
-        count = scount / n;
-        rbuf = b[0].ptr + (size_t)self->rank * count * b[0].itemsize;
-    } else {
-        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
-            goto fail;
-        nbuf = 2;
-        if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
-            goto fail;
-        count = hbuf_count(&b[1]);
-        if (count * n != scount) {
-            PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, not %zu ranks x %zu", fn,
-                         scount, n, count);
-            goto fail;
-        }
-        rbuf = b[1].ptr;
-    }
-    call_t c = {.kind = K_REDUCE_SCATTER, .sbuf = b[0].ptr, .rbuf = rbuf, .count = count,
-                .dt = (hcomm_dtype_t)b[0].dtype, .op = (hcomm_op_t)op};
-    return finish_call(self, &c, b, nbuf, inplace ? so : ro, nb);
-fail:
-    for (int i = 0; i < nbuf; i++)
-        hbuf_release(&b[i]);
-    return NULL;
+    if (!ctx_reducible(&x, so, inplace) || ctx_blocked(&x, 1, ro, self->rank) < 0)
+        return ctx_fail(&x);
+    x.c.op = (hcomm_op_t)op;
+    return ctx_finish(&x, inplace ? so : ro);
 }
 
 static PyObject *impl_alltoall(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"sendbuf", "recvbuf", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "alltoall");
     PyObject *so, *ro = Py_None, *dto = Py_None;
-    int dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO", kwl, &so, &ro, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_ALLTOALL, dto, "O|OO", &so, &ro, &dto))
         return NULL;
     int inplace = ro == Py_None || ro == so;
-    hbuf_t b[2];
-    int nbuf = 0;
-    if (resolve(so, inplace, dto_v, fn, "sendbuf", &b[0]) < 0)
-        return NULL;
-    nbuf = 1;
-    size_t n = self->size, scount = hbuf_count(&b[0]), scale;
-    hcomm_dtype_t dt = xfer_dtype(&b[0], &scale);
-    if (scount % n) {
-        PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, not a multiple of %zu ranks",
-                     fn, scount, n);
-        goto fail;
-    }
-    if (!inplace) {
-        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
-            goto fail;
-        nbuf = 2;
-        if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
-            goto fail;
-        if (b[1].nbytes != b[0].nbytes) {
-            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, sendbuf %zu", fn,
-                         hbuf_count(&b[1]), scount);
-            goto fail;
-        }
-    }
-    call_t c = {.kind = K_ALLTOALL, .sbuf = b[0].ptr, .rbuf = inplace ? b[0].ptr : b[1].ptr,
-                .count = scount / n * scale, .dt = dt};
-    return finish_call(self, &c, b, nbuf, inplace ? so : ro, nb);
-fail:
-    for (int i = 0; i < nbuf; i++)
-        hbuf_release(&b[i]);
-    return NULL;
+    hbuf_t *s = ctx_buf(&x, so, inplace, "sendbuf"), *r = s;
+    size_t scale, block;
+    if (!s || ctx_blocks(&x, s, "sendbuf", &block) < 0 || (!inplace && !(r = ctx_recvbuf(&x, ro))))
+        return ctx_fail(&x);
+    x.c.dt = xfer_dtype(s, &scale);
+    x.c.sbuf = s->ptr;
+    x.c.rbuf = r->ptr;
+    x.c.count = block * scale;
+    return ctx_finish(&x, inplace ? so : ro);
 }
 
 static PyObject *impl_barrier(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {NULL};
-    const char *fn = FN_NAME(nb, "barrier");
-    if (!PyArg_ParseTupleAndKeywords(args, kw, ":barrier", kwl) || comm_check(self, fn) < 0)
+    ctx_t x;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, ":barrier", kwl) ||
+        ctx_begin(&x, self, nb, K_BARRIER, NULL) < 0)
         return NULL;
-    call_t c = {.kind = K_BARRIER};
-    return finish_call(self, &c, NULL, 0, NULL, nb);
+    return ctx_finish(&x, NULL);
 }
 
 /* gather(sendbuf, recvbuf=None, root=0): recvbuf on root only; sendbuf None
@@ -1284,63 +1308,19 @@ static PyObject *impl_barrier(CommObject *self, PyObject *args, PyObject *kw, in
 static PyObject *impl_gather(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"sendbuf", "recvbuf", "root", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "gather");
     PyObject *so, *ro = Py_None, *dto = Py_None;
-    int root = 0, dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OiO", kwl, &so, &ro, &root, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+    int root = 0;
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_GATHER, dto, "O|OiO", &so, &ro, &root, &dto))
         return NULL;
-    hbuf_t b[2];
-    int nbuf = 0;
-    size_t n = self->size, scale, count;
-    hcomm_dtype_t dt;
-    const char *sbuf;
-    char *rbuf = NULL;
-    PyObject *result = NULL;
-    if (self->rank == root) {
-        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[0]) < 0)
-            return NULL;
-        nbuf = 1;
-        dt = xfer_dtype(&b[0], &scale);
-        size_t rcount = hbuf_count(&b[0]);
-        if (rcount % n) {
-            PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, not a multiple of %zu ranks",
-                         fn, rcount, n);
-            goto fail;
-        }
-        count = rcount / n;
-        rbuf = b[0].ptr;
-        result = ro;
-        if (so == Py_None) {
-            sbuf = b[0].ptr + (size_t)root * count * b[0].itemsize;
-        } else {
-            if (resolve(so, 0, dto_v, fn, "sendbuf", &b[1]) < 0)
-                goto fail;
-            nbuf = 2;
-            if (need_same(&b[1], &b[0], fn, "sendbuf", "recvbuf") < 0)
-                goto fail;
-            if (hbuf_count(&b[1]) != count) {
-                PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, not %zu ranks x %zu",
-                             fn, rcount, n, hbuf_count(&b[1]));
-                goto fail;
-            }
-            sbuf = b[1].ptr;
-        }
-    } else {
-        if (resolve(so, 0, dto_v, fn, "sendbuf", &b[0]) < 0)
-            return NULL;
-        nbuf = 1;
-        dt = xfer_dtype(&b[0], &scale);
-        count = hbuf_count(&b[0]);
-        sbuf = b[0].ptr;
-    }
-    call_t c = {.kind = K_GATHER, .sbuf = sbuf, .rbuf = rbuf, .count = count * scale, .dt = dt,
-                .root = root};
-    return finish_call(self, &c, b, nbuf, result, nb);
-fail:
-    for (int i = 0; i < nbuf; i++)
-        hbuf_release(&b[i]);
-    return NULL;
+    x.c.root = root;
+    if (self->rank != root)
+        return ctx_single(&x, so, "sendbuf", 1, 0, NULL);
+    size_t block;
+    hbuf_t *r = ctx_buf(&x, ro, 1, "recvbuf");
+    if (!r || ctx_blocks(&x, r, "recvbuf", &block) < 0 || ctx_blocked(&x, 0, so, root) < 0)
+        return ctx_fail(&x);
+    return ctx_finish(&x, ro);
 }
 
 /* scatter(sendbuf, recvbuf, root=0): sendbuf on root only; recvbuf None on
@@ -1348,66 +1328,20 @@ fail:
 static PyObject *impl_scatter(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"sendbuf", "recvbuf", "root", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "scatter");
     PyObject *so, *ro = Py_None, *dto = Py_None;
-    int root = 0, dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OiO", kwl, &so, &ro, &root, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+    int root = 0;
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_SCATTER, dto, "O|OiO", &so, &ro, &root, &dto))
         return NULL;
-    hbuf_t b[2];
-    int nbuf = 0;
-    size_t n = self->size, scale, count;
-    hcomm_dtype_t dt;
-    const char *sbuf = NULL;
-    char *rbuf;
-    PyObject *result;
-    if (self->rank == root) {
-        int inplace = ro == Py_None;
-        if (resolve(so, inplace, dto_v, fn, "sendbuf", &b[0]) < 0)
-            return NULL;
-        nbuf = 1;
-        dt = xfer_dtype(&b[0], &scale);
-        size_t scount = hbuf_count(&b[0]);
-        if (scount % n) {
-            PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, not a multiple of %zu ranks",
-                         fn, scount, n);
-            goto fail;
-        }
-        count = scount / n;
-        sbuf = b[0].ptr;
-        if (inplace) {
-            rbuf = b[0].ptr + (size_t)root * count * b[0].itemsize;
-            result = so;
-        } else {
-            if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
-                goto fail;
-            nbuf = 2;
-            if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
-                goto fail;
-            if (hbuf_count(&b[1]) != count) {
-                PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, not %zu ranks x %zu",
-                             fn, scount, n, hbuf_count(&b[1]));
-                goto fail;
-            }
-            rbuf = b[1].ptr;
-            result = ro;
-        }
-    } else {
-        if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[0]) < 0)
-            return NULL;
-        nbuf = 1;
-        dt = xfer_dtype(&b[0], &scale);
-        count = hbuf_count(&b[0]);
-        rbuf = b[0].ptr;
-        result = ro;
-    }
-    call_t c = {.kind = K_SCATTER, .sbuf = sbuf, .rbuf = rbuf, .count = count * scale, .dt = dt,
-                .root = root};
-    return finish_call(self, &c, b, nbuf, result, nb);
-fail:
-    for (int i = 0; i < nbuf; i++)
-        hbuf_release(&b[i]);
-    return NULL;
+    x.c.root = root;
+    if (self->rank != root)
+        return ctx_single(&x, ro, "recvbuf", 0, 1, ro);
+    int inplace = ro == Py_None;
+    size_t block;
+    hbuf_t *s = ctx_buf(&x, so, inplace, "sendbuf");
+    if (!s || ctx_blocks(&x, s, "sendbuf", &block) < 0 || ctx_blocked(&x, 1, ro, root) < 0)
+        return ctx_fail(&x);
+    return ctx_finish(&x, inplace ? so : ro);
 }
 
 /* allgatherv(sendbuf, recvbuf, recvcounts, displs=None): sendbuf None: in
@@ -1415,179 +1349,112 @@ fail:
 static PyObject *impl_allgatherv(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"sendbuf", "recvbuf", "recvcounts", "displs", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "allgatherv");
     PyObject *so, *ro, *co, *dso = Py_None, *dto = Py_None;
-    int dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO", kwl, &so, &ro, &co, &dso, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_ALLGATHERV, dto, "OOO|OO", &so, &ro, &co, &dso, &dto))
         return NULL;
-    hbuf_t b[2];
-    int nbuf = 0, n = self->size;
-    call_t c = {.kind = K_ALLGATHERV};
-    if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[0]) < 0)
+    call_t *c = &x.c;
+    hbuf_t *r = ctx_buf(&x, ro, 1, "recvbuf"), *s;
+    if (!r)
         return NULL;
-    nbuf = 1;
     size_t scale;
-    c.dt = xfer_dtype(&b[0], &scale);
-    if (parse_counts(co, n, scale, fn, "recvcounts", &c.c1) < 0 ||
-        parse_displs(dso, c.c1, n, scale, fn, "displs", &c.d1) < 0)
-        goto fail;
-    if (extent(c.c1, c.d1, n) > hbuf_count(&b[0]) * scale) {
-        PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, recvcounts and displs reach %zu",
-                     fn, hbuf_count(&b[0]), extent(c.c1, c.d1, n) / scale);
-        goto fail;
-    }
-    c.rbuf = b[0].ptr;
+    c->dt = xfer_dtype(r, &scale);
+    if (ctx_vector(&x, co, dso, scale, "recvcounts", "displs", &c->c1, &c->d1) < 0 ||
+        ctx_reach(&x, r, scale, c->c1, c->d1, "recvbuf", "recvcounts", "displs") < 0)
+        return ctx_fail(&x);
+    c->rbuf = r->ptr;
     if (so == Py_None) {
-        c.sbuf = b[0].ptr + c.d1[self->rank] / scale * b[0].itemsize;
-        c.count = c.c1[self->rank];
+        c->sbuf = r->ptr + c->d1[self->rank] / scale * r->itemsize;
+        c->count = c->c1[self->rank];
     } else {
-        if (resolve(so, 0, dto_v, fn, "sendbuf", &b[1]) < 0)
-            goto fail;
-        nbuf = 2;
-        if (need_same(&b[1], &b[0], fn, "sendbuf", "recvbuf") < 0)
-            goto fail;
-        c.sbuf = b[1].ptr;
-        c.count = hbuf_count(&b[1]) * scale;
+        if (!(s = ctx_second(&x, so, 1)))
+            return ctx_fail(&x);
+        c->sbuf = s->ptr;
+        c->count = hbuf_count(s) * scale;
     }
-    return finish_call(self, &c, b, nbuf, ro, nb);
-fail:
-    call_free(&c);
-    for (int i = 0; i < nbuf; i++)
-        hbuf_release(&b[i]);
-    return NULL;
+    return ctx_finish(&x, ro);
 }
 
 static PyObject *impl_reduce_scatterv(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"sendbuf", "recvbuf", "recvcounts", "op", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "reduce_scatterv");
     PyObject *so, *ro, *co, *dto = Py_None;
-    int op = HCOMM_SUM, dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|iO", kwl, &so, &ro, &co, &op, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+    int op = HCOMM_SUM;
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_REDUCE_SCATTERV, dto, "OOO|iO", &so, &ro, &co, &op, &dto))
         return NULL;
-    hbuf_t b[2];
-    int nbuf = 0, n = self->size;
-    call_t c = {.kind = K_REDUCE_SCATTERV, .op = (hcomm_op_t)op};
-    if (resolve(so, 0, dto_v, fn, "sendbuf", &b[0]) < 0)
-        return NULL;
-    nbuf = 1;
-    if (need_reducible(&b[0], fn, "sendbuf") < 0 || resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
-        goto fail;
-    nbuf = 2;
-    if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0 ||
-        parse_counts(co, n, 1, fn, "recvcounts", &c.c1) < 0)
-        goto fail;
+    call_t *c = &x.c;
+    int n = self->size;
+    c->op = (hcomm_op_t)op;
+    hbuf_t *s = ctx_reducible(&x, so, 0), *r;
+    if (!s || !(r = ctx_second(&x, ro, 0)) || parse_counts(co, n, 1, x.fn, "recvcounts", &c->c1) < 0)
+        return ctx_fail(&x);
     size_t total = 0;
     for (int i = 0; i < n; i++)
-        total += c.c1[i];
-    if (total != hbuf_count(&b[0])) {
-        PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, recvcounts sum to %zu", fn,
-                     hbuf_count(&b[0]), total);
-        goto fail;
+        total += c->c1[i];
+    if (total != hbuf_count(s)) {
+        PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, recvcounts sum to %zu", x.fn,
+                     hbuf_count(s), total);
+        return ctx_fail(&x);
     }
-    if (hbuf_count(&b[1]) < c.c1[self->rank]) {
-        PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, recvcounts[%d] is %zu", fn,
-                     hbuf_count(&b[1]), self->rank, c.c1[self->rank]);
-        goto fail;
+    if (hbuf_count(r) < c->c1[self->rank]) {
+        PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, recvcounts[%d] is %zu", x.fn,
+                     hbuf_count(r), self->rank, c->c1[self->rank]);
+        return ctx_fail(&x);
     }
-    c.sbuf = b[0].ptr;
-    c.rbuf = b[1].ptr;
-    c.dt = (hcomm_dtype_t)b[0].dtype;
-    return finish_call(self, &c, b, nbuf, ro, nb);
-fail:
-    call_free(&c);
-    for (int i = 0; i < nbuf; i++)
-        hbuf_release(&b[i]);
-    return NULL;
+    c->rbuf = r->ptr;
+    return ctx_finish(&x, ro);
 }
 
 static PyObject *impl_alltoallv(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"sendbuf", "sendcounts", "recvbuf", "recvcounts",
                           "sdispls", "rdispls",    "dtype",   NULL};
-    const char *fn = FN_NAME(nb, "alltoallv");
     PyObject *so, *sco, *ro, *rco, *sdo = Py_None, *rdo = Py_None, *dto = Py_None;
-    int dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|OOO", kwl, &so, &sco, &ro, &rco, &sdo, &rdo,
-                                     &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_ALLTOALLV, dto, "OOOO|OOO", &so, &sco, &ro, &rco, &sdo, &rdo, &dto))
         return NULL;
-    hbuf_t b[2];
-    int nbuf = 0, n = self->size;
-    call_t c = {.kind = K_ALLTOALLV};
-    if (resolve(so, 0, dto_v, fn, "sendbuf", &b[0]) < 0)
-        return NULL;
-    nbuf = 1;
-    if (resolve(ro, 1, dto_v, fn, "recvbuf", &b[1]) < 0)
-        goto fail;
-    nbuf = 2;
-    if (need_same(&b[0], &b[1], fn, "sendbuf", "recvbuf") < 0)
-        goto fail;
+    call_t *c = &x.c;
+    hbuf_t *s = ctx_buf(&x, so, 0, "sendbuf"), *r;
+    if (!s || !(r = ctx_second(&x, ro, 0)))
+        return ctx_fail(&x);
     size_t scale;
-    c.dt = xfer_dtype(&b[0], &scale);
-    if (parse_counts(sco, n, scale, fn, "sendcounts", &c.c1) < 0 ||
-        parse_displs(sdo, c.c1, n, scale, fn, "sdispls", &c.d1) < 0 ||
-        parse_counts(rco, n, scale, fn, "recvcounts", &c.c2) < 0 ||
-        parse_displs(rdo, c.c2, n, scale, fn, "rdispls", &c.d2) < 0)
-        goto fail;
-    if (extent(c.c1, c.d1, n) > hbuf_count(&b[0]) * scale) {
-        PyErr_Format(PyExc_ValueError, "%s: sendbuf has %zu elements, sendcounts and sdispls reach %zu",
-                     fn, hbuf_count(&b[0]), extent(c.c1, c.d1, n) / scale);
-        goto fail;
-    }
-    if (extent(c.c2, c.d2, n) > hbuf_count(&b[1]) * scale) {
-        PyErr_Format(PyExc_ValueError, "%s: recvbuf has %zu elements, recvcounts and rdispls reach %zu",
-                     fn, hbuf_count(&b[1]), extent(c.c2, c.d2, n) / scale);
-        goto fail;
-    }
-    c.sbuf = b[0].ptr;
-    c.rbuf = b[1].ptr;
-    return finish_call(self, &c, b, nbuf, ro, nb);
-fail:
-    call_free(&c);
-    for (int i = 0; i < nbuf; i++)
-        hbuf_release(&b[i]);
-    return NULL;
+    c->dt = xfer_dtype(s, &scale);
+    if (ctx_vector(&x, sco, sdo, scale, "sendcounts", "sdispls", &c->c1, &c->d1) < 0 ||
+        ctx_vector(&x, rco, rdo, scale, "recvcounts", "rdispls", &c->c2, &c->d2) < 0 ||
+        ctx_reach(&x, s, scale, c->c1, c->d1, "sendbuf", "sendcounts", "sdispls") < 0 ||
+        ctx_reach(&x, r, scale, c->c2, c->d2, "recvbuf", "recvcounts", "rdispls") < 0)
+        return ctx_fail(&x);
+    c->sbuf = s->ptr;
+    c->rbuf = r->ptr;
+    return ctx_finish(&x, ro);
+}
+
+/* send(buf, dest, tag=0) and recv(buf, source, tag=0). */
+static PyObject *impl_p2p(CommObject *self, PyObject *args, PyObject *kw, int nb, kind_t kind)
+{
+    static char *send_kwl[] = {"buf", "dest", "tag", "dtype", NULL};
+    static char *recv_kwl[] = {"buf", "source", "tag", "dtype", NULL};
+    int recv = kind == K_RECV;
+    char **kwl = recv ? recv_kwl : send_kwl;
+    PyObject *bo, *dto = Py_None;
+    int peer, tag = 0;
+    ctx_t x;
+    if (!CTX_BEGIN(x, kind, dto, "Oi|iO", &bo, &peer, &tag, &dto))
+        return NULL;
+    x.c.peer = peer;
+    x.c.tag = tag;
+    return ctx_single(&x, bo, "buf", !recv, recv, recv ? bo : NULL);
 }
 
 static PyObject *impl_send(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
-    static char *kwl[] = {"buf", "dest", "tag", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "send");
-    PyObject *bo, *dto = Py_None;
-    int dest, tag = 0, dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|iO", kwl, &bo, &dest, &tag, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
-        return NULL;
-    hbuf_t b[1];
-    if (resolve(bo, 0, dto_v, fn, "buf", &b[0]) < 0)
-        return NULL;
-    size_t scale;
-    hcomm_dtype_t dt = xfer_dtype(&b[0], &scale);
-    call_t c = {.kind = K_SEND, .sbuf = b[0].ptr, .count = hbuf_count(&b[0]) * scale, .dt = dt,
-                .peer = dest, .tag = tag};
-    return finish_call(self, &c, b, 1, NULL, nb);
+    return impl_p2p(self, args, kw, nb, K_SEND);
 }
 
 static PyObject *impl_recv(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
-    static char *kwl[] = {"buf", "source", "tag", "dtype", NULL};
-    const char *fn = FN_NAME(nb, "recv");
-    PyObject *bo, *dto = Py_None;
-    int src, tag = 0, dto_v;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|iO", kwl, &bo, &src, &tag, &dto) ||
-        parse_dtype(dto, &dto_v) < 0 || comm_check(self, fn) < 0)
-        return NULL;
-    hbuf_t b[1];
-    if (resolve(bo, 1, dto_v, fn, "buf", &b[0]) < 0)
-        return NULL;
-    size_t scale;
-    hcomm_dtype_t dt = xfer_dtype(&b[0], &scale);
-    call_t c = {.kind = K_RECV, .rbuf = b[0].ptr, .count = hbuf_count(&b[0]) * scale, .dt = dt,
-                .peer = src, .tag = tag};
-    return finish_call(self, &c, b, 1, bo, nb);
+    return impl_p2p(self, args, kw, nb, K_RECV);
 }
 
 #define HC_PAIR(name)                                                                              \
