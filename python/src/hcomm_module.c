@@ -723,17 +723,32 @@ static PyObject *request_result(hop_t *op)
     return res;
 }
 
+/* 0 when no other thread is in wait()/test() on op. */
+static int request_idle(hop_t *op, const char *fn)
+{
+    if (!op->busy)
+        return 0;
+    raise_fmt(HCOMM_ERR_INVALID, "%s: another thread is waiting for it", fn);
+    return -1;
+}
+
+/* HC_LOCKED on op's request, op marked busy meanwhile. */
+#define HC_ON_REQUEST(op, st, expr)                                                                \
+    do {                                                                                           \
+        (op)->busy = 1;                                                                            \
+        HC_LOCKED(st, expr);                                                                       \
+        (op)->busy = 0;                                                                            \
+    } while (0)
+
 static PyObject *request_wait(RequestObject *r, PyObject *unused)
 {
     (void)unused;
     hop_t *op = r->op;
-    if (op->busy)
-        return raise_fmt(HCOMM_ERR_INVALID, "hcomm.Request.wait: another thread is waiting for it");
+    if (request_idle(op, "hcomm.Request.wait") < 0)
+        return NULL;
     if (op->inflight) {
         hcomm_status_t st;
-        op->busy = 1;
-        HC_LOCKED(st, hcomm_wait(op->req));
-        op->busy = 0;
+        HC_ON_REQUEST(op, st, hcomm_wait(op->req));
         if (op->inflight) /* not cancelled by a finalize meanwhile */
             op_complete(op, st);
     }
@@ -744,14 +759,12 @@ static PyObject *request_test(RequestObject *r, PyObject *unused)
 {
     (void)unused;
     hop_t *op = r->op;
-    if (op->busy)
-        return raise_fmt(HCOMM_ERR_INVALID, "hcomm.Request.test: another thread is waiting for it");
+    if (request_idle(op, "hcomm.Request.test") < 0)
+        return NULL;
     if (op->inflight) {
         int done = 0;
         hcomm_status_t st;
-        op->busy = 1;
-        HC_LOCKED(st, hcomm_test(op->req, &done));
-        op->busy = 0;
+        HC_ON_REQUEST(op, st, hcomm_test(op->req, &done));
         if (!op->inflight)
             done = 1;
         else if (st < 0 || done)
@@ -806,53 +819,44 @@ typedef struct {
     size_t *c1, *d1, *c2, *d2; /* vector forms (malloc'd) */
 } call_t;
 
+/* hcomm_NAME(args..., comm), or hcomm_iNAME(args..., comm, rq) when rq. */
+#define HC_CALL(name, ...) (rq ? hcomm_i##name(__VA_ARGS__, comm, rq) : hcomm_##name(__VA_ARGS__, comm))
+
 static hcomm_status_t do_call(const call_t *c, hcomm_comm_t comm, hcomm_request_t *rq)
 {
     switch (c->kind) {
     case K_ALLREDUCE:
-        return rq ? hcomm_iallreduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, rq)
-                  : hcomm_allreduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm);
+        return HC_CALL(allreduce, c->sbuf, c->rbuf, c->count, c->dt, c->op);
     case K_BROADCAST:
-        return rq ? hcomm_ibroadcast(c->rbuf, c->count, c->dt, c->root, comm, rq)
-                  : hcomm_broadcast(c->rbuf, c->count, c->dt, c->root, comm);
+        return HC_CALL(broadcast, c->rbuf, c->count, c->dt, c->root);
     case K_REDUCE:
-        return rq ? hcomm_ireduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, c->root, comm, rq)
-                  : hcomm_reduce(c->sbuf, c->rbuf, c->count, c->dt, c->op, c->root, comm);
+        return HC_CALL(reduce, c->sbuf, c->rbuf, c->count, c->dt, c->op, c->root);
     case K_ALLGATHER:
-        return rq ? hcomm_iallgather(c->sbuf, c->rbuf, c->count, c->dt, comm, rq)
-                  : hcomm_allgather(c->sbuf, c->rbuf, c->count, c->dt, comm);
+        return HC_CALL(allgather, c->sbuf, c->rbuf, c->count, c->dt);
     case K_REDUCE_SCATTER:
-        return rq ? hcomm_ireduce_scatter(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm, rq)
-                  : hcomm_reduce_scatter(c->sbuf, c->rbuf, c->count, c->dt, c->op, comm);
+        return HC_CALL(reduce_scatter, c->sbuf, c->rbuf, c->count, c->dt, c->op);
     case K_ALLTOALL:
-        return rq ? hcomm_ialltoall(c->sbuf, c->rbuf, c->count, c->dt, comm, rq)
-                  : hcomm_alltoall(c->sbuf, c->rbuf, c->count, c->dt, comm);
+        return HC_CALL(alltoall, c->sbuf, c->rbuf, c->count, c->dt);
     case K_BARRIER:
         return rq ? hcomm_ibarrier(comm, rq) : hcomm_barrier(comm);
     case K_GATHER:
-        return rq ? hcomm_igather(c->sbuf, c->rbuf, c->count, c->dt, c->root, comm, rq)
-                  : hcomm_gather(c->sbuf, c->rbuf, c->count, c->dt, c->root, comm);
+        return HC_CALL(gather, c->sbuf, c->rbuf, c->count, c->dt, c->root);
     case K_SCATTER:
-        return rq ? hcomm_iscatter(c->sbuf, c->rbuf, c->count, c->dt, c->root, comm, rq)
-                  : hcomm_scatter(c->sbuf, c->rbuf, c->count, c->dt, c->root, comm);
+        return HC_CALL(scatter, c->sbuf, c->rbuf, c->count, c->dt, c->root);
     case K_ALLGATHERV:
-        return rq ? hcomm_iallgatherv(c->sbuf, c->count, c->rbuf, c->c1, c->d1, c->dt, comm, rq)
-                  : hcomm_allgatherv(c->sbuf, c->count, c->rbuf, c->c1, c->d1, c->dt, comm);
+        return HC_CALL(allgatherv, c->sbuf, c->count, c->rbuf, c->c1, c->d1, c->dt);
     case K_REDUCE_SCATTERV:
-        return rq ? hcomm_ireduce_scatterv(c->sbuf, c->rbuf, c->c1, c->dt, c->op, comm, rq)
-                  : hcomm_reduce_scatterv(c->sbuf, c->rbuf, c->c1, c->dt, c->op, comm);
+        return HC_CALL(reduce_scatterv, c->sbuf, c->rbuf, c->c1, c->dt, c->op);
     case K_ALLTOALLV:
-        return rq ? hcomm_ialltoallv(c->sbuf, c->c1, c->d1, c->rbuf, c->c2, c->d2, c->dt, comm, rq)
-                  : hcomm_alltoallv(c->sbuf, c->c1, c->d1, c->rbuf, c->c2, c->d2, c->dt, comm);
+        return HC_CALL(alltoallv, c->sbuf, c->c1, c->d1, c->rbuf, c->c2, c->d2, c->dt);
     case K_SEND:
-        return rq ? hcomm_isend(c->sbuf, c->count, c->dt, c->peer, c->tag, comm, rq)
-                  : hcomm_send(c->sbuf, c->count, c->dt, c->peer, c->tag, comm);
+        return HC_CALL(send, c->sbuf, c->count, c->dt, c->peer, c->tag);
     case K_RECV:
-        return rq ? hcomm_irecv(c->rbuf, c->count, c->dt, c->peer, c->tag, comm, rq)
-                  : hcomm_recv(c->rbuf, c->count, c->dt, c->peer, c->tag, comm);
+        return HC_CALL(recv, c->rbuf, c->count, c->dt, c->peer, c->tag);
     }
     return HCOMM_ERR_INTERNAL;
 }
+#undef HC_CALL
 
 static const char *kind_name(kind_t k)
 {
@@ -1304,44 +1308,40 @@ static PyObject *impl_barrier(CommObject *self, PyObject *args, PyObject *kw, in
 }
 
 /* gather(sendbuf, recvbuf=None, root=0): recvbuf on root only; sendbuf None
- * on root: in place (block `root` of recvbuf). */
-static PyObject *impl_gather(CommObject *self, PyObject *args, PyObject *kw, int nb)
+ * on root: in place (block `root` of recvbuf).
+ * scatter(sendbuf, recvbuf, root=0): sendbuf on root only; recvbuf None on
+ * root: in place (block `root` of sendbuf keeps its data). */
+static PyObject *impl_rooted(CommObject *self, PyObject *args, PyObject *kw, int nb, kind_t kind)
 {
     static char *kwl[] = {"sendbuf", "recvbuf", "root", "dtype", NULL};
     PyObject *so, *ro = Py_None, *dto = Py_None;
-    int root = 0;
+    int root = 0, scatter = kind == K_SCATTER;
     ctx_t x;
-    if (!CTX_BEGIN(x, K_GATHER, dto, "O|OiO", &so, &ro, &root, &dto))
+    if (!CTX_BEGIN(x, kind, dto, "O|OiO", &so, &ro, &root, &dto))
         return NULL;
     x.c.root = root;
-    if (self->rank != root)
-        return ctx_single(&x, so, "sendbuf", 1, 0, NULL);
+    if (self->rank != root) /* one block, sent (gather) or received (scatter) */
+        return scatter ? ctx_single(&x, ro, "recvbuf", 0, 1, ro)
+                       : ctx_single(&x, so, "sendbuf", 1, 0, NULL);
+    /* the root's buffer of every block, and its own block or None */
+    PyObject *whole = scatter ? so : ro, *part = scatter ? ro : so;
+    const char *warg = scatter ? "sendbuf" : "recvbuf";
+    int inplace = part == Py_None;
     size_t block;
-    hbuf_t *r = ctx_buf(&x, ro, 1, "recvbuf");
-    if (!r || ctx_blocks(&x, r, "recvbuf", &block) < 0 || ctx_blocked(&x, 0, so, root) < 0)
+    hbuf_t *w = ctx_buf(&x, whole, scatter ? inplace : 1, warg);
+    if (!w || ctx_blocks(&x, w, warg, &block) < 0 || ctx_blocked(&x, scatter, part, root) < 0)
         return ctx_fail(&x);
-    return ctx_finish(&x, ro);
+    return ctx_finish(&x, scatter && inplace ? so : ro);
 }
 
-/* scatter(sendbuf, recvbuf, root=0): sendbuf on root only; recvbuf None on
- * root: in place (block `root` of sendbuf keeps its data). */
+static PyObject *impl_gather(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    return impl_rooted(self, args, kw, nb, K_GATHER);
+}
+
 static PyObject *impl_scatter(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
-    static char *kwl[] = {"sendbuf", "recvbuf", "root", "dtype", NULL};
-    PyObject *so, *ro = Py_None, *dto = Py_None;
-    int root = 0;
-    ctx_t x;
-    if (!CTX_BEGIN(x, K_SCATTER, dto, "O|OiO", &so, &ro, &root, &dto))
-        return NULL;
-    x.c.root = root;
-    if (self->rank != root)
-        return ctx_single(&x, ro, "recvbuf", 0, 1, ro);
-    int inplace = ro == Py_None;
-    size_t block;
-    hbuf_t *s = ctx_buf(&x, so, inplace, "sendbuf");
-    if (!s || ctx_blocks(&x, s, "sendbuf", &block) < 0 || ctx_blocked(&x, 1, ro, root) < 0)
-        return ctx_fail(&x);
-    return ctx_finish(&x, inplace ? so : ro);
+    return impl_rooted(self, args, kw, nb, K_SCATTER);
 }
 
 /* allgatherv(sendbuf, recvbuf, recvcounts, displs=None): sendbuf None: in
@@ -1562,13 +1562,13 @@ static PyTypeObject RequestType = {
 
 /* ---- module functions ------------------------------------------------------ */
 
-static PyObject *m_init_env(PyObject *m, PyObject *unused)
+/* hcomm_init_rank(p), or hcomm_init from the environment (p NULL), taking
+ * hcomm.init()'s hold. */
+static PyObject *init_with_hold(const hcomm_init_params_t *p)
 {
-    (void)m;
-    (void)unused;
     hcomm_status_t st;
     Py_BEGIN_ALLOW_THREADS lib_lock();
-    st = hcomm_init(NULL, NULL);
+    st = p ? hcomm_init_rank(p) : hcomm_init(NULL, NULL);
     if (st == HCOMM_OK) {
         g_holds = 1;
         g_py_hold = 1;
@@ -1580,6 +1580,13 @@ static PyObject *m_init_env(PyObject *m, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *m_init_env(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return init_with_hold(NULL);
+}
+
 static PyObject *m_init_rank(PyObject *m, PyObject *args, PyObject *kw)
 {
     (void)m;
@@ -1588,18 +1595,7 @@ static PyObject *m_init_rank(PyObject *m, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "ii|zzii:init_rank", kwl, &p.rank, &p.size,
                                      &p.bootstrap, &p.job_key, &p.local_rank, &p.local_size))
         return NULL;
-    hcomm_status_t st;
-    Py_BEGIN_ALLOW_THREADS lib_lock();
-    st = hcomm_init_rank(&p);
-    if (st == HCOMM_OK) {
-        g_holds = 1;
-        g_py_hold = 1;
-    }
-    lib_unlock();
-    Py_END_ALLOW_THREADS
-    if (st < 0)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return init_with_hold(&p);
 }
 
 static PyObject *m_bootstrap_address(PyObject *m, PyObject *unused)
@@ -1674,11 +1670,18 @@ static PyObject *m_version(PyObject *m, PyObject *unused)
     return PyUnicode_FromString(hcomm_version_string());
 }
 
+/* arg as a C long: 0, or -1 with the exception set. */
+static int long_arg(PyObject *arg, long *v)
+{
+    *v = PyLong_AsLong(arg);
+    return *v == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *m_strerror(PyObject *m, PyObject *arg)
 {
     (void)m;
-    long v = PyLong_AsLong(arg);
-    if (v == -1 && PyErr_Occurred())
+    long v;
+    if (long_arg(arg, &v) < 0)
         return NULL;
     return PyUnicode_FromString(hcomm_strerror((hcomm_status_t)v));
 }
@@ -1693,8 +1696,8 @@ static PyObject *m_last_error(PyObject *m, PyObject *unused)
 static PyObject *m_dtype_size(PyObject *m, PyObject *arg)
 {
     (void)m;
-    long v = PyLong_AsLong(arg);
-    if (v == -1 && PyErr_Occurred())
+    long v;
+    if (long_arg(arg, &v) < 0)
         return NULL;
     return PyLong_FromSize_t(hcomm_dtype_size((hcomm_dtype_t)v));
 }
