@@ -75,10 +75,25 @@ static void check_tensor(const at::Tensor& t, const char* fn) {
   TORCH_CHECK(t.is_contiguous(), "hcomm ", fn, ": tensors must be contiguous (hcomm does not copy)");
 }
 
-static void check_single(const std::vector<at::Tensor>& ts, const char* fn) {
+// root_tensor: the options' rootTensor, where they have one.
+static void check_single(const std::vector<at::Tensor>& ts, const char* fn, int64_t root_tensor = 0) {
   TORCH_CHECK(ts.size() == 1, "hcomm ", fn, ": takes exactly one tensor (one CPU device per process), got ",
               ts.size());
   check_tensor(ts[0], fn);
+  TORCH_CHECK(root_tensor == 0, "hcomm ", fn, ": rootTensor must be 0");
+}
+
+// The input and the output of a call on two tensors.
+static void check_io(const at::Tensor& input, const at::Tensor& output, const char* fn) {
+  check_tensor(input, fn);
+  check_tensor(output, fn);
+}
+
+// whole (the input or output: what) holds size blocks of part's elements.
+static void check_whole(const at::Tensor& whole, const at::Tensor& part, int64_t size, const char* fn,
+                        const char* what) {
+  TORCH_CHECK(whole.numel() == part.numel() * size && whole.scalar_type() == part.scalar_type(), "hcomm ", fn,
+              ": the ", what, " must hold ", size, " x ", part.numel(), " elements of ", part.scalar_type());
 }
 
 // How a tensor travels: its hcomm dtype, or bytes (bool, int16, complex...).
@@ -179,6 +194,24 @@ static void check_list(const std::vector<at::Tensor>& ts, const at::Tensor& like
     TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(), "hcomm ", fn,
                 ": every tensor of ", what, " must have ", like.numel(), " elements of ",
                 like.scalar_type());
+  }
+}
+
+// flat <- ts back to back (flat holds their elements in a row).
+static void pack(at::Tensor& flat, const std::vector<at::Tensor>& ts) {
+  int64_t off = 0;
+  for (const auto& t : ts) {
+    flat.narrow(0, off, t.numel()).copy_(t.view({-1}));
+    off += t.numel();
+  }
+}
+
+// ts <- flat, the inverse of pack.
+static void unpack(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
+  int64_t off = 0;
+  for (const auto& t : ts) {
+    t.view({-1}).copy_(flat.narrow(0, off, t.numel()));
+    off += t.numel();
   }
 }
 
@@ -313,8 +346,7 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
     const char* fn = "broadcast";
-    check_single(tensors, fn);
-    TORCH_CHECK(opts.rootTensor == 0, "hcomm broadcast: rootTensor must be 0");
+    check_single(tensors, fn, opts.rootTensor);
     at::Tensor t = tensors[0];
     auto w = make_work(OpType::BROADCAST, fn, tensors, opts.timeout);
     Xfer x = xfer(t);
@@ -333,14 +365,7 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
     at::Tensor t = tensors[0];
     Red red = map_op(opts.reduceOp, fn);
     auto w = make_work(OpType::ALLREDUCE, fn, tensors, opts.timeout);
-    if (red.kind == Red::BITWISE) {
-      check_bitwise(t, fn);
-      at::Tensor rows = at::empty({(int64_t)size_, t.numel()}, t.options());
-      gather_rows(w, t, rows);
-      auto bit = red.bit;
-      w->after = [t, rows, bit]() mutable { t.view({-1}).copy_(reduce_rows(rows, bit)); };
-      return enqueue(w);
-    }
+    if (red.kind == Red::BITWISE) return enqueue_bitwise(w, t, red, fn, true);
     hcomm_dtype_t dt = reducible(t, fn);
     void* p = t.data_ptr();
     size_t n = t.numel();
@@ -374,45 +399,24 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
     std::vector<at::Tensor> ts = tensors;
     w->keep = {flat};
     w->post = [=](hcomm_comm_t c, hcomm_request_t* r) mutable {
-      int64_t off = 0;
-      for (auto& t : ts) {
-        flat.narrow(0, off, t.numel()).copy_(t.view({-1}));
-        off += t.numel();
-      }
+      pack(flat, ts);
       if (red.kind == Red::PREMUL) premultiply(flat, red);
       return hcomm_iallreduce(flat.data_ptr(), flat.data_ptr(), (size_t)total, dt, red.op, c, r);
     };
-    w->after = [flat, ts]() mutable {
-      int64_t off = 0;
-      for (auto& t : ts) {
-        t.view({-1}).copy_(flat.narrow(0, off, t.numel()));
-        off += t.numel();
-      }
-    };
+    w->after = [flat, ts]() mutable { unpack(flat, ts); };
     return enqueue(w);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override {
     const char* fn = "reduce";
-    check_single(tensors, fn);
-    TORCH_CHECK(opts.rootTensor == 0, "hcomm reduce: rootTensor must be 0");
+    check_single(tensors, fn, opts.rootTensor);
     at::Tensor t = tensors[0];
     int root = (int)opts.rootRank;
-    TORCH_CHECK(root >= 0 && root < size_, "hcomm reduce: root ", root, " out of range for ", size_, " ranks");
+    check_root(root, fn);
     Red red = map_op(opts.reduceOp, fn);
     auto w = make_work(OpType::REDUCE, fn, tensors, opts.timeout);
-    if (red.kind == Red::BITWISE) {
-      check_bitwise(t, fn);
-      at::Tensor rows = at::empty({(int64_t)size_, t.numel()}, t.options());
-      gather_rows(w, t, rows);
-      auto bit = red.bit;
-      bool is_root = rank_ == root;
-      w->after = [t, rows, bit, is_root]() mutable {
-        if (is_root) t.view({-1}).copy_(reduce_rows(rows, bit));
-      };
-      return enqueue(w);
-    }
+    if (red.kind == Red::BITWISE) return enqueue_bitwise(w, t, red, fn, rank_ == root);
     hcomm_dtype_t dt = reducible(t, fn);
     void* p = t.data_ptr();
     void* rp = rank_ == root ? p : nullptr;
@@ -438,32 +442,17 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
     Xfer x = xfer(in);
     size_t n = in.numel() * x.scale;
     const void* sp = in.data_ptr();
-    if (adjacent(outs)) {
-      void* rp = outs[0].data_ptr();
-      w->keep = {in};
-      w->keep.insert(w->keep.end(), outs.begin(), outs.end());
-      w->post = [=](hcomm_comm_t c, hcomm_request_t* r) { return hcomm_iallgather(sp, rp, n, x.dt, c, r); };
-    } else {
-      at::Tensor flat = at::empty({(int64_t)size_ * in.numel()}, in.options());
-      void* rp = flat.data_ptr();
-      w->keep = {in, flat};
-      w->post = [=](hcomm_comm_t c, hcomm_request_t* r) { return hcomm_iallgather(sp, rp, n, x.dt, c, r); };
-      w->after = [flat, outs]() mutable {
-        for (size_t j = 0; j < outs.size(); j++)
-          outs[j].view({-1}).copy_(flat.narrow(0, j * outs[j].numel(), outs[j].numel()));
-      };
-    }
+    w->keep = {in};
+    void* rp = gather_target(w, outs, in);
+    w->post = [=](hcomm_comm_t c, hcomm_request_t* r) { return hcomm_iallgather(sp, rp, n, x.dt, c, r); };
     return enqueue(w);
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
     const char* fn = "_allgather_base";
-    check_tensor(input, fn);
-    check_tensor(output, fn);
-    TORCH_CHECK(output.numel() == input.numel() * size_ && output.scalar_type() == input.scalar_type(),
-                "hcomm ", fn, ": the output must hold ", size_, " x ", input.numel(), " elements of ",
-                input.scalar_type());
+    check_io(input, output, fn);
+    check_whole(output, input, size_, fn, "output");
     auto w = make_work(OpType::_ALLGATHER_BASE, fn, {output}, opts.timeout);
     Xfer x = xfer(input);
     size_t n = input.numel() * x.scale;
@@ -481,36 +470,15 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
     check_single(inputs, fn);
     at::Tensor in = inputs[0];
     int root = (int)opts.rootRank;
-    TORCH_CHECK(root >= 0 && root < size_, "hcomm gather: root ", root, " out of range for ", size_, " ranks");
-    std::vector<at::Tensor> outs;
-    if (rank_ == root) {
-      TORCH_CHECK(outputs.size() == 1, "hcomm gather: one output list on the root");
-      outs = outputs[0];
-      check_list(outs, in, size_, fn, "the output list");
-    } else {
-      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                  "hcomm gather: only the root takes an output list");
-    }
+    check_root(root, fn);
+    std::vector<at::Tensor> outs = root_list(outputs, in, root, fn, "output");
     auto w = make_work(OpType::GATHER, fn, outs, opts.timeout);
     Xfer x = xfer(in);
     size_t n = in.numel() * x.scale;
     const void* sp = in.data_ptr();
     w->keep = {in};
     void* rp = nullptr;
-    if (rank_ == root) {
-      if (adjacent(outs)) {
-        rp = outs[0].data_ptr();
-        w->keep.insert(w->keep.end(), outs.begin(), outs.end());
-      } else {
-        at::Tensor flat = at::empty({(int64_t)size_ * in.numel()}, in.options());
-        rp = flat.data_ptr();
-        w->keep.push_back(flat);
-        w->after = [flat, outs]() mutable {
-          for (size_t j = 0; j < outs.size(); j++)
-            outs[j].view({-1}).copy_(flat.narrow(0, j * outs[j].numel(), outs[j].numel()));
-        };
-      }
-    }
+    if (rank_ == root) rp = gather_target(w, outs, in);
     w->post = [=](hcomm_comm_t c, hcomm_request_t* r) { return hcomm_igather(sp, rp, n, x.dt, root, c, r); };
     return enqueue(w);
   }
@@ -522,16 +490,8 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
     check_single(outputs, fn);
     at::Tensor out = outputs[0];
     int root = (int)opts.rootRank;
-    TORCH_CHECK(root >= 0 && root < size_, "hcomm scatter: root ", root, " out of range for ", size_, " ranks");
-    std::vector<at::Tensor> ins;
-    if (rank_ == root) {
-      TORCH_CHECK(inputs.size() == 1, "hcomm scatter: one input list on the root");
-      ins = inputs[0];
-      check_list(ins, out, size_, fn, "the input list");
-    } else {
-      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                  "hcomm scatter: only the root takes an input list");
-    }
+    check_root(root, fn);
+    std::vector<at::Tensor> ins = root_list(inputs, out, root, fn, "input");
     auto w = make_work(OpType::SCATTER, fn, outputs, opts.timeout);
     Xfer x = xfer(out);
     size_t n = out.numel() * x.scale;
@@ -541,8 +501,7 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
       at::Tensor flat = at::empty({(int64_t)size_ * out.numel()}, out.options());
       w->keep.push_back(flat);
       w->post = [=](hcomm_comm_t c, hcomm_request_t* r) mutable {
-        for (size_t j = 0; j < ins.size(); j++)
-          flat.narrow(0, j * ins[j].numel(), ins[j].numel()).copy_(ins[j].view({-1}));
+        pack(flat, ins);
         return hcomm_iscatter(flat.data_ptr(), rp, n, x.dt, root, c, r);
       };
     } else {
@@ -567,8 +526,7 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
     bool direct = adjacent(ins) && red.kind == Red::NATIVE;
     at::Tensor flat = direct ? at::Tensor() : at::empty({(int64_t)size_ * out.numel()}, out.options());
     auto stage = [flat, ins, red]() mutable {
-      for (size_t j = 0; j < ins.size(); j++)
-        flat.narrow(0, j * ins[j].numel(), ins[j].numel()).copy_(ins[j].view({-1}));
+      pack(flat, ins);
       if (red.kind == Red::PREMUL) premultiply(flat, red);
     };
     if (red.kind == Red::BITWISE) {
@@ -610,11 +568,8 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
     const char* fn = "_reduce_scatter_base";
-    check_tensor(input, fn);
-    check_tensor(output, fn);
-    TORCH_CHECK(input.numel() == output.numel() * size_ && output.scalar_type() == input.scalar_type(),
-                "hcomm ", fn, ": the input must hold ", size_, " x ", output.numel(), " elements of ",
-                output.scalar_type());
+    check_io(input, output, fn);
+    check_whole(input, output, size_, fn, "input");
     std::vector<at::Tensor> outs{output};
     std::vector<std::vector<at::Tensor>> ins{input.view({-1}).chunk(size_)};
     if (output.numel() == 0) ins[0].assign(size_, output.view({-1}));
@@ -626,8 +581,7 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
                                                std::vector<int64_t>& inSplits,
                                                const c10d::AllToAllOptions& opts) override {
     const char* fn = "alltoall_base";
-    check_tensor(input, fn);
-    check_tensor(output, fn);
+    check_io(input, output, fn);
     TORCH_CHECK(output.scalar_type() == input.scalar_type(), "hcomm ", fn, ": input and output dtypes differ");
     auto w = make_work(OpType::ALLTOALL_BASE, fn, {output}, opts.timeout);
     Xfer x = xfer(input);
@@ -679,21 +633,11 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
     std::vector<at::Tensor> ins = inputs, outs = outputs;
     w->keep = {sflat, rflat};
     w->post = [=](hcomm_comm_t c, hcomm_request_t* r) mutable {
-      int64_t off = 0;
-      for (auto& t : ins) {
-        sflat.narrow(0, off, t.numel()).copy_(t.view({-1}));
-        off += t.numel();
-      }
+      pack(sflat, ins);
       return hcomm_ialltoallv(sflat.data_ptr(), sc.data(), sd.data(), rflat.data_ptr(), rc.data(), rd.data(),
                               x.dt, c, r);
     };
-    w->after = [rflat, outs]() mutable {
-      int64_t off = 0;
-      for (auto& t : outs) {
-        t.view({-1}).copy_(rflat.narrow(0, off, t.numel()));
-        off += t.numel();
-      }
-    };
+    w->after = [rflat, outs]() mutable { unpack(rflat, outs); };
     return enqueue(w);
   }
 
@@ -742,6 +686,51 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
     auto t = timeout == c10d::kUnsetTimeout ? timeout_ : timeout;
     w->deadline = Clock::now() + t;
     return w;
+  }
+
+  void check_root(int root, const char* fn) const {
+    TORCH_CHECK(root >= 0 && root < size_, "hcomm ", fn, ": root ", root, " out of range for ", size_, " ranks");
+  }
+
+  // The root's list (what: "input" or "output") of one tensor like `like` per
+  // rank; the other ranks take none (an empty list).
+  std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
+                                    int root, const char* fn, const std::string& what) const {
+    if (rank_ != root) {
+      TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "hcomm ", fn,
+                  ": only the root takes an ", what, " list");
+      return {};
+    }
+    TORCH_CHECK(lists.size() == 1, "hcomm ", fn, ": one ", what, " list on the root");
+    check_list(lists[0], like, size_, fn, ("the " + what + " list").c_str());
+    return lists[0];
+  }
+
+  // Where a gather of like's elements into outs lands: outs itself when its
+  // tensors lie back to back, or a staging tensor copied out after.
+  void* gather_target(const WorkPtr& w, const std::vector<at::Tensor>& outs, const at::Tensor& like) {
+    if (adjacent(outs)) {
+      w->keep.insert(w->keep.end(), outs.begin(), outs.end());
+      return outs[0].data_ptr();
+    }
+    at::Tensor flat = at::empty({(int64_t)size_ * like.numel()}, like.options());
+    w->keep.push_back(flat);
+    w->after = [flat, outs]() mutable { unpack(flat, outs); };
+    return flat.data_ptr();
+  }
+
+  // A bitwise reduction of t: an allgather of rows, reduced here in rank
+  // order into t where write (every rank for allreduce, the root for reduce).
+  c10::intrusive_ptr<c10d::Work> enqueue_bitwise(const WorkPtr& w, const at::Tensor& t, const Red& red,
+                                                 const char* fn, bool write) {
+    check_bitwise(t, fn);
+    at::Tensor rows = at::empty({(int64_t)size_, t.numel()}, t.options());
+    gather_rows(w, t, rows);
+    auto bit = red.bit;
+    w->after = [t, rows, bit, write]() mutable {
+      if (write) t.view({-1}).copy_(reduce_rows(rows, bit));
+    };
+    return enqueue(w);
   }
 
   // allgather of t's elements into rows [size, numel] (for bitwise reductions).
