@@ -14,7 +14,8 @@ BAND, BOR, BXOR as an allgather and a local reduction; PREMUL_SUM),
 allreduce_coalesced, broadcast, reduce, allgather, _allgather_base, gather,
 scatter, reduce_scatter, _reduce_scatter_base, alltoall, alltoall_base,
 barrier, send and recv, on CPU tensors, with Works and futures.
-Groups are of the whole world only (see docs/python.md).
+Groups may be of the whole world or of a subset of its ranks (new_group(ranks):
+the members make theirs with hcomm_comm_create_group, the others take no part).
 """
 import torch.distributed as _dist
 

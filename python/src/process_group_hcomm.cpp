@@ -14,6 +14,7 @@
 #include <torch/extension.h>
 
 #include <pybind11/chrono.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -274,18 +275,17 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
       : ProcessGroup(rank, size), timeout_(timeout) {
     char msg[1024] = "";
     hcomm_status_t st;
+    bool subset = false;
     if (capi->initialized()) {
       // hcomm.init() (or another group) made the world already: take a hold.
       st = capi->world_acquire(nullptr, msg, sizeof(msg));
       TORCH_CHECK(st == HCOMM_OK, "hcomm: ", msg);
       int wsize = hcomm_comm_size(hcomm_comm_world());
-      if (wsize != size) {
+      if (size > wsize) {
         capi->world_release();
-        TORCH_CHECK(false, "hcomm: a process group of ", size, " ranks over a world of ", wsize,
-                    ": hcomm makes groups of the whole world only (a communicator of a subset needs "
-                    "every world rank to call hcomm_comm_split, and torch calls the backend on the "
-                    "members alone)");
+        TORCH_CHECK(false, "hcomm: a process group of ", size, " ranks over a world of ", wsize);
       }
+      subset = size < wsize;
     } else {
       std::string url, key;
       if (rank == 0) {
@@ -307,16 +307,41 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
       TORCH_CHECK(st == HCOMM_OK, "hcomm: hcomm_init_rank(rank ", rank, " of ", size, ", ", url,
                   "): ", msg, " [", hcpy_status_name(st), "]");
     }
-    {
-      // The group's own communicator (ordered by torch's rank), apart from
-      // the world the Python module uses.
-      LibLock l;
-      st = hcomm_comm_split(hcomm_comm_world(), 0, rank, &comm_);
-      if (st != HCOMM_OK) snprintf(msg, sizeof(msg), "%s", hcomm_message(st).c_str());
-    }
-    if (st != HCOMM_OK) {
-      capi->world_release();
-      TORCH_CHECK(false, "hcomm: hcomm_comm_split: ", msg);
+    if (subset) {
+      // A group of some of the world's ranks: torch constructs it on the
+      // members alone, so hcomm_comm_split (every world rank) cannot make
+      // it. The members learn one another's world ranks through the group's
+      // store (prefixed per group) and make it with hcomm_comm_create_group.
+      std::vector<int> members;
+      int tag = -1;
+      try {
+        members = member_ranks(store, rank, size);
+        tag = creation_tag(store, rank);
+      } catch (...) {
+        capi->world_release();
+        throw;
+      }
+      {
+        LibLock l;
+        st = hcomm_comm_create_group(hcomm_comm_world(), members.data(), size, tag, &comm_);
+        if (st != HCOMM_OK) snprintf(msg, sizeof(msg), "%s", hcomm_message(st).c_str());
+      }
+      if (st != HCOMM_OK) {
+        capi->world_release();
+        TORCH_CHECK(false, "hcomm: hcomm_comm_create_group (", size, " ranks, tag ", tag, "): ", msg);
+      }
+    } else {
+      {
+        // The group's own communicator (ordered by torch's rank), apart from
+        // the world the Python module uses.
+        LibLock l;
+        st = hcomm_comm_split(hcomm_comm_world(), 0, rank, &comm_);
+        if (st != HCOMM_OK) snprintf(msg, sizeof(msg), "%s", hcomm_message(st).c_str());
+      }
+      if (st != HCOMM_OK) {
+        capi->world_release();
+        TORCH_CHECK(false, "hcomm: hcomm_comm_split: ", msg);
+      }
     }
     worker_ = std::thread(&ProcessGroupHcomm::loop, this);
     init();
@@ -680,6 +705,41 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
   }
 
  private:
+  // The members' hcomm world ranks in group-rank order: each publishes its
+  // own under its group rank and reads the others'.
+  static std::vector<int> member_ranks(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
+    int me;
+    {
+      LibLock l;
+      me = hcomm_comm_rank(hcomm_comm_world());
+    }
+    std::string mine = std::to_string(me);
+    store->set("hcomm/member/" + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+    std::vector<int> members(size);
+    for (int j = 0; j < size; j++) {
+      auto v = store->get("hcomm/member/" + std::to_string(j));
+      members[j] = std::stoi(std::string(v.begin(), v.end()));
+    }
+    return members;
+  }
+
+  // A tag no other group creation shares: group rank 0 draws it from a
+  // counter of the store under the group's prefix (torch's default store,
+  // common to all the groups), or of the store itself when it has no
+  // prefix, and hands it to the other members.
+  static int creation_tag(const c10::intrusive_ptr<c10d::Store>& store, int rank) {
+    if (rank == 0) {
+      c10::intrusive_ptr<c10d::Store> common = store;
+      if (auto* ps = dynamic_cast<c10d::PrefixStore*>(store.get())) common = ps->getUnderlyingStore();
+      int64_t n = common->add("hcomm/group_tag", 1);
+      std::string t = std::to_string(n & 0x3fffffff);
+      store->set("hcomm/tag", std::vector<uint8_t>(t.begin(), t.end()));
+      return (int)(n & 0x3fffffff);
+    }
+    auto v = store->get("hcomm/tag");
+    return std::stoi(std::string(v.begin(), v.end()));
+  }
+
   WorkPtr make_work(OpType type, const char* name, std::vector<at::Tensor> outputs,
                     std::chrono::milliseconds timeout) {
     auto w = c10::make_intrusive<WorkHcomm>(rank_, type, name, std::move(outputs));

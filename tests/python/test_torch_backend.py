@@ -220,8 +220,9 @@ def body(c, rank, size, hcomm):
     c.raises("non-contiguous", lambda: dist.all_reduce(torch.zeros(4, 4).t()), ["contiguous"])
     c.raises("int16 reduce", lambda: dist.all_reduce(torch.zeros(4, dtype=torch.int16)),
              ["does not reduce"])
-    c.raises("subgroup", lambda: hcomm.torch.create(dist.HashStore(), 0, 1, timedelta(seconds=5)),
-             ["whole world"])
+    c.raises("group larger than the world",
+             lambda: hcomm.torch.create(dist.HashStore(), 0, N + 1, timedelta(seconds=5)),
+             ["over a world of"])
     t = torch.ones(2)
     dist.all_reduce(t)
     c.eq("usable after refusals", t, torch.full((2,), float(N)))
@@ -233,6 +234,67 @@ def body(c, rank, size, hcomm):
         c.raises("timeout", work.wait, ["timeout", "aborted", "ERR_ABORTED"])
         c.raises("aborted group", lambda: dist.all_reduce(torch.ones(1), group=g3), ["ERR_ABORTED"])
     dist.destroy_process_group(g3)
+    dist.barrier()
+    subsets(c, rank, size, hcomm)
+
+
+def subsets(c, rank, size, hcomm):
+    """Groups of some of the world's ranks: only the members call them."""
+    # a group of one, on a store of its own (every rank makes its own)
+    g1 = hcomm.torch.create(dist.HashStore(), 0, 1, timedelta(seconds=30))
+    t = vals(rank, 5)
+    g1.allreduce([t]).wait()
+    c.eq("group of one", t, vals(rank, 5))
+    c.true("group of one size", (g1.rank(), g1.size()) == (0, 1))
+    del g1
+    if size != 4:
+        return
+    # torch orders a group's ranks by world rank (new_group sorts them)
+    groups = [[0, 2], [1, 3], [3, 1, 0]]
+    pgs = [dist.new_group(m) for m in groups]  # every rank calls new_group
+    for m, g in zip(groups, pgs):
+        if rank not in m:
+            c.true(f"{m}: non-member", g == dist.GroupMember.NON_GROUP_MEMBER)
+            continue
+        ms = sorted(m)
+        c.true(f"{m}: rank/size", (dist.get_rank(g), dist.get_world_size(g)) == (ms.index(rank), len(m)))
+        t = vals(rank, 7)
+        dist.all_reduce(t, group=g)
+        c.eq(f"{m}: allreduce", t, sum(vals(j, 7) for j in m))
+        t = torch.full((4,), float(rank), dtype=torch.float32)
+        dist.all_reduce(t, op=RO.MAX, group=g)
+        c.eq(f"{m}: allreduce MAX", t, torch.full((4,), float(max(m))))
+        src = m[-1]  # a world rank
+        t = vals(rank, 6).int()
+        dist.broadcast(t, src=src, group=g)
+        c.eq(f"{m}: broadcast from {src}", t, vals(src, 6))
+        outs = [torch.zeros(3) for _ in m]
+        dist.all_gather(outs, vals(rank, 3).float(), group=g)
+        for j, r in enumerate(ms):
+            c.eq(f"{m}: allgather [{j}]", outs[j], vals(r, 3))
+        dist.barrier(group=g)
+    # the members in an order other than the world's: the backend made
+    # directly on a store of the group's (ranks [3, 1, 0] are group ranks 0, 1, 2)
+    order = [3, 1, 0]
+    if rank in order:
+        st = dist.PrefixStore("hcomm_test_order", dist.distributed_c10d._get_default_store())
+        g = hcomm.torch.create(st, order.index(rank), len(order), timedelta(seconds=60))
+        c.true("[3,1,0] order: rank/size", (g.rank(), g.size()) == (order.index(rank), 3))
+        outs = [torch.zeros(4) for _ in order]
+        g.allgather([outs], [vals(rank, 4).float()]).wait()
+        for j, r in enumerate(order):
+            c.eq(f"[3,1,0] order: allgather [{j}]", outs[j], vals(r, 4))
+        t = vals(rank, 4)
+        g.broadcast([t], dist.BroadcastOptions()).wait()  # root: group rank 0, world rank 3
+        c.eq("[3,1,0] order: broadcast from group rank 0", t, vals(3, 4))
+        t = vals(rank, 4)
+        g.allreduce([t]).wait()
+        c.eq("[3,1,0] order: allreduce", t, sum(vals(r, 4) for r in order))
+        g.barrier().wait()
+        del g
+    for g in pgs:
+        if g != dist.GroupMember.NON_GROUP_MEMBER:
+            dist.destroy_process_group(g)
     dist.barrier()
 
 
