@@ -35,8 +35,12 @@ static void put(hcomm_dtype_t d, void *buf, size_t i, int64_t v)
     case HCOMM_UINT32: *(uint32_t *)p = (uint32_t)v; break;
     case HCOMM_INT64: *(int64_t *)p = v; break;
     case HCOMM_UINT64: *(uint64_t *)p = (uint64_t)v; break;
-    case HCOMM_FLOAT16: {
-        _Float16 h = (_Float16)v;
+    case HCOMM_FLOAT16: { /* small non-negative integers (< 2048): exact in binary16 */
+        uint16_t h = 0;
+        if (v > 0) {
+            int e = 63 - __builtin_clzll((unsigned long long)v);
+            h = (uint16_t)((e + 15) << 10 | (((unsigned long long)v << (10 - e)) & 0x3ff));
+        }
         memcpy(p, &h, 2);
         break;
     }
@@ -65,10 +69,14 @@ static int64_t get(hcomm_dtype_t d, const void *buf, size_t i)
     case HCOMM_UINT32: return *(const uint32_t *)p;
     case HCOMM_INT64: return *(const int64_t *)p;
     case HCOMM_UINT64: return (int64_t) * (const uint64_t *)p;
-    case HCOMM_FLOAT16: {
-        _Float16 h;
+    case HCOMM_FLOAT16: { /* normal values and zero: what put() writes and sums give */
+        uint16_t h;
         memcpy(&h, p, 2);
-        return (int64_t)h;
+        int e = (h >> 10) & 0x1f;
+        if (e == 0)
+            return 0;
+        int64_t m = (h & 0x3ff) | 0x400;
+        return e >= 25 ? m << (e - 25) : m >> (25 - e);
     }
     case HCOMM_BFLOAT16: {
         uint16_t h;
