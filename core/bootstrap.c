@@ -11,7 +11,8 @@
  * HC_BS_HELLO_SILENCE is closed and logged without affecting the others.
  * When more connections wait for their hello than rank 0 keeps, the one that
  * has waited longest is dropped, never the newcomer, so a flood of idle
- * clients delays nobody's join.
+ * clients delays nobody's join; it is told BUSY, and a real rank that was
+ * merely slow to send its hello connects again.
  * Nothing blocks: every socket is non-blocking and every wait is a poll()
  * bounded by the caller's deadline.
  *
@@ -241,15 +242,19 @@ static hc_bs_rx_t hc_bs_conn_read(hc_bs_conn_t *c, const hc_bs_expect_t *e, char
         }
         if (c->have != HC_BOOTSTRAP_HDR_LEN || total == 0) continue;
         bool notice = e->notices && hc_bs_is_sideband(m.type);
-        if (m.type != e->type && m.type != HC_BOOTSTRAP_MSG_ABORT && !notice) {
+        /* Rank 0's verdicts (ABORT, and BUSY to a rank waiting for its table)
+         * may come in place of the expected message. */
+        bool verdict = m.type == HC_BOOTSTRAP_MSG_ABORT ||
+                       (m.type == HC_BOOTSTRAP_MSG_BUSY && e->type == HC_BOOTSTRAP_MSG_TABLE);
+        if (m.type != e->type && !verdict && !notice) {
             snprintf(why, whycap, "message type %u where %u was expected", m.type, e->type);
             return HC_BS_RX_BAD;
         }
-        if (m.type != HC_BOOTSTRAP_MSG_ABORT && m.size != e->size) {
+        if (!verdict && m.size != e->size) {
             snprintf(why, whycap, "job size %u, this job has %u ranks", m.size, e->size);
             return HC_BS_RX_BAD;
         }
-        if (m.type != HC_BOOTSTRAP_MSG_ABORT && !notice && m.payload_len != e->payload_len) {
+        if (!verdict && !notice && m.payload_len != e->payload_len) {
             snprintf(why, whycap, "payload of %llu bytes, expected %llu",
                      (unsigned long long)m.payload_len, (unsigned long long)e->payload_len);
             return HC_BS_RX_BAD;
@@ -560,6 +565,37 @@ static size_t hc_bs_pending_victim(const hc_bs_conn_t *pend, size_t npend, uint6
     return best;
 }
 
+/* Drops a pending connection to make room. A rank whose process was slow
+ * to run between connect() and its hello looks exactly like a flood client,
+ * so it is not simply closed: its socket is read once more (the hello may
+ * have arrived since the last poll), and if it is still incomplete rank 0
+ * says BUSY before closing, which a rank answers by connecting again. The
+ * read also drains what is there, so the close is a FIN that lets BUSY
+ * arrive, not a reset that could discard it. */
+static void hc_bs_evict(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p, hc_bs_conn_t *c,
+                        const hc_bs_expect_t *e, size_t npend, double now, int *joined)
+{
+    char why[160];
+    hc_bs_rx_t r = hc_bs_conn_read(c, e, why, sizeof(why));
+    if (r == HC_BS_RX_DONE) {
+        hc_bs_hello_accept(bs, p, c, bs->table, joined); /* joins or is rejected */
+        return;
+    }
+    if (r == HC_BS_RX_MORE) {
+        hc_bootstrap_msg_t busy = {HC_BOOTSTRAP_MAGIC,    HC_BOOTSTRAP_VERSION,
+                                   HC_BOOTSTRAP_MSG_BUSY, 0,
+                                   (uint32_t)bs->size,    0,
+                                   NULL,                  0,
+                                   NULL};
+        (void)hc_bs_send_msg(c->fd, &busy, 0.0, "busy", -1); /* best effort */
+        snprintf(why, sizeof(why),
+                 "%zu connections waiting to say hello, this one the longest (%.1f s); told to "
+                 "connect again",
+                 npend, now - c->t_open);
+    }
+    hc_bs_reject(c, why);
+}
+
 static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
                                                int lfd, double deadline, double timeout)
 {
@@ -669,10 +705,7 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
                                 max_pending);
                 flooded = true;
                 size_t victim = hc_bs_pending_victim(pend, npend, round_seq);
-                snprintf(why, sizeof(why),
-                         "%zu connections waiting to say hello, this one the longest (%.1f s)",
-                         npend, now - pend[victim].t_open);
-                hc_bs_reject(&pend[victim], why);
+                hc_bs_evict(bs, p, &pend[victim], &e, npend, now, &joined);
                 pend[victim] = c;
                 continue;
             }
@@ -816,34 +849,46 @@ static hcomm_status_t hc_bs_rank_open(hc_bootstrap_t *bs, const hc_bootstrap_par
     hc_bootstrap_url_t target = *u;
     hcomm_status_t st;
 
-    for (;;) {
-        if (!u->is_file || hc_bs_read_addr_file(u, p->job_key, &target, why, sizeof(why)))
-            c->fd = hc_bs_try_connect(target.host, target.port, deadline, why, sizeof(why));
-        if (c->fd >= 0) break;
-        double left = deadline - hc_time_sec();
-        if (left <= 0)
-            return hc_error(HCOMM_ERR_TIMEOUT,
-                            "hc_bootstrap_open: rank %d could not reach rank 0 through %s within "
-                            "%.1f s (rank 0 never came up?): %s",
-                            p->rank, p->url, timeout, why);
-        hc_bs_sleep(HC_MIN(backoff, left));
+    hc_bootstrap_msg_t m;
+    for (unsigned busy = 0;; busy++) {
+        for (;;) {
+            if (!u->is_file || hc_bs_read_addr_file(u, p->job_key, &target, why, sizeof(why)))
+                c->fd = hc_bs_try_connect(target.host, target.port, deadline, why, sizeof(why));
+            if (c->fd >= 0) break;
+            double left = deadline - hc_time_sec();
+            if (left <= 0)
+                return hc_error(HCOMM_ERR_TIMEOUT,
+                                "hc_bootstrap_open: rank %d could not reach rank 0 through %s "
+                                "within %.1f s (rank 0 never came up?): %s",
+                                p->rank, p->url, timeout, why);
+            hc_bs_sleep(HC_MIN(backoff, left));
+            backoff = HC_MIN(backoff * 2, HC_BS_BACKOFF_MAX);
+        }
+        c->rank = 0;
+
+        hc_bootstrap_msg_t hello = {
+            HC_BOOTSTRAP_MAGIC, HC_BOOTSTRAP_VERSION, HC_BOOTSTRAP_MSG_HELLO,
+            (uint32_t)p->rank,  (uint32_t)p->size,    (uint32_t)strlen(p->job_key),
+            p->job_key,         bs->blob_len,         blob};
+        st = hc_bs_send_msg(c->fd, &hello, deadline, "hc_bootstrap_open", 0);
+        /* A reset while sending may follow a BUSY that is already here: the
+         * reply below tells. */
+        if (st != HCOMM_OK && st != HCOMM_ERR_PEER_FAILED) return st;
+
+        /* Rank 0 may still be deciding who is missing: give it a moment to say. */
+        double grace = HC_MIN(0.25 * timeout, 2.0);
+        hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_TABLE, (uint32_t)p->size,
+                            (uint64_t)bs->blob_len * (uint64_t)p->size};
+        st = hc_bs_conn_wait(c, &e, deadline + grace, &m, why, sizeof(why));
+        if (st != HCOMM_OK || m.type != HC_BOOTSTRAP_MSG_BUSY) break;
+        /* Rank 0 dropped this connection before reading the hello (a flood
+         * of connections, or this process was slow to send it): again. */
+        hc_log_debug("bootstrap: rank %d: rank 0 was busy (%u time(s)), connecting again",
+                     p->rank, busy + 1);
+        hc_bs_conn_close(c);
+        hc_bs_sleep(HC_MIN(backoff, HC_MAX(deadline - hc_time_sec(), 0.0)));
         backoff = HC_MIN(backoff * 2, HC_BS_BACKOFF_MAX);
     }
-    c->rank = 0;
-
-    hc_bootstrap_msg_t hello = {
-        HC_BOOTSTRAP_MAGIC, HC_BOOTSTRAP_VERSION, HC_BOOTSTRAP_MSG_HELLO,
-        (uint32_t)p->rank,  (uint32_t)p->size,    (uint32_t)strlen(p->job_key),
-        p->job_key,         bs->blob_len,         blob};
-    st = hc_bs_send_msg(c->fd, &hello, deadline, "hc_bootstrap_open", 0);
-    if (st != HCOMM_OK) return st;
-
-    /* Rank 0 may still be deciding who is missing: give it a moment to say. */
-    double grace = HC_MIN(0.25 * timeout, 2.0);
-    hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_TABLE, (uint32_t)p->size,
-                        (uint64_t)bs->blob_len * (uint64_t)p->size};
-    hc_bootstrap_msg_t m;
-    st = hc_bs_conn_wait(c, &e, deadline + grace, &m, why, sizeof(why));
     if (st == HCOMM_ERR_TIMEOUT)
         return hc_error(st,
                         "hc_bootstrap_open: rank %d joined rank 0 but got no table within %.1f s "

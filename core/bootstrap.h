@@ -141,6 +141,7 @@ typedef enum {
     HC_BOOTSTRAP_MSG_ABORT = 5,  /* 0 -> rank: int32 LE status, then a message */
     HC_BOOTSTRAP_MSG_FAILED = 6, /* either way: u32 rank, u32 cause, i32 status, text */
     HC_BOOTSTRAP_MSG_RELAY = 7,  /* either way: u32 to, u32 from, u32 channel, blob */
+    HC_BOOTSTRAP_MSG_BUSY = 8,   /* 0 -> a connection it drops unread: connect again */
 } hc_bootstrap_msg_type_t;
 
 /* Parses one message from buf. Returns the bytes consumed (> 0), 0 when more

@@ -522,6 +522,65 @@ static void test_connect_storm(void **state)
     reap_all_ok();
 }
 
+/* Opens 1 + HC_BS_EXTRA_PENDING (64) silent connections to a 2-rank job's
+ * rank 0 (its list holds size - 1 + 64 = 65), waits until they are accepted,
+ * then one more: the first must be dropped, and told BUSY (a rank whose
+ * hello was late connects again on it) rather than closed bare. Then rank 1
+ * is let in. */
+static int run_busy_client(void *arg)
+{
+    const int *port = arg;
+    enum { N = 66 };
+    int fds[N];
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)*port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < N; i++) {
+        double end = hc_time_sec() + 5.0;
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fds[i] < 0) return 30;
+        while (connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+            if (hc_time_sec() > end) return 31;
+            close(fds[i]);
+            fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+            sleep_ms(5);
+        }
+        if (i == N - 2) sleep_ms(300); /* the first 65 are accepted by now */
+    }
+    uint8_t hdr[HC_BOOTSTRAP_HDR_LEN];
+    size_t have = 0;
+    struct pollfd pfd = {fds[0], POLLIN, 0};
+    while (have < sizeof(hdr) && poll(&pfd, 1, 3000) == 1) {
+        ssize_t n = recv(fds[0], hdr + have, sizeof(hdr) - have, 0);
+        if (n <= 0) break;
+        have += (size_t)n;
+    }
+    hc_bootstrap_msg_t m;
+    if (have != sizeof(hdr) || hc_bootstrap_msg_parse(hdr, have, &m) != (long)sizeof(hdr) ||
+        m.type != HC_BOOTSTRAP_MSG_BUSY) {
+        fprintf(stderr, "busy client: %zu header bytes, not a BUSY message\n", have);
+        return 32;
+    }
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    return 0;
+}
+
+static void test_evicted_told_busy(void **state)
+{
+    (void)state;
+    char url[64];
+    int port = free_port();
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+    pid_t client = spawn(run_busy_client, &port);
+    rank_arg_t r1 = {params(1, 2, url, KEY), 1500, false};
+    spawn(run_rank, &r1);
+    rank_arg_t a0 = {params(0, 2, url, KEY), 0, false};
+    assert_int_equal(run_rank(&a0), 0);
+    assert_int_equal(reap(client, 5.0), 0);
+    reap_all_ok();
+}
+
 /* ---- failures ------------------------------------------------------------ */
 
 typedef struct {
@@ -933,6 +992,7 @@ int main(void)
         T(test_tcp_ipv6),
         T(test_silent_clients_dropped),
         T(test_connect_storm),
+        T(test_evicted_told_busy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
