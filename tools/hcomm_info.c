@@ -222,8 +222,8 @@ int main(int argc, char **argv)
         printf("  verbs: rdma-core (libibverbs) not found at configure time\n");
     printf("  mlx5: no driver in this version (libmlx5 %s at configure time)\n",
            HCOMM_BUILD_MLX5 ? "found" : "not found");
-    printf("  dpdk: no driver in this version (DPDK %s at configure time)\n",
-           HCOMM_BUILD_DPDK ? "found" : "not found");
+    if (!HCOMM_BUILD_DPDK)
+        printf("  dpdk: DPDK (libdpdk-dev) not found at configure time\n");
     printf("  cuda: no GPU memory support in this version (CUDA toolkit %s)\n",
            HCOMM_BUILD_CUDA ? "found" : "not found");
 

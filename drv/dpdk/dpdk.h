@@ -1,0 +1,99 @@
+/*
+ * dpdk: plain Ethernet without the kernel, through DPDK poll-mode drivers.
+ * Internal header shared by
+ *   dpdk_port.c  the knobs, EAL start (once per process), the port (a PCI
+ *                device or a vdev such as net_af_packet), the mbuf pool,
+ *                probe and hcomm_info's listing;
+ *   dpdk_data.c  the driver: Ethernet + IPv4 + UDP framing, connections,
+ *                put (copied, or zero copy from the caller's memory),
+ *                progress (receive, acknowledgements, timers), failure;
+ *   dpdk_rel.c   reliable delivery and congestion control (no DPDK types).
+ * The design is in docs/dpdk.md.
+ */
+#ifndef HC_DRV_DPDK_H
+#define HC_DRV_DPDK_H
+
+#include "base/hc_base.h"
+#include "drv/dpdk/dpdk_rel.h"
+#include "drv/drv.h"
+
+#include <rte_ether.h>
+#include <rte_mbuf.h>
+
+#define HC_DPDK_MAGIC 0x4843u /* "HC" */
+#define HC_DPDK_VERSION 1
+#define HC_DPDK_BURST 32
+
+/* Address blob: how to reach this rank's port. */
+typedef struct {
+    uint32_t magic;
+    uint8_t mac[6];
+    uint16_t udp_port; /* host order */
+    uint32_t ip;       /* network order */
+    uint32_t max_payload; /* frame header + payload bytes one packet carries */
+    uint64_t session;  /* random per driver instance */
+} hc_dpdk_addr_t;
+
+/* After Ethernet + IPv4 + UDP, in every packet (little-endian fields). */
+typedef struct __attribute__((packed)) {
+    uint16_t magic;
+    uint8_t version;
+    uint8_t kind; /* HC_REL_DATA / HC_REL_ACK */
+    uint32_t src_rank;
+    uint64_t src_session;
+    uint64_t dst_session;
+    uint32_t seq, ack;
+    uint64_t sack;
+    uint32_t ts, ts_echo;
+} hc_dpdk_hdr_t;
+/* Then, in DATA packets: hc_frame_hdr_t and its payload. */
+
+#define HC_DPDK_L2L4_LEN (sizeof(struct rte_ether_hdr) + 20 + 8)
+#define HC_DPDK_HDRS_LEN (HC_DPDK_L2L4_LEN + sizeof(hc_dpdk_hdr_t))
+
+typedef struct {
+    char port[512];       /* HCOMM_DPDK_PORT, %r and %l expanded, this rank's entry */
+    char eal_args[1024];
+    int64_t udp_base;
+    int64_t window;
+    double rto_min, rto_max, peer_timeout;
+    const char *cc;       /* swift | off */
+    size_t zcopy_threshold;
+    double rx_drop;       /* test fault injection: received DATA packets dropped */
+    int64_t mtu;          /* 0: the port's */
+    int64_t mbufs;
+    int64_t ring;
+    const char *ip;
+} hc_dpdk_cfg_t;
+extern hc_dpdk_cfg_t hc_dpdk_cfg;
+
+/* The process's port: EAL runs once per process and cannot restart, so the
+ * port stays configured and started from the first open to exit; each
+ * driver instance (one at a time) uses it. */
+typedef struct {
+    bool up;
+    uint16_t port_id;
+    struct rte_mempool *pool;
+    struct rte_ether_addr mac;
+    uint32_t ip;          /* network order */
+    uint16_t mtu;
+    bool multi_seg;       /* the port sends chained mbufs (zero copy) */
+    bool ext_iova_ok;     /* the PMD does not DMA by IOVA (a vdev that copies) */
+    char driver[64];
+    char name[128];
+    char iface[64];       /* af_packet/af_xdp iface=, "" otherwise */
+    int guard_fd;         /* kernel UDP socket holding our port (vdevs on a kernel iface) */
+    bool in_use;
+} hc_dpdk_port_t;
+extern hc_dpdk_port_t hc_dpdk_port;
+
+/* Starts EAL and the port (idempotent). why on failure. */
+hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_len);
+/* Expands HCOMM_DPDK_PORT for this rank into cfg.port; false when unset. */
+bool hc_dpdk_port_spec(const hc_drv_env_t *env, char *out, size_t cap);
+
+hcomm_status_t hc_dpdk_probe(const hc_drv_env_t *env, char *why, size_t why_len);
+void hc_dpdk_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg),
+                      void *arg);
+
+#endif /* HC_DRV_DPDK_H */

@@ -1,0 +1,679 @@
+/*
+ * dpdk driver, data path: framing, connections, put, progress, failure.
+ * See docs/dpdk.md.
+ *
+ * Every packet is Ethernet + IPv4 + UDP (so that switches and routers carry
+ * it) + hc_dpdk_hdr_t (sessions, sequence and acknowledgement numbers, time
+ * stamps) and, in a DATA packet, one core frame: its 32-byte header and
+ * payload. One frame is one packet: conn->max_frame is what the port's MTU
+ * leaves, and the core cuts larger messages into frames of that size, so
+ * the driver never fragments.
+ *
+ * A put is copied into an mbuf (OK at once), or, when the caller gave a
+ * cookie, the payload is large enough and the port sends chained mbufs, it
+ * goes zero copy: a header mbuf chained to an mbuf attached to the caller's
+ * memory (rte_pktmbuf_attach_extbuf), IN_PROGRESS until the peer has
+ * acknowledged it (the caller's memory is what a retransmission reads, so
+ * the payload is needed until then, not just until the NIC sent it).
+ * The window (dpdk_rel.c) keeps one reference to each packet; each
+ * transmission adds one that the PMD drops when it has sent it, and a packet
+ * the PMD still holds is not rewritten for a retransmission.
+ *
+ * Receiving: one RX burst at a time; packets that are not ours (another
+ * MAC, UDP port or EtherType, a stale session, a peer we have no connection
+ * to yet) are dropped, which the sender's retransmission covers. After the
+ * burst each connection that received data acknowledges it once.
+ */
+/* rte_dev_dma_map is still experimental in DPDK 22.11. */
+#define ALLOW_EXPERIMENTAL_API 1
+#include "drv/dpdk/dpdk.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rte_byteorder.h>
+#include <rte_cycles.h>
+#include <rte_dev.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_ip.h>
+#include <rte_malloc.h>
+#include <rte_udp.h>
+
+#define HC_DPDK_TICK_US 100 /* timers run at most this often */
+
+typedef struct hc_dpdk_drv hc_dpdk_drv_t;
+
+typedef struct {
+    hc_conn_t base;
+    hc_dpdk_drv_t *d;
+    hc_dpdk_addr_t addr;
+    uint8_t l2l4[HC_DPDK_L2L4_LEN]; /* Ethernet + IPv4 + UDP to the peer, lengths 0 */
+    hc_rel_t rel;
+    bool failed;
+    bool touched; /* received in this burst: acknowledge after it */
+} hc_dpdk_conn_t;
+
+struct hc_dpdk_drv {
+    hc_drv_t base;
+    uint64_t session;
+    uint16_t udp_port;
+    size_t max_payload;
+    hc_dpdk_conn_t **conns; /* by world rank, NULL until connect */
+    hc_dpdk_conn_t **touched;
+    int ntouched;
+    uint64_t t_tick;
+    uint64_t rng;
+    struct rte_mbuf_ext_shared_info shinfo; /* of every zero-copy segment: never freed */
+    /* counters (HCOMM_STATS_LEVEL=2) */
+    uint64_t tx_pkts, rx_pkts, tx_bytes, rx_bytes, rx_foreign, rx_stale, rx_dropped_fault;
+    uint64_t zcopy_puts, copy_puts, tx_full, mbuf_short;
+    int nregs;
+    struct {
+        uintptr_t lo, hi;
+    } regs[64]; /* registered regions (zero copy on a DMAing port) */
+};
+
+static uint64_t hc_dpdk_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static double hc_dpdk_rand01(hc_dpdk_drv_t *d)
+{
+    d->rng ^= d->rng << 13;
+    d->rng ^= d->rng >> 7;
+    d->rng ^= d->rng << 17;
+    return (double)(d->rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ---- framing --------------------------------------------------------------------- */
+
+static void hc_dpdk_build_l2l4(hc_dpdk_drv_t *d, hc_dpdk_conn_t *c)
+{
+    struct rte_ether_hdr *eth = (struct rte_ether_hdr *)c->l2l4;
+    struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
+    struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+    memcpy(eth->dst_addr.addr_bytes, c->addr.mac, RTE_ETHER_ADDR_LEN);
+    rte_ether_addr_copy(&hc_dpdk_port.mac, &eth->src_addr);
+    eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
+    memset(ip, 0, sizeof(*ip));
+    ip->version_ihl = RTE_IPV4_VHL_DEF;
+    ip->time_to_live = 64;
+    ip->next_proto_id = IPPROTO_UDP;
+    ip->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_DF_FLAG);
+    ip->src_addr = hc_dpdk_port.ip;
+    ip->dst_addr = c->addr.ip;
+    udp->src_port = rte_cpu_to_be_16(d->udp_port);
+    udp->dst_port = rte_cpu_to_be_16(c->addr.udp_port);
+    udp->dgram_cksum = 0; /* optional in IPv4; the Ethernet FCS covers the link */
+}
+
+/* Headers for a packet of total length len (from the Ethernet header) into
+ * the first segment of m. */
+static hc_dpdk_hdr_t *hc_dpdk_put_headers(hc_dpdk_conn_t *c, struct rte_mbuf *m, size_t len,
+                                          uint8_t kind)
+{
+    uint8_t *p = rte_pktmbuf_mtod(m, uint8_t *);
+    memcpy(p, c->l2l4, HC_DPDK_L2L4_LEN);
+    struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(p + sizeof(struct rte_ether_hdr));
+    struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+    ip->total_length = rte_cpu_to_be_16((uint16_t)(len - sizeof(struct rte_ether_hdr)));
+    ip->hdr_checksum = 0;
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    udp->dgram_len = rte_cpu_to_be_16((uint16_t)(len - sizeof(struct rte_ether_hdr) - 20));
+    hc_dpdk_hdr_t *h = (hc_dpdk_hdr_t *)(udp + 1);
+    h->magic = HC_DPDK_MAGIC;
+    h->version = HC_DPDK_VERSION;
+    h->kind = kind;
+    h->src_rank = (uint32_t)c->d->base.env->rank;
+    h->src_session = c->d->session;
+    h->dst_session = c->addr.session;
+    return h;
+}
+
+static void hc_dpdk_wire_to_hdr(hc_dpdk_hdr_t *h, const hc_rel_wire_t *w)
+{
+    h->seq = w->seq;
+    h->ack = w->ack;
+    h->sack = w->sack;
+    h->ts = w->ts;
+    h->ts_echo = w->ts_echo;
+}
+
+static hc_dpdk_hdr_t *hc_dpdk_hdr_of(struct rte_mbuf *m)
+{
+    return rte_pktmbuf_mtod_offset(m, hc_dpdk_hdr_t *, HC_DPDK_L2L4_LEN);
+}
+
+/* One packet to the NIC; the PMD frees what it is handed. */
+static int hc_dpdk_tx1(hc_dpdk_drv_t *d, struct rte_mbuf *m)
+{
+    if (rte_eth_tx_burst(hc_dpdk_port.port_id, 0, &m, 1) == 1) {
+        d->tx_pkts++;
+        d->tx_bytes += m->pkt_len;
+        return 0;
+    }
+    d->tx_full++;
+    return -1;
+}
+
+/* ---- hc_rel_ops_t ---------------------------------------------------------------- */
+
+static int hc_dpdk_rel_xmit(void *arg, void *pkt, const hc_rel_wire_t *w)
+{
+    hc_dpdk_conn_t *c = arg;
+    struct rte_mbuf *m = pkt;
+    /* Still in the NIC's queue from the last transmission: not now. */
+    if (rte_mbuf_refcnt_read(m) > 1) return -1;
+    hc_dpdk_wire_to_hdr(hc_dpdk_hdr_of(m), w);
+    for (struct rte_mbuf *s = m; s; s = s->next)
+        rte_mbuf_refcnt_update(s, 1);
+    if (hc_dpdk_tx1(c->d, m) == 0) return 0;
+    for (struct rte_mbuf *s = m; s; s = s->next)
+        rte_mbuf_refcnt_update(s, -1);
+    return -1;
+}
+
+static void hc_dpdk_rel_acked(void *arg, void *pkt, void *cookie)
+{
+    hc_dpdk_conn_t *c = arg;
+    rte_pktmbuf_free(pkt);
+    if (cookie) {
+        const hc_drv_env_t *env = c->d->base.env;
+        env->put_done(env->core, &c->base, cookie, HCOMM_OK);
+    }
+}
+
+static int hc_dpdk_rel_ack(void *arg, const hc_rel_wire_t *w)
+{
+    hc_dpdk_conn_t *c = arg;
+    struct rte_mbuf *m = rte_pktmbuf_alloc(hc_dpdk_port.pool);
+    if (!m) {
+        c->d->mbuf_short++;
+        return -1;
+    }
+    size_t len = HC_DPDK_HDRS_LEN;
+    if (!rte_pktmbuf_append(m, (uint16_t)len)) {
+        rte_pktmbuf_free(m);
+        return -1;
+    }
+    hc_dpdk_wire_to_hdr(hc_dpdk_put_headers(c, m, len, HC_REL_ACK), w);
+    if (hc_dpdk_tx1(c->d, m) == 0) return 0;
+    rte_pktmbuf_free(m);
+    return -1;
+}
+
+static void hc_dpdk_rel_deliver(void *arg, void *pkt)
+{
+    hc_dpdk_conn_t *c = arg;
+    struct rte_mbuf *m = pkt;
+    const uint8_t *p = rte_pktmbuf_mtod_offset(m, const uint8_t *, HC_DPDK_HDRS_LEN);
+    hc_frame_hdr_t fh;
+    memcpy(&fh, p, sizeof(fh));
+    if (fh.type < HC_FRAME_DRIVER && !c->failed) {
+        const hc_drv_env_t *env = c->d->base.env;
+        env->deliver(env->core, &c->base, &fh, p + sizeof(fh));
+    }
+    rte_pktmbuf_free(m);
+}
+
+static void hc_dpdk_rel_discard(void *arg, void *pkt)
+{
+    (void)arg;
+    rte_pktmbuf_free(pkt);
+}
+
+static const hc_rel_ops_t hc_dpdk_rel_ops = {
+    .xmit = hc_dpdk_rel_xmit,
+    .acked = hc_dpdk_rel_acked,
+    .ack = hc_dpdk_rel_ack,
+    .deliver = hc_dpdk_rel_deliver,
+    .discard = hc_dpdk_rel_discard,
+};
+
+/* ---- open, wireup, connect --------------------------------------------------------- */
+
+static void hc_dpdk_shinfo_free(void *addr, void *opaque)
+{
+    (void)addr;
+    (void)opaque; /* the caller's memory: nothing to free */
+}
+
+static hcomm_status_t hc_dpdk_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
+{
+    char why[512];
+    hcomm_status_t st = hc_dpdk_port_up(env, why, sizeof(why));
+    if (st != HCOMM_OK) return hc_error(st, "dpdk: %s", why);
+    if (hc_dpdk_port.in_use)
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: the port is in use by another open instance");
+    if (strcmp(hc_dpdk_cfg.cc, "swift") && strcmp(hc_dpdk_cfg.cc, "off"))
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: HCOMM_DPDK_CC=\"%s\": swift or off",
+                        hc_dpdk_cfg.cc);
+    if (!(hc_dpdk_cfg.rx_drop >= 0 && hc_dpdk_cfg.rx_drop < 1))
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: HCOMM_DPDK_RX_DROP=%g is not in [0, 1)",
+                        hc_dpdk_cfg.rx_drop);
+    hc_dpdk_drv_t *d = calloc(1, sizeof(*d));
+    if (d) d->conns = calloc((size_t)env->size, sizeof(*d->conns));
+    if (d && d->conns) d->touched = calloc((size_t)env->size, sizeof(*d->touched));
+    if (!d || !d->conns || !d->touched) {
+        if (d) free(d->conns);
+        free(d);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "dpdk: driver state for %d ranks", env->size);
+    }
+    d->base.env = env;
+    if (getrandom(&d->session, sizeof(d->session), 0) != (ssize_t)sizeof(d->session))
+        d->session = hc_dpdk_now_us() ^ ((uint64_t)getpid() << 32);
+    d->session |= 1;
+    d->rng = d->session ^ 0x9e3779b97f4a7c15ull;
+    d->udp_port = (uint16_t)(hc_dpdk_cfg.udp_base + HC_MAX(env->local_rank, 0));
+    d->max_payload = (size_t)hc_dpdk_port.mtu - 20 - 8 - sizeof(hc_dpdk_hdr_t);
+    d->shinfo.free_cb = hc_dpdk_shinfo_free;
+    rte_mbuf_ext_refcnt_set(&d->shinfo, 1); /* one that is never dropped */
+    hc_dpdk_port.in_use = true;
+    *drv_p = &d->base;
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_dpdk_addr_pack(hc_drv_t *drv, void *buf, size_t *len_p)
+{
+    hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
+    if (*len_p < sizeof(hc_dpdk_addr_t))
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: address blob needs %zu bytes, %zu given",
+                        sizeof(hc_dpdk_addr_t), *len_p);
+    hc_dpdk_addr_t a = {.magic = HC_DPDK_MAGIC,
+                        .udp_port = d->udp_port,
+                        .ip = hc_dpdk_port.ip,
+                        .max_payload = (uint32_t)d->max_payload,
+                        .session = d->session};
+    memcpy(a.mac, hc_dpdk_port.mac.addr_bytes, 6);
+    memcpy(buf, &a, sizeof(a));
+    *len_p = sizeof(a);
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_dpdk_wireup(hc_drv_t *drv, const void *const *addrs,
+                                     const size_t *addr_lens)
+{
+    (void)drv;
+    (void)addrs;
+    (void)addr_lens; /* connect has each peer's blob */
+    return HCOMM_OK;
+}
+
+static hcomm_status_t hc_dpdk_connect(hc_drv_t *drv, int peer, const void *addr, size_t addr_len,
+                                      hc_conn_t **conn_p)
+{
+    hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
+    hc_dpdk_addr_t a;
+    if (peer < 0 || peer >= drv->env->size)
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: connect to rank %d of %d", peer,
+                        drv->env->size);
+    if (addr_len != sizeof(a))
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: rank %d's address blob has %zu bytes, not %zu "
+                        "(is dpdk open there?)", peer, addr_len, sizeof(a));
+    memcpy(&a, addr, sizeof(a));
+    if (a.magic != HC_DPDK_MAGIC || a.max_payload < 64 + sizeof(hc_frame_hdr_t))
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: rank %d's address blob is not a dpdk one", peer);
+    if (d->conns[peer]) {
+        *conn_p = &d->conns[peer]->base;
+        return HCOMM_OK;
+    }
+    hc_dpdk_conn_t *c = calloc(1, sizeof(*c));
+    if (!c) return hc_error(HCOMM_ERR_NO_MEMORY, "dpdk: connection to rank %d", peer);
+    hc_rel_cfg_t rc;
+    hc_rel_cfg_default(&rc);
+    rc.window = (unsigned)hc_dpdk_cfg.window;
+    rc.rto_min = hc_dpdk_cfg.rto_min;
+    rc.rto_max = hc_dpdk_cfg.rto_max;
+    rc.peer_timeout = hc_dpdk_cfg.peer_timeout;
+    rc.adaptive = !strcmp(hc_dpdk_cfg.cc, "swift");
+    rc.cwnd_init = HC_MIN(rc.cwnd_init, (double)rc.window);
+    char why[256];
+    if (hc_dpdk_cfg.window < 2 || hc_dpdk_cfg.window > 4096 ||
+        hc_rel_init(&c->rel, &rc, &hc_dpdk_rel_ops, c, why, sizeof(why)) != 0) {
+        free(c);
+        if (hc_dpdk_cfg.window < 2 || hc_dpdk_cfg.window > 4096)
+            snprintf(why, sizeof(why), "HCOMM_DPDK_WINDOW %lld is not a power of two in [2, 4096]",
+                     (long long)hc_dpdk_cfg.window);
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: %s", why);
+    }
+    c->d = d;
+    c->addr = a;
+    hc_dpdk_build_l2l4(d, c);
+    c->base.ops = drv->ops;
+    c->base.drv = drv;
+    c->base.peer = peer;
+    c->base.caps = 0;
+    c->base.max_frame = HC_MIN(d->max_payload, (size_t)a.max_payload) - sizeof(hc_frame_hdr_t);
+    c->base.eager_max = 8 * c->base.max_frame;
+    d->conns[peer] = c;
+    *conn_p = &c->base;
+    return HCOMM_OK;
+}
+
+/* ---- put ------------------------------------------------------------------------- */
+
+static bool hc_dpdk_zcopy_ok(hc_dpdk_drv_t *d, const void *payload, size_t len)
+{
+    if (!hc_dpdk_port.multi_seg || hc_dpdk_cfg.zcopy_threshold == 0 ||
+        len < hc_dpdk_cfg.zcopy_threshold)
+        return false;
+    if (hc_dpdk_port.ext_iova_ok) return true;
+    uintptr_t lo = (uintptr_t)payload, hi = lo + len;
+    for (int i = 0; i < d->nregs; i++)
+        if (lo >= d->regs[i].lo && hi <= d->regs[i].hi) return true;
+    return false;
+}
+
+static hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
+                                  void *cookie)
+{
+    hc_dpdk_conn_t *c = (hc_dpdk_conn_t *)conn;
+    hc_dpdk_drv_t *d = c->d;
+    if (c->failed)
+        return hc_error(HCOMM_ERR_PEER_FAILED, "dpdk: rank %d has failed", conn->peer);
+    if (hdr->len > conn->max_frame)
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: frame of %u bytes, at most %zu", hdr->len,
+                        conn->max_frame);
+    if (!hc_rel_can_send(&c->rel)) return HCOMM_ERR_AGAIN;
+    bool zc = cookie && hdr->len && hc_dpdk_zcopy_ok(d, payload, hdr->len);
+    size_t head = HC_DPDK_HDRS_LEN + sizeof(*hdr) + (zc ? 0 : hdr->len);
+    struct rte_mbuf *m = rte_pktmbuf_alloc(hc_dpdk_port.pool), *ext = NULL;
+    if (m && zc) ext = rte_pktmbuf_alloc(hc_dpdk_port.pool);
+    if (!m || (zc && !ext) || !rte_pktmbuf_append(m, (uint16_t)head)) {
+        rte_pktmbuf_free(m);
+        rte_pktmbuf_free(ext);
+        d->mbuf_short++;
+        return HCOMM_ERR_AGAIN;
+    }
+    size_t total = head + (zc ? hdr->len : 0);
+    (void)hc_dpdk_put_headers(c, m, total, HC_REL_DATA);
+    uint8_t *fp = rte_pktmbuf_mtod_offset(m, uint8_t *, HC_DPDK_HDRS_LEN);
+    memcpy(fp, hdr, sizeof(*hdr));
+    if (zc) {
+        rte_mbuf_ext_refcnt_update(&d->shinfo, 1);
+        rte_pktmbuf_attach_extbuf(ext, (void *)(uintptr_t)payload,
+                                  (rte_iova_t)(uintptr_t)payload, (uint16_t)hdr->len, &d->shinfo);
+        ext->data_off = 0;
+        ext->data_len = (uint16_t)hdr->len;
+        ext->pkt_len = hdr->len;
+        if (rte_pktmbuf_chain(m, ext) != 0) {
+            rte_pktmbuf_free(m);
+            rte_pktmbuf_free(ext);
+            return HCOMM_ERR_AGAIN;
+        }
+        d->zcopy_puts++;
+    } else {
+        if (hdr->len) memcpy(fp + sizeof(*hdr), payload, hdr->len);
+        d->copy_puts++;
+    }
+    hc_rel_send(&c->rel, m, zc ? cookie : NULL, hc_dpdk_now_us());
+    return zc ? HCOMM_IN_PROGRESS : HCOMM_OK;
+}
+
+/* ---- progress ---------------------------------------------------------------------- */
+
+static void hc_dpdk_fail_one(void *arg, void *pkt, void *cookie)
+{
+    hc_dpdk_conn_t *c = arg;
+    rte_pktmbuf_free(pkt);
+    if (cookie) {
+        const hc_drv_env_t *env = c->d->base.env;
+        env->put_done(env->core, &c->base, cookie, HCOMM_ERR_PEER_FAILED);
+    }
+}
+
+static void hc_dpdk_fail(hc_dpdk_conn_t *c, const char *why)
+{
+    if (c->failed) return;
+    c->failed = true;
+    hc_rel_drain(&c->rel, hc_dpdk_fail_one, c);
+    const hc_drv_env_t *env = c->d->base.env;
+    env->peer_failed(env->core, c->base.peer, HCOMM_ERR_PEER_FAILED, why);
+}
+
+/* The connection a received packet belongs to, or NULL (then it is freed). */
+static hc_dpdk_conn_t *hc_dpdk_classify(hc_dpdk_drv_t *d, struct rte_mbuf *m, hc_rel_wire_t *w)
+{
+    if (m->pkt_len < HC_DPDK_HDRS_LEN || m->data_len < HC_DPDK_HDRS_LEN) goto foreign;
+    const struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, const struct rte_ether_hdr *);
+    const struct rte_ipv4_hdr *ip = (const struct rte_ipv4_hdr *)(eth + 1);
+    const struct rte_udp_hdr *udp = (const struct rte_udp_hdr *)(ip + 1);
+    if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) ||
+        !rte_is_same_ether_addr(&eth->dst_addr, &hc_dpdk_port.mac) ||
+        ip->version_ihl != RTE_IPV4_VHL_DEF || ip->next_proto_id != IPPROTO_UDP ||
+        udp->dst_port != rte_cpu_to_be_16(d->udp_port))
+        goto foreign;
+    const hc_dpdk_hdr_t *h = (const hc_dpdk_hdr_t *)(udp + 1);
+    if (h->magic != HC_DPDK_MAGIC || h->version != HC_DPDK_VERSION) goto foreign;
+    if (h->dst_session != d->session || h->src_rank >= (uint32_t)d->base.env->size) goto stale;
+    hc_dpdk_conn_t *c = d->conns[h->src_rank];
+    if (!c || c->addr.session != h->src_session || c->failed) goto stale;
+    if (h->kind == HC_REL_DATA) {
+        hc_frame_hdr_t fh;
+        if (m->data_len < HC_DPDK_HDRS_LEN + sizeof(fh)) goto foreign;
+        memcpy(&fh, rte_pktmbuf_mtod_offset(m, const void *, HC_DPDK_HDRS_LEN), sizeof(fh));
+        if ((size_t)m->data_len < HC_DPDK_HDRS_LEN + sizeof(fh) + fh.len) goto foreign;
+    } else if (h->kind != HC_REL_ACK) {
+        goto foreign;
+    }
+    *w = (hc_rel_wire_t){.seq = h->seq,
+                         .ack = h->ack,
+                         .sack = h->sack,
+                         .ts = h->ts,
+                         .ts_echo = h->ts_echo,
+                         .kind = h->kind};
+    return c;
+foreign:
+    d->rx_foreign++;
+    return NULL;
+stale:
+    d->rx_stale++;
+    return NULL;
+}
+
+static int hc_dpdk_progress(hc_drv_t *drv)
+{
+    hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
+    struct rte_mbuf *pkts[HC_DPDK_BURST];
+    uint16_t n = rte_eth_rx_burst(hc_dpdk_port.port_id, 0, pkts, HC_DPDK_BURST);
+    uint64_t now = hc_dpdk_now_us();
+    int events = n;
+    for (uint16_t i = 0; i < n; i++) {
+        struct rte_mbuf *m = pkts[i];
+        hc_rel_wire_t w;
+        d->rx_pkts++;
+        d->rx_bytes += m->pkt_len;
+        hc_dpdk_conn_t *c = hc_dpdk_classify(d, m, &w);
+        if (!c) {
+            rte_pktmbuf_free(m);
+            continue;
+        }
+        if (w.kind == HC_REL_DATA && hc_dpdk_cfg.rx_drop > 0 &&
+            hc_dpdk_rand01(d) < hc_dpdk_cfg.rx_drop) {
+            d->rx_dropped_fault++;
+            rte_pktmbuf_free(m);
+            continue;
+        }
+        if (!c->touched) {
+            c->touched = true;
+            d->touched[d->ntouched++] = c;
+        }
+        hc_rel_input(&c->rel, &w, w.kind == HC_REL_DATA ? m : NULL, now);
+        if (w.kind != HC_REL_DATA) rte_pktmbuf_free(m);
+    }
+    for (int i = 0; i < d->ntouched; i++) {
+        hc_dpdk_conn_t *c = d->touched[i];
+        c->touched = false;
+        if (!c->failed) hc_rel_flush(&c->rel, now);
+    }
+    d->ntouched = 0;
+    if (now - d->t_tick >= HC_DPDK_TICK_US) {
+        d->t_tick = now;
+        for (int r = 0; r < drv->env->size; r++) {
+            hc_dpdk_conn_t *c = d->conns[r];
+            if (!c || c->failed || hc_rel_inflight(&c->rel) == 0) continue;
+            if (!hc_rel_tick(&c->rel, now)) {
+                char why[200];
+                snprintf(why, sizeof(why),
+                         "dpdk: rank %d acknowledged nothing for %.1f s (HCOMM_DPDK_PEER_TIMEOUT) "
+                         "with %u packets in flight",
+                         r, hc_dpdk_cfg.peer_timeout, hc_rel_inflight(&c->rel));
+                hc_dpdk_fail(c, why);
+                events++;
+            }
+        }
+    }
+    return events;
+}
+
+/* ---- memory, teardown, counters ----------------------------------------------------- */
+
+static hcomm_status_t hc_dpdk_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64_t *key_p)
+{
+    hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
+    *key_p = 0;
+    if (hc_dpdk_port.ext_iova_ok || desc->user) return HCOMM_OK; /* nothing to map */
+    /* A DMAing port reads only memory DPDK knows: register the region
+     * (IOVA as VA) and map it for the device. Failure only costs the
+     * region its zero copy. */
+    if (d->nregs == (int)(sizeof(d->regs) / sizeof(d->regs[0]))) return HCOMM_OK;
+    if (rte_extmem_register(desc->addr, desc->len, NULL, 0, desc->page_size) != 0 &&
+        rte_errno != EEXIST) {
+        hc_log_info("dpdk: rte_extmem_register(%zu bytes): %s: that region is sent by copy",
+                    desc->len, rte_strerror(rte_errno));
+        return HCOMM_OK;
+    }
+    struct rte_eth_dev_info info;
+    if (rte_eth_dev_info_get(hc_dpdk_port.port_id, &info) == 0 && info.device &&
+        rte_dev_dma_map(info.device, desc->addr, (uint64_t)(uintptr_t)desc->addr, desc->len) !=
+            0) {
+        hc_log_info("dpdk: rte_dev_dma_map(%zu bytes): %s: that region is sent by copy",
+                    desc->len, rte_strerror(rte_errno));
+        (void)rte_extmem_unregister(desc->addr, desc->len);
+        return HCOMM_OK;
+    }
+    d->regs[d->nregs].lo = (uintptr_t)desc->addr;
+    d->regs[d->nregs].hi = (uintptr_t)desc->addr + desc->len;
+    d->nregs++;
+    *key_p = (uint64_t)d->nregs;
+    return HCOMM_OK;
+}
+
+static void hc_dpdk_mem_dereg(hc_drv_t *drv, uint64_t key)
+{
+    hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
+    if (key == 0 || key > (uint64_t)d->nregs) return;
+    void *addr = (void *)d->regs[key - 1].lo;
+    size_t len = d->regs[key - 1].hi - d->regs[key - 1].lo;
+    struct rte_eth_dev_info info;
+    if (rte_eth_dev_info_get(hc_dpdk_port.port_id, &info) == 0 && info.device)
+        (void)rte_dev_dma_unmap(info.device, addr, (uint64_t)(uintptr_t)addr, len);
+    (void)rte_extmem_unregister(addr, len);
+    d->regs[key - 1].lo = d->regs[key - 1].hi = 0; /* keys stay stable */
+}
+
+static void hc_dpdk_conn_free(hc_dpdk_drv_t *d, hc_dpdk_conn_t *c)
+{
+    /* Puts still owed a completion fail: nobody will acknowledge them now. */
+    c->failed = true;
+    hc_rel_drain(&c->rel, hc_dpdk_fail_one, c);
+    hc_rel_fini(&c->rel);
+    d->conns[c->base.peer] = NULL;
+    free(c);
+}
+
+static void hc_dpdk_disconnect(hc_conn_t *conn)
+{
+    hc_dpdk_conn_t *c = (hc_dpdk_conn_t *)conn;
+    hc_dpdk_conn_free(c->d, c);
+}
+
+static void hc_dpdk_close(hc_drv_t *drv)
+{
+    hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
+    for (int r = 0; r < drv->env->size; r++)
+        if (d->conns[r]) hc_dpdk_conn_free(d, d->conns[r]);
+    /* Drop what is still queued for us: the next instance has a new session. */
+    struct rte_mbuf *pkts[HC_DPDK_BURST];
+    uint16_t n;
+    while ((n = rte_eth_rx_burst(hc_dpdk_port.port_id, 0, pkts, HC_DPDK_BURST)) > 0)
+        rte_pktmbuf_free_bulk(pkts, n);
+    for (int i = 0; i < d->nregs; i++)
+        if (d->regs[i].hi) hc_dpdk_mem_dereg(drv, (uint64_t)i + 1);
+    hc_dpdk_port.in_use = false;
+    free(d->conns);
+    free(d->touched);
+    free(d);
+}
+
+static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_t value, void *arg),
+                             void *arg)
+{
+    hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
+    hc_rel_counters_t t = {0};
+    uint64_t cwnd_min = UINT64_MAX, srtt_us_max = 0;
+    for (int r = 0; r < drv->env->size; r++) {
+        hc_dpdk_conn_t *c = d->conns[r];
+        if (!c) continue;
+        const hc_rel_counters_t *n = &c->rel.n;
+        t.sent += n->sent;
+        t.retransmits += n->retransmits;
+        t.timeouts += n->timeouts;
+        t.fast_retransmits += n->fast_retransmits;
+        t.duplicates += n->duplicates;
+        t.out_of_order += n->out_of_order;
+        t.acks_sent += n->acks_sent;
+        cwnd_min = HC_MIN(cwnd_min, (uint64_t)c->rel.cwnd);
+        srtt_us_max = HC_MAX(srtt_us_max, (uint64_t)(c->rel.srtt * 1e6));
+    }
+    kv("tx_packets", d->tx_pkts, arg);
+    kv("tx_bytes", d->tx_bytes, arg);
+    kv("rx_packets", d->rx_pkts, arg);
+    kv("rx_bytes", d->rx_bytes, arg);
+    kv("zcopy_puts", d->zcopy_puts, arg);
+    kv("copy_puts", d->copy_puts, arg);
+    kv("retransmits", t.retransmits, arg);
+    kv("timeouts", t.timeouts, arg);
+    kv("fast_retransmits", t.fast_retransmits, arg);
+    kv("rx_duplicates", t.duplicates, arg);
+    kv("rx_out_of_order", t.out_of_order, arg);
+    kv("acks_sent", t.acks_sent, arg);
+    kv("rx_foreign", d->rx_foreign, arg);
+    kv("rx_stale", d->rx_stale, arg);
+    kv("rx_fault_dropped", d->rx_dropped_fault, arg);
+    kv("tx_queue_full", d->tx_full, arg);
+    kv("mbuf_shortage", d->mbuf_short, arg);
+    if (cwnd_min != UINT64_MAX) kv("cwnd_min_packets", cwnd_min, arg);
+    kv("srtt_max_us", srtt_us_max, arg);
+}
+
+static const struct hc_drv_ops hc_dpdk_ops = {
+    .size = sizeof(struct hc_drv_ops),
+    .name = "dpdk",
+    .scope = HC_DRV_SCOPE_NET,
+    .priority = 20,
+    .probe = hc_dpdk_probe,
+    .open = hc_dpdk_open,
+    .addr_pack = hc_dpdk_addr_pack,
+    .wireup = hc_dpdk_wireup,
+    .connect = hc_dpdk_connect,
+    .put = hc_dpdk_put,
+    .progress = hc_dpdk_progress,
+    .mem_reg = hc_dpdk_mem_reg,
+    .mem_dereg = hc_dpdk_mem_dereg,
+    .disconnect = hc_dpdk_disconnect,
+    .close = hc_dpdk_close,
+    .describe = hc_dpdk_describe,
+    .counters = hc_dpdk_counters,
+};
+HC_DRV_REGISTER(hc_dpdk_ops)

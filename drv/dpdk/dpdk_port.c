@@ -1,0 +1,466 @@
+/*
+ * dpdk driver, setup: the knobs, EAL (once per process), the port and its
+ * mbuf pool, the probe and hcomm_info's listing. See docs/dpdk.md.
+ *
+ * EAL is started as a library inside an application has to be: in memory
+ * only (no runtime files that two jobs on a host would share), no PCI scan
+ * unless the port is a PCI address, no telemetry socket, on the CPU the
+ * calling thread runs on (EAL pins its main thread to its first lcore: the
+ * caller's affinity is restored right after), hugepages when some are free,
+ * else plain memory. HCOMM_DPDK_ARGS replaces the defaults; the port's own
+ * argument (--vdev= or -a) and -l are added unless the arguments name them.
+ */
+#include "drv/dpdk/dpdk.h"
+#include "base/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_log.h>
+#include <rte_version.h>
+
+hc_dpdk_cfg_t hc_dpdk_cfg;
+hc_dpdk_port_t hc_dpdk_port = {.guard_fd = -1};
+
+static const char *hc_dpdk_port_knob, *hc_dpdk_args_knob;
+
+static const hc_config_knob_t hc_dpdk_knobs[] = {
+    HC_KNOB_STR(hc_dpdk_port_knob, "HCOMM_DPDK_PORT", "",
+                "dpdk: the port, a PCI address or a vdev (net_af_packet0,iface=eth1); %r = "
+                "rank, %l = local rank; entries separated by ';' are used one per local rank"),
+    HC_KNOB_STR(hc_dpdk_args_knob, "HCOMM_DPDK_ARGS", "",
+                "dpdk: EAL arguments replacing the defaults (--in-memory --no-telemetry, "
+                "hugepages when free); the port's argument and -l are added unless given"),
+    HC_KNOB_STR(hc_dpdk_cfg.ip, "HCOMM_DPDK_IP", "",
+                "dpdk: this rank's IPv4 address in the frames (\"\": the vdev's kernel "
+                "interface address, else 169.254.<node>)"),
+    HC_KNOB_INT(hc_dpdk_cfg.udp_base, "HCOMM_DPDK_UDP_PORT", "47590",
+                "dpdk: UDP port of local rank 0 (local rank i uses this + i)"),
+    HC_KNOB_INT(hc_dpdk_cfg.window, "HCOMM_DPDK_WINDOW", "512",
+                "dpdk: packets in flight per peer at most (power of two, 2..4096)"),
+    HC_KNOB_STR(hc_dpdk_cfg.cc, "HCOMM_DPDK_CC", "swift",
+                "dpdk: congestion control, swift (delay-based window) or off (the whole window)"),
+    HC_KNOB_DOUBLE(hc_dpdk_cfg.rto_min, "HCOMM_DPDK_RTO_MIN", "0.001",
+                   "dpdk: smallest retransmission timeout, seconds"),
+    HC_KNOB_DOUBLE(hc_dpdk_cfg.rto_max, "HCOMM_DPDK_RTO_MAX", "0.2",
+                   "dpdk: largest retransmission timeout, seconds"),
+    HC_KNOB_DOUBLE(hc_dpdk_cfg.peer_timeout, "HCOMM_DPDK_PEER_TIMEOUT", "30",
+                   "dpdk: seconds of unacknowledged data before a peer is declared failed"),
+    HC_KNOB_SIZE(hc_dpdk_cfg.zcopy_threshold, "HCOMM_DPDK_ZCOPY_THRESHOLD", "1K",
+                 "dpdk: payloads from this size go zero copy (the NIC reads the caller's "
+                 "memory) when the port sends chained mbufs; 0 disables"),
+    HC_KNOB_INT(hc_dpdk_cfg.mtu, "HCOMM_DPDK_MTU", "0",
+                "dpdk: port MTU to set (0: keep the port's; jumbo frames carry more per packet)"),
+    HC_KNOB_INT(hc_dpdk_cfg.mbufs, "HCOMM_DPDK_MBUFS", "16383", "dpdk: mbufs in the pool"),
+    HC_KNOB_INT(hc_dpdk_cfg.ring, "HCOMM_DPDK_RING", "1024",
+                "dpdk: RX and TX descriptors of the port's queue"),
+    HC_KNOB_DOUBLE(hc_dpdk_cfg.rx_drop, "HCOMM_DPDK_RX_DROP", "0",
+                   "dpdk: fault injection for tests: this fraction of received data packets "
+                   "is dropped"),
+};
+HC_CONFIG_KNOBS("dpdk", hc_dpdk_knobs)
+
+/* ---- HCOMM_DPDK_PORT ----------------------------------------------------------- */
+
+bool hc_dpdk_port_spec(const hc_drv_env_t *env, char *out, size_t cap)
+{
+    const char *spec = hc_dpdk_port_knob ? hc_dpdk_port_knob : "";
+    if (spec[0] == '\0') return false;
+    /* Entry local_rank % entries of a ';' list. */
+    int entries = 1;
+    for (const char *p = spec; *p; p++)
+        entries += *p == ';';
+    int want = (env->local_rank > 0 ? env->local_rank : 0) % entries;
+    const char *start = spec;
+    for (int i = 0; i < want; i++)
+        start = strchr(start, ';') + 1;
+    size_t n = strcspn(start, ";"), o = 0;
+    for (size_t i = 0; i < n && o + 12 < cap; i++) {
+        if (start[i] == '%' && i + 1 < n && (start[i + 1] == 'r' || start[i + 1] == 'l')) {
+            o += (size_t)snprintf(out + o, cap - o, "%d",
+                                  start[i + 1] == 'r' ? env->rank : HC_MAX(env->local_rank, 0));
+            i++;
+        } else {
+            out[o++] = start[i];
+        }
+    }
+    out[o] = '\0';
+    return o > 0;
+}
+
+/* A PCI address (dddd:bb:dd.f or bb:dd.f), as opposed to a vdev string. */
+static bool hc_dpdk_is_pci(const char *s)
+{
+    unsigned a, b, c, d;
+    char tail;
+    return sscanf(s, "%x:%x:%x.%x%c", &a, &b, &c, &d, &tail) == 4 ||
+           sscanf(s, "%x:%x.%x%c", &b, &c, &d, &tail) == 3 ||
+           (sscanf(s, "%x:%x:%x.%x%c", &a, &b, &c, &d, &tail) == 5 && tail == ',');
+}
+
+/* The value of key= in a vdev's argument list ("" when absent). */
+static void hc_dpdk_vdev_arg(const char *spec, const char *key, char *out, size_t cap)
+{
+    size_t kl = strlen(key);
+    out[0] = '\0';
+    for (const char *p = strchr(spec, ','); p; p = strchr(p + 1, ',')) {
+        if (!strncmp(p + 1, key, kl) && p[1 + kl] == '=') {
+            size_t n = strcspn(p + 2 + kl, ",");
+            snprintf(out, cap, "%.*s", (int)HC_MIN(n, cap - 1), p + 2 + kl);
+            return;
+        }
+    }
+}
+
+static long hc_dpdk_free_hugepages(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    long n = 0;
+    if (!f) return 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "HugePages_Free: %ld", &n) == 1) break;
+    fclose(f);
+    return n;
+}
+
+static bool hc_dpdk_args_have(char **argv, int argc, const char *const *names)
+{
+    for (int i = 0; i < argc; i++)
+        for (const char *const *n = names; *n; n++)
+            if (!strncmp(argv[i], *n, strlen(*n))) return true;
+    return false;
+}
+
+/* ---- EAL ------------------------------------------------------------------------- */
+
+static bool hc_dpdk_eal_done;
+static char hc_dpdk_eal_error[1600];
+
+static hcomm_status_t hc_dpdk_eal_start(const char *port, char *why, size_t why_len)
+{
+    if (hc_dpdk_eal_done) {
+        if (hc_dpdk_eal_error[0]) {
+            snprintf(why, why_len, "%s", hc_dpdk_eal_error);
+            return HCOMM_ERR_NO_DEVICE;
+        }
+        return HCOMM_OK;
+    }
+    hc_dpdk_eal_done = true;
+
+    char args[1024];
+    const char *user = hc_dpdk_args_knob ? hc_dpdk_args_knob : "";
+    if (user[0])
+        snprintf(args, sizeof(args), "%s", user);
+    else
+        /* --in-memory needs hugepages (it refuses --no-huge); without free
+         * ones, plain memory and no shared configuration (no mp socket). */
+        snprintf(args, sizeof(args), "%s --no-telemetry --log-level=*:error",
+                 hc_dpdk_free_hugepages() >= 64 ? "--in-memory" : "--no-huge -m 512 --no-shconf");
+    snprintf(hc_dpdk_cfg.eal_args, sizeof(hc_dpdk_cfg.eal_args), "%s", args);
+
+    char *argv[64], buf[1024], portarg[600], lcore[32];
+    int argc = 0;
+    argv[argc++] = "hcomm";
+    snprintf(buf, sizeof(buf), "%s", args);
+    for (char *tok = strtok(buf, " \t"); tok && argc < 56; tok = strtok(NULL, " \t"))
+        argv[argc++] = tok;
+    static const char *const lcore_opts[] = {"-l", "-c", "--lcores", NULL};
+    static const char *const dev_opts[] = {"-a", "--allow", "--vdev", "-b", "--block", NULL};
+    if (!hc_dpdk_args_have(argv, argc, lcore_opts)) {
+        int cpu = sched_getcpu();
+        snprintf(lcore, sizeof(lcore), "-l%d", cpu < 0 ? 0 : cpu);
+        argv[argc++] = lcore;
+    }
+    if (!hc_dpdk_args_have(argv, argc, dev_opts)) {
+        if (hc_dpdk_is_pci(port)) {
+            snprintf(portarg, sizeof(portarg), "-a%s", port);
+        } else {
+            /* af_packet's default ring (512 frames) loses a third of a
+             * stream on a busy host; 4096 frames lose none. */
+            bool afp = !strncmp(port, "net_af_packet", 13) && !strstr(port, "framecnt=");
+            snprintf(portarg, sizeof(portarg), "--vdev=%s%s", port, afp ? ",framecnt=4096" : "");
+            argv[argc++] = "--no-pci";
+        }
+        argv[argc++] = portarg;
+    }
+    argv[argc] = NULL;
+    size_t o = 0;
+    for (int i = 1; i < argc && o < sizeof(hc_dpdk_cfg.eal_args) - 2; i++)
+        o += (size_t)snprintf(hc_dpdk_cfg.eal_args + o, sizeof(hc_dpdk_cfg.eal_args) - o, "%s%s",
+                              i > 1 ? " " : "", argv[i]);
+
+    cpu_set_t saved;
+    bool have_saved = sched_getaffinity(0, sizeof(saved), &saved) == 0;
+    /* rte_eal_init permutes argv: hand it a copy. */
+    char *copy[64];
+    memcpy(copy, argv, sizeof(char *) * (size_t)(argc + 1));
+    hc_log_debug("dpdk: rte_eal_init %s", hc_dpdk_cfg.eal_args);
+    int rc = rte_eal_init(argc, copy);
+    if (have_saved) (void)sched_setaffinity(0, sizeof(saved), &saved);
+    if (rc < 0) {
+        snprintf(hc_dpdk_eal_error, sizeof(hc_dpdk_eal_error), "rte_eal_init(%s) failed: %s",
+                 hc_dpdk_cfg.eal_args, rte_strerror(rte_errno));
+        snprintf(why, why_len, "%s", hc_dpdk_eal_error);
+        return HCOMM_ERR_NO_DEVICE;
+    }
+    return HCOMM_OK;
+}
+
+/* ---- the port -------------------------------------------------------------------- */
+
+static uint32_t hc_dpdk_iface_ip(const char *iface)
+{
+    struct ifaddrs *ifa, *i;
+    uint32_t ip = 0;
+    if (iface[0] == '\0' || getifaddrs(&ifa) != 0) return 0;
+    for (i = ifa; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !strcmp(i->ifa_name, iface)) {
+            ip = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+            break;
+        }
+    freeifaddrs(ifa);
+    return ip;
+}
+
+/* The UDP port is this rank's: hold it in the kernel too where the kernel
+ * sees the interface (a vdev on a kernel iface), so that no other program
+ * takes it and the kernel does not answer our frames with ICMP
+ * port-unreachable. */
+static hcomm_status_t hc_dpdk_guard_port(uint32_t ip, uint16_t port, char *why, size_t why_len)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return HCOMM_OK; /* only a courtesy */
+    int small = 4096;
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr = {ip}};
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        int e = errno;
+        close(fd);
+        if (e == EADDRINUSE) {
+            char a[INET_ADDRSTRLEN];
+            inet_ntop(AF_INET, &ip, a, sizeof(a));
+            snprintf(why, why_len,
+                     "UDP port %s:%u is taken by another program (HCOMM_DPDK_UDP_PORT moves it)",
+                     a, port);
+            return HCOMM_ERR_IO;
+        }
+        return HCOMM_OK;
+    }
+    hc_dpdk_port.guard_fd = fd;
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_len)
+{
+    hc_dpdk_port_t *P = &hc_dpdk_port;
+    if (P->up) return HCOMM_OK;
+    char spec[sizeof(hc_dpdk_cfg.port)];
+    if (!hc_dpdk_port_spec(env, spec, sizeof(spec))) {
+        snprintf(why, why_len,
+                 "HCOMM_DPDK_PORT is not set (a PCI address or a vdev such as "
+                 "net_af_packet0,iface=eth1)");
+        return HCOMM_ERR_NO_DEVICE;
+    }
+    snprintf(hc_dpdk_cfg.port, sizeof(hc_dpdk_cfg.port), "%s", spec);
+    hcomm_status_t st = hc_dpdk_eal_start(spec, why, why_len);
+    if (st != HCOMM_OK) return st;
+
+    char name[128];
+    snprintf(name, sizeof(name), "%.*s", (int)strcspn(spec, ","), spec);
+    uint16_t pid;
+    if (rte_eth_dev_get_port_by_name(name, &pid) != 0) {
+        snprintf(why, why_len, "DPDK has no port %s (%u ports: check HCOMM_DPDK_PORT and the PMD)",
+                 name, rte_eth_dev_count_avail());
+        return HCOMM_ERR_NO_DEVICE;
+    }
+    struct rte_eth_dev_info info;
+    int rc = rte_eth_dev_info_get(pid, &info);
+    if (rc != 0) {
+        snprintf(why, why_len, "rte_eth_dev_info_get(%s): %s", name, rte_strerror(-rc));
+        return HCOMM_ERR_NO_DEVICE;
+    }
+    uint16_t mtu = RTE_ETHER_MTU;
+    (void)rte_eth_dev_get_mtu(pid, &mtu);
+    if (hc_dpdk_cfg.mtu > 0) {
+        if (hc_dpdk_cfg.mtu < 576 || hc_dpdk_cfg.mtu > info.max_mtu) {
+            snprintf(why, why_len, "HCOMM_DPDK_MTU %lld outside [576, %u] (the port's maximum)",
+                     (long long)hc_dpdk_cfg.mtu, info.max_mtu);
+            return HCOMM_ERR_INVALID;
+        }
+        mtu = (uint16_t)hc_dpdk_cfg.mtu;
+    }
+    if (mtu < 576) mtu = 576;
+
+    if (hc_dpdk_cfg.mbufs < 1023 || hc_dpdk_cfg.ring < 64 || hc_dpdk_cfg.ring > 16384) {
+        snprintf(why, why_len, "HCOMM_DPDK_MBUFS %lld (>= 1023) or HCOMM_DPDK_RING %lld "
+                 "(64..16384) out of range", (long long)hc_dpdk_cfg.mbufs,
+                 (long long)hc_dpdk_cfg.ring);
+        return HCOMM_ERR_INVALID;
+    }
+    unsigned room = HC_MAX((unsigned)mtu + RTE_ETHER_HDR_LEN + 64, RTE_MBUF_DEFAULT_DATAROOM);
+    char pool_name[32];
+    snprintf(pool_name, sizeof(pool_name), "hcomm_%u", pid);
+    P->pool = rte_pktmbuf_pool_create(pool_name, (unsigned)hc_dpdk_cfg.mbufs, 256, 0,
+                                      (uint16_t)(room + RTE_PKTMBUF_HEADROOM),
+                                      (int)rte_eth_dev_socket_id(pid) < 0
+                                          ? SOCKET_ID_ANY
+                                          : rte_eth_dev_socket_id(pid));
+    if (!P->pool) {
+        snprintf(why, why_len, "rte_pktmbuf_pool_create(%lld mbufs of %u bytes): %s",
+                 (long long)hc_dpdk_cfg.mbufs, room, rte_strerror(rte_errno));
+        return HCOMM_ERR_NO_MEMORY;
+    }
+
+    struct rte_eth_conf conf;
+    memset(&conf, 0, sizeof(conf));
+    conf.rxmode.mtu = mtu;
+    P->multi_seg = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+    if (P->multi_seg) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+    rc = rte_eth_dev_configure(pid, 1, 1, &conf);
+    uint16_t nrx = (uint16_t)hc_dpdk_cfg.ring, ntx = (uint16_t)hc_dpdk_cfg.ring;
+    if (rc == 0) rc = rte_eth_dev_adjust_nb_rx_tx_desc(pid, &nrx, &ntx);
+    int sock = rte_eth_dev_socket_id(pid);
+    unsigned socket = sock < 0 ? (unsigned)SOCKET_ID_ANY : (unsigned)sock;
+    if (rc == 0) rc = rte_eth_rx_queue_setup(pid, 0, nrx, socket, NULL, P->pool);
+    if (rc == 0) rc = rte_eth_tx_queue_setup(pid, 0, ntx, socket, NULL);
+    if (rc == 0 && hc_dpdk_cfg.mtu > 0) rc = rte_eth_dev_set_mtu(pid, mtu);
+    if (rc == 0) rc = rte_eth_dev_start(pid);
+    if (rc != 0) {
+        snprintf(why, why_len, "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s",
+                 name, nrx, ntx, mtu, rte_strerror(rc < 0 ? -rc : rc));
+        return HCOMM_ERR_NO_DEVICE;
+    }
+    (void)rte_eth_dev_get_mtu(pid, &mtu);
+    rte_eth_macaddr_get(pid, &P->mac);
+    P->port_id = pid;
+    P->mtu = mtu;
+    snprintf(P->driver, sizeof(P->driver), "%s", info.driver_name ? info.driver_name : "?");
+    snprintf(P->name, sizeof(P->name), "%s", name);
+    /* Software PMDs on a kernel interface copy what they send: IO addresses
+     * of the caller's memory do not matter to them. A PCI device DMAs, so
+     * zero copy there needs memory DPDK knows (registered regions). */
+    P->ext_iova_ok = !hc_dpdk_is_pci(spec);
+    hc_dpdk_vdev_arg(spec, "iface", P->iface, sizeof(P->iface));
+
+    uint16_t udp = (uint16_t)(hc_dpdk_cfg.udp_base + HC_MAX(env->local_rank, 0));
+    if (hc_dpdk_cfg.ip && hc_dpdk_cfg.ip[0]) {
+        struct in_addr a;
+        if (inet_pton(AF_INET, hc_dpdk_cfg.ip, &a) != 1) {
+            snprintf(why, why_len, "HCOMM_DPDK_IP \"%s\" is not an IPv4 address", hc_dpdk_cfg.ip);
+            return HCOMM_ERR_INVALID;
+        }
+        P->ip = a.s_addr;
+    } else if ((P->ip = hc_dpdk_iface_ip(P->iface)) == 0) {
+        int node = env->node_of_rank ? env->node_of_rank[env->rank] : env->rank;
+        P->ip = htonl(0xa9fe0000u | (uint32_t)((node + 1) & 0xffff)); /* 169.254/16 */
+    }
+    if (P->iface[0]) {
+        st = hc_dpdk_guard_port(P->ip, udp, why, why_len);
+        if (st != HCOMM_OK) return st;
+    }
+    P->up = true;
+    hc_log_info("dpdk: port %s (%s) %02x:%02x:%02x:%02x:%02x:%02x MTU %u%s, EAL: %s", name,
+                P->driver, P->mac.addr_bytes[0], P->mac.addr_bytes[1], P->mac.addr_bytes[2],
+                P->mac.addr_bytes[3], P->mac.addr_bytes[4], P->mac.addr_bytes[5], P->mtu,
+                P->multi_seg ? ", chained TX (zero copy)" : ", no chained TX (copies)",
+                hc_dpdk_cfg.eal_args);
+    return HCOMM_OK;
+}
+
+/* Without starting EAL: it cannot be started twice, nor survive a fork
+ * (the conformance suite probes before it forks its ranks), so the probe
+ * checks only what it can see from outside: the port is named, a vdev's
+ * kernel interface exists, a PCI device is there. */
+hcomm_status_t hc_dpdk_probe(const hc_drv_env_t *env, char *why, size_t why_len)
+{
+    char spec[sizeof(hc_dpdk_cfg.port)], iface[64], path[600];
+    if (hc_dpdk_port.up) return HCOMM_OK;
+    if (hc_dpdk_eal_done && hc_dpdk_eal_error[0]) {
+        snprintf(why, why_len, "%s", hc_dpdk_eal_error);
+        return HCOMM_ERR_NO_DEVICE;
+    }
+    if (!hc_dpdk_port_spec(env, spec, sizeof(spec))) {
+        snprintf(why, why_len,
+                 "HCOMM_DPDK_PORT is not set (a PCI address or a vdev such as "
+                 "net_af_packet0,iface=eth1)");
+        return HCOMM_ERR_NO_DEVICE;
+    }
+    if (hc_dpdk_is_pci(spec)) {
+        char addr[64];
+        snprintf(addr, sizeof(addr), "%.*s", (int)strcspn(spec, ","), spec);
+        snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s%s", strchr(addr, ':') == strrchr(addr, ':') ? "0000:" : "", addr);
+        if (access(path, F_OK) != 0) {
+            snprintf(why, why_len, "HCOMM_DPDK_PORT=%s: no PCI device %s", spec, path);
+            return HCOMM_ERR_NO_DEVICE;
+        }
+        return HCOMM_OK;
+    }
+    if (strncmp(spec, "net_", 4) != 0) {
+        snprintf(why, why_len, "HCOMM_DPDK_PORT=%s is neither a PCI address nor a vdev (net_...)",
+                 spec);
+        return HCOMM_ERR_NO_DEVICE;
+    }
+    hc_dpdk_vdev_arg(spec, "iface", iface, sizeof(iface));
+    if (iface[0] && if_nametoindex(iface) == 0) {
+        snprintf(why, why_len, "HCOMM_DPDK_PORT=%s: no interface %s in this network namespace",
+                 spec, iface);
+        return HCOMM_ERR_NO_DEVICE;
+    }
+    return HCOMM_OK;
+}
+
+void hc_dpdk_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg),
+                      void *arg)
+{
+    char text[1400], why[512];
+    snprintf(text, sizeof(text), "  %s", rte_version());
+    line(text, arg);
+    if (hc_dpdk_probe(env, why, sizeof(why)) != HCOMM_OK) return; /* the reason is printed */
+    if (hc_dpdk_port_up(env, why, sizeof(why)) != HCOMM_OK) {
+        snprintf(text, sizeof(text), "  port not usable: %s", why);
+        line(text, arg);
+        if (!hc_dpdk_eal_done || hc_dpdk_eal_error[0]) return;
+    }
+    snprintf(text, sizeof(text), "  EAL: %s", hc_dpdk_cfg.eal_args);
+    line(text, arg);
+    uint16_t pid;
+    RTE_ETH_FOREACH_DEV(pid)
+    {
+        struct rte_eth_dev_info info;
+        struct rte_ether_addr mac;
+        struct rte_eth_link link;
+        uint16_t mtu = 0;
+        if (rte_eth_dev_info_get(pid, &info) != 0) continue;
+        (void)rte_eth_dev_get_mtu(pid, &mtu);
+        (void)rte_eth_macaddr_get(pid, &mac);
+        memset(&link, 0, sizeof(link));
+        (void)rte_eth_link_get_nowait(pid, &link);
+        char name[RTE_ETH_NAME_MAX_LEN] = "?";
+        (void)rte_eth_dev_get_name_by_port(pid, name);
+        snprintf(text, sizeof(text),
+                 "  port %u %s: driver %s, MAC %02x:%02x:%02x:%02x:%02x:%02x, MTU %u (max %u), "
+                 "link %s %u Mb/s, queues rx %u tx %u, TX offloads%s%s%s",
+                 pid, name, info.driver_name, mac.addr_bytes[0], mac.addr_bytes[1],
+                 mac.addr_bytes[2], mac.addr_bytes[3], mac.addr_bytes[4], mac.addr_bytes[5], mtu,
+                 info.max_mtu, link.link_status ? "up" : "down", link.link_speed,
+                 info.max_rx_queues, info.max_tx_queues,
+                 info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS ? " multi-seg" : "",
+                 info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_IPV4_CKSUM ? " ipv4-cksum" : "",
+                 info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_UDP_CKSUM ? " udp-cksum" : "");
+        line(text, arg);
+    }
+}

@@ -1,0 +1,334 @@
+/*
+ * Reliable delivery for drv/dpdk: sequence numbers, cumulative and
+ * selective acknowledgements, retransmission, delay-based congestion
+ * control. See dpdk_rel.h.
+ */
+#include "drv/dpdk/dpdk_rel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HC_REL_DUPTHRESH 3 /* packets sacked past a hole before it is resent */
+#define HC_REL_TICK_BUDGET 64 /* retransmissions per tick, per connection */
+
+static inline bool seq_lt(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b) < 0;
+}
+
+void hc_rel_cfg_default(hc_rel_cfg_t *cfg)
+{
+    *cfg = (hc_rel_cfg_t){.window = 512,
+                          .rto_min = 0.001,
+                          .rto_max = 0.2,
+                          .peer_timeout = 30.0,
+                          .adaptive = true,
+                          .target_delay = 200e-6,
+                          .target_factor = 1.25,
+                          .max_mdf = 0.5,
+                          .cwnd_init = 64};
+}
+
+int hc_rel_init(hc_rel_t *r, const hc_rel_cfg_t *cfg, const hc_rel_ops_t *ops, void *arg,
+                char *why, size_t why_len)
+{
+    memset(r, 0, sizeof(*r));
+    if (cfg->window < 2 || cfg->window > 4096 || (cfg->window & (cfg->window - 1))) {
+        snprintf(why, why_len, "window %u is not a power of two in [2, 4096]", cfg->window);
+        return -1;
+    }
+    if (!(cfg->rto_min > 0) || !(cfg->rto_max >= cfg->rto_min) || !(cfg->peer_timeout > 0) ||
+        !(cfg->max_mdf > 0 && cfg->max_mdf < 1) || !(cfg->target_factor >= 1) ||
+        !(cfg->target_delay > 0) || !(cfg->cwnd_init >= 1)) {
+        snprintf(why, why_len,
+                 "bad timing or congestion settings (rto %g..%g s, peer timeout %g s, max_mdf "
+                 "%g, target %g s or x%g, cwnd_init %g)",
+                 cfg->rto_min, cfg->rto_max, cfg->peer_timeout, cfg->max_mdf, cfg->target_delay,
+                 cfg->target_factor, cfg->cwnd_init);
+        return -1;
+    }
+    r->tx = calloc(cfg->window, sizeof(*r->tx));
+    r->rx = calloc(cfg->window, sizeof(*r->rx));
+    if (!r->tx || !r->rx) {
+        free(r->tx);
+        free(r->rx);
+        r->tx = NULL;
+        r->rx = NULL;
+        snprintf(why, why_len, "out of memory for a %u-packet window", cfg->window);
+        return -1;
+    }
+    r->cfg = *cfg;
+    r->ops = ops;
+    r->arg = arg;
+    r->mask = cfg->window - 1;
+    r->cwnd = cfg->adaptive ? fmin(cfg->cwnd_init, cfg->window) : cfg->window;
+    r->rto = fmax(cfg->rto_min, fmin(0.01, cfg->rto_max)); /* before any sample */
+    return 0;
+}
+
+void hc_rel_drain(hc_rel_t *r, void (*fn)(void *arg, void *pkt, void *cookie), void *arg)
+{
+    if (!r->tx) return;
+    for (uint32_t s = r->snd_una; seq_lt(s, r->snd_nxt); s++) {
+        hc_rel_tx_slot_t *t = &r->tx[s & r->mask];
+        fn(arg, t->pkt, t->cookie);
+        *t = (hc_rel_tx_slot_t){0};
+    }
+    r->snd_una = r->snd_nxt;
+}
+
+void hc_rel_fini(hc_rel_t *r)
+{
+    if (r->rx) {
+        for (uint32_t i = 0; i <= r->mask; i++)
+            if (r->rx[i]) r->ops->discard(r->arg, r->rx[i]);
+    }
+    free(r->tx);
+    free(r->rx);
+    r->tx = NULL;
+    r->rx = NULL;
+}
+
+uint32_t hc_rel_inflight(const hc_rel_t *r)
+{
+    return r->snd_nxt - r->snd_una;
+}
+
+bool hc_rel_can_send(const hc_rel_t *r)
+{
+    uint32_t inflight = hc_rel_inflight(r);
+    return inflight < r->cfg.window && (double)inflight < r->cwnd;
+}
+
+/* The acknowledgement fields of what we send next. */
+static void hc_rel_fill_ack(hc_rel_t *r, hc_rel_wire_t *w)
+{
+    uint64_t sack = 0;
+    for (uint32_t i = 0; i < 64 && i < r->mask; i++)
+        if (r->rx[(r->rcv_nxt + 1 + i) & r->mask]) sack |= 1ull << i;
+    w->ack = r->rcv_nxt;
+    w->sack = sack;
+    w->ts_echo = r->ts_recent;
+}
+
+static int hc_rel_xmit_slot(hc_rel_t *r, uint32_t seq, uint64_t now)
+{
+    hc_rel_tx_slot_t *t = &r->tx[seq & r->mask];
+    hc_rel_wire_t w = {.seq = seq, .ts = (uint32_t)now, .kind = HC_REL_DATA};
+    if (w.ts == 0) w.ts = 1; /* 0 means "no echo" */
+    hc_rel_fill_ack(r, &w);
+    if (r->ops->xmit(r->arg, t->pkt, &w) != 0) return -1;
+    if (t->t_sent) {
+        t->retx++;
+        r->n.retransmits++;
+    } else {
+        r->n.sent++;
+    }
+    t->t_sent = now;
+    r->ack_owed = 0; /* piggybacked */
+    r->ack_now = false;
+    return 0;
+}
+
+void hc_rel_send(hc_rel_t *r, void *pkt, void *cookie, uint64_t now)
+{
+    uint32_t seq = r->snd_nxt++;
+    r->tx[seq & r->mask] = (hc_rel_tx_slot_t){.pkt = pkt, .cookie = cookie};
+    if (seq == r->snd_una) r->t_progress = now; /* the clock starts with the first in flight */
+    /* Keep the order on the wire: a packet waiting for the queue goes first. */
+    if (seq == r->snd_una || r->tx[(seq - 1) & r->mask].t_sent) (void)hc_rel_xmit_slot(r, seq, now);
+}
+
+static void hc_rel_decrease(hc_rel_t *r, double factor, uint64_t now)
+{
+    if (!r->cfg.adaptive) return;
+    r->cwnd = fmax(1.0, r->cwnd * (1.0 - factor));
+    r->t_decrease = now;
+}
+
+/* One RTT sample (seconds): RFC 6298 estimators, then Swift's window rule. */
+static void hc_rel_rtt_sample(hc_rel_t *r, double rtt, uint32_t newly_acked, uint64_t now)
+{
+    r->n.rtt_samples++;
+    if (r->srtt == 0) {
+        r->srtt = rtt;
+        r->rttvar = rtt / 2;
+        r->min_rtt = rtt;
+    } else {
+        r->rttvar = 0.75 * r->rttvar + 0.25 * fabs(r->srtt - rtt);
+        r->srtt = 0.875 * r->srtt + 0.125 * rtt;
+        r->min_rtt = fmin(r->min_rtt, rtt);
+    }
+    r->rto = fmin(r->cfg.rto_max, fmax(r->cfg.rto_min, r->srtt + 4 * r->rttvar));
+    if (!r->cfg.adaptive || newly_acked == 0) return;
+    double target = r->min_rtt > 1.5 * r->cfg.target_delay ? r->min_rtt * r->cfg.target_factor
+                                                            : r->cfg.target_delay;
+    if (rtt < target) {
+        r->cwnd += (double)newly_acked / r->cwnd; /* +1 per round trip */
+    } else if ((double)(now - r->t_decrease) * 1e-6 >= r->srtt) {
+        double f = fmin(r->cfg.max_mdf, 0.8 * (rtt - target) / rtt);
+        hc_rel_decrease(r, f, now);
+    }
+    r->cwnd = fmin(r->cwnd, (double)r->cfg.window);
+}
+
+static void hc_rel_fast_retransmit(hc_rel_t *r, uint64_t now);
+
+/* The acknowledgement part of any packet from the peer. */
+static void hc_rel_on_ack(hc_rel_t *r, const hc_rel_wire_t *w, uint64_t now)
+{
+    r->n.acks_received += w->kind == HC_REL_ACK;
+    /* An ack outside what we sent is stale or bogus: ignore it. */
+    if (seq_lt(w->ack, r->snd_una) || seq_lt(r->snd_nxt, w->ack)) return;
+    uint32_t newly = 0;
+    while (seq_lt(r->snd_una, w->ack)) {
+        hc_rel_tx_slot_t *t = &r->tx[r->snd_una & r->mask];
+        void *pkt = t->pkt, *cookie = t->cookie;
+        *t = (hc_rel_tx_slot_t){0};
+        r->snd_una++;
+        newly++;
+        r->ops->acked(r->arg, pkt, cookie);
+    }
+    if (newly) r->t_progress = now;
+    uint32_t sacked_past = 0;
+    bool have_hole = false;
+    for (uint32_t i = 0; i < 64; i++) {
+        uint32_t s = w->ack + 1 + i;
+        if (!seq_lt(s, r->snd_nxt)) break;
+        if (w->sack & (1ull << i)) {
+            hc_rel_tx_slot_t *t = &r->tx[s & r->mask];
+            if (!t->sacked) newly++;
+            t->sacked = true;
+            sacked_past++;
+        }
+    }
+    /* The cumulative point itself is the hole when anything past it is in. */
+    if (sacked_past && seq_lt(w->ack, r->snd_nxt)) have_hole = true; /* at snd_una */
+    /* Only an ack of something new measures the path: the echo on any other
+     * packet (the peer's data, a duplicate ack) may be arbitrarily old. */
+    if (w->ts_echo && newly) {
+        double rtt = (double)(uint32_t)((uint32_t)now - w->ts_echo) * 1e-6;
+        if (rtt < 10.0) hc_rel_rtt_sample(r, rtt, newly, now);
+    }
+    r->fast_pending = have_hole && sacked_past >= HC_REL_DUPTHRESH;
+    hc_rel_fast_retransmit(r, now);
+}
+
+/* The hole the receiver reported three packets past goes again, once it has
+ * been out for a round trip (it may simply be late); tick checks again when
+ * no further ack comes to trigger it. */
+static void hc_rel_fast_retransmit(hc_rel_t *r, uint64_t now)
+{
+    if (!r->fast_pending || r->snd_una == r->snd_nxt) return;
+    uint32_t hole = r->snd_una;
+    hc_rel_tx_slot_t *t = &r->tx[hole & r->mask];
+    if (!t->t_sent || t->sacked || (r->t_fast && hole == r->fast_hole)) return; /* once a hole */
+    double since = (double)(now - t->t_sent) * 1e-6;
+    if (since < (r->srtt > 0 ? r->srtt : r->cfg.rto_min / 4)) return;
+    if (hc_rel_xmit_slot(r, hole, now) != 0) return;
+    r->fast_pending = false;
+    r->n.fast_retransmits++;
+    if (!seq_lt(hole, r->recover) || r->t_fast == 0) {
+        hc_rel_decrease(r, r->cfg.max_mdf, now); /* once per loss episode */
+        r->recover = r->snd_nxt;
+    }
+    r->t_fast = now;
+    r->fast_hole = hole;
+}
+
+static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt)
+{
+    uint32_t s = w->seq;
+    r->n.received++;
+    /* Echo the newest transmission heard, duplicates included: a
+     * retransmission of something already here is what the sender is
+     * waiting to hear about, and its time stamp is the fresh one. */
+    if (r->ts_recent == 0 || (int32_t)(w->ts - r->ts_recent) > 0) r->ts_recent = w->ts;
+    if (seq_lt(s, r->rcv_nxt)) {
+        r->n.duplicates++;
+        r->ack_now = true; /* the sender missed our ack */
+        r->ops->discard(r->arg, pkt);
+        return;
+    }
+    if (!seq_lt(s, r->rcv_nxt + r->cfg.window)) {
+        r->n.beyond_window++;
+        r->ops->discard(r->arg, pkt);
+        return;
+    }
+    r->ack_owed++;
+    if (s != r->rcv_nxt) {
+        void **slot = &r->rx[s & r->mask];
+        if (*slot) {
+            r->n.duplicates++;
+            r->ops->discard(r->arg, pkt);
+        } else {
+            r->n.out_of_order++;
+            *slot = pkt;
+        }
+        r->ack_now = true; /* a hole: tell the sender at once */
+        return;
+    }
+    /* In order: deliver it and whatever it unblocks. rcv_nxt moves before
+     * each deliver, which may send (and so read the ack fields). */
+    r->rcv_nxt++;
+    r->ops->deliver(r->arg, pkt);
+    for (;;) {
+        void **slot = &r->rx[r->rcv_nxt & r->mask];
+        if (!*slot) break;
+        void *next = *slot;
+        *slot = NULL;
+        r->rcv_nxt++;
+        r->ops->deliver(r->arg, next);
+    }
+}
+
+void hc_rel_input(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now)
+{
+    hc_rel_on_ack(r, w, now);
+    if (w->kind == HC_REL_DATA && pkt) hc_rel_on_data(r, w, pkt);
+    if (r->ack_now) hc_rel_flush(r, now);
+}
+
+void hc_rel_flush(hc_rel_t *r, uint64_t now)
+{
+    if (!r->ack_owed && !r->ack_now) return;
+    hc_rel_wire_t w = {.seq = r->snd_nxt, .ts = (uint32_t)now, .kind = HC_REL_ACK};
+    hc_rel_fill_ack(r, &w);
+    if (r->ops->ack(r->arg, &w) == 0) {
+        r->n.acks_sent++;
+        r->ack_owed = 0;
+        r->ack_now = false;
+    }
+}
+
+bool hc_rel_tick(hc_rel_t *r, uint64_t now)
+{
+    if (r->snd_una == r->snd_nxt) return true;
+    if ((double)(now - r->t_progress) * 1e-6 > r->cfg.peer_timeout) return false;
+    hc_rel_fast_retransmit(r, now);
+    unsigned budget = HC_REL_TICK_BUDGET;
+    bool expired = false;
+    uint64_t rto_us = (uint64_t)(r->rto * 1e6);
+    for (uint32_t s = r->snd_una; seq_lt(s, r->snd_nxt) && budget; s++) {
+        hc_rel_tx_slot_t *t = &r->tx[s & r->mask];
+        if (t->sacked) continue;
+        if (t->t_sent == 0) {
+            /* Queued behind a full transmit queue: in order, stop at the first refusal. */
+            if (hc_rel_xmit_slot(r, s, now) != 0) break;
+            budget--;
+            continue;
+        }
+        if (now - t->t_sent < rto_us) continue; /* later ones may be queued, unsent */
+        if (hc_rel_xmit_slot(r, s, now) != 0) break;
+        budget--;
+        expired = true;
+    }
+    if (expired) {
+        r->n.timeouts++;
+        r->rto = fmin(r->cfg.rto_max, r->rto * 2); /* back off until a sample */
+        hc_rel_decrease(r, r->cfg.max_mdf, now);
+    }
+    return true;
+}

@@ -1,0 +1,161 @@
+/*
+ * drv/dpdk's reliable delivery, free of DPDK types so that it is tested on
+ * its own (tests/drv/test_dpdk_rel.c drives two of them through a lossy,
+ * reordering, delaying link model).
+ *
+ * One hc_rel_t per connection and direction pair. The sender numbers its
+ * packets (32-bit sequence numbers, wrap-safe comparisons), keeps each one
+ * until it is acknowledged and retransmits what is not: after a timeout
+ * computed from the measured round trip (RFC 6298: srtt + 4 rttvar, clamped,
+ * doubled on each expiry) and, sooner, a hole the receiver's selective
+ * acknowledgements have reported three packets past (fast retransmit, at
+ * most once per round trip). The receiver delivers in order, keeps what
+ * arrives early in a window of the same size (so the sender, never more than
+ * a window ahead, can never overrun it), drops duplicates and answers them
+ * with an acknowledgement at once, and otherwise acknowledges once per
+ * receive burst (hc_rel_flush), cumulatively, with a bitmap of the 64
+ * sequence numbers after the cumulative point and the newest time stamp it
+ * received (the sender's RTT sample; no ambiguity after a retransmission,
+ * since the echo names the transmission).
+ *
+ * Congestion: the number of packets in flight is bounded by cwnd, adjusted
+ * from the measured delay as Swift does (Kumar et al., SIGCOMM 2020):
+ * below the target delay the window grows by one packet per round trip;
+ * above it it shrinks in proportion to the excess, at most once per round
+ * trip and by at most max_mdf; a loss (a fast retransmission) or a timeout
+ * shrinks it by max_mdf too. The target is one fixed value for every flow,
+ * as in Swift: a target taken from each flow's own smallest RTT would let a
+ * flow that started into another's queue aim higher and starve it (the
+ * unit test's two-flow case showed 0.5% / 99.5%). Only a path whose
+ * smallest RTT is well above the target (a long path, a slow software port)
+ * aims at a multiple of that instead. With adaptive off cwnd stays at the
+ * window. RTT samples come only from acknowledgements of new data (an echo
+ * on a packet that acknowledges nothing new is stale).
+ *
+ * Failure: data in flight with no acknowledgement progress for
+ * peer_timeout seconds makes hc_rel_tick return false; the driver then fails
+ * the peer. Nothing here blocks or allocates after init.
+ */
+#ifndef HC_DPDK_REL_H
+#define HC_DPDK_REL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { HC_REL_DATA = 1, HC_REL_ACK = 2 };
+
+/* What travels in every packet's transport header. */
+typedef struct {
+    uint32_t seq;     /* DATA: this packet's number; ACK: the sender's next one */
+    uint32_t ack;     /* every packet before this one has arrived */
+    uint64_t sack;    /* bit i: packet ack + 1 + i has arrived too */
+    uint32_t ts;      /* sender's clock when sent, microseconds (low 32 bits) */
+    uint32_t ts_echo; /* newest ts received from the peer (0: none yet) */
+    uint8_t kind;     /* HC_REL_DATA or HC_REL_ACK */
+} hc_rel_wire_t;
+
+typedef struct {
+    /* (Re)sends pkt; the driver writes w into its header. 0: handed to the
+     * NIC; -1: the transmit queue is full (hc_rel_tick tries again). The
+     * driver may also refuse (-1) a packet the NIC still holds from an
+     * earlier transmission. */
+    int (*xmit)(void *arg, void *pkt, const hc_rel_wire_t *w);
+    /* The peer has pkt: free it; cookie (as given to hc_rel_send) is done. */
+    void (*acked)(void *arg, void *pkt, void *cookie);
+    /* Sends a packet carrying only w (kind ACK). 0 / -1 as xmit. */
+    int (*ack)(void *arg, const hc_rel_wire_t *w);
+    /* A data packet, in order, exactly once: the driver hands it on and
+     * frees it. May call hc_rel_send on the same hc_rel_t. */
+    void (*deliver)(void *arg, void *pkt);
+    /* A data packet not kept (duplicate, outside the window): free it. */
+    void (*discard)(void *arg, void *pkt);
+} hc_rel_ops_t;
+
+typedef struct {
+    unsigned window;     /* packets, power of two, 2..4096 */
+    double rto_min;      /* seconds */
+    double rto_max;
+    double peer_timeout; /* seconds without acknowledgement progress */
+    bool adaptive;       /* delay-based cwnd; false: cwnd = window */
+    double target_delay;  /* seconds: the RTT every flow aims at (one value for all, so that
+                             flows sharing a bottleneck converge to equal shares) */
+    double target_factor; /* a path whose smallest RTT exceeds target_delay by half aims at
+                             its smallest RTT times this instead */
+    double max_mdf;      /* largest multiplicative decrease, 0..1 */
+    double cwnd_init;    /* packets */
+} hc_rel_cfg_t;
+
+typedef struct {
+    uint64_t sent, retransmits, timeouts, fast_retransmits;
+    uint64_t received, duplicates, out_of_order, beyond_window;
+    uint64_t acks_sent, acks_received;
+    uint64_t rtt_samples;
+} hc_rel_counters_t;
+
+typedef struct {
+    void *pkt;
+    void *cookie;
+    uint64_t t_sent; /* us of the latest transmission, 0: not sent yet */
+    uint32_t retx;
+    bool sacked;
+} hc_rel_tx_slot_t;
+
+typedef struct {
+    hc_rel_cfg_t cfg;
+    const hc_rel_ops_t *ops;
+    void *arg;
+    uint32_t mask; /* window - 1 */
+
+    /* sender */
+    hc_rel_tx_slot_t *tx;
+    uint32_t snd_una, snd_nxt;
+    double cwnd;
+    double srtt, rttvar, rto, min_rtt; /* seconds; srtt 0: no sample yet */
+    uint64_t t_progress;               /* us: the last time snd_una moved (or first send) */
+    uint64_t t_decrease;               /* us of the last cwnd decrease */
+    uint64_t t_fast;                   /* us of the last fast retransmission */
+    uint32_t recover;                  /* snd_nxt at the last fast retransmission */
+    bool fast_pending;                 /* a hole reported, its fast retransmission not yet due */
+    uint32_t fast_hole;                /* the last hole fast-retransmitted (each goes once) */
+
+    /* receiver */
+    void **rx;
+    uint32_t rcv_nxt;
+    uint32_t ts_recent;
+    uint32_t ack_owed; /* packets received since the last acknowledgement */
+    bool ack_now;      /* a duplicate arrived: acknowledge without waiting */
+
+    hc_rel_counters_t n;
+} hc_rel_t;
+
+/* The defaults above (window 512, rto 1 ms .. 200 ms, ...), for tests. */
+void hc_rel_cfg_default(hc_rel_cfg_t *cfg);
+/* 0, or -1 for a bad cfg / no memory (why says which). */
+int hc_rel_init(hc_rel_t *r, const hc_rel_cfg_t *cfg, const hc_rel_ops_t *ops, void *arg,
+                char *why, size_t why_len);
+/* Frees the windows; received packets still kept go to discard. Sent ones
+ * must have been drained first (hc_rel_drain). */
+void hc_rel_fini(hc_rel_t *r);
+/* Calls fn(arg, pkt, cookie) for every packet not yet acknowledged, oldest
+ * first, and forgets them (a failed peer: the driver fails their puts). */
+void hc_rel_drain(hc_rel_t *r, void (*fn)(void *arg, void *pkt, void *cookie), void *arg);
+
+/* Room for one more packet in flight now (cwnd and window)? */
+bool hc_rel_can_send(const hc_rel_t *r);
+/* Takes pkt into the window (hc_rel_can_send must be true) and transmits
+ * it, piggybacking the acknowledgement owed; if the queue is full it is
+ * sent by a later tick. */
+void hc_rel_send(hc_rel_t *r, void *pkt, void *cookie, uint64_t now_us);
+/* A packet from the peer: w from its header; pkt (DATA) is the packet,
+ * whose ownership passes to rel (delivered, kept or discarded). */
+void hc_rel_input(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now_us);
+/* After a receive burst: sends the acknowledgement owed, if any. */
+void hc_rel_flush(hc_rel_t *r, uint64_t now_us);
+/* Timers: unsent and timed-out packets. false: the peer is unresponsive
+ * (data in flight, no progress for peer_timeout). */
+bool hc_rel_tick(hc_rel_t *r, uint64_t now_us);
+/* Packets in flight (sent or queued, not yet acknowledged). */
+uint32_t hc_rel_inflight(const hc_rel_t *r);
+
+#endif /* HC_DPDK_REL_H */
