@@ -46,7 +46,8 @@
 #include <rte_malloc.h>
 #include <rte_udp.h>
 
-#define HC_DPDK_TICK_US 100 /* timers run at most this often */
+#define HC_DPDK_TICK_US 100      /* timers run at most this often */
+#define HC_DPDK_ABSENT_US 100000 /* a gap between polls this long is ours, not the peer's */
 
 typedef struct hc_dpdk_drv hc_dpdk_drv_t;
 
@@ -69,6 +70,7 @@ struct hc_dpdk_drv {
     hc_dpdk_conn_t **touched;
     int ntouched;
     uint64_t t_tick;
+    uint64_t t_poll; /* the last progress call */
     uint64_t rng;
     struct rte_mbuf_ext_shared_info shinfo; /* of every zero-copy segment: never freed */
     /* counters (HCOMM_STATS_LEVEL=2) */
@@ -485,8 +487,16 @@ static int hc_dpdk_progress(hc_drv_t *drv)
 {
     hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
     struct rte_mbuf *pkts[HC_DPDK_BURST];
-    uint16_t n = rte_eth_rx_burst(hc_dpdk_port.port_id, 0, pkts, HC_DPDK_BURST);
     uint64_t now = hc_dpdk_now_us();
+    if (now - d->t_poll > HC_DPDK_ABSENT_US) {
+        /* Nobody polled for a while (the caller computed, or waited on the
+         * bootstrap): acknowledgements may be waiting in the ring, and a
+         * peer is not silent for the time we did not listen. */
+        for (int r = 0; r < drv->env->size; r++)
+            if (d->conns[r]) hc_rel_resume(&d->conns[r]->rel, now);
+    }
+    d->t_poll = now;
+    uint16_t n = rte_eth_rx_burst(hc_dpdk_port.port_id, 0, pkts, HC_DPDK_BURST);
     int events = n;
     for (uint16_t i = 0; i < n; i++) {
         struct rte_mbuf *m = pkts[i];
@@ -653,6 +663,15 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
     kv("rx_fault_dropped", d->rx_dropped_fault, arg);
     kv("tx_queue_full", d->tx_full, arg);
     kv("mbuf_shortage", d->mbuf_short, arg);
+    struct rte_eth_stats es;
+    if (rte_eth_stats_get(hc_dpdk_port.port_id, &es) == 0) {
+        kv("port_ipackets", es.ipackets, arg);
+        kv("port_imissed", es.imissed, arg);
+        kv("port_ierrors", es.ierrors, arg);
+        kv("port_rx_nombuf", es.rx_nombuf, arg);
+        kv("port_opackets", es.opackets, arg);
+        kv("port_oerrors", es.oerrors, arg);
+    }
     if (cwnd_min != UINT64_MAX) kv("cwnd_min_packets", cwnd_min, arg);
     kv("srtt_max_us", srtt_us_max, arg);
 }

@@ -13,6 +13,13 @@
 #define HC_REL_DUPTHRESH 3 /* packets sacked past a hole before it is resent */
 #define HC_REL_TICK_BUDGET 64 /* retransmissions per tick, per connection */
 
+/* now - t, 0 when t is later: a caller's clock read before a callback that
+ * stamped t (progress reads the time once, its deliveries send). */
+static inline uint64_t since(uint64_t now, uint64_t t)
+{
+    return now > t ? now - t : 0;
+}
+
 static inline bool seq_lt(uint32_t a, uint32_t b)
 {
     return (int32_t)(a - b) < 0;
@@ -91,6 +98,11 @@ void hc_rel_fini(hc_rel_t *r)
     r->rx = NULL;
 }
 
+void hc_rel_resume(hc_rel_t *r, uint64_t now)
+{
+    if (r->snd_una != r->snd_nxt) r->t_progress = now;
+}
+
 uint32_t hc_rel_inflight(const hc_rel_t *r)
 {
     return r->snd_nxt - r->snd_una;
@@ -167,7 +179,7 @@ static void hc_rel_rtt_sample(hc_rel_t *r, double rtt, uint32_t newly_acked, uin
                                                             : r->cfg.target_delay;
     if (rtt < target) {
         r->cwnd += (double)newly_acked / r->cwnd; /* +1 per round trip */
-    } else if ((double)(now - r->t_decrease) * 1e-6 >= r->srtt) {
+    } else if ((double)since(now, r->t_decrease) * 1e-6 >= r->srtt) {
         double f = fmin(r->cfg.max_mdf, 0.8 * (rtt - target) / rtt);
         hc_rel_decrease(r, f, now);
     }
@@ -225,8 +237,8 @@ static void hc_rel_fast_retransmit(hc_rel_t *r, uint64_t now)
     uint32_t hole = r->snd_una;
     hc_rel_tx_slot_t *t = &r->tx[hole & r->mask];
     if (!t->t_sent || t->sacked || (r->t_fast && hole == r->fast_hole)) return; /* once a hole */
-    double since = (double)(now - t->t_sent) * 1e-6;
-    if (since < (r->srtt > 0 ? r->srtt : r->cfg.rto_min / 4)) return;
+    double out = (double)since(now, t->t_sent) * 1e-6;
+    if (out < (r->srtt > 0 ? r->srtt : r->cfg.rto_min / 4)) return;
     if (hc_rel_xmit_slot(r, hole, now) != 0) return;
     r->fast_pending = false;
     r->n.fast_retransmits++;
@@ -306,7 +318,7 @@ void hc_rel_flush(hc_rel_t *r, uint64_t now)
 bool hc_rel_tick(hc_rel_t *r, uint64_t now)
 {
     if (r->snd_una == r->snd_nxt) return true;
-    if ((double)(now - r->t_progress) * 1e-6 > r->cfg.peer_timeout) return false;
+    if ((double)since(now, r->t_progress) * 1e-6 > r->cfg.peer_timeout) return false;
     hc_rel_fast_retransmit(r, now);
     unsigned budget = HC_REL_TICK_BUDGET;
     bool expired = false;
@@ -320,7 +332,7 @@ bool hc_rel_tick(hc_rel_t *r, uint64_t now)
             budget--;
             continue;
         }
-        if (now - t->t_sent < rto_us) continue; /* later ones may be queued, unsent */
+        if (since(now, t->t_sent) < rto_us) continue; /* later ones may be queued, unsent */
         if (hc_rel_xmit_slot(r, s, now) != 0) break;
         budget--;
         expired = true;

@@ -155,6 +155,9 @@ void hc_rel_flush(hc_rel_t *r, uint64_t now_us);
 /* Timers: unsent and timed-out packets. false: the peer is unresponsive
  * (data in flight, no progress for peer_timeout). */
 bool hc_rel_tick(hc_rel_t *r, uint64_t now_us);
+/* This side was not listening (not polled) until now: the peer cannot be
+ * blamed for that time, so its timeout restarts. */
+void hc_rel_resume(hc_rel_t *r, uint64_t now_us);
 /* Packets in flight (sent or queued, not yet acknowledged). */
 uint32_t hc_rel_inflight(const hc_rel_t *r);
 
