@@ -4,7 +4,9 @@
 # installed so the configure summary shows them: rdma-core (ibverbs/mlx5dv),
 # clang + its runtime (libFuzzer), iproute2 and nftables (network-namespace
 # tests: nodes, and packet loss where the kernel has no netem), libpmix-dev
-# (the rendezvous under Open MPI's mpirun and srun --mpi=pmix).
+# (the rendezvous under Open MPI's mpirun and srun --mpi=pmix), DPDK 22.11
+# (libdpdk-dev, with its poll-mode drivers: the dpdk driver; its tests run
+# net_af_packet between network namespaces).
 #   install-deps.sh --test   also what only the test suite needs: bc, and
 #                            qemu + Debian's kernel + a static busybox for the
 #                            tests that boot a guest kernel (tests/vm: tc netem
@@ -20,7 +22,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       libhwloc-dev hwloc libnuma-dev numactl libcmocka-dev
-      libibverbs-dev rdma-core iproute2 nftables procps libpmix-dev)
+      libibverbs-dev rdma-core iproute2 nftables procps libpmix-dev libdpdk-dev)
 test_pkgs=(bc cpio qemu-system-x86 linux-image-amd64 busybox-static
            perftest ibverbs-utils ucx-utils gdb slurm-wlm munge
            mpich openmpi-bin python3-torch)

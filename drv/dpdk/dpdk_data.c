@@ -640,6 +640,7 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
         t.retransmits += n->retransmits;
         t.timeouts += n->timeouts;
         t.fast_retransmits += n->fast_retransmits;
+        t.spurious_timeouts += n->spurious_timeouts;
         t.duplicates += n->duplicates;
         t.out_of_order += n->out_of_order;
         t.acks_sent += n->acks_sent;
@@ -655,6 +656,7 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
     kv("retransmits", t.retransmits, arg);
     kv("timeouts", t.timeouts, arg);
     kv("fast_retransmits", t.fast_retransmits, arg);
+    kv("spurious_timeouts", t.spurious_timeouts, arg);
     kv("rx_duplicates", t.duplicates, arg);
     kv("rx_out_of_order", t.out_of_order, arg);
     kv("acks_sent", t.acks_sent, arg);

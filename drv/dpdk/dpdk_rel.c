@@ -174,9 +174,15 @@ static void hc_rel_rtt_sample(hc_rel_t *r, double rtt, uint32_t newly_acked, uin
         r->min_rtt = fmin(r->min_rtt, rtt);
     }
     r->rto = fmin(r->cfg.rto_max, fmax(r->cfg.rto_min, r->srtt + 4 * r->rttvar));
+    if (r->min_n == 0 || rtt < r->min_cur) r->min_cur = rtt;
+    if (++r->min_n == 64) {
+        r->min_prev = r->min_cur;
+        r->min_n = 0;
+    }
     if (!r->cfg.adaptive || newly_acked == 0) return;
-    double target = r->min_rtt > 1.5 * r->cfg.target_delay ? r->min_rtt * r->cfg.target_factor
-                                                            : r->cfg.target_delay;
+    double recent = r->min_prev > 0 ? fmin(r->min_prev, r->min_cur) : r->min_cur;
+    double target = recent > 1.5 * r->cfg.target_delay ? recent * r->cfg.target_factor
+                                                        : r->cfg.target_delay;
     if (rtt < target) {
         r->cwnd += (double)newly_acked / r->cwnd; /* +1 per round trip */
     } else if ((double)since(now, r->t_decrease) * 1e-6 >= r->srtt) {
@@ -221,6 +227,15 @@ static void hc_rel_on_ack(hc_rel_t *r, const hc_rel_wire_t *w, uint64_t now)
     /* Only an ack of something new measures the path: the echo on any other
      * packet (the peer's data, a duplicate ack) may be arbitrarily old. */
     if (w->ts_echo && newly) {
+        if (r->cwnd_undo > 0) {
+            /* The first ack of new data after a timeout: for a transmission
+             * made before the timeout, the timeout was spurious. */
+            if ((int32_t)(w->ts_echo - r->ts_timeout) < 0) {
+                r->cwnd = fmax(r->cwnd, r->cwnd_undo);
+                r->n.spurious_timeouts++;
+            }
+            r->cwnd_undo = 0;
+        }
         double rtt = (double)(uint32_t)((uint32_t)now - w->ts_echo) * 1e-6;
         if (rtt < 10.0) hc_rel_rtt_sample(r, rtt, newly, now);
     }
@@ -243,7 +258,7 @@ static void hc_rel_fast_retransmit(hc_rel_t *r, uint64_t now)
     r->fast_pending = false;
     r->n.fast_retransmits++;
     if (!seq_lt(hole, r->recover) || r->t_fast == 0) {
-        hc_rel_decrease(r, r->cfg.max_mdf, now); /* once per loss episode */
+        hc_rel_decrease(r, r->cfg.max_mdf / 4, now); /* once per loss episode */
         r->recover = r->snd_nxt;
     }
     r->t_fast = now;
@@ -339,6 +354,10 @@ bool hc_rel_tick(hc_rel_t *r, uint64_t now)
     }
     if (expired) {
         r->n.timeouts++;
+        if (r->cwnd_undo == 0) {
+            r->cwnd_undo = r->cwnd;
+            r->ts_timeout = (uint32_t)now;
+        }
         r->rto = fmin(r->cfg.rto_max, r->rto * 2); /* back off until a sample */
         hc_rel_decrease(r, r->cfg.max_mdf, now);
     }

@@ -26,11 +26,17 @@
  * shrinks it by max_mdf too. The target is one fixed value for every flow,
  * as in Swift: a target taken from each flow's own smallest RTT would let a
  * flow that started into another's queue aim higher and starve it (the
- * unit test's two-flow case showed 0.5% / 99.5%). Only a path whose
- * smallest RTT is well above the target (a long path, a slow software port)
- * aims at a multiple of that instead. With adaptive off cwnd stays at the
+ * unit test's two-flow case showed 0.5% / 99.5%). Only when even the
+ * smallest RTT of the last 64 to 128 samples is well above the target (a
+ * long path, a slow software port, or hosts whose polling processes
+ * outnumber their cores, where the delay is scheduling and no smaller
+ * window removes it) does a flow aim at a multiple of that instead: two
+ * jobs sharing this 2-core machine otherwise fell to 1% of one alone. With adaptive off cwnd stays at the
  * window. RTT samples come only from acknowledgements of new data (an echo
- * on a packet that acknowledges nothing new is stale).
+ * on a packet that acknowledges nothing new is stale). A timeout that the
+ * next acknowledgement shows was spurious (it echoes a transmission from
+ * before the timeout: the original was only late, as when the peer's
+ * process was not scheduled) gives the window back (Eifel, RFC 3522).
  *
  * Failure: data in flight with no acknowledgement progress for
  * peer_timeout seconds makes hc_rel_tick return false; the driver then fails
@@ -87,7 +93,7 @@ typedef struct {
 } hc_rel_cfg_t;
 
 typedef struct {
-    uint64_t sent, retransmits, timeouts, fast_retransmits;
+    uint64_t sent, retransmits, timeouts, fast_retransmits, spurious_timeouts;
     uint64_t received, duplicates, out_of_order, beyond_window;
     uint64_t acks_sent, acks_received;
     uint64_t rtt_samples;
@@ -112,6 +118,10 @@ typedef struct {
     uint32_t snd_una, snd_nxt;
     double cwnd;
     double srtt, rttvar, rto, min_rtt; /* seconds; srtt 0: no sample yet */
+    double min_cur, min_prev;          /* smallest RTT of this and the last 64 samples */
+    uint32_t min_n;
+    double cwnd_undo;                  /* cwnd before the last timeout (0: none to undo) */
+    uint32_t ts_timeout;               /* our clock (low 32 bits) at that timeout */
     uint64_t t_progress;               /* us: the last time snd_una moved (or first send) */
     uint64_t t_decrease;               /* us of the last cwnd decrease */
     uint64_t t_fast;                   /* us of the last fast retransmission */

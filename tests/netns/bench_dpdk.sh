@@ -1,0 +1,78 @@
+#!/bin/bash
+# bench_dpdk.sh BUILD_DIR [ROUNDS]: hcomm over the dpdk driver (DPDK's
+# net_af_packet PMD on each node's veth) against hcomm over the tcp driver
+# (kernel sockets), between two network namespaces joined by a bridge, one
+# rank each, interleaved round by round so that both see the same machine:
+# 8-byte ping-pong latency (p50) and 4 MiB allreduce bus bandwidth. Then the
+# dpdk driver under 1% and 5% loss (HCOMM_DPDK_RX_DROP) and with its delay-
+# based window off (HCOMM_DPDK_CC=off), and two dpdk jobs at once on the
+# same two nodes (each on its own UDP ports) against one alone: what the
+# window does when a flow competes. Medians and ratios close the output.
+#
+# af_packet copies every frame through the kernel's packet rings, so these
+# absolute numbers say little about a DPDK NIC; the ratios, the loss
+# behaviour and the sharing are what this measures.
+set -u
+build=${1:?build dir}
+rounds=${2:-3}
+here=$(cd "$(dirname "$0")" && pwd)
+[ "$(id -u)" = 0 ] || { echo "skipped: needs root"; exit 77; }
+export HCN_JOB="bd$$"
+work=$(mktemp -d /tmp/hcn-bench.XXXXXX)
+trap '"$here/netns.sh" down; rm -rf "$work"' EXIT
+"$here/netns.sh" up 2 || exit 1
+
+# hc_run TAG NET ENV... -- prog args: rank 0's output in $work/TAG
+hc_run() {
+    local tag=$1 net=$2 port=$((20000 + RANDOM % 30000)) r pids=() envs=()
+    shift 2
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    for r in 0 1; do
+        env HCOMM_RANK=$r HCOMM_SIZE=2 HCOMM_LOCAL_RANK=0 HCOMM_LOCAL_SIZE=1 \
+            HCOMM_BOOTSTRAP="tcp://10.77.0.1:$port" HCOMM_JOB_KEY=bench HCOMM_LOG=error \
+            HCOMM_NET=$net HCOMM_DPDK_PORT="net_af_packet0,iface=eth0" "${envs[@]}" \
+            "$here/netns.sh" run $r "$@" >"$work/$tag.$r" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    cp "$work/$tag.0" "$work/$tag"
+}
+median() { sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "nan"}'; }
+lat() { awk '$1 == 8 {print $3}' "$work/$1"; }   # p50 us
+bw() { awk '$1 == 4194304 {print $8}' "$work/$1"; } # busbw GB/s
+
+declare -A res
+for ((i = 1; i <= rounds; i++)); do
+    for net in tcp dpdk; do
+        hc_run lat $net -- "$build/bin/pingpong" -b 8 -e 8 -n 2000
+        res[lat,$net]+="$(lat lat) "
+        hc_run bw $net -- "$build/bin/allreduce_bw" -b 4M -e 4M -n 20 -w 3
+        res[bw,$net]+="$(bw bw) "
+    done
+    for loss in 0.01 0.05; do
+        hc_run bw dpdk HCOMM_DPDK_RX_DROP=$loss -- "$build/bin/allreduce_bw" -b 4M -e 4M -n 20 -w 3
+        res[bw,loss$loss]+="$(bw bw) "
+    done
+    hc_run bw dpdk HCOMM_DPDK_CC=off -- "$build/bin/allreduce_bw" -b 4M -e 4M -n 20 -w 3
+    res[bw,ccoff]+="$(bw bw) "
+    # Two jobs at once (UDP ports 47590 and 47600): each one's busbw.
+    hc_run bwa dpdk -- "$build/bin/allreduce_bw" -b 4M -e 4M -n 40 -w 3 &
+    a=$!
+    hc_run bwb dpdk HCOMM_DPDK_UDP_PORT=47600 -- "$build/bin/allreduce_bw" -b 4M -e 4M -n 40 -w 3
+    wait $a
+    res[bw,pair_a]+="$(bw bwa) "
+    res[bw,pair_b]+="$(bw bwb) "
+    echo "round $i: lat tcp/dpdk ${res[lat,tcp]##* } / ${res[lat,dpdk]##* }"
+done
+
+med() { printf '%s\n' ${res[$1]} | median; }
+echo "== summary ($rounds rounds, medians; every round interleaved)"
+lt=$(med lat,tcp) ld=$(med lat,dpdk) bt=$(med bw,tcp) bd=$(med bw,dpdk)
+echo "pingpong 8 B p50 us:        tcp $lt   dpdk $ld   ratio tcp/dpdk $(echo "scale=3; $lt / $ld" | bc)"
+echo "allreduce 4 MiB busbw GB/s: tcp $bt   dpdk $bd   ratio dpdk/tcp $(echo "scale=3; $bd / $bt" | bc)"
+echo "dpdk under loss:            1% $(med bw,loss0.01)   5% $(med bw,loss0.05)   (no loss $bd)"
+echo "dpdk window off (CC=off):   $(med bw,ccoff)"
+pa=$(med bw,pair_a) pb=$(med bw,pair_b)
+echo "two dpdk jobs at once:      $pa + $pb   (shares $(echo "scale=2; 100 * $pa / ($pa + $pb)" | bc)% / $(echo "scale=2; 100 * $pb / ($pa + $pb)" | bc)%, one alone $bd)"
+for k in "${!res[@]}"; do echo "raw $k: ${res[$k]}"; done | sort
