@@ -6,7 +6,9 @@
  *   test_drv_conformance DRIVER [CASE...]
  *
  * Each case forks into two processes, rank 0 and rank 1 (the self driver:
- * one process, talking to itself). Each opens DRIVER itself with a
+ * one process, talking to itself); the test process itself never opens the
+ * driver (a library like DPDK's EAL can start only once per process and
+ * does not survive a fork), so even the one-process cases run in a child. Each opens DRIVER itself with a
  * hand-built hc_drv_env_t (no core: the callbacks below check what the
  * driver reports), publishes its address blob over a socketpair, wires up
  * and connects; the socketpair then carries the cases' out-of-band
