@@ -185,14 +185,19 @@ static int hc_dpdk_rel_xmit(void *arg, void *pkt, const hc_rel_wire_t *w)
     return -1;
 }
 
-static void hc_dpdk_rel_acked(void *arg, void *pkt, void *cookie)
+/* A packet leaves the window: freed, and its put (zero copy) completes. */
+static void hc_dpdk_complete(hc_dpdk_conn_t *c, void *pkt, void *cookie, hcomm_status_t st)
 {
-    hc_dpdk_conn_t *c = arg;
     rte_pktmbuf_free(pkt);
     if (cookie) {
         const hc_drv_env_t *env = c->d->base.env;
-        env->put_done(env->core, &c->base, cookie, HCOMM_OK);
+        env->put_done(env->core, &c->base, cookie, st);
     }
+}
+
+static void hc_dpdk_rel_acked(void *arg, void *pkt, void *cookie)
+{
+    hc_dpdk_complete(arg, pkt, cookie, HCOMM_OK);
 }
 
 static int hc_dpdk_rel_ack(void *arg, const hc_rel_wire_t *w)
@@ -426,12 +431,7 @@ static hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
 
 static void hc_dpdk_fail_one(void *arg, void *pkt, void *cookie)
 {
-    hc_dpdk_conn_t *c = arg;
-    rte_pktmbuf_free(pkt);
-    if (cookie) {
-        const hc_drv_env_t *env = c->d->base.env;
-        env->put_done(env->core, &c->base, cookie, HCOMM_ERR_PEER_FAILED);
-    }
+    hc_dpdk_complete(arg, pkt, cookie, HCOMM_ERR_PEER_FAILED);
 }
 
 static void hc_dpdk_fail(hc_dpdk_conn_t *c, const char *why)

@@ -21,61 +21,17 @@
 set -u
 case_=${1:?case}
 build=${2:?build directory}
-here=$(cd "$(dirname "$0")" && pwd)
-netns="$here/netns.sh"
 prog="$build/bin/mp_tcp_check"
-
-skip() { echo "skipped: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
-command -v ip >/dev/null || skip "iproute2 (ip) not installed"
-"$build/bin/hcomm_info" 2>/dev/null | grep -q "^ *dpdk" || skip "this build has no dpdk driver"
-export HCN_JOB="d$$"
-probe="hcn-$HCN_JOB-probe"
-ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces (ip netns add failed)"
-ip netns del "$probe"
-
-work=$(mktemp -d /tmp/hcn-dpdk.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    "$netns" down
-    ip netns del "hcdp-$$" 2>/dev/null
-    rm -rf "$work"
+HCN_PREFIX=d
+job_env=(HCOMM_NET=dpdk HCOMM_DPDK_PORT="net_af_packet0,iface=eth0")
+export HCOMM_TIMEOUT=${HCOMM_TIMEOUT:-90}
+"$build/bin/hcomm_info" 2>/dev/null | grep -q "^ *dpdk" || {
+    echo "skipped: this build has no dpdk driver"
+    exit 77
 }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-fail() { echo "FAIL ($case_): $*"; for f in "$work"/r*.log; do [ -f "$f" ] && sed "s/^/[$(basename "$f" .log)] /" "$f" | tail -30; done; exit 1; }
-
-# launch NODES PPN args...: starts the ranks over dpdk, fills pids[]
-launch() {
-    local nodes=$1 ppn=$2 r
-    shift 2
-    local size=$((nodes * ppn)) port=$((20000 + RANDOM % 30000))
-    local key
-    key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-    for ((r = 0; r < size; r++)); do
-        env HCOMM_RANK=$r HCOMM_SIZE=$size HCOMM_LOCAL_RANK=$((r % ppn)) HCOMM_LOCAL_SIZE=$ppn \
-            HCOMM_BOOTSTRAP="tcp://10.77.0.1:$port" HCOMM_JOB_KEY="$key" \
-            HCOMM_NET=dpdk HCOMM_DPDK_PORT="net_af_packet0,iface=eth0" \
-            HCOMM_TIMEOUT="${HCOMM_TIMEOUT:-90}" HCOMM_LOG="${HCOMM_LOG:-warn}" \
-            "$netns" run $((r / ppn)) "$prog" "$@" >"$work/r$r.log" 2>&1 &
-        pids+=($!)
-    done
-}
-
-wait_all() {
-    local limit=${1:-120} t0=$SECONDS i rc bad=0
-    for i in "${!pids[@]}"; do
-        while kill -0 "${pids[$i]}" 2>/dev/null && ((SECONDS - t0 < limit)); do sleep 0.2; done
-        kill -0 "${pids[$i]}" 2>/dev/null && fail "rank $i still running after ${limit} s"
-        wait "${pids[$i]}"
-        rc=$?
-        [ $rc = 0 ] || { echo "rank $i exited with status $rc"; bad=1; }
-    done
-    pids=()
-    [ $bad = 0 ] || fail "some ranks failed"
-}
+# shellcheck source=tests/netns/jobs.sh
+. "$(cd "$(dirname "$0")" && pwd)/jobs.sh"
+cleanup_extra() { ip netns del "hcdp-$$" 2>/dev/null; }
 
 case "$case_" in
 conformance)
@@ -113,7 +69,8 @@ coll_3x1)
     ;;
 loss)
     "$netns" up 2 || fail "netns setup"
-    HCOMM_DPDK_RX_DROP=0.02 HCOMM_STATS=1 HCOMM_STATS_LEVEL=2 launch 2 1 --max 2M --coll
+    job_env+=(HCOMM_DPDK_RX_DROP=0.02 HCOMM_STATS=1 HCOMM_STATS_LEVEL=2)
+    launch 2 1 --max 2M --coll
     wait_all 200
     for r in 0 1; do
         n=$(grep -o "retransmits[^0-9]*[0-9]*" "$work/r$r.log" | grep -o "[0-9]*$" | sort -n | tail -1)

@@ -29,60 +29,8 @@
 set -u
 case_=${1:?case}
 prog=${2:?path to mp_tcp_check}
-here=$(cd "$(dirname "$0")" && pwd)
-netns="$here/netns.sh"
-
-skip() { echo "skipped: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
-command -v ip >/dev/null || skip "iproute2 (ip) not installed"
-export HCN_JOB="t$$"
-probe="hcn-$HCN_JOB-probe"
-ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces (ip netns add failed)"
-ip netns del "$probe"
-
-work=$(mktemp -d /tmp/hcn-test.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    "$netns" down
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-fail() { echo "FAIL ($case_): $*"; for f in "$work"/r*.log; do [ -f "$f" ] && sed "s/^/[$(basename "$f" .log)] /" "$f" | tail -25; done; exit 1; }
-
-# launch NODES PPN args...: starts the ranks, fills pids[]
-launch() {
-    local nodes=$1 ppn=$2 r
-    shift 2
-    local size=$((nodes * ppn)) port=$((20000 + RANDOM % 30000))
-    local key
-    key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-    for ((r = 0; r < size; r++)); do
-        env HCOMM_RANK=$r HCOMM_SIZE=$size HCOMM_LOCAL_RANK=$((r % ppn)) HCOMM_LOCAL_SIZE=$ppn \
-            HCOMM_BOOTSTRAP="tcp://10.77.0.1:$port" HCOMM_JOB_KEY="$key" \
-            HCOMM_TIMEOUT="${HCOMM_TIMEOUT:-60}" HCOMM_LOG="${HCOMM_LOG:-warn}" \
-            "$netns" run $((r / ppn)) "$prog" "$@" >"$work/r$r.log" 2>&1 &
-        pids+=($!)
-    done
-}
-
-# wait_all [LIMIT_S]: every rank exits 0 within the limit
-wait_all() {
-    local limit=${1:-120} t0=$SECONDS i rc bad=0
-    for i in "${!pids[@]}"; do
-        while kill -0 "${pids[$i]}" 2>/dev/null && ((SECONDS - t0 < limit)); do sleep 0.2; done
-        if kill -0 "${pids[$i]}" 2>/dev/null; then
-            fail "rank $i still running after ${limit} s"
-        fi
-        wait "${pids[$i]}"
-        rc=$?
-        [ $rc = 0 ] || { echo "rank $i exited with status $rc"; bad=1; }
-    done
-    pids=()
-    [ $bad = 0 ] || fail "some ranks failed"
-}
+# shellcheck source=tests/netns/jobs.sh
+. "$(cd "$(dirname "$0")" && pwd)/jobs.sh"
 
 # shellcheck source=tests/lib/wait_for_log.sh
 . "$here/../lib/wait_for_log.sh"
