@@ -76,6 +76,7 @@ struct hc_dpdk_drv {
     /* counters (HCOMM_STATS_LEVEL=2) */
     uint64_t tx_pkts, rx_pkts, tx_bytes, rx_bytes, rx_foreign, rx_stale, rx_dropped_fault;
     uint64_t zcopy_puts, copy_puts, tx_full, mbuf_short;
+    uint64_t zcopy_bytes, copy_bytes, copied_large_bytes; /* payload; large: >= the threshold */
     int nregs;
     struct {
         uintptr_t lo, hi;
@@ -286,6 +287,13 @@ static hcomm_status_t hc_dpdk_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     d->shinfo.free_cb = hc_dpdk_shinfo_free;
     rte_mbuf_ext_refcnt_set(&d->shinfo, 1); /* one that is never dropped */
     hc_dpdk_port.in_use = true;
+    static bool told;
+    if (!hc_dpdk_port.multi_seg && hc_dpdk_cfg.zcopy_threshold && !told) {
+        told = true;
+        hc_log_warn("dpdk: port %s (%s) does not send chained mbufs: every payload is copied "
+                    "into its packet (counted as copy_bytes)",
+                    hc_dpdk_port.name, hc_dpdk_port.driver);
+    }
     *drv_p = &d->base;
     return HCOMM_OK;
 }
@@ -419,9 +427,13 @@ static hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
             return HCOMM_ERR_AGAIN;
         }
         d->zcopy_puts++;
+        d->zcopy_bytes += hdr->len;
     } else {
         if (hdr->len) memcpy(fp + sizeof(*hdr), payload, hdr->len);
         d->copy_puts++;
+        d->copy_bytes += hdr->len;
+        if (hc_dpdk_cfg.zcopy_threshold && hdr->len >= hc_dpdk_cfg.zcopy_threshold)
+            d->copied_large_bytes += hdr->len;
     }
     hc_rel_send(&c->rel, m, zc ? cookie : NULL, hc_dpdk_now_us());
     return zc ? HCOMM_IN_PROGRESS : HCOMM_OK;
@@ -653,6 +665,9 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
     kv("rx_bytes", d->rx_bytes, arg);
     kv("zcopy_puts", d->zcopy_puts, arg);
     kv("copy_puts", d->copy_puts, arg);
+    kv("zcopy_bytes", d->zcopy_bytes, arg);
+    kv("copy_bytes", d->copy_bytes, arg);
+    kv("copied_large_bytes", d->copied_large_bytes, arg);
     kv("retransmits", t.retransmits, arg);
     kv("timeouts", t.timeouts, arg);
     kv("fast_retransmits", t.fast_retransmits, arg);

@@ -344,11 +344,25 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
     if (rc == 0) rc = rte_eth_rx_queue_setup(pid, 0, nrx, socket, NULL, P->pool);
     if (rc == 0) rc = rte_eth_tx_queue_setup(pid, 0, ntx, socket, NULL);
     if (rc == 0 && hc_dpdk_cfg.mtu > 0) rc = rte_eth_dev_set_mtu(pid, mtu);
-    if (rc == 0) rc = rte_eth_dev_start(pid);
+    if (rc == 0) {
+        /* A memif client cannot start before its server has made the
+         * socket (ranks start in any order): try again for a while. */
+        bool memif = !strncmp(spec, "net_memif", 9);
+        for (int tries = 0; (rc = rte_eth_dev_start(pid)) != 0 && memif && tries < 200; tries++)
+            usleep(50000);
+    }
     if (rc != 0) {
         snprintf(why, why_len, "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s",
                  name, nrx, ntx, mtu, rte_strerror(rc < 0 ? -rc : rc));
         return HCOMM_ERR_NO_DEVICE;
+    }
+    /* Frames sent before the link is up are lost (and retransmitted):
+     * wait a little for it, as a memif pair takes a moment to connect. */
+    struct rte_eth_link link;
+    for (int i = 0; i < 100; i++) {
+        memset(&link, 0, sizeof(link));
+        if (rte_eth_link_get_nowait(pid, &link) != 0 || link.link_status) break;
+        usleep(20000);
     }
     (void)rte_eth_dev_get_mtu(pid, &mtu);
     rte_eth_macaddr_get(pid, &P->mac);
