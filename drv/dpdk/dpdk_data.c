@@ -40,6 +40,7 @@
 #include <rte_byteorder.h>
 #include <rte_cycles.h>
 #include <rte_dev.h>
+#include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_ip.h>
@@ -569,6 +570,9 @@ static hcomm_status_t hc_dpdk_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, 
      * (IOVA as VA) and map it for the device. Failure only costs the
      * region its zero copy. */
     if (d->nregs == (int)(sizeof(d->regs) / sizeof(d->regs[0]))) return HCOMM_OK;
+    /* The external buffers carry their virtual address as IO address: right
+     * only when EAL runs IOVA-as-VA (an IOMMU, vfio). Otherwise: copies. */
+    if (rte_eal_iova_mode() != RTE_IOVA_VA) return HCOMM_OK;
     if (rte_extmem_register(desc->addr, desc->len, NULL, 0, desc->page_size) != 0 &&
         rte_errno != EEXIST) {
         hc_log_info("dpdk: rte_extmem_register(%zu bytes): %s: that region is sent by copy",
