@@ -60,6 +60,7 @@ typedef struct {
     hc_rel_t rel;
     bool failed;
     bool touched; /* received in this burst: acknowledge after it */
+    bool busy;    /* in d->busy: has (or had, until the next tick) packets in flight */
 } hc_dpdk_conn_t;
 
 struct hc_dpdk_drv {
@@ -70,6 +71,8 @@ struct hc_dpdk_drv {
     hc_dpdk_conn_t **conns; /* by world rank, NULL until connect */
     hc_dpdk_conn_t **touched;
     int ntouched;
+    hc_dpdk_conn_t **busy; /* connections with packets in flight: what the timers visit */
+    int nbusy;
     uint64_t t_tick;
     uint64_t t_poll; /* the last progress call */
     uint64_t rng;
@@ -273,8 +276,12 @@ static hcomm_status_t hc_dpdk_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     hc_dpdk_drv_t *d = calloc(1, sizeof(*d));
     if (d) d->conns = calloc((size_t)env->size, sizeof(*d->conns));
     if (d && d->conns) d->touched = calloc((size_t)env->size, sizeof(*d->touched));
-    if (!d || !d->conns || !d->touched) {
-        if (d) free(d->conns);
+    if (d && d->touched) d->busy = calloc((size_t)env->size, sizeof(*d->busy));
+    if (!d || !d->conns || !d->touched || !d->busy) {
+        if (d) {
+            free(d->conns);
+            free(d->touched);
+        }
         free(d);
         return hc_error(HCOMM_ERR_NO_MEMORY, "dpdk: driver state for %d ranks", env->size);
     }
@@ -437,6 +444,10 @@ static hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
             d->copied_large_bytes += hdr->len;
     }
     hc_rel_send(&c->rel, m, zc ? cookie : NULL, hc_dpdk_now_us());
+    if (!c->busy) {
+        c->busy = true;
+        d->busy[d->nbusy++] = c;
+    }
     return zc ? HCOMM_IN_PROGRESS : HCOMM_OK;
 }
 
@@ -454,6 +465,13 @@ static void hc_dpdk_fail(hc_dpdk_conn_t *c, const char *why)
     hc_rel_drain(&c->rel, hc_dpdk_fail_one, c);
     const hc_drv_env_t *env = c->d->base.env;
     env->peer_failed(env->core, c->base.peer, HCOMM_ERR_PEER_FAILED, why);
+}
+
+/* Drops d->busy[i] (the last entry takes its place). */
+static void hc_dpdk_unbusy(hc_dpdk_drv_t *d, int i)
+{
+    d->busy[i]->busy = false;
+    d->busy[i] = d->busy[--d->nbusy];
 }
 
 /* The connection a received packet belongs to, or NULL (then it is freed). */
@@ -505,8 +523,8 @@ static int hc_dpdk_progress(hc_drv_t *drv)
         /* Nobody polled for a while (the caller computed, or waited on the
          * bootstrap): acknowledgements may be waiting in the ring, and a
          * peer is not silent for the time we did not listen. */
-        for (int r = 0; r < drv->env->size; r++)
-            if (d->conns[r]) hc_rel_resume(&d->conns[r]->rel, now);
+        for (int i = 0; i < d->nbusy; i++)
+            hc_rel_resume(&d->busy[i]->rel, now);
     }
     d->t_poll = now;
     uint16_t n = rte_eth_rx_burst(hc_dpdk_port.port_id, 0, pkts, HC_DPDK_BURST);
@@ -542,9 +560,13 @@ static int hc_dpdk_progress(hc_drv_t *drv)
     d->ntouched = 0;
     if (now - d->t_tick >= HC_DPDK_TICK_US) {
         d->t_tick = now;
-        for (int r = 0; r < drv->env->size; r++) {
-            hc_dpdk_conn_t *c = d->conns[r];
-            if (!c || c->failed || hc_rel_inflight(&c->rel) == 0) continue;
+        for (int i = 0; i < d->nbusy; i++) {
+            hc_dpdk_conn_t *c = d->busy[i];
+            if (c->failed || hc_rel_inflight(&c->rel) == 0) {
+                hc_dpdk_unbusy(d, i--); /* the next put puts it back */
+                continue;
+            }
+            int r = c->base.peer;
             if (!hc_rel_tick(&c->rel, now)) {
                 char why[200];
                 snprintf(why, sizeof(why),
@@ -614,6 +636,8 @@ static void hc_dpdk_conn_free(hc_dpdk_drv_t *d, hc_dpdk_conn_t *c)
     c->failed = true;
     hc_rel_drain(&c->rel, hc_dpdk_fail_one, c);
     hc_rel_fini(&c->rel);
+    for (int i = 0; i < d->nbusy; i++)
+        if (d->busy[i] == c) hc_dpdk_unbusy(d, i);
     d->conns[c->base.peer] = NULL;
     free(c);
 }
@@ -639,6 +663,7 @@ static void hc_dpdk_close(hc_drv_t *drv)
     hc_dpdk_port.in_use = false;
     free(d->conns);
     free(d->touched);
+    free(d->busy);
     free(d);
 }
 

@@ -527,6 +527,16 @@ static hcomm_status_t hc_shm_cma(hc_conn_t *conn, void *local, uint64_t raddr, s
              * torn down): a peer failure, not an I/O error */
             return hc_error(HCOMM_ERR_PEER_FAILED, "shm: rank %d's process is gone (process_vm_%s)",
                             conn->peer, write ? "writev" : "readv");
+        if (n <= 0 && errno == EFAULT)
+            /* The peer is alive but the range it advertised is no longer
+             * mapped: it abandoned the transfer (its operation failed on
+             * another peer's death and it freed the buffer), which the
+             * caller must see as that peer failing, not as an I/O error
+             * (coll_topo_2x2_hier_peer_death caught ERR_IO here). */
+            return hc_error(HCOMM_ERR_PEER_FAILED,
+                            "shm: rank %d's buffer at %#llx is no longer mapped (it abandoned the "
+                            "transfer: its operation failed, or it freed the buffer early)",
+                            conn->peer, (unsigned long long)(raddr + done));
         if (n <= 0)
             return hc_error_errno(HCOMM_ERR_IO, errno, "shm: process_vm_%s rank %d",
                                   write ? "writev to" : "readv from", conn->peer);

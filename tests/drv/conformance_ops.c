@@ -56,6 +56,9 @@
  *                a synchronous refusal's message names the key
  *   mem_reg      2048 registrations, keys nonzero and distinct for drivers
  *                with HC_DRV_CAP_USER_REG, deregistered in two rounds
+ *   abandoned    (keyless GET: shm) a peer unmaps a buffer it advertised:
+ *                a get from it fails with ERR_PEER_FAILED naming the rank,
+ *                never ERR_IO
  *   killed       rank 1 is SIGKILLed with traffic in flight: a network
  *                driver reports peer_failed(1, error, why) within 10 s,
  *                exactly once, after every put it owed a completion got
@@ -1330,6 +1333,44 @@ static void deliver_count(const hc_frame_hdr_t *hdr, const void *payload)
     rx_next++;
 }
 
+/* A peer that unmaps a buffer it advertised (it abandoned the transfer:
+ * its operation failed and it freed its memory) must surface as that peer
+ * failing, not as an I/O error: the core names the rank and the collective
+ * layer passes PEER_FAILED on (coll_topo_2x2_hier_peer_death saw ERR_IO).
+ * Drivers that read a live peer's memory without keys (shm's CMA); with
+ * HC_DRV_CAP_USER_REG the deregistered-key checks of "rma" cover it. */
+static void case_abandoned(void)
+{
+    if (!(conn->caps & HC_CONN_CAP_GET) || (ops->caps & HC_DRV_CAP_USER_REG) || nranks == 1) {
+        skip_why = "only for keyless GET between two processes (shm's CMA)";
+        return;
+    }
+    size_t len = 65536;
+    uint8_t *mine = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *local = malloc(len);
+    CHECK(mine != MAP_FAILED && local, "mmap/malloc of %zu bytes", len);
+    if (mine == MAP_FAILED || !local) {
+        free(local);
+        return;
+    }
+    memset(mine, 0x5a, len);
+    uint64_t addr = (uint64_t)(uintptr_t)mine, theirs = 0;
+    if (!oob_xchg(&addr, &theirs, sizeof(addr)) || !oob_sync("both mapped")) goto out;
+    munmap(mine, len);
+    mine = MAP_FAILED;
+    if (!oob_sync("both unmapped")) goto out;
+    hcomm_status_t st = rma_do(false, local, 0, theirs, NULL, len, NULL, false);
+    CHECK(st == HCOMM_ERR_PEER_FAILED,
+          "get from rank %d's unmapped buffer answered %s (%s), expected ERR_PEER_FAILED", peer,
+          st_name(st), hc_error_last());
+    CHECK(st == HCOMM_OK || strstr(hc_error_last(), "rank"),
+          "the error does not name the rank: %s", hc_error_last());
+    (void)oob_sync("after the get");
+out:
+    if (mine != MAP_FAILED) munmap(mine, len);
+    free(local);
+}
+
 static void case_killed(void)
 {
     if (ops->scope != HC_DRV_SCOPE_NET) {
@@ -1474,6 +1515,7 @@ static const case_t cases[] = {
     {"credit", case_credit, true},
     {"rma", case_rma, true},
     {"mem_reg", case_mem_reg, true},
+    {"abandoned", case_abandoned, true},
     {"killed", case_killed, true},
     {"oversize", case_oversize, true},
     {"shared", case_shared, true},
@@ -1628,6 +1670,7 @@ CASE_FN_(put_order)
 CASE_FN_(credit)
 CASE_FN_(rma)
 CASE_FN_(mem_reg)
+CASE_FN_(abandoned)
 CASE_FN_(killed)
 CASE_FN_(oversize)
 CASE_FN_(shared)
@@ -1638,7 +1681,7 @@ int main(int argc, char **argv)
     static const struct CMUnitTest all[] = {
         cmocka_unit_test(t_ops_table), cmocka_unit_test(t_open_close), cmocka_unit_test(t_connect),
         cmocka_unit_test(t_put_order), cmocka_unit_test(t_credit),     cmocka_unit_test(t_rma),
-        cmocka_unit_test(t_mem_reg),   cmocka_unit_test(t_killed),     cmocka_unit_test(t_oversize),
+        cmocka_unit_test(t_mem_reg), cmocka_unit_test(t_abandoned), cmocka_unit_test(t_killed),     cmocka_unit_test(t_oversize),
         cmocka_unit_test(t_shared),    cmocka_unit_test(t_drop),
     };
     drv_name = argc > 1 ? argv[1] : getenv("HC_CONFORMANCE_DRIVER");
