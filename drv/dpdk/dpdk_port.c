@@ -393,6 +393,9 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
         if (st != HCOMM_OK) return st;
     }
     P->up = true;
+    if (!link.link_status)
+        hc_log_warn("dpdk: port %s (%s): link still down after 2 s (frames sent now are lost "
+                    "and retransmitted)", name, P->driver);
     hc_log_info("dpdk: port %s (%s) %02x:%02x:%02x:%02x:%02x:%02x MTU %u%s, EAL: %s", name,
                 P->driver, P->mac.addr_bytes[0], P->mac.addr_bytes[1], P->mac.addr_bytes[2],
                 P->mac.addr_bytes[3], P->mac.addr_bytes[4], P->mac.addr_bytes[5], P->mtu,
