@@ -22,7 +22,7 @@
 #define HC_ALIGNED_CL __attribute__((aligned(HC_CACHE_LINE)))
 /* Drivers one process can register and open: each open driver has a key slot
  * in every memory region (mem/) and an entry in the core's tables (drv/). */
-#define HC_MAX_DRIVERS 8
+#define HC_MAX_DRIVERS 10
 
 #define HC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define HC_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -220,8 +220,8 @@ int main(int argc, char **argv)
     printf("not built:\n");
     if (!HCOMM_BUILD_VERBS)
         printf("  verbs: rdma-core (libibverbs) not found at configure time\n");
-    printf("  mlx5: no driver in this version (libmlx5 %s at configure time)\n",
-           HCOMM_BUILD_MLX5 ? "found" : "not found");
+    if (!HCOMM_BUILD_MLX5)
+        printf("  mlx5: rdma-core's libmlx5 (mlx5dv) not found at configure time\n");
     if (!HCOMM_BUILD_DPDK)
         printf("  dpdk: DPDK (libdpdk-dev) not found at configure time\n");
     printf("  cuda: no GPU memory support in this version (CUDA toolkit %s)\n",

@@ -7,8 +7,13 @@
  *                 through env->ep_send, INIT/RTR/RTS, failure, teardown;
  *   verbs_data.c  eager SENDs into the peer's receive slots, credits
  *                 written back by RDMA WRITE, RDMA READ/WRITE for get and
- *                 write, memory registration and remote keys, progress.
- * The design is in docs/verbs.md.
+ *                 write, memory registration and remote keys, progress;
+ *   verbs_ibv.c   the ibverbs queue backend (hc_verbs_dp_t below):
+ *                 ibv_create_qp/ibv_modify_qp, ibv_post_send, ibv_poll_cq.
+ * The protocol never calls ibverbs' queue functions itself: it goes through
+ * a queue backend, so that drv/mlx5 can put its own WQEs, doorbells and CQE
+ * polling (and its model of them) under the same protocol.
+ * The design is in docs/verbs.md and docs/mlx5.md.
  */
 #ifndef HC_DRV_VERBS_H
 #define HC_DRV_VERBS_H
@@ -30,7 +35,6 @@
 #define HC_VERBS_SLOT_OVERHEAD (8 + sizeof(hc_frame_hdr_t) + 8)
 #define HC_VERBS_MAX_FRAME (HC_VERBS_SLOT_BYTES - HC_VERBS_SLOT_OVERHEAD)
 #define HC_VERBS_SQ_DEPTH 256          /* send queue entries per QP */
-#define HC_VERBS_SIGNAL_EVERY 16       /* a CQE for every this many unsignaled sends */
 #define HC_VERBS_CREDIT_BATCH (HC_VERBS_SLOTS / 4) /* reposted slots per credit write */
 #define HC_VERBS_INLINE 256            /* inline data asked of the QP */
 #define HC_VERBS_CHUNK_MIN (1u << 20)  /* an RMA is cut into pieces of at least this */
@@ -76,10 +80,18 @@ typedef struct {
     uint32_t eager;     /* HC_VERBS_EAGER_*: both sides must agree */
 } hc_verbs_ep_t;
 
+/* A memory registration as the protocol sees it: ibverbs' MR, or a queue
+ * backend's own key (mr NULL, handle the backend's). */
+typedef struct {
+    struct ibv_mr *mr;
+    uint32_t lkey, rkey;
+    uint32_t handle;
+} hc_verbs_mr_t;
+
 /* A registration: what mem_reg's key points at. */
 typedef struct {
     uint32_t magic;
-    struct ibv_mr *mr;
+    hc_verbs_mr_t mr;
     uintptr_t addr;
     size_t len;
 } hc_verbs_reg_t;
@@ -120,7 +132,10 @@ typedef struct {
 } hc_verbs_mark_t;
 
 typedef struct {
-    struct ibv_qp *qp;
+    struct ibv_qp *qp; /* ibverbs' QP (NULL on a backend without one) */
+    void *bq;          /* the queue backend's state for this QP */
+    uint32_t qpn;
+    bool live;         /* created and not destroyed */
     uint64_t sq_posted, sq_done; /* WQEs posted / known complete */
     uint32_t unsignaled;         /* since the last signaled WQE */
     hc_verbs_mark_t marks[HC_VERBS_SQ_DEPTH];
@@ -154,10 +169,10 @@ typedef struct hc_verbs_conn {
     int nqp;
     hc_verbs_qp_t *qp;
     int rr; /* next QP for an RMA piece */
-    struct ibv_cq *cq;
+    int cqi; /* index in the driver's CQs, -1 */
     /* eager receive: SLOTS slots the peer SENDs into */
     uint8_t *rx_buf;
-    struct ibv_mr *rx_mr;
+    hc_verbs_mr_t rx_mr;
     hc_verbs_rx_t rx[HC_VERBS_SLOTS];
     uint64_t rx_seq;                 /* frames taken from the slots */
     uint64_t rx_posted, rx_advertised; /* slots given to the peer (its credits) */
@@ -167,7 +182,7 @@ typedef struct hc_verbs_conn {
     bool credit_owed; /* a credit write is due but could not be posted */
     /* eager send: a copy of each frame in tx slots (unless inline) */
     uint8_t *tx_buf;
-    struct ibv_mr *tx_mr;
+    hc_verbs_mr_t tx_mr;
     uint64_t tx_sent, tx_done;
     uint64_t peer_posted; /* credits: the peer's posted count (HELLO, then its writes) */
     uint64_t peer_ctrl_addr;
@@ -183,13 +198,62 @@ typedef struct hc_verbs_conn {
 } hc_verbs_conn_t;
 
 typedef struct hc_verbs_cq {
-    struct ibv_cq *cq;
+    struct ibv_cq *cq; /* ibverbs' CQ (NULL on a backend without one) */
+    void *bq;          /* the queue backend's state for this CQ */
     int users, cap; /* connections using it / that fit */
 } hc_verbs_cq_t;
+
+struct hc_verbs_drv;
+
+/* One send work request, as the protocol asks for it (the backends turn it
+ * into an ibv_send_wr or write the WQE themselves). */
+enum { HC_VERBS_OP_WRITE = 1, HC_VERBS_OP_WRITE_IMM, HC_VERBS_OP_READ, HC_VERBS_OP_SEND };
+typedef struct {
+    uint64_t wr_id;
+    uint64_t laddr, raddr;
+    uint32_t len, lkey, rkey;
+    uint32_t imm;   /* WRITE_IMM: host order */
+    uint8_t op;     /* HC_VERBS_OP_* */
+    bool signal;    /* a CQE when it completes */
+    bool inl;       /* data inline in the WQE (len <= the QP's inline room) */
+} hc_verbs_wr_t;
+
+/* The queue backend: how QPs, CQs and keys are made and how work is posted
+ * and completions polled. verbs_ibv.c is ibverbs'; drv/mlx5 has its own. */
+typedef struct hc_verbs_dp {
+    const char *name;
+    /* Opens the device end (NULL: ibverbs' device and GID choice, verbs_dev.c);
+     * fills d->me, d->dev_name, d->max_msg, d->dev_attr's limits. */
+    hcomm_status_t (*dev_open)(struct hc_verbs_drv *d, const hc_drv_env_t *env);
+    void (*dev_close)(struct hc_verbs_drv *d);
+    hcomm_status_t (*mr_reg)(struct hc_verbs_drv *d, void *addr, size_t len, int access,
+                             hc_verbs_mr_t *mr);
+    void (*mr_dereg)(struct hc_verbs_drv *d, hc_verbs_mr_t *mr);
+    hcomm_status_t (*cq_create)(struct hc_verbs_drv *d, int cqe, hc_verbs_cq_t *cq);
+    void (*cq_destroy)(struct hc_verbs_drv *d, hc_verbs_cq_t *cq);
+    /* An RC QP in INIT on cq (sends and receives), max_recv receives; sets
+     * q->qpn, q->live and *max_inline (the inline room it got). */
+    hcomm_status_t (*qp_create)(struct hc_verbs_drv *d, hc_verbs_cq_t *cq, uint32_t max_recv,
+                                hc_verbs_qp_t *q, uint32_t *max_inline);
+    /* RTR then RTS towards the peer's QP dest_qpn (c's address, psns). */
+    hcomm_status_t (*qp_connect)(struct hc_verbs_conn *c, hc_verbs_qp_t *q, uint32_t dest_qpn,
+                                 uint32_t rq_psn);
+    void (*qp_destroy)(struct hc_verbs_drv *d, hc_verbs_qp_t *q);
+    /* n work requests behind one doorbell: 0, or an errno (nothing posted
+     * of wr[i] and after it; *posted says how many went). */
+    int (*post_send)(hc_verbs_qp_t *q, const hc_verbs_wr_t *wr, int n, int *posted);
+    int (*post_recv)(hc_verbs_qp_t *q, uint64_t addr, uint32_t len, uint32_t lkey, uint64_t wr_id);
+    /* Up to n completions into wc (wr_id, status, qp_num, byte_len,
+     * vendor_err, imm_data, wc_flags); < 0 on a broken CQ. */
+    int (*poll_cq)(hc_verbs_cq_t *cq, struct ibv_wc *wc, int n);
+} hc_verbs_dp_t;
+extern const hc_verbs_dp_t hc_verbs_dp_ibv;
 
 typedef struct hc_verbs_drv {
     hc_drv_t base;
     const hc_drv_env_t *env;
+    const hc_verbs_dp_t *dp; /* the queue backend */
+    void *bdev;              /* the backend's device state */
     struct ibv_context *ctx;
     struct ibv_pd *pd;
     char dev_name[64];
@@ -200,6 +264,7 @@ typedef struct hc_verbs_drv {
     uint32_t max_inline, max_msg;
     int nqp;
     size_t zcopy_threshold;
+    uint32_t signal_every; /* HCOMM_IB_SIGNAL_EVERY */
     /* completion queues, shared by up to cap connections each */
     hc_verbs_cq_t *cqs;
     int ncq;
@@ -207,7 +272,7 @@ typedef struct hc_verbs_drv {
     /* control region: HC_VERBS_CTRL_STRIDE bytes per peer; word 0 of a
      * peer's line is its posted-receive count, written by it (RDMA WRITE) */
     uint8_t *ctrl;
-    struct ibv_mr *ctrl_mr;
+    hc_verbs_mr_t ctrl_mr;
     hc_verbs_conn_t **conns; /* by world rank */
     /* completions waiting for their callbacks (progress drains them) */
     struct {
@@ -234,17 +299,36 @@ typedef struct hc_verbs_drv {
 /* Knobs (verbs_dev.c). */
 typedef struct {
     const char *hca, *eager;
-    int64_t gid_index, timeout, retry_cnt, tc, sl, qps_per_peer;
+    int64_t gid_index, timeout, retry_cnt, tc, sl, qps_per_peer, signal_every;
     size_t zcopy_threshold;
 } hc_verbs_cfg_t;
 extern hc_verbs_cfg_t hc_verbs_cfg;
 
 /* verbs_dev.c */
 hcomm_status_t hc_verbs_probe(const hc_drv_env_t *env, char *why, size_t why_len);
+/* ibverbs' device end: device, port and GID choice, PD (the ibv backend's
+ * dev_open, also drv/mlx5's). */
 hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env);
 void hc_verbs_dev_close(hc_verbs_drv_t *d);
+/* The driver over a queue backend: what the verbs and mlx5 ops tables'
+ * open and close are. */
+hcomm_status_t hc_verbs_open_dp(const hc_drv_env_t *env, const hc_verbs_dp_t *dp,
+                                hc_drv_t **drv_p);
+void hc_verbs_close(hc_drv_t *drv);
+hcomm_status_t hc_verbs_check_knobs(void);
+/* The ops every driver over the protocol shares (all but name, priority,
+ * probe, open, describe). */
+void hc_verbs_fill_ops(struct hc_drv_ops *ops);
 void hc_verbs_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg),
                        void *arg);
+/* The device and port HCOMM_IB_HCA and the port states choose (ctx open). */
+typedef struct {
+    struct ibv_context *ctx;
+    char name[64];
+    int port;
+    struct ibv_port_attr pattr;
+} hc_verbs_pick_t;
+hcomm_status_t hc_verbs_choose(hc_verbs_pick_t *pick, char *why, size_t why_len);
 /* HCOMM_IB_HCA matching (exposed for the unit test). */
 bool hc_verbs_hca_match(const char *spec, const char *dev, int port);
 
@@ -257,6 +341,19 @@ hcomm_status_t hc_verbs_connect(hc_drv_t *drv, int peer, const void *addr, size_
                                 hc_conn_t **conn_p);
 void hc_verbs_disconnect(hc_conn_t *conn);
 void hc_verbs_conn_free_qps(hc_verbs_conn_t *c);
+
+/* verbs_ibv.c: the ibverbs backend's pieces, which drv/mlx5 reuses for its
+ * control path on a real device. */
+hcomm_status_t hc_verbs_ibv_mr_reg(hc_verbs_drv_t *d, void *addr, size_t len, int access,
+                                   hc_verbs_mr_t *mr);
+void hc_verbs_ibv_mr_dereg(hc_verbs_drv_t *d, hc_verbs_mr_t *mr);
+hcomm_status_t hc_verbs_ibv_cq_create(hc_verbs_drv_t *d, int cqe, hc_verbs_cq_t *cq);
+void hc_verbs_ibv_cq_destroy(hc_verbs_drv_t *d, hc_verbs_cq_t *cq);
+hcomm_status_t hc_verbs_ibv_qp_create(hc_verbs_drv_t *d, hc_verbs_cq_t *cq, uint32_t max_recv,
+                                      hc_verbs_qp_t *q, uint32_t *max_inline);
+hcomm_status_t hc_verbs_ibv_qp_connect(struct hc_verbs_conn *c, hc_verbs_qp_t *q,
+                                       uint32_t dest_qpn, uint32_t rq_psn);
+void hc_verbs_ibv_qp_destroy(hc_verbs_drv_t *d, hc_verbs_qp_t *q);
 
 /* verbs_data.c */
 hcomm_status_t hc_verbs_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,

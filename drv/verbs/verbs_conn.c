@@ -36,12 +36,13 @@
 
 /* ---- completion queues -------------------------------------------------------------------------- */
 
-static struct ibv_cq *hc_verbs_cq_get(hc_verbs_drv_t *d)
+/* A CQ with room for one more connection: its index, or -1. */
+static int hc_verbs_cq_get(hc_verbs_drv_t *d)
 {
     for (int i = 0; i < d->ncq; i++)
         if (d->cqs[i].users < d->cqs[i].cap) {
             d->cqs[i].users++;
-            return d->cqs[i].cq;
+            return i;
         }
     int per = HC_VERBS_SLOTS + d->nqp * HC_VERBS_SQ_DEPTH;
     int max = d->dev_attr.max_cqe > 0 ? d->dev_attr.max_cqe : 4096;
@@ -49,24 +50,20 @@ static struct ibv_cq *hc_verbs_cq_get(hc_verbs_drv_t *d)
     if (cap < 1) {
         hc_error(HCOMM_ERR_UNSUPPORTED, "verbs: %s: a CQ holds %d entries, a connection needs %d",
                  d->dev_name, max, per);
-        return NULL;
+        return -1;
     }
     hc_verbs_cq_t *n = realloc(d->cqs, (size_t)(d->ncq + 1) * sizeof(*n));
-    if (!n) return NULL;
+    if (!n) return -1;
     d->cqs = n;
-    struct ibv_cq *cq = ibv_create_cq(d->ctx, cap * per, NULL, NULL, 0);
-    if (!cq) {
-        hc_error_errno(HCOMM_ERR_NO_MEMORY, errno, "verbs: ibv_create_cq(%d entries)", cap * per);
-        return NULL;
-    }
-    d->cqs[d->ncq++] = (hc_verbs_cq_t){.cq = cq, .users = 1, .cap = cap};
-    return cq;
+    hc_verbs_cq_t cq = {.users = 1, .cap = cap};
+    if (d->dp->cq_create(d, cap * per, &cq) != HCOMM_OK) return -1;
+    d->cqs[d->ncq] = cq;
+    return d->ncq++;
 }
 
-static void hc_verbs_cq_put(hc_verbs_drv_t *d, struct ibv_cq *cq)
+static void hc_verbs_cq_put(hc_verbs_drv_t *d, int cqi)
 {
-    for (int i = 0; i < d->ncq; i++)
-        if (d->cqs[i].cq == cq) d->cqs[i].users--;
+    if (cqi >= 0 && cqi < d->ncq) d->cqs[cqi].users--;
 }
 
 /* ---- failure ------------------------------------------------------------------------------------ */
@@ -112,7 +109,7 @@ void hc_verbs_conn_fail(hc_verbs_conn_t *c, const char *fmt, ...)
 
 /* ---- queue pairs -------------------------------------------------------------------------------- */
 
-static void *hc_verbs_buf(hc_verbs_drv_t *d, size_t len, int access, struct ibv_mr **mr_p,
+static void *hc_verbs_buf(hc_verbs_drv_t *d, size_t len, int access, hc_verbs_mr_t *mr,
                           const char *what)
 {
     void *p = NULL;
@@ -121,10 +118,8 @@ static void *hc_verbs_buf(hc_verbs_drv_t *d, size_t len, int access, struct ibv_
         return NULL;
     }
     memset(p, 0, len);
-    *mr_p = ibv_reg_mr(d->pd, p, len, access);
-    if (!*mr_p) {
-        hc_error_errno(HCOMM_ERR_NO_MEMORY, errno, "verbs: registering %s (RLIMIT_MEMLOCK? ulimit -l)",
-                       what);
+    if (d->dp->mr_reg(d, p, len, access, mr) != HCOMM_OK) {
+        hc_error(HCOMM_ERR_NO_MEMORY, "verbs: registering %s: %s", what, hc_error_last());
         free(p);
         return NULL;
     }
@@ -136,43 +131,18 @@ static hcomm_status_t hc_verbs_make_qps(hc_verbs_conn_t *c)
 {
     hc_verbs_drv_t *d = c->d;
     int peer = c->base.peer;
-    c->cq = hc_verbs_cq_get(d);
-    if (!c->cq) return HCOMM_ERR_NO_MEMORY;
+    c->cqi = hc_verbs_cq_get(d);
+    if (c->cqi < 0) return HCOMM_ERR_NO_MEMORY;
     c->qp = calloc((size_t)d->nqp, sizeof(*c->qp));
     if (!c->qp) return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: queue pairs for rank %d", peer);
     for (int i = 0; i < d->nqp; i++) {
-        struct ibv_qp_init_attr ia = {
-            .send_cq = c->cq,
-            .recv_cq = c->cq,
-            .cap = {.max_send_wr = HC_VERBS_SQ_DEPTH,
-                    .max_recv_wr = i == 0 && d->eager == HC_VERBS_EAGER_SEND ? HC_VERBS_SLOTS : 1,
-                    .max_send_sge = 2,
-                    .max_recv_sge = 1,
-                    .max_inline_data = HC_VERBS_INLINE},
-            .qp_type = IBV_QPT_RC,
-            .sq_sig_all = 0,
-        };
-        struct ibv_qp *qp = ibv_create_qp(d->pd, &ia);
-        if (!qp) { /* some devices have less inline room */
-            ia.cap.max_inline_data = 0;
-            qp = ibv_create_qp(d->pd, &ia);
-        }
-        if (!qp)
-            return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
-                                  "verbs: ibv_create_qp for rank %d on %s", peer, d->dev_name);
-        c->qp[i].qp = qp;
-        c->nqp = i + 1;
-        if (i == 0) d->max_inline = ia.cap.max_inline_data;
-        struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
-                                .pkey_index = 0,
-                                .port_num = d->me.port,
-                                .qp_access_flags = IBV_ACCESS_LOCAL_WRITE |
-                                                   IBV_ACCESS_REMOTE_READ |
-                                                   IBV_ACCESS_REMOTE_WRITE};
-        int rc = ibv_modify_qp(qp, &a,
-                               IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-        if (rc)
-            return hc_error_errno(HCOMM_ERR_INTERNAL, rc, "verbs: QP to INIT (rank %d)", peer);
+        uint32_t inl = 0;
+        uint32_t max_recv = i == 0 && d->eager == HC_VERBS_EAGER_SEND ? HC_VERBS_SLOTS : 1;
+        hcomm_status_t st = d->dp->qp_create(d, &d->cqs[c->cqi], max_recv, &c->qp[i], &inl);
+        if (c->qp[i].live) c->nqp = i + 1;
+        if (st != HCOMM_OK)
+            return hc_error(st, "verbs: queue pair %d for rank %d: %s", i, peer, hc_error_last());
+        if (i == 0) d->max_inline = inl;
     }
     size_t ring = (size_t)HC_VERBS_SLOTS * HC_VERBS_SLOT_BYTES;
     c->rx_buf = hc_verbs_buf(d, ring,
@@ -203,18 +173,18 @@ void hc_verbs_conn_free_qps(hc_verbs_conn_t *c)
 {
     hc_verbs_drv_t *d = c->d;
     for (int i = 0; i < c->nqp; i++)
-        if (c->qp[i].qp) (void)ibv_destroy_qp(c->qp[i].qp);
+        if (c->qp[i].live) d->dp->qp_destroy(d, &c->qp[i]);
     free(c->qp);
     c->qp = NULL;
     c->nqp = 0;
-    if (c->rx_mr) (void)ibv_dereg_mr(c->rx_mr);
-    if (c->tx_mr) (void)ibv_dereg_mr(c->tx_mr);
+    d->dp->mr_dereg(d, &c->rx_mr);
+    d->dp->mr_dereg(d, &c->tx_mr);
     free(c->rx_buf);
     free(c->tx_buf);
     c->rx_buf = c->tx_buf = NULL;
-    c->rx_mr = c->tx_mr = NULL;
-    if (c->cq) hc_verbs_cq_put(d, c->cq);
-    c->cq = NULL;
+    c->rx_mr = c->tx_mr = (hc_verbs_mr_t){0};
+    hc_verbs_cq_put(d, c->cqi);
+    c->cqi = -1;
 }
 
 /* RTR then RTS on every QP, from the peer's HELLO. */
@@ -224,48 +194,13 @@ static hcomm_status_t hc_verbs_to_rts(hc_verbs_conn_t *c)
     const hc_verbs_ep_t *r = &c->remote;
     int peer = c->base.peer;
     int n = HC_MIN(c->nqp, (int)r->nqp);
-    enum ibv_mtu mtu = (enum ibv_mtu)HC_MIN(d->me.mtu, c->addr.mtu);
-    uint8_t rd = (uint8_t)HC_MIN(16, HC_MIN(d->dev_attr.max_qp_rd_atom, d->dev_attr.max_qp_init_rd_atom));
-    if (rd < 1) rd = 1;
     for (int i = 0; i < n; i++) {
-        struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
-                                .path_mtu = mtu,
-                                .dest_qp_num = r->qpn[i],
-                                .rq_psn = r->psn,
-                                .max_dest_rd_atomic = rd,
-                                .min_rnr_timer = 12};
-        a.ah_attr.port_num = d->me.port;
-        a.ah_attr.sl = (uint8_t)hc_verbs_cfg.sl;
-        a.ah_attr.dlid = c->addr.lid;
-        if (d->me.link_layer == IBV_LINK_LAYER_ETHERNET || c->addr.link_layer == IBV_LINK_LAYER_ETHERNET) {
-            a.ah_attr.is_global = 1;
-            memcpy(a.ah_attr.grh.dgid.raw, c->addr.gid, 16);
-            a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
-            a.ah_attr.grh.hop_limit = 64;
-            a.ah_attr.grh.traffic_class = (uint8_t)hc_verbs_cfg.tc;
-        }
-        int rc = ibv_modify_qp(c->qp[i].qp, &a,
-                               IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-        if (rc)
-            return hc_error_errno(HCOMM_ERR_INTERNAL, rc, "verbs: QP %d to RTR (rank %d, GID index %d)",
-                                  i, peer, d->gid_index);
-        struct ibv_qp_attr b = {.qp_state = IBV_QPS_RTS,
-                                .timeout = (uint8_t)hc_verbs_cfg.timeout,
-                                .retry_cnt = (uint8_t)hc_verbs_cfg.retry_cnt,
-                                .rnr_retry = 7,
-                                .sq_psn = c->psn,
-                                .max_rd_atomic = rd};
-        rc = ibv_modify_qp(c->qp[i].qp, &b,
-                           IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                               IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-        if (rc) return hc_error_errno(HCOMM_ERR_INTERNAL, rc, "verbs: QP %d to RTS (rank %d)", i, peer);
+        hcomm_status_t st = d->dp->qp_connect(c, &c->qp[i], r->qpn[i], r->psn);
+        if (st != HCOMM_OK) return hc_error(st, "verbs: QP %d (rank %d): %s", i, peer, hc_error_last());
     }
     /* QPs the peer has no partner for stay unused. */
-    for (int i = n; i < c->nqp; i++) {
-        (void)ibv_destroy_qp(c->qp[i].qp);
-        c->qp[i].qp = NULL;
-    }
+    for (int i = n; i < c->nqp; i++)
+        d->dp->qp_destroy(d, &c->qp[i]);
     c->nqp = n;
     c->rtr = true;
     c->peer_ctrl_addr = r->ctrl_addr;
@@ -287,13 +222,13 @@ static hcomm_status_t hc_verbs_send_ep(hc_verbs_conn_t *c, uint8_t kind)
                        .psn = c->psn,
                        .instance = d->me.instance,
                        .ctrl_addr = (uint64_t)(uintptr_t)(d->ctrl + (size_t)c->base.peer * HC_VERBS_CTRL_STRIDE),
-                       .ctrl_rkey = d->ctrl_mr->rkey,
+                       .ctrl_rkey = d->ctrl_mr.rkey,
                        .slots = HC_VERBS_SLOTS,
                        .ring_addr = (uint64_t)(uintptr_t)c->rx_buf,
-                       .ring_rkey = c->rx_mr->rkey,
+                       .ring_rkey = c->rx_mr.rkey,
                        .eager = (uint32_t)d->eager};
     for (int i = 0; i < c->nqp; i++)
-        e.qpn[i] = c->qp[i].qp->qp_num;
+        e.qpn[i] = c->qp[i].qpn;
     if (!d->env->ep_send)
         return hc_error(HCOMM_ERR_UNSUPPORTED, "verbs: no endpoint handshake in this environment");
     return d->env->ep_send(d->env->core, &d->base, c->base.peer, &e, sizeof(e));
@@ -443,6 +378,7 @@ hcomm_status_t hc_verbs_connect(hc_drv_t *drv, int peer, const void *addr, size_
     c->addr = a;
     c->state = HC_VERBS_C_NONE;
     c->up_idx = -1;
+    c->cqi = -1;
     d->conns[peer] = c;
     *conn_p = &c->base;
     return HCOMM_OK;

@@ -13,7 +13,7 @@
  * frames it sent. No receive is consumed by a credit, so credits never wait
  * for credits.
  *
- * Selective signalling: one CQE per HC_VERBS_SIGNAL_EVERY sends (and for
+ * Selective signalling: one CQE per HCOMM_IB_SIGNAL_EVERY sends (and for
  * every RMA piece). RC completes a QP's WQEs in order, so each signaled CQE
  * retires every WQE posted before it: a per-QP ring of marks says how far.
  *
@@ -47,14 +47,9 @@ static const char *hc_verbs_kind(const hc_verbs_drv_t *d, const hc_verbs_rma_t *
 
 int hc_verbs_post_slot(hc_verbs_conn_t *c, uint32_t slot)
 {
-    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(c->rx_buf + (size_t)slot * HC_VERBS_SLOT_BYTES),
-                          .length = HC_VERBS_SLOT_BYTES,
-                          .lkey = c->rx_mr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = hc_verbs_wr(HC_VERBS_WR_RECV, c->base.peer, slot),
-                             .sg_list = &sge,
-                             .num_sge = 1},
-                       *bad = NULL;
-    int rc = ibv_post_recv(c->qp[0].qp, &wr, &bad);
+    int rc = c->d->dp->post_recv(&c->qp[0], (uint64_t)(uintptr_t)(c->rx_buf + (size_t)slot * HC_VERBS_SLOT_BYTES),
+                                 HC_VERBS_SLOT_BYTES, c->rx_mr.lkey,
+                                 hc_verbs_wr(HC_VERBS_WR_RECV, c->base.peer, slot));
     if (rc == 0) c->rx_posted++;
     return rc;
 }
@@ -69,20 +64,19 @@ static bool hc_verbs_room(const hc_verbs_conn_t *c, int qi, bool credit)
 
 /* Posts one send-queue WQE; signals it when asked, or when enough went
  * unsignaled, or when the queue is filling up. 0 or an errno. */
-static int hc_verbs_post(hc_verbs_conn_t *c, int qi, struct ibv_send_wr *wr, bool signal,
+static int hc_verbs_post(hc_verbs_conn_t *c, int qi, hc_verbs_wr_t *wr, bool signal,
                          hc_verbs_rma_t *rma, bool eager)
 {
     hc_verbs_qp_t *q = &c->qp[qi];
     uint64_t used = q->sq_posted - q->sq_done;
     if (used >= HC_VERBS_SQ_DEPTH) return EAGAIN;
-    if (q->unsignaled + 1 >= HC_VERBS_SIGNAL_EVERY || used + 1 >= HC_VERBS_SQ_DEPTH / 2 ||
+    if (q->unsignaled + 1 >= c->d->signal_every || used + 1 >= HC_VERBS_SQ_DEPTH / 2 ||
         (eager && c->tx_sent + 1 - c->tx_done >= HC_VERBS_SLOTS / 2))
         signal = true;
     wr->wr_id = hc_verbs_wr(HC_VERBS_WR_SEND, c->base.peer, (uint32_t)qi);
-    wr->next = NULL;
-    if (signal) wr->send_flags |= IBV_SEND_SIGNALED;
-    struct ibv_send_wr *bad = NULL;
-    int rc = ibv_post_send(q->qp, wr, &bad);
+    wr->signal = signal;
+    int posted = 0;
+    int rc = c->d->dp->post_send(q, wr, 1, &posted);
     if (rc) return rc;
     q->sq_posted++;
     if (eager) c->tx_sent++;
@@ -110,11 +104,13 @@ static void hc_verbs_credit_write(hc_verbs_conn_t *c, bool signal)
     }
     uint64_t *stage = (uint64_t *)(d->ctrl + (size_t)c->base.peer * HC_VERBS_CTRL_STRIDE + 8);
     *stage = c->rx_posted;
-    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)stage, .length = 8, .lkey = d->ctrl_mr->lkey};
-    struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE};
-    if (d->max_inline >= 8) wr.send_flags = IBV_SEND_INLINE;
-    wr.wr.rdma.remote_addr = c->peer_ctrl_addr;
-    wr.wr.rdma.rkey = c->peer_ctrl_rkey;
+    hc_verbs_wr_t wr = {.laddr = (uint64_t)(uintptr_t)stage,
+                        .len = 8,
+                        .lkey = d->ctrl_mr.lkey,
+                        .op = HC_VERBS_OP_WRITE,
+                        .inl = d->max_inline >= 8,
+                        .raddr = c->peer_ctrl_addr,
+                        .rkey = c->peer_ctrl_rkey};
     int rc = hc_verbs_post(c, 0, &wr, signal, NULL, false);
     if (rc == 0) {
         c->rx_advertised = c->rx_posted;
@@ -167,23 +163,22 @@ hcomm_status_t hc_verbs_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const vo
     memcpy(img + 8, hdr, sizeof(*hdr));
     if (len) memcpy(img + 8 + sizeof(*hdr), payload, len);
     memcpy(img + tail_off, &mark, 8);
-    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)img, .length = (uint32_t)total, .lkey = c->tx_mr->lkey};
-    struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1};
+    hc_verbs_wr_t wr = {.laddr = (uint64_t)(uintptr_t)img, .len = (uint32_t)total, .lkey = c->tx_mr.lkey};
     if (d->eager == HC_VERBS_EAGER_WRITE) {
-        wr.opcode = IBV_WR_RDMA_WRITE;
-        wr.wr.rdma.remote_addr = c->peer_ring_addr + slot_i * HC_VERBS_SLOT_BYTES;
-        wr.wr.rdma.rkey = c->peer_ring_rkey;
+        wr.op = HC_VERBS_OP_WRITE;
+        wr.raddr = c->peer_ring_addr + slot_i * HC_VERBS_SLOT_BYTES;
+        wr.rkey = c->peer_ring_rkey;
     } else {
-        wr.opcode = IBV_WR_SEND;
+        wr.op = HC_VERBS_OP_SEND;
     }
     if (total <= d->max_inline) {
-        wr.send_flags = IBV_SEND_INLINE;
+        wr.inl = true;
         d->n_inline++;
     }
     int rc = hc_verbs_post(c, 0, &wr, hdr->type == HC_VERBS_FRAME_BYE, NULL, true);
     if (rc == EAGAIN || rc == ENOMEM) return HCOMM_ERR_AGAIN;
     if (rc) {
-        hc_verbs_conn_fail(c, "verbs: SEND to rank %d: ibv_post_send: %s", conn->peer, strerror(rc));
+        hc_verbs_conn_fail(c, "verbs: SEND to rank %d: posting (%s): %s", conn->peer, d->dp->name, strerror(rc));
         return hc_error(HCOMM_ERR_PEER_FAILED, "%s", c->why);
     }
     d->n_eager_bytes += len;
@@ -222,19 +217,17 @@ static hcomm_status_t hc_verbs_advance(hc_verbs_rma_t *o)
         if (qi < 0) return HCOMM_ERR_AGAIN;
         c->rr = (qi + 1) % c->nqp;
         size_t piece = HC_MIN(chunk, o->len - o->posted);
-        struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(o->local + o->posted),
-                              .length = (uint32_t)piece,
-                              .lkey = o->lkey};
-        struct ibv_send_wr wr = {.sg_list = &sge,
-                                 .num_sge = 1,
-                                 .opcode = o->write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ};
-        wr.wr.rdma.remote_addr = o->raddr + o->posted;
-        wr.wr.rdma.rkey = o->rkey;
+        hc_verbs_wr_t wr = {.laddr = (uint64_t)(uintptr_t)(o->local + o->posted),
+                            .len = (uint32_t)piece,
+                            .lkey = o->lkey,
+                            .op = o->write ? HC_VERBS_OP_WRITE : HC_VERBS_OP_READ,
+                            .raddr = o->raddr + o->posted,
+                            .rkey = o->rkey};
         int rc = hc_verbs_post(c, qi, &wr, true, o, false);
         if (rc == EAGAIN || rc == ENOMEM) return HCOMM_ERR_AGAIN;
         if (rc) {
-            hc_verbs_conn_fail(c, "verbs: %s to rank %d: ibv_post_send: %s", hc_verbs_kind(d, o),
-                               c->base.peer, strerror(rc));
+            hc_verbs_conn_fail(c, "verbs: %s to rank %d: posting (%s): %s", hc_verbs_kind(d, o),
+                               c->base.peer, d->dp->name, strerror(rc));
             return HCOMM_ERR_PEER_FAILED;
         }
         o->posted += piece;
@@ -322,7 +315,7 @@ static hcomm_status_t hc_verbs_rma(hc_conn_t *conn, const hc_rma_t *rma, bool wr
                           .local = rma->local,
                           .raddr = rma->remote_addr,
                           .len = rma->len,
-                          .lkey = reg->mr->lkey,
+                          .lkey = reg->mr.lkey,
                           .rkey = rk->rkey,
                           .write = write};
     hcomm_status_t st = c->pending.head ? HCOMM_ERR_AGAIN : hc_verbs_advance(o);
@@ -379,7 +372,7 @@ static void hc_verbs_wc(hc_verbs_drv_t *d, const struct ibv_wc *wc)
     hc_verbs_conn_t *c = d->conns[peer];
     if (!c || !c->qp) return;
     int qi = kind == HC_VERBS_WR_RECV ? 0 : (int)idx;
-    if (qi >= c->nqp || !c->qp[qi].qp || c->qp[qi].qp->qp_num != wc->qp_num) return; /* a destroyed QP's */
+    if (qi >= c->nqp || !c->qp[qi].live || c->qp[qi].qpn != wc->qp_num) return; /* a destroyed QP's */
     hc_verbs_qp_t *q = &c->qp[qi];
     if (wc->status != IBV_WC_SUCCESS) {
         hc_log_debug("verbs: error CQE from rank %d QP %d (%u): %s, wr kind %u, vendor error %#x",
@@ -431,9 +424,9 @@ int hc_verbs_poll(hc_verbs_drv_t *d)
         struct ibv_wc wc[HC_VERBS_POLL_BATCH];
         int k;
         do {
-            k = ibv_poll_cq(d->cqs[i].cq, HC_VERBS_POLL_BATCH, wc);
+            k = d->dp->poll_cq(&d->cqs[i], wc, HC_VERBS_POLL_BATCH);
             if (k < 0) {
-                hc_log_warn("verbs: ibv_poll_cq failed (%d)", k);
+                hc_log_warn("verbs: polling a CQ (%s) failed (%d)", d->dp->name, k);
                 break;
             }
             for (int j = 0; j < k; j++)
@@ -591,14 +584,13 @@ hcomm_status_t hc_verbs_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64
     hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
     hc_verbs_reg_t *r = malloc(sizeof(*r));
     if (!r) return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: registration state");
-    r->mr = ibv_reg_mr(d->pd, desc->addr, desc->len,
-                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
-    if (!r->mr) {
-        int e = errno;
+    hcomm_status_t st = d->dp->mr_reg(d, desc->addr, desc->len,
+                                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                          IBV_ACCESS_REMOTE_WRITE,
+                                      &r->mr);
+    if (st != HCOMM_OK) {
         free(r);
-        return hc_error_errno(HCOMM_ERR_NO_MEMORY, e,
-                              "verbs: ibv_reg_mr(%p, %zu bytes) on %s%s", desc->addr, desc->len,
-                              d->dev_name, e == ENOMEM || e == EPERM ? " (RLIMIT_MEMLOCK: ulimit -l unlimited)" : "");
+        return st;
     }
     r->magic = HC_VERBS_REG_MAGIC;
     r->addr = (uintptr_t)desc->addr;
@@ -613,8 +605,7 @@ void hc_verbs_mem_dereg(hc_drv_t *drv, uint64_t key)
     hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
     hc_verbs_reg_t *r = (hc_verbs_reg_t *)(uintptr_t)key;
     if (!r || r->magic != HC_VERBS_REG_MAGIC) return;
-    int rc = ibv_dereg_mr(r->mr);
-    if (rc) hc_log_warn("verbs: ibv_dereg_mr: %s", strerror(rc));
+    d->dp->mr_dereg(d, &r->mr);
     r->magic = 0;
     free(r);
     d->n_deregs++;
@@ -632,7 +623,7 @@ hcomm_status_t hc_verbs_rkey_pack(hc_drv_t *drv, uint64_t key, const hc_mem_desc
     if (a < r->addr || desc->len > r->len || a - r->addr > r->len - desc->len)
         return hc_error(HCOMM_ERR_INVALID, "verbs: rkey_pack: %p + %zu is outside its registration key",
                         desc->addr, desc->len);
-    hc_verbs_rkey_wire_t w = {.addr = a, .len = desc->len, .rkey = r->mr->rkey, .magic = HC_VERBS_REG_MAGIC};
+    hc_verbs_rkey_wire_t w = {.addr = a, .len = desc->len, .rkey = r->mr.rkey, .magic = HC_VERBS_REG_MAGIC};
     if (*len_p < sizeof(w))
         return hc_error(HCOMM_ERR_INVALID, "verbs: a remote key needs %zu bytes, %zu given", sizeof(w), *len_p);
     memcpy(buf, &w, sizeof(w));

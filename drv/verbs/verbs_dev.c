@@ -48,6 +48,9 @@ static const hc_config_knob_t hc_verbs_knobs[] = {
     HC_KNOB_STR(hc_verbs_cfg.eager, "HCOMM_IB_EAGER", "write",
                 "verbs: eager frames by RDMA WRITE into the peer's slot ring, which it polls "
                 "(write), or by SEND into posted receives (send); every rank must agree"),
+    HC_KNOB_INT(hc_verbs_cfg.signal_every, "HCOMM_IB_SIGNAL_EVERY", "16",
+                "verbs/mlx5: a completion is asked for every this many send WQEs (selective "
+                "signalling; RMA pieces always ask), 1..128"),
     HC_KNOB_SIZE(hc_verbs_cfg.zcopy_threshold, "HCOMM_ZCOPY_THRESHOLD", "8K",
                  "verbs: messages above this go by zero-copy rendezvous (RDMA READ/WRITE), "
                  "smaller ones through the eager slots (copied), 0..128K"),
@@ -169,15 +172,9 @@ static int hc_verbs_pick_gid(struct ibv_context *ctx, int port, int tbl_len, con
 
 /* ---- choosing the device ----------------------------------------------------------------------- */
 
-typedef struct {
-    struct ibv_context *ctx;
-    char name[64];
-    int port;
-    struct ibv_port_attr pattr;
-} hc_verbs_pick_t;
 
 /* Opens the device and port to use; on failure why says why none fits. */
-static hcomm_status_t hc_verbs_choose(hc_verbs_pick_t *pick, char *why, size_t why_len)
+hcomm_status_t hc_verbs_choose(hc_verbs_pick_t *pick, char *why, size_t why_len)
 {
     int n = 0;
     struct ibv_device **list = ibv_get_device_list(&n);
@@ -239,7 +236,7 @@ static hcomm_status_t hc_verbs_choose(hc_verbs_pick_t *pick, char *why, size_t w
     return st;
 }
 
-static hcomm_status_t hc_verbs_check_knobs(void)
+hcomm_status_t hc_verbs_check_knobs(void)
 {
     const hc_verbs_cfg_t *k = &hc_verbs_cfg;
     if (k->timeout < 1 || k->timeout > 31)
@@ -254,6 +251,9 @@ static hcomm_status_t hc_verbs_check_knobs(void)
     if (k->qps_per_peer < 1 || k->qps_per_peer > HC_VERBS_MAX_QPS)
         return hc_error(HCOMM_ERR_INVALID, "HCOMM_IB_QPS_PER_PEER=%lld must be 1..%d",
                         (long long)k->qps_per_peer, HC_VERBS_MAX_QPS);
+    if (k->signal_every < 1 || k->signal_every > 128)
+        return hc_error(HCOMM_ERR_INVALID, "HCOMM_IB_SIGNAL_EVERY=%lld must be 1..128",
+                        (long long)k->signal_every);
     if (strcmp(k->eager, "write") && strcmp(k->eager, "send"))
         return hc_error(HCOMM_ERR_INVALID, "HCOMM_IB_EAGER=%s must be write or send", k->eager);
     if (k->zcopy_threshold > 16 * HC_VERBS_MAX_FRAME)
@@ -337,8 +337,6 @@ void hc_verbs_describe(const hc_drv_env_t *env, void (*line)(const char *text, v
 
 hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
 {
-    hcomm_status_t st = hc_verbs_check_knobs();
-    if (st != HCOMM_OK) return st;
     char why[512];
     hc_verbs_pick_t pick;
     if (hc_verbs_choose(&pick, why, sizeof(why)) != HCOMM_OK)
@@ -350,13 +348,10 @@ hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
         return hc_error_errno(HCOMM_ERR_INTERNAL, errno, "verbs: ibv_query_device(%s)", d->dev_name);
     d->pd = ibv_alloc_pd(d->ctx);
     if (!d->pd) return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno, "verbs: ibv_alloc_pd(%s)", d->dev_name);
-    d->me.magic = HC_VERBS_MAGIC;
     d->me.port = (uint8_t)pick.port;
     d->me.link_layer = pick.pattr.link_layer;
     d->me.mtu = (uint8_t)pick.pattr.active_mtu;
     d->me.lid = pick.pattr.lid;
-    if (getrandom(&d->me.instance, sizeof(d->me.instance), 0) != sizeof(d->me.instance))
-        d->me.instance = hc_time_ns() ^ ((uint64_t)getpid() << 32);
     if (pick.pattr.link_layer == IBV_LINK_LAYER_ETHERNET)
         d->gid_index = hc_verbs_cfg.gid_index >= 0
                            ? (int)hc_verbs_cfg.gid_index
@@ -373,6 +368,51 @@ hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
                         d->dev_name, pick.port, d->gid_index);
     memcpy(d->me.gid, gid.raw, 16);
     d->max_msg = pick.pattr.max_msg_sz ? pick.pattr.max_msg_sz : (1u << 30);
+    char gs[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, gid.raw, gs, sizeof(gs));
+    hc_log_info("verbs: %s port %d (%s, MTU %d), GID[%d] %s", d->dev_name, pick.port,
+                hc_verbs_ll_name(pick.pattr.link_layer), hc_verbs_mtu_bytes(pick.pattr.active_mtu),
+                d->gid_index, gs);
+    return HCOMM_OK;
+}
+
+void hc_verbs_dev_close(hc_verbs_drv_t *d)
+{
+    if (d->pd) (void)ibv_dealloc_pd(d->pd);
+    if (d->ctx) (void)ibv_close_device(d->ctx);
+    d->pd = NULL;
+    d->ctx = NULL;
+}
+
+/* What open made, undone (also after a failed open). */
+static void hc_verbs_teardown(hc_verbs_drv_t *d)
+{
+    for (int i = 0; i < d->ncq; i++)
+        d->dp->cq_destroy(d, &d->cqs[i]);
+    free(d->cqs);
+    d->dp->mr_dereg(d, &d->ctrl_mr);
+    free(d->ctrl);
+    if (d->dp->dev_close)
+        d->dp->dev_close(d);
+    else
+        hc_verbs_dev_close(d);
+    free(d->conns);
+    free(d->up);
+    free(d);
+}
+
+static hcomm_status_t hc_verbs_setup(hc_verbs_drv_t *d, const hc_drv_env_t *env)
+{
+    hcomm_status_t st = hc_verbs_check_knobs();
+    if (st != HCOMM_OK) return st;
+    d->conns = calloc((size_t)env->size, sizeof(*d->conns));
+    d->up = calloc((size_t)env->size, sizeof(*d->up));
+    if (!d->conns || !d->up) return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: connection table");
+    d->me.magic = HC_VERBS_MAGIC;
+    if (getrandom(&d->me.instance, sizeof(d->me.instance), 0) != sizeof(d->me.instance))
+        d->me.instance = hc_time_ns() ^ ((uint64_t)getpid() << 32);
+    st = d->dp->dev_open ? d->dp->dev_open(d, env) : hc_verbs_dev_open(d, env);
+    if (st != HCOMM_OK) return st;
     d->nqp = (int)hc_verbs_cfg.qps_per_peer;
     /* Twice what the HCA's own retries take (4.096 us * 2^timeout per try),
      * plus a second: the NIC reports retry exhaustion itself well before;
@@ -382,59 +422,43 @@ hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
                       (uint64_t)(hc_verbs_cfg.retry_cnt + 1) +
                   1000000000ull;
     d->zcopy_threshold = hc_verbs_cfg.zcopy_threshold;
+    d->signal_every = (uint32_t)hc_verbs_cfg.signal_every;
     d->eager = strcmp(hc_verbs_cfg.eager, "send") ? HC_VERBS_EAGER_WRITE : HC_VERBS_EAGER_SEND;
     /* The control region: one line per peer for its credit word. */
     size_t ctrl_len = HC_ALIGN_UP((size_t)env->size * HC_VERBS_CTRL_STRIDE, (size_t)4096);
     if (posix_memalign((void **)&d->ctrl, 4096, ctrl_len) != 0)
         return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: %zu-byte control region", ctrl_len);
     memset(d->ctrl, 0, ctrl_len);
-    d->ctrl_mr = ibv_reg_mr(d->pd, d->ctrl, ctrl_len,
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (!d->ctrl_mr)
-        return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
-                              "verbs: registering the control region (RLIMIT_MEMLOCK? ulimit -l)");
-    char gs[INET6_ADDRSTRLEN];
-    inet_ntop(AF_INET6, gid.raw, gs, sizeof(gs));
-    hc_log_info("verbs: %s port %d (%s, MTU %d), GID[%d] %s, %d QP(s) per peer, eager by %s, "
-                "zero copy above %zu B",
-                d->dev_name, pick.port, hc_verbs_ll_name(pick.pattr.link_layer),
-                hc_verbs_mtu_bytes(pick.pattr.active_mtu), d->gid_index, gs, d->nqp,
+    if (d->dp->mr_reg(d, d->ctrl, ctrl_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                      &d->ctrl_mr) != HCOMM_OK)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: registering the control region: %s", hc_error_last());
+    hc_log_info("%s: queues by %s, %d QP(s) per peer, eager by %s, zero copy above %zu B",
+                d->base.ops ? d->base.ops->name : "verbs", d->dp->name, d->nqp,
                 d->eager == HC_VERBS_EAGER_WRITE ? "RDMA WRITE" : "SEND", d->zcopy_threshold);
     return HCOMM_OK;
 }
 
-void hc_verbs_dev_close(hc_verbs_drv_t *d)
-{
-    for (int i = 0; i < d->ncq; i++)
-        if (d->cqs[i].cq) (void)ibv_destroy_cq(d->cqs[i].cq);
-    free(d->cqs);
-    if (d->ctrl_mr) (void)ibv_dereg_mr(d->ctrl_mr);
-    free(d->ctrl);
-    if (d->pd) (void)ibv_dealloc_pd(d->pd);
-    if (d->ctx) (void)ibv_close_device(d->ctx);
-}
-
-static hcomm_status_t hc_verbs_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
+hcomm_status_t hc_verbs_open_dp(const hc_drv_env_t *env, const hc_verbs_dp_t *dp, hc_drv_t **drv_p)
 {
     hc_verbs_drv_t *d = calloc(1, sizeof(*d));
     if (!d) return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: driver state");
     d->env = env;
-    d->conns = calloc((size_t)env->size, sizeof(*d->conns));
-    d->up = calloc((size_t)env->size, sizeof(*d->up));
-    hcomm_status_t st = d->conns && d->up ? hc_verbs_dev_open(d, env)
-                                 : hc_error(HCOMM_ERR_NO_MEMORY, "verbs: connection table");
+    d->dp = dp;
+    hcomm_status_t st = hc_verbs_setup(d, env);
     if (st != HCOMM_OK) {
-        hc_verbs_dev_close(d);
-        free(d->conns);
-        free(d->up);
-        free(d);
+        hc_verbs_teardown(d);
         return st;
     }
     *drv_p = &d->base;
     return HCOMM_OK;
 }
 
-static void hc_verbs_close(hc_drv_t *drv)
+static hcomm_status_t hc_verbs_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
+{
+    return hc_verbs_open_dp(env, &hc_verbs_dp_ibv, drv_p);
+}
+
+void hc_verbs_close(hc_drv_t *drv)
 {
     hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
     for (int r = 0; r < d->env->size; r++)
@@ -442,24 +466,21 @@ static void hc_verbs_close(hc_drv_t *drv)
     /* HCOMM_STATS_LEVEL=2 reports them (hc_verbs_counters); info logs them here. */
     char t[512];
     snprintf(t, sizeof(t),
-             "verbs stats: rank %d: RDMA WRITE %llu B, RDMA READ %llu B, eager %llu B in %llu frames "
+             "%s stats: rank %d: RDMA WRITE %llu B, RDMA READ %llu B, eager %llu B in %llu frames "
              "(%llu inline), %llu credit writes, %llu put retries for want of credit, %llu "
              "registrations (%llu released)",
-             d->env->rank, (unsigned long long)d->n_write_bytes, (unsigned long long)d->n_read_bytes,
-             (unsigned long long)d->n_eager_bytes, (unsigned long long)d->n_eager_frames,
-             (unsigned long long)d->n_inline, (unsigned long long)d->n_credit_writes,
-             (unsigned long long)d->n_again_credit, (unsigned long long)d->n_regs,
-             (unsigned long long)d->n_deregs);
+             drv->ops->name, d->env->rank, (unsigned long long)d->n_write_bytes,
+             (unsigned long long)d->n_read_bytes, (unsigned long long)d->n_eager_bytes,
+             (unsigned long long)d->n_eager_frames, (unsigned long long)d->n_inline,
+             (unsigned long long)d->n_credit_writes, (unsigned long long)d->n_again_credit,
+             (unsigned long long)d->n_regs, (unsigned long long)d->n_deregs);
     hc_log_info("%s", t);
     while (d->rma_free) {
         hc_verbs_rma_t *o = d->rma_free;
         d->rma_free = o->next;
         free(o);
     }
-    hc_verbs_dev_close(d);
-    free(d->conns);
-    free(d->up);
-    free(d);
+    hc_verbs_teardown(d);
 }
 
 static hcomm_status_t hc_verbs_addr_pack(hc_drv_t *drv, void *buf, size_t *len_p)
@@ -488,29 +509,38 @@ static void hc_verbs_counters(hc_drv_t *drv,
     kv("deregistrations", d->n_deregs, arg);
 }
 
-static const struct hc_drv_ops hc_verbs_ops = {
-    .size = sizeof(struct hc_drv_ops),
+void hc_verbs_fill_ops(struct hc_drv_ops *o)
+{
+    o->size = sizeof(struct hc_drv_ops);
+    o->scope = HC_DRV_SCOPE_NET;
+    o->caps = HC_DRV_CAP_USER_REG;
+    o->addr_pack = hc_verbs_addr_pack;
+    o->connect = hc_verbs_connect;
+    o->put = hc_verbs_put;
+    o->get = hc_verbs_get;
+    o->progress = hc_verbs_progress;
+    o->mem_reg = hc_verbs_mem_reg;
+    o->mem_dereg = hc_verbs_mem_dereg;
+    o->disconnect = hc_verbs_disconnect;
+    o->close = hc_verbs_close;
+    o->write = hc_verbs_write;
+    o->rkey_pack = hc_verbs_rkey_pack;
+    o->rkey_unpack = hc_verbs_rkey_unpack;
+    o->rkey_release = hc_verbs_rkey_release;
+    o->ep_recv = hc_verbs_ep_recv;
+    o->counters = hc_verbs_counters;
+}
+
+static struct hc_drv_ops hc_verbs_ops = {
     .name = "verbs",
-    .scope = HC_DRV_SCOPE_NET,
     .priority = 50,
-    .caps = HC_DRV_CAP_USER_REG,
     .probe = hc_verbs_probe,
     .open = hc_verbs_open,
-    .addr_pack = hc_verbs_addr_pack,
-    .connect = hc_verbs_connect,
-    .put = hc_verbs_put,
-    .get = hc_verbs_get,
-    .progress = hc_verbs_progress,
-    .mem_reg = hc_verbs_mem_reg,
-    .mem_dereg = hc_verbs_mem_dereg,
-    .disconnect = hc_verbs_disconnect,
-    .close = hc_verbs_close,
-    .write = hc_verbs_write,
-    .rkey_pack = hc_verbs_rkey_pack,
-    .rkey_unpack = hc_verbs_rkey_unpack,
-    .rkey_release = hc_verbs_rkey_release,
-    .ep_recv = hc_verbs_ep_recv,
     .describe = hc_verbs_describe,
-    .counters = hc_verbs_counters,
 };
-HC_DRV_REGISTER(hc_verbs_ops)
+
+__attribute__((constructor)) static void hc_verbs_register(void)
+{
+    hc_verbs_fill_ops(&hc_verbs_ops);
+    hc_drv_register(&hc_verbs_ops);
+}
