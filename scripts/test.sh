@@ -2,7 +2,9 @@
 # The README's second command (and what .ci/run calls): installs the
 # dependencies, reserves hugepages, then builds and runs the whole suite:
 #   build/       RelWithDebInfo: every test (unit, mp, tools, netns, slow)
-#   build-asan/  ASan+UBSan: unit and mp tests (not slow)
+#   build-asan/  ASan+UBSan: unit and mp tests (not slow), with the model of
+#                the mlx5 queues built in (-DHCOMM_MLX5_MODEL=ON), so that
+#                drv/mlx5's data path runs its tests (label mlx5) here
 #   build-tsan/  ThreadSanitizer: pool and progress tests (label tsan)
 #   build-fuzz/  clang + libFuzzer: short fuzz runs (label fuzz)
 # Set HCOMM_TEST_QUICK=1 to skip the sanitizer and fuzz builds.
@@ -37,7 +39,7 @@ run() { # name, build dir, cmake args..., -- ctest args...
 }
 run release build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -j 2
 if [[ -z ${HCOMM_TEST_QUICK:-} ]]; then
-    run asan build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_SANITIZE=address,undefined -- -j 2 -L "unit|mp|tools" -LE "slow|tsan|fuzz|netns"
+    run asan build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_SANITIZE=address,undefined -DHCOMM_MLX5_MODEL=ON -- -j 2 -L "unit|mp|tools" -LE "slow|tsan|fuzz|netns"
     run tsan build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_SANITIZE=thread -- -L tsan
     if command -v clang >/dev/null; then
         run fuzz build-fuzz -DCMAKE_C_COMPILER=clang -DHCOMM_BUILD_FUZZ=ON -- -L fuzz

@@ -274,6 +274,7 @@ typedef struct hc_verbs_drv {
     uint8_t *ctrl;
     hc_verbs_mr_t ctrl_mr;
     hc_verbs_conn_t **conns; /* by world rank */
+    hc_verbs_ep_t *early;    /* by world rank: a HELLO that came before connect() */
     /* completions waiting for their callbacks (progress drains them) */
     struct {
         hc_verbs_rx_t *head, *tail;

@@ -287,7 +287,15 @@ void hc_verbs_ep_recv(hc_drv_t *drv, int from, const void *blob, size_t len)
         return;
     }
     if (!c) {
-        hc_log_warn("verbs: handshake from rank %d before it was connected: dropped", from);
+        /* The peer is faster than this side's connect(): keep its HELLO (a
+         * READY cannot come before our HELLO) and take it at connect. */
+        if (e.kind == HC_VERBS_EP_HELLO && d->early) {
+            d->early[from] = e;
+            hc_log_debug("verbs: handshake from rank %d before it was connected: kept", from);
+        } else {
+            hc_log_warn("verbs: handshake of kind %u from rank %d before it was connected: dropped",
+                        e.kind, from);
+        }
         return;
     }
     if (e.instance != c->addr.instance) {
@@ -381,6 +389,11 @@ hcomm_status_t hc_verbs_connect(hc_drv_t *drv, int peer, const void *addr, size_
     c->cqi = -1;
     d->conns[peer] = c;
     *conn_p = &c->base;
+    if (d->early && d->early[peer].magic == HC_VERBS_MAGIC) {
+        hc_verbs_ep_t e = d->early[peer];
+        d->early[peer].magic = 0;
+        hc_verbs_ep_recv(drv, peer, &e, sizeof(e));
+    }
     return HCOMM_OK;
 }
 

@@ -483,7 +483,11 @@ static bool hc_verbs_take(hc_verbs_drv_t *d, hc_verbs_conn_t *c, uint32_t arrive
     }
     if (hdr.type < HC_FRAME_DRIVER)
         d->env->deliver(d->env->core, &c->base, &hdr, p + 8 + sizeof(hdr));
-    if (c->state != HC_VERBS_C_UP) return true;
+    /* The slot goes back even before this side calls the connection up (a
+     * peer that is RTS may send while our READY is on its way): a slot not
+     * given back would put the receive queue's order off the frames' by one
+     * for good (SEND mode) or lose a credit (WRITE mode). */
+    if (c->state == HC_VERBS_C_FAILED || c->state == HC_VERBS_C_CLOSED) return true;
     if (d->eager == HC_VERBS_EAGER_SEND) {
         int rc = hc_verbs_post_slot(c, slot);
         if (rc) {

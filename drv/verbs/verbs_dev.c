@@ -398,6 +398,7 @@ static void hc_verbs_teardown(hc_verbs_drv_t *d)
         hc_verbs_dev_close(d);
     free(d->conns);
     free(d->up);
+    free(d->early);
     free(d);
 }
 
@@ -407,7 +408,8 @@ static hcomm_status_t hc_verbs_setup(hc_verbs_drv_t *d, const hc_drv_env_t *env)
     if (st != HCOMM_OK) return st;
     d->conns = calloc((size_t)env->size, sizeof(*d->conns));
     d->up = calloc((size_t)env->size, sizeof(*d->up));
-    if (!d->conns || !d->up) return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: connection table");
+    d->early = calloc((size_t)env->size, sizeof(*d->early));
+    if (!d->conns || !d->up || !d->early) return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: connection table");
     d->me.magic = HC_VERBS_MAGIC;
     if (getrandom(&d->me.instance, sizeof(d->me.instance), 0) != sizeof(d->me.instance))
         d->me.instance = hc_time_ns() ^ ((uint64_t)getpid() << 32);
