@@ -263,7 +263,16 @@ static const struct hc_drv_ops *hc_drv_pick(const hc_drv_env_t *env, int scope, 
             continue;
         }
         why[0] = '\0';
-        if (o->probe(env, why, sizeof(why)) != HCOMM_OK) {
+        hcomm_status_t pst = o->probe(env, why, sizeof(why));
+        if (pst == HCOMM_ERR_INVALID) {
+            /* A knob of the driver has a bad value (the probe's contract):
+             * the user set it, so going on without the driver would hide
+             * the mistake. */
+            *st_p = hc_error(HCOMM_ERR_INVALID, "hcomm_init: driver %s: %s", o->name,
+                             why[0] ? why : "a bad setting");
+            return NULL;
+        }
+        if (pst != HCOMM_OK) {
             hc_log_info("driver %s skipped: %s", o->name, why);
             size_t used = strlen(skipped);
             snprintf(skipped + used, sizeof(skipped) - used, "%s%s: %s", used ? "; " : "",
@@ -314,8 +323,13 @@ hcomm_status_t hc_drv_select_open(const hc_drv_env_t *env, hc_drv_t **drvs, int 
                             forced, names);
     }
     chosen[0] = hc_drv_pick(env, HC_DRV_SCOPE_SELF, NULL, &st);
-    if (use_node)
+    if (st != HCOMM_OK)
+        return st;
+    if (use_node) {
         chosen[1] = hc_drv_pick(env, HC_DRV_SCOPE_NODE, NULL, &st);
+        if (st != HCOMM_OK)
+            return st;
+    }
     if (use_node && !chosen[1])
         need_net = true;
     if (need_net) {

@@ -196,7 +196,10 @@ struct hc_drv_ops {
     int priority;     /* ladder order inside a scope: higher is tried first */
     uint32_t caps;    /* HC_DRV_CAP_* */
 
-    /* Can this driver run here? On no, write why (for hcomm_info / logs). */
+    /* Can this driver run here? On no, write why (for hcomm_info / logs).
+     * HCOMM_ERR_INVALID means one of the driver's settings has a bad value
+     * (why names the variable): hcomm_init then fails with it rather than
+     * pass the driver over; any other status skips the driver. */
     hcomm_status_t (*probe)(const hc_drv_env_t *env, char *why, size_t why_len);
     /* Opens the local endpoint. */
     hcomm_status_t (*open)(const hc_drv_env_t *env, hc_drv_t **drv_p);
