@@ -235,20 +235,20 @@ static uint8_t vendor_of_next(tcq_t *c)
     return ((const struct mlx5_err_cqe *)slot)->vendor_err_synd;
 }
 
-/* Two QPs of one model connected to each other. */
+/* Two QPs of one model connected to each other (64 WQEBBs, 16 receives each). */
 typedef struct {
     hc_mlx5_model_t *m;
     tcq_t ca, cb;
     tqp_t a, b;
 } pair_t;
 
-static void pair_open(pair_t *p, hc_mlx5_model_t *m, uint32_t sq, uint32_t rq, uint32_t cqe)
+static void pair_open(pair_t *p, hc_mlx5_model_t *m, uint32_t cqe)
 {
     p->m = m;
     cq_open(m, &p->ca, cqe);
     cq_open(m, &p->cb, cqe);
-    qp_open(m, &p->a, &p->ca, sq, rq);
-    qp_open(m, &p->b, &p->cb, sq, rq);
+    qp_open(m, &p->a, &p->ca, 64, 16);
+    qp_open(m, &p->b, &p->cb, 64, 16);
     uint8_t id[HC_MLX5_MODEL_ID_LEN];
     hc_mlx5_model_id(m, id);
     assert_int_equal(hc_mlx5_model_qp_connect(m, p->a.qpn, id, p->b.qpn), HCOMM_OK);
@@ -306,67 +306,146 @@ static void check(const uint8_t *p, size_t n, uint32_t seed)
 
 static uint8_t src[65536], dst[65536], rbuf[4][256];
 
+/* The fixture of most cases: a model and one pair in it, the CQs of the size
+ * given as the prestate (64 without one). */
+static int pair_setup(void **state)
+{
+    uint32_t cqe = *state ? (uint32_t)(uintptr_t)*state : 64;
+    pair_t *p = malloc(sizeof(*p));
+    if (!p) return -1;
+    pair_open(p, model_open(""), cqe);
+    *state = p;
+    return 0;
+}
+
+static int pair_teardown(void **state)
+{
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
+    pair_close(p);
+    hc_mlx5_model_close(m);
+    free(p);
+    return 0;
+}
+
+/* ---- WQEs by shape, posted, rung and completed ----------------------------------------------- */
+
+/* WRITE, WRITE WITH IMMEDIATE (see with_imm) or READ by pointer; len 0: no data segment. */
+static twr_t wr_rdma(uint8_t op, const void *laddr, uint32_t lkey, const void *raddr, uint32_t rkey,
+                     uint32_t len, bool sig)
+{
+    return (twr_t){.op = op,
+                   .sig = sig,
+                   .raddr = (uintptr_t)raddr,
+                   .rkey = rkey,
+                   .laddr = (uintptr_t)laddr,
+                   .len = len,
+                   .lkey = lkey};
+}
+
+/* A zero-length WRITE. */
+static twr_t wr_zero(const void *raddr, uint32_t rkey, bool sig)
+{
+    return wr_rdma(OP_WRITE, NULL, 0, raddr, rkey, 0, sig);
+}
+
+static twr_t wr_send(const void *laddr, uint32_t lkey, uint32_t len, bool sig)
+{
+    return (twr_t){.op = OP_SEND, .sig = sig, .laddr = (uintptr_t)laddr, .len = len, .lkey = lkey};
+}
+
+/* Inline data, signaled (raddr and rkey unused for a SEND). */
+static twr_t wr_inline(uint8_t op, const void *raddr, uint32_t rkey, const void *data, uint32_t len)
+{
+    return (twr_t){.op = op,
+                   .sig = true,
+                   .raddr = (uintptr_t)raddr,
+                   .rkey = rkey,
+                   .inl = true,
+                   .data = data,
+                   .len = len};
+}
+
+static twr_t with_imm(twr_t wr, uint32_t imm)
+{
+    wr.imm = imm;
+    return wr;
+}
+
+static uint16_t post_wr(tqp_t *q, twr_t wr)
+{
+    return post(q, &wr);
+}
+
+static uint16_t post_ring(tqp_t *q, twr_t wr, int mode)
+{
+    uint16_t i = post(q, &wr);
+    ring(q, mode);
+    return i;
+}
+
+/* Posted, rung, and its requester CQE (a READ's byte count is its length). */
+static uint16_t run_ok(tqp_t *q, tcq_t *c, twr_t wr, int mode)
+{
+    uint16_t i = post_ring(q, wr, mode);
+    expect_req(c, q->qpn, i, wr.op, wr.len);
+    return i;
+}
+
+static void expect_req_err(tcq_t *c, uint8_t synd, uint32_t qpn, uint16_t idx, uint8_t wqe_op)
+{
+    expect_err(c, MLX5_CQE_REQ_ERR, synd, qpn, idx, wqe_op);
+}
+
+static void expect_resp_err(tcq_t *c, uint8_t synd, uint32_t qpn, uint16_t ridx)
+{
+    expect_err(c, MLX5_CQE_RESP_ERR, synd, qpn, ridx, ANY_OP);
+}
+
+/* Posted, rung (8 bytes), and its requester error CQE with that syndrome. */
+static uint16_t run_err(tqp_t *q, tcq_t *c, twr_t wr, uint8_t synd)
+{
+    uint16_t i = post_ring(q, wr, DB8);
+    expect_req_err(c, synd, q->qpn, i, wr.op);
+    return i;
+}
+
 /* ---- cases ----------------------------------------------------------------------------------- */
 
 static void test_write(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 64);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
     fill(src, 4096, 1);
     memset(dst, 0, 4096);
     uint32_t ks = reg(m, src, 4096, IBV_ACCESS_LOCAL_WRITE);
     uint32_t kd = reg(m, dst, 4096, RW);
     /* pointer */
-    uint16_t i0 = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                      .sig = true,
-                                      .raddr = (uintptr_t)dst,
-                                      .rkey = kd,
-                                      .laddr = (uintptr_t)src,
-                                      .len = 1000,
-                                      .lkey = ks});
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, i0, OP_WRITE, 0);
+    run_ok(&p->a, &p->ca, wr_rdma(OP_WRITE, src, ks, dst, kd, 1000, true), DB8);
     check(dst, 1000, 1);
     assert_int_equal(dst[1000], 0);
     /* inline (2 WQEBBs), by BlueFlame */
     uint8_t inl[40];
     fill(inl, sizeof(inl), 2);
-    uint16_t i1 = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                      .sig = true,
-                                      .raddr = (uintptr_t)dst + 2000,
-                                      .rkey = kd,
-                                      .inl = true,
-                                      .data = inl,
-                                      .len = sizeof(inl)});
-    assert_int_equal(p.a.last_nbb, 2);
-    ring(&p.a, DB_BF);
-    expect_req(&p.ca, p.a.qpn, i1, OP_WRITE, 0);
+    run_ok(&p->a, &p->ca, wr_inline(OP_WRITE, dst + 2000, kd, inl, sizeof(inl)), DB_BF);
+    assert_int_equal(p->a.last_nbb, 2);
     check(dst + 2000, sizeof(inl), 2);
     /* zero length: no data segment */
-    uint16_t i2 =
-        post(&p.a, &(twr_t){.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd});
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, i2, OP_WRITE, 0);
-    expect_none(&p.ca);
-    expect_none(&p.cb);
+    run_ok(&p->a, &p->ca, wr_zero(dst, kd, true), DB8);
+    expect_none(&p->ca);
+    expect_none(&p->cb);
     hc_mlx5_model_stats_t s = stats(m);
     assert_int_equal(s.wqes, 3);
     assert_int_equal(s.cqes, 3);
     assert_int_equal(s.err_cqes, 0);
     assert_int_equal(s.bad_doorbells, 0);
     assert_int_equal(s.bytes, 1040);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
 }
 
 static void test_send_recv(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 64);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
     fill(src, 4096, 3);
     memset(dst, 0, 4096);
     memset(rbuf, 0, sizeof(rbuf));
@@ -374,130 +453,75 @@ static void test_send_recv(void **state)
     uint32_t kd = reg(m, dst, 4096, RW);
     uint32_t kr = reg(m, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
     for (int i = 0; i < 4; i++)
-        post_recv(&p.b, rbuf[i], 256, kr);
+        post_recv(&p->b, rbuf[i], 256, kr);
     /* SEND by pointer */
-    uint16_t i0 =
-        post(&p.a,
-             &(twr_t){.op = OP_SEND, .sig = true, .laddr = (uintptr_t)src, .len = 100, .lkey = ks});
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, i0, OP_SEND, 0);
-    expect_resp(&p.cb, MLX5_CQE_RESP_SEND, p.b.qpn, 0, 100, 0);
+    run_ok(&p->a, &p->ca, wr_send(src, ks, 100, true), DB8);
+    expect_resp(&p->cb, MLX5_CQE_RESP_SEND, p->b.qpn, 0, 100, 0);
     check(rbuf[0], 100, 3);
     /* SEND WITH IMMEDIATE, inline */
     uint8_t inl[20];
     fill(inl, sizeof(inl), 4);
-    uint16_t i1 = post(&p.a, &(twr_t){.op = OP_SEND_IMM,
-                                      .sig = true,
-                                      .imm = 0xdeadbeef,
-                                      .inl = true,
-                                      .data = inl,
-                                      .len = sizeof(inl)});
-    ring(&p.a, DB_BF);
-    expect_req(&p.ca, p.a.qpn, i1, OP_SEND_IMM, 0);
-    expect_resp(&p.cb, MLX5_CQE_RESP_SEND_IMM, p.b.qpn, 1, sizeof(inl), 0xdeadbeef);
+    twr_t si = with_imm(wr_inline(OP_SEND_IMM, NULL, 0, inl, sizeof(inl)), 0xdeadbeef);
+    run_ok(&p->a, &p->ca, si, DB_BF);
+    expect_resp(&p->cb, MLX5_CQE_RESP_SEND_IMM, p->b.qpn, 1, sizeof(inl), 0xdeadbeef);
     check(rbuf[1], sizeof(inl), 4);
     /* RDMA WRITE WITH IMMEDIATE: data at raddr, a receive consumed without data */
-    uint16_t i2 = post(&p.a, &(twr_t){.op = OP_WRITE_IMM,
-                                      .sig = true,
-                                      .imm = 0x12345678,
-                                      .raddr = (uintptr_t)dst + 64,
-                                      .rkey = kd,
-                                      .laddr = (uintptr_t)src,
-                                      .len = 300,
-                                      .lkey = ks});
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, i2, OP_WRITE_IMM, 0);
-    expect_resp(&p.cb, MLX5_CQE_RESP_WR_IMM, p.b.qpn, 2, 300, 0x12345678);
+    twr_t wi = with_imm(wr_rdma(OP_WRITE_IMM, src, ks, dst + 64, kd, 300, true), 0x12345678);
+    run_ok(&p->a, &p->ca, wi, DB8);
+    expect_resp(&p->cb, MLX5_CQE_RESP_WR_IMM, p->b.qpn, 2, 300, 0x12345678);
     check(dst + 64, 300, 3);
     for (int i = 0; i < 256; i++)
         assert_int_equal(rbuf[2][i], 0);
     /* an unsignaled zero-length SEND still consumes a receive */
-    post(&p.a, &(twr_t){.op = OP_SEND});
-    ring(&p.a, DB8);
-    expect_none(&p.ca);
-    expect_resp(&p.cb, MLX5_CQE_RESP_SEND, p.b.qpn, 3, 0, 0);
-    expect_none(&p.cb);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
+    post_ring(&p->a, wr_send(NULL, 0, 0, false), DB8);
+    expect_none(&p->ca);
+    expect_resp(&p->cb, MLX5_CQE_RESP_SEND, p->b.qpn, 3, 0, 0);
+    expect_none(&p->cb);
 }
 
 static void test_read(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 64);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
     fill(src, 5000, 5);
     memset(dst, 0, 8192);
     uint32_t ks = reg(m, src, 5000, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
     uint32_t kd = reg(m, dst, 8192, IBV_ACCESS_LOCAL_WRITE);
-    uint16_t i0 = post(&p.a, &(twr_t){.op = OP_READ,
-                                      .sig = true,
-                                      .raddr = (uintptr_t)src,
-                                      .rkey = ks,
-                                      .laddr = (uintptr_t)dst + 8,
-                                      .len = 5000,
-                                      .lkey = kd});
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, i0, OP_READ, 5000);
+    run_ok(&p->a, &p->ca, wr_rdma(OP_READ, dst + 8, kd, src, ks, 5000, true), DB8);
     check(dst + 8, 5000, 5);
     assert_int_equal(dst[0], 0);
     assert_int_equal(dst[5008], 0);
     assert_int_equal(stats(m).bytes, 5000);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
 }
 
 static void test_unsignaled(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 64);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
     fill(src, 64, 6);
     uint32_t ks = reg(m, src, 64, 0);
     uint32_t kd = reg(m, dst, 4096, RW);
     for (int i = 0; i < 3; i++)
-        post(&p.a, &(twr_t){.op = OP_WRITE,
-                            .raddr = (uintptr_t)dst + (uint64_t)i * 64,
-                            .rkey = kd,
-                            .laddr = (uintptr_t)src,
-                            .len = 64,
-                            .lkey = ks});
-    ring(&p.a, DB8); /* three behind one doorbell */
-    expect_none(&p.ca);
+        post_wr(&p->a, wr_rdma(OP_WRITE, src, ks, dst + i * 64, kd, 64, false));
+    ring(&p->a, DB8); /* three behind one doorbell */
+    expect_none(&p->ca);
     for (int i = 0; i < 3; i++)
         check(dst + i * 64, 64, 6);
-    post(&p.a, &(twr_t){.op = OP_WRITE,
-                        .raddr = (uintptr_t)dst,
-                        .rkey = kd,
-                        .laddr = (uintptr_t)src,
-                        .len = 8,
-                        .lkey = ks});
-    uint16_t last = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                        .sig = true,
-                                        .raddr = (uintptr_t)dst,
-                                        .rkey = kd,
-                                        .laddr = (uintptr_t)src,
-                                        .len = 8,
-                                        .lkey = ks});
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, last, OP_WRITE, 0);
-    expect_none(&p.ca);
+    /* an unsignaled one and a signaled one behind one doorbell: one CQE */
+    post_wr(&p->a, wr_rdma(OP_WRITE, src, ks, dst, kd, 8, false));
+    run_ok(&p->a, &p->ca, wr_rdma(OP_WRITE, src, ks, dst, kd, 8, true), DB8);
+    expect_none(&p->ca);
     assert_int_equal(stats(m).wqes, 5);
     assert_int_equal(stats(m).cqes, 1);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
 }
 
 /* A 64-WQEBB SQ, 1000 WQEs of 1 to 4 WQEBBs (inline WQEs straddling the
  * ring end checked byte by byte), a 16-entry CQ polled by owner bit. */
 static void test_sq_wrap(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 16);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
+    assert_int_equal(p->ca.dv.cqe_cnt, 16); /* the fixture's, from main() */
     uint32_t ks = reg(m, src, sizeof(src), 0);
     uint32_t kd = reg(m, dst, sizeof(dst), RW);
     int straddles = 0, bf_straddles = 0, flips = 0, last_owner = 0;
@@ -511,46 +535,36 @@ static void test_sq_wrap(void **state)
         for (int k = 0; k < batch; k++, i++) {
             seed[k] = i;
             uint8_t *d = dst + (size_t)(i % 32) * 512;
+            twr_t wr;
             if (i % 3 == 0) {
+                uint8_t *s = src + (size_t)(i % 32) * 512;
                 len[k] = 1 + (i * 53) % 500;
-                fill(src + (size_t)(i % 32) * 512, len[k], i);
-                memset(d, 0, 512);
-                idx[k] = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                             .sig = true,
-                                             .raddr = (uintptr_t)d,
-                                             .rkey = kd,
-                                             .laddr = (uintptr_t)src + (i % 32) * 512,
-                                             .len = len[k],
-                                             .lkey = ks});
+                fill(s, len[k], i);
+                wr = wr_rdma(OP_WRITE, s, ks, d, kd, len[k], true);
             } else {
                 len[k] = 1 + (i * 37) % 200; /* up to 4 WQEBBs */
                 fill(inl, len[k], i);
-                memset(d, 0, 512);
-                idx[k] = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                             .sig = true,
-                                             .raddr = (uintptr_t)d,
-                                             .rkey = kd,
-                                             .inl = true,
-                                             .data = inl,
-                                             .len = len[k]});
+                wr = wr_inline(OP_WRITE, d, kd, inl, len[k]);
             }
-            if ((idx[k] & 63) + p.a.last_nbb > 64) {
+            memset(d, 0, 512);
+            idx[k] = post_wr(&p->a, wr);
+            if ((idx[k] & 63) + p->a.last_nbb > 64) {
                 straddles++;
                 bf_straddles += bf;
             }
         }
-        ring(&p.a, bf ? DB_BF : DB8);
+        ring(&p->a, bf ? DB_BF : DB8);
         for (int k = 0; k < batch; k++) {
-            uint32_t ci = p.ca.ci;
-            const uint8_t *slot = (const uint8_t *)p.ca.dv.buf + (ci & 15) * 64;
+            uint32_t ci = p->ca.ci;
+            const uint8_t *slot = (const uint8_t *)p->ca.dv.buf + (ci & 15) * 64;
             int owner = slot[63] & 1;
             if (owner != last_owner) flips++;
             last_owner = owner;
-            expect_req(&p.ca, p.a.qpn, idx[k], OP_WRITE, 0);
+            expect_req(&p->ca, p->a.qpn, idx[k], OP_WRITE, 0);
             check(dst + (size_t)(seed[k] % 32) * 512, len[k], seed[k]);
             assert_int_equal(dst[(size_t)(seed[k] % 32) * 512 + len[k]], 0);
         }
-        expect_none(&p.ca);
+        expect_none(&p->ca);
     }
     if (straddles < 10 || bf_straddles < 3)
         fail_msg("only %d WQEs straddled the ring end (%d rung by BlueFlame)", straddles,
@@ -560,230 +574,155 @@ static void test_sq_wrap(void **state)
     assert_int_equal(s.wqes, i);
     assert_int_equal(s.cqes, i);
     assert_int_equal(s.bad_doorbells, 0);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
 }
 
 /* The 16-bit WQE index wraps (70000 one-WQEBB WQEs); a 4-entry CQ. */
 static void test_index_wrap(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 4);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
+    assert_int_equal(p->ca.dv.cqe_cnt, 4); /* the fixture's, from main() */
     uint32_t ks = reg(m, src, 64, 0);
     uint32_t kd = reg(m, dst, 4096, RW);
     for (uint32_t i = 0; i < 70000; i++) {
         bool sig = i % 16 == 15;
         memcpy(src, &i, 4);
-        uint16_t idx = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                           .sig = sig,
-                                           .raddr = (uintptr_t)dst,
-                                           .rkey = kd,
-                                           .laddr = (uintptr_t)src,
-                                           .len = 4,
-                                           .lkey = ks});
+        uint16_t idx = post_wr(&p->a, wr_rdma(OP_WRITE, src, ks, dst, kd, 4, sig));
         assert_int_equal(idx, i & 0xffff);
-        ring(&p.a, i % 2 ? DB_BF : DB8);
+        ring(&p->a, i % 2 ? DB_BF : DB8);
         uint32_t got;
         memcpy(&got, dst, 4);
         assert_int_equal(got, i);
-        if (sig) expect_req(&p.ca, p.a.qpn, idx, OP_WRITE, 0);
+        if (sig) expect_req(&p->ca, p->a.qpn, idx, OP_WRITE, 0);
     }
-    expect_none(&p.ca);
+    expect_none(&p->ca);
     assert_int_equal(stats(m).bad_doorbells, 0);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
 }
 
 static void test_cq_wrap(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 3); /* rounded up to 4 */
-    assert_int_equal(p.ca.dv.cqe_cnt, 4);
+    pair_t *p = *state; /* CQs of 3 entries, rounded up to 4 */
+    hc_mlx5_model_t *m = p->m;
+    assert_int_equal(p->ca.dv.cqe_cnt, 4);
     for (int k = 0; k < 4; k++)
-        assert_int_equal(((uint8_t *)p.ca.dv.buf)[k * 64 + 63], MLX5_CQE_INVALID << 4);
+        assert_int_equal(((uint8_t *)p->ca.dv.buf)[k * 64 + 63], MLX5_CQE_INVALID << 4);
     uint32_t kd = reg(m, dst, 64, RW);
     for (uint32_t i = 0; i < 200; i++) {
-        uint16_t idx =
-            post(&p.a, &(twr_t){.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd});
-        ring(&p.a, DB8);
-        const uint8_t *slot = (const uint8_t *)p.ca.dv.buf + (p.ca.ci & 3) * 64;
-        assert_int_equal(slot[63] & 1, (p.ca.ci / 4) & 1);
-        expect_req(&p.ca, p.a.qpn, idx, OP_WRITE, 0);
+        uint16_t idx = post_ring(&p->a, wr_zero(dst, kd, true), DB8);
+        const uint8_t *slot = (const uint8_t *)p->ca.dv.buf + (p->ca.ci & 3) * 64;
+        assert_int_equal(slot[63] & 1, (p->ca.ci / 4) & 1);
+        expect_req(&p->ca, p->a.qpn, idx, OP_WRITE, 0);
     }
     /* batches that fill the CQ exactly */
     for (int r = 0; r < 20; r++) {
         uint16_t idx[4];
         for (int k = 0; k < 4; k++)
-            idx[k] = post(
-                &p.a, &(twr_t){.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd});
-        ring(&p.a, DB8);
+            idx[k] = post_wr(&p->a, wr_zero(dst, kd, true));
+        ring(&p->a, DB8);
         for (int k = 0; k < 4; k++)
-            expect_req(&p.ca, p.a.qpn, idx[k], OP_WRITE, 0);
-        expect_none(&p.ca);
+            expect_req(&p->ca, p->a.qpn, idx[k], OP_WRITE, 0);
+        expect_none(&p->ca);
     }
     assert_int_equal(stats(m).err_cqes, 0);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
 }
 
 /* A CQ not kept up: the completion that does not fit is lost, the QP goes to
  * error, later WQEs are flushed once there is room. */
 static void test_cq_overrun(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 2);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
+    assert_int_equal(p->ca.dv.cqe_cnt, 2); /* the fixture's, from main() */
     uint32_t kd = reg(m, dst, 64, RW);
     uint16_t idx[3];
     for (int k = 0; k < 3; k++)
-        idx[k] =
-            post(&p.a, &(twr_t){.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd});
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, idx[0], OP_WRITE, 0);
-    expect_req(&p.ca, p.a.qpn, idx[1], OP_WRITE, 0);
-    expect_none(&p.ca);
-    uint16_t i3 =
-        post(&p.a, &(twr_t){.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd});
-    ring(&p.a, DB8);
-    expect_err(&p.ca, MLX5_CQE_REQ_ERR, SYN(WR_FLUSH_ERR), p.a.qpn, i3, OP_WRITE);
-    expect_none(&p.ca);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
+        idx[k] = post_wr(&p->a, wr_zero(dst, kd, true));
+    ring(&p->a, DB8);
+    expect_req(&p->ca, p->a.qpn, idx[0], OP_WRITE, 0);
+    expect_req(&p->ca, p->a.qpn, idx[1], OP_WRITE, 0);
+    expect_none(&p->ca);
+    run_err(&p->a, &p->ca, wr_zero(dst, kd, true), SYN(WR_FLUSH_ERR));
+    expect_none(&p->ca);
 }
 
 static void test_rnr(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 64);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
     fill(src, 64, 7);
     memset(rbuf, 0, sizeof(rbuf));
     uint32_t ks = reg(m, src, 64, 0);
     uint32_t kd = reg(m, dst, 64, RW);
     uint32_t kr = reg(m, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
-    uint16_t i0 = post(
-        &p.a, &(twr_t){.op = OP_SEND, .sig = true, .laddr = (uintptr_t)src, .len = 50, .lkey = ks});
-    ring(&p.a, DB8);
-    expect_none(&p.ca);
-    expect_none(&p.cb);
+    uint16_t i0 = post_ring(&p->a, wr_send(src, ks, 50, true), DB8);
+    expect_none(&p->ca);
+    expect_none(&p->cb);
     assert_int_equal(stats(m).rnr_waits, 1);
     assert_int_equal(hc_mlx5_model_progress(m), 0);
     assert_int_equal(stats(m).rnr_waits, 1); /* counted once per WQE */
     /* a WRITE behind it waits too (in order) */
-    uint16_t i1 = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                      .sig = true,
-                                      .raddr = (uintptr_t)dst,
-                                      .rkey = kd,
-                                      .laddr = (uintptr_t)src,
-                                      .len = 8,
-                                      .lkey = ks});
-    ring(&p.a, DB8);
-    expect_none(&p.ca);
-    post_recv(&p.b, rbuf[0], 256, kr);
+    uint16_t i1 = post_ring(&p->a, wr_rdma(OP_WRITE, src, ks, dst, kd, 8, true), DB8);
+    expect_none(&p->ca);
+    post_recv(&p->b, rbuf[0], 256, kr);
     assert_int_equal(hc_mlx5_model_progress(m), 2);
-    expect_req(&p.ca, p.a.qpn, i0, OP_SEND, 0);
-    expect_req(&p.ca, p.a.qpn, i1, OP_WRITE, 0);
-    expect_resp(&p.cb, MLX5_CQE_RESP_SEND, p.b.qpn, 0, 50, 0);
+    expect_req(&p->ca, p->a.qpn, i0, OP_SEND, 0);
+    expect_req(&p->ca, p->a.qpn, i1, OP_WRITE, 0);
+    expect_resp(&p->cb, MLX5_CQE_RESP_SEND, p->b.qpn, 0, 50, 0);
     check(rbuf[0], 50, 7);
     assert_int_equal(hc_mlx5_model_progress(m), 0);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
 }
 
 static void test_defer(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 64);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
     uint32_t kd = reg(m, dst, 64, RW);
     hc_mlx5_model_defer(m, true);
-    uint16_t i0 =
-        post(&p.a, &(twr_t){.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd});
-    ring(&p.a, DB8);
-    uint16_t i1 =
-        post(&p.a, &(twr_t){.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd});
-    ring(&p.a, DB_BF);
-    expect_none(&p.ca);
+    uint16_t i0 = post_ring(&p->a, wr_zero(dst, kd, true), DB8);
+    uint16_t i1 = post_ring(&p->a, wr_zero(dst, kd, true), DB_BF);
+    expect_none(&p->ca);
     assert_int_equal(hc_mlx5_model_progress(m), 2);
-    expect_req(&p.ca, p.a.qpn, i0, OP_WRITE, 0);
-    expect_req(&p.ca, p.a.qpn, i1, OP_WRITE, 0);
+    expect_req(&p->ca, p->a.qpn, i0, OP_WRITE, 0);
+    expect_req(&p->ca, p->a.qpn, i1, OP_WRITE, 0);
     assert_int_equal(hc_mlx5_model_progress(m), 0);
     hc_mlx5_model_defer(m, false);
-    uint16_t i2 =
-        post(&p.a, &(twr_t){.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd});
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, i2, OP_WRITE, 0);
+    run_ok(&p->a, &p->ca, wr_zero(dst, kd, true), DB8);
     assert_int_equal(stats(m).bad_doorbells, 0);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
 }
 
 /* A bad lkey: LOCAL_PROT_ERR whether signaled or not, the QP's receives and
  * the WQEs behind it flushed, and those posted later too. */
 static void test_err_lkey(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 64);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
     uint32_t ks = reg(m, src, 64, 0);
     uint32_t kd = reg(m, dst, 64, RW);
     uint32_t kr = reg(m, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
-    post_recv(&p.a, rbuf[0], 256, kr);
-    post_recv(&p.a, rbuf[1], 256, kr);
-    uint16_t i0 = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                      .raddr = (uintptr_t)dst,
-                                      .rkey = kd,
-                                      .laddr = (uintptr_t)src,
-                                      .len = 8,
-                                      .lkey = 0x7f0042});
-    uint16_t i1 = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                      .sig = true,
-                                      .raddr = (uintptr_t)dst,
-                                      .rkey = kd,
-                                      .laddr = (uintptr_t)src,
-                                      .len = 8,
-                                      .lkey = ks});
-    ring(&p.a, DB8);
-    assert_int_equal(vendor_of_next(&p.ca), 0x80 | SYN(LOCAL_PROT_ERR));
-    expect_err(&p.ca, MLX5_CQE_REQ_ERR, SYN(LOCAL_PROT_ERR), p.a.qpn, i0, OP_WRITE);
-    expect_err(&p.ca, MLX5_CQE_RESP_ERR, SYN(WR_FLUSH_ERR), p.a.qpn, 0, ANY_OP);
-    expect_err(&p.ca, MLX5_CQE_RESP_ERR, SYN(WR_FLUSH_ERR), p.a.qpn, 1, ANY_OP);
-    expect_err(&p.ca, MLX5_CQE_REQ_ERR, SYN(WR_FLUSH_ERR), p.a.qpn, i1, OP_WRITE);
-    expect_none(&p.ca);
+    post_recv(&p->a, rbuf[0], 256, kr);
+    post_recv(&p->a, rbuf[1], 256, kr);
+    uint16_t i0 = post_wr(&p->a, wr_rdma(OP_WRITE, src, 0x7f0042, dst, kd, 8, false));
+    uint16_t i1 = post_wr(&p->a, wr_rdma(OP_WRITE, src, ks, dst, kd, 8, true));
+    ring(&p->a, DB8);
+    assert_int_equal(vendor_of_next(&p->ca), 0x80 | SYN(LOCAL_PROT_ERR));
+    expect_req_err(&p->ca, SYN(LOCAL_PROT_ERR), p->a.qpn, i0, OP_WRITE);
+    expect_resp_err(&p->ca, SYN(WR_FLUSH_ERR), p->a.qpn, 0);
+    expect_resp_err(&p->ca, SYN(WR_FLUSH_ERR), p->a.qpn, 1);
+    expect_req_err(&p->ca, SYN(WR_FLUSH_ERR), p->a.qpn, i1, OP_WRITE);
+    expect_none(&p->ca);
     /* posted later: flushed at the kick, receives at progress */
-    uint16_t i2 =
-        post(&p.a, &(twr_t){.op = OP_SEND, .laddr = (uintptr_t)src, .len = 8, .lkey = ks});
-    ring(&p.a, DB8);
-    expect_err(&p.ca, MLX5_CQE_REQ_ERR, SYN(WR_FLUSH_ERR), p.a.qpn, i2, OP_SEND);
-    post_recv(&p.a, rbuf[2], 256, kr);
+    run_err(&p->a, &p->ca, wr_send(src, ks, 8, false), SYN(WR_FLUSH_ERR));
+    post_recv(&p->a, rbuf[2], 256, kr);
     assert_int_equal(hc_mlx5_model_progress(m), 0);
-    expect_err(&p.ca, MLX5_CQE_RESP_ERR, SYN(WR_FLUSH_ERR), p.a.qpn, 2, ANY_OP);
-    expect_none(&p.ca);
-    expect_none(&p.cb);
+    expect_resp_err(&p->ca, SYN(WR_FLUSH_ERR), p->a.qpn, 2);
+    expect_none(&p->ca);
+    expect_none(&p->cb);
     /* a READ into memory without LOCAL_WRITE */
     pair_t q;
-    pair_open(&q, m, 64, 16, 64);
+    pair_open(&q, m, 64);
     uint32_t kro = reg(m, dst + 1024, 64, IBV_ACCESS_REMOTE_READ);
-    uint16_t r0 = post(&q.a, &(twr_t){.op = OP_READ,
-                                      .sig = true,
-                                      .raddr = (uintptr_t)dst + 1024,
-                                      .rkey = kro,
-                                      .laddr = (uintptr_t)src,
-                                      .len = 8,
-                                      .lkey = ks});
-    ring(&q.a, DB8);
-    expect_err(&q.ca, MLX5_CQE_REQ_ERR, SYN(LOCAL_PROT_ERR), q.a.qpn, r0, OP_READ);
+    run_err(&q.a, &q.ca, wr_rdma(OP_READ, src, ks, dst + 1024, kro, 8, true), SYN(LOCAL_PROT_ERR));
     pair_close(&q);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
 }
 
 /* rkey wrong, out of range, without the access: REMOTE_ACCESS_ERR, and the
@@ -802,31 +741,23 @@ static void test_err_rkey(void **state)
         uint32_t rkey, len;
     } cases[] = {
         {OP_WRITE, (uintptr_t)dst, 0x7f0000 | 0x11, 8}, /* no such key */
-        {OP_WRITE, (uintptr_t)dst + 1020, 0, 8},        /* past the end (rkey kd) */
-        {OP_WRITE, (uintptr_t)dst + 2048, 1, 8},        /* no REMOTE_WRITE (rkey kno) */
-        {OP_READ, (uintptr_t)dst + 2048, 1, 8},         /* no REMOTE_READ */
-        {OP_WRITE_IMM, (uintptr_t)dst - 8, 0, 16},      /* before the start */
+        {OP_WRITE, (uintptr_t)dst + 1020, kd, 8},       /* past the end */
+        {OP_WRITE, (uintptr_t)dst + 2048, kno, 8},      /* no REMOTE_WRITE */
+        {OP_READ, (uintptr_t)dst + 2048, kno, 8},       /* no REMOTE_READ */
+        {OP_WRITE_IMM, (uintptr_t)dst - 8, kd, 16},     /* before the start */
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         pair_t p;
-        pair_open(&p, m, 64, 16, 64);
+        pair_open(&p, m, 64);
         post_recv(&p.b, rbuf[0], 256, kr);
-        uint32_t rkey = cases[c].rkey == 0 ? kd : cases[c].rkey == 1 ? kno : cases[c].rkey;
-        uint16_t i0 = post(&p.a, &(twr_t){.op = cases[c].op,
-                                          .raddr = cases[c].raddr,
-                                          .rkey = rkey,
-                                          .laddr = (uintptr_t)src,
-                                          .len = cases[c].len,
-                                          .lkey = ks});
-        ring(&p.a, DB8);
-        expect_err(&p.ca, MLX5_CQE_REQ_ERR, SYN(REMOTE_ACCESS_ERR), p.a.qpn, i0, cases[c].op);
+        const void *raddr = (const void *)(uintptr_t)cases[c].raddr;
+        twr_t wr = wr_rdma(cases[c].op, src, ks, raddr, cases[c].rkey, cases[c].len, false);
+        run_err(&p.a, &p.ca, wr, SYN(REMOTE_ACCESS_ERR));
         expect_none(&p.ca);
-        expect_err(&p.cb, MLX5_CQE_RESP_ERR, SYN(WR_FLUSH_ERR), p.b.qpn, 0, ANY_OP);
+        expect_resp_err(&p.cb, SYN(WR_FLUSH_ERR), p.b.qpn, 0);
         expect_none(&p.cb);
         /* the target's own WQEs are flushed now */
-        uint16_t j0 = post(&p.b, &(twr_t){.op = OP_WRITE, .raddr = (uintptr_t)dst, .rkey = kd});
-        ring(&p.b, DB8);
-        expect_err(&p.cb, MLX5_CQE_REQ_ERR, SYN(WR_FLUSH_ERR), p.b.qpn, j0, OP_WRITE);
+        run_err(&p.b, &p.cb, wr_zero(dst, kd, false), SYN(WR_FLUSH_ERR));
         pair_close(&p);
     }
     hc_mlx5_model_close(m);
@@ -836,35 +767,25 @@ static void test_err_rkey(void **state)
  * requester's REMOTE_OP_ERR. */
 static void test_err_length(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 64);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
     uint32_t ks = reg(m, src, 4096, 0);
     uint32_t kr = reg(m, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
-    post_recv(&p.b, rbuf[0], 100, kr);
-    post_recv(&p.b, rbuf[1], 256, kr);
-    uint16_t i0 =
-        post(&p.a, &(twr_t){.op = OP_SEND, .laddr = (uintptr_t)src, .len = 101, .lkey = ks});
-    ring(&p.a, DB8);
-    expect_err(&p.ca, MLX5_CQE_REQ_ERR, SYN(REMOTE_OP_ERR), p.a.qpn, i0, OP_SEND);
-    expect_err(&p.cb, MLX5_CQE_RESP_ERR, SYN(LOCAL_LENGTH_ERR), p.b.qpn, 0, ANY_OP);
-    expect_err(&p.cb, MLX5_CQE_RESP_ERR, SYN(WR_FLUSH_ERR), p.b.qpn, 1, ANY_OP);
-    expect_none(&p.ca);
-    expect_none(&p.cb);
+    post_recv(&p->b, rbuf[0], 100, kr);
+    post_recv(&p->b, rbuf[1], 256, kr);
+    run_err(&p->a, &p->ca, wr_send(src, ks, 101, false), SYN(REMOTE_OP_ERR));
+    expect_resp_err(&p->cb, SYN(LOCAL_LENGTH_ERR), p->b.qpn, 0);
+    expect_resp_err(&p->cb, SYN(WR_FLUSH_ERR), p->b.qpn, 1);
+    expect_none(&p->ca);
+    expect_none(&p->cb);
     /* a receive whose key does not allow the write: REMOTE_OP_ERR / LOCAL_PROT_ERR */
     pair_t q;
-    pair_open(&q, m, 64, 16, 64);
+    pair_open(&q, m, 64);
     uint32_t kro = reg(m, rbuf[2], 256, 0);
     post_recv(&q.b, rbuf[2], 256, kro);
-    uint16_t j0 =
-        post(&q.a, &(twr_t){.op = OP_SEND, .laddr = (uintptr_t)src, .len = 10, .lkey = ks});
-    ring(&q.a, DB8);
-    expect_err(&q.ca, MLX5_CQE_REQ_ERR, SYN(REMOTE_OP_ERR), q.a.qpn, j0, OP_SEND);
-    expect_err(&q.cb, MLX5_CQE_RESP_ERR, SYN(LOCAL_PROT_ERR), q.b.qpn, 0, ANY_OP);
+    run_err(&q.a, &q.ca, wr_send(src, ks, 10, false), SYN(REMOTE_OP_ERR));
+    expect_resp_err(&q.cb, SYN(LOCAL_PROT_ERR), q.b.qpn, 0);
     pair_close(&q);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
 }
 
 /* The target QP destroyed; a QP never connected; a control segment with
@@ -875,15 +796,13 @@ static void test_err_qp(void **state)
     hc_mlx5_model_t *m = model_open("");
     uint32_t kd = reg(m, dst, 64, RW);
     pair_t p;
-    pair_open(&p, m, 64, 16, 64);
+    pair_open(&p, m, 64);
     hc_mlx5_model_qp_destroy(m, p.b.qpn);
-    uint16_t i0 = post(&p.a, &(twr_t){.op = OP_WRITE, .raddr = (uintptr_t)dst, .rkey = kd});
-    ring(&p.a, DB8);
-    expect_err(&p.ca, MLX5_CQE_REQ_ERR, SYN(TRANSPORT_RETRY_EXC_ERR), p.a.qpn, i0, OP_WRITE);
+    run_err(&p.a, &p.ca, wr_zero(dst, kd, false), SYN(TRANSPORT_RETRY_EXC_ERR));
     hc_mlx5_model_qp_destroy(m, p.a.qpn);
     /* the destroyed QP's number made again: still not the QP r.a connected to */
     pair_t r;
-    pair_open(&r, m, 64, 16, 64);
+    pair_open(&r, m, 64);
     hc_mlx5_model_qp_destroy(m, r.b.qpn);
     tqp_t nb;
     for (int k = 0; k < 1024; k++) {
@@ -895,30 +814,21 @@ static void test_err_qp(void **state)
     uint8_t id[HC_MLX5_MODEL_ID_LEN];
     hc_mlx5_model_id(m, id);
     assert_int_equal(hc_mlx5_model_qp_connect(m, nb.qpn, id, r.a.qpn), HCOMM_OK);
-    uint16_t k0 = post(&r.a, &(twr_t){.op = OP_WRITE, .raddr = (uintptr_t)dst, .rkey = kd});
-    ring(&r.a, DB8);
-    expect_err(&r.ca, MLX5_CQE_REQ_ERR, SYN(TRANSPORT_RETRY_EXC_ERR), r.a.qpn, k0, OP_WRITE);
-    hc_mlx5_model_qp_destroy(m, nb.qpn);
-    hc_mlx5_model_qp_destroy(m, r.a.qpn);
-    hc_mlx5_model_cq_destroy(m, r.ca.dv.cqn);
-    hc_mlx5_model_cq_destroy(m, r.cb.dv.cqn);
+    run_err(&r.a, &r.ca, wr_zero(dst, kd, false), SYN(TRANSPORT_RETRY_EXC_ERR));
+    pair_close(&r); /* r.b.qpn is nb's now */
     /* not connected (INIT) */
     tqp_t c;
     qp_open(m, &c, &p.ca, 64, 16);
-    uint16_t j0 =
-        post(&c, &(twr_t){.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd});
-    ring(&c, DB8);
-    expect_err(&p.ca, MLX5_CQE_REQ_ERR, SYN(LOCAL_QP_OP_ERR), c.qpn, j0, OP_WRITE);
+    run_err(&c, &p.ca, wr_zero(dst, kd, true), SYN(LOCAL_QP_OP_ERR));
     hc_mlx5_model_qp_destroy(m, c.qpn);
     hc_mlx5_model_cq_destroy(m, p.ca.dv.cqn);
     hc_mlx5_model_cq_destroy(m, p.cb.dv.cqn);
     /* wrong WQE index, wrong QP number in the control segment */
     for (int v = 0; v < 2; v++) {
         pair_t q;
-        pair_open(&q, m, 64, 16, 64);
-        post(&q.a, &(twr_t){.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd});
-        uint16_t w1 =
-            post(&q.a, &(twr_t){.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd});
+        pair_open(&q, m, 64);
+        post_wr(&q.a, wr_zero(dst, kd, true));
+        uint16_t w1 = post_wr(&q.a, wr_zero(dst, kd, true));
         struct mlx5_wqe_ctrl_seg *ctrl = (struct mlx5_wqe_ctrl_seg *)bb(&q.a, w1);
         if (v == 0)
             ctrl->opmod_idx_opcode = htobe32((uint32_t)(w1 + 5) << 8 | OP_WRITE);
@@ -926,7 +836,7 @@ static void test_err_qp(void **state)
             ctrl->qpn_ds = htobe32((q.a.qpn + 1) << 8 | 2);
         ring(&q.a, DB8);
         expect_req(&q.ca, q.a.qpn, (uint16_t)(w1 - 1), OP_WRITE, 0);
-        expect_err(&q.ca, MLX5_CQE_REQ_ERR, SYN(LOCAL_QP_OP_ERR), q.a.qpn, w1, OP_WRITE);
+        expect_req_err(&q.ca, SYN(LOCAL_QP_OP_ERR), q.a.qpn, w1, OP_WRITE);
         expect_none(&q.ca);
         pair_close(&q);
     }
@@ -950,40 +860,28 @@ static void test_stale_key(void **state)
     }
     assert_int_equal(k2 >> 8, k1 >> 8); /* the same entry ... */
     assert_int_not_equal(k2, k1);       /* ... another variant */
-    pair_t p;
-    pair_open(&p, m, 64, 16, 64);
-    uint16_t i0 = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                      .sig = true,
-                                      .raddr = (uintptr_t)dst,
-                                      .rkey = k1,
-                                      .laddr = (uintptr_t)src,
-                                      .len = 8,
-                                      .lkey = ks});
-    ring(&p.a, DB8);
-    expect_err(&p.ca, MLX5_CQE_REQ_ERR, SYN(REMOTE_ACCESS_ERR), p.a.qpn, i0, OP_WRITE);
-    pair_close(&p);
-    pair_open(&p, m, 64, 16, 64);
-    uint16_t j0 = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                      .sig = true,
-                                      .raddr = (uintptr_t)src,
-                                      .rkey = k2,
-                                      .laddr = (uintptr_t)dst,
-                                      .len = 8,
-                                      .lkey = k1});
-    ring(&p.a, DB8);
-    expect_err(&p.ca, MLX5_CQE_REQ_ERR, SYN(LOCAL_PROT_ERR), p.a.qpn, j0, OP_WRITE);
-    pair_close(&p);
-    pair_open(&p, m, 64, 16, 64);
-    uint16_t l0 = post(&p.a, &(twr_t){.op = OP_WRITE,
-                                      .sig = true,
-                                      .raddr = (uintptr_t)dst,
-                                      .rkey = k2,
-                                      .laddr = (uintptr_t)src,
-                                      .len = 8,
-                                      .lkey = ks});
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, l0, OP_WRITE, 0);
-    pair_close(&p);
+    const struct {
+        const uint8_t *laddr;
+        uint32_t lkey;
+        const uint8_t *raddr;
+        uint32_t rkey;
+        uint8_t synd; /* 0: completes */
+    } cases[] = {
+        {src, ks, dst, k1, SYN(REMOTE_ACCESS_ERR)}, /* the stale key as rkey */
+        {dst, k1, src, k2, SYN(LOCAL_PROT_ERR)},    /* ... as lkey */
+        {src, ks, dst, k2, 0},                      /* the new variant */
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        pair_t p;
+        pair_open(&p, m, 64);
+        twr_t wr = wr_rdma(OP_WRITE, cases[c].laddr, cases[c].lkey, cases[c].raddr, cases[c].rkey,
+                           8, true);
+        if (cases[c].synd)
+            run_err(&p.a, &p.ca, wr, cases[c].synd);
+        else
+            run_ok(&p.a, &p.ca, wr, DB8);
+        pair_close(&p);
+    }
     hc_mlx5_model_close(m);
 }
 
@@ -1035,50 +933,47 @@ static void test_fault_inject(void **state)
     uint32_t kr = reg(m, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
     pair_t p[6];
     for (int i = 0; i < 6; i++) {
-        pair_open(&p[i], m, 64, 16, 64);
+        pair_open(&p[i], m, 64);
         post_recv(&p[i].b, rbuf[0], 256, kr);
     }
-    twr_t wr = {.op = OP_WRITE,
-                .sig = true,
-                .raddr = (uintptr_t)dst,
-                .rkey = kd,
-                .laddr = (uintptr_t)src,
-                .len = 8,
-                .lkey = ks};
-    /* #1 runs */
-    uint16_t i = post(&p[0].a, &wr);
-    ring(&p[0].a, DB8);
-    expect_req(&p[0].ca, p[0].a.qpn, i, OP_WRITE, 0);
-    /* #2 remote_access: the target to error as well */
-    i = post(&p[0].a, &wr);
-    ring(&p[0].a, DB8);
-    assert_int_equal(vendor_of_next(&p[0].ca), 0xc0 | SYN(REMOTE_ACCESS_ERR));
-    expect_err(&p[0].ca, MLX5_CQE_REQ_ERR, SYN(REMOTE_ACCESS_ERR), p[0].a.qpn, i, OP_WRITE);
-    expect_err(&p[0].cb, MLX5_CQE_RESP_ERR, SYN(WR_FLUSH_ERR), p[0].b.qpn, 0, ANY_OP);
-    /* #3 local_prot */
-    i = post(&p[1].a, &wr);
-    ring(&p[1].a, DB8);
-    expect_err(&p[1].ca, MLX5_CQE_REQ_ERR, SYN(LOCAL_PROT_ERR), p[1].a.qpn, i, OP_WRITE);
-    expect_none(&p[1].cb);
-    /* #4 length, on a SEND: the receive completes with LOCAL_LENGTH_ERR */
-    i = post(&p[2].a,
-             &(twr_t){.op = OP_SEND, .sig = true, .laddr = (uintptr_t)src, .len = 8, .lkey = ks});
-    ring(&p[2].a, DB8);
-    expect_err(&p[2].ca, MLX5_CQE_REQ_ERR, SYN(REMOTE_OP_ERR), p[2].a.qpn, i, OP_SEND);
-    expect_err(&p[2].cb, MLX5_CQE_RESP_ERR, SYN(LOCAL_LENGTH_ERR), p[2].b.qpn, 0, ANY_OP);
-    /* #5 retry */
-    i = post(&p[3].a, &wr);
-    ring(&p[3].a, DB8);
-    expect_err(&p[3].ca, MLX5_CQE_REQ_ERR, SYN(TRANSPORT_RETRY_EXC_ERR), p[3].a.qpn, i, OP_WRITE);
-    /* #6 flush */
-    i = post(&p[4].a, &wr);
-    ring(&p[4].a, DB8);
-    assert_int_equal(vendor_of_next(&p[4].ca), 0xc0 | SYN(WR_FLUSH_ERR));
-    expect_err(&p[4].ca, MLX5_CQE_REQ_ERR, SYN(WR_FLUSH_ERR), p[4].a.qpn, i, OP_WRITE);
-    /* #7 runs */
-    i = post(&p[5].a, &wr);
-    ring(&p[5].a, DB8);
-    expect_req(&p[5].ca, p[5].a.qpn, i, OP_WRITE, 0);
+    const twr_t w = wr_rdma(OP_WRITE, src, ks, dst, kd, 8, true);
+    const twr_t s = wr_send(src, ks, 8, true);
+    enum { RESP_ANY, RESP_NONE, RESP_ERR };
+    const struct {
+        int pair;
+        const twr_t *wr;
+        uint8_t synd; /* 0: completes */
+        bool vendor;  /* the CQE's vendor syndrome checked: 0xc0 | synd, injected */
+        int resp;     /* the target's CQ: not checked, empty, or resp_synd on receive 0 */
+        uint8_t resp_synd;
+    } cases[] = {
+        /* #1 runs */
+        {0, &w, 0, false, RESP_ANY, 0},
+        /* #2 remote_access: the target to error as well */
+        {0, &w, SYN(REMOTE_ACCESS_ERR), true, RESP_ERR, SYN(WR_FLUSH_ERR)},
+        /* #3 local_prot */
+        {1, &w, SYN(LOCAL_PROT_ERR), false, RESP_NONE, 0},
+        /* #4 length, on a SEND: the receive completes with LOCAL_LENGTH_ERR */
+        {2, &s, SYN(REMOTE_OP_ERR), false, RESP_ERR, SYN(LOCAL_LENGTH_ERR)},
+        /* #5 retry */
+        {3, &w, SYN(TRANSPORT_RETRY_EXC_ERR), false, RESP_ANY, 0},
+        /* #6 flush */
+        {4, &w, SYN(WR_FLUSH_ERR), true, RESP_ANY, 0},
+        /* #7 runs */
+        {5, &w, 0, false, RESP_ANY, 0},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        pair_t *q = &p[cases[c].pair];
+        if (!cases[c].synd) {
+            run_ok(&q->a, &q->ca, *cases[c].wr, DB8);
+            continue;
+        }
+        uint16_t i = post_ring(&q->a, *cases[c].wr, DB8);
+        if (cases[c].vendor) assert_int_equal(vendor_of_next(&q->ca), 0xc0 | cases[c].synd);
+        expect_req_err(&q->ca, cases[c].synd, q->a.qpn, i, cases[c].wr->op);
+        if (cases[c].resp == RESP_NONE) expect_none(&q->cb);
+        if (cases[c].resp == RESP_ERR) expect_resp_err(&q->cb, cases[c].resp_synd, q->b.qpn, 0);
+    }
     for (int k = 0; k < 6; k++)
         pair_close(&p[k]);
     hc_mlx5_model_close(m);
@@ -1086,55 +981,38 @@ static void test_fault_inject(void **state)
 
 static void test_bad_doorbell(void **state)
 {
-    (void)state;
-    hc_mlx5_model_t *m = model_open("");
-    pair_t p;
-    pair_open(&p, m, 64, 16, 64);
+    pair_t *p = *state;
+    hc_mlx5_model_t *m = p->m;
     uint32_t kd = reg(m, dst, 64, RW);
-    twr_t wr = {.op = OP_WRITE, .sig = true, .raddr = (uintptr_t)dst, .rkey = kd};
-    uint16_t i = post(&p.a, &wr);
-    ring(&p.a, DB_BAD); /* wrong 8 bytes: counted, the WQE runs anyway */
-    expect_req(&p.ca, p.a.qpn, i, OP_WRITE, 0);
-    assert_int_equal(stats(m).bad_doorbells, 1);
-    i = post(&p.a, &wr);
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, i, OP_WRITE, 0);
-    assert_int_equal(stats(m).bad_doorbells, 1);
-    i = post(&p.a, &wr);
-    ring(&p.a, DB_WRONG_HALF);
-    expect_req(&p.ca, p.a.qpn, i, OP_WRITE, 0);
-    assert_int_equal(stats(m).bad_doorbells, 2);
-    i = post(&p.a, &wr);
-    ring(&p.a, DB_BF);
-    expect_req(&p.ca, p.a.qpn, i, OP_WRITE, 0);
-    assert_int_equal(stats(m).bad_doorbells, 2);
-    i = post(&p.a, &wr);
-    ring(&p.a, DB_BF_CORRUPT);
-    expect_req(&p.ca, p.a.qpn, i, OP_WRITE, 0);
-    assert_int_equal(stats(m).bad_doorbells, 3);
-    /* BlueFlame behind two WQEs */
-    uint16_t j0 = post(&p.a, &wr);
-    uint16_t j1 = post(&p.a, &wr);
-    ring(&p.a, DB_BF);
-    expect_req(&p.ca, p.a.qpn, j0, OP_WRITE, 0);
-    expect_req(&p.ca, p.a.qpn, j1, OP_WRITE, 0);
-    assert_int_equal(stats(m).bad_doorbells, 4);
-    /* the doorbell for the first of two, not the last */
-    j0 = post(&p.a, &wr);
-    j1 = post(&p.a, &wr);
-    p.a.last_idx = j0;
-    p.a.last_nbb = 1;
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, j0, OP_WRITE, 0);
-    expect_req(&p.ca, p.a.qpn, j1, OP_WRITE, 0);
-    assert_int_equal(stats(m).bad_doorbells, 5);
-    i = post(&p.a, &wr);
-    ring(&p.a, DB8);
-    expect_req(&p.ca, p.a.qpn, i, OP_WRITE, 0);
+    twr_t wr = wr_zero(dst, kd, true);
+    /* each doorbell for one WQE, and the bad doorbells counted so far */
+    const struct {
+        int mode;
+        uint64_t bad;
+    } rings[] = {
+        {DB_BAD, 1}, /* wrong 8 bytes: counted, the WQE runs anyway */
+        {DB8, 1},    {DB_WRONG_HALF, 2}, {DB_BF, 2}, {DB_BF_CORRUPT, 3},
+    };
+    for (size_t k = 0; k < sizeof(rings) / sizeof(rings[0]); k++) {
+        run_ok(&p->a, &p->ca, wr, rings[k].mode);
+        assert_int_equal(stats(m).bad_doorbells, rings[k].bad);
+    }
+    /* BlueFlame behind two WQEs; then the doorbell for the first of two, not the last */
+    for (int first = 0; first < 2; first++) {
+        uint16_t j0 = post_wr(&p->a, wr);
+        uint16_t j1 = post_wr(&p->a, wr);
+        if (first) {
+            p->a.last_idx = j0;
+            p->a.last_nbb = 1;
+        }
+        ring(&p->a, first ? DB8 : DB_BF);
+        expect_req(&p->ca, p->a.qpn, j0, OP_WRITE, 0);
+        expect_req(&p->ca, p->a.qpn, j1, OP_WRITE, 0);
+        assert_int_equal(stats(m).bad_doorbells, 4 + first);
+    }
+    run_ok(&p->a, &p->ca, wr, DB8);
     assert_int_equal(stats(m).bad_doorbells, 5);
     assert_int_equal(stats(m).err_cqes, 0);
-    pair_close(&p);
-    hc_mlx5_model_close(m);
 }
 
 static void test_create_args(void **state)
@@ -1191,34 +1069,126 @@ static bool xwrite(int fd, const void *p, size_t n)
     return write(fd, p, n) == (ssize_t)n;
 }
 
+/* The child's model, CQ and QP: 0, or the exit status for what failed. */
+static int child_open(hc_mlx5_model_t **m, tcq_t *c, tqp_t *q)
+{
+    memset(c, 0, sizeof(*c));
+    memset(q, 0, sizeof(*q));
+    if (hc_mlx5_model_open(m, "") != HCOMM_OK) return 10;
+    q->m = *m;
+    if (hc_mlx5_model_cq_create(*m, 16, &c->dv) != HCOMM_OK) return 11;
+    if (hc_mlx5_model_qp_create(*m, c->dv.cqn, 64, 16, 64, &q->dv, &q->qpn) != HCOMM_OK) return 12;
+    return 0;
+}
+
+/* The child's hello (its id and QP number filled in here) to the parent,
+ * the parent's back, connected, and a byte to say so: 0, or an exit status. */
+static int child_hello(hc_mlx5_model_t *m, tqp_t *q, hello_t *h, int rfd, int wfd)
+{
+    h->qpn = q->qpn;
+    hc_mlx5_model_id(m, h->id);
+    if (!xwrite(wfd, h, sizeof(*h))) return 15;
+    hello_t ph;
+    if (!xread(rfd, &ph, sizeof(ph))) return 16;
+    if (hc_mlx5_model_qp_connect(m, q->qpn, ph.id, ph.qpn) != HCOMM_OK) return 17;
+    uint8_t ok = 1;
+    if (!xwrite(wfd, &ok, 1)) return 18;
+    return 0;
+}
+
+/* The parent's side of a case with a forked child as the target. */
+typedef struct {
+    pid_t pid;
+    int rfd, wfd; /* the parent's ends of the two pipes */
+    hello_t ch;   /* the child's hello */
+    hc_mlx5_model_t *m;
+    tcq_t c;
+    tqp_t q;
+} parent_t;
+
+/* Forks a child that runs child(rfd, wfd) and exits with what it returns;
+ * then the child's hello read, this side's model, CQ and QP made and
+ * connected to the child's, and the child's byte that it is too. */
+static void parent_open(parent_t *t, int (*child)(int rfd, int wfd))
+{
+    int p2c[2], c2p[2];
+    assert_int_equal(pipe(p2c), 0);
+    assert_int_equal(pipe(c2p), 0);
+    fflush(NULL);
+    t->pid = fork();
+    assert_true(t->pid >= 0);
+    if (t->pid == 0) {
+        close(p2c[1]);
+        close(c2p[0]);
+        _exit(child(p2c[0], c2p[1]));
+    }
+    close(p2c[0]);
+    close(c2p[1]);
+    t->rfd = c2p[0];
+    t->wfd = p2c[1];
+    if (!xread(t->rfd, &t->ch, sizeof(t->ch))) {
+        int status = 0;
+        waitpid(t->pid, &status, 0);
+        fail_msg("the child did not start (exit %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+    t->m = model_open("");
+    cq_open(t->m, &t->c, 16);
+    qp_open(t->m, &t->q, &t->c, 64, 16);
+    hello_t h = {.qpn = t->q.qpn};
+    hc_mlx5_model_id(t->m, h.id);
+    assert_true(xwrite(t->wfd, &h, sizeof(h)));
+    if (hc_mlx5_model_qp_connect(t->m, t->q.qpn, t->ch.id, t->ch.qpn) != HCOMM_OK)
+        fail_msg("connect to the child: %s", hc_error_last());
+    uint8_t ok = 0;
+    assert_true(xread(t->rfd, &ok, 1));
+}
+
+static void parent_close(parent_t *t)
+{
+    close(t->wfd);
+    close(t->rfd);
+    hc_mlx5_model_qp_destroy(t->m, t->q.qpn);
+    hc_mlx5_model_cq_destroy(t->m, t->c.dv.cqn);
+    hc_mlx5_model_close(t->m);
+}
+
+static void kill_child(parent_t *t)
+{
+    kill(t->pid, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(t->pid, &status, 0), t->pid);
+}
+
+/* A command to the child, and its answer: 1. */
+static void child_says_ok(parent_t *t, const char *cmd)
+{
+    uint8_t ok = 0;
+    assert_true(xwrite(t->wfd, cmd, 1));
+    assert_true(xread(t->rfd, &ok, 1));
+    assert_int_equal(ok, 1);
+}
+
 static int child_main(int rfd, int wfd)
 {
     hc_mlx5_model_t *m;
-    if (hc_mlx5_model_open(&m, "") != HCOMM_OK) return 10;
-    tcq_t c = {0};
-    if (hc_mlx5_model_cq_create(m, 16, &c.dv) != HCOMM_OK) return 11;
-    tqp_t q = {0};
-    q.m = m;
-    if (hc_mlx5_model_qp_create(m, c.dv.cqn, 64, 16, 64, &q.dv, &q.qpn) != HCOMM_OK) return 12;
+    tcq_t c;
+    tqp_t q;
+    int rc = child_open(&m, &c, &q);
+    if (rc) return rc;
     fill(child_buf, sizeof(child_buf), 21);
     memset(child_rbuf, 0, sizeof(child_rbuf));
-    hello_t h = {.qpn = q.qpn, .addr = (uintptr_t)child_buf};
-    hc_mlx5_model_id(m, h.id);
+    hello_t h = {.addr = (uintptr_t)child_buf};
     if (hc_mlx5_model_reg(m, child_buf, sizeof(child_buf), RW, &h.key) != HCOMM_OK) return 13;
     uint32_t kr;
     if (hc_mlx5_model_reg(m, child_rbuf, sizeof(child_rbuf), IBV_ACCESS_LOCAL_WRITE, &kr) !=
         HCOMM_OK)
         return 14;
     post_recv(&q, child_rbuf, sizeof(child_rbuf), kr);
-    if (!xwrite(wfd, &h, sizeof(h))) return 15;
-    hello_t ph;
-    if (!xread(rfd, &ph, sizeof(ph))) return 16;
-    if (hc_mlx5_model_qp_connect(m, q.qpn, ph.id, ph.qpn) != HCOMM_OK) return 17;
-    uint8_t ok = 1;
-    if (!xwrite(wfd, &ok, 1)) return 18;
+    rc = child_hello(m, &q, &h, rfd, wfd);
+    if (rc) return rc;
     char cmd;
     while (xread(rfd, &cmd, 1)) {
-        ok = 1;
+        uint8_t ok = 1;
         if (cmd == 'c') { /* the parent's WRITE landed */
             for (uint32_t i = 0; i < 4096; i++)
                 if (child_buf[i] != pat(22, i)) ok = 0;
@@ -1245,187 +1215,92 @@ static int child_main(int rfd, int wfd)
 static void test_child_peer(void **state)
 {
     (void)state;
-    int p2c[2], c2p[2];
-    assert_int_equal(pipe(p2c), 0);
-    assert_int_equal(pipe(c2p), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(p2c[1]);
-        close(c2p[0]);
-        _exit(child_main(p2c[0], c2p[1]));
-    }
-    close(p2c[0]);
-    close(c2p[1]);
-    hello_t ch;
-    if (!xread(c2p[0], &ch, sizeof(ch))) {
-        int status = 0;
-        waitpid(pid, &status, 0);
-        fail_msg("the child did not start (exit %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    }
-    hc_mlx5_model_t *m = model_open("");
-    tcq_t c;
-    cq_open(m, &c, 16);
-    tqp_t q;
-    qp_open(m, &q, &c, 64, 16);
-    hello_t h = {.qpn = q.qpn};
-    hc_mlx5_model_id(m, h.id);
-    assert_true(xwrite(p2c[1], &h, sizeof(h)));
-    if (hc_mlx5_model_qp_connect(m, q.qpn, ch.id, ch.qpn) != HCOMM_OK)
-        fail_msg("connect to the child: %s", hc_error_last());
-    uint8_t ok = 0;
-    assert_true(xread(c2p[0], &ok, 1));
-    uint32_t kl = reg(m, dst, sizeof(dst), IBV_ACCESS_LOCAL_WRITE);
-    uint32_t ks = reg(m, src, sizeof(src), 0);
+    parent_t t;
+    parent_open(&t, child_main);
+    const void *caddr = (const void *)(uintptr_t)t.ch.addr;
+    uint32_t kl = reg(t.m, dst, sizeof(dst), IBV_ACCESS_LOCAL_WRITE);
+    uint32_t ks = reg(t.m, src, sizeof(src), 0);
     /* READ the child's memory */
     memset(dst, 0, 8192);
-    uint16_t i = post(&q, &(twr_t){.op = OP_READ,
-                                   .sig = true,
-                                   .raddr = ch.addr,
-                                   .rkey = ch.key,
-                                   .laddr = (uintptr_t)dst,
-                                   .len = 8192,
-                                   .lkey = kl});
-    ring(&q, DB8);
-    expect_req(&c, q.qpn, i, OP_READ, 8192);
+    run_ok(&t.q, &t.c, wr_rdma(OP_READ, dst, kl, caddr, t.ch.key, 8192, true), DB8);
     check(dst, 8192, 21);
     /* WRITE into it */
     fill(src, 4096, 22);
-    i = post(&q, &(twr_t){.op = OP_WRITE,
-                          .sig = true,
-                          .raddr = ch.addr,
-                          .rkey = ch.key,
-                          .laddr = (uintptr_t)src,
-                          .len = 4096,
-                          .lkey = ks});
-    ring(&q, DB_BF);
-    expect_req(&c, q.qpn, i, OP_WRITE, 0);
-    assert_true(xwrite(p2c[1], "c", 1));
-    assert_true(xread(c2p[0], &ok, 1));
-    assert_int_equal(ok, 1);
+    run_ok(&t.q, &t.c, wr_rdma(OP_WRITE, src, ks, caddr, t.ch.key, 4096, true), DB_BF);
+    child_says_ok(&t, "c");
     /* SEND into its receive: the CQE lands in the child's CQ */
     fill(src, 123, 23);
-    i = post(&q,
-             &(twr_t){.op = OP_SEND, .sig = true, .laddr = (uintptr_t)src, .len = 123, .lkey = ks});
-    ring(&q, DB8);
-    expect_req(&c, q.qpn, i, OP_SEND, 0);
-    assert_true(xwrite(p2c[1], "s", 1));
-    assert_true(xread(c2p[0], &ok, 1));
-    assert_int_equal(ok, 1);
+    run_ok(&t.q, &t.c, wr_send(src, ks, 123, true), DB8);
+    child_says_ok(&t, "s");
     /* the child killed: the next WRITE fails with TRANSPORT_RETRY_EXC_ERR */
-    kill(pid, SIGKILL);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    i = post(&q, &(twr_t){.op = OP_WRITE,
-                          .raddr = ch.addr,
-                          .rkey = ch.key,
-                          .laddr = (uintptr_t)src,
-                          .len = 64,
-                          .lkey = ks});
-    uint16_t i2 = post(&q, &(twr_t){.op = OP_WRITE,
-                                    .sig = true,
-                                    .raddr = ch.addr,
-                                    .rkey = ch.key,
-                                    .laddr = (uintptr_t)src,
-                                    .len = 64,
-                                    .lkey = ks});
-    ring(&q, DB8);
-    expect_err(&c, MLX5_CQE_REQ_ERR, SYN(TRANSPORT_RETRY_EXC_ERR), q.qpn, i, OP_WRITE);
-    expect_err(&c, MLX5_CQE_REQ_ERR, SYN(WR_FLUSH_ERR), q.qpn, i2, OP_WRITE);
-    expect_none(&c);
-    close(p2c[1]);
-    close(c2p[0]);
-    hc_mlx5_model_qp_destroy(m, q.qpn);
-    hc_mlx5_model_cq_destroy(m, c.dv.cqn);
-    hc_mlx5_model_close(m);
+    kill_child(&t);
+    uint16_t i = post_wr(&t.q, wr_rdma(OP_WRITE, src, ks, caddr, t.ch.key, 64, false));
+    uint16_t i2 = post_wr(&t.q, wr_rdma(OP_WRITE, src, ks, caddr, t.ch.key, 64, true));
+    ring(&t.q, DB8);
+    expect_req_err(&t.c, SYN(TRANSPORT_RETRY_EXC_ERR), t.q.qpn, i, OP_WRITE);
+    expect_req_err(&t.c, SYN(WR_FLUSH_ERR), t.q.qpn, i2, OP_WRITE);
+    expect_none(&t.c);
+    parent_close(&t);
+}
+
+/* A child that connects and then posts nothing. */
+static int child_idle(int rfd, int wfd)
+{
+    hc_mlx5_model_t *m;
+    tcq_t c;
+    tqp_t q;
+    hello_t h = {0};
+    int rc = child_open(&m, &c, &q);
+    if (!rc) rc = child_hello(m, &q, &h, rfd, wfd);
+    if (rc) return rc;
+    char cmd;
+    while (xread(rfd, &cmd, 1)) {
+    }
+    return 0;
 }
 
 /* A SEND to a dead child with no receive posted: not an endless RNR wait. */
 static void test_child_gone_rnr(void **state)
 {
     (void)state;
-    int c2p[2], p2c[2];
-    assert_int_equal(pipe(c2p), 0);
-    assert_int_equal(pipe(p2c), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(c2p[0]);
-        close(p2c[1]);
-        hc_mlx5_model_t *cm;
-        tcq_t cc = {0};
-        tqp_t cq = {0};
-        if (hc_mlx5_model_open(&cm, "") != HCOMM_OK ||
-            hc_mlx5_model_cq_create(cm, 16, &cc.dv) != HCOMM_OK ||
-            hc_mlx5_model_qp_create(cm, cc.dv.cqn, 64, 16, 64, &cq.dv, &cq.qpn) != HCOMM_OK)
-            _exit(10);
-        hello_t h = {.qpn = cq.qpn};
-        hc_mlx5_model_id(cm, h.id);
-        hello_t ph;
-        if (!xwrite(c2p[1], &h, sizeof(h)) || !xread(p2c[0], &ph, sizeof(ph)) ||
-            hc_mlx5_model_qp_connect(cm, cq.qpn, ph.id, ph.qpn) != HCOMM_OK)
-            _exit(11);
-        uint8_t ok = 1;
-        if (!xwrite(c2p[1], &ok, 1)) _exit(12);
-        char cmd;
-        while (xread(p2c[0], &cmd, 1)) {
-        }
-        _exit(0);
-    }
-    close(c2p[1]);
-    close(p2c[0]);
-    hello_t ch;
-    assert_true(xread(c2p[0], &ch, sizeof(ch)));
-    hc_mlx5_model_t *m = model_open("");
-    tcq_t c;
-    cq_open(m, &c, 16);
-    tqp_t q;
-    qp_open(m, &q, &c, 64, 16);
-    hello_t h = {.qpn = q.qpn};
-    hc_mlx5_model_id(m, h.id);
-    assert_true(xwrite(p2c[1], &h, sizeof(h)));
-    assert_int_equal(hc_mlx5_model_qp_connect(m, q.qpn, ch.id, ch.qpn), HCOMM_OK);
-    uint8_t ok;
-    assert_true(xread(c2p[0], &ok, 1));
-    uint32_t ks = reg(m, src, 64, 0);
-    uint16_t i = post(
-        &q, &(twr_t){.op = OP_SEND, .sig = true, .laddr = (uintptr_t)src, .len = 8, .lkey = ks});
-    ring(&q, DB8);
-    expect_none(&c); /* RNR: the child posted nothing */
-    assert_int_equal(stats(m).rnr_waits, 1);
-    kill(pid, SIGKILL);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    hc_mlx5_model_progress(m);
-    expect_err(&c, MLX5_CQE_REQ_ERR, SYN(TRANSPORT_RETRY_EXC_ERR), q.qpn, i, OP_SEND);
-    close(c2p[0]);
-    close(p2c[1]);
-    hc_mlx5_model_close(m);
+    parent_t t;
+    parent_open(&t, child_idle);
+    uint32_t ks = reg(t.m, src, 64, 0);
+    uint16_t i = post_ring(&t.q, wr_send(src, ks, 8, true), DB8);
+    expect_none(&t.c); /* RNR: the child posted nothing */
+    assert_int_equal(stats(t.m).rnr_waits, 1);
+    kill_child(&t);
+    hc_mlx5_model_progress(t.m);
+    expect_req_err(&t.c, SYN(TRANSPORT_RETRY_EXC_ERR), t.q.qpn, i, OP_SEND);
+    parent_close(&t);
 }
+
+/* The cases on the pair fixture; ON_PAIR_CQ with the CQs' size. */
+#define ON_PAIR(f) cmocka_unit_test_setup_teardown(f, pair_setup, pair_teardown)
+#define ON_PAIR_CQ(f, cqe)                                                                         \
+    cmocka_unit_test_prestate_setup_teardown(f, pair_setup, pair_teardown, (void *)(uintptr_t)(cqe))
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_write),
-        cmocka_unit_test(test_send_recv),
-        cmocka_unit_test(test_read),
-        cmocka_unit_test(test_unsignaled),
-        cmocka_unit_test(test_sq_wrap),
-        cmocka_unit_test(test_index_wrap),
-        cmocka_unit_test(test_cq_wrap),
-        cmocka_unit_test(test_cq_overrun),
-        cmocka_unit_test(test_rnr),
-        cmocka_unit_test(test_defer),
-        cmocka_unit_test(test_err_lkey),
+        ON_PAIR(test_write),
+        ON_PAIR(test_send_recv),
+        ON_PAIR(test_read),
+        ON_PAIR(test_unsignaled),
+        ON_PAIR_CQ(test_sq_wrap, 16),
+        ON_PAIR_CQ(test_index_wrap, 4),
+        ON_PAIR_CQ(test_cq_wrap, 3),
+        ON_PAIR_CQ(test_cq_overrun, 2),
+        ON_PAIR(test_rnr),
+        ON_PAIR(test_defer),
+        ON_PAIR(test_err_lkey),
         cmocka_unit_test(test_err_rkey),
-        cmocka_unit_test(test_err_length),
+        ON_PAIR(test_err_length),
         cmocka_unit_test(test_err_qp),
         cmocka_unit_test(test_stale_key),
         cmocka_unit_test(test_fault_spec),
         cmocka_unit_test(test_fault_inject),
-        cmocka_unit_test(test_bad_doorbell),
+        ON_PAIR(test_bad_doorbell),
         cmocka_unit_test(test_create_args),
         cmocka_unit_test(test_child_peer),
         cmocka_unit_test(test_child_gone_rnr),
