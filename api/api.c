@@ -181,9 +181,11 @@ static hcomm_status_t hc_api_p2p_check(const char *fn, const void *buf, size_t c
     hcomm_status_t st = hc_check_comm(fn, comm);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
-    if (HC_UNLIKELY(peer < 0 || peer >= comm->size))
+    bool recv = strstr(fn, "recv") != NULL;
+    if (HC_UNLIKELY((peer < 0 || peer >= comm->size) && !(recv && peer == HCOMM_ANY_SOURCE)))
         return hc_error(HCOMM_ERR_INVALID, "%s: peer %d out of range for a communicator of %d "
-                                           "ranks", fn, peer, comm->size);
+                                           "ranks%s", fn, peer, comm->size,
+                        recv ? " (or HCOMM_ANY_SOURCE)" : "");
     if (HC_UNLIKELY(tag < 0))
         return hc_error(HCOMM_ERR_INVALID, "%s: tag %d is negative", fn, tag);
     return hc_check_buf(fn, "buf", buf, count, dtype, 1, bytes_p);
@@ -225,6 +227,23 @@ HC_EXPORT hcomm_status_t hcomm_irecv(void *buf, size_t count, hcomm_dtype_t dtyp
         return st;
     hc_request_stat(req, HC_STATS_RECV, bytes, t0);
     req->user = true;
+    *req_p = req;
+    return HCOMM_OK;
+}
+
+HC_EXPORT hcomm_status_t hcomm_irecv_any(void *buf, size_t count, hcomm_dtype_t dtype, int tag,
+                                         hcomm_comm_t comm, int *source_p, hcomm_request_t *req_p)
+{
+    if (source_p)
+        *source_p = HCOMM_ANY_SOURCE;
+    hcomm_request_t req = NULL;
+    hcomm_status_t st = hcomm_irecv(buf, count, dtype, HCOMM_ANY_SOURCE, tag, comm, req_p ? &req : NULL);
+    if (st != HCOMM_OK)
+        return st;
+    if (req->peer == HCOMM_ANY_SOURCE)
+        req->source_out = source_p;
+    else if (source_p) /* matched at once (the message was already here) */
+        *source_p = req->peer;
     *req_p = req;
     return HCOMM_OK;
 }
@@ -281,6 +300,29 @@ HC_EXPORT hcomm_status_t hcomm_recv(void *buf, size_t count, hcomm_dtype_t dtype
         return st;
     hc_request_stat(req, HC_STATS_RECV, bytes, t0);
     return hc_api_finish(req, "hcomm_recv");
+}
+
+HC_EXPORT hcomm_status_t hcomm_recv_any(void *buf, size_t count, hcomm_dtype_t dtype, int tag,
+                                        hcomm_comm_t comm, int *source_p)
+{
+    if (source_p)
+        *source_p = HCOMM_ANY_SOURCE;
+    size_t bytes;
+    hcomm_status_t st = hc_api_p2p_check("hcomm_recv_any", buf, count, dtype, HCOMM_ANY_SOURCE, tag,
+                                         comm, &bytes);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    struct hcomm_request *req;
+    uint64_t t0 = hc_stats_begin(HC_STATS_RECV, bytes, comm, -1);
+    st = hc_p2p_irecv(comm, comm->ctx_id, buf, bytes, HCOMM_ANY_SOURCE, tag, &req);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    hc_request_stat(req, HC_STATS_RECV, bytes, t0);
+    if (req->peer == HCOMM_ANY_SOURCE)
+        req->source_out = source_p;
+    else if (source_p)
+        *source_p = req->peer;
+    return hc_api_finish(req, "hcomm_recv_any");
 }
 
 HC_EXPORT hcomm_status_t hcomm_wait(hcomm_request_t req)

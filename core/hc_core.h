@@ -70,8 +70,9 @@ struct hcomm_request {
     size_t done_bytes;  /* send: bytes handed to the driver; recv: bytes arrived */
     size_t msg_len;     /* recv: length of the matched message */
     uint32_t inflight;  /* send: puts that returned IN_PROGRESS and are not done */
-    int peer;           /* comm rank (recv: the source) */
-    int wpeer;          /* world rank of peer */
+    int peer;           /* comm rank (recv: the source; HCOMM_ANY_SOURCE until matched) */
+    int wpeer;          /* world rank of peer (-1: a receive from any source, not matched yet) */
+    int *source_out;    /* recv from any source: where the matched source's comm rank goes */
     int32_t tag;
     uint32_t ctx_id;
     uint64_t remote_id; /* rendezvous: the peer's request id */

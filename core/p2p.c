@@ -309,6 +309,17 @@ static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr
     hc_list_push_back(q, &u->link);
 }
 
+/* A receive from any source found its message: from here on it is a
+ * receive from that rank (the caller learns which through source_out). */
+static void hc_p2p_bind_source(struct hcomm_request *req, int src, int wpeer)
+{
+    req->peer = src;
+    req->wpeer = wpeer;
+    if (req->source_out)
+        *req->source_out = src;
+    hc_stats_peer_rx(wpeer, req->len);
+}
+
 void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload)
 {
     (void)core;
@@ -335,7 +346,7 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
         hc_list_foreach_safe(pos, tmp, &comm->posted)
         {
             req = hc_container_of(pos, struct hcomm_request, link);
-            if (req->peer != src || req->ctx_id != hdr->ctx_id)
+            if ((req->peer != src && req->peer != HCOMM_ANY_SOURCE) || req->ctx_id != hdr->ctx_id)
                 continue;
             if (HC_UNLIKELY(hc_coll_tag_conflict(hdr->ctx_id, req->tag, hdr->tag))) {
                 hc_list_del(&req->link);
@@ -345,6 +356,8 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
             if (req->tag != hdr->tag)
                 continue;
             hc_list_del(&req->link);
+            if (req->peer == HCOMM_ANY_SOURCE)
+                hc_p2p_bind_source(req, src, wpeer);
             if (hdr->type == HC_FRAME_EAGER && (hdr->flags & HC_FRAME_FLAG_MORE)) {
                 hc_p2p_eager_first(req, p, hdr->a, payload, hdr->len);
             } else if (hdr->type == HC_FRAME_EAGER) {
@@ -476,13 +489,15 @@ hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void
 hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf, size_t len,
                             int peer, int32_t tag, struct hcomm_request **req_p)
 {
-    int wpeer = comm->world_ranks[peer];
+    bool any = peer == HCOMM_ANY_SOURCE;
+    int wpeer = any ? -1 : comm->world_ranks[peer];
     struct hcomm_request *req = hc_request_alloc(HC_REQ_RECV);
     if (HC_UNLIKELY(!req))
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_recv: no memory for a request");
     hc_stats.recv_msgs++;
     hc_stats.recv_bytes += len;
-    hc_stats_peer_rx(wpeer, len);
+    if (!any)
+        hc_stats_peer_rx(wpeer, len);
     req->comm = comm;
     req->buf = buf;
     req->len = len;
@@ -495,9 +510,9 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
     hc_list_foreach_safe(pos, tmp, &comm->unexpected)
     {
         hc_unexp_t *u = hc_container_of(pos, hc_unexp_t, link);
-        if (u->wpeer != wpeer || u->ctx_id != ctx_id)
+        if ((u->wpeer != wpeer && !any) || u->ctx_id != ctx_id)
             continue;
-        if (HC_UNLIKELY(hc_coll_tag_conflict(ctx_id, tag, u->tag))) {
+        if (HC_UNLIKELY(!any && hc_coll_tag_conflict(ctx_id, tag, u->tag))) {
             hc_p2p_coll_conflict(req, u->tag);
             *req_p = req;
             return HCOMM_OK;
@@ -505,6 +520,10 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
         if (u->tag != tag)
             continue;
         hc_list_del(&u->link);
+        if (any) {
+            wpeer = u->wpeer;
+            hc_p2p_bind_source(req, comm->comm_rank_of[wpeer], wpeer);
+        }
         hc_peer_t *p = &hc_ctx.peers[wpeer];
         if (u->type == HC_FRAME_EAGER && u->have < u->len) {
             /* Its fragments are still arriving: they go to the receive now. */
@@ -518,7 +537,15 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
         *req_p = req;
         return HCOMM_OK;
     }
-    if (HC_UNLIKELY(hc_ctx.peers[wpeer].failed)) {
+    if (HC_UNLIKELY(any)) {
+        /* Any member that failed could have been the sender (as MPI's
+         * ULFM says of MPI_ANY_SOURCE): the receive fails, naming it. */
+        for (int r = 0; r < comm->size; r++)
+            if (hc_ctx.peers[comm->world_ranks[r]].failed) {
+                hc_request_free(req);
+                return hc_peer_error(comm->world_ranks[r], "hcomm_recv (from any source)");
+            }
+    } else if (HC_UNLIKELY(hc_ctx.peers[wpeer].failed)) {
         hc_request_free(req);
         return hc_peer_error(wpeer, "hcomm_recv");
     }
@@ -558,8 +585,18 @@ static void hc_p2p_fail_list(hc_list_t *list, struct hcomm_comm *comm, int wpeer
     hc_list_foreach_safe(pos, tmp, list)
     {
         struct hcomm_request *req = hc_container_of(pos, struct hcomm_request, link);
-        if ((comm && req->comm != comm) || (wpeer >= 0 && req->wpeer != wpeer))
+        if (comm && req->comm != comm)
             continue;
+        /* A receive from any source not matched yet waits on every member
+         * of its communicator: the failed one may have been its sender. */
+        bool any_hit = req->wpeer < 0 && req->kind == HC_REQ_RECV && wpeer >= 0 && req->comm &&
+                       req->comm->comm_rank_of[wpeer] >= 0;
+        if (wpeer >= 0 && req->wpeer != wpeer && !any_hit)
+            continue;
+        if (any_hit) { /* its error names the member that failed; source_out stays unset */
+            req->wpeer = wpeer;
+            req->peer = req->comm->comm_rank_of[wpeer];
+        }
         hc_list_del(&req->link);
         hc_rndv_forget(req);
         if (!req->done)
@@ -678,6 +715,10 @@ static void hc_p2p_tag_words(uint32_t ctx_id, int32_t tag, char *buf, size_t len
 
 static const char *hc_p2p_who(const struct hcomm_request *req, char *buf, size_t len)
 {
+    if (req->peer == HCOMM_ANY_SOURCE) {
+        snprintf(buf, len, "any rank");
+        return buf;
+    }
     if (req->comm && !req->comm->is_world && req->wpeer >= 0)
         snprintf(buf, len, "rank %d (world rank %d)", req->peer, req->wpeer);
     else

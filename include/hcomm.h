@@ -229,7 +229,18 @@ size_t hcomm_dtype_size(hcomm_dtype_t dtype);
  * A receive buffer smaller than the matched message fails with
  * ERR_TRUNCATED. Buffers are any memory; pool memory from hcomm_mem_alloc()
  * avoids copies.
+ *
+ * Receives may name HCOMM_ANY_SOURCE as the peer (MPI_ANY_SOURCE): the
+ * first message with the tag from any rank of comm matches, in arrival
+ * order; hcomm_recv_any() / hcomm_irecv_any() also tell which rank sent it.
+ * Messages of one sender still match in the order it sent them. While such
+ * a receive waits, the failure of any member of comm fails it
+ * (ERR_PEER_FAILED naming the member), since that member may have been the
+ * sender.
  * ------------------------------------------------------------------------- */
+
+/* A receive's peer: whichever rank's message comes first. */
+#define HCOMM_ANY_SOURCE (-1)
 
 /* Sends count elements; returns when buf may be reused. */
 hcomm_status_t hcomm_send(const void *buf, size_t count, hcomm_dtype_t dtype, int peer, int tag,
@@ -245,6 +256,16 @@ hcomm_status_t hcomm_isend(const void *buf, size_t count, hcomm_dtype_t dtype, i
                            hcomm_comm_t comm, hcomm_request_t *req_p);
 hcomm_status_t hcomm_irecv(void *buf, size_t count, hcomm_dtype_t dtype, int peer, int tag,
                            hcomm_comm_t comm, hcomm_request_t *req_p);
+
+/* Receives from any rank of comm (HCOMM_ANY_SOURCE) and writes the sender's
+ * rank in comm to *source_p (may be NULL). The non-blocking form writes
+ * *source_p when the message is matched: read it after hcomm_wait() or a
+ * hcomm_test() that says done (it stays HCOMM_ANY_SOURCE if the receive
+ * failed before it matched); *source_p must stay valid until then. */
+hcomm_status_t hcomm_recv_any(void *buf, size_t count, hcomm_dtype_t dtype, int tag,
+                              hcomm_comm_t comm, int *source_p);
+hcomm_status_t hcomm_irecv_any(void *buf, size_t count, hcomm_dtype_t dtype, int tag,
+                               hcomm_comm_t comm, int *source_p, hcomm_request_t *req_p);
 
 /* Waits for req to complete and frees it; returns the operation's status.
  * Errors: ERR_INVALID (NULL or already freed request), the operation's own

@@ -34,7 +34,7 @@ from ._hcomm import (  # noqa: F401  (the public names)
     version,
     world,
     INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64,
-    SUM, PROD, MAX, MIN, AVG, UNDEFINED,
+    SUM, PROD, MAX, MIN, AVG, UNDEFINED, ANY_SOURCE,
     OK, IN_PROGRESS, ERR_INVALID, ERR_TIMEOUT, ERR_PEER_FAILED, ERR_NO_MEMORY,
     ERR_NOT_INITIALIZED, ERR_ALREADY_INITIALIZED, ERR_UNSUPPORTED, ERR_TRUNCATED, ERR_IO,
     ERR_BOOTSTRAP, ERR_NO_DEVICE, ERR_AGAIN, ERR_ABORTED, ERR_INTERNAL,
@@ -132,7 +132,7 @@ def _world_call(name):
 
 _COLLS = ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall",
           "barrier", "gather", "scatter", "allgatherv", "reduce_scatterv", "alltoallv",
-          "send", "recv")
+          "send", "recv", "recv_any")
 for _n in _COLLS:
     globals()[_n] = _world_call(_n)
     globals()["i" + _n] = _world_call("i" + _n)

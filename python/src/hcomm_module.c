@@ -400,6 +400,8 @@ typedef struct hop {
     hbuf_t bufs[2];
     PyObject *result; /* what wait() returns */
     const char *what;
+    int want_source;  /* irecv_any: wait() returns the sender's rank */
+    int source;
 } hop_t;
 
 static hop_t g_ops = {&g_ops, &g_ops};
@@ -718,6 +720,8 @@ static PyObject *request_result(hop_t *op)
 {
     if (op->status < 0)
         return raise_msg(op->status, op->errmsg);
+    if (op->want_source)
+        return PyLong_FromLong(op->source);
     PyObject *res = op->result ? op->result : Py_None;
     Py_INCREF(res);
     return res;
@@ -817,6 +821,8 @@ typedef struct {
     hcomm_op_t op;
     int root, peer, tag;
     size_t *c1, *d1, *c2, *d2; /* vector forms (malloc'd) */
+    int want_source;           /* recv_any: the call's result is the sender's rank */
+    int *source_out;           /* ... written here when the message matches */
 } call_t;
 
 /* hcomm_NAME(args..., comm), or hcomm_iNAME(args..., comm, rq) when rq. */
@@ -852,6 +858,9 @@ static hcomm_status_t do_call(const call_t *c, hcomm_comm_t comm, hcomm_request_
     case K_SEND:
         return HC_CALL(send, c->sbuf, c->count, c->dt, c->peer, c->tag);
     case K_RECV:
+        if (c->want_source)
+            return rq ? hcomm_irecv_any(c->rbuf, c->count, c->dt, c->tag, comm, c->source_out, rq)
+                      : hcomm_recv_any(c->rbuf, c->count, c->dt, c->tag, comm, c->source_out);
         return HC_CALL(recv, c->rbuf, c->count, c->dt, c->peer, c->tag);
     }
     return HCOMM_ERR_INTERNAL;
@@ -882,12 +891,16 @@ static PyObject *finish_call(CommObject *self, call_t *c, hbuf_t *bufs, int nbuf
 {
     hcomm_status_t st;
     if (!nb) {
+        int source = HCOMM_ANY_SOURCE;
+        c->source_out = &source;
         HC_LOCKED(st, do_call(c, self->comm, NULL));
         for (int i = 0; i < nbufs; i++)
             hbuf_release(&bufs[i]);
         call_free(c);
         if (st < 0)
             return raise_status(st);
+        if (c->want_source)
+            return PyLong_FromLong(source);
         if (!result)
             result = Py_None;
         Py_INCREF(result);
@@ -904,6 +917,9 @@ static PyObject *finish_call(CommObject *self, call_t *c, hbuf_t *bufs, int nbuf
         return PyErr_NoMemory();
     }
     hcomm_request_t req = NULL;
+    op->want_source = c->want_source;
+    op->source = HCOMM_ANY_SOURCE;
+    c->source_out = &op->source; /* op outlives the request */
     HC_LOCKED(st, do_call(c, self->comm, &req));
     call_free(c); /* the library copied the vector arrays */
     op->what = kind_name(c->kind);
@@ -1447,6 +1463,22 @@ static PyObject *impl_p2p(CommObject *self, PyObject *args, PyObject *kw, int nb
     return ctx_single(&x, bo, "buf", !recv, recv, recv ? bo : NULL);
 }
 
+/* recv_any(buf, tag=0): from whichever rank sends first; returns its rank
+ * (irecv_any: a Request whose wait() does). */
+static PyObject *impl_recv_any(CommObject *self, PyObject *args, PyObject *kw, int nb)
+{
+    static char *kwl[] = {"buf", "tag", "dtype", NULL};
+    PyObject *bo, *dto = Py_None;
+    int tag = 0;
+    ctx_t x;
+    if (!CTX_BEGIN(x, K_RECV, dto, "O|iO", &bo, &tag, &dto))
+        return NULL;
+    x.c.peer = HCOMM_ANY_SOURCE;
+    x.c.tag = tag;
+    x.c.want_source = 1;
+    return ctx_single(&x, bo, "buf", 0, 1, NULL);
+}
+
 static PyObject *impl_send(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     return impl_p2p(self, args, kw, nb, K_SEND);
@@ -1480,6 +1512,7 @@ HC_PAIR(reduce_scatterv)
 HC_PAIR(alltoallv)
 HC_PAIR(send)
 HC_PAIR(recv)
+HC_PAIR(recv_any)
 
 #define HC_METH(name, doc)                                                                         \
     {#name, (PyCFunction)(void (*)(void))comm_##name, METH_VARARGS | METH_KEYWORDS, doc},          \
@@ -1506,7 +1539,10 @@ static PyMethodDef comm_methods[] = {
     HC_METH(alltoallv, "alltoallv(sendbuf, sendcounts, recvbuf, recvcounts, sdispls=None, "
                        "rdispls=None, dtype=None)"),
     HC_METH(send, "send(buf, dest, tag=0, dtype=None)"),
-    HC_METH(recv, "recv(buf, source, tag=0, dtype=None): returns buf"),
+    HC_METH(recv, "recv(buf, source, tag=0, dtype=None): returns buf (source may be "
+                  "ANY_SOURCE)"),
+    HC_METH(recv_any, "recv_any(buf, tag=0, dtype=None): from whichever rank sends first; "
+                      "returns its rank"),
     {"split", (PyCFunction)(void (*)(void))comm_split, METH_VARARGS | METH_KEYWORDS,
      "split(color, key=rank): a new Comm of the ranks with this color (None for a negative "
      "color)"},
@@ -1824,7 +1860,7 @@ PyMODINIT_FUNC PyInit__hcomm(void)
         {"FLOAT16", HCOMM_FLOAT16}, {"BFLOAT16", HCOMM_BFLOAT16}, {"FLOAT32", HCOMM_FLOAT32},
         {"FLOAT64", HCOMM_FLOAT64}, {"SUM", HCOMM_SUM},           {"PROD", HCOMM_PROD},
         {"MAX", HCOMM_MAX},         {"MIN", HCOMM_MIN},           {"AVG", HCOMM_AVG},
-        {"UNDEFINED", HCOMM_UNDEFINED},
+        {"UNDEFINED", HCOMM_UNDEFINED}, {"ANY_SOURCE", HCOMM_ANY_SOURCE},
     };
     for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)
         if (PyModule_AddIntConstant(m, consts[i].n, consts[i].v) < 0)

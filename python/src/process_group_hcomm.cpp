@@ -699,9 +699,23 @@ class ProcessGroupHcomm : public c10d::ProcessGroup {
     return enqueue(w);
   }
 
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
-    TORCH_CHECK(false, "hcomm: recv from any source is not supported (libhcomm matches receives by "
-                       "peer: its C API has no ANY_SOURCE)");
+  // dist.recv(t) without src: HCOMM_ANY_SOURCE; the work's sourceRank() is
+  // the group rank of the sender once it is done.
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    const char* fn = "recvAnysource";
+    check_single(tensors, fn);
+    at::Tensor t = tensors[0];
+    auto w = make_work(OpType::RECVANYSOURCE, fn, tensors, c10d::kUnsetTimeout);
+    w->src_rank = -1;
+    int* srcp = &w->src_rank;  // the work outlives its request
+    Xfer x = xfer(t);
+    void* p = t.data_ptr();
+    size_t n = t.numel() * x.scale;
+    w->keep = {t};
+    w->post = [=](hcomm_comm_t c, hcomm_request_t* r) {
+      return hcomm_irecv_any(p, n, x.dt, tag, c, srcp, r);
+    };
+    return enqueue(w);
   }
 
  private:

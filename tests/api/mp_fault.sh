@@ -12,6 +12,8 @@
 #   killed_root   3 ranks, rank 0 (the rendezvous root) dies instead
 #   killed_hcommrun  the same job under hcommrun: exit 137, the rank named
 #   coll_killed   4 ranks, rank 3 dies inside non-blocking collectives
+#   any_killed    3 ranks, rank 2 dies while 0 and 1 wait in a receive from
+#                 any source (HCOMM_ANY_SOURCE)
 #   node_map      2 ranks that both say HCOMM_LOCAL_RANK=0: init fails at
 #                 once on both, naming the variable
 #   group_killed  3 ranks, rank 1 dies before a group, between its calls and
@@ -111,6 +113,11 @@ killed_hcommrun)
     ((rc == 137)) || fail "hcommrun expected exit 137 (rank killed by SIGKILL) got $rc"
     grep -q "hcommrun: rank 2 (pid [0-9]*) killed by signal 9" "$TMP/out.all" ||
         fail "hcommrun expected to report \"rank 2 (pid N) killed by signal 9\""
+    ;;
+any_killed)
+    launch 3 "$BINDIR/mp_p2p" --any-kill
+    collect 3
+    check_killed 2 3 hcomm_recv_any
     ;;
 coll_killed)
     launch 4 "$BINDIR/mp_coll_async" --kill 3

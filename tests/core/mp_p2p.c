@@ -13,8 +13,18 @@
  *   mp_p2p --short           messages shorter than the receive buffer give
  *                            the same status at eager and rendezvous sizes;
  *                            the largest tag
+ *   mp_p2p --any-kill        the last rank dies while the others wait in a
+ *                            receive from any source: ERR_PEER_FAILED naming
+ *                            it, promptly (tests/api/mp_fault.sh any_killed)
+ * The phase "any" receives from HCOMM_ANY_SOURCE: every other rank sends rank
+ * 0 two messages per size; rank 0 takes them with hcomm_recv_any,
+ * hcomm_irecv_any and hcomm_recv(HCOMM_ANY_SOURCE), posted before and after
+ * they arrived, and checks each against the pattern of the source it was
+ * told, and that each source's two messages came in the order sent.
  */
 #include "mp_test.h"
+
+#include <signal.h>
 
 #define KIB ((size_t)1024)
 #define MIB (KIB * KIB)
@@ -428,6 +438,124 @@ static void phase_short(hcomm_comm_t w)
     if (r != v) mp_fail("tag INT32_MAX to self: expected 0x%x got 0x%x", v, r);
 }
 
+static void phase_any(hcomm_comm_t w)
+{
+    static const size_t asz[] = {0, 8, 8 * KIB + 1, 64 * KIB, MIB + 3};
+    const int per = 2; /* messages per source and size: their order is checked */
+    for (size_t s = 0; s < sizeof(asz) / sizeof(asz[0]); s++) {
+        size_t n = asz[s];
+        if (n > g_max_bytes) break;
+        for (int late = 0; late < 2; late++) { /* receives after the messages came, or before */
+            int tag = 60 + (int)s * 2 + late;
+            if (mp_rank != 0) {
+                if (!late) MP_OK(hcomm_barrier(w)); /* rank 0 sleeps: the messages wait */
+                for (int k = 0; k < per; k++) {
+                    uint8_t *b = mp_xmalloc(n + 1);
+                    fill(b, n, seed_of(mp_rank, 0, n, tag * 8 + k));
+                    MP_OK(hcomm_send(b, n, HCOMM_UINT8, 0, tag, w));
+                    free(b);
+                }
+                if (late) MP_OK(hcomm_barrier(w));
+                continue;
+            }
+            int nmsg = (mp_size - 1) * per;
+            uint8_t **bufs = mp_xmalloc(sizeof(*bufs) * (size_t)nmsg);
+            int *src = mp_xmalloc(sizeof(int) * (size_t)nmsg);
+            hcomm_request_t *reqs = mp_xmalloc(sizeof(*reqs) * (size_t)nmsg);
+            int *seen = calloc((size_t)mp_size, sizeof(int));
+            for (int i = 0; i < nmsg; i++)
+                bufs[i] = mp_xmalloc(n + 1);
+            if (!late) {
+                MP_OK(hcomm_barrier(w));
+                mp_sleep_ms(100);
+                /* Already arrived: blocking receives, two kinds. */
+                for (int i = 0; i < nmsg; i++) {
+                    if (i % 2)
+                        MP_OK(hcomm_recv_any(bufs[i], n, HCOMM_UINT8, tag, w, &src[i]));
+                    else {
+                        hcomm_status_t st = hcomm_recv(bufs[i], n, HCOMM_UINT8, HCOMM_ANY_SOURCE, tag, w);
+                        MP_OK(st);
+                        src[i] = -2; /* not told: found below from the pattern */
+                    }
+                }
+            } else {
+                /* Posted first, non-blocking; the senders go when they like. */
+                for (int i = 0; i < nmsg; i++)
+                    MP_OK(hcomm_irecv_any(bufs[i], n, HCOMM_UINT8, tag, w, &src[i], &reqs[i]));
+                wait_all(reqs, nmsg, "irecv_any");
+                MP_OK(hcomm_barrier(w));
+            }
+            for (int i = 0; i < nmsg; i++) {
+                int from = src[i];
+                if (from == -2) { /* plain hcomm_recv: which source's pattern is it? */
+                    for (int r = 1; r < mp_size && from < 0; r++)
+                        for (int k = 0; k < per && from < 0; k++) {
+                            uint8_t *t = mp_xmalloc(n + 1);
+                            fill(t, n, seed_of(r, 0, n, tag * 8 + k));
+                            if (!memcmp(t, bufs[i], n) && seen[r] == k) from = r;
+                            free(t);
+                        }
+                    if (from < 0 && n > 0) {
+                        mp_fail("any (%zu B, tag %d): message %d matches no source's next message", n, tag, i);
+                        continue;
+                    }
+                    if (n == 0) continue; /* nothing to tell them apart by */
+                }
+                if (from < 1 || from >= mp_size) {
+                    mp_fail("any (%zu B, tag %d): source expected 1..%d got %d", n, tag, mp_size - 1, from);
+                    continue;
+                }
+                verify(bufs[i], n, seed_of(from, 0, n, tag * 8 + seen[from]), "any", from);
+                seen[from]++;
+            }
+            for (int r = 1; r < mp_size && n > 0; r++)
+                if (seen[r] != per)
+                    mp_fail("any (%zu B, tag %d): expected %d messages from rank %d got %d", n, tag, per, r, seen[r]);
+            for (int i = 0; i < nmsg; i++)
+                free(bufs[i]);
+            free(bufs);
+            free(src);
+            free(reqs);
+            free(seen);
+        }
+    }
+    /* Bad input: only receives take HCOMM_ANY_SOURCE. */
+    uint8_t b = 0;
+    mp_expect_status_(HCOMM_ERR_INVALID, hcomm_send(&b, 1, HCOMM_UINT8, HCOMM_ANY_SOURCE, 1, w),
+                      "hcomm_send(HCOMM_ANY_SOURCE)", __FILE__, __LINE__);
+    mp_expect_status_(HCOMM_ERR_INVALID, hcomm_recv(&b, 1, HCOMM_UINT8, -2, 1, w),
+                      "hcomm_recv(peer -2)", __FILE__, __LINE__);
+}
+
+/* The last rank dies while the others wait to receive from any source
+ * (a message nobody sends). */
+static int run_any_kill(void)
+{
+    hcomm_comm_t w = hcomm_comm_world();
+    int victim = mp_size - 1;
+    MP_OK(hcomm_barrier(w));
+    if (mp_rank == victim) {
+        mp_sleep_ms(200);
+        raise(SIGKILL);
+    }
+    {
+        uint8_t b[8];
+        int from = 77;
+        double t0 = mp_now();
+        hcomm_status_t st = hcomm_recv_any(b, sizeof(b), HCOMM_UINT8, 5, w, &from);
+        mp_expect_peer_failed(st, t0, victim, "hcomm_recv_any");
+        if (from != HCOMM_ANY_SOURCE)
+            mp_fail("hcomm_recv_any: source expected HCOMM_ANY_SOURCE after the failure got %d", from);
+    }
+    mp_survivors_sync(victim);
+    hcomm_status_t st = hcomm_finalize();
+    if (st != HCOMM_OK)
+        mp_fail("hcomm_finalize after a peer died expected OK got %s (%s)", mp_status_name(st),
+                hcomm_last_error());
+    printf("rank %d: mp_p2p --any-kill: %s\n", mp_rank, mp_failures ? "FAILED" : "passed");
+    return mp_failures ? 1 : 0;
+}
+
 static size_t mem_available(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -478,7 +606,7 @@ static int run_huge(void)
 
 int main(int argc, char **argv)
 {
-    int huge = 0, only_short = 0;
+    int huge = 0, only_short = 0, any_kill = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) {
             g_max_bytes = strtoull(argv[++i], NULL, 0);
@@ -486,14 +614,17 @@ int main(int argc, char **argv)
             huge = 1;
         } else if (!strcmp(argv[i], "--short")) {
             only_short = 1;
+        } else if (!strcmp(argv[i], "--any-kill")) {
+            any_kill = 1;
         } else {
-            fprintf(stderr, "usage: mp_p2p [--max-bytes N] [--huge | --short]\n");
+            fprintf(stderr, "usage: mp_p2p [--max-bytes N] [--huge | --short | --any-kill]\n");
             return 2;
         }
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     mp_init();
     if (huge) return run_huge();
+    if (any_kill) return run_any_kill();
     hcomm_comm_t w = hcomm_comm_world();
     struct {
         const char *name;
@@ -502,6 +633,7 @@ int main(int argc, char **argv)
     } phases[] = {
         {"ring", phase_ring},     {"self", phase_self},         {"unexpected", phase_unexpected},
         {"fifo", phase_fifo},     {"alltoall", phase_alltoall}, {"truncate", phase_truncate},
+        {"any", phase_any},
         {"short", phase_short, 1}};
     for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
         if (phases[i].is_short != only_short) continue;

@@ -318,6 +318,28 @@ def test_p2p(k):
             w.recv(out, peer, 3)
             w.send(x, peer, 3)
         check(f"{k.name} send/recv", k.values(out, "float64"), vals(peer, 64))
+    # from any source: every rank sends rank 0 a message of its own values
+    if N == 1:
+        pass
+    elif R == 0:
+        seen = []
+        for i in range(N - 1):
+            out = k.empty(16, "int64")
+            if i % 2:
+                src = w.recv_any(out, tag=13)
+            else:
+                src = w.irecv_any(out, tag=13).wait()
+            seen.append(src)
+            check(f"{k.name} recv_any from {src}", k.values(out, "int64"), vals(src, 16))
+        check(f"{k.name} recv_any: each sender once", sorted(seen), list(range(1, N)))
+        out = k.empty(16, "int64")
+        w.recv(out, hcomm.ANY_SOURCE, 14)  # the plain form takes it too
+        check(f"{k.name} recv(ANY_SOURCE)", k.values(out, "int64"), vals(N - 1, 16))
+    else:
+        x, kw = k.make(vals(R, 16), "int64")
+        w.send(x, 0, 13, **kw)
+        if R == N - 1:
+            w.send(x, 0, 14, **kw)
     # to itself
     x, kw = k.make(vals(R, 8), "int32")
     out = k.empty(8, "int32")

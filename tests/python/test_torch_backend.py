@@ -211,6 +211,24 @@ def body(c, rank, size, hcomm):
         r = torch.zeros(5, dtype=torch.bfloat16)
         dist.recv(r, 0)
         c.eq("send/recv bfloat16", r, torch.arange(5))
+    # recv from any source (recvAnysource): every rank sends rank 0 its rank;
+    # dist.recv without src returns the sender, and the data is that sender's
+    if rank == 0:
+        got = []
+        for _ in range(N - 1):
+            r = torch.zeros(4)
+            src = dist.recv(r, tag=11)
+            got.append(src)
+            c.eq(f"recv from any source ({src})", r, torch.full((4,), float(src)))
+        c.eq("recv from any source: every sender once", torch.tensor(sorted(got)),
+             torch.arange(1, N))
+        rq = dist.irecv(torch.zeros(4), tag=12)  # non-blocking: source after wait
+        rq.wait()
+        c.eq("irecv from any source", torch.tensor([rq._source_rank()]), torch.tensor([N - 1]))
+    else:
+        dist.send(torch.full((4,), float(rank)), 0, tag=11)
+        if rank == N - 1:
+            dist.send(torch.zeros(4), 0, tag=12)
     # a second group of the whole world (its own communicator)
     g2 = dist.new_group(list(range(N)))
     t = torch.ones(3)
