@@ -7,13 +7,16 @@
  *   HB_CORRUPT=allreduce  after each float32 hcomm_allreduce, and each
  *                         hcomm_wait of a float32 hcomm_iallreduce, adds 1 to
  *                         the last element of recvbuf
+ *   HB_CORRUPT=allgather  the same after each float32 hcomm_allgather / hcomm_wait
+ *                         of an hcomm_iallgather (the last element of the
+ *                         gathered recvbuf: the last rank's block)
  *   HB_CORRUPT=recv       after each hcomm_recv, and each hcomm_wait of an
  *                         hcomm_irecv, adds 1 to the last byte (adds: the
  *                         receives of a pingpong window share one buffer,
  *                         and an even number of bit flips would cancel)
  *   HB_CORRUPT_RANK=R     the rank that damages its results (default 1)
  *
- * Only float32 allreduces are touched, so the tools' own float64 and int64
+ * Only float32 allreduces and allgathers are touched, so the tools' own float64 and int64
  * reductions of times and wrong counts stay exact. The real functions are
  * found with dlsym(RTLD_NEXT).
  */
@@ -29,7 +32,7 @@
 
 #define HB_PENDING_MAX 4096
 
-enum hb_kind { HB_NONE, HB_ALLREDUCE, HB_RECV };
+enum hb_kind { HB_NONE, HB_ALLREDUCE, HB_ALLGATHER, HB_RECV };
 
 struct hb_pending {
     hcomm_request_t req;
@@ -51,6 +54,8 @@ static enum hb_kind hb_kind(void)
         if (what && rank && atoi(rank) == (want ? atoi(want) : 1)) {
             if (!strcmp(what, "allreduce"))
                 kind = HB_ALLREDUCE;
+            else if (!strcmp(what, "allgather"))
+                kind = HB_ALLGATHER;
             else if (!strcmp(what, "recv"))
                 kind = HB_RECV;
         }
@@ -72,7 +77,7 @@ static void *hb_real(const char *name)
 static void hb_damage(void *buf, size_t bytes, enum hb_kind kind)
 {
     if (!buf || !bytes) return;
-    if (kind == HB_ALLREDUCE) {
+    if (kind == HB_ALLREDUCE || kind == HB_ALLGATHER) {
         float *last = (float *)((char *)buf + bytes) - 1;
         *last += 1.0f;
     } else {
@@ -112,6 +117,31 @@ hcomm_status_t hcomm_iallreduce(const void *sendbuf, void *recvbuf, size_t count
 
     if (st == HCOMM_OK && dtype == HCOMM_FLOAT32 && hb_kind() == HB_ALLREDUCE)
         hb_remember(*req_p, recvbuf, count * sizeof(float));
+    return st;
+}
+
+hcomm_status_t hcomm_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                               hcomm_dtype_t dtype, hcomm_comm_t comm)
+{
+    hcomm_status_t (*real)(const void *, void *, size_t, hcomm_dtype_t, hcomm_comm_t) =
+        hb_real("hcomm_allgather");
+    hcomm_status_t st = real(sendbuf, recvbuf, sendcount, dtype, comm);
+
+    if (st == HCOMM_OK && dtype == HCOMM_FLOAT32 && hb_kind() == HB_ALLGATHER)
+        hb_damage(recvbuf, sendcount * (size_t)hcomm_comm_size(comm) * sizeof(float),
+                  HB_ALLGATHER);
+    return st;
+}
+
+hcomm_status_t hcomm_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                hcomm_dtype_t dtype, hcomm_comm_t comm, hcomm_request_t *req_p)
+{
+    hcomm_status_t (*real)(const void *, void *, size_t, hcomm_dtype_t, hcomm_comm_t,
+                           hcomm_request_t *) = hb_real("hcomm_iallgather");
+    hcomm_status_t st = real(sendbuf, recvbuf, sendcount, dtype, comm, req_p);
+
+    if (st == HCOMM_OK && dtype == HCOMM_FLOAT32 && hb_kind() == HB_ALLGATHER)
+        hb_remember(*req_p, recvbuf, sendcount * (size_t)hcomm_comm_size(comm) * sizeof(float));
     return st;
 }
 

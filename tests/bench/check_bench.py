@@ -7,12 +7,15 @@ asked for, a value is inconsistent or a result is wrong.
   check_bench.py --hcommrun H --bindir D --profiles P [--timeout S] CHECK
 
 CHECK is one of the functions named check_* below (without the prefix).
+Exit 0 passed, 1 failed, 77 skipped (a peer library that is not installed:
+"skipped: <why>" on stdout).
 """
 import argparse
 import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,12 +30,21 @@ C_DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, 
             "int32": 4, "uint32": 4, "int64": 8, "uint64": 8}
 NCCL_DTYPES = ["float", "half", "bfloat16", "double", "int8", "uint8", "int32", "uint32",
                "int64", "uint64"]
-PER_RANK = {"allgather", "reduce_scatter", "alltoall"}
+PER_RANK = {"allgather", "reduce_scatter", "alltoall"}  # of the mixed_load profiles
+# the *_bw tools whose size is nranks blocks of whole elements
+COLL_PER_RANK = PER_RANK | {"gather", "scatter", "alltoallv"}
+CSV_COLL_HEADER = ("size,count,type,redop,root,time_us,algbw_GBs,busbw_GBs,wrong,"
+                   "ip_time_us,ip_algbw_GBs,ip_busbw_GBs,ip_wrong,"
+                   "p50_us,p99_us,ip_p50_us,ip_p99_us")
 
 ARGS = None
 
 
 class Failed(Exception):
+    pass
+
+
+class Skipped(Exception):
     pass
 
 
@@ -115,9 +127,19 @@ def coll_json(tool, np, lo, hi, f, extra, dtypes=("float32",), ops=None, root=-1
         expect(r["count"] * esize == r["bytes"], "count * element size != bytes: %s" % r)
         expect(0 < r["min_us"] <= r["p50_us"] <= r["p99_us"] <= r["max_us"],
                "min <= p50 <= p99 <= max fails: %s" % r)
+        # time_us is -a over the ranks of each rank's mean call time; min_us
+        # and max_us are the extremes of the iterations reduced by -a: with
+        # rank0 and mean the time is those iterations' mean, with min it is
+        # no less than their minimum, with max no more than their maximum
         if average in ("mean", "rank0"):
             expect(r["min_us"] * 0.999 <= r["time_us"] <= r["max_us"] * 1.001,
                    "the mean is outside min..max: %s" % r)
+        elif average == "min":
+            expect(r["min_us"] * 0.999 <= r["time_us"],
+                   "-a min: time below the smallest iteration: %s" % r)
+        elif average == "max":
+            expect(r["time_us"] <= r["max_us"] * 1.001,
+                   "-a max: time above the largest iteration: %s" % r)
         expect(close(r["algbw_GBps"], r["bytes"] / r["time_us"] / 1e3),
                "algbw != bytes / time: %s" % r)
         got.setdefault((r["dtype"], r["op"]), []).append((r["bytes"], r["in_place"]))
@@ -126,7 +148,7 @@ def coll_json(tool, np, lo, hi, f, extra, dtypes=("float32",), ops=None, root=-1
     for dt in dtypes:
         for op in ops or (["none"] if name not in ("allreduce", "reduce", "reduce_scatter")
                           else ["sum"]):
-            unit = C_DTYPES[dt] * (np if name in PER_RANK else 1)
+            unit = C_DTYPES[dt] * (np if name in COLL_PER_RANK else 1)
             want = []
             for s in sizes(lo, hi, f):
                 b = s // unit * unit
@@ -158,6 +180,23 @@ def check_json_broadcast_root():
     coll_json("broadcast_bw", 3, 4, 4096, 16, ["-r", 1], root=1)
 
 
+def check_json_reduce_root():
+    coll_json("reduce_bw", 3, 8, 65536, 8, ["-r", 2, "-o", "all"], root=2,
+              ops=["sum", "prod", "max", "min", "avg"])
+
+
+def check_json_gather():
+    coll_json("gather_bw", 3, 8, 12288, 4, ["-r", 1], root=1)
+
+
+def check_json_scatter():
+    coll_json("scatter_bw", 3, 8, 12288, 4, [], root=0)
+
+
+def check_json_alltoallv_nonblocking():
+    coll_json("alltoallv_bw", 3, 12, 49152, 16, ["-z", 0], blocking=0)
+
+
 def check_json_reduce_scatter_nonblocking():
     coll_json("reduce_scatter_bw", 3, 12, 12288, 8, ["-z", 0, "-o", "all"],
               ops=["sum", "prod", "max", "min", "avg"], blocking=0)
@@ -177,11 +216,63 @@ def check_dtype_all():
 
 
 def check_average():
-    """-a 0/2/3 are accepted, named in the header and the JSON, and min <=
-    the reported time <= max holds for min/max over ranks."""
-    for a, name in ((0, "rank0"), (2, "min"), (3, "max")):
+    """-a 0/1/2/3 are accepted, named in the header and the JSON, and the
+    reported time sits where its reduction puts it among the iterations
+    (coll_json: min <= p50 <= p99 <= max on every row; the mean and rank 0's
+    time inside min..max, -a min's time >= min, -a max's time <= max)."""
+    for a, name in ((0, "rank0"), (1, "mean"), (2, "min"), (3, "max")):
         out, rows = coll_json("allreduce_bw", 2, 1024, 65536, 8, ["-a", a], average=name)
         expect("average %d (%s)" % (a, name) in out, "header lacks 'average %d (%s)'" % (a, name))
+        expect(all(r["min_us"] <= r["max_us"] for r in rows), "-a %d: min_us > max_us" % a)
+
+
+def csv_rows(out, header, ncols):
+    lines = [l for l in out.splitlines() if l.strip()]
+    expect(lines and lines[0] == header, "CSV header %r, expected %r" % (lines[:1], header))
+    expect(len(header.split(",")) == ncols, "the expected header has not %d columns" % ncols)
+    rows = [l.split(",") for l in lines[1:]]
+    expect(rows, "CSV: no rows")
+    for r in rows:
+        expect(len(r) == ncols, "CSV row with %d columns, expected %d: %s" % (len(r), ncols, r))
+    return rows
+
+
+def check_csv():
+    """--csv: nothing but the header and one row per size (no '#' lines),
+    every row as many columns as the header, the values those of -J."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ag.json")
+        out, _, _ = run(3, "allgather_bw", "-b", 12, "-e", 12288, "-f", 4, "-n", 3, "-w", 1,
+                        "--csv", "-J", path)
+        rows = read_json(path)
+    table = csv_rows(out, CSV_COLL_HEADER, 17)
+    want = [s // 12 * 12 for s in sizes(12, 12288, 4)]
+    expect([int(t[0]) for t in table] == want, "CSV sizes %s, expected %s" % (
+        [t[0] for t in table], want))
+    expect(len(rows) == 2 * len(table), "%d JSON rows for %d CSV rows" % (len(rows), len(table)))
+    for t, oop, ip in zip(table, rows[::2], rows[1::2]):
+        expect(int(t[1]) == oop["count"] and t[2] == "float" and t[3] == "none" and t[4] == "-1",
+               "CSV count/type/redop/root: %s" % t)
+        expect(t[8] == "0" and t[12] == "0", "CSV wrong columns: %s" % t)
+        for col, key, r in ((5, "time_us", oop), (9, "time_us", ip), (13, "p50_us", oop),
+                            (14, "p99_us", oop), (15, "p50_us", ip), (16, "p99_us", ip)):
+            expect(abs(float(t[col]) - r[key]) <= 0.0015,
+                   "CSV column %d (%s) %s != JSON %s" % (col, key, t[col], r[key]))
+    for mode, cols in (("lat", "bytes,lat_us,p50_us,p99_us,MB/s"),
+                       ("bw", "bytes,msg_us,win_p50_us,win_p99_us,MB/s")):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "pp.json")
+            out, _, _ = run(2, "pingpong", "-M", mode, "-W", 8, "-b", 0, "-e", 4096, "-f", 8,
+                            "-n", 10, "-w", 2, "--csv", "-J", path)
+            rows = read_json(path)
+        table = csv_rows(out, cols, 5)
+        expect([int(t[0]) for t in table] == sizes(0, 4096, 8), "pingpong CSV sizes %s" % (
+            [t[0] for t in table]))
+        expect([r["bytes"] for r in rows] == [int(t[0]) for t in table],
+               "pingpong CSV and JSON sizes differ")
+        for t, r in zip(table, rows):
+            expect(abs(float(t[1]) - r["lat_us"]) <= 0.00015,
+                   "pingpong CSV %s != JSON lat_us %s" % (t[1], r["lat_us"]))
 
 
 def check_pingpong_modes():
@@ -366,12 +457,74 @@ def check_detects_corruption():
             r = mixed_json(2, ["-p", path, "-z", z], text, "small", blocking=z, rc=1, env=pre)
             # 2 checked steps x 3 damaged allreduces
             expect(r["wrong"] == 6, "mixed_load -z %d: wrong %d, expected 6" % (z, r["wrong"]))
+    # a second collective: allgather_bw, each float32 hcomm_allgather damaged
+    ag = {"LD_PRELOAD": ARGS.corrupt, "HB_CORRUPT": "allgather"}
+    for z in (1, 0):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ag.json")
+            out, _, _ = run(3, "allgather_bw", "-b", 12, "-e", "192K", "-f", 128, "-n", 2, "-w",
+                            1, "-z", z, "-J", path, rc=1, env=ag)
+            rows = read_json(path)
+        expect("FAILED" in out, "allgather_bw -z %d: no FAILED line" % z)
+        expect(all(r["wrong"] > 0 for r in rows), "allgather_bw -z %d: rows with wrong 0" % z)
+        expect(len(rows) == 6, "allgather_bw -z %d: %d rows, expected 6" % (z, len(rows)))
     rec = {"LD_PRELOAD": ARGS.corrupt, "HB_CORRUPT": "recv"}
     for mode, rank in (("lat", "0"), ("lat", "1"), ("bw", "1"), ("bibw", "0")):
         env = dict(rec, HB_CORRUPT_RANK=rank)
         _, err, _ = run(2, "pingpong", "-M", mode, "-b", 64, "-e", 64, "-n", 3, "-w", 1, rc=1,
                         env=env)
         expect("FAILED" in err, "pingpong -M %s: no FAILED message" % mode)
+
+
+def check_peer_mixed_openmpi():
+    """bench/peers/mixed_load_mpi.c, built with Open MPI's mpicc and run by
+    its mpirun at 2 ranks, and hcomm's mixed_load on the same small profile:
+    both right (wrong 0), the same bytes and messages per step (the sizes
+    round alike: allgather 1001 B, reduce_scatter 12300 B and alltoall
+    8190 B are not whole float32 elements per rank)."""
+    mpicc, mpirun = shutil.which("mpicc.openmpi"), shutil.which("mpirun.openmpi")
+    if not mpicc or not mpirun:
+        raise Skipped("Open MPI is not installed (no %s)" % " and no ".join(
+            n for n, p in (("mpicc.openmpi", mpicc), ("mpirun.openmpi", mpirun)) if not p))
+    src = os.path.join(os.path.dirname(ARGS.profiles), "peers", "mixed_load_mpi.c")
+    text = ("allreduce 4K 2\nallgather 1001 1\nbroadcast 16K 1\n"
+            "reduce_scatter 12300 1\nalltoall 8190 1\n")
+    with tempfile.TemporaryDirectory() as d:
+        prof, exe, pj = (os.path.join(d, n) for n in ("peer.txt", "mixed_load_mpi", "mpi.json"))
+        with open(prof, "w") as f:
+            f.write(text)
+        p = subprocess.run([mpicc, "-O2", "-o", exe, src], capture_output=True, text=True,
+                           timeout=ARGS.timeout)
+        sys.stderr.write(p.stderr)
+        expect(p.returncode == 0, "mpicc.openmpi %s failed (exit %d)" % (src, p.returncode))
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_btl="self,vader", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+        cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-n", "2", exe, "-p", prof,
+               "-n", "3", "-w", "1", "-J", pj]
+        print("$ " + " ".join(cmd))
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
+                           timeout=ARGS.timeout + 10)
+        sys.stdout.write(p.stdout)
+        sys.stderr.write(p.stderr)
+        expect(p.returncode == 0, "mixed_load_mpi under mpirun.openmpi exited %d" % p.returncode)
+        peer_rows = read_json(pj)
+        expect(len(peer_rows) == 1, "mixed_load_mpi: %d JSON rows, expected 1" % len(peer_rows))
+        peer = peer_rows[0]
+        keys_present(peer_rows, ML_KEYS)
+        # hcomm's mixed_load: its own checks (bytes_per_step from the profile)
+        mine = mixed_json(2, ["-p", prof], text, "peer")
+    expect(peer["lib"] == "openmpi" and peer["profile"] == "peer" and peer["nranks"] == 2,
+           "mixed_load_mpi lib/profile/nranks: %s" % peer)
+    expect(mine["wrong"] == 0, "mixed_load (hcomm): wrong %s" % mine["wrong"])
+    expect(peer["wrong"] == 0, "mixed_load_mpi (openmpi): wrong %s" % peer["wrong"])
+    expect(peer["bytes_per_step"] == mine["bytes_per_step"],
+           "bytes_per_step: openmpi %s, hcomm %s" % (peer["bytes_per_step"],
+                                                     mine["bytes_per_step"]))
+    expect(peer.get("messages_per_step") == mine.get("messages_per_step") == 6,
+           "messages_per_step: openmpi %s, hcomm %s" % (peer.get("messages_per_step"),
+                                                        mine.get("messages_per_step")))
+    print("openmpi %.1f us per step, hcomm %.1f us (%d bytes per step)" % (
+        peer["step_us_mean"], mine["step_us_mean"], mine["bytes_per_step"]))
 
 
 def main():
@@ -390,6 +543,9 @@ def main():
         return 2
     try:
         fn()
+    except Skipped as e:
+        print("skipped: %s" % e)
+        return 77
     except (Failed, subprocess.TimeoutExpired) as e:
         print("check_bench.py %s: FAILED: %s" % (ARGS.check, e), file=sys.stderr)
         return 1

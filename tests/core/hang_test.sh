@@ -9,10 +9,17 @@
 #   - sleep: HCOMM_WARN_AFTER warnings and the timeout error name the
 #     operation (#2, count, dtype), the algorithm and step, rank 3 and its
 #     process state;
-#   - stop: rank 3 stopped beyond HCOMM_WARN_AFTER: the warnings say
-#     "stopped"; continued, the job ends well;
+#   - nb (tcp and node paths): non-blocking calls completed by hcomm_wait
+#     (irecv, iallreduce) and a blocking rendezvous-size send to a sleeping
+#     rank: the warnings name the call, the operation, the rank waited for
+#     and "data" (the send: "rendezvous request sent, no answer");
+#   - stop: rank 3 stopped beyond HCOMM_WARN_AFTER: the warnings name the
+#     operation and its step, then rank 3 "stopped"; continued, the job ends
+#     well;
 #   - hcommrun --timeout and SIGUSR1: every rank's report, rank 3 named as
-#     the one the others wait for, its process state when it cannot answer.
+#     the one the others wait for, its process state when it cannot answer;
+#     with HCOMM_WARN_AFTER=0 a wait of 11 s (past the default 10 s) logs no
+#     warning at all.
 set -u
 run=${1:?hcommrun} prog=${2:?mp_hang}
 work=$(mktemp -d /tmp/hc-hang.XXXXXX)
@@ -21,6 +28,15 @@ bad=0
 fail() { echo "FAIL: $*"; bad=1; }
 has() { # FILE PATTERN WHAT
     grep -Eq -- "$2" "$1" || { fail "$3: no line matching '$2' in:"; sed 's/^/    /' "$1" | head -40; }
+}
+hasnt() { # FILE PATTERN WHAT
+    ! grep -Eq -- "$2" "$1" || { fail "$3: a line matches '$2':"; grep -E -- "$2" "$1" | sed 's/^/    /' | head -10; }
+}
+then_has() { # FILE PATTERN PEER_PATTERN WHAT: a line matching PATTERN whose own peer lines
+    # (the indented lines after it) include one matching PEER_PATTERN
+    awk -v a="$2" -v b="$3" '$0 ~ a {on = 1; next} on && /^  / && $0 ~ b {found = 1; exit}
+        !/^  / {on = 0} END {exit !found}' "$1" ||
+        { fail "$4: no line matching '$2' followed by a peer line matching '$3' in:"; sed 's/^/    /' "$1" | head -40; }
 }
 
 # skip: on the node path each side names the other's call
@@ -56,6 +72,24 @@ has "$work/sleep" "rank [012]: hcomm_allreduce: hcomm_allreduce: timed out after
 has "$work/sleep_tcp" "warn: hcomm_allreduce has waited 1\.[0-9] s \(HCOMM_WARN_AFTER=1\): hcomm_allreduce\(count 256, float32, sum\) #2 .*algorithm [a-z]+, step: .*waiting for data from rank 3: a message of 1024 bytes for collective #2 \(allreduce\), none has arrived" "sleep (tcp) warning"
 has "$work/sleep_tcp" "^  rank 3 \(node .*\): last heard [0-9.]+ s ago" "sleep (tcp): last heard"
 
+# nb over tcp: rank 0's irecv + hcomm_wait, then its rendezvous send (8 MiB)
+# to rank 3, then everyone's iallreduce + hcomm_wait; rank 3 sleeps 2 s
+# before each of its parts
+"$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=20 --env HCOMM_WARN_AFTER=1 --env HCOMM_SHM=0 \
+    "$prog" nb 2 >"$work/nb_tcp" 2>&1 || fail "nb (tcp): the job failed (rc $?)"
+nb_recv="r0\] warn: hcomm_wait\(recv\) has waited 1\.[0-9] s \(HCOMM_WARN_AFTER=1\): a receive on the world communicator: waiting for data from rank 3: a message of 1024 bytes with tag 7, none has arrived"
+nb_send="r0\] warn: hcomm_send has waited 1\.[0-9] s \(HCOMM_WARN_AFTER=1\): a send on the world communicator: waiting for rank 3 to take a message of 8388608 bytes: its matching receive is not posted \(rendezvous request sent, no answer\)"
+nb_coll="r[012]\] warn: hcomm_wait\(collective\) has waited [0-9.]+ s \(HCOMM_WARN_AFTER=1\): hcomm_allreduce\(count 256, float32, sum\) #2 on the world communicator \(4 ranks\), algorithm [a-z-]+, step: .*waiting for data from rank 3: a message of 1024 bytes for collective #2 \(allreduce\), none has arrived"
+then_has "$work/nb_tcp" "$nb_recv" "^  rank 3 .*its process is sleeping" "nb (tcp): irecv + hcomm_wait"
+then_has "$work/nb_tcp" "$nb_send" "^  rank 3 .*its process is sleeping" "nb (tcp): rendezvous send"
+then_has "$work/nb_tcp" "$nb_coll" "^  rank 3 \(node " "nb (tcp): iallreduce + hcomm_wait"
+# the node path (shared memory): the same words for the p2p parts
+"$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=20 --env HCOMM_WARN_AFTER=1 \
+    "$prog" nb 2 >"$work/nb" 2>&1 || fail "nb (node): the job failed (rc $?)"
+then_has "$work/nb" "$nb_recv" "^  rank 3 .*its process is sleeping" "nb (node): irecv + hcomm_wait"
+then_has "$work/nb" "$nb_send" "^  rank 3 .*its process is sleeping" "nb (node): rendezvous send"
+has "$work/nb" "r[012]\] warn: hcomm_wait\(collective\) has waited [0-9.]+ s \(HCOMM_WARN_AFTER=1\): hcomm_allreduce\(count 256, float32, sum\) #2 .*waiting for rank 3: its flag" "nb (node): iallreduce + hcomm_wait"
+
 # stop: rank 3 stopped for ~3 s, then continued
 "$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=30 --env HCOMM_WARN_AFTER=1 "$prog" stop >"$work/stop" 2>&1 &
 runner=$!
@@ -70,6 +104,8 @@ sleep 3
 wait $runner; rc=$?
 [ $rc = 0 ] || fail "stop: the job did not end well after SIGCONT (rc $rc)"
 has "$work/stop" "^  rank 3 .*its process is stopped \(SIGSTOP or a debugger\)" "stop: warning"
+then_has "$work/stop" "r[012]\] warn: hcomm_allreduce has waited [0-9.]+ s \(HCOMM_WARN_AFTER=1\): hcomm_allreduce\(count 256, float32, sum\) #2 on the world communicator \(4 ranks\), algorithm [a-z-]+, step: state [0-9]+, phase [0-9]+, round [0-9]+.*waiting for rank 3" \
+    "^  rank 3 .*its process is stopped \(SIGSTOP or a debugger\)" "stop: the warning names the operation and step"
 
 # hcommrun --timeout: the reports, rank 3 waited for and not answering
 "$run" -n 4 --timeout 3 --env HCOMM_TIMEOUT=60 --env HCOMM_WARN_AFTER=0 "$prog" sleep 30 >"$work/report" 2>&1
@@ -80,8 +116,10 @@ has "$work/report" "most waited for: rank 3 \(3 ranks wait for it\)" "report: mo
 has "$work/report" "rank 3 \(pid [0-9]+\) \[waited for\]: no report: sleeping outside hcomm" "report: rank 3"
 has "$work/report" "rank 0 \(pid [0-9]+\): hcomm_allreduce has waited .* #2 .*waiting for rank 3" "report: rank 0"
 
-# SIGUSR1: a report while the job goes on, and it still ends well
-"$run" -n 4 --timeout 60 --env HCOMM_WARN_AFTER=0 "$prog" sleep 4 >"$work/usr1" 2>&1 &
+# SIGUSR1: a report while the job goes on, and it still ends well; rank 3
+# sleeps 11 s, past the default HCOMM_WARN_AFTER (10 s), which is 0 here:
+# not one warning about the wait
+"$run" -n 4 --timeout 60 --env HCOMM_WARN_AFTER=0 "$prog" sleep 11 >"$work/usr1" 2>&1 &
 runner=$!
 sleep 2
 kill -USR1 $runner
@@ -89,5 +127,7 @@ wait $runner; rc=$?
 [ $rc = 0 ] || fail "SIGUSR1: the job failed (rc $rc)"
 has "$work/usr1" "hcommrun: hang report \(SIGUSR1\), 3 of 4 live ranks answered" "SIGUSR1 report"
 has "$work/usr1" "most waited for: rank 3" "SIGUSR1: rank 3"
+hasnt "$work/usr1" "warn: .*(has waited|HCOMM_WARN_AFTER)" "HCOMM_WARN_AFTER=0 (11 s wait)"
+hasnt "$work/report" "warn: .*(has waited|HCOMM_WARN_AFTER)" "HCOMM_WARN_AFTER=0 (hcommrun --timeout)"
 [ $bad = 0 ] && echo "hang_reports: all checks passed"
 exit $bad
