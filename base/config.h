@@ -88,10 +88,14 @@
     X(stats, "HCOMM_STATS", INT, "0",                                                              \
       "statistics: 0 off, 1 per operation calls, bytes, times (mean, p50, p99, max), sizes, "     \
       "algorithms and drivers, printed at finalize and by hcomm_stats_dump; 2 as "                \
-      "HCOMM_STATS_LEVEL=2 (docs/observability.md)")                                              \
+      "HCOMM_STATS_LEVEL=2 (docs/observability.md); an explicit 0 keeps statistics off whatever "  \
+      "HCOMM_STATS_LEVEL says")                                                                    \
     X(stats_level, "HCOMM_STATS_LEVEL", INT, "1",                                                  \
-      "with HCOMM_STATS=1: 2 adds per communicator and per peer counts, time blocked in waits, "  \
-      "drivers', pool and registration-cache counters, and times every call")                     \
+      "statistics level: 1 basic (as HCOMM_STATS=1), 2 detailed: adds per communicator and per "   \
+      "peer counts (p2p messages and node collectives' shared-memory traffic), time blocked in "   \
+      "waits, drivers', pool and registration-cache counters, and times every call; set without "  \
+      "HCOMM_STATS it turns statistics on at this level, with HCOMM_STATS=1 or 2 the higher of "   \
+      "the two counts")                                                                            \
     X(stats_file, "HCOMM_STATS_FILE", STR, "",                                                     \
       "statistics also as JSON lines in this file (%r rank, %h host, %p pid); hcomm_stats "       \
       "merges the ranks' files into a job report")                                                \

@@ -277,6 +277,132 @@ static bool hc_node_stage_publish(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t
     return true;
 }
 
+/* ---- level-2 statistics: what moves between the node's ranks ------------------- */
+
+/* Per peer counts (core/stats.h, reported under the node driver, shm) of
+ * the data the node algorithms move, by comm rank j (its world rank's
+ * record). rx from j: what this rank copies or reduces out of j's staging
+ * block, inline slot, slice of the result block or buffer (CMA get, mapped
+ * memory), or what j writes into this rank's output; tx to j: what this
+ * rank stages for j to read or writes into j's output, or what j reads out
+ * of this rank's buffer. So rank a's tx to b is b's rx from a, bytes and
+ * messages; a message is one block moved (a tick's piece, a chunk), a
+ * block reduced out of k peers' is k messages in. Flags, signatures and
+ * descriptors are not counted. Below level 2 the algorithms skip all of it
+ * after one load and a branch not taken (hc_node_counting, as p2p's
+ * hc_stats_peer_tx): the work is in these out-of-line functions. */
+static inline bool hc_node_counting(void)
+{
+    return HC_UNLIKELY(hc_stats_peers != NULL);
+}
+
+static void hc_node_peer(const hc_coll_op_t *op, int j, uint64_t tx_msgs, size_t tx,
+                         uint64_t rx_msgs, size_t rx)
+{
+    if (tx_msgs || rx_msgs)
+        hc_stats_peer_add(op->comm->world_ranks[j], tx_msgs, tx, rx_msgs, rx);
+}
+
+/* Does comm rank j read the result of op (allreduce: all; reduce: the root)? */
+static inline bool hc_node_wants(const hc_coll_op_t *op, int j)
+{
+    return op->kind != HC_COLL_REDUCE || j == op->root;
+}
+
+/* Inline and node-direct allreduce/reduce, one tick of bb bytes: every
+ * rank that wants the result reduces bb out of every rank's slot or block. */
+static HC_NOINLINE void hc_node_count_direct(const hc_coll_op_t *op, const hc_coll_node_t *nd,
+                                             size_t bb)
+{
+    bool mine = hc_node_wants(op, nd->me);
+    for (int j = 0; j < nd->n && bb; j++)
+        if (j != nd->me) {
+            bool theirs = hc_node_wants(op, j);
+            hc_node_peer(op, j, theirs, theirs ? bb : 0, mine, mine ? bb : 0);
+        }
+}
+
+/* Bytes of slice j of a tick's ec elements (hc_node_slice). */
+static inline size_t hc_node_slice_bytes(const hc_coll_op_t *op, size_t ec, int n, int j)
+{
+    size_t lo, hi;
+    hc_node_slice(ec, n, j, &lo, &hi);
+    return (hi - lo) * op->esize;
+}
+
+/* Node-staged allreduce, a tick of ec elements, once this rank has reduced
+ * its slice: it staged slice j for j to reduce, reduced its own slice out
+ * of j's block, and its slice of the result is there for j to copy. */
+static HC_NOINLINE void hc_node_count_staged(const hc_coll_op_t *op, const hc_coll_node_t *nd,
+                                             size_t ec)
+{
+    size_t mine = hc_node_slice_bytes(op, ec, nd->n, nd->me);
+    for (int j = 0; j < nd->n; j++) {
+        if (j == nd->me)
+            continue;
+        size_t theirs = hc_node_slice_bytes(op, ec, nd->n, j);
+        bool res = mine && hc_node_wants(op, j);
+        hc_node_peer(op, j, (theirs != 0) + res, theirs + (res ? mine : 0), mine != 0, mine);
+    }
+}
+
+/* ... and once it has copied the result block out: slice j from j. */
+static HC_NOINLINE void hc_node_count_staged_out(const hc_coll_op_t *op, const hc_coll_node_t *nd,
+                                                 size_t ec)
+{
+    for (int j = 0; j < nd->n; j++) {
+        size_t theirs = j == nd->me ? 0 : hc_node_slice_bytes(op, ec, nd->n, j);
+        hc_node_peer(op, j, 0, 0, theirs != 0, theirs);
+    }
+}
+
+/* Every peer and this rank exchange bytes each way in msgs blocks
+ * (allgather, alltoall, reduce_scatter: staged and single copy; the
+ * single-copy allreduce that pulls every peer's whole input). */
+static HC_NOINLINE void hc_node_count_each(const hc_coll_op_t *op, const hc_coll_node_t *nd,
+                                           uint64_t msgs, size_t bytes)
+{
+    for (int j = 0; j < nd->n && bytes; j++)
+        if (j != nd->me)
+            hc_node_peer(op, j, msgs, bytes, msgs, bytes);
+}
+
+/* Single-copy allreduce by slices (mapped, or CMA get and write) in
+ * chunks of chunk elements: this rank reads its slice out of j's input
+ * and writes it into j's output; j does the same with its slice here. */
+static HC_NOINLINE void hc_node_count_sliced(const hc_coll_op_t *op, const hc_coll_node_t *nd,
+                                             size_t chunk)
+{
+    size_t lo, hi;
+    hc_node_slice(op->count, nd->n, nd->me, &lo, &hi);
+    uint64_t my_msgs = (hi - lo + chunk - 1) / chunk;
+    size_t mine = (hi - lo) * op->esize;
+    for (int j = 0; j < nd->n; j++) {
+        if (j == nd->me)
+            continue;
+        hc_node_slice(op->count, nd->n, j, &lo, &hi);
+        uint64_t msgs = my_msgs + (hi - lo + chunk - 1) / chunk;
+        size_t bytes = mine + (hi - lo) * op->esize;
+        hc_node_peer(op, j, msgs, bytes, msgs, bytes);
+    }
+}
+
+/* Broadcast, one tick of bb bytes: receivers copy them out of the root's
+ * block. */
+static HC_NOINLINE void hc_node_count_bcast(const hc_coll_op_t *op, const hc_coll_node_t *nd,
+                                            size_t bb)
+{
+    if (!bb)
+        return;
+    if (nd->me != op->root) {
+        hc_node_peer(op, op->root, 0, 0, 1, bb);
+        return;
+    }
+    for (int j = 0; j < nd->n; j++)
+        if (j != nd->me)
+            hc_node_peer(op, j, 1, bb, 0, 0);
+}
+
 /* ---- allreduce / reduce ------------------------------------------------------ */
 
 static hc_step_t hc_node_allreduce_inline(hc_coll_op_t *op)
@@ -299,6 +425,8 @@ static hc_step_t hc_node_allreduce_inline(hc_coll_op_t *op)
     if (op->kind == HC_COLL_ALLREDUCE || op->comm->rank == op->root)
         hc_reduce(op->rbuf, srcs, nd->n, op->count, op->dtype, op->op, nd->n);
     hc_node_post_b(nd, t);
+    if (hc_node_counting())
+        hc_node_count_direct(op, nd, op->bytes);
     return HC_STEP_DONE;
 }
 
@@ -341,6 +469,8 @@ static hc_step_t hc_node_allreduce_staged(hc_coll_op_t *op)
                           op->op, nd->n);
             }
             hc_node_post_b(nd, t);
+            if (hc_node_counting())
+                hc_node_count_staged(op, nd, ec);
             op->state = 2;
             /* fallthrough */
         case 2:
@@ -351,6 +481,8 @@ static hc_step_t hc_node_allreduce_staged(hc_coll_op_t *op)
                     hc_copy_nt((uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb);
                 else
                     memcpy((uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb);
+                if (hc_node_counting())
+                    hc_node_count_staged_out(op, nd, ec);
             }
             op->state = 0;
             op->phase++;
@@ -393,6 +525,8 @@ static hc_step_t hc_node_allreduce_direct(hc_coll_op_t *op)
             }
         }
         hc_node_post_b(nd, t);
+        if (hc_node_counting())
+            hc_node_count_direct(op, nd, bb);
         op->state = 0;
         op->phase++;
     }
@@ -598,6 +732,14 @@ static hc_step_t hc_node_1copy(hc_coll_op_t *op)
             hcomm_status_t st = hc_node_get_phase(op, nd);
             if (st != HCOMM_OK)
                 return hc_step_fail(st);
+            if (hc_node_counting()) {
+                /* reduce_scatter pulls in chunks (hc_node_get_phase) */
+                size_t chunk = nd->block / (size_t)nd->n / es, count = op->bytes / es;
+                hc_node_count_each(op, nd,
+                                   op->kind == HC_COLL_REDUCE_SCATTER ? (count + chunk - 1) / chunk
+                                                                      : 1,
+                                   op->bytes);
+            }
             hc_node_post_b(nd, last);
             hc_node_post_a(nd, op, last);
             op->state = 4;
@@ -613,6 +755,8 @@ static hc_step_t hc_node_1copy(hc_coll_op_t *op)
                 for (int j = 0; j < nd->n; j++)
                     hc_copy_nt(nd->zr[j] + e * es, nd->scratch, m * es);
             }
+            if (hc_node_counting())
+                hc_node_count_sliced(op, nd, chunk);
             /* b before a: seeing a(t) must keep implying b >= t-1. */
             hc_node_post_b(nd, last);
             hc_node_post_a(nd, op, last);
@@ -661,6 +805,12 @@ static hc_step_t hc_node_1copy(hc_coll_op_t *op)
                     return hc_step_fail(st);
             }
         }
+        if (hc_node_counting()) {
+            if (full) /* every rank pulls every peer's whole input */
+                hc_node_count_each(op, nd, (op->count + chunk - 1) / chunk, op->bytes);
+            else
+                hc_node_count_sliced(op, nd, chunk);
+        }
         hc_node_post_b(nd, last);
         hc_node_post_a(nd, op, last);
         op->state = 4;
@@ -690,6 +840,8 @@ static hc_step_t hc_node_broadcast(hc_coll_op_t *op)
             if (!hc_node_stage_publish(nd, op, t, (uint8_t *)op->rbuf + off, bb))
                 return HC_STEP_PENDING;
             hc_node_post_b(nd, t);
+            if (hc_node_counting())
+                hc_node_count_bcast(op, nd, bb);
         } else {
             if (__atomic_load_n(&nd->line[op->root].a, __ATOMIC_ACQUIRE) < t) {
                 op->round = op->root; /* whom we wait for, should it time out */
@@ -701,6 +853,8 @@ static hc_step_t hc_node_broadcast(hc_coll_op_t *op)
                 return HC_STEP_PENDING; /* op->error says why */
             memcpy((uint8_t *)op->rbuf + off, hc_node_stage(nd, op->root, t), bb);
             hc_node_post_b(nd, t);
+            if (hc_node_counting())
+                hc_node_count_bcast(op, nd, bb);
         }
         op->phase++;
     }
@@ -764,6 +918,8 @@ static hc_step_t hc_node_blocks(hc_coll_op_t *op)
             break;
         }
         hc_node_post_b(nd, t);
+        if (hc_node_counting())
+            hc_node_count_each(op, nd, 1, bb); /* barrier: bb 0, nothing */
         op->state = 0;
         op->phase++;
     }

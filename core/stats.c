@@ -74,7 +74,6 @@ hcomm_status_t hc_stats_init(void)
     hc_st.reports = 0;
     hc_st.file = NULL;
     hc_st.path[0] = 0;
-    int level = (int)hc_cfg.stats;
     if (hc_cfg.stats < 0 || hc_cfg.stats > 2)
         return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_STATS=%lld: use 0 (off), 1 or 2",
                         (long long)hc_cfg.stats);
@@ -85,8 +84,20 @@ hcomm_status_t hc_stats_init(void)
         return hc_error(HCOMM_ERR_INVALID,
                         "hcomm_init: HCOMM_STATS_SAMPLE=%lld: use 1 (time every call) to 1000000",
                         (long long)hc_cfg.stats_sample);
-    if (level && hc_cfg.stats_level > level)
-        level = (int)hc_cfg.stats_level;
+    /* The level: HCOMM_STATS, or HCOMM_STATS_LEVEL when only it is set (it
+     * alone turns statistics on); both set: the higher, except that an
+     * explicit HCOMM_STATS=0 keeps them off. */
+    int level = (int)hc_cfg.stats;
+    if (hc_config_env("HCOMM_STATS_LEVEL")) {
+        if (!hc_config_env("HCOMM_STATS"))
+            level = (int)hc_cfg.stats_level;
+        else if (level == 0)
+            hc_log_info("HCOMM_STATS=0 with HCOMM_STATS_LEVEL=%lld: statistics off (an explicit "
+                        "HCOMM_STATS=0 wins; unset it for level %lld)",
+                        (long long)hc_cfg.stats_level, (long long)hc_cfg.stats_level);
+        else if (hc_cfg.stats_level > level)
+            level = (int)hc_cfg.stats_level;
+    }
     hc_stats_level = level;
     hc_st.period = (uint32_t)hc_cfg.stats_sample;
     hc_st.rng = 0x9e3779b9u ^ (uint32_t)getpid() ^ (uint32_t)hc_ctx.rank * 0x85ebca6bu;

@@ -134,7 +134,11 @@ static inline void hc_stats_wait(unsigned kind, uint64_t ns)
         hc_stats_ops[kind].wait_ns += ns;
 }
 
-/* Level 2: messages to and from world rank wpeer (any communicator). */
+/* Level 2: messages to and from world rank wpeer (any communicator): the
+ * p2p path's (p2p.c) and the data the node collectives move through the
+ * node's shared memory (coll/coll_node.c: its blocks and buffers, CMA). A
+ * peer's record is reported under the driver of its connection, which for
+ * every rank of this node is the node driver (shm). */
 typedef struct {
     uint64_t tx_msgs, tx_bytes, rx_msgs, rx_bytes;
 } hc_stats_peer_t;
@@ -152,6 +156,18 @@ static inline void hc_stats_peer_rx(int wpeer, size_t bytes)
         hc_stats_peers[wpeer].rx_msgs++;
         hc_stats_peers[wpeer].rx_bytes += bytes;
     }
+}
+
+/* Several messages at once (the node collectives); only where
+ * hc_stats_peers != NULL. */
+static inline void hc_stats_peer_add(int wpeer, uint64_t tx_msgs, uint64_t tx_bytes,
+                                     uint64_t rx_msgs, uint64_t rx_bytes)
+{
+    hc_stats_peer_t *p = &hc_stats_peers[wpeer];
+    p->tx_msgs += tx_msgs;
+    p->tx_bytes += tx_bytes;
+    p->rx_msgs += rx_msgs;
+    p->rx_bytes += rx_bytes;
 }
 
 /* Lifecycle (context.c): init after the job's shape and drivers are known;

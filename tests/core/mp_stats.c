@@ -6,17 +6,60 @@
  * hcomm_stats_dump(world) once, then 10 barriers before which the last
  * rank sleeps 20 ms (the straggler). Rank 0 sends 30 messages of 4 KiB to
  * rank 1. A freed communicator (split) carries 5 allreduces of 8 B.
+ *
+ * `mp_stats allreduce N M...` (2+ ranks): only N allreduces of M bytes of
+ * float32 for each M (a multiple of 4), each size's calls in a row, out of
+ * pool memory when M ends in p (`4194304p`: the mapped single copy), then
+ * finalize: for the per-peer counts of the node algorithms.
  */
 #include "mp_test.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+static int allreduces(int argc, char **argv, hcomm_comm_t w)
+{
+    int n = argc > 2 ? atoi(argv[2]) : 0;
+    for (int k = 3; k < argc; k++) {
+        char *end;
+        size_t m = strtoull(argv[k], &end, 10);
+        bool pool = *end == 'p';
+        if (n <= 0 || m == 0 || m % 4 || (*end && (!pool || end[1]))) {
+            fprintf(stderr, "mp_stats allreduce N M...: bad arguments\n");
+            return 2;
+        }
+        void *a, *b;
+        if (pool) {
+            MP_OK(hcomm_mem_alloc(m, &a));
+            MP_OK(hcomm_mem_alloc(m, &b));
+            memset(a, 0, m);
+        } else {
+            a = calloc(1, m);
+            b = calloc(1, m);
+            if (!a || !b) return 1;
+        }
+        for (int i = 0; i < n; i++)
+            MP_OK(hcomm_allreduce(a, b, m / 4, HCOMM_FLOAT32, HCOMM_SUM, w));
+        if (pool) {
+            MP_OK(hcomm_mem_free(a));
+            MP_OK(hcomm_mem_free(b));
+        } else {
+            free(a);
+            free(b);
+        }
+    }
+    MP_OK(hcomm_finalize());
+    return mp_failures ? 1 : 0;
+}
 
 int main(int argc, char **argv)
 {
     MP_OK(hcomm_init(&argc, &argv));
     hcomm_comm_t w = hcomm_comm_world();
+    if (argc > 1 && !strcmp(argv[1], "allreduce"))
+        return allreduces(argc, argv, w);
     int me = hcomm_comm_rank(w), n = hcomm_comm_size(w);
     if (n < 3) {
         fprintf(stderr, "mp_stats: needs 3+ ranks\n");
