@@ -419,8 +419,9 @@ static void hc_coll_conflict(uint32_t ctx_id, int32_t mine, int32_t theirs, int 
                  mine_s, peer, hc_coll_name(their_kind));
     else
         snprintf(buf, len,
-                 "%s: communicator rank %d called %s here with other arguments (count, dtype, "
-                 "op or root differ); HCOMM_CHECK=1 names the difference",
+                 "%s: communicator rank %d called %s here with other arguments: its count, "
+                 "dtype, op or root differ from this call's (ranks compare a hash of the four, "
+                 "not which one); HCOMM_CHECK=1 names the field and both values",
                  mine_s, peer, hc_coll_name(op ? op->kind : their_kind));
 }
 

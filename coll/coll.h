@@ -141,7 +141,7 @@ typedef struct hc_coll_comm {
     struct hcomm_comm *comm;
     bool broken;      /* a collective failed midway: the communicator is unusable */
     hcomm_status_t broken_status; /* how: TIMEOUT, ABORTED, PEER_FAILED, ... */
-    char broken_why[200];
+    char broken_why[512]; /* the whole last error (as long as hcomm_last_error may be) */
     int gave_up_rank;              /* >= 0: that member gave up on the comm (HC_FRAME_GIVE_UP) */
     hcomm_status_t gave_up_status;
     bool node_checked;

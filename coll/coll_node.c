@@ -156,9 +156,10 @@ static HC_NOINLINE bool hc_node_sig_mismatch(hc_coll_op_t *op, int j, uint32_t t
     else
         op->error = hc_error(HCOMM_ERR_INVALID,
                              "%s (%zu elements of %s, op %s, root %d) #%llu: communicator rank %d "
-                             "called %s here with other arguments (count, dtype, op or root "
-                             "differ: signature %08x, mine %08x); HCOMM_CHECK=1 names the "
-                             "difference",
+                             "called %s here with other arguments: its count, dtype, op or root "
+                             "differ from this call's (signature %08x, mine %08x: ranks compare a "
+                             "hash of the four, not which one); HCOMM_CHECK=1 names the field and "
+                             "both values",
                              hc_coll_name(op->kind), op->count, hc_dtype_name(op->dtype),
                              hc_op_name(op->op), op->root, (unsigned long long)op->seq, j,
                              hc_coll_name(op->kind), theirs, op->sig);

@@ -13,7 +13,7 @@ uint8_t hc_net_zero;
  * collective and the failed peer (or the transport's own reason). */
 HC_NOINLINE int hc_net_failed(hc_coll_op_t *op, int st)
 {
-    char what[96], why[256];
+    char what[96], why[512]; /* the whole last error: a conflict's explanation is long */
     snprintf(what, sizeof(what), "%s (algorithm %s)", hc_coll_name(op->kind), op->algo);
     int dead = hc_coll_failed_member(op->comm);
     if (dead >= 0) return hc_peer_error(dead, what);

@@ -218,7 +218,7 @@ static bool hc_hier_padded(const hc_coll_op_t *op, const hc_hier_t *h, int k, in
  * when it broke (copied: the caller's hc_error reuses the error buffer). */
 static hc_step_t hc_hier_child_fail(const char *what, const char *level, struct hcomm_request *req)
 {
-    char why[256];
+    char why[512]; /* as long as broken_why */
     hc_coll_comm_t *cc = req->comm ? req->comm->coll_priv : NULL;
     snprintf(why, sizeof(why), "%s", cc && cc->broken ? cc->broken_why : hcomm_strerror(req->status));
     return hc_step_fail(hc_error(req->status, "%s (hier): its %s failed: %s", what, level, why));

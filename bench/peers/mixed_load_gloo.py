@@ -17,7 +17,7 @@ for every work. As hcomm's mixed_load: WARMUP steps (10), a checked step, a
 barrier, STEPS steps (100) back to back with one clock read
 (time.perf_counter) between steps, untimed checked steps (fresh inputs,
 sentinel outputs) after every 25 timed steps and after the last. Each rank's
-step times and its mean are reduced over the ranks by -a (mean by default):
+step times and its mean are reduced over the ranks by -a (max by default):
 step_us_mean is the reduced mean, p50 = sorted[STEPS/2], p99 =
 sorted[floor(0.99 STEPS)]; eff_GBps = bytes_per_step / step_us_mean.
 
@@ -279,7 +279,7 @@ def main():
     ap.add_argument("-n", "--steps", type=int, default=100)
     ap.add_argument("-w", "--warmup", type=int, default=10)
     ap.add_argument("-a", "--average", default="max",
-                    help="rank0|mean|min|max or 0..3, as hcomm's tools (mean)")
+                    help="rank0|mean|min|max or 0..3, as hcomm's tools (max)")
     ap.add_argument("-c", "--check", type=int, choices=(0, 1), default=1)
     ap.add_argument("-l", "--lib", default="gloo")
     ap.add_argument("-J", "--json", help="also append the JSON line to this file")

@@ -23,10 +23,10 @@
  * one clock read between steps; checked steps (fresh inputs, sentinel
  * outputs, untimed) also after every 25 timed steps and after the last (-c 0:
  * none, "wrong" null). Each rank's per-step times and its mean are reduced
- * over the ranks by -a (default mean, as hcomm's tools; 0..3 accepted too):
- * step_us_mean is the reduced mean, p50 the sorted reduced step at STEPS/2,
- * p99 the one at floor(0.99 STEPS). eff_GBps = bytes_per_step / step_us_mean
- * (1e9 bytes).
+ * over the ranks by -a (default max, the slowest rank, as hcomm's tools;
+ * 0..3 accepted too): step_us_mean is the reduced mean, p50 the sorted
+ * reduced step at STEPS/2, p99 the one at floor(0.99 STEPS). eff_GBps =
+ * bytes_per_step / step_us_mean (1e9 bytes).
  *
  * Rank 0 prints one JSON line on stdout (and appends it to -J FILE):
  *   {"tool":"mixed_load","lib":"openmpi","profile":"mixed","nranks":2,
@@ -354,7 +354,7 @@ int main(int argc, char **argv)
         }
     }
     if (!profile) die_usage("-p PROFILE is required");
-    /* -a as hcomm's tools: 0 rank0, 1 mean (default), 2 min, 3 max; names too */
+    /* -a as hcomm's tools: 0 rank0, 1 mean, 2 min, 3 max (default); names too */
     static const char *const avg_names[] = {"rank0", "mean", "min", "max"};
     int average = -1;
     for (int k = 0; k < 4; k++)

@@ -6,10 +6,18 @@
  *                             rank that has a result must fail, on any path
  *                             (node signatures, p2p exact sizes). Each case
  *                             on a fresh communicator (a mismatch breaks it).
+ *                             Every failure's message names another
+ *                             rank; one that says a rank called with
+ *                             "other arguments" (or went past without this
+ *                             rank) names a rank that really did and says
+ *                             which arguments are compared.
  *   mp_coll_mismatch --check  HCOMM_CHECK=1: count, dtype, op and root
  *                             mismatches fail on every rank with ERR_INVALID
- *                             and a message naming the field; the
- *                             communicator stays usable.
+ *                             and a message naming the field, this rank's
+ *                             value and the value on a rank that called
+ *                             with another (api/api_coll.c's "FIELD X here,
+ *                             Y on rank R (HCOMM_CHECK)"); the communicator
+ *                             stays usable.
  */
 #include "mp_test.h"
 
@@ -64,6 +72,110 @@ static void describe(const mcase_t *c, char *out, size_t cap)
              c->count, c->count_l, c->dtype, c->dtype_l, c->op, c->op_l, c->root, c->root_l);
 }
 
+/* Only the last rank calls with other arguments: do ranks a and b differ? */
+static int differs(int a, int b, int n)
+{
+    return (a == n - 1) != (b == n - 1);
+}
+
+/* The number after the first `key` in msg, or -1. */
+static long num_after(const char *msg, const char *key)
+{
+    const char *p = strstr(msg, key);
+    if (!p)
+        return -1;
+    p += strlen(key);
+    if (*p < '0' || *p > '9')
+        return -1;
+    return strtol(p, NULL, 10);
+}
+
+/* Does msg name a communicator rank other than me ("rank R", not "world
+ * rank R": the explanations name both)? */
+static int names_other_rank(const char *msg, int me, int n)
+{
+    for (const char *p = msg; (p = strstr(p, "rank ")) != NULL; p += 5) {
+        if (p - msg >= 6 && !strncmp(p - 6, "world ", 6))
+            continue;
+        if (p[5] < '0' || p[5] > '9')
+            continue;
+        long r = strtol(p + 5, NULL, 10);
+        if (r != me && r >= 0 && r < n)
+            return 1;
+    }
+    return 0;
+}
+
+static const char *dtype_name(hcomm_dtype_t d)
+{
+    return d == HCOMM_FLOAT32 ? "float32" : d == HCOMM_INT32 ? "int32" : "?";
+}
+
+static const char *op_name(hcomm_op_t op)
+{
+    return op == HCOMM_SUM ? "sum" : op == HCOMM_MAX ? "max" : "?";
+}
+
+/* What is wrong with the message of a failed call (into out), or 0 if nothing. */
+static int bad_message(const mcase_t *c, int check, int me, int n, const char *msg, char *out,
+                       size_t cap)
+{
+    int last = me == n - 1;
+    if (check) {
+        /* api/api_coll.c compares count, dtype, op, root in this order and
+         * names the first that differs: "FIELD MINE here, THEIRS on rank R" */
+        char want[96];
+        if (c->count != c->count_l)
+            snprintf(want, sizeof(want), "count %zu here, %zu on rank ", last ? c->count_l : c->count,
+                     last ? c->count : c->count_l);
+        else if (c->dtype != c->dtype_l)
+            snprintf(want, sizeof(want), "dtype %s here, %s on rank ",
+                     dtype_name(last ? c->dtype_l : c->dtype),
+                     dtype_name(last ? c->dtype : c->dtype_l));
+        else if (c->op != c->op_l)
+            snprintf(want, sizeof(want), "op %s here, %s on rank ", op_name(last ? c->op_l : c->op),
+                     op_name(last ? c->op : c->op_l));
+        else
+            snprintf(want, sizeof(want), "root %d here, %d on rank ", last ? c->root_l : c->root,
+                     last ? c->root : c->root_l);
+        if (!strstr(msg, "HCOMM_CHECK"))
+            return snprintf(out, cap, "does not name HCOMM_CHECK");
+        if (!strstr(msg, want))
+            return snprintf(out, cap, "does not name the field as \"%s...\"", want);
+        long r = num_after(msg, want);
+        if (r < 0 || r >= n || !differs(me, (int)r, n))
+            return snprintf(out, cap, "names rank %ld, which called with the same arguments", r);
+        return 0;
+    }
+    if (!names_other_rank(msg, me, n))
+        return snprintf(out, cap, "names no other rank");
+    /* "communicator rank R called X here with other arguments (...)" and
+     * "communicator rank R went past this collective without this rank":
+     * R must be a rank whose arguments differ, and the message must say
+     * which arguments the signature compares */
+    if (strstr(msg, "other arguments")) {
+        long r = -1;
+        for (const char *p = msg; r < 0 && (p = strstr(p, "communicator rank ")) != NULL; p++) {
+            char *end;
+            long q = strtol(p + 18, &end, 10);
+            if (end != p + 18 && (!strncmp(end, " called ", 8) || !strncmp(end, " went past", 10)))
+                r = q;
+        }
+        if (r < 0)
+            return snprintf(out, cap, "says \"other arguments\" without naming the rank");
+        if (r >= n || !differs(me, (int)r, n))
+            return snprintf(out, cap, "says rank %ld called with other arguments, but it did not",
+                            r);
+        if (!strstr(msg, "count, dtype, op or root") && !strstr(msg, "root, count, dtype or op"))
+            return snprintf(out, cap, "does not say which arguments differ (count, dtype, op or "
+                                      "root)");
+        /* the advice at its end (a message cut short loses it first) */
+        if (!strstr(msg, " went past") && !strstr(msg, "HCOMM_CHECK=1"))
+            return snprintf(out, cap, "does not point to HCOMM_CHECK=1 (cut short?)");
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int check = argc > 1 && !strcmp(argv[1], "--check");
@@ -103,7 +215,7 @@ int main(int argc, char **argv)
     int upto = getenv("MP_UPTO") ? atoi(getenv("MP_UPTO")) : 0;
     for (int i = only ? atoi(only) : 0; i < (only ? HC_MAXI(atoi(only) + 1, upto) : nc); i++) {
         const mcase_t *c = &cases[i];
-        char what[160];
+        char what[160], why[160];
         describe(c, what, sizeof(what));
         hcomm_comm_t comm = w;
         if (!check)
@@ -116,8 +228,8 @@ int main(int argc, char **argv)
         } else if (check && st != HCOMM_ERR_INVALID) {
             mp_fail("%s: expected ERR_INVALID under HCOMM_CHECK got %s (%s)", what,
                     mp_status_name(st), msg);
-        } else if (check && !strstr(msg, "HCOMM_CHECK")) {
-            mp_fail("%s: message expected to name HCOMM_CHECK got \"%s\"", what, msg);
+        } else if (st != HCOMM_OK && bad_message(c, check, me, n, msg, why, sizeof(why))) {
+            mp_fail("%s: %s: the message %s: \"%s\"", what, mp_status_name(st), why, msg);
         } else if (getenv("MP_VERBOSE") || (st != HCOMM_OK && me == 0 && i % 4 == 1)) {
             printf("rank %d: %s: %s (%s)\n", me, what, mp_status_name(st), msg);
         }
