@@ -18,8 +18,8 @@
 #     well;
 #   - hcommrun --timeout and SIGUSR1: every rank's report, rank 3 named as
 #     the one the others wait for, its process state when it cannot answer;
-#     with HCOMM_WARN_AFTER=0 a wait of 11 s (past the default 10 s) logs no
-#     warning at all.
+#     with HCOMM_WARN_AFTER=0 a wait that warns at HCOMM_WARN_AFTER=1 (the
+#     sleep case) logs no warning at all.
 set -u
 run=${1:?hcommrun} prog=${2:?mp_hang}
 work=$(mktemp -d /tmp/hc-hang.XXXXXX)
@@ -117,9 +117,9 @@ has "$work/report" "rank 3 \(pid [0-9]+\) \[waited for\]: no report: sleeping ou
 has "$work/report" "rank 0 \(pid [0-9]+\): hcomm_allreduce has waited .* #2 .*waiting for rank 3" "report: rank 0"
 
 # SIGUSR1: a report while the job goes on, and it still ends well; rank 3
-# sleeps 11 s, past the default HCOMM_WARN_AFTER (10 s), which is 0 here:
+# sleeps 4 s with HCOMM_WARN_AFTER=0 (the same sleep warns at 1, above):
 # not one warning about the wait
-"$run" -n 4 --timeout 60 --env HCOMM_WARN_AFTER=0 "$prog" sleep 11 >"$work/usr1" 2>&1 &
+"$run" -n 4 --timeout 60 --env HCOMM_WARN_AFTER=0 "$prog" sleep 4 >"$work/usr1" 2>&1 &
 runner=$!
 sleep 2
 kill -USR1 $runner
@@ -127,7 +127,7 @@ wait $runner; rc=$?
 [ $rc = 0 ] || fail "SIGUSR1: the job failed (rc $rc)"
 has "$work/usr1" "hcommrun: hang report \(SIGUSR1\), 3 of 4 live ranks answered" "SIGUSR1 report"
 has "$work/usr1" "most waited for: rank 3" "SIGUSR1: rank 3"
-hasnt "$work/usr1" "warn: .*(has waited|HCOMM_WARN_AFTER)" "HCOMM_WARN_AFTER=0 (11 s wait)"
+hasnt "$work/usr1" "warn: .*(has waited|HCOMM_WARN_AFTER)" "HCOMM_WARN_AFTER=0 (4 s wait)"
 hasnt "$work/report" "warn: .*(has waited|HCOMM_WARN_AFTER)" "HCOMM_WARN_AFTER=0 (hcommrun --timeout)"
 [ $bad = 0 ] && echo "hang_reports: all checks passed"
 exit $bad
