@@ -61,6 +61,7 @@ typedef struct {
     size_t zcopy_threshold;
     double rx_drop;       /* test fault injection: received DATA packets dropped */
     int64_t mtu;          /* 0: the port's */
+    double link_wait;     /* seconds */
     int64_t mbufs;
     int64_t ring;
     const char *ip;
@@ -84,11 +85,17 @@ typedef struct {
     char iface[64];       /* af_packet/af_xdp iface=, "" otherwise */
     int guard_fd;         /* kernel UDP socket holding our port (vdevs on a kernel iface) */
     bool in_use;
+    bool memif_client;    /* started at wireup (hc_dpdk_port_start), not at open */
+    bool started;         /* rte_eth_dev_start done: bursts allowed */
+    bool link_seen;       /* its link was up once */
 } hc_dpdk_port_t;
 extern hc_dpdk_port_t hc_dpdk_port;
 
 /* Starts EAL and the port (idempotent). why on failure. */
 hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_len);
+/* Starts the configured port (idempotent) and, with wait_link, waits up to
+ * HCOMM_DPDK_LINK_WAIT for its link. */
+hcomm_status_t hc_dpdk_port_start(bool wait_link, char *why, size_t why_len);
 /* Expands HCOMM_DPDK_PORT for this rank into cfg.port; false when unset. */
 bool hc_dpdk_port_spec(const hc_drv_env_t *env, char *out, size_t cap);
 

@@ -329,7 +329,9 @@ static hcomm_status_t hc_dpdk_wireup(hc_drv_t *drv, const void *const *addrs,
     (void)drv;
     (void)addrs;
     (void)addr_lens; /* connect has each peer's blob */
-    return HCOMM_OK;
+    char why[512];
+    hcomm_status_t st = hc_dpdk_port_start(true, why, sizeof(why));
+    return st == HCOMM_OK ? st : hc_error(st, "dpdk: %s", why);
 }
 
 static hcomm_status_t hc_dpdk_connect(hc_drv_t *drv, int peer, const void *addr, size_t addr_len,
@@ -518,6 +520,7 @@ static int hc_dpdk_progress(hc_drv_t *drv)
 {
     hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
     struct rte_mbuf *pkts[HC_DPDK_BURST];
+    if (!hc_dpdk_port.started) return 0; /* a memif client before wireup */
     uint64_t now = hc_dpdk_now_us();
     if (now - d->t_poll > HC_DPDK_ABSENT_US) {
         /* Nobody polled for a while (the caller computed, or waited on the
@@ -656,7 +659,8 @@ static void hc_dpdk_close(hc_drv_t *drv)
     /* Drop what is still queued for us: the next instance has a new session. */
     struct rte_mbuf *pkts[HC_DPDK_BURST];
     uint16_t n;
-    while ((n = rte_eth_rx_burst(hc_dpdk_port.port_id, 0, pkts, HC_DPDK_BURST)) > 0)
+    while (hc_dpdk_port.started &&
+           (n = rte_eth_rx_burst(hc_dpdk_port.port_id, 0, pkts, HC_DPDK_BURST)) > 0)
         rte_pktmbuf_free_bulk(pkts, n);
     for (int i = 0; i < d->nregs; i++)
         if (d->regs[i].hi) hc_dpdk_mem_dereg(drv, (uint64_t)i + 1);

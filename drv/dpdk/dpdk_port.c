@@ -64,6 +64,10 @@ static const hc_config_knob_t hc_dpdk_knobs[] = {
                  "memory) when the port sends chained mbufs; 0 disables"),
     HC_KNOB_INT(hc_dpdk_cfg.mtu, "HCOMM_DPDK_MTU", "0",
                 "dpdk: port MTU to set (0: keep the port's; jumbo frames carry more per packet)"),
+    HC_KNOB_DOUBLE(hc_dpdk_cfg.link_wait, "HCOMM_DPDK_LINK_WAIT", "10",
+                   "dpdk: seconds init waits for the port's link to come up (a memif client "
+                   "starts its port again until its server takes it); frames sent before "
+                   "are retransmitted"),
     HC_KNOB_INT(hc_dpdk_cfg.mbufs, "HCOMM_DPDK_MBUFS", "16383", "dpdk: mbufs in the pool"),
     HC_KNOB_INT(hc_dpdk_cfg.ring, "HCOMM_DPDK_RING", "1024",
                 "dpdk: RX and TX descriptors of the port's queue"),
@@ -228,6 +232,25 @@ static hcomm_status_t hc_dpdk_eal_start(const char *port, char *why, size_t why_
 
 /* ---- the port -------------------------------------------------------------------- */
 
+/* Waits up to ms for the port's link to come up; *link says how it is. */
+static void hc_dpdk_wait_link(uint16_t pid, int ms, struct rte_eth_link *link)
+{
+    for (int i = 0; i <= ms / 20; i++) {
+        memset(link, 0, sizeof(*link));
+        if (rte_eth_link_get_nowait(pid, link) != 0 || link->link_status) return;
+        usleep(20000);
+    }
+}
+
+/* A memif vdev in the client role (memif's default role is server). */
+static bool hc_dpdk_memif_client(const char *spec)
+{
+    char role[16];
+    if (strncmp(spec, "net_memif", 9)) return false;
+    hc_dpdk_vdev_arg(spec, "role", role, sizeof(role));
+    return !strcmp(role, "client") || !strcmp(role, "slave");
+}
+
 static uint32_t hc_dpdk_iface_ip(const char *iface)
 {
     struct ifaddrs *ifa, *i;
@@ -317,6 +340,11 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
                  (long long)hc_dpdk_cfg.ring);
         return HCOMM_ERR_INVALID;
     }
+    if (!(hc_dpdk_cfg.link_wait >= 0 && hc_dpdk_cfg.link_wait <= 600)) {
+        snprintf(why, why_len, "HCOMM_DPDK_LINK_WAIT %g out of range (0..600 seconds)",
+                 hc_dpdk_cfg.link_wait);
+        return HCOMM_ERR_INVALID;
+    }
     unsigned room = HC_MAX((unsigned)mtu + RTE_ETHER_HDR_LEN + 64, RTE_MBUF_DEFAULT_DATAROOM);
     char pool_name[32];
     snprintf(pool_name, sizeof(pool_name), "hcomm_%u", pid);
@@ -344,25 +372,10 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
     if (rc == 0) rc = rte_eth_rx_queue_setup(pid, 0, nrx, socket, NULL, P->pool);
     if (rc == 0) rc = rte_eth_tx_queue_setup(pid, 0, ntx, socket, NULL);
     if (rc == 0 && hc_dpdk_cfg.mtu > 0) rc = rte_eth_dev_set_mtu(pid, mtu);
-    if (rc == 0) {
-        /* A memif client cannot start before its server has made the
-         * socket (ranks start in any order): try again for a while. */
-        bool memif = !strncmp(spec, "net_memif", 9);
-        for (int tries = 0; (rc = rte_eth_dev_start(pid)) != 0 && memif && tries < 200; tries++)
-            usleep(50000);
-    }
     if (rc != 0) {
         snprintf(why, why_len, "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s",
                  name, nrx, ntx, mtu, rte_strerror(rc < 0 ? -rc : rc));
         return HCOMM_ERR_NO_DEVICE;
-    }
-    /* Frames sent before the link is up are lost (and retransmitted):
-     * wait a little for it, as a memif pair takes a moment to connect. */
-    struct rte_eth_link link;
-    for (int i = 0; i < 100; i++) {
-        memset(&link, 0, sizeof(link));
-        if (rte_eth_link_get_nowait(pid, &link) != 0 || link.link_status) break;
-        usleep(20000);
     }
     (void)rte_eth_dev_get_mtu(pid, &mtu);
     rte_eth_macaddr_get(pid, &P->mac);
@@ -393,14 +406,54 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
         if (st != HCOMM_OK) return st;
     }
     P->up = true;
-    if (!link.link_status)
-        hc_log_warn("dpdk: port %s (%s): link still down after 2 s (frames sent now are lost "
-                    "and retransmitted)", name, P->driver);
+    /* A memif client starts its port at wireup, after the address exchange,
+     * when its server (a rank of this job) has surely started its own: a
+     * client that connects between its server's EAL start (which makes the
+     * socket) and its server's port start is told "ID not found" and
+     * disconnected, and DPDK does not try again (2 of 8 runs failed so). */
+    P->memif_client = hc_dpdk_memif_client(spec);
+    if (!P->memif_client) {
+        /* A memif server's link comes up when its client connects, after
+         * this open: it waits for it at wireup. */
+        st = hc_dpdk_port_start(strncmp(spec, "net_memif", 9) != 0, why, why_len);
+        if (st != HCOMM_OK) return st;
+    }
     hc_log_info("dpdk: port %s (%s) %02x:%02x:%02x:%02x:%02x:%02x MTU %u%s, EAL: %s", name,
                 P->driver, P->mac.addr_bytes[0], P->mac.addr_bytes[1], P->mac.addr_bytes[2],
                 P->mac.addr_bytes[3], P->mac.addr_bytes[4], P->mac.addr_bytes[5], P->mtu,
                 P->multi_seg ? ", chained TX (zero copy)" : ", no chained TX (copies)",
                 hc_dpdk_cfg.eal_args);
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_dpdk_port_start(bool wait_link, char *why, size_t why_len)
+{
+    hc_dpdk_port_t *P = &hc_dpdk_port;
+    int64_t limit = (int64_t)(hc_dpdk_cfg.link_wait * 1000);
+    int rc = 0, waited = 0;
+    /* A memif client cannot start before its server has made the socket
+     * (the server may not be a rank of this job): try again for a while. */
+    while (!P->started && (rc = rte_eth_dev_start(P->port_id)) != 0 && P->memif_client &&
+           waited < limit) {
+        usleep(50000);
+        waited += 50;
+    }
+    if (rc != 0) {
+        snprintf(why, why_len, "starting port %s (%s): %s", P->name, P->driver,
+                 rte_strerror(rc < 0 ? -rc : rc));
+        return HCOMM_ERR_NO_DEVICE;
+    }
+    P->started = true;
+    if (!wait_link || P->link_seen) return HCOMM_OK;
+    /* Frames sent before the link is up are lost (and retransmitted):
+     * wait for it, as a memif pair takes a moment to connect. */
+    struct rte_eth_link link;
+    hc_dpdk_wait_link(P->port_id, (int)HC_MAX(limit - waited, 0), &link);
+    P->link_seen = link.link_status;
+    if (!link.link_status)
+        hc_log_warn("dpdk: port %s (%s): link still down after %.1f s (HCOMM_DPDK_LINK_WAIT; "
+                    "frames sent now are lost and retransmitted)", P->name, P->driver,
+                    hc_dpdk_cfg.link_wait);
     return HCOMM_OK;
 }
 

@@ -23,6 +23,14 @@
 #   sigstop      2 x 2, a rank stopped 5 s and continued: all pass
 #   sigkill      2 x 2: a rank killed mid-run, the others report
 #                HCOMM_ERR_PEER_FAILED
+#   memif        2 fake nodes of one host joined by DPDK's net_memif (a
+#                shared-memory Ethernet link; rank 0 the server, rank 1 the
+#                client): p2p and every collective, twice; the second time
+#                the client starts first and the server is slow to start its
+#                port (a large mbuf pool), the order in which a client used
+#                to be refused ("ID not found") and the job hung
+#   memif_zcopy  the memif pair, a 64 MiB allreduce from hcomm_mem_alloc
+#                buffers: large payloads leave zero copy, none copied
 #
 # Exit 0 pass, 1 fail, 77 skipped (not root, no netns, no dpdk driver).
 set -u
@@ -40,7 +48,52 @@ export HCOMM_TIMEOUT=${HCOMM_TIMEOUT:-90}
 . "$(cd "$(dirname "$0")" && pwd)/jobs.sh"
 cleanup_extra() { ip netns del "hcdp-$$" 2>/dev/null; }
 
+# launch_memif ARGS...: 2 ranks on fake nodes of this host, each on its
+# end of a memif pair (socket in $work); memif_delay0 seconds before rank 0
+# starts; memif_env0 (an array) only for rank 0; job_env (without the
+# af_packet port) for both.
+launch_memif() {
+    local port=$((20000 + RANDOM % 30000)) r role
+    for r in 1 0; do
+        role=client
+        [ $r = 0 ] && { role=server; sleep "${memif_delay0:-0}"; }
+        env HCOMM_RANK=$r HCOMM_SIZE=2 HCOMM_LOCAL_RANK=0 HCOMM_LOCAL_SIZE=1 \
+            HCOMM_NODE_ID="memif$r" HCOMM_BOOTSTRAP="tcp://127.0.0.1:$port" \
+            HCOMM_JOB_KEY="memif$$" HCOMM_TIMEOUT="${HCOMM_TIMEOUT:-60}" \
+            HCOMM_LOG="${HCOMM_LOG:-warn}" HCOMM_NET=dpdk \
+            HCOMM_DPDK_PORT="net_memif$r,role=$role,socket=$work/memif.sock" \
+            ${job_env[@]+"${job_env[@]}"} $([ $r = 0 ] && echo ${memif_env0[@]+"${memif_env0[@]}"}) \
+            "$prog" "$@" >"$work/r$r.log" 2>&1 &
+        pids[$r]=$!
+    done
+}
+
 case "$case_" in
+memif)
+    job_env=()
+    launch_memif --max 4M --coll
+    wait_all 200
+    grep -q "link still down" "$work"/r*.log && fail "a memif port's link never came up"
+    # The client first; the server's port starts late (mbuf pool creation).
+    memif_delay0=1 memif_env0=(HCOMM_DPDK_MBUFS=262143)
+    launch_memif --max 1M --coll
+    wait_all 200
+    grep -q "link still down" "$work"/r*.log && fail "a memif port's link never came up"
+    ;;
+memif_zcopy)
+    prog="$build/bin/allreduce_bw"
+    job_env=(HCOMM_STATS=1 HCOMM_STATS_LEVEL=2 HCOMM_TOPO_PROBE=0)
+    launch_memif -b 64M -e 64M -n 2 -w 1 -m hcomm
+    wait_all 250
+    for r in 0 1; do
+        z=$(grep -o "zcopy_bytes [0-9]*" "$work/r$r.log" | grep -o "[0-9]*$" | tail -1)
+        c=$(grep -o "copied_large_bytes [0-9]*" "$work/r$r.log" | grep -o "[0-9]*$" | tail -1)
+        w=$(grep -c " 0 *$\| 0  " "$work/r$r.log")
+        echo "rank $r: ${z:-?} payload bytes sent zero copy, ${c:-?} large payload bytes copied"
+        [ "${z:-0}" -ge $((64 << 20)) ] || fail "rank $r: fewer than 64 MiB sent zero copy"
+        [ "${c:-1}" = 0 ] || fail "rank $r: large payloads were copied"
+    done
+    ;;
 conformance)
     # One namespace, a veth pair: rank 0 on a0, rank 1 on a1. The ends get
     # far-apart interface indexes: af_packet names its fanout group
