@@ -42,9 +42,12 @@
       "by node and NUMA node) | full (also switches: rings toured over the cost matrix, "          \
       "hierarchical allreduce); docs/topology.md")                                                 \
     X(topo_file, "HCOMM_TOPO_FILE", STR, "",                                                       \
-      "topology file: lines \"node <name> switch <path>\" (docs/topology.md)")                    \
+      "topology file: lines \"node <name> switch <path>\", or XML: hcomm's <cluster> of nested "  \
+      "<switch> and <node> elements, or NCCL's per-node <system> (NCCL_TOPO_FILE: NUMA nodes "     \
+      "and devices, no switches); docs/topology.md")                                               \
     X(topo_dump_file, "HCOMM_TOPO_DUMP_FILE", STR, "",                                             \
-      "rank 0 writes the job's map here at init, in the topology file format")                    \
+      "rank 0 writes the job's map here at init, in the topology file's line format, or as "      \
+      "<cluster> XML when the name ends in .xml")                                                  \
     X(topo_probe, "HCOMM_TOPO_PROBE", BOOL, "1",                                                  \
       "at init, measure latency and bandwidth between nodes (a few pairs per round, one leader "   \
       "per node) and order rings and choose algorithms by the measured costs (HCOMM_TOPO=full, "   \

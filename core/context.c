@@ -257,13 +257,10 @@ static hcomm_status_t hc_ctx_build_topo(const hc_rank_info_t *info)
     if ((st = hc_topo_map_new(n, hc_ctx.node_of_rank, numa, nn, names, sw, &w, &hc_ctx.topo)) != HCOMM_OK)
         goto out;
     if (hc_ctx.rank == 0 && hc_cfg.topo_dump_file[0]) {
-        FILE *f = fopen(hc_cfg.topo_dump_file, "w");
-        if (!f || hc_topo_map_dump(hc_ctx.topo, f) != HCOMM_OK)
-            hc_log_warn("HCOMM_TOPO_DUMP_FILE=%s: cannot write it (%s)", hc_cfg.topo_dump_file,
-                        strerror(errno));
+        if (hc_topo_map_dump_path(hc_ctx.topo, hc_cfg.topo_dump_file) != HCOMM_OK)
+            hc_log_warn("HCOMM_TOPO_DUMP_FILE=%s: %s", hc_cfg.topo_dump_file, hcomm_last_error());
         else
             hc_log_info("topology: the map went to %s", hc_cfg.topo_dump_file);
-        if (f) fclose(f);
     }
 out:
     free(numa);

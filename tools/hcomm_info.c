@@ -57,7 +57,8 @@ static void usage(FILE *to)
                 "               switch of HCOMM_TOPO_FILE); under a job (hcommrun -n N\n"
                 "               hcomm_info --topo) rank 0 prints the job's map, its cost\n"
                 "               matrix and the ring order; --topo FILE: the same for the map\n"
-                "               in FILE (docs/topology.md)\n");
+                "               in FILE (lines or <cluster> XML), or, for NCCL's per-node\n"
+                "               <system> XML, its NUMA nodes and devices (docs/topology.md)\n");
 }
 
 static const char *const class_names[HC_TOPO_NCLASS] = {"self", "numa", "host", "switch", "net"};
@@ -117,9 +118,31 @@ static int print_map(const hc_topo_map_t *m)
     return 0;
 }
 
+/* NCCL's <system> file: one node's NUMA nodes and devices. */
+static int print_system(const char *file, const char *indent)
+{
+    hc_topo_sys_t *sys = NULL;
+    if (hc_topo_sys_load(file, &sys) != HCOMM_OK) {
+        fprintf(stderr, "hcomm_info: %s\n", hcomm_last_error());
+        return 1;
+    }
+    hc_topo_sys_describe(sys, print_line, (void *)indent);
+    hc_topo_sys_free(sys);
+    return 0;
+}
+
 static int topo_main(const char *file)
 {
+    hc_topo_file_kind_t kind;
     if (file) {
+        if (hc_topo_file_kind(file, &kind) != HCOMM_OK) {
+            fprintf(stderr, "hcomm_info: %s\n", hcomm_last_error());
+            return 1;
+        }
+        if (kind == HC_TOPO_FILE_SYSTEM) {
+            printf("%s: NCCL's <system> XML, one node's internals (no switches, no ranks):\n", file);
+            return print_system(file, "  ");
+        }
         hc_topo_weights_t w;
         hc_topo_map_t *m = NULL;
         if (hc_topo_weights_parse(hc_cfg.topo_weights, &w) != HCOMM_OK ||
@@ -154,7 +177,16 @@ static int topo_main(const char *file)
     printf("node id: %s\n", node_id);
     printf("this process: core %d, NUMA node %d%s\n", me.core, me.numa,
            me.numa < 0 ? " (not bound inside one NUMA node)" : "");
-    printf("switch: %s\n", me.sw[0] ? me.sw : hc_cfg.topo_file[0] ? "not in HCOMM_TOPO_FILE" : "unknown (no HCOMM_TOPO_FILE)");
+    bool system = hc_cfg.topo_file[0] && hc_topo_file_kind(hc_cfg.topo_file, &kind) == HCOMM_OK &&
+                  kind == HC_TOPO_FILE_SYSTEM;
+    printf("switch: %s\n", me.sw[0]    ? me.sw
+                           : system     ? "unknown (HCOMM_TOPO_FILE is NCCL's <system> XML: no switches)"
+                           : hc_cfg.topo_file[0] ? "not in HCOMM_TOPO_FILE"
+                                                 : "unknown (no HCOMM_TOPO_FILE)");
+    if (system) {
+        printf("HCOMM_TOPO_FILE (NCCL <system>; a process bound inside one <cpu>'s affinity is on its NUMA node):\n");
+        if (print_system(hc_cfg.topo_file, "  ") != 0) return 1;
+    }
     printf("machine: ");
     hc_topo_describe(print_line, "");
     printf("I/O devices (hwloc):\n");

@@ -50,7 +50,19 @@ typedef struct {
     size_t host_len;  /* the host part of it (before '/') */
     char *sw;
     int matches;      /* 2: exact, 1: host name */
+    const uint64_t *cpus; /* this process's CPU binding; NULL unknown */
+    bool system;      /* the file is NCCL's <system> */
+    int sys_numa;     /* hc_topo_sys_numa of the binding */
 } hc_topo_find_t;
+
+static hcomm_status_t hc_topo_find_system(void *arg, const hc_topo_sys_t *sys, const char *where)
+{
+    (void)where;
+    hc_topo_find_t *f = arg;
+    f->system = true;
+    f->sys_numa = f->cpus ? hc_topo_sys_numa(sys, f->cpus) : -2;
+    return HCOMM_OK;
+}
 
 static hcomm_status_t hc_topo_find_node(void *arg, const char *name, const char *sw, const char *where)
 {
@@ -68,6 +80,8 @@ static hcomm_status_t hc_topo_find_node(void *arg, const char *name, const char 
 hcomm_status_t hc_topo_self(const char *file, const char *name, hc_topo_self_t *out)
 {
     *out = (hc_topo_self_t){.numa = -1, .core = -1};
+    uint64_t cpus[HC_TOPO_CPUSET_WORDS] = {0};
+    bool bound = false;
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) == 0 && hwloc_topology_load(topo) == 0) {
         hwloc_bitmap_t set = hwloc_bitmap_alloc();
@@ -80,6 +94,12 @@ hcomm_status_t hc_topo_self(const char *file, const char *name, hc_topo_self_t *
                     break;
                 }
             }
+            /* For an NCCL <system> file's affinities (CPUs past its 4096: unknown). */
+            bound = !hwloc_bitmap_iszero(set) && hwloc_bitmap_last(set) < 64 * HC_TOPO_CPUSET_WORDS;
+            unsigned cpu;
+            hwloc_bitmap_foreach_begin(cpu, set)
+            if (bound) cpus[cpu / 64] |= 1ull << (cpu % 64);
+            hwloc_bitmap_foreach_end();
         }
         if (set && hwloc_get_last_cpu_location(topo, set, HWLOC_CPUBIND_THREAD) == 0)
             out->core = hwloc_bitmap_first(set);
@@ -87,13 +107,25 @@ hcomm_status_t hc_topo_self(const char *file, const char *name, hc_topo_self_t *
         hwloc_topology_destroy(topo);
     }
     if (!file || !file[0]) return HCOMM_OK;
-    hc_topo_find_t f = {.name = name, .host_len = strcspn(name, "/"), .sw = out->sw};
-    hc_topo_file_cb_t cb = {.node = hc_topo_find_node, .arg = &f};
+    hc_topo_find_t f = {.name = name, .host_len = strcspn(name, "/"), .sw = out->sw,
+                        .cpus = bound ? cpus : NULL};
+    hc_topo_file_cb_t cb = {.node = hc_topo_find_node, .system = hc_topo_find_system, .arg = &f};
     hcomm_status_t st = hc_topo_file_parse(file, &cb);
-    if (st == HCOMM_OK && !f.matches)
-        hc_log_info("HCOMM_TOPO_FILE %s has no line for this node (%s): its switch is unknown",
-                    file, name);
-    return st;
+    if (st != HCOMM_OK) return st;
+    if (f.system) {
+        hc_log_info("HCOMM_TOPO_FILE %s is NCCL's <system> XML: it describes this node, not switches: "
+                    "the switch is unknown", file);
+        if (f.sys_numa >= 0)
+            hc_log_info("HCOMM_TOPO_FILE %s: this process's CPUs are in the affinity of <cpu numaid=\"%d\">: "
+                        "NUMA node %d (hwloc says %d)", file, f.sys_numa, f.sys_numa, out->numa);
+        else if (f.sys_numa == -1)
+            hc_log_info("HCOMM_TOPO_FILE %s: this process's CPUs are in no single <cpu>'s affinity: NUMA "
+                        "node unknown (hwloc says %d)", file, out->numa);
+        if (f.sys_numa != -2) out->numa = f.sys_numa;
+    } else if (!f.matches) {
+        hc_log_info("HCOMM_TOPO_FILE %s does not list this node (%s): its switch is unknown", file, name);
+    }
+    return HCOMM_OK;
 }
 
 void hc_topo_io_describe(void (*line)(const char *text, void *arg), void *arg)

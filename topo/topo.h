@@ -40,9 +40,69 @@ typedef struct {
 } hc_topo_self_t;
 
 /* Where this process runs (hwloc), and the switch path of node `name` in
- * the topology file `file` (NULL or "": none). An unreadable or malformed
+ * the topology file `file` (NULL or "": none). When the file is NCCL's
+ * per-node <system> XML and gives CPU affinities, its <cpu> whose affinity
+ * holds this process's CPU binding names the NUMA node (instead of
+ * hwloc's; -1 when the binding spans several). An unreadable or malformed
  * file is an error naming it and the line. */
 hcomm_status_t hc_topo_self(const char *file, const char *name, hc_topo_self_t *out);
+
+/* ---- one node's internals: NCCL's topology XML (topo_sys.c) ------------------------------- */
+
+/* NCCL_TOPO_FILE's <system version="1"> describes one node: its CPUs
+ * (<cpu numaid= affinity=>) and what hangs off them (<pci busid= class=>,
+ * <nic><net name= dev= speed= port= guid=/></nic>, <gpu dev=>). hcomm keeps
+ * the NUMA nodes with their CPUs and the network and GPU devices with the
+ * NUMA node they hang off (docs/topology.md). */
+#define HC_TOPO_SYS_MAX_CPUS 64
+#define HC_TOPO_SYS_MAX_DEVS 256
+#define HC_TOPO_CPUSET_WORDS 64 /* CPUs 0..4095 */
+
+typedef struct {
+    int numa; /* numaid=; -1 absent */
+    int line; /* of the <cpu> in the file */
+    bool has_affinity;
+    uint64_t cpus[HC_TOPO_CPUSET_WORDS]; /* affinity=: bit i is CPU i */
+} hc_topo_sys_cpu_t;
+
+typedef enum {
+    HC_TOPO_DEV_NET,     /* <net> (inside <nic>) */
+    HC_TOPO_DEV_GPU,     /* <gpu> */
+    HC_TOPO_DEV_PCI_NET, /* a <pci> of a network class (0x02....) with no <nic> inside */
+    HC_TOPO_DEV_PCI_GPU, /* a <pci> of a display class (0x03....) with no <gpu> inside */
+} hc_topo_dev_kind_t;
+
+typedef struct {
+    hc_topo_dev_kind_t kind;
+    int numa;          /* numaid of the <cpu> it hangs off; -1 none */
+    int dev, port;     /* dev=, port=; -1 absent */
+    double speed_mbps; /* speed= of a <net> (Mb/s, as NCCL writes it); 0 absent */
+    char name[64];     /* <net name=>; a <pci>'s class= */
+    char busid[32];    /* busid= of the nearest <pci> around it (or its own); "" none */
+    char guid[32];     /* <net guid=> */
+} hc_topo_sys_dev_t;
+
+typedef struct hc_topo_sys {
+    int ncpus, ndevs;
+    hc_topo_sys_cpu_t cpu[HC_TOPO_SYS_MAX_CPUS];
+    hc_topo_sys_dev_t dev[HC_TOPO_SYS_MAX_DEVS];
+} hc_topo_sys_t;
+
+/* The kinds of topology file: hcomm's lines, hcomm's <cluster> XML, NCCL's
+ * <system> XML. Errors: unreadable or malformed (file:line). */
+typedef enum { HC_TOPO_FILE_LINES, HC_TOPO_FILE_CLUSTER, HC_TOPO_FILE_SYSTEM } hc_topo_file_kind_t;
+hcomm_status_t hc_topo_file_kind(const char *path, hc_topo_file_kind_t *kind_p);
+
+/* Loads an NCCL <system> file; any other kind of file is ERR_INVALID. */
+hcomm_status_t hc_topo_sys_load(const char *path, hc_topo_sys_t **sys_p);
+void hc_topo_sys_free(hc_topo_sys_t *sys);
+/* The numaid of the <cpu> whose affinity holds every CPU of cpus
+ * (HC_TOPO_CPUSET_WORDS words); -1 when none does (or cpus is empty); -2
+ * when no <cpu> of sys has an affinity (the file cannot tell). */
+int hc_topo_sys_numa(const hc_topo_sys_t *sys, const uint64_t *cpus);
+/* One line per NUMA node (its CPUs) and per device (kind, name, PCI
+ * address, NUMA node). */
+void hc_topo_sys_describe(const hc_topo_sys_t *sys, void (*line)(const char *text, void *arg), void *arg);
 
 /* ---- the map -------------------------------------------------------------------------------- */
 
@@ -113,6 +173,12 @@ hcomm_status_t hc_topo_map_load(const char *path, const hc_topo_weights_t *weigh
                                 hc_topo_map_t **map_p);
 /* Writes map in the file format (node and rank lines). */
 hcomm_status_t hc_topo_map_dump(const hc_topo_map_t *map, FILE *f);
+/* Writes map as <cluster> XML: nested <switch> elements, <node> and
+ * <rank> elements (hc_topo_map_load reads it back as the same map).
+ * Errors: a switch path that XML cannot hold (an empty part: "a//b"). */
+hcomm_status_t hc_topo_map_dump_xml(const hc_topo_map_t *map, FILE *f);
+/* Writes map to path: as XML when path ends in ".xml", else as lines. */
+hcomm_status_t hc_topo_map_dump_path(const hc_topo_map_t *map, const char *path);
 
 /* ---- rings ---------------------------------------------------------------------------------- */
 

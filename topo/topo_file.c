@@ -1,8 +1,9 @@
 /*
- * The topology file (docs/topology.md):
+ * The topology file (docs/topology.md), in lines:
  *     # comment
  *     node <name> switch <path>
  *     rank <r> node <name> [numa <k>]
+ * or, when its first non-blank character is '<', in XML (topo_file_xml.c).
  */
 #include "topo/topo_int.h"
 
@@ -57,13 +58,32 @@ static hcomm_status_t hc_topo_file_line(char *line, const char *where, const hc_
                     "(HCOMM_TOPO_FILE, docs/topology.md)", where, w[0]);
 }
 
-hcomm_status_t hc_topo_file_parse(const char *path, const hc_topo_file_cb_t *cb)
+hcomm_status_t hc_topo_file_is_xml(const char *path, bool *xml_p)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return hc_error_errno(HCOMM_ERR_INVALID, errno, "HCOMM_TOPO_FILE: cannot open %s", path);
+    int c = fgetc(f);
+    if (c == 0xef) /* a UTF-8 byte order mark */
+        c = fgetc(f) == 0xbb && fgetc(f) == 0xbf ? fgetc(f) : 0;
+    while (c == ' ' || c == '\t' || c == '\r' || c == '\n') c = fgetc(f);
+    bool err = ferror(f);
+    fclose(f);
+    if (err) return hc_error_errno(HCOMM_ERR_INVALID, errno, "HCOMM_TOPO_FILE: reading %s", path);
+    *xml_p = c == '<';
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_topo_file_parse(const char *path, const hc_topo_file_cb_t *cb)
+{
+    bool xml;
+    hcomm_status_t st = hc_topo_file_is_xml(path, &xml);
+    if (st != HCOMM_OK) return st;
+    if (xml) return hc_topo_file_parse_xml(path, cb);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return hc_error_errno(HCOMM_ERR_INVALID, errno, "HCOMM_TOPO_FILE: cannot open %s", path);
     char line[1024], where[600];
-    hcomm_status_t st = HCOMM_OK;
     for (int no = 1; st == HCOMM_OK && fgets(line, sizeof(line), f); no++) {
         snprintf(where, sizeof(where), "%s:%d", path, no);
         if (!strchr(line, '\n') && !feof(f))
