@@ -479,6 +479,9 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
     for (int i = 0; i < hc_ctx.ndrvs; i++)
         if (!hc_drv_progress_is_noop(hc_ctx.drvs[i]->ops))
             hc_ctx.poll[hc_ctx.npoll++] = hc_ctx.drvs[i];
+    for (int i = 0; i < hc_ctx.ndrvs; i++)
+        if (hc_ctx.drvs[i]->ops->flush)
+            hc_ctx.flush[hc_ctx.nflush++] = hc_ctx.drvs[i];
 
     /* Round 2: driver addresses. */
     size_t stride = (size_t)HC_DRV_MAX * HC_DRV_ADDR_MAX;

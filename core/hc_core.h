@@ -270,6 +270,9 @@ typedef struct hc_ctx {
     int ndrvs;
     hc_drv_t *poll[HC_DRV_MAX]; /* the open drivers that have progress work */
     int npoll;
+    hc_drv_t *flush[HC_DRV_MAX]; /* the open drivers that batch their puts (ops->flush) */
+    int nflush;
+    bool in_progress;            /* inside hc_progress: its end flushes the batches */
     hc_peer_t *peers;
     struct hcomm_comm *world;
     hc_list_t comms;

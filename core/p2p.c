@@ -61,6 +61,14 @@ static hcomm_status_t hc_p2p_queue(hc_peer_t *p, const hc_frame_hdr_t *hdr, cons
     return HCOMM_OK;
 }
 
+/* A put made outside progress leaves now: a driver that batches (ops->flush)
+ * would otherwise hold it until the next progress pass. */
+static inline void hc_p2p_kick(hc_conn_t *conn)
+{
+    if (conn->ops->flush && !hc_ctx.in_progress)
+        conn->ops->flush(conn->drv);
+}
+
 /* Sends one frame now, or queues it behind earlier ones. A send request's
  * bytes are accounted here so that its completion needs no other path. */
 hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *payload,
@@ -70,6 +78,7 @@ hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *p
         return hc_p2p_queue(p, hdr, payload, req);
     hc_conn_t *conn = p->conn;
     hcomm_status_t st = conn->ops->put(conn, hdr, payload, req);
+    hc_p2p_kick(conn);
     if (HC_LIKELY(st == HCOMM_OK)) {
         if (req && (hdr->type == HC_FRAME_EAGER || hdr->type == HC_FRAME_DATA ||
                     hdr->type == HC_FRAME_CONT)) {
@@ -411,6 +420,7 @@ hcomm_status_t hc_p2p_send_eager_now(struct hcomm_comm *comm, const void *buf, s
     hc_frame_hdr_t hdr = {.type = HC_FRAME_EAGER, .ctx_id = comm->ctx_id, .tag = tag,
                           .len = (uint32_t)len};
     hcomm_status_t st = p->conn->ops->put(p->conn, &hdr, buf, NULL);
+    hc_p2p_kick(p->conn);
     if (HC_LIKELY(st == HCOMM_OK)) {
         *sent_p = true;
         hc_stats.send_msgs++;

@@ -28,12 +28,19 @@ void hc_core_register_coll(const hc_coll_ops_t *ops)
 int hc_progress(void)
 {
     int n = 0;
+    bool outer = !hc_ctx.in_progress;
+    hc_ctx.in_progress = true;
     for (int i = 0; i < hc_ctx.npoll; i++)
         n += hc_ctx.poll[i]->ops->progress(hc_ctx.poll[i]);
     if (HC_UNLIKELY(hc_ctx.npending))
         n += hc_p2p_flush_pending();
     if (hc_coll_ops.progress)
         n += hc_coll_ops.progress();
+    if (outer) {
+        hc_ctx.in_progress = false;
+        for (int i = 0; i < hc_ctx.nflush; i++)
+            hc_ctx.flush[i]->ops->flush(hc_ctx.flush[i]);
+    }
     return n;
 }
 
@@ -47,6 +54,11 @@ static void hc_peer_mark_failed(int peer)
     hc_peer_t *p = &hc_ctx.peers[peer];
     p->failed = true;
     hc_ctx.nfailed++;
+    /* A payload a driver still holds for the peer (a zero-copy put waiting
+     * for an acknowledgement that will not come) completes now. */
+    for (int i = 0; i < hc_ctx.ndrvs; i++)
+        if (hc_ctx.drvs[i]->ops->peer_gone)
+            hc_ctx.drvs[i]->ops->peer_gone(hc_ctx.drvs[i], peer);
     if (p->cause != peer)
         hc_log_warn("rank %d failed: %s (after rank %d failed)", peer, p->fail_why, p->cause);
     else

@@ -269,6 +269,17 @@ struct hc_drv_ops {
      * RDMA bytes), one kv() call each; the base reports none. */
     void (*counters)(hc_drv_t *drv, void (*kv)(const char *name, uint64_t value, void *arg),
                      void *arg);
+    /* Sends what put (or progress) queued, for a driver that batches its
+     * packets (one doorbell or system call per burst, not per frame). The
+     * core calls it at the end of every progress pass and after each put it
+     * makes outside progress, so nothing waits on a later call. NULL (the
+     * base): every put leaves at once. */
+    void (*flush)(hc_drv_t *drv);
+    /* The core has learned that peer failed (its bootstrap connection
+     * closed, another driver saw it): complete what is still owed for it
+     * (put_done / rma_done with PEER_FAILED) rather than wait for the
+     * driver's own timeout. NULL: nothing to do (the driver sees it itself). */
+    void (*peer_gone)(hc_drv_t *drv, int peer);
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops);

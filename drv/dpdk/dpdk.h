@@ -23,6 +23,7 @@
 #define HC_DPDK_MAGIC 0x4843u /* "HC" */
 #define HC_DPDK_VERSION 1
 #define HC_DPDK_BURST 32
+#define HC_DPDK_TXQ 64 /* packets queued for one rte_eth_tx_burst at most */
 
 /* Address blob: how to reach this rank's port. */
 typedef struct {
@@ -71,6 +72,13 @@ extern hc_dpdk_cfg_t hc_dpdk_cfg;
 /* The process's port: EAL runs once per process and cannot restart, so the
  * port stays configured and started from the first open to exit; each
  * driver instance (one at a time) uses it. */
+/* The largest frame the driver sends (an IPv4 datagram's 64 KiB, less room). */
+#define HC_DPDK_MTU_MAX 65000
+/* memif's frame size unless HCOMM_DPDK_MTU says: 32 MiB allreduce busbw on
+ * this host at 1500 / 9000 / 16000 / 32000 / 64000: 1.0 / 2.3 / 2.6 / 2.3 /
+ * 2.4 GB/s (in place; docs/dpdk.md). */
+#define HC_DPDK_MEMIF_MTU 16000
+
 typedef struct {
     bool up;
     uint16_t port_id;

@@ -77,9 +77,14 @@ struct hc_dpdk_drv {
     uint64_t t_poll; /* the last progress call */
     uint64_t rng;
     struct rte_mbuf_ext_shared_info shinfo; /* of every zero-copy segment: never freed */
+    /* Packets sent but not yet handed to the PMD: one rte_eth_tx_burst per
+     * burst (on af_packet one sendto, on memif one ring update), flushed
+     * when full, at the start and end of progress and by ops->flush. */
+    struct rte_mbuf *txq[HC_DPDK_TXQ];
+    unsigned ntxq;
     /* counters (HCOMM_STATS_LEVEL=2) */
     uint64_t tx_pkts, rx_pkts, tx_bytes, rx_bytes, rx_foreign, rx_stale, rx_dropped_fault;
-    uint64_t zcopy_puts, copy_puts, tx_full, mbuf_short;
+    uint64_t zcopy_puts, copy_puts, tx_full, tx_bursts, mbuf_short;
     uint64_t zcopy_bytes, copy_bytes, copied_large_bytes; /* payload; large: >= the threshold */
     int nregs;
     struct {
@@ -161,16 +166,35 @@ static hc_dpdk_hdr_t *hc_dpdk_hdr_of(struct rte_mbuf *m)
     return rte_pktmbuf_mtod_offset(m, hc_dpdk_hdr_t *, HC_DPDK_L2L4_LEN);
 }
 
-/* One packet to the NIC; the PMD frees what it is handed. */
+/* Hands the queued packets to the PMD (which frees what it sent); what it
+ * refuses (its ring is full) stays queued, in order, for the next flush. */
+static void hc_dpdk_tx_flush(hc_dpdk_drv_t *d)
+{
+    if (d->ntxq == 0) return;
+    uint16_t sent = rte_eth_tx_burst(hc_dpdk_port.port_id, 0, d->txq, (uint16_t)d->ntxq);
+    d->tx_bursts++;
+    if (sent < d->ntxq) {
+        d->tx_full++;
+        memmove(d->txq, d->txq + sent, (d->ntxq - sent) * sizeof(d->txq[0]));
+    }
+    d->ntxq -= sent;
+}
+
+/* One packet to the NIC, queued for the next burst: -1 when the queue is
+ * full and the PMD takes none of it (the caller keeps the packet). */
 static int hc_dpdk_tx1(hc_dpdk_drv_t *d, struct rte_mbuf *m)
 {
-    if (rte_eth_tx_burst(hc_dpdk_port.port_id, 0, &m, 1) == 1) {
-        d->tx_pkts++;
-        d->tx_bytes += m->pkt_len;
-        return 0;
-    }
-    d->tx_full++;
-    return -1;
+    if (d->ntxq == HC_DPDK_TXQ) hc_dpdk_tx_flush(d);
+    if (d->ntxq == HC_DPDK_TXQ) return -1;
+    d->txq[d->ntxq++] = m;
+    d->tx_pkts++;
+    d->tx_bytes += m->pkt_len;
+    return 0;
+}
+
+static void hc_dpdk_flush(hc_drv_t *drv)
+{
+    hc_dpdk_tx_flush((hc_dpdk_drv_t *)drv);
 }
 
 /* ---- hc_rel_ops_t ---------------------------------------------------------------- */
@@ -460,6 +484,15 @@ static void hc_dpdk_fail_one(void *arg, void *pkt, void *cookie)
     hc_dpdk_complete(arg, pkt, cookie, HCOMM_ERR_PEER_FAILED);
 }
 
+static void hc_dpdk_peer_gone(hc_drv_t *drv, int peer)
+{
+    hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
+    hc_dpdk_conn_t *c = peer >= 0 && peer < drv->env->size ? d->conns[peer] : NULL;
+    if (!c || c->failed) return;
+    c->failed = true;
+    hc_rel_drain(&c->rel, hc_dpdk_fail_one, c);
+}
+
 static void hc_dpdk_fail(hc_dpdk_conn_t *c, const char *why)
 {
     if (c->failed) return;
@@ -521,6 +554,7 @@ static int hc_dpdk_progress(hc_drv_t *drv)
     hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
     struct rte_mbuf *pkts[HC_DPDK_BURST];
     if (!hc_dpdk_port.started) return 0; /* a memif client before wireup */
+    hc_dpdk_tx_flush(d);
     uint64_t now = hc_dpdk_now_us();
     if (now - d->t_poll > HC_DPDK_ABSENT_US) {
         /* Nobody polled for a while (the caller computed, or waited on the
@@ -581,6 +615,7 @@ static int hc_dpdk_progress(hc_drv_t *drv)
             }
         }
     }
+    hc_dpdk_tx_flush(d); /* the acknowledgements and retransmissions of this pass */
     return events;
 }
 
@@ -654,6 +689,10 @@ static void hc_dpdk_disconnect(hc_conn_t *conn)
 static void hc_dpdk_close(hc_drv_t *drv)
 {
     hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
+    /* The last acknowledgements go out; what the PMD will not take is dropped. */
+    hc_dpdk_tx_flush(d);
+    if (d->ntxq) rte_pktmbuf_free_bulk(d->txq, d->ntxq);
+    d->ntxq = 0;
     for (int r = 0; r < drv->env->size; r++)
         if (d->conns[r]) hc_dpdk_conn_free(d, d->conns[r]);
     /* Drop what is still queued for us: the next instance has a new session. */
@@ -712,6 +751,7 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
     kv("rx_stale", d->rx_stale, arg);
     kv("rx_fault_dropped", d->rx_dropped_fault, arg);
     kv("tx_queue_full", d->tx_full, arg);
+    kv("tx_bursts", d->tx_bursts, arg);
     kv("mbuf_shortage", d->mbuf_short, arg);
     struct rte_eth_stats es;
     if (rte_eth_stats_get(hc_dpdk_port.port_id, &es) == 0) {
@@ -744,5 +784,7 @@ static const struct hc_drv_ops hc_dpdk_ops = {
     .close = hc_dpdk_close,
     .describe = hc_dpdk_describe,
     .counters = hc_dpdk_counters,
+    .flush = hc_dpdk_flush,
+    .peer_gone = hc_dpdk_peer_gone,
 };
 HC_DRV_REGISTER(hc_dpdk_ops)

@@ -68,7 +68,9 @@ static const hc_config_knob_t hc_dpdk_knobs[] = {
                    "dpdk: seconds init waits for the port's link to come up (a memif client "
                    "starts its port again until its server takes it); frames sent before "
                    "are retransmitted"),
-    HC_KNOB_INT(hc_dpdk_cfg.mbufs, "HCOMM_DPDK_MBUFS", "16383", "dpdk: mbufs in the pool"),
+    HC_KNOB_INT(hc_dpdk_cfg.mbufs, "HCOMM_DPDK_MBUFS", "0",
+                "dpdk: mbufs in the pool (0: 16383, fewer for frames over 4 KiB: 64 MiB "
+                "of them, at least 4095)"),
     HC_KNOB_INT(hc_dpdk_cfg.ring, "HCOMM_DPDK_RING", "1024",
                 "dpdk: RX and TX descriptors of the port's queue"),
     HC_KNOB_DOUBLE(hc_dpdk_cfg.rx_drop, "HCOMM_DPDK_RX_DROP", "0",
@@ -127,6 +129,14 @@ static void hc_dpdk_vdev_arg(const char *spec, const char *key, char *out, size_
             return;
         }
     }
+}
+
+/* The MTU asked for: HCOMM_DPDK_MTU, else on memif (a shared-memory link
+ * with no wire MTU) HC_DPDK_MEMIF_MTU, else 0 (the port's). */
+static int64_t hc_dpdk_want_mtu(const char *spec)
+{
+    if (hc_dpdk_cfg.mtu != 0) return hc_dpdk_cfg.mtu;
+    return !strncmp(spec, "net_memif", 9) ? HC_DPDK_MEMIF_MTU : 0;
 }
 
 static long hc_dpdk_free_hugepages(void)
@@ -200,9 +210,17 @@ static hcomm_status_t hc_dpdk_eal_start(const char *port, char *why, size_t why_
              * our tests (a plain packet socket still saw them), so both
              * are set unless the port string says otherwise. */
             bool afp = !strncmp(port, "net_af_packet", 13);
-            snprintf(portarg, sizeof(portarg), "--vdev=%s%s%s", port,
+            /* memif: a ring buffer holds a whole frame (HCOMM_DPDK_MTU), so
+             * that a frame is one descriptor each way. */
+            char bsize[32] = "";
+            int64_t fmtu = hc_dpdk_want_mtu(port);
+            if (!strncmp(port, "net_memif", 9) && !strstr(port, "bsize=") &&
+                fmtu > RTE_ETHER_MTU && fmtu <= HC_DPDK_MTU_MAX)
+                snprintf(bsize, sizeof(bsize), ",bsize=%u",
+                         (unsigned)HC_MIN(65535, (fmtu + RTE_ETHER_HDR_LEN + 127) / 128 * 128));
+            snprintf(portarg, sizeof(portarg), "--vdev=%s%s%s%s", port,
                      afp && !strstr(port, "framecnt=") ? ",framecnt=4096" : "",
-                     afp && !strstr(port, "qdisc_bypass=") ? ",qdisc_bypass=0" : "");
+                     afp && !strstr(port, "qdisc_bypass=") ? ",qdisc_bypass=0" : "", bsize);
             argv[argc++] = "--no-pci";
         }
         argv[argc++] = portarg;
@@ -322,20 +340,30 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
         snprintf(why, why_len, "rte_eth_dev_info_get(%s): %s", name, rte_strerror(-rc));
         return HCOMM_ERR_NO_DEVICE;
     }
-    uint16_t mtu = RTE_ETHER_MTU;
+    uint16_t mtu = RTE_ETHER_MTU, eth_mtu;
     (void)rte_eth_dev_get_mtu(pid, &mtu);
-    if (hc_dpdk_cfg.mtu > 0) {
-        if (hc_dpdk_cfg.mtu < 576 || hc_dpdk_cfg.mtu > info.max_mtu) {
+    /* memif chains its ring buffers for a packet of any length and checks
+     * no MTU on its data path; ethdev still refuses an MTU above 1500 for
+     * it. So on memif, HCOMM_DPDK_MTU is the frame size the driver uses
+     * and the port keeps its ethdev MTU (up to an IPv4 datagram's 64 KiB). */
+    bool free_frames = !strncmp(spec, "net_memif", 9);
+    unsigned max_mtu = free_frames ? HC_DPDK_MTU_MAX : info.max_mtu;
+    int64_t want = hc_dpdk_want_mtu(spec);
+    if (want != 0) {
+        if (want < 576 || want > max_mtu) {
             snprintf(why, why_len, "HCOMM_DPDK_MTU %lld outside [576, %u] (the port's maximum)",
-                     (long long)hc_dpdk_cfg.mtu, info.max_mtu);
+                     (long long)want, max_mtu);
             return HCOMM_ERR_INVALID;
         }
-        mtu = (uint16_t)hc_dpdk_cfg.mtu;
+        mtu = (uint16_t)want;
     }
     if (mtu < 576) mtu = 576;
+    eth_mtu = mtu;
+    if (free_frames && (uint32_t)mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN > info.max_rx_pktlen)
+        eth_mtu = (uint16_t)(info.max_rx_pktlen - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
 
-    if (hc_dpdk_cfg.mbufs < 1023 || hc_dpdk_cfg.ring < 64 || hc_dpdk_cfg.ring > 16384) {
-        snprintf(why, why_len, "HCOMM_DPDK_MBUFS %lld (>= 1023) or HCOMM_DPDK_RING %lld "
+    if ((hc_dpdk_cfg.mbufs != 0 && hc_dpdk_cfg.mbufs < 1023) || hc_dpdk_cfg.ring < 64 || hc_dpdk_cfg.ring > 16384) {
+        snprintf(why, why_len, "HCOMM_DPDK_MBUFS %lld (0 or >= 1023) or HCOMM_DPDK_RING %lld "
                  "(64..16384) out of range", (long long)hc_dpdk_cfg.mbufs,
                  (long long)hc_dpdk_cfg.ring);
         return HCOMM_ERR_INVALID;
@@ -348,20 +376,22 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
     unsigned room = HC_MAX((unsigned)mtu + RTE_ETHER_HDR_LEN + 64, RTE_MBUF_DEFAULT_DATAROOM);
     char pool_name[32];
     snprintf(pool_name, sizeof(pool_name), "hcomm_%u", pid);
-    P->pool = rte_pktmbuf_pool_create(pool_name, (unsigned)hc_dpdk_cfg.mbufs, 256, 0,
+    unsigned mbufs = (unsigned)hc_dpdk_cfg.mbufs;
+    if (mbufs == 0) mbufs = HC_MIN(16383u, HC_MAX(4095u, (64u << 20) / room));
+    P->pool = rte_pktmbuf_pool_create(pool_name, mbufs, 256, 0,
                                       (uint16_t)(room + RTE_PKTMBUF_HEADROOM),
                                       (int)rte_eth_dev_socket_id(pid) < 0
                                           ? SOCKET_ID_ANY
                                           : rte_eth_dev_socket_id(pid));
     if (!P->pool) {
-        snprintf(why, why_len, "rte_pktmbuf_pool_create(%lld mbufs of %u bytes): %s",
-                 (long long)hc_dpdk_cfg.mbufs, room, rte_strerror(rte_errno));
+        snprintf(why, why_len, "rte_pktmbuf_pool_create(%u mbufs of %u bytes): %s (HCOMM_DPDK_MBUFS)",
+                 mbufs, room, rte_strerror(rte_errno));
         return HCOMM_ERR_NO_MEMORY;
     }
 
     struct rte_eth_conf conf;
     memset(&conf, 0, sizeof(conf));
-    conf.rxmode.mtu = mtu;
+    conf.rxmode.mtu = eth_mtu;
     P->multi_seg = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
     if (P->multi_seg) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
     rc = rte_eth_dev_configure(pid, 1, 1, &conf);
@@ -371,13 +401,13 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
     unsigned socket = sock < 0 ? (unsigned)SOCKET_ID_ANY : (unsigned)sock;
     if (rc == 0) rc = rte_eth_rx_queue_setup(pid, 0, nrx, socket, NULL, P->pool);
     if (rc == 0) rc = rte_eth_tx_queue_setup(pid, 0, ntx, socket, NULL);
-    if (rc == 0 && hc_dpdk_cfg.mtu > 0) rc = rte_eth_dev_set_mtu(pid, mtu);
+    if (rc == 0 && hc_dpdk_cfg.mtu > 0 && !free_frames) rc = rte_eth_dev_set_mtu(pid, eth_mtu);
     if (rc != 0) {
         snprintf(why, why_len, "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s",
                  name, nrx, ntx, mtu, rte_strerror(rc < 0 ? -rc : rc));
         return HCOMM_ERR_NO_DEVICE;
     }
-    (void)rte_eth_dev_get_mtu(pid, &mtu);
+    if (!free_frames) (void)rte_eth_dev_get_mtu(pid, &mtu);
     rte_eth_macaddr_get(pid, &P->mac);
     P->port_id = pid;
     P->mtu = mtu;
