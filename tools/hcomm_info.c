@@ -140,7 +140,8 @@ static int topo_main(const char *file)
             return 1;
         }
         if (kind == HC_TOPO_FILE_SYSTEM) {
-            printf("%s: NCCL's <system> XML, one node's internals (no switches, no ranks):\n", file);
+            printf("%s: NCCL's <system> XML, one node's internals (no switches, no ranks):\n",
+                   file);
             return print_system(file, "  ");
         }
         hc_topo_weights_t w;
@@ -179,12 +180,14 @@ static int topo_main(const char *file)
            me.numa < 0 ? " (not bound inside one NUMA node)" : "");
     bool system = hc_cfg.topo_file[0] && hc_topo_file_kind(hc_cfg.topo_file, &kind) == HCOMM_OK &&
                   kind == HC_TOPO_FILE_SYSTEM;
-    printf("switch: %s\n", me.sw[0]    ? me.sw
-                           : system     ? "unknown (HCOMM_TOPO_FILE is NCCL's <system> XML: no switches)"
+    printf("switch: %s\n", me.sw[0] ? me.sw
+                           : system
+                               ? "unknown (HCOMM_TOPO_FILE is NCCL's <system> XML: no switches)"
                            : hc_cfg.topo_file[0] ? "not in HCOMM_TOPO_FILE"
                                                  : "unknown (no HCOMM_TOPO_FILE)");
     if (system) {
-        printf("HCOMM_TOPO_FILE (NCCL <system>; a process bound inside one <cpu>'s affinity is on its NUMA node):\n");
+        printf("HCOMM_TOPO_FILE (NCCL <system>; a process bound inside one <cpu>'s affinity is on "
+               "its NUMA node):\n");
         if (print_system(hc_cfg.topo_file, "  ") != 0) return 1;
     }
     printf("machine: ");

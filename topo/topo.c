@@ -51,8 +51,8 @@ typedef struct {
     char *sw;
     int matches;      /* 2: exact, 1: host name */
     const uint64_t *cpus; /* this process's CPU binding; NULL unknown */
-    bool system;      /* the file is NCCL's <system> */
-    int sys_numa;     /* hc_topo_sys_numa of the binding */
+    bool system;          /* the file is NCCL's <system> */
+    int sys_numa;         /* hc_topo_sys_numa of the binding */
 } hc_topo_find_t;
 
 static hcomm_status_t hc_topo_find_system(void *arg, const hc_topo_sys_t *sys, const char *where)
@@ -96,10 +96,8 @@ hcomm_status_t hc_topo_self(const char *file, const char *name, hc_topo_self_t *
             }
             /* For an NCCL <system> file's affinities (CPUs past its 4096: unknown). */
             bound = !hwloc_bitmap_iszero(set) && hwloc_bitmap_last(set) < 64 * HC_TOPO_CPUSET_WORDS;
-            unsigned cpu;
-            hwloc_bitmap_foreach_begin(cpu, set)
-            if (bound) cpus[cpu / 64] |= 1ull << (cpu % 64);
-            hwloc_bitmap_foreach_end();
+            for (int c = bound ? hwloc_bitmap_first(set) : -1; c >= 0; c = hwloc_bitmap_next(set, c))
+                cpus[c / 64] |= 1ull << (c % 64);
         }
         if (set && hwloc_get_last_cpu_location(topo, set, HWLOC_CPUBIND_THREAD) == 0)
             out->core = hwloc_bitmap_first(set);
@@ -107,23 +105,29 @@ hcomm_status_t hc_topo_self(const char *file, const char *name, hc_topo_self_t *
         hwloc_topology_destroy(topo);
     }
     if (!file || !file[0]) return HCOMM_OK;
-    hc_topo_find_t f = {.name = name, .host_len = strcspn(name, "/"), .sw = out->sw,
-                        .cpus = bound ? cpus : NULL};
+    hc_topo_find_t f = {
+        .name = name, .host_len = strcspn(name, "/"), .sw = out->sw, .cpus = bound ? cpus : NULL};
     hc_topo_file_cb_t cb = {.node = hc_topo_find_node, .system = hc_topo_find_system, .arg = &f};
     hcomm_status_t st = hc_topo_file_parse(file, &cb);
     if (st != HCOMM_OK) return st;
     if (f.system) {
-        hc_log_info("HCOMM_TOPO_FILE %s is NCCL's <system> XML: it describes this node, not switches: "
-                    "the switch is unknown", file);
+        hc_log_info(
+            "HCOMM_TOPO_FILE %s is NCCL's <system> XML: it describes this node, not switches: "
+            "the switch is unknown",
+            file);
         if (f.sys_numa >= 0)
-            hc_log_info("HCOMM_TOPO_FILE %s: this process's CPUs are in the affinity of <cpu numaid=\"%d\">: "
-                        "NUMA node %d (hwloc says %d)", file, f.sys_numa, f.sys_numa, out->numa);
+            hc_log_info("HCOMM_TOPO_FILE %s: this process's CPUs are in the affinity of <cpu "
+                        "numaid=\"%d\">: NUMA node %d (hwloc says %d)",
+                        file, f.sys_numa, f.sys_numa, out->numa);
         else if (f.sys_numa == -1)
-            hc_log_info("HCOMM_TOPO_FILE %s: this process's CPUs are in no single <cpu>'s affinity: NUMA "
-                        "node unknown (hwloc says %d)", file, out->numa);
+            hc_log_info(
+                "HCOMM_TOPO_FILE %s: this process's CPUs are in no single <cpu>'s affinity: NUMA "
+                "node unknown (hwloc says %d)",
+                file, out->numa);
         if (f.sys_numa != -2) out->numa = f.sys_numa;
     } else if (!f.matches) {
-        hc_log_info("HCOMM_TOPO_FILE %s does not list this node (%s): its switch is unknown", file, name);
+        hc_log_info("HCOMM_TOPO_FILE %s does not list this node (%s): its switch is unknown", file,
+                    name);
     }
     return HCOMM_OK;
 }

@@ -102,7 +102,8 @@ void hc_topo_sys_free(hc_topo_sys_t *sys);
 int hc_topo_sys_numa(const hc_topo_sys_t *sys, const uint64_t *cpus);
 /* One line per NUMA node (its CPUs) and per device (kind, name, PCI
  * address, NUMA node). */
-void hc_topo_sys_describe(const hc_topo_sys_t *sys, void (*line)(const char *text, void *arg), void *arg);
+void hc_topo_sys_describe(const hc_topo_sys_t *sys, void (*line)(const char *text, void *arg),
+                          void *arg);
 
 /* ---- the map -------------------------------------------------------------------------------- */
 

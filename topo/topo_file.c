@@ -66,7 +66,8 @@ hcomm_status_t hc_topo_file_is_xml(const char *path, bool *xml_p)
     int c = fgetc(f);
     if (c == 0xef) /* a UTF-8 byte order mark */
         c = fgetc(f) == 0xbb && fgetc(f) == 0xbf ? fgetc(f) : 0;
-    while (c == ' ' || c == '\t' || c == '\r' || c == '\n') c = fgetc(f);
+    while (c == ' ' || c == '\t' || c == '\r' || c == '\n')
+        c = fgetc(f);
     bool err = ferror(f);
     fclose(f);
     if (err) return hc_error_errno(HCOMM_ERR_INVALID, errno, "HCOMM_TOPO_FILE: reading %s", path);

@@ -59,6 +59,7 @@ void hc_xml_free(hc_xml_t *doc);
 const char *hc_xml_attr(const hc_xml_elem_t *e, const char *name);
 
 /* What hcomm reads of NCCL's <system> element root of path (topo_sys.c). */
-hcomm_status_t hc_topo_sys_from_xml(const char *path, const hc_xml_elem_t *root, hc_topo_sys_t **sys_p);
+hcomm_status_t hc_topo_sys_from_xml(const char *path, const hc_xml_elem_t *root,
+                                    hc_topo_sys_t **sys_p);
 
 #endif /* HC_TOPO_INT_H */

@@ -181,21 +181,28 @@ static hcomm_status_t hc_topo_load_system_cb(void *arg, const hc_topo_sys_t *sys
 {
     (void)arg;
     (void)sys;
-    return hc_error(HCOMM_ERR_INVALID, "%s: an NCCL <system> file describes one node's internals, not the "
-                    "ranks of a job: a map needs rank lines or hcomm's <cluster> with <rank> elements "
-                    "(docs/topology.md)", where);
+    return hc_error(
+        HCOMM_ERR_INVALID,
+        "%s: an NCCL <system> file describes one node's internals, not the "
+        "ranks of a job: a map needs rank lines or hcomm's <cluster> with <rank> elements "
+        "(docs/topology.md)",
+        where);
 }
 
 hcomm_status_t hc_topo_map_load(const char *path, const hc_topo_weights_t *weights,
                                 hc_topo_map_t **map_p)
 {
     hc_topo_load_t L = {0};
-    hc_topo_file_cb_t cb = {.node = hc_topo_load_node_cb, .rank = hc_topo_load_rank_cb,
-                            .system = hc_topo_load_system_cb, .arg = &L};
+    hc_topo_file_cb_t cb = {.node = hc_topo_load_node_cb,
+                            .rank = hc_topo_load_rank_cb,
+                            .system = hc_topo_load_system_cb,
+                            .arg = &L};
     hcomm_status_t st = hc_topo_file_parse(path, &cb);
     if (st == HCOMM_OK && L.n == 0)
-        st = hc_error(HCOMM_ERR_INVALID, "%s: no rank lines (or <rank> elements): a map needs the "
-                      "placement of every rank", path);
+        st = hc_error(HCOMM_ERR_INVALID,
+                      "%s: no rank lines (or <rank> elements): a map needs the "
+                      "placement of every rank",
+                      path);
     for (int r = 0; st == HCOMM_OK && r < L.n; r++)
         if (L.node[r] < 0) st = hc_error(HCOMM_ERR_INVALID, "%s: rank %d has no rank line (ranks "
                                          "0..%d are placed)", path, r, L.n - 1);
