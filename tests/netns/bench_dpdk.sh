@@ -3,7 +3,9 @@
 # net_af_packet PMD on each node's veth) against hcomm over the tcp driver
 # (kernel sockets), between two network namespaces joined by a bridge, one
 # rank each, interleaved round by round so that both see the same machine:
-# 8-byte ping-pong latency (p50) and 4 MiB allreduce bus bandwidth. Then the
+# 8-byte ping-pong latency (p50) and 32 MiB allreduce bus bandwidth; the
+# same over a memif pair (two fake nodes of this host, DPDK's shared-memory
+# Ethernet link: the protocol's cost without a kernel on the path). Then the
 # dpdk driver under 1% and 5% loss (HCOMM_DPDK_RX_DROP) and with its delay-
 # based window off (HCOMM_DPDK_CC=off), and two dpdk jobs at once on the
 # same two nodes (each on its own UDP ports) against one alone: what the
@@ -38,28 +40,52 @@ hc_run() {
     wait "${pids[@]}"
     cp "$work/$tag.0" "$work/$tag"
 }
+# memif_run TAG ENV... -- prog args: 2 ranks on fake nodes of this host
+# joined by a memif pair; rank 0's output in $work/TAG
+memif_run() {
+    local tag=$1 port=$((20000 + RANDOM % 30000)) r role pids=() envs=()
+    shift
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    for r in 1 0; do
+        role=client
+        [ $r = 0 ] && role=server
+        env HCOMM_RANK=$r HCOMM_SIZE=2 HCOMM_LOCAL_RANK=0 HCOMM_LOCAL_SIZE=1 \
+            HCOMM_NODE_ID="memif$r" HCOMM_BOOTSTRAP="tcp://127.0.0.1:$port" HCOMM_JOB_KEY=bench \
+            HCOMM_LOG=error HCOMM_NET=dpdk \
+            HCOMM_DPDK_PORT="net_memif$r,role=$role,socket=$work/memif.$port" "${envs[@]}" \
+            "$@" >"$work/$tag.$r" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    cp "$work/$tag.0" "$work/$tag"
+}
 median() { sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "nan"}'; }
 lat() { awk '$1 == 8 {print $3}' "$work/$1"; }   # p50 us
-bw() { awk '$1 == 4194304 {print $8}' "$work/$1"; } # busbw GB/s
+bw() { awk '$1 == 33554432 {print $8}' "$work/$1"; } # busbw GB/s
 
 declare -A res
 for ((i = 1; i <= rounds; i++)); do
     for net in tcp dpdk; do
         hc_run lat $net -- "$build/bin/pingpong" -b 8 -e 8 -n 2000
         res[lat,$net]+="$(lat lat) "
-        hc_run bw $net -- "$build/bin/allreduce_bw" -b 4M -e 4M -n 20 -w 3
+        hc_run bw $net -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 10 -w 2
         res[bw,$net]+="$(bw bw) "
     done
+    memif_run lat -- "$build/bin/pingpong" -b 8 -e 8 -n 2000
+    res[lat,memif]+="$(lat lat) "
+    memif_run bw -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 10 -w 2
+    res[bw,memif]+="$(bw bw) "
     for loss in 0.01 0.05; do
-        hc_run bw dpdk HCOMM_DPDK_RX_DROP=$loss -- "$build/bin/allreduce_bw" -b 4M -e 4M -n 20 -w 3
+        hc_run bw dpdk HCOMM_DPDK_RX_DROP=$loss -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 6 -w 1
         res[bw,loss$loss]+="$(bw bw) "
     done
-    hc_run bw dpdk HCOMM_DPDK_CC=off -- "$build/bin/allreduce_bw" -b 4M -e 4M -n 20 -w 3
+    hc_run bw dpdk HCOMM_DPDK_CC=off -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 6 -w 1
     res[bw,ccoff]+="$(bw bw) "
     # Two jobs at once (UDP ports 47590 and 47600): each one's busbw.
-    hc_run bwa dpdk -- "$build/bin/allreduce_bw" -b 4M -e 4M -n 40 -w 3 &
+    hc_run bwa dpdk -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 10 -w 1 &
     a=$!
-    hc_run bwb dpdk HCOMM_DPDK_UDP_PORT=47600 -- "$build/bin/allreduce_bw" -b 4M -e 4M -n 40 -w 3
+    hc_run bwb dpdk HCOMM_DPDK_UDP_PORT=47600 -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 10 -w 1
     wait $a
     res[bw,pair_a]+="$(bw bwa) "
     res[bw,pair_b]+="$(bw bwb) "
@@ -69,8 +95,10 @@ done
 med() { printf '%s\n' ${res[$1]} | median; }
 echo "== summary ($rounds rounds, medians; every round interleaved)"
 lt=$(med lat,tcp) ld=$(med lat,dpdk) bt=$(med bw,tcp) bd=$(med bw,dpdk)
-echo "pingpong 8 B p50 us:        tcp $lt   dpdk $ld   ratio tcp/dpdk $(echo "scale=3; $lt / $ld" | bc)"
-echo "allreduce 4 MiB busbw GB/s: tcp $bt   dpdk $bd   ratio dpdk/tcp $(echo "scale=3; $bd / $bt" | bc)"
+lm=$(med lat,memif) bm=$(med bw,memif)
+echo "pingpong 8 B p50 us:         tcp(veth) $lt   dpdk(af_packet) $ld   dpdk/tcp $(echo "scale=3; $ld / $lt" | bc)"
+echo "allreduce 32 MiB busbw GB/s: tcp(veth) $bt   dpdk(af_packet) $bd   dpdk/tcp $(echo "scale=3; $bd / $bt" | bc)"
+echo "over memif:                  pingpong $lm us (memif/tcp-veth $(echo "scale=3; $lm / $lt" | bc)), busbw $bm GB/s (memif/tcp-veth $(echo "scale=3; $bm / $bt" | bc))"
 echo "dpdk under loss:            1% $(med bw,loss0.01)   5% $(med bw,loss0.05)   (no loss $bd)"
 echo "dpdk window off (CC=off):   $(med bw,ccoff)"
 pa=$(med bw,pair_a) pb=$(med bw,pair_b)
