@@ -2,23 +2,41 @@
  * The topology calibration probe (docs/topology.md), run at the end of
  * hcomm_init when HCOMM_TOPO_PROBE=1, HCOMM_TOPO=full and the job spans
  * nodes. One leader per node (its lowest rank) measures small-message
- * latency and bandwidth (2 x 256 KiB) to other nodes' leaders in rounds of a
- * round-robin tournament (every pair of a round at once): all pairs up to
- * 16 nodes, 4 rounds beyond (pairs not measured take their class's mean).
- * The amount of work is fixed by the node count, never by a clock, so that
- * partners never disagree on what comes next. The results are allgathered,
- * so every rank installs the same costs (hc_topo_map_calibrate) and derives
- * the same rings; rank 0 keeps them in HCOMM_TOPO_CACHE, keyed by the node
- * set and the network driver, and a job on the same nodes reads them
- * instead of probing.
+ * latency and bandwidth to other nodes' leaders in rounds of a round-robin
+ * tournament (every pair of a round at once): all pairs up to 16 nodes, 4
+ * rounds beyond (pairs not measured take their class's mean). The results
+ * are allgathered, so every rank installs the same costs
+ * (hc_topo_map_calibrate) and derives the same rings; rank 0 keeps them in
+ * HCOMM_TOPO_CACHE, keyed by the node set and the network driver, and a job
+ * on the same nodes reads them instead of probing.
  *
- * It is written on the public API (blocking p2p, broadcast, allgather) on a
- * private communicator of all ranks, and ends before hcomm_init returns.
+ * Bounded by time (HCOMM_TOPO_PROBE_BUDGET, rank 0's value for everyone)
+ * without letting partners disagree on what comes next:
+ *   - before each round every rank takes part in a one-double MAX allreduce
+ *     of its time in the probe (counted from the first one, when every rank
+ *     has come); all get the same answer, so all go on or all stop (pairs
+ *     of the rounds left take their class's mean);
+ *   - the round's slice is what is left of the budget over the rounds
+ *     left; inside a pair the client (the lower node) alone decides, from
+ *     the slice and what it has measured, whether to send one more ping or
+ *     one more chunk, and says so in the message itself (a ping's "more"
+ *     flag, a chunk's size header, 0 at the end): the server follows the
+ *     messages, never a clock. A fast link gets the whole 512 KiB at once
+ *     after two chunks of 4 KiB; a slow one chunk by chunk (doubling, up to
+ *     256 KiB), each only when the rate seen says it ends inside the slice.
+ * A round thus costs at most its slice, plus what a pair always does (two
+ * pings, two chunks of 4 KiB) and a chunk the rate before it misjudged; the
+ * probe ends within the budget and one such overrun.
+ *
+ * It is written on the public API (blocking p2p, broadcast, allreduce,
+ * allgather) on a private communicator of all ranks, and ends before
+ * hcomm_init returns.
  */
 #include "api/api.h"
 #include "coll/coll.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,16 +46,25 @@
 #define HC_PROBE_ALL_PAIRS 16 /* nodes: up to this, every pair */
 #define HC_PROBE_ROUNDS_BIG 4
 #define HC_PROBE_MAX_ENTRIES 16 /* per leader: at most one pair per round */
-#define HC_PROBE_PINGS 8
-#define HC_PROBE_BW_MSGS 2
-#define HC_PROBE_BW_BYTES ((size_t)256 << 10) /* per message */
-#define HC_PROBE_TAG 0x70726f00
+#define HC_PROBE_WARMUP 2       /* pings not counted (1 when only 2 are sent) */
+#define HC_PROBE_PINGS 8        /* counted pings, at most */
+#define HC_PROBE_CHUNK_MIN ((size_t)4 << 10)
+#define HC_PROBE_CHUNK_MAX ((size_t)256 << 10)
+#define HC_PROBE_BW_BYTES ((size_t)512 << 10) /* per pair, at most: 4+4+8+...+256 KiB */
+#define HC_PROBE_TAG 0x70726f00               /* + 4 per round: ping, header, chunk, ack */
 
 typedef struct {
     int32_t n;
-    int32_t pad;
+    int32_t shrunk; /* pairs of this leader measured with fewer than HC_PROBE_BW_BYTES */
     hc_topo_meas_t e[HC_PROBE_MAX_ENTRIES];
 } hc_probe_row_t;
+
+/* What every rank takes from rank 0, so that all decide alike. */
+typedef struct {
+    int32_t cached; /* entries in rank 0's cache; 0: probe */
+    int32_t pad;
+    double budget_s; /* HCOMM_TOPO_PROBE_BUDGET; 0: none */
+} hc_probe_plan_t;
 
 static int hc_probe_cmp_double(const void *a, const void *b)
 {
@@ -50,44 +77,138 @@ static int hc_probe_cmp_double(const void *a, const void *b)
 static int hc_probe_partner(int k, int r, int M, int N)
 {
     int m = M - 1, p;
-    if (k == m) p = r % m;
-    else if (k == r % m) p = m;
-    else p = ((2 * r - k) % m + m) % m; /* pairs (r + i, r - i): m is odd, so all differ */
+    if (k == m)
+        p = r % m;
+    else if (k == r % m)
+        p = m;
+    else
+        p = ((2 * r - k) % m + m) % m; /* pairs (r + i, r - i): m is odd, so all differ */
     return p >= N ? -1 : p;
 }
 
-static hcomm_status_t hc_probe_pair(hcomm_comm_t pc, int peer, bool client, int tag, uint8_t *buf,
-                                    hc_topo_meas_t *out)
+static double hc_probe_us_since(uint64_t t0)
 {
-    double rtt[HC_PROBE_PINGS];
-    hcomm_status_t st = HCOMM_OK;
-    for (int i = -2; i < HC_PROBE_PINGS && st == HCOMM_OK; i++) {
-        uint64_t t0 = hc_time_ns();
-        if (client) {
-            if ((st = hcomm_send(buf, 8, HCOMM_UINT8, peer, tag, pc)) == HCOMM_OK)
-                st = hcomm_recv(buf, 8, HCOMM_UINT8, peer, tag, pc);
-        } else {
-            if ((st = hcomm_recv(buf, 8, HCOMM_UINT8, peer, tag, pc)) == HCOMM_OK)
-                st = hcomm_send(buf, 8, HCOMM_UINT8, peer, tag, pc);
-        }
-        if (i >= 0) rtt[i] = (double)(hc_time_ns() - t0) / 1e3;
-    }
+    return (double)(hc_time_ns() - t0) / 1e3;
+}
+
+/* The client's side of a pair: pings, then chunks, each only when the
+ * slice (us; HUGE_VAL: no limit) leaves room for it by what the pair has
+ * measured so far; the first two pings and the first chunk always go. */
+static hcomm_status_t hc_probe_client(hcomm_comm_t pc, int peer, int tag, uint8_t *buf,
+                                      double slice_us, hc_topo_meas_t *out, size_t *bytes_p)
+{
     uint64_t t0 = hc_time_ns();
-    for (int i = 0; i < HC_PROBE_BW_MSGS && st == HCOMM_OK; i++)
-        st = client ? hcomm_send(buf, HC_PROBE_BW_BYTES, HCOMM_UINT8, peer, tag + 1, pc)
-                    : hcomm_recv(buf, HC_PROBE_BW_BYTES, HCOMM_UINT8, peer, tag + 1, pc);
-    if (st == HCOMM_OK)
-        st = client ? hcomm_recv(buf, 8, HCOMM_UINT8, peer, tag + 2, pc)
-                    : hcomm_send(buf, 8, HCOMM_UINT8, peer, tag + 2, pc);
-    if (st != HCOMM_OK || !client) return st;
-    double total = (double)(hc_time_ns() - t0) / 1e3;
-    qsort(rtt, HC_PROBE_PINGS, sizeof(double), hc_probe_cmp_double);
-    double lat = rtt[HC_PROBE_PINGS / 2] / 2;
-    double move = total - lat; /* the ack's one-way time out */
-    if (move < 1) move = 1;
-    out->lat_us = (float)lat;
-    out->gbps = (float)((double)HC_PROBE_BW_MSGS * (double)HC_PROBE_BW_BYTES / (move * 1e3));
+    double rtt[HC_PROBE_WARMUP + HC_PROBE_PINGS];
+    int n = 0;
+    hcomm_status_t st = HCOMM_OK;
+    for (bool more = true; more && st == HCOMM_OK;) {
+        /* After this ping, one more if it and this one fit in a quarter of the slice. */
+        more = n + 1 < (int)HC_ARRAY_SIZE(rtt) &&
+               (n == 0 || hc_probe_us_since(t0) + 2 * rtt[n - 1] <= slice_us / 4);
+        uint64_t msg = more, t = hc_time_ns();
+        if ((st = hcomm_send(&msg, 8, HCOMM_UINT8, peer, tag, pc)) == HCOMM_OK &&
+            (st = hcomm_recv(&msg, 8, HCOMM_UINT8, peer, tag, pc)) == HCOMM_OK)
+            rtt[n++] = hc_probe_us_since(t);
+    }
+    if (st != HCOMM_OK) return st;
+    int skip = n > HC_PROBE_WARMUP ? HC_PROBE_WARMUP : 1;
+    qsort(rtt + skip, (size_t)(n - skip), sizeof(double), hc_probe_cmp_double);
+    double rt = rtt[skip + (n - skip) / 2];
+    /* Bandwidth. Two chunks of 4 KiB, each acknowledged before the next,
+     * show roughly what the link does. A link that at that rate moves the
+     * whole measurement in half of what is left of the slice gets it at
+     * once, as 2 x 256 KiB and one acknowledgement (round trips are then
+     * small beside the transfer, and only one is counted out). A slower one
+     * goes on chunk by chunk, stop-and-wait (as many bytes as so far, up to
+     * 256 KiB): a chunk goes when it and the one before could both still be
+     * on their way at the rate seen so far and end inside the slice; a
+     * token-bucket shaper lets a chunk through at once and holds what
+     * follows until its bytes are paid, so a chunk's round trip may show
+     * the one before it. The rate is the bytes before the last chunk over
+     * the time since the first: right for such a shaper, half the rate on a
+     * plain link. A header of 0 and its acknowledgement close the pair, so
+     * that the client's clock covers every byte. A header is a chunk's size
+     * and, above bit 32, how many chunks follow it. */
+    size_t sent = 0, last_b = 0;
+    int acks = 0;
+    double burst_us = 0;
+    bool closing = false;
+    uint64_t t_bw = hc_time_ns();
+    for (;;) {
+        size_t size = sent < HC_PROBE_CHUNK_MIN ? HC_PROBE_CHUNK_MIN
+                                                : HC_MIN(sent, HC_PROBE_CHUNK_MAX),
+               count = 1;
+        size = closing ? 0 : HC_MIN(size, HC_PROBE_BW_BYTES - sent);
+        bool burst = false;
+        if (size && sent == 2 * HC_PROBE_CHUNK_MIN) {
+            double rate = (double)HC_PROBE_CHUNK_MIN / hc_probe_us_since(t_bw); /* bytes per us */
+            burst = hc_probe_us_since(t0) + 2 * rt +
+                        (double)(HC_PROBE_CHUNK_MIN + HC_PROBE_BW_BYTES) / rate <=
+                    slice_us / 2;
+        }
+        if (burst) {
+            size = HC_PROBE_CHUNK_MAX;
+            count = HC_PROBE_BW_BYTES / HC_PROBE_CHUNK_MAX;
+        } else if (size && sent > last_b) {
+            double rate = (double)(sent - last_b) / hc_probe_us_since(t_bw);
+            if (hc_probe_us_since(t0) + 2 * rt + (double)(last_b + size) / rate > slice_us)
+                size = 0;
+        }
+        uint64_t hdr = (uint64_t)size | (uint64_t)count << 32, t = hc_time_ns();
+        if ((st = hcomm_send(&hdr, 8, HCOMM_UINT8, peer, tag + 1, pc)) != HCOMM_OK) break;
+        for (size_t i = 0; i < count && size && st == HCOMM_OK; i++)
+            st = hcomm_send(buf, size, HCOMM_UINT8, peer, tag + 2, pc);
+        if (st != HCOMM_OK ||
+            (st = hcomm_recv(&hdr, 8, HCOMM_UINT8, peer, tag + 3, pc)) != HCOMM_OK || !size)
+            break;
+        if (burst) burst_us = hc_probe_us_since(t);
+        closing = burst;
+        last_b = size * count;
+        sent += last_b;
+        acks++;
+    }
+    if (st != HCOMM_OK) return st;
+    /* Bandwidth: the burst's bytes over its time less its round trip; or
+     * the chunks' over the time from the first header to the last
+     * acknowledgement, less a round trip per acknowledgement. */
+    double bytes = burst_us > 0 ? (double)HC_PROBE_BW_BYTES : (double)sent;
+    double total = burst_us > 0 ? burst_us : hc_probe_us_since(t_bw);
+    double move = HC_MAX(total - (burst_us > 0 ? 1 : acks + 1) * rt, total / 4);
+    out->lat_us = (float)(rt / 2);
+    out->gbps = (float)(bytes / (HC_MAX(move, 0.001) * 1e3));
+    *bytes_p = burst_us > 0 ? HC_PROBE_BW_BYTES : sent;
     return HCOMM_OK;
+}
+
+/* The server's side: it echoes pings until one says it is the last, then
+ * takes and acknowledges chunks until a header of 0, which it
+ * acknowledges too. */
+static hcomm_status_t hc_probe_server(hcomm_comm_t pc, int peer, int tag, uint8_t *buf)
+{
+    hcomm_status_t st = HCOMM_OK;
+    uint64_t msg = 1;
+    for (int n = 0; msg && n < HC_PROBE_WARMUP + HC_PROBE_PINGS && st == HCOMM_OK; n++)
+        if ((st = hcomm_recv(&msg, 8, HCOMM_UINT8, peer, tag, pc)) == HCOMM_OK)
+            st = hcomm_send(&msg, 8, HCOMM_UINT8, peer, tag, pc);
+    for (size_t got = 0; st == HCOMM_OK;) {
+        uint64_t hdr;
+        if ((st = hcomm_recv(&hdr, 8, HCOMM_UINT8, peer, tag + 1, pc)) != HCOMM_OK) break;
+        size_t size = (size_t)(hdr & 0xffffffffu), count = (size_t)(hdr >> 32);
+        if (size > HC_PROBE_CHUNK_MAX || count < 1 ||
+            count > HC_PROBE_BW_BYTES / HC_PROBE_CHUNK_MAX ||
+            got + size * count > HC_PROBE_BW_BYTES + 2 * HC_PROBE_CHUNK_MIN)
+            return hc_error(HCOMM_ERR_INTERNAL,
+                            "topology probe: rank %d announced %zu chunks of %zu bytes "
+                            "after %zu",
+                            peer, count, size, got);
+        for (size_t i = 0; i < count && size && st == HCOMM_OK; i++)
+            st = hcomm_recv(buf, size, HCOMM_UINT8, peer, tag + 2, pc);
+        if (st != HCOMM_OK ||
+            (st = hcomm_send(&hdr, 8, HCOMM_UINT8, peer, tag + 3, pc)) != HCOMM_OK || !size)
+            break;
+        got += size * count;
+    }
+    return st;
 }
 
 /* The cache file for this job's nodes and network driver, or "" (none). */
@@ -99,9 +220,12 @@ static void hc_probe_cache_path(const hc_topo_map_t *map, char *path, size_t len
     if (!strcmp(dir, "none")) return;
     if (!dir[0]) {
         const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-        if (x && x[0]) snprintf(def, sizeof(def), "%s/hcomm", x);
-        else if (home && home[0]) snprintf(def, sizeof(def), "%s/.cache/hcomm", home);
-        else return;
+        if (x && x[0])
+            snprintf(def, sizeof(def), "%s/hcomm", x);
+        else if (home && home[0])
+            snprintf(def, sizeof(def), "%s/.cache/hcomm", home);
+        else
+            return;
         dir = def;
     }
     const char *net = "none";
@@ -111,25 +235,28 @@ static void hc_probe_cache_path(const hc_topo_map_t *map, char *path, size_t len
      * numbered by first rank) and the driver. */
     uint64_t h = 1469598103934665603ull;
     for (int k = 0; k < map->nnodes; k++)
-        for (const char *p = map->name[k]; ; p++) {
+        for (const char *p = map->name[k];; p++) {
             h = (h ^ (uint8_t)*p) * 1099511628211ull;
             if (!*p) break;
         }
-    for (const char *p = net; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    for (const char *p = net; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
     snprintf(path, len, "%s/topo-%d-%s-%016llx.txt", dir, map->nnodes, net, (unsigned long long)h);
 }
 
 /* Rank 0: reads the cache; the number of entries (0: none). */
-static int hc_probe_cache_read(const char *path, const hc_topo_map_t *map, hc_topo_meas_t *e, int max)
+static int hc_probe_cache_read(const char *path, const hc_topo_map_t *map, hc_topo_meas_t *e,
+                               int max)
 {
     FILE *f = path[0] ? fopen(path, "r") : NULL;
     if (!f) return 0;
     char line[512];
     int n = 0, nodes = -1;
-    if (!fgets(line, sizeof(line), f) || sscanf(line, "hcomm topology probe v1 nodes %d", &nodes) != 1 ||
-        nodes != map->nnodes) {
+    if (!fgets(line, sizeof(line), f) ||
+        sscanf(line, "hcomm topology probe v1 nodes %d", &nodes) != 1 || nodes != map->nnodes) {
         fclose(f);
-        hc_log_info("topology probe: ignoring cache %s (not this job's format or node count)", path);
+        hc_log_info("topology probe: ignoring cache %s (not this job's format or node count)",
+                    path);
         return 0;
     }
     while (n < max && fgets(line, sizeof(line), f)) {
@@ -142,7 +269,8 @@ static int hc_probe_cache_read(const char *path, const hc_topo_map_t *map, hc_to
     return n;
 }
 
-static void hc_probe_cache_write(const char *path, const hc_topo_map_t *map, const hc_topo_meas_t *e, int n)
+static void hc_probe_cache_write(const char *path, const hc_topo_map_t *map,
+                                 const hc_topo_meas_t *e, int n)
 {
     if (!path[0]) return;
     char dir[600];
@@ -166,20 +294,29 @@ static void hc_probe_cache_write(const char *path, const hc_topo_map_t *map, con
         return;
     }
     fprintf(f, "hcomm topology probe v1 nodes %d\n", map->nnodes);
-    for (int k = 0; k < map->nnodes; k++) fprintf(f, "# node %d %s\n", k, map->name[k]);
-    for (int i = 0; i < n; i++) fprintf(f, "pair %d %d %.3f %.4f\n", e[i].a, e[i].b, e[i].lat_us, e[i].gbps);
+    for (int k = 0; k < map->nnodes; k++)
+        fprintf(f, "# node %d %s\n", k, map->name[k]);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "pair %d %d %.3f %.4f\n", e[i].a, e[i].b, e[i].lat_us, e[i].gbps);
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         hc_log_info("topology probe: cannot write the cache %s: %s", path, strerror(errno));
         remove(tmp);
     }
 }
 
-static void hc_probe_report(const hc_topo_map_t *map, const char *how, double ms)
+static void hc_probe_report(const hc_topo_map_t *map, const char *how, double ms, double budget_s)
 {
     if (hc_ctx.rank != 0 || hc_log_level_current < HC_LOG_INFO) return;
-    hc_log_info("topology probe: %d node pairs %s%.0f ms: latency %.1f us, bandwidth %.2f GB/s (means); "
-                "node costs are now us per %zu bytes", map->measured_pairs, how, ms, map->net_lat_us,
-                map->net_gbps, HC_TOPO_REF_BYTES);
+    char budget[64];
+    if (budget_s > 0)
+        snprintf(budget, sizeof(budget), "budget %g ms", budget_s * 1e3);
+    else
+        snprintf(budget, sizeof(budget), "no budget");
+    hc_log_info("topology probe: %d node pairs %s%.0f ms (%s): latency %.1f us, bandwidth %.2f "
+                "GB/s (means); "
+                "node costs are now us per %zu bytes",
+                map->measured_pairs, how, ms, budget, map->net_lat_us, map->net_gbps,
+                HC_TOPO_REF_BYTES);
     int nn = map->nnodes;
     for (int a = 0; a < nn && nn <= 16; a++) {
         char row[16 * 12 + 64];
@@ -208,7 +345,8 @@ hcomm_status_t hc_api_topo_probe(void)
     {
         int *all_ranks = malloc(sizeof(int) * (size_t)hc_ctx.size);
         if (!all_ranks) return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: topology probe");
-        for (int r = 0; r < hc_ctx.size; r++) all_ranks[r] = r;
+        for (int r = 0; r < hc_ctx.size; r++)
+            all_ranks[r] = r;
         uint32_t saved = hc_ctx.next_ctx_id;
         st = hc_comm_create(HC_CTX_SUB | 0x3fffffffu, hc_ctx.size, all_ranks, &pc);
         hc_ctx.next_ctx_id = saved;
@@ -218,54 +356,92 @@ hcomm_status_t hc_api_topo_probe(void)
     int cap = rounds * N + 1;
     hc_topo_meas_t *all = calloc((size_t)cap, sizeof(*all));
     hc_probe_row_t *rows = calloc((size_t)hc_ctx.size, sizeof(*rows));
-    uint8_t *buf = malloc(HC_PROBE_BW_BYTES);
+    uint8_t *buf = malloc(HC_PROBE_CHUNK_MAX);
     char path[1024];
     hc_probe_cache_path(map, path, sizeof(path));
     if (!all || !rows || !buf) {
         st = hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: topology probe");
         goto out;
     }
-    int32_t cached = hc_ctx.rank == 0 ? hc_probe_cache_read(path, map, all, cap) : 0;
-    if ((st = hcomm_broadcast(&cached, 1, HCOMM_INT32, 0, pc)) != HCOMM_OK) goto out;
-    if (cached > 0) {
-        if ((st = hcomm_broadcast(all, (size_t)cached * sizeof(*all), HCOMM_UINT8, 0, pc)) != HCOMM_OK)
+    hc_probe_plan_t plan = {.budget_s = hc_cfg.topo_probe_budget};
+    if (hc_ctx.rank == 0) plan.cached = hc_probe_cache_read(path, map, all, cap);
+    if ((st = hcomm_broadcast(&plan, sizeof(plan), HCOMM_UINT8, 0, pc)) != HCOMM_OK) goto out;
+    if (plan.cached > 0) {
+        if ((st = hcomm_broadcast(all, (size_t)plan.cached * sizeof(*all), HCOMM_UINT8, 0, pc)) !=
+            HCOMM_OK)
             goto out;
-        if ((st = hc_topo_map_calibrate(map, all, cached)) != HCOMM_OK) goto out;
+        if ((st = hc_topo_map_calibrate(map, all, plan.cached)) != HCOMM_OK) goto out;
         hc_coll_topo_recalibrated();
         char how[1100];
         snprintf(how, sizeof(how), "from the cache %s in ", path);
-        hc_probe_report(map, how, (double)(hc_time_ns() - t_start) / 1e6);
+        hc_probe_report(map, how, (double)(hc_time_ns() - t_start) / 1e6, plan.budget_s);
         goto out;
     }
     /* Leaders: the lowest rank of each node. */
     int my_node = map->node[hc_ctx.rank];
     bool leader = true;
-    for (int r = 0; r < hc_ctx.rank && leader; r++) leader = map->node[r] != my_node;
+    for (int r = 0; r < hc_ctx.rank && leader; r++)
+        leader = map->node[r] != my_node;
     hc_probe_row_t mine = {0};
-    for (int r = 0; r < rounds && leader && st == HCOMM_OK; r++) {
-        int pn = hc_probe_partner(my_node, r, M, N);
+    int done = 0;       /* rounds run */
+    uint64_t t_all = 0; /* every rank is in the probe: the budget's clock starts */
+    for (int r = 0; r < rounds && st == HCOMM_OK; r++) {
+        /* Every rank, every round: the longest time in the probe so far. */
+        double mine_s = r ? (double)(hc_time_ns() - t_all) / 1e9 : 0, most_s;
+        if ((st = hcomm_allreduce(&mine_s, &most_s, 1, HCOMM_FLOAT64, HCOMM_MAX, pc)) != HCOMM_OK)
+            break;
+        if (!r) t_all = hc_time_ns();
+        double left_s = plan.budget_s - most_s;
+        if (plan.budget_s > 0 && left_s <= 0) break;
+        double slice_us = plan.budget_s > 0 ? left_s / (rounds - r) * 1e6 : HUGE_VAL;
+        done = r + 1;
+        int pn = leader ? hc_probe_partner(my_node, r, M, N) : -1;
         if (pn < 0) continue;
         int peer = 0;
-        while (map->node[peer] != pn) peer++; /* its leader */
-        bool client = my_node < pn;
+        while (map->node[peer] != pn)
+            peer++; /* its leader */
+        if (my_node > pn) {
+            st = hc_probe_server(pc, peer, HC_PROBE_TAG + 4 * r, buf);
+            continue;
+        }
         hc_topo_meas_t m = {.a = my_node, .b = pn};
-        st = hc_probe_pair(pc, peer, client, HC_PROBE_TAG + 4 * r, buf, &m);
-        if (st == HCOMM_OK && client && mine.n < HC_PROBE_MAX_ENTRIES) mine.e[mine.n++] = m;
+        size_t bytes = 0;
+        st = hc_probe_client(pc, peer, HC_PROBE_TAG + 4 * r, buf, slice_us, &m, &bytes);
+        if (st == HCOMM_OK && mine.n < HC_PROBE_MAX_ENTRIES) {
+            mine.e[mine.n++] = m;
+            mine.shrunk += bytes < HC_PROBE_BW_BYTES;
+            if (bytes < HC_PROBE_BW_BYTES)
+                hc_log_debug(
+                    "topology probe: nodes %d-%d measured with %zu of %zu bytes (slice %.1f ms)",
+                    my_node, pn, bytes, HC_PROBE_BW_BYTES, slice_us / 1e3);
+        }
     }
     if (st != HCOMM_OK) {
-        char why[400]; /* hc_error writes the buffer hcomm_last_error reads */
-        snprintf(why, sizeof(why), "%s", hcomm_last_error());
-        hc_error(st, "hcomm_init: topology probe (HCOMM_TOPO_PROBE=0 skips it): %s", why);
+        st = hc_error(st, "hcomm_init: topology probe (HCOMM_TOPO_PROBE=0 skips it): %s",
+                      hcomm_last_error());
         goto out;
     }
     if ((st = hcomm_allgather(&mine, rows, sizeof(mine), HCOMM_UINT8, pc)) != HCOMM_OK) goto out;
-    int n = 0;
-    for (int r = 0; r < hc_ctx.size; r++)
-        for (int i = 0; i < rows[r].n && i < HC_PROBE_MAX_ENTRIES && n < cap; i++) all[n++] = rows[r].e[i];
+    int n = 0, shrunk = 0;
+    for (int r = 0; r < hc_ctx.size; r++) {
+        shrunk += rows[r].shrunk;
+        for (int i = 0; i < rows[r].n && i < HC_PROBE_MAX_ENTRIES && n < cap; i++)
+            all[n++] = rows[r].e[i];
+    }
     if ((st = hc_topo_map_calibrate(map, all, n)) != HCOMM_OK) goto out;
     hc_coll_topo_recalibrated();
     if (hc_ctx.rank == 0) hc_probe_cache_write(path, map, all, n);
-    hc_probe_report(map, "measured in ", (double)(hc_time_ns() - t_start) / 1e6);
+    if (hc_ctx.rank == 0 && t_all - t_start > 1000000)
+        hc_log_info(
+            "topology probe: rank 0 waited %.0f ms for every rank to come (not counted below)",
+            (double)(t_all - t_start) / 1e6);
+    hc_probe_report(map, "measured in ", (double)(hc_time_ns() - t_all) / 1e6, plan.budget_s);
+    if (hc_ctx.rank == 0 && (shrunk || done < rounds))
+        hc_log_info(
+            "topology probe: within HCOMM_TOPO_PROBE_BUDGET=%g s: %d of %d rounds run, %d pairs "
+            "measured with fewer than %zu KiB (slow, or little time left); pairs not measured "
+            "take their class's mean",
+            plan.budget_s, done, rounds, shrunk, HC_PROBE_BW_BYTES >> 10);
 out:
     free(all);
     free(rows);

@@ -52,6 +52,11 @@
       "at init, measure latency and bandwidth between nodes (a few pairs per round, one leader "   \
       "per node) and order rings and choose algorithms by the measured costs (HCOMM_TOPO=full, "   \
       "more than one node)")                                                                        \
+    X(topo_probe_budget, "HCOMM_TOPO_PROBE_BUDGET", DOUBLE, "0.5",                                 \
+      "seconds the probe may take in all, whatever the job size (rank 0's value counts): before "  \
+      "each round every rank agrees whether time is left, slow pairs are measured with fewer "     \
+      "bytes, pairs not measured take their class's mean; a round may overrun it by what it had "  \
+      "started; 0: no limit")                                                                      \
     X(topo_cache, "HCOMM_TOPO_CACHE", STR, "",                                                     \
       "directory where rank 0 keeps probe results, keyed by the job's node set and network "       \
       "driver, so that a restarted job skips the probe (empty: $XDG_CACHE_HOME/hcomm or "          \

@@ -6,8 +6,12 @@
 # world avoids that link (0 and 1 not neighbours), the probe's log says what
 # it measured, and a second job reads the results from HCOMM_TOPO_CACHE
 # instead of probing, with the same ring; with HCOMM_TOPO_PROBE=0 the ring
-# is the class order 0 1 2 3, which uses the slow link. Every job also runs
-# the collectives check (mp_coll_net -c 1,7, HCOMM_ALGO=ring).
+# is the class order 0 1 2 3, which uses the slow link. Then the link runs
+# at 2 Mbit/s, where the probe's 512 KiB would take 2 s (it did: 2234 ms):
+# within HCOMM_TOPO_PROBE_BUDGET (0.5 s; and 0.05 s) the probe ends in its
+# budget and one round's overrun, measuring the slow pair with fewer bytes,
+# and the ring still avoids the link. Every job also runs the collectives
+# check (mp_coll_net -c 1,7, HCOMM_ALGO=ring).
 # Exit 0 pass, 1 fail, 77 skipped.
 set -u
 prog=${1:?mp_coll_net}
@@ -19,7 +23,7 @@ export HCN_JOB="p$$"
 work=$(mktemp -d /tmp/hcn-probe.XXXXXX)
 trap '"$here/netns.sh" down >/dev/null 2>&1; rm -rf "$work"' EXIT
 "$here/netns.sh" up 4 >/dev/null || skip "cannot create network namespaces"
-slow() { # NODE PEER_ADDR: traffic from NODE to PEER_ADDR at 40 Mbit/s
+slow() { # NODE PEER_ADDR: traffic from NODE to PEER_ADDR at 40 Mbit/s (class 1:20)
     "$here/netns.sh" run "$1" sh -c "tc qdisc add dev eth0 root handle 1: htb default 10 r2q 1000 &&
         tc class add dev eth0 parent 1: classid 1:10 htb rate 10gbit &&
         tc class add dev eth0 parent 1: classid 1:20 htb rate 40mbit &&
@@ -54,10 +58,21 @@ adjacent01() { # RING: 0 and 1 neighbours on it?
     return 1
 }
 
+probe_ms() { # LOG: the probe's time, from "N node pairs measured in T ms (budget B ms): ..."
+    sed -n 's/.*topology probe: [0-9]* node pairs measured in \([0-9]*\) ms.*/\1/p' "$1" | head -1
+}
+within() { # LOG BUDGET_MS: the probe took at most the budget and one round's overrun
+    local ms over=150 # a round's overrun on these links: 2 pings, 2 x 4 KiB at 2 Mbit/s, a chunk misjudged
+    ms=$(probe_ms "$1")
+    echo "probe time: ${ms:-?} ms (budget $2 ms)"
+    [ -n "$ms" ] && [ "$ms" -le $(($2 + over)) ] || fail "the probe took ${ms:-?} ms, over its budget $2 ms + $over ms"
+}
+
 ring=$(job probe)
 echo "with the probe: ring $ring"
 grep -h "topology probe" "$work/probe.0.log"
 grep -q "topology probe: 6 node pairs measured" "$work/probe.0.log" || fail "no probe line for 6 pairs"
+within "$work/probe.0.log" 500
 [ -n "$ring" ] && ! adjacent01 "$ring" || fail "the ring ($ring) uses the slow link 0-1"
 ls "$work/cache"/topo-4-tcp-*.txt >/dev/null 2>&1 || fail "no cache file in $work/cache"
 
@@ -70,5 +85,25 @@ ring3=$(job noprobe HCOMM_TOPO_PROBE=0)
 echo "HCOMM_TOPO_PROBE=0: ring $ring3"
 grep -q "topology probe" "$work/noprobe.0.log" && fail "HCOMM_TOPO_PROBE=0 still probed"
 [ "$ring3" = "0 1 2 3" ] || fail "without the probe the ring is $ring3, want 0 1 2 3"
+
+# 2 Mbit/s: the budget bounds the probe; the slow pair is measured with
+# fewer bytes and still avoided.
+for n in 0 1; do
+    "$here/netns.sh" run $n tc class change dev eth0 parent 1: classid 1:20 htb rate 2mbit quantum 1514 ||
+        fail "cannot slow node $n's link to 2 Mbit/s"
+done
+ring4=$(job slow HCOMM_TOPO_CACHE=none)
+echo "2 Mbit/s, HCOMM_TOPO_PROBE_BUDGET=0.5: ring $ring4"
+grep -h "topology probe: [^n]" "$work/slow.0.log"
+within "$work/slow.0.log" 500
+grep -q "topology probe: within HCOMM_TOPO_PROBE_BUDGET=0.5 s: 3 of 3 rounds run, [1-6] pairs measured with fewer" \
+    "$work/slow.0.log" || fail "no line saying the slow pair was measured with fewer bytes"
+[ -n "$ring4" ] && ! adjacent01 "$ring4" || fail "at 2 Mbit/s the ring ($ring4) uses the slow link 0-1"
+ring5=$(job slow05 HCOMM_TOPO_CACHE=none HCOMM_TOPO_PROBE_BUDGET=0.05)
+echo "2 Mbit/s, HCOMM_TOPO_PROBE_BUDGET=0.05: ring $ring5"
+grep -h "topology probe: [^n]" "$work/slow05.0.log"
+within "$work/slow05.0.log" 50
+grep -q "topology probe: within HCOMM_TOPO_PROBE_BUDGET=0.05 s" "$work/slow05.0.log" ||
+    fail "no line on what the 0.05 s budget cut"
 [ $bad = 0 ] && echo "topo_probe_test: all passed"
 exit $bad
