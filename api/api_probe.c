@@ -93,7 +93,7 @@ static double hc_probe_us_since(uint64_t t0)
 
 /* The client's side of a pair: pings, then chunks, each only when the
  * slice (us; HUGE_VAL: no limit) leaves room for it by what the pair has
- * measured so far; the first two pings and the first chunk always go. */
+ * measured so far; the first two pings and the first two chunks always go. */
 static hcomm_status_t hc_probe_client(hcomm_comm_t pc, int peer, int tag, uint8_t *buf,
                                       double slice_us, hc_topo_meas_t *out, size_t *bytes_p)
 {
@@ -125,10 +125,10 @@ static hcomm_status_t hc_probe_client(hcomm_comm_t pc, int peer, int tag, uint8_
      * token-bucket shaper lets a chunk through at once and holds what
      * follows until its bytes are paid, so a chunk's round trip may show
      * the one before it. The rate is the bytes before the last chunk over
-     * the time since the first: right for such a shaper, half the rate on a
-     * plain link. A header of 0 and its acknowledgement close the pair, so
-     * that the client's clock covers every byte. A header is a chunk's size
-     * and, above bit 32, how many chunks follow it. */
+     * the time since the first, less the round trips: right for such a
+     * shaper, half the rate on a plain link. A header of 0 and its acknowledgement close the pair,
+     * so that the client's clock covers every byte. A header is a chunk's size and, above bit 32,
+     * how many chunks follow it. */
     size_t sent = 0, last_b = 0;
     int acks = 0;
     double burst_us = 0;
@@ -141,7 +141,9 @@ static hcomm_status_t hc_probe_client(hcomm_comm_t pc, int peer, int tag, uint8_
         size = closing ? 0 : HC_MIN(size, HC_PROBE_BW_BYTES - sent);
         bool burst = false;
         if (size && sent == 2 * HC_PROBE_CHUNK_MIN) {
-            double rate = (double)HC_PROBE_CHUNK_MIN / hc_probe_us_since(t_bw); /* bytes per us */
+            double el = hc_probe_us_since(t_bw);
+            double rate =
+                (double)HC_PROBE_CHUNK_MIN / HC_MAX(el - 2 * rt, el / 4); /* bytes per us */
             burst = hc_probe_us_since(t0) + 2 * rt +
                         (double)(HC_PROBE_CHUNK_MIN + HC_PROBE_BW_BYTES) / rate <=
                     slice_us / 2;
@@ -150,7 +152,8 @@ static hcomm_status_t hc_probe_client(hcomm_comm_t pc, int peer, int tag, uint8_
             size = HC_PROBE_CHUNK_MAX;
             count = HC_PROBE_BW_BYTES / HC_PROBE_CHUNK_MAX;
         } else if (size && sent > last_b) {
-            double rate = (double)(sent - last_b) / hc_probe_us_since(t_bw);
+            double el = hc_probe_us_since(t_bw);
+            double rate = (double)(sent - last_b) / HC_MAX(el - acks * rt, el / 4);
             if (hc_probe_us_since(t0) + 2 * rt + (double)(last_b + size) / rate > slice_us)
                 size = 0;
         }
