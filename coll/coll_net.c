@@ -20,9 +20,11 @@
  *   broadcast,      hier  the root's rail across nodes, then each node
  *   barrier               (net_hier.c; auto: small, by the model)
  *   reduce          hier  node reduce-scatter, rails reduce to the root's node,
- *                         slices to the root (net_hier.c; auto: the allreduce model)
+ *                         node gather to the root (net_hier.c; auto: the allreduce model)
  *   allgather,      hier  rails then node (allgather), node then rails
- *   reduce_scatter        (reduce_scatter), by the model (net_hier.c)
+ *   reduce_scatter        (reduce_scatter), by the model (net_hier.c); hier's
+ *                         allreduce, reduce, allgather and reduce_scatter are
+ *                         pipelined over pieces of the vector
  *   reduce          tree  binomial tree to the root (auto: <= 64 KiB)
  *                   ring  pipelined ring reduce-scatter + gather to the root
  *   broadcast       tree  binomial tree (auto: <= 64 KiB)
@@ -100,8 +102,8 @@ const hc_coll_algo_t hc_coll_net_algos[] = {
      .applies = hc_net_hier_applies,
      .auto_pick = hc_net_hier_reduce_auto,
      .step = hc_net_reduce_hier,
-     .state_size = hc_net_hier_seq_state,
-     .release = hc_net_hier_seq_release},
+     .state_size = hc_net_hier_state,
+     .release = hc_net_hier_release},
     {.name = "tree",
      .family = "tree",
      .colls = HC_COLL_BIT(HC_COLL_REDUCE),
@@ -137,8 +139,8 @@ const hc_coll_algo_t hc_coll_net_algos[] = {
      .applies = hc_net_hier_applies,
      .auto_pick = hc_net_hier_blocks_auto,
      .prepare = hc_net_hier_blocks_prepare,
-     .state_size = hc_net_hier_seq_state,
-     .release = hc_net_hier_seq_release},
+     .state_size = hc_net_hier_state,
+     .release = hc_net_hier_release},
     {.name = "rd",
      .family = "rd",
      .colls = HC_COLL_BIT(HC_COLL_ALLGATHER),

@@ -87,11 +87,12 @@ size_t hc_net_reduce_scatter_ring_state(const hc_coll_op_t *op);
 size_t hc_net_allgather_ring_state(const hc_coll_op_t *op);
 size_t hc_net_reduce_ring_state(const hc_coll_op_t *op);
 size_t hc_net_chain_state(const hc_coll_op_t *op);
-size_t hc_net_hier_state(const hc_coll_op_t *op); /* net_hier.c */
+/* net_hier.c: the pipelines (allreduce, reduce, allgather, reduce_scatter) */
+size_t hc_net_hier_state(const hc_coll_op_t *op);
 bool hc_net_hier_applies(const hc_coll_op_t *op);
 bool hc_net_hier_auto(const hc_coll_op_t *op);
 void hc_net_hier_release(hc_coll_op_t *op);
-size_t hc_net_hier_seq_state(const hc_coll_op_t *op); /* broadcast, barrier, allgather, reduce_scatter */
+size_t hc_net_hier_seq_state(const hc_coll_op_t *op); /* broadcast, barrier */
 void hc_net_hier_seq_release(hc_coll_op_t *op);
 bool hc_net_hier_small_auto(const hc_coll_op_t *op);
 hc_coll_step_fn hc_net_hier_small_prepare(hc_coll_op_t *op, const char *forced);
