@@ -9,9 +9,11 @@
  * reduces in. Collectives the forced algorithm does not cover fall back to
  * the automatic choice (and are checked the same).
  *
- *   mp_coll_net [-c 1,7,1023] [--big] [--bench BYTES]
+ *   mp_coll_net [-c 1,7,1023] [--big] [--pieces K] [--bench BYTES]
  *     -c      element counts to test (default 1,7,1023,65537)
  *     --big   also a multi-MiB float32 case per collective (many ring chunks)
+ *     --pieces K only the collectives hier pipelines, at sizes of K pieces
+ *             (test_pieces)
  *     --bench allreduce float32 SUM of BYTES, prints busbw (no checks)
  *     --die   the last rank exits after a barrier; the others' allreduce must
  *             fail promptly with ERR_PEER_FAILED and a message
@@ -28,7 +30,7 @@
 
 enum { K_ALLREDUCE, K_REDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_ALLTOALL, K_BARRIER };
 
-static int me, n, fails, checks;
+static int me, n, fails, checks, pieces; /* --pieces K */
 static const char *algo;
 static hcomm_comm_t world;
 
@@ -227,10 +229,12 @@ static void *xmalloc(size_t bytes)
     return p;
 }
 
-static void test_reductions(hcomm_dtype_t dt, hcomm_op_t op, size_t count, int inplace)
+/* allreduce and reduce of count elements, reduce_scatter of rs_count per rank. */
+static void test_reductions(hcomm_dtype_t dt, hcomm_op_t op, size_t count, size_t rs_count,
+                            int inplace)
 {
-    size_t es = hcomm_dtype_size(dt);
-    uint8_t *s = xmalloc(count * es * (size_t)n), *r = xmalloc(count * es * (size_t)n);
+    size_t es = hcomm_dtype_size(dt), all = rs_count * (size_t)n, most = count > all ? count : all;
+    uint8_t *s = xmalloc(most * es), *r = xmalloc(most * es);
     char what[160];
     exp_t e = {.op = op, .dt = dt};
 
@@ -242,8 +246,9 @@ static void test_reductions(hcomm_dtype_t dt, hcomm_op_t op, size_t count, int i
     if (status_ok(K_ALLREDUCE, hcomm_allreduce(inplace ? r : s, r, count, dt, op, world), what))
         check(what, dt, r, count, exp_reduce, &e);
 
-    int roots[2] = {0, n - 1};
-    for (int k = 0; k < 2; k++) {
+    /* --pieces: also a root on another node than rank 0 with its local index */
+    int roots[3] = {0, n - 1, 1}, nroots = pieces ? 3 : 2;
+    for (int k = 0; k < nroots; k++) {
         int root = roots[k];
         snprintf(what, sizeof(what), "reduce root %d %s %s count %zu %s", root, dtype_names[dt],
                  op_names[op], count, inplace ? "in-place" : "out-of-place");
@@ -255,13 +260,13 @@ static void test_reductions(hcomm_dtype_t dt, hcomm_op_t op, size_t count, int i
     }
 
     snprintf(what, sizeof(what), "reduce_scatter %s %s count %zu %s", dtype_names[dt], op_names[op],
-             count, inplace ? "in-place" : "out-of-place");
-    fill(op, dt, s, 0, count * (size_t)n, me);
-    uint8_t *dst = inplace ? s + (size_t)me * count * es : r;
-    if (!inplace) memset(r, 0xa5, count * es);
-    e.base = (size_t)me * count;
-    if (status_ok(K_REDUCE_SCATTER, hcomm_reduce_scatter(s, dst, count, dt, op, world), what))
-        check(what, dt, dst, count, exp_reduce, &e);
+             rs_count, inplace ? "in-place" : "out-of-place");
+    fill(op, dt, s, 0, rs_count * (size_t)n, me);
+    uint8_t *dst = inplace ? s + (size_t)me * rs_count * es : r;
+    if (!inplace) memset(r, 0xa5, rs_count * es);
+    e.base = (size_t)me * rs_count;
+    if (status_ok(K_REDUCE_SCATTER, hcomm_reduce_scatter(s, dst, rs_count, dt, op, world), what))
+        check(what, dt, dst, rs_count, exp_reduce, &e);
     free(s);
     free(r);
 }
@@ -274,7 +279,7 @@ static void test_moves(hcomm_dtype_t dt, size_t count, int inplace)
     exp_t e = {.dt = dt, .block = count};
 
     int roots[2] = {0, n - 1};
-    for (int k = 0; k < 2 && !inplace; k++) {
+    for (int k = 0; k < 2 && !inplace && !pieces; k++) {
         e.root = roots[k];
         snprintf(what, sizeof(what), "broadcast root %d %s count %zu", e.root, dtype_names[dt],
                  count);
@@ -294,6 +299,7 @@ static void test_moves(hcomm_dtype_t dt, size_t count, int inplace)
     if (status_ok(K_ALLGATHER, hcomm_allgather(src, r, count, dt, world), what))
         check(what, dt, r, count * (size_t)n, exp_gather, &e);
 
+    if (pieces) goto out;
     /* alltoall: rank q's block j holds j*1000 + q*10 + i (mod the type) */
     snprintf(what, sizeof(what), "alltoall %s count %zu %s", dtype_names[dt], count,
              inplace ? "in-place" : "out-of-place");
@@ -319,8 +325,29 @@ static void test_moves(hcomm_dtype_t dt, size_t count, int inplace)
                 }
             }
     }
+out:
     free(s);
     free(r);
+}
+
+/* The hierarchical pipelines (coll/net_hier.c) cut the vector, or every
+ * rank's block, into pieces of which a rank's share is at least 1 MiB.
+ * K pieces here (the vectors' fewer on 4 ranks a node), the last one half as
+ * long, and for the vectors a count that the ranks per node (2 or 4) do
+ * not divide, so that the last piece is padded; every element is checked,
+ * so a piece in the wrong place, a slot reused too early or a lost tail
+ * fails. K > 4: more pieces than are in flight (their scratch slots
+ * cycle). Three reduce roots (another node, another local index). */
+static void test_pieces(int K)
+{
+    size_t mib = (size_t)1 << 18;                     /* float32 elements */
+    size_t vec = (size_t)(2 * K - 1) * mib + 5;       /* pieces of 2 MiB on 2 ranks a node */
+    size_t blk = (size_t)(2 * K - 1) * (mib / 2) + 3; /* pieces of 1 MiB of every block */
+    test_reductions(HCOMM_FLOAT32, HCOMM_SUM, vec, blk, 0);
+    test_reductions(HCOMM_FLOAT32, HCOMM_AVG, vec, blk, 1);
+    test_reductions(HCOMM_INT32, HCOMM_MAX, vec, blk, 0);
+    test_moves(HCOMM_FLOAT32, blk, 0);
+    test_moves(HCOMM_UINT8, 4 * blk + 1, 1);
 }
 
 /* Floats whose sums round: every rank must still hold the same bits (rank 0
@@ -464,12 +491,15 @@ int main(int argc, char **argv)
                 counts[ncounts++] = strtoull(tok, NULL, 0);
         } else if (!strcmp(argv[i], "--big")) {
             big = 1;
+        } else if (!strcmp(argv[i], "--pieces") && i + 1 < argc) {
+            pieces = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--die")) {
             die = 1;
         } else if (!strcmp(argv[i], "--bench") && i + 1 < argc) {
             bench_bytes = strtoull(argv[++i], NULL, 0);
         } else {
-            fprintf(stderr, "usage: %s [-c n,n,...] [--big] [--die] [--bench BYTES]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-c n,n,...] [--big] [--pieces K] [--die] [--bench BYTES]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -489,19 +519,23 @@ int main(int argc, char **argv)
         return rc;
     }
 
+    if (pieces) {
+        test_pieces(pieces);
+        ncounts = 0;
+    }
     for (int c = 0; c < ncounts; c++)
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
             for (int op = 0; op < HCOMM_OP_COUNT; op++)
                 for (int ip = 0; ip < 2; ip++)
-                    test_reductions(dtypes[d], (hcomm_op_t)op, counts[c], ip);
+                    test_reductions(dtypes[d], (hcomm_op_t)op, counts[c], counts[c], ip);
             for (int ip = 0; ip < 2; ip++)
                 test_moves(dtypes[d], counts[c], ip);
         }
     if (big) {
         /* Several 1 MiB ring chunks per slice and more units than the window. */
         size_t bc = ((size_t)3 << 20) + 17;
-        test_reductions(HCOMM_FLOAT32, HCOMM_SUM, bc, 1);
-        test_reductions(HCOMM_FLOAT32, HCOMM_AVG, bc, 0);
+        test_reductions(HCOMM_FLOAT32, HCOMM_SUM, bc, bc, 1);
+        test_reductions(HCOMM_FLOAT32, HCOMM_AVG, bc, bc, 0);
         test_moves(HCOMM_FLOAT32, bc / (size_t)n, 0);
         test_moves(HCOMM_UINT8, bc, 1);
     }
