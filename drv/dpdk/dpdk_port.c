@@ -14,8 +14,10 @@
 #include "base/config.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -131,6 +133,18 @@ static void hc_dpdk_vdev_arg(const char *spec, const char *key, char *out, size_
     }
 }
 
+/* hcomm's XDP program for af_xdp ports: hcomm/hcomm_xdp.o next to the
+ * library (the build tree's lib/ and the installed libdir alike). */
+static bool hc_dpdk_xdp_prog(char *out, size_t cap)
+{
+    Dl_info di;
+    if (!dladdr((void *)hc_dpdk_xdp_prog, &di) || !di.dli_fname) return false;
+    const char *slash = strrchr(di.dli_fname, '/');
+    if (!slash) return false;
+    snprintf(out, cap, "%.*s/hcomm/hcomm_xdp.o", (int)(slash - di.dli_fname), di.dli_fname);
+    return access(out, R_OK) == 0;
+}
+
 /* The MTU asked for: HCOMM_DPDK_MTU, else on memif (a shared-memory link
  * with no wire MTU) HC_DPDK_MEMIF_MTU, else 0 (the port's). */
 static int64_t hc_dpdk_want_mtu(const char *spec)
@@ -218,9 +232,23 @@ static hcomm_status_t hc_dpdk_eal_start(const char *port, char *why, size_t why_
                 fmtu > RTE_ETHER_MTU && fmtu <= HC_DPDK_MTU_MAX)
                 snprintf(bsize, sizeof(bsize), ",bsize=%u",
                          (unsigned)HC_MIN(65535, (fmtu + RTE_ETHER_HDR_LEN + 127) / 128 * 128));
-            snprintf(portarg, sizeof(portarg), "--vdev=%s%s%s%s", port,
+            /* af_xdp: DPDK's default XDP program sends every packet of
+             * the queue to the AF_XDP socket, the job's own bootstrap
+             * connection on that interface included (no job could start
+             * there); hcomm's sends only its own packets there. */
+            char xdp[PATH_MAX + 16] = "";
+            if (!strncmp(port, "net_af_xdp", 10) && !strstr(port, "xdp_prog=")) {
+                if (hc_dpdk_xdp_prog(xdp + 10, sizeof(xdp) - 10))
+                    memcpy(xdp, ",xdp_prog=", 10);
+                else
+                    hc_log_warn("dpdk: %s: hcomm's XDP program (hcomm/hcomm_xdp.o next to "
+                                "libhcomm) is missing: DPDK's default takes every packet of "
+                                "the queue, TCP on this interface (the bootstrap) stops",
+                                port);
+            }
+            snprintf(portarg, sizeof(portarg), "--vdev=%s%s%s%s%s", port,
                      afp && !strstr(port, "framecnt=") ? ",framecnt=4096" : "",
-                     afp && !strstr(port, "qdisc_bypass=") ? ",qdisc_bypass=0" : "", bsize);
+                     afp && !strstr(port, "qdisc_bypass=") ? ",qdisc_bypass=0" : "", bsize, xdp);
             argv[argc++] = "--no-pci";
         }
         argv[argc++] = portarg;

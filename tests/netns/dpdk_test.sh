@@ -29,6 +29,10 @@
 #                the client starts first and the server is slow to start its
 #                port (a large mbuf pool), the order in which a client used
 #                to be refused ("ID not found") and the job hung
+#   af_xdp       3 nodes x 1 rank through the bridge on net_af_xdp (the
+#                kernel's AF_XDP sockets) with hcomm's XDP program, which
+#                keeps the bootstrap's TCP on the same interface working:
+#                p2p and every collective
 #   memif_zcopy  the memif pair, a 64 MiB allreduce from hcomm_mem_alloc
 #                buffers: large payloads leave zero copy, none copied
 #
@@ -127,6 +131,19 @@ coll_3x1)
     "$netns" up 3 || fail "netns setup"
     launch 3 1 --max 2M --coll
     wait_all 200
+    ;;
+af_xdp)
+    [ -f "$build/lib/hcomm/hcomm_xdp.o" ] || skip "no XDP program built (clang -target bpf)"
+    "$netns" up 3 || fail "netns setup"
+    job_env=(HCOMM_NET=dpdk HCOMM_DPDK_PORT="net_af_xdp0,iface=eth0" HCOMM_STATS=1 HCOMM_STATS_LEVEL=2)
+    launch 3 1 --max 2M --coll
+    wait_all 200
+    grep -q "missing" "$work"/r*.log && fail "the XDP program was not found"
+    for r in 0 1 2; do
+        n=$(grep -o "rx_packets [0-9]*" "$work/r$r.log" | grep -o "[0-9]*$" | tail -1)
+        echo "rank $r: ${n:-?} packets received through AF_XDP"
+        [ "${n:-0}" -gt 100 ] || fail "rank $r received (almost) nothing through AF_XDP"
+    done
     ;;
 loss)
     "$netns" up 2 || fail "netns setup"
