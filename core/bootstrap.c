@@ -63,6 +63,7 @@ typedef struct {
     size_t have, need, cap;
     bool closed; /* hc_bootstrap_poll: EOF seen, failure not yet noted */
     bool gone;   /* closed or unreadable: nothing is sent to it any more */
+    const struct hc_bootstrap *bs; /* its bootstrap (the idle hook), NULL during open */
 } hc_bs_conn_t;
 
 /* What the receiver expects; the header is checked against it before the
@@ -94,7 +95,12 @@ struct hc_bootstrap {
     hc_bootstrap_relay_fn relay; /* relayed blobs (hc_bootstrap_relay) */
     void *relay_arg;
     int nrelayed;
+    void (*idle)(void *arg); /* hc_bootstrap_set_idle */
+    void *idle_arg;
 };
+
+/* A collective's wait sleeps at most this long between idle calls. */
+#define HC_BS_IDLE_MS 1
 
 static void hc_bs_notice_msg(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m);
 static void hc_bs_relay_msg(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m);
@@ -281,8 +287,10 @@ static hcomm_status_t hc_bs_conn_wait(hc_bs_conn_t *c, const hc_bs_expect_t *e, 
             snprintf(why, whycap, "timed out");
             return HCOMM_ERR_TIMEOUT;
         }
+        bool idle = c->bs && c->bs->idle;
         struct pollfd pfd = {c->fd, POLLIN, 0};
-        (void)poll(&pfd, 1, ms);
+        if (poll(&pfd, 1, idle ? HC_MIN(ms, HC_BS_IDLE_MS) : ms) == 0 && idle)
+            c->bs->idle(c->bs->idle_arg);
     }
 }
 
@@ -1078,7 +1086,9 @@ hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t
                           list, timeout_sec);
             break;
         }
-        (void)poll(bs->pfds + 1, (nfds_t)bs->size - 1, ms);
+        if (poll(bs->pfds + 1, (nfds_t)bs->size - 1, bs->idle ? HC_MIN(ms, HC_BS_IDLE_MS) : ms) == 0 &&
+            bs->idle)
+            bs->idle(bs->idle_arg);
         for (int r = 1; r < bs->size && st == HCOMM_OK; r++) {
             if (have[r] || bs->pfds[r].revents == 0) continue;
             hc_bs_rx_t rx = hc_bs_conn_read(&bs->conns[r], &e, why, sizeof(why));
@@ -1135,6 +1145,14 @@ hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t
 hcomm_status_t hc_bootstrap_barrier(hc_bootstrap_t *bs, double timeout_sec)
 {
     return hc_bootstrap_allgather(bs, NULL, 0, NULL, timeout_sec);
+}
+
+void hc_bootstrap_set_idle(hc_bootstrap_t *bs, void (*fn)(void *arg), void *arg)
+{
+    bs->idle = fn;
+    bs->idle_arg = arg;
+    for (int i = 0; i < bs->nconns; i++)
+        bs->conns[i].bs = bs;
 }
 
 /* ---- failure notices ------------------------------------------------------

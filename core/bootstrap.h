@@ -69,6 +69,10 @@ hcomm_status_t hc_bootstrap_open(const hc_bootstrap_params_t *p, const void *blo
 hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t len, void *out,
                                       double timeout_sec);
 hcomm_status_t hc_bootstrap_barrier(hc_bootstrap_t *bs, double timeout_sec);
+/* While an allgather or barrier waits, fn(arg) runs about every millisecond
+ * the connections are quiet (NULL: none): finalize keeps the drivers
+ * answering (a peer may still need an acknowledgement from this rank). */
+void hc_bootstrap_set_idle(hc_bootstrap_t *bs, void (*fn)(void *arg), void *arg);
 
 /* Failure notices: rank 0 judges who failed and why (it alone sees every
  * rank's connection), ranks report to it what they see themselves, and its

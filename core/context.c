@@ -562,6 +562,17 @@ static void hc_ctx_mem_line(const char *text, void *arg)
     hc_log_info("%s", text);
 }
 
+/* Finalize's barrier: the drivers keep answering, e.g. a peer whose last
+ * packet's acknowledgement was lost retransmits it until this rank acks. */
+static void hc_ctx_finalize_idle(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < hc_ctx.npoll; i++)
+        (void)hc_ctx.poll[i]->ops->progress(hc_ctx.poll[i]);
+    for (int i = 0; i < hc_ctx.nflush; i++)
+        hc_ctx.flush[i]->ops->flush(hc_ctx.flush[i]);
+}
+
 void hc_ctx_finalize(void)
 {
     if (hc_stats_level)
@@ -571,8 +582,10 @@ void hc_ctx_finalize(void)
     /* Nobody may unmap what a peer may still be reading: wait for all. */
     if (hc_ctx.bs && hc_ctx.size > 1 && hc_ctx.nfailed == 0) {
         double t = hc_cfg.timeout < 30 ? hc_cfg.timeout : 30;
+        hc_bootstrap_set_idle(hc_ctx.bs, hc_ctx_finalize_idle, NULL);
         if (hc_bootstrap_barrier(hc_ctx.bs, t) != HCOMM_OK)
             hc_log_warn("hcomm_finalize: not every rank reached finalize: %s", hc_error_last());
+        hc_bootstrap_set_idle(hc_ctx.bs, NULL, NULL);
     }
     hc_ctx_teardown();
 }

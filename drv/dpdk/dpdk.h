@@ -61,6 +61,7 @@ typedef struct {
     const char *cc;       /* swift | off */
     size_t zcopy_threshold;
     double rx_drop;       /* test fault injection: received DATA packets dropped */
+    double rx_drop_acks;  /* test fault injection: received ACK packets dropped */
     int64_t mtu;          /* 0: the port's */
     double link_wait;     /* seconds */
     int64_t mbufs;

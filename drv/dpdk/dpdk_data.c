@@ -297,6 +297,9 @@ static hcomm_status_t hc_dpdk_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     if (!(hc_dpdk_cfg.rx_drop >= 0 && hc_dpdk_cfg.rx_drop < 1))
         return hc_error(HCOMM_ERR_INVALID, "dpdk: HCOMM_DPDK_RX_DROP=%g is not in [0, 1)",
                         hc_dpdk_cfg.rx_drop);
+    if (!(hc_dpdk_cfg.rx_drop_acks >= 0 && hc_dpdk_cfg.rx_drop_acks < 1))
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: HCOMM_DPDK_RX_DROP_ACKS=%g is not in [0, 1)",
+                        hc_dpdk_cfg.rx_drop_acks);
     hc_dpdk_drv_t *d = calloc(1, sizeof(*d));
     if (d) d->conns = calloc((size_t)env->size, sizeof(*d->conns));
     if (d && d->conns) d->touched = calloc((size_t)env->size, sizeof(*d->touched));
@@ -576,8 +579,8 @@ static int hc_dpdk_progress(hc_drv_t *drv)
             rte_pktmbuf_free(m);
             continue;
         }
-        if (w.kind == HC_REL_DATA && hc_dpdk_cfg.rx_drop > 0 &&
-            hc_dpdk_rand01(d) < hc_dpdk_cfg.rx_drop) {
+        double drop = w.kind == HC_REL_DATA ? hc_dpdk_cfg.rx_drop : hc_dpdk_cfg.rx_drop_acks;
+        if (drop > 0 && hc_dpdk_rand01(d) < drop) {
             d->rx_dropped_fault++;
             rte_pktmbuf_free(m);
             continue;

@@ -78,6 +78,9 @@ static const hc_config_knob_t hc_dpdk_knobs[] = {
     HC_KNOB_DOUBLE(hc_dpdk_cfg.rx_drop, "HCOMM_DPDK_RX_DROP", "0",
                    "dpdk: fault injection for tests: this fraction of received data packets "
                    "is dropped"),
+    HC_KNOB_DOUBLE(hc_dpdk_cfg.rx_drop_acks, "HCOMM_DPDK_RX_DROP_ACKS", "0",
+                   "dpdk: fault injection for tests: this fraction of received "
+                   "acknowledgements is dropped"),
 };
 HC_CONFIG_KNOBS("dpdk", hc_dpdk_knobs)
 

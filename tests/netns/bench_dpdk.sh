@@ -4,7 +4,8 @@
 # (kernel sockets), between two network namespaces joined by a bridge, one
 # rank each, interleaved round by round so that both see the same machine:
 # 8-byte ping-pong latency (p50) and 32 MiB allreduce bus bandwidth; the
-# same over a memif pair (two fake nodes of this host, DPDK's shared-memory
+# same with net_af_xdp on the veths (AF_XDP sockets, hcomm's XDP program)
+# and over a memif pair (two fake nodes of this host, DPDK's shared-memory
 # Ethernet link: the protocol's cost without a kernel on the path). Then the
 # dpdk driver under 1% and 5% loss (HCOMM_DPDK_RX_DROP) and with its delay-
 # based window off (HCOMM_DPDK_CC=off), and two dpdk jobs at once on the
@@ -72,6 +73,11 @@ for ((i = 1; i <= rounds; i++)); do
         hc_run bw $net -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 10 -w 2
         res[bw,$net]+="$(bw bw) "
     done
+    xdp=HCOMM_DPDK_PORT=net_af_xdp0,iface=eth0
+    hc_run lat dpdk $xdp -- "$build/bin/pingpong" -b 8 -e 8 -n 2000
+    res[lat,xdp]+="$(lat lat) "
+    hc_run bw dpdk $xdp -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 10 -w 2
+    res[bw,xdp]+="$(bw bw) "
     memif_run lat -- "$build/bin/pingpong" -b 8 -e 8 -n 2000
     res[lat,memif]+="$(lat lat) "
     memif_run bw -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 10 -w 2
@@ -98,6 +104,8 @@ lt=$(med lat,tcp) ld=$(med lat,dpdk) bt=$(med bw,tcp) bd=$(med bw,dpdk)
 lm=$(med lat,memif) bm=$(med bw,memif)
 echo "pingpong 8 B p50 us:         tcp(veth) $lt   dpdk(af_packet) $ld   dpdk/tcp $(echo "scale=3; $ld / $lt" | bc)"
 echo "allreduce 32 MiB busbw GB/s: tcp(veth) $bt   dpdk(af_packet) $bd   dpdk/tcp $(echo "scale=3; $bd / $bt" | bc)"
+lx=$(med lat,xdp) bx=$(med bw,xdp)
+echo "over af_xdp:                 pingpong $lx us (af_xdp/tcp-veth $(echo "scale=3; $lx / $lt" | bc)), busbw $bx GB/s (af_xdp/tcp-veth $(echo "scale=3; $bx / $bt" | bc))"
 echo "over memif:                  pingpong $lm us (memif/tcp-veth $(echo "scale=3; $lm / $lt" | bc)), busbw $bm GB/s (memif/tcp-veth $(echo "scale=3; $bm / $bt" | bc))"
 echo "dpdk under loss:            1% $(med bw,loss0.01)   5% $(med bw,loss0.05)   (no loss $bd)"
 echo "dpdk window off (CC=off):   $(med bw,ccoff)"

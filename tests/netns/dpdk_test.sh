@@ -29,6 +29,11 @@
 #                the client starts first and the server is slow to start its
 #                port (a large mbuf pool), the order in which a client used
 #                to be refused ("ID not found") and the job hung
+#   finalize_ack 2 x 1, rank 0 drops 60% of the acknowledgements it gets,
+#                short jobs: a last packet whose acknowledgement was lost is
+#                retransmitted to a rank already in hcomm_finalize, which
+#                must still answer (the driver's peer timeout is 60 s, the
+#                jobs must end within 20)
 #   af_xdp       3 nodes x 1 rank through the bridge on net_af_xdp (the
 #                kernel's AF_XDP sockets) with hcomm's XDP program, which
 #                keeps the bootstrap's TCP on the same interface working:
@@ -131,6 +136,16 @@ coll_3x1)
     "$netns" up 3 || fail "netns setup"
     launch 3 1 --max 2M --coll
     wait_all 200
+    ;;
+finalize_ack)
+    "$netns" up 2 || fail "netns setup"
+    job_env+=(HCOMM_DPDK_PEER_TIMEOUT=60 HCOMM_DPDK_RX_DROP_ACKS=0.6 HCOMM_TOPO_PROBE=0)
+    for i in 1 2 3 4; do
+        t0=$SECONDS
+        launch 2 1 --max 64K
+        wait_all 20
+        echo "job $i: $((SECONDS - t0)) s"
+    done
     ;;
 af_xdp)
     [ -f "$build/lib/hcomm/hcomm_xdp.o" ] || skip "no XDP program built (clang -target bpf)"
