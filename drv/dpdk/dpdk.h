@@ -62,6 +62,8 @@ typedef struct {
     size_t zcopy_threshold;
     double rx_drop;       /* test fault injection: received DATA packets dropped */
     double rx_drop_acks;  /* test fault injection: received ACK packets dropped */
+    double rx_corrupt;    /* test fault injection: received packets with a byte flipped */
+    const char *udp_cksum; /* auto | on | off */
     int64_t mtu;          /* 0: the port's */
     double link_wait;     /* seconds */
     int64_t mbufs;
@@ -73,6 +75,8 @@ extern hc_dpdk_cfg_t hc_dpdk_cfg;
 /* The process's port: EAL runs once per process and cannot restart, so the
  * port stays configured and started from the first open to exit; each
  * driver instance (one at a time) uses it. */
+enum { HC_DPDK_CKSUM_OFF, HC_DPDK_CKSUM_SW, HC_DPDK_CKSUM_HW };
+
 /* The largest frame the driver sends (an IPv4 datagram's 64 KiB, less room). */
 #define HC_DPDK_MTU_MAX 65000
 /* memif's frame size unless HCOMM_DPDK_MTU says: 32 MiB allreduce busbw on
@@ -97,6 +101,7 @@ typedef struct {
     bool memif_client;    /* started at wireup (hc_dpdk_port_start), not at open */
     bool started;         /* rte_eth_dev_start done: bursts allowed */
     bool link_seen;       /* its link was up once */
+    int cksum;            /* HC_DPDK_CKSUM_*: how sent packets get their UDP checksum */
 } hc_dpdk_port_t;
 extern hc_dpdk_port_t hc_dpdk_port;
 

@@ -84,7 +84,8 @@ struct hc_dpdk_drv {
     unsigned ntxq;
     /* counters (HCOMM_STATS_LEVEL=2) */
     uint64_t tx_pkts, rx_pkts, tx_bytes, rx_bytes, rx_foreign, rx_stale, rx_dropped_fault;
-    uint64_t zcopy_puts, copy_puts, tx_full, tx_bursts, mbuf_short;
+    uint64_t rx_corrupted; /* fault injection */
+    uint64_t zcopy_puts, copy_puts, tx_full, tx_bursts, mbuf_short, rx_bad_cksum, rx_cksum_ok;
     uint64_t zcopy_bytes, copy_bytes, copied_large_bytes; /* payload; large: >= the threshold */
     int nregs;
     struct {
@@ -186,6 +187,22 @@ static int hc_dpdk_tx1(hc_dpdk_drv_t *d, struct rte_mbuf *m)
 {
     if (d->ntxq == HC_DPDK_TXQ) hc_dpdk_tx_flush(d);
     if (d->ntxq == HC_DPDK_TXQ) return -1;
+    /* The UDP checksum, now that the driver header (seq, ack, stamps) of
+     * this transmission is written. */
+    if (hc_dpdk_port.cksum != HC_DPDK_CKSUM_OFF) {
+        struct rte_ipv4_hdr *ip =
+            rte_pktmbuf_mtod_offset(m, struct rte_ipv4_hdr *, sizeof(struct rte_ether_hdr));
+        struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+        if (hc_dpdk_port.cksum == HC_DPDK_CKSUM_HW) {
+            m->l2_len = sizeof(struct rte_ether_hdr);
+            m->l3_len = sizeof(*ip);
+            m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_UDP_CKSUM;
+            udp->dgram_cksum = rte_ipv4_phdr_cksum(ip, m->ol_flags);
+        } else {
+            udp->dgram_cksum = 0;
+            udp->dgram_cksum = rte_ipv4_udptcp_cksum_mbuf(m, ip, HC_DPDK_L2L4_LEN - sizeof(*udp));
+        }
+    }
     d->txq[d->ntxq++] = m;
     d->tx_pkts++;
     d->tx_bytes += m->pkt_len;
@@ -297,6 +314,9 @@ static hcomm_status_t hc_dpdk_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     if (!(hc_dpdk_cfg.rx_drop >= 0 && hc_dpdk_cfg.rx_drop < 1))
         return hc_error(HCOMM_ERR_INVALID, "dpdk: HCOMM_DPDK_RX_DROP=%g is not in [0, 1)",
                         hc_dpdk_cfg.rx_drop);
+    if (!(hc_dpdk_cfg.rx_corrupt >= 0 && hc_dpdk_cfg.rx_corrupt < 1))
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: HCOMM_DPDK_RX_CORRUPT=%g is not in [0, 1)",
+                        hc_dpdk_cfg.rx_corrupt);
     if (!(hc_dpdk_cfg.rx_drop_acks >= 0 && hc_dpdk_cfg.rx_drop_acks < 1))
         return hc_error(HCOMM_ERR_INVALID, "dpdk: HCOMM_DPDK_RX_DROP_ACKS=%g is not in [0, 1)",
                         hc_dpdk_cfg.rx_drop_acks);
@@ -526,6 +546,25 @@ static hc_dpdk_conn_t *hc_dpdk_classify(hc_dpdk_drv_t *d, struct rte_mbuf *m, hc
         goto foreign;
     const hc_dpdk_hdr_t *h = (const hc_dpdk_hdr_t *)(udp + 1);
     if (h->magic != HC_DPDK_MAGIC || h->version != HC_DPDK_VERSION) goto foreign;
+    if (HC_UNLIKELY(hc_dpdk_cfg.rx_corrupt > 0) && m->data_len > HC_DPDK_L2L4_LEN + 3 &&
+        hc_dpdk_rand01(d) < hc_dpdk_cfg.rx_corrupt) {
+        /* One of ours: a byte past the driver header's magic and version
+         * flipped. Only the checksum can catch it. */
+        size_t off = HC_DPDK_L2L4_LEN + 3 +
+                     (size_t)(hc_dpdk_rand01(d) * (double)(m->data_len - HC_DPDK_L2L4_LEN - 3));
+        rte_pktmbuf_mtod(m, uint8_t *)[HC_MIN(off, (size_t)m->data_len - 1)] ^= 0x5a;
+        d->rx_corrupted++;
+    }
+    if (udp->dgram_cksum != 0) { /* 0: the sender computed none (IPv4 allows it) */
+        uint64_t f = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+        if (f == RTE_MBUF_F_RX_L4_CKSUM_BAD ||
+            (f != RTE_MBUF_F_RX_L4_CKSUM_GOOD &&
+             rte_ipv4_udptcp_cksum_mbuf_verify(m, ip, HC_DPDK_L2L4_LEN - sizeof(*udp)) != 0)) {
+            d->rx_bad_cksum++;
+            return NULL;
+        }
+        d->rx_cksum_ok++;
+    }
     if (h->dst_session != d->session || h->src_rank >= (uint32_t)d->base.env->size) goto stale;
     hc_dpdk_conn_t *c = d->conns[h->src_rank];
     if (!c || c->addr.session != h->src_session || c->failed) goto stale;
@@ -755,6 +794,9 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
     kv("rx_fault_dropped", d->rx_dropped_fault, arg);
     kv("tx_queue_full", d->tx_full, arg);
     kv("tx_bursts", d->tx_bursts, arg);
+    kv("rx_bad_checksum", d->rx_bad_cksum, arg);
+    kv("rx_fault_corrupted", d->rx_corrupted, arg);
+    kv("rx_checksum_ok", d->rx_cksum_ok, arg);
     kv("mbuf_shortage", d->mbuf_short, arg);
     struct rte_eth_stats es;
     if (rte_eth_stats_get(hc_dpdk_port.port_id, &es) == 0) {

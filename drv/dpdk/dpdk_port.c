@@ -78,6 +78,14 @@ static const hc_config_knob_t hc_dpdk_knobs[] = {
     HC_KNOB_DOUBLE(hc_dpdk_cfg.rx_drop, "HCOMM_DPDK_RX_DROP", "0",
                    "dpdk: fault injection for tests: this fraction of received data packets "
                    "is dropped"),
+    HC_KNOB_STR(hc_dpdk_cfg.udp_cksum, "HCOMM_DPDK_UDP_CKSUM", "auto",
+                "dpdk: UDP checksums on sent packets: on (the port's offload, else computed), "
+                "off (0: none, as IPv4 allows), auto (the offload where the port has it, "
+                "computed on a PCI port without it, none on a virtual device); received "
+                "checksums are always checked"),
+    HC_KNOB_DOUBLE(hc_dpdk_cfg.rx_corrupt, "HCOMM_DPDK_RX_CORRUPT", "0",
+                   "dpdk: fault injection for tests: this fraction of received packets gets "
+                   "a byte flipped before it is checked"),
     HC_KNOB_DOUBLE(hc_dpdk_cfg.rx_drop_acks, "HCOMM_DPDK_RX_DROP_ACKS", "0",
                    "dpdk: fault injection for tests: this fraction of received "
                    "acknowledgements is dropped"),
@@ -425,6 +433,19 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
     conf.rxmode.mtu = eth_mtu;
     P->multi_seg = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
     if (P->multi_seg) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+    const char *ck = hc_dpdk_cfg.udp_cksum ? hc_dpdk_cfg.udp_cksum : "auto";
+    bool hw_ck = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_UDP_CKSUM) != 0;
+    if (!strcmp(ck, "off"))
+        P->cksum = HC_DPDK_CKSUM_OFF;
+    else if (!strcmp(ck, "on") || !strcmp(ck, "auto"))
+        P->cksum = hw_ck ? HC_DPDK_CKSUM_HW
+                   : !strcmp(ck, "on") || hc_dpdk_is_pci(spec) ? HC_DPDK_CKSUM_SW
+                                                                : HC_DPDK_CKSUM_OFF;
+    else {
+        snprintf(why, why_len, "HCOMM_DPDK_UDP_CKSUM=\"%s\": auto, on or off", ck);
+        return HCOMM_ERR_INVALID;
+    }
+    if (P->cksum == HC_DPDK_CKSUM_HW) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_UDP_CKSUM;
     rc = rte_eth_dev_configure(pid, 1, 1, &conf);
     uint16_t nrx = (uint16_t)hc_dpdk_cfg.ring, ntx = (uint16_t)hc_dpdk_cfg.ring;
     if (rc == 0) rc = rte_eth_dev_adjust_nb_rx_tx_desc(pid, &nrx, &ntx);
@@ -479,10 +500,14 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
         st = hc_dpdk_port_start(strncmp(spec, "net_memif", 9) != 0, why, why_len);
         if (st != HCOMM_OK) return st;
     }
-    hc_log_info("dpdk: port %s (%s) %02x:%02x:%02x:%02x:%02x:%02x MTU %u%s, EAL: %s", name,
+    hc_log_info("dpdk: port %s (%s) %02x:%02x:%02x:%02x:%02x:%02x MTU %u%s, UDP checksum %s, "
+                "EAL: %s", name,
                 P->driver, P->mac.addr_bytes[0], P->mac.addr_bytes[1], P->mac.addr_bytes[2],
                 P->mac.addr_bytes[3], P->mac.addr_bytes[4], P->mac.addr_bytes[5], P->mtu,
                 P->multi_seg ? ", chained TX (zero copy)" : ", no chained TX (copies)",
+                P->cksum == HC_DPDK_CKSUM_HW   ? "offloaded"
+                : P->cksum == HC_DPDK_CKSUM_SW ? "computed"
+                                               : "none",
                 hc_dpdk_cfg.eal_args);
     return HCOMM_OK;
 }

@@ -29,6 +29,10 @@
 #                the client starts first and the server is slow to start its
 #                port (a large mbuf pool), the order in which a client used
 #                to be refused ("ID not found") and the job hung
+#   cksum        2 x 1 with UDP checksums on and 2% of received packets
+#                given a flipped byte (HCOMM_DPDK_RX_CORRUPT) before they
+#                are checked: every result still exact, the bad packets
+#                dropped and counted (and retransmitted)
 #   finalize_ack 2 x 1, rank 0 drops 60% of the acknowledgements it gets,
 #                short jobs: a last packet whose acknowledgement was lost is
 #                retransmitted to a rank already in hcomm_finalize, which
@@ -136,6 +140,20 @@ coll_3x1)
     "$netns" up 3 || fail "netns setup"
     launch 3 1 --max 2M --coll
     wait_all 200
+    ;;
+cksum)
+    "$netns" up 2 || fail "netns setup"
+    job_env+=(HCOMM_DPDK_UDP_CKSUM=on HCOMM_DPDK_RX_CORRUPT=0.02 HCOMM_STATS=1 HCOMM_STATS_LEVEL=2)
+    launch 2 1 --max 2M --coll
+    wait_all 200
+    for r in 0 1; do
+        b=$(grep -o "rx_bad_checksum [0-9]*" "$work/r$r.log" | grep -o "[0-9]*$" | tail -1)
+        ok=$(grep -o "rx_checksum_ok [0-9]*" "$work/r$r.log" | grep -o "[0-9]*$" | tail -1)
+        c=$(grep -o "rx_fault_corrupted [0-9]*" "$work/r$r.log" | grep -o "[0-9]*$" | tail -1)
+        echo "rank $r: ${c:-?} packets corrupted on receipt, ${b:-?} dropped for their checksum, ${ok:-?} checked good"
+        [ "${b:-0}" -gt 0 ] && [ "${b:-0}" = "${c:-x}" ] || fail "rank $r: not every corrupted packet was caught"
+        [ "${ok:-0}" -gt 0 ] || fail "rank $r: no checksum was checked"
+    done
     ;;
 finalize_ack)
     "$netns" up 2 || fail "netns setup"
