@@ -13,9 +13,18 @@
 # namespaces: ranks alternate nodes) with its default coll tuned and with
 # coll han (hierarchical), once each, after the rounds. Not a ctest test (a
 # benchmark).
+#
+# bench_topo.sh BUILD_DIR ROUNDS COLL:BYTES...: instead, ROUNDS interleaved
+# rounds of each COLL_bw (allreduce, allgather, reduce_scatter, reduce) at
+# BYTES (the bench's size: for allgather and reduce_scatter all n blocks,
+# BYTES / 4 per rank) with ALGO=ring, ALGO=hier and the automatic choice;
+# prints the medians of the out-of-place time and hier / ring, auto / ring.
+#   bash tests/netns/bench_topo.sh build 5 allgather:4M allgather:16M reduce_scatter:16M
 set -u
 build=$(cd "${1:?build dir}" && pwd)
 rounds=${2:-3}
+shift $(($# < 2 ? $# : 2))
+colls=("$@")
 here=$(cd "$(dirname "$0")" && pwd)
 [ "$(id -u)" = 0 ] || { echo "skipped: needs root"; exit 77; }
 export HCN_JOB="t$$"
@@ -29,14 +38,14 @@ veth_bytes() {
         awk '{s += $1} END {printf "%.0f\n", s}'
 }
 
-run() { # NAME BYTES ENV...: prints "busbw_GBps cross_bytes"
-    local name=$1 bytes=$2 port=$((20000 + RANDOM % 30000)) r pids=() before after
-    shift 2
+run() { # NAME PROG BYTES ENV...: prints "busbw_GBps cross_bytes"
+    local name=$1 prog=$2 bytes=$3 port=$((20000 + RANDOM % 30000)) r pids=() before after
+    shift 3
     before=$(veth_bytes)
     for r in 0 1 2 3; do
         env HCOMM_RANK=$r HCOMM_SIZE=4 HCOMM_LOCAL_RANK=$((r / 2)) HCOMM_LOCAL_SIZE=2 \
             HCOMM_BOOTSTRAP="tcp://10.77.0.1:$port" HCOMM_JOB_KEY=topo HCOMM_LOG=warn "$@" \
-            "$here/netns.sh" run $((r % 2)) "$build/bin/allreduce_bw" -b "$bytes" -e "$bytes" \
+            "$here/netns.sh" run $((r % 2)) "$build/bin/$prog" -b "$bytes" -e "$bytes" \
             -n "$ITERS" -w 3 >"$work/$name.$r.log" 2>&1 &
         pids+=($!)
     done
@@ -49,6 +58,40 @@ run() { # NAME BYTES ENV...: prints "busbw_GBps cross_bytes"
 }
 median() { sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "nan"}'; }
 
+if [ ${#colls[@]} -gt 0 ]; then
+    declare -A us
+    for ((i = 1; i <= rounds; i++)); do
+        for cb in "${colls[@]}"; do
+            coll=${cb%%:*} size=${cb#*:}
+            for cfg in ring hier auto; do
+                case $cfg in
+                ring) envs=(HCOMM_ALGO=ring) ;;
+                hier) envs=(HCOMM_ALGO=hier) ;;
+                auto) envs=() ;;
+                esac
+                run "$coll-$size-$cfg-$i" "${coll}_bw" "$size" "${envs[@]}" >/dev/null
+                # nccl-tests columns: size count type redop root time algbw busbw #wrong
+                # (out of place), then in place: a wrong element is no time
+                read -r t w < <(awk '$1 ~ /^[0-9]+$/ && $1 > 0 {print $6, $9 + $15; exit}' \
+                    "$work/$coll-$size-$cfg-$i.0.log")
+                [ "${w:-1}" = 0 ] || { echo "$coll $size $cfg: ${w:-no} wrong elements" >&2; t=nan; }
+                us[$cb.$cfg]+="${t:-nan} "
+                echo "round $i $coll $size $cfg: ${t:-nan} us"
+            done
+        done
+    done
+    echo
+    printf '%-22s %10s %10s %10s %12s %12s\n' "collective:size" "ring us" "hier us" "auto us" "hier/ring" "auto/ring"
+    for cb in "${colls[@]}"; do
+        for cfg in ring hier auto; do
+            eval "m_$cfg=$(tr ' ' '\n' <<<"${us[$cb.$cfg]}" | grep . | median)"
+        done
+        awk -v c="$cb" -v r="$m_ring" -v h="$m_hier" -v a="$m_auto" \
+            'BEGIN {printf "%-22s %10s %10s %10s %12.2f %12.2f\n", c, r, h, a, h / r, a / r}'
+    done
+    exit 0
+fi
+
 declare -A bw lat xb
 for ((i = 1; i <= rounds; i++)); do
     for cfg in off ring auto; do
@@ -57,8 +100,8 @@ for ((i = 1; i <= rounds; i++)); do
         ring) envs=(HCOMM_TOPO=full HCOMM_ALGO=ring) ;;
         auto) envs=(HCOMM_TOPO=full) ;;
         esac
-        read -r b x < <(run "$cfg-big-$i" 16777216 "${envs[@]}")
-        read -r l _ < <(run "$cfg-small-$i" 8 "${envs[@]}")
+        read -r b x < <(run "$cfg-big-$i" allreduce_bw 16777216 "${envs[@]}")
+        read -r l _ < <(run "$cfg-small-$i" allreduce_bw 8 "${envs[@]}")
         lt=$(awk '$1 == 8 {print $6; exit}' "$work/$cfg-small-$i.0.log")
         bw[$cfg]+="$b " xb[$cfg]+="$x " lat[$cfg]+="${lt:-nan} "
         echo "round $i $cfg: 16 MiB busbw $b GB/s, $x bytes across the veth; 8 B time ${lt:-nan} us"
