@@ -289,6 +289,14 @@ static hcomm_status_t hc_dpdk_eal_start(const char *port, char *why, size_t why_
 
 /* ---- the port -------------------------------------------------------------------- */
 
+static void hc_dpdk_port_exit(void)
+{
+    if (!hc_dpdk_port.up) return;
+    if (hc_dpdk_port.started) (void)rte_eth_dev_stop(hc_dpdk_port.port_id);
+    (void)rte_eth_dev_close(hc_dpdk_port.port_id);
+    hc_dpdk_port.up = hc_dpdk_port.started = false;
+}
+
 /* Waits up to ms for the port's link to come up; *link says how it is. */
 static void hc_dpdk_wait_link(uint16_t pid, int ms, struct rte_eth_link *link)
 {
@@ -455,10 +463,18 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
     if (rc == 0) rc = rte_eth_tx_queue_setup(pid, 0, ntx, socket, NULL);
     if (rc == 0 && hc_dpdk_cfg.mtu > 0 && !free_frames) rc = rte_eth_dev_set_mtu(pid, eth_mtu);
     if (rc != 0) {
-        snprintf(why, why_len, "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s",
-                 name, nrx, ntx, mtu, rte_strerror(rc < 0 ? -rc : rc));
+        snprintf(why, why_len, "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s%s",
+                 name, nrx, ntx, mtu, rte_strerror(rc < 0 ? -rc : rc),
+                 strncmp(spec, "net_af_xdp", 10)
+                     ? ""
+                     : " (is an XDP program already on the interface? A job that was killed "
+                       "leaves one: ip link set dev <iface> xdp off)");
         return HCOMM_ERR_NO_DEVICE;
     }
+    /* At exit the port is closed: af_xdp then takes its XDP program off the
+     * interface (left there, the next job could not attach its own). */
+    static bool atexit_done;
+    if (!atexit_done) atexit_done = atexit(hc_dpdk_port_exit) == 0;
     if (!free_frames) (void)rte_eth_dev_get_mtu(pid, &mtu);
     rte_eth_macaddr_get(pid, &P->mac);
     P->port_id = pid;

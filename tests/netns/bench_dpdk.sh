@@ -22,7 +22,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 [ "$(id -u)" = 0 ] || { echo "skipped: needs root"; exit 77; }
 export HCN_JOB="bd$$"
 work=$(mktemp -d /tmp/hcn-bench.XXXXXX)
-trap '"$here/netns.sh" down; rm -rf "$work"' EXIT
+trap '"$here/netns.sh" down; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 "$here/netns.sh" up 2 || exit 1
 
 # hc_run TAG NET ENV... -- prog args: rank 0's output in $work/TAG

@@ -41,7 +41,8 @@
 #   af_xdp       3 nodes x 1 rank through the bridge on net_af_xdp (the
 #                kernel's AF_XDP sockets) with hcomm's XDP program, which
 #                keeps the bootstrap's TCP on the same interface working:
-#                p2p and every collective
+#                p2p and every collective, then a second job on the same
+#                interfaces (the first must have taken its program off)
 #   memif_zcopy  the memif pair, a 64 MiB allreduce from hcomm_mem_alloc
 #                buffers: large payloads leave zero copy, none copied
 #
@@ -177,6 +178,10 @@ af_xdp)
         echo "rank $r: ${n:-?} packets received through AF_XDP"
         [ "${n:-0}" -gt 100 ] || fail "rank $r received (almost) nothing through AF_XDP"
     done
+    # A second job on the same interfaces: the first took its XDP program
+    # off at exit (one left attached made the next job's attach fail).
+    launch 3 1 --max 64K
+    wait_all 100
     ;;
 loss)
     "$netns" up 2 || fail "netns setup"
