@@ -21,7 +21,7 @@
 #                            mpirun and torchrun), libopenmpi-dev (mpicc for
 #                            the Open MPI build of the mixed-load peer),
 #                            libtorch-dev + pybind11-dev (the torch.distributed
-#                            backend),
+#                            backend), python3-matplotlib (bench_plot),
 #                            dpdk-dev (dpdk-testpmd, the
 #                            reference of tests/netns/bench_testpmd.sh)
 set -euo pipefail
@@ -30,7 +30,7 @@ pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       libibverbs-dev rdma-core iproute2 nftables procps libpmix-dev libdpdk-dev)
 test_pkgs=(bc cpio qemu-system-x86 linux-image-amd64 busybox-static
            perftest ibverbs-utils ucx-utils gdb slurm-wlm munge
-           mpich openmpi-bin libopenmpi-dev python3-torch libtorch-dev pybind11-dev dpdk-dev)
+           mpich openmpi-bin libopenmpi-dev python3-torch libtorch-dev pybind11-dev python3-matplotlib dpdk-dev)
 missing() { # prints the packages among "$@" that are not installed
     local p
     for p in "$@"; do

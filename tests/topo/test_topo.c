@@ -24,18 +24,12 @@
 
 #include <cmocka.h>
 
+#include "topo/test_rng.h"
+
 #include "topo/topo.h"
 
 static char tmpdir[] = "/tmp/hc-topo-test.XXXXXX";
 
-static uint64_t rng_state = 88172645463325252ull;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
 
 static double now_s(void)
 {

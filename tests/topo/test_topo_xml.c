@@ -26,6 +26,8 @@
 
 #include <cmocka.h>
 
+#include "topo/test_rng.h"
+
 #include "topo/topo_int.h"
 
 static char tmpdir[] = "/tmp/hc-topo-xml-test.XXXXXX";
@@ -212,14 +214,6 @@ static void test_cluster_equals_lines(void **state)
     assert_string_equal(me.sw, "");
 }
 
-static uint64_t rng_state = 88172645463325252ull;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
 
 /* 4 spines x 4 leaves x 4 nodes x 8 ranks (512), numbered in a random
  * order, on 2 NUMA nodes per node, written in both forms. */
