@@ -47,6 +47,8 @@
 #define HC_BS_CONNECT_ATTEMPT 5.0 /* seconds one connect() may take before a retry */
 #define HC_BS_BACKOFF_MIN 0.001
 #define HC_BS_BACKOFF_MAX 0.100
+#define HC_BS_WELCOME_WAIT 2.0    /* port span: seconds a rank waits for WELCOME on a port */
+#define HC_BS_PORT_SPAN_MAX 256   /* ports a span may cover */
 
 typedef enum { HC_BS_RX_MORE, HC_BS_RX_DONE, HC_BS_RX_EOF, HC_BS_RX_BAD } hc_bs_rx_t;
 
@@ -251,7 +253,8 @@ static hc_bs_rx_t hc_bs_conn_read(hc_bs_conn_t *c, const hc_bs_expect_t *e, char
         /* Rank 0's verdicts (ABORT, and BUSY to a rank waiting for its table)
          * may come in place of the expected message. */
         bool verdict = m.type == HC_BOOTSTRAP_MSG_ABORT ||
-                       (m.type == HC_BOOTSTRAP_MSG_BUSY && e->type == HC_BOOTSTRAP_MSG_TABLE);
+                       (m.type == HC_BOOTSTRAP_MSG_BUSY && (e->type == HC_BOOTSTRAP_MSG_TABLE ||
+                                                            e->type == HC_BOOTSTRAP_MSG_WELCOME));
         if (m.type != e->type && !verdict && !notice) {
             snprintf(why, whycap, "message type %u where %u was expected", m.type, e->type);
             return HC_BS_RX_BAD;
@@ -386,9 +389,12 @@ static void hc_bs_addr_file_path(const hc_bootstrap_url_t *u, const char *key, c
         snprintf(out, cap, "%s/hcomm-nokey.addr", u->dir);
 }
 
+/* Listens on host:port; *err_p (when not NULL): the errno of the failure,
+ * 0 on success. */
 static hcomm_status_t hc_bs_listen_on(const char *host, const char *port, int *fd_p, char *where,
-                                      size_t wcap)
+                                      size_t wcap, int *err_p)
 {
+    if (err_p) *err_p = 0;
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *res, *ai;
@@ -417,6 +423,7 @@ static hcomm_status_t hc_bs_listen_on(const char *host, const char *port, int *f
         close(fd);
     }
     freeaddrinfo(res);
+    if (err_p) *err_p = err;
     return hc_error_errno(HCOMM_ERR_BOOTSTRAP, err,
                           "hc_bootstrap_open: cannot listen on %s:%s%s", host, port,
                           err == EADDRINUSE ? " (another process holds the port: set "
@@ -435,12 +442,12 @@ static hcomm_status_t hc_bs_listen_file(hc_bootstrap_t *bs, const hc_bootstrap_p
 
     if (gethostname(host, sizeof(host)) == 0) {
         host[sizeof(host) - 1] = '\0';
-        st = hc_bs_listen_on(host, "0", &fd, where, sizeof(where));
+        st = hc_bs_listen_on(host, "0", &fd, where, sizeof(where), NULL);
     }
     if (st != HCOMM_OK) {
         hc_log_info("bootstrap: host name does not resolve to a bindable address, using "
                     "127.0.0.1 (single-node job only)");
-        st = hc_bs_listen_on("127.0.0.1", "0", &fd, where, sizeof(where));
+        st = hc_bs_listen_on("127.0.0.1", "0", &fd, where, sizeof(where), NULL);
         if (st != HCOMM_OK) return st;
     }
     hc_bs_addr_file_path(u, p->job_key, bs->addr_file, sizeof(bs->addr_file));
@@ -544,6 +551,20 @@ static void hc_bs_hello_accept(hc_bootstrap_t *bs, const hc_bootstrap_params_t *
         snprintf(why, sizeof(why), "duplicate rank %u", m.rank);
         hc_bs_reject(c, why);
         return;
+    }
+    if (p->port_span > 1) {
+        /* The rank may have found another job on a port of the span: tell it
+         * that this is its rank 0. A 32-byte message on a fresh socket; if it
+         * cannot go now the rank tries the span again and comes back. */
+        hc_bootstrap_msg_t w = {HC_BOOTSTRAP_MAGIC,       HC_BOOTSTRAP_VERSION,
+                                HC_BOOTSTRAP_MSG_WELCOME, m.rank,
+                                (uint32_t)bs->size,       0,
+                                NULL,                     0,
+                                NULL};
+        if (hc_bs_send_msg(c->fd, &w, 0.0, "welcome", -1) != HCOMM_OK) {
+            hc_bs_reject(c, "could not send WELCOME");
+            return;
+        }
     }
     memcpy(table + (size_t)m.rank * bs->blob_len, m.payload, bs->blob_len);
     c->rank = (int)m.rank;
@@ -730,10 +751,17 @@ out:
     return st;
 }
 
+/* Ports of the span that exist (a span never runs past 65535). */
+static int hc_bs_port_span(const hc_bootstrap_params_t *p, const hc_bootstrap_url_t *u)
+{
+    if (u->is_file || p->port_span <= 1) return 1;
+    return HC_MIN(HC_MIN(p->port_span, HC_BS_PORT_SPAN_MAX), 65536 - u->port);
+}
+
 static hcomm_status_t hc_bs_root_open(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
                                       const hc_bootstrap_url_t *u, double deadline, double timeout)
 {
-    hcomm_status_t st;
+    hcomm_status_t st = HCOMM_ERR_BOOTSTRAP;
     char port[16], where[128];
     int lfd = -1;
 
@@ -744,8 +772,22 @@ static hcomm_status_t hc_bs_root_open(hc_bootstrap_t *bs, const hc_bootstrap_par
     if (u->is_file) {
         st = hc_bs_listen_file(bs, p, u, &lfd);
     } else {
-        snprintf(port, sizeof(port), "%d", u->port);
-        st = hc_bs_listen_on(u->host, port, &lfd, where, sizeof(where));
+        /* A port span: the first port of it that is free (another job or a
+         * service may hold the derived one). */
+        int span = hc_bs_port_span(p, u), err = 0;
+        for (int k = 0; k < span; k++) {
+            snprintf(port, sizeof(port), "%d", u->port + k);
+            st = hc_bs_listen_on(u->host, port, &lfd, where, sizeof(where), &err);
+            if (st == HCOMM_OK || span == 1 || err != EADDRINUSE || k == span - 1) break;
+            hc_log_info("bootstrap: port %d is in use, trying %d (span of %d from %d)",
+                        u->port + k, u->port + k + 1, span, u->port);
+        }
+        if (st != HCOMM_OK && span > 1 && err == EADDRINUSE)
+            st = hc_error(HCOMM_ERR_BOOTSTRAP,
+                          "hc_bootstrap_open: every port of %s:%d..%d is in use (the port derived "
+                          "from the launcher's ids and the %d after it): set "
+                          "HCOMM_BOOTSTRAP=tcp://host:PORT to a free one",
+                          u->host, u->port, u->port + span - 1, span - 1);
         if (st == HCOMM_OK) hc_log_info("bootstrap: rank 0 listens on %s", where);
     }
     if (st != HCOMM_OK) return st;
@@ -847,6 +889,25 @@ static bool hc_bs_read_addr_file(const hc_bootstrap_url_t *u, const char *key,
     return true;
 }
 
+/* Port span: after the hello, WELCOME (or BUSY, ABORT) within
+ * HC_BS_WELCOME_WAIT says this port is the job's rank 0. Anything else (a
+ * close: another job's rank 0 refused the key; silence: some other
+ * service) says it is not: false, with the reason in why. */
+static bool hc_bs_welcomed(hc_bs_conn_t *c, const hc_bootstrap_params_t *p, double deadline,
+                           hc_bootstrap_msg_t *m, hcomm_status_t *st_p, char *why, size_t wcap)
+{
+    hc_bs_expect_t w = {HC_BOOTSTRAP_MSG_WELCOME, (uint32_t)p->size, 0};
+    char r[200];
+    *st_p = hc_bs_conn_wait(c, &w, HC_MIN(deadline, hc_time_sec() + HC_BS_WELCOME_WAIT), m, r,
+                            sizeof(r));
+    if (*st_p == HCOMM_OK) return true;
+    snprintf(why, wcap, "%s answered the hello with %s: not this job's rank 0", c->peer,
+             *st_p == HCOMM_ERR_PEER_FAILED ? "a close (another job's rank 0, or a rejected hello)"
+             : *st_p == HCOMM_ERR_TIMEOUT   ? "silence"
+                                            : r);
+    return false;
+}
+
 static hcomm_status_t hc_bs_rank_open(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
                                       const hc_bootstrap_url_t *u, const void *blob,
                                       double deadline, double timeout)
@@ -856,23 +917,29 @@ static hcomm_status_t hc_bs_rank_open(hc_bootstrap_t *bs, const hc_bootstrap_par
     char why[600] = "no attempt yet", text[HC_BOOTSTRAP_MAX_ABORT_TEXT + 1];
     hc_bootstrap_url_t target = *u;
     hcomm_status_t st;
+    /* With a port span the ports are tried in turn, from the first. */
+    int span = hc_bs_port_span(p, u), k = 0;
 
     hc_bootstrap_msg_t m;
     for (unsigned busy = 0;; busy++) {
-        for (;;) {
+        for (int tried = 1;; tried++) {
             if (!u->is_file || hc_bs_read_addr_file(u, p->job_key, &target, why, sizeof(why)))
-                c->fd = hc_bs_try_connect(target.host, target.port, deadline, why, sizeof(why));
+                c->fd = hc_bs_try_connect(target.host, target.port + k, deadline, why, sizeof(why));
             if (c->fd >= 0) break;
+            k = (k + 1) % span;
             double left = deadline - hc_time_sec();
             if (left <= 0)
                 return hc_error(HCOMM_ERR_TIMEOUT,
-                                "hc_bootstrap_open: rank %d could not reach rank 0 through %s "
+                                "hc_bootstrap_open: rank %d could not reach rank 0 through %s%s "
                                 "within %.1f s (rank 0 never came up?): %s",
-                                p->rank, p->url, timeout, why);
+                                p->rank, p->url, span > 1 ? " or the ports after it" : "",
+                                timeout, why);
+            if (tried % span) continue; /* the next port of the span at once */
             hc_bs_sleep(HC_MIN(backoff, left));
             backoff = HC_MIN(backoff * 2, HC_BS_BACKOFF_MAX);
         }
         c->rank = 0;
+        snprintf(c->peer, sizeof(c->peer), "%.60s:%d", target.host, target.port + k);
 
         hc_bootstrap_msg_t hello = {
             HC_BOOTSTRAP_MAGIC, HC_BOOTSTRAP_VERSION, HC_BOOTSTRAP_MSG_HELLO,
@@ -883,11 +950,24 @@ static hcomm_status_t hc_bs_rank_open(hc_bootstrap_t *bs, const hc_bootstrap_par
          * reply below tells. */
         if (st != HCOMM_OK && st != HCOMM_ERR_PEER_FAILED) return st;
 
-        /* Rank 0 may still be deciding who is missing: give it a moment to say. */
-        double grace = HC_MIN(0.25 * timeout, 2.0);
-        hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_TABLE, (uint32_t)p->size,
-                            (uint64_t)bs->blob_len * (uint64_t)p->size};
-        st = hc_bs_conn_wait(c, &e, deadline + grace, &m, why, sizeof(why));
+        if (span > 1 && !hc_bs_welcomed(c, p, deadline, &m, &st, why, sizeof(why))) {
+            hc_log_debug("bootstrap: rank %d: %s; trying the next port", p->rank, why);
+            hc_bs_conn_close(c);
+            k = (k + 1) % span;
+            if (hc_time_sec() >= deadline)
+                return hc_error(HCOMM_ERR_TIMEOUT,
+                                "hc_bootstrap_open: rank %d found no rank 0 of its job on %s or "
+                                "the %d ports after it within %.1f s: %s",
+                                p->rank, p->url, span - 1, timeout, why);
+            continue;
+        }
+        if (span == 1 || m.type == HC_BOOTSTRAP_MSG_WELCOME) {
+            /* Rank 0 may still be deciding who is missing: give it a moment to say. */
+            double grace = HC_MIN(0.25 * timeout, 2.0);
+            hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_TABLE, (uint32_t)p->size,
+                                (uint64_t)bs->blob_len * (uint64_t)p->size};
+            st = hc_bs_conn_wait(c, &e, deadline + grace, &m, why, sizeof(why));
+        }
         if (st != HCOMM_OK || m.type != HC_BOOTSTRAP_MSG_BUSY) break;
         /* Rank 0 dropped this connection before reading the hello (a flood
          * of connections, or this process was slow to send it): again. */

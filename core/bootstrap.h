@@ -31,7 +31,17 @@ typedef struct {
     /* Whoever gave the address could have given a key too (HCOMM_BOOTSTRAP,
      * hcomm_init_rank): a missing key is worth a warning. */
     bool key_expected;
+    /* tcp:// only: rank 0 listens on the first free port of [port, port +
+     * port_span) and the others look for it there: a port derived from the
+     * launcher's ids (Slurm, torchrun) may be another job's or service's.
+     * Each rank then knows it reached its own rank 0 when a WELCOME answers
+     * its hello. 0 or 1: that port only. */
+    int port_span;
 } hc_bootstrap_params_t;
+
+/* The span of a port hcomm derives from a launcher's ids (Slurm's job and
+ * step, torchrun's MASTER_PORT + 1): ports [p, p + 16). */
+#define HC_BOOTSTRAP_DERIVED_PORT_SPAN 16
 
 /* Reads the environment. Errors: ERR_INVALID naming the variable (a rank
  * outside [0, size), a size < 1, a malformed URL, a multi-rank job with no
@@ -146,6 +156,7 @@ typedef enum {
     HC_BOOTSTRAP_MSG_FAILED = 6, /* either way: u32 rank, u32 cause, i32 status, text */
     HC_BOOTSTRAP_MSG_RELAY = 7,  /* either way: u32 to, u32 from, u32 channel, blob */
     HC_BOOTSTRAP_MSG_BUSY = 8,   /* 0 -> a connection it drops unread: connect again */
+    HC_BOOTSTRAP_MSG_WELCOME = 9, /* 0 -> rank: hello accepted (jobs with a port span) */
 } hc_bootstrap_msg_type_t;
 
 /* Parses one message from buf. Returns the bytes consumed (> 0), 0 when more

@@ -185,6 +185,7 @@ static hcomm_status_t hc_bootstrap_env_torch_url(hc_bootstrap_params_t *p)
                      restart ? restart : "0", addr ? addr : "", pv);
         }
         port = port_buf;
+        p->port_span = HC_BOOTSTRAP_DERIVED_PORT_SPAN;
     }
     const char *missing = addr == NULL ? "MASTER_ADDR" : port == NULL ? "MASTER_PORT" : NULL;
     int n;
@@ -267,7 +268,8 @@ static long hc_bootstrap_slurm_tasks_on(const char *tpn, long node)
 
 /* srun without an address (docs/launchers.md): rank 0 runs on the first host
  * of the step's node list and listens on a port derived from the job and
- * step ids, 20000 + (job * 64 + step) mod 40000; the key is the step's
+ * step ids, 20000 + (job * 64 + step) mod 40000, or the first free one of
+ * the 15 after it (HC_BOOTSTRAP_DERIVED_PORT_SPAN); the key is the step's
  * identity; the local size comes from SLURM_STEP_TASKS_PER_NODE. */
 static hcomm_status_t hc_bootstrap_env_slurm(hc_bootstrap_params_t *p)
 {
@@ -293,6 +295,7 @@ static hcomm_status_t hc_bootstrap_env_slurm(hc_bootstrap_params_t *p)
     if (s < 0) s = 0; /* batch (-5), extern (-4) steps... */
     int port = 20000 + (int)(((unsigned long)j * 64u + (unsigned long)s) % 40000u);
     snprintf(p->url, sizeof(p->url), "tcp://%s:%d", host, port);
+    p->port_span = HC_BOOTSTRAP_DERIVED_PORT_SPAN;
     if (!p->job_key[0]) {
         const char *cl = getenv("SLURM_CLUSTER_NAME");
         snprintf(p->job_key, sizeof(p->job_key), "slurm:%.32s:%ld.%ld", cl ? cl : "", j, s);

@@ -58,6 +58,7 @@ static bool hc_bootstrap_msg_header_valid(const hc_bootstrap_msg_t *m)
         return m->payload_len >= HC_BOOTSTRAP_NOTICE_HDR &&
                m->payload_len <= HC_BOOTSTRAP_NOTICE_HDR + HC_BOOTSTRAP_MAX_NOTICE_TEXT;
     case HC_BOOTSTRAP_MSG_BUSY:
+    case HC_BOOTSTRAP_MSG_WELCOME:
         return m->payload_len == 0;
     case HC_BOOTSTRAP_MSG_RELAY:
         return m->payload_len >= HC_BOOTSTRAP_RELAY_HDR &&

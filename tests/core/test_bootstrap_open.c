@@ -659,6 +659,114 @@ static void test_wrong_key_rank(void **state)
     reap_all_ok();
 }
 
+/* ---- a port span (a port derived from a launcher's ids) ----------------- */
+
+/* A listening socket on 127.0.0.1:port that never accepts: the kernel
+ * completes connections into its backlog, and nobody answers a hello. */
+static int listen_silent(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    assert_true(fd >= 0);
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 64) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A base port with the n ports from it free (each bound once to check). */
+static int free_ports(int n)
+{
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int base = free_port(), fds[8], k;
+        if (base + n > 65535) continue;
+        for (k = 0; k < n && (fds[k] = listen_silent(base + k)) >= 0; k++)
+            ;
+        for (int i = 0; i < k; i++)
+            close(fds[i]);
+        if (k == n) return base;
+    }
+    fail_msg("no %d consecutive free ports", n);
+    return -1;
+}
+
+static bool port_listening(int port)
+{
+    char why[64];
+    (void)why;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool up = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return up;
+}
+
+static void test_port_span(void **state)
+{
+    (void)state;
+    int base = free_ports(4);
+    char url[64], other[64];
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", base);
+    snprintf(other, sizeof(other), "tcp://127.0.0.1:%d", base + 1);
+    /* The first port of the span: something that accepts and never answers.
+     * The second: another job's rank 0, waiting for its own rank 1. */
+    int silent = listen_silent(base);
+    assert_true(silent >= 0);
+    rank_arg_t o0 = {params(0, 2, other, "another-job"), 0, false};
+    spawn(run_rank, &o0);
+    for (int i = 0; i < 400 && !port_listening(base + 1); i++)
+        sleep_ms(5);
+    assert_true(port_listening(base + 1));
+    /* This job, its address the first port of a span of 4: rank 0 listens
+     * on the third, its ranks pass the silent one (no WELCOME within 2 s)
+     * and the other job's (which refuses their key). */
+    rank_arg_t args[3];
+    for (int r = 1; r < 3; r++) {
+        args[r] = (rank_arg_t){params(r, 3, url, KEY), 0, false};
+        args[r].p.port_span = 4;
+        spawn(run_rank, &args[r]);
+    }
+    rank_arg_t a0 = {params(0, 3, url, KEY), 100, false};
+    a0.p.port_span = 4;
+    double t0 = hc_time_sec();
+    assert_int_equal(run_rank(&a0), 0);
+    double took = hc_time_sec() - t0;
+    assert_true(took < 8.0);
+    /* The other job still completes once its rank 1 comes. */
+    rank_arg_t o1 = {params(1, 2, other, "another-job"), 0, false};
+    spawn(run_rank, &o1);
+    reap_all_ok();
+    /* Without a span the same address finds the silent listener only. */
+    expect_fail_arg_t a1 = {params(1, 2, url, KEY), HCOMM_ERR_TIMEOUT, "no table", 1.0, 0};
+    assert_int_equal(run_expect_fail(&a1), 0);
+    close(silent);
+}
+
+static void test_port_span_all_busy(void **state)
+{
+    (void)state;
+    int base = free_ports(2);
+    char url[64];
+    snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", base);
+    int a = listen_silent(base), b = listen_silent(base + 1);
+    assert_true(a >= 0 && b >= 0);
+    expect_fail_arg_t a0 = {params(0, 2, url, KEY), HCOMM_ERR_BOOTSTRAP, "every port", 1.0, 1.0};
+    a0.p.port_span = 2;
+    assert_int_equal(run_expect_fail(&a0), 0);
+    /* A rank of that job finds no rank 0 of its own on either port and
+     * says so by the deadline. */
+    expect_fail_arg_t a1 = {params(1, 2, url, KEY), HCOMM_ERR_TIMEOUT, "found no rank 0 of its job",
+                            3.0, 6.0};
+    a1.p.port_span = 2;
+    assert_int_equal(run_expect_fail(&a1), 0);
+    close(a);
+    close(b);
+}
+
 static int run_mismatch(void *arg)
 {
     rank_arg_t *a = arg;
@@ -993,6 +1101,8 @@ int main(void)
         T(test_silent_clients_dropped),
         T(test_connect_storm),
         T(test_evicted_told_busy),
+        T(test_port_span),
+        T(test_port_span_all_busy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

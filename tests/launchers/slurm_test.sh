@@ -5,7 +5,8 @@
 # waits for the node to be idle, then runs hcomm jobs with srun alone (no
 # HCOMM_* variable: core/bootstrap_env.c derives the rendezvous from the step):
 #   srun -n 2 mp_coll_vector, srun -n 4 mp_coll_vector (4 tasks on however
-#   many cores: --overcommit), srun -n 2 mp_p2p, and srun --mpi=pmix and
+#   many cores: --overcommit), srun -n 2 mp_p2p, srun -n 2 mp_coll_vector with
+#   its derived port held by another listener, and srun --mpi=pmix and
 #   --mpi=pmi2 -n 2 mp_coll_vector where the plugins exist
 # Each must report one job of N ranks (the pass line exactly once), not N jobs
 # of one. Every daemon is stopped at the end and the temp dir removed.
@@ -170,6 +171,11 @@ run_job() { # run_job NAME PASSLINE srun-args...
     out=$(timeout 120 srun "$@" 2>&1)
     rc=$?
     n=$(grep -cxF -- "$pass" <<<"$out")
+    # $must (when set): a line the job's output must also hold
+    if [[ -n ${must:-} ]] && ! grep -qF -- "$must" <<<"$out"; then
+        echo "FAIL: $name: no line with \"$must\" in its output"
+        n=0
+    fi
     if ((rc == 0 && n == 1)); then
         echo "PASS: $name ($((SECONDS - t0)) s)"
     else
@@ -184,6 +190,28 @@ run_job "srun -n 4 mp_coll_vector" "mp_coll_vector: 4 ranks, every dtype, all ch
     -n 4 --overcommit "$bindir/mp_coll_vector"
 run_job "srun -n 2 mp_p2p" "rank 0: mp_p2p: passed (0 failures on this rank, 0 in all)" \
     -n 2 --overcommit "$bindir/mp_p2p"
+# The port derived from the job id held by something that accepts and never
+# answers (another job's rank 0 or a service would do the same): rank 0
+# listens on the next port of the span, the ranks pass the silent one (no
+# WELCOME) and find it. Job ids count up: the next job is this one's + 1.
+last=$(timeout 30 srun -n 1 bash -c 'echo $SLURM_JOB_ID')
+if [[ $last =~ ^[0-9]+$ ]]; then
+    dport=$((20000 + ((last + 1) * 64) % 40000))
+    /usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(64); time.sleep(150)' "$dport" &
+    holder=$!
+    for _ in $(seq 100); do ! port_free "$dport" && break; sleep 0.05; done
+    must="port $dport is in use, trying $((dport + 1))" HCOMM_LOG=info \
+        run_job "srun -n 2 mp_coll_vector, its derived port $dport held by a silent listener" \
+        "mp_coll_vector: 2 ranks, every dtype, all checks passed" \
+        -n 2 --overcommit "$bindir/mp_coll_vector"
+    kill "$holder" 2>/dev/null
+    wait "$holder" 2>/dev/null
+else
+    echo "FAIL: srun -n 1 printed no job id ('$last')"
+    fails=$((fails + 1))
+fi
 # the PMI flavours srun offers: PMIx (hcomm's rendezvous through it) and
 # PMI-2 (PMI_FD speaks PMI-2, not PMI-1: hcomm falls back to srun's variables)
 for mpi in pmix pmi2; do
