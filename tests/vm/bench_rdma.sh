@@ -12,15 +12,24 @@
 #                              is unreachable", no wireup transport) a note,
 #                              and the transport layer's am_lat on rc_verbs
 #                              instead (ucx_perftest -t am_lat -x rc_verbs)
-#   ib_write_bw / ib_read_bw 4 MiB  perftest's average bandwidth (streaming)
-#   hcomm pingpong 4 MiB       bytes / one-way time (ping-pong, not
-#                              streaming: one message in flight)
+#   ib_write_bw / ib_read_bw 4 MiB  perftest's average bandwidth (streaming:
+#                              many messages in flight)
+#   hcomm pingpong -M bw 4 MiB osu_bw's method (a window of 16 isends
+#                              against 16 irecvs): streaming, as perftest's
+#   ib_read_lat / ib_write_lat 4 MiB  bytes / perftest's typical time of one
+#                              READ (one-way time of one WRITE): one
+#                              message in flight
+#   hcomm pingpong 4 MiB       bytes / one-way time (ping-pong: one message
+#                              in flight, each a rendezvous: RTS, the
+#                              receiver's RDMA READs, FIN)
 #
 # then a table of every round, the medians and the best rounds (emulation
 # is noisy: a round's latency is ~30 us or a 4 ms scheduler tick when the
 # guest's two CPUs are contended), and the ratios hcomm/perftest
 # (latency: hcomm / ib_write_lat, lower is better; bandwidth: hcomm /
-# ib_write_bw and hcomm / ib_read_bw, higher is better). Bandwidths are in
+# ib_write_bw and hcomm / ib_read_bw, higher is better; streaming against
+# streaming, one in flight against one in flight, and the old mixed pair,
+# one hcomm message in flight against perftest's stream). Bandwidths are in
 # MB/s of 10^6 bytes (perftest's MB/sec, 2^20 bytes, converted). Everything
 # is emulated (qemu TCG and a software RoCE device): the ratios mean
 # something, the absolute numbers little.
@@ -45,6 +54,8 @@ dev=${HCOMM_IB_HCA:-rxe0}
 LAT_N=${HCOMM_VM_LAT_ITERS:-1000}
 BW_N=${HCOMM_VM_BW_ITERS:-25}        # perftest's 4 MiB iterations
 HC_BW_N=${HCOMM_VM_HC_BW_ITERS:-10}  # hcomm pingpong's (each a round trip)
+HC_BWS_N=${HCOMM_VM_HC_BWS_ITERS:-3} # hcomm pingpong -M bw's windows of 16
+LAT4_N=${HCOMM_VM_LAT4_ITERS:-10}    # ib_read_lat / ib_write_lat 4 MiB iterations
 BIG=4194304
 
 # server_client LOG PROG ARGS...: PROG ARGS as server, then as client of
@@ -74,11 +85,13 @@ perf() { # LOG PROG ARGS...: a perftest on rxe0 (own port each run)
     server_client "$log" "$prog" -d "$dev" -x "$gid" -p "$port" -F "$@"
 }
 
-hc_pingpong() { # BYTES ITERS COLUMN: that column of rank 0's pingpong row
-    launch 2 1 "$(bin pingpong)" -b "$1" -e "$1" -n "$2" -w $(($2 / 10 + 1))
+hc_pingpong() { # BYTES ITERS COLUMN [ARGS]: that column of rank 0's pingpong row
+    local b=$1 n=$2 c=$3
+    shift 3
+    launch 2 1 "$(bin pingpong)" -b "$b" -e "$b" -n "$n" -w $((n / 10 + 1)) "$@"
     wait_all 200
-    awk -v s="$1" -v c="$3" '$1 == s {print $c}' "$work/r0.log" >"$work/col"
-    [ -s "$work/col" ] || fail "hcomm pingpong $1 B printed no result"
+    awk -v s="$b" -v c="$c" '$1 == s {print $c}' "$work/r0.log" >"$work/col"
+    [ -s "$work/col" ] || fail "hcomm pingpong $b B $* printed no result"
 }
 
 declare -A val
@@ -128,6 +141,19 @@ for ((k = 1; k <= rounds; k++)); do
     fi
     hc_pingpong $BIG "$HC_BW_N" 5
     add hbw $k "$(cat "$work/col")"
+    hc_pingpong $BIG "$HC_BWS_N" 5 -M bw -W 16
+    add hbws $k "$(cat "$work/col")"
+    # one message in flight: bytes / perftest's typical time of one
+    if perf "$work/rl4" ib_read_lat -s "$BIG" -n "$LAT4_N"; then
+        add rlat4 $k "$(awk -v s=$BIG '$1 == s && NF >= 5 && $5 > 0 {printf "%.1f", s / $5}' "$work/rl4")"
+    else
+        note+=("round $k: ib_read_lat 4 MiB failed: $(tail -3 "$work/rl4" | tr '\n' ' ')")
+    fi
+    if perf "$work/wl4" ib_write_lat -s "$BIG" -n "$LAT4_N"; then
+        add wlat4 $k "$(awk -v s=$BIG '$1 == s && NF >= 5 && $5 > 0 {printf "%.1f", s / $5}' "$work/wl4")"
+    else
+        note+=("round $k: ib_write_lat 4 MiB failed: $(tail -3 "$work/wl4" | tr '\n' ' ')")
+    fi
 done
 
 median() { sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}'; }
@@ -149,12 +175,12 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "-" || b == "-" || b == 0) pr
 
 echo
 echo "# soft-RoCE ($dev, qemu TCG) at 1+1, $rounds rounds; hcomm over HCOMM_NET=$NET"
-printf "%-34s" "metric"
+printf "%-40s" "metric"
 for ((k = 1; k <= rounds; k++)); do printf "%10s" "round$k"; done
 printf "%10s%10s\n" median best
 row() { # METRIC LABEL
     local k
-    printf "%-34s" "$2"
+    printf "%-40s" "$2"
     for ((k = 1; k <= rounds; k++)); do printf "%10s" "${val[$1,$k]:--}"; done
     printf "%10s%10s\n" "$(med "$1")" "$(best "$1")"
 }
@@ -163,16 +189,23 @@ row hlat "hcomm pingpong 8 B (us, p50)"
 row ulat "ucx ${ucx_mode}_lat rc_verbs 8 B (us)"
 row wbw "ib_write_bw 4 MiB (MB/s)"
 row rbw "ib_read_bw 4 MiB (MB/s)"
-row hbw "hcomm pingpong 4 MiB (MB/s)"
+row hbws "hcomm pingpong -M bw 4 MiB (MB/s)"
+row rlat4 "ib_read_lat 4 MiB (MB/s, 1 in flight)"
+row wlat4 "ib_write_lat 4 MiB (MB/s, 1 in flight)"
+row hbw "hcomm pingpong 4 MiB (MB/s, 1 in flight)"
 echo
-printf "%-34s%10s%10s\n" "ratio (lat: lower is better)" median best
+printf "%-40s%10s%10s\n" "ratio (lat: lower is better)" median best
 ratios() { # LABEL A B
-    printf "%-34s%10s%10s\n" "$1" "$(ratio "$(med "$2")" "$(med "$3")")" "$(ratio "$(best "$2")" "$(best "$3")")"
+    printf "%-40s%10s%10s\n" "$1" "$(ratio "$(med "$2")" "$(med "$3")")" "$(ratio "$(best "$2")" "$(best "$3")")"
 }
 ratios "latency   hcomm / ib_write_lat" hlat wlat
 ratios "latency   hcomm / ucx ${ucx_mode}_lat" hlat ulat
-ratios "bandwidth hcomm / ib_write_bw" hbw wbw
-ratios "bandwidth hcomm / ib_read_bw" hbw rbw
+ratios "streaming hcomm bw / ib_read_bw" hbws rbw
+ratios "streaming hcomm bw / ib_write_bw" hbws wbw
+ratios "1 in flight hcomm / ib_read_lat" hbw rlat4
+ratios "1 in flight hcomm / ib_write_lat" hbw wlat4
+ratios "mixed hcomm (1) / ib_read_bw (stream)" hbw rbw
+ratios "mixed hcomm (1) / ib_write_bw (stream)" hbw wbw
 for n in "${note[@]}"; do echo "note: $n"; done
 [ "$(med hlat)" != - ] && [ "$(med hbw)" != - ] || fail "no hcomm measurement"
 exit 0
