@@ -28,6 +28,7 @@
 hc_ctx_t hc_ctx;
 
 #define HC_DRV_ADDR_MAX 512
+_Static_assert(HC_DRV_SCOPE_NET < HC_DRV_MAX, "the address table has a slot per driver scope");
 
 typedef struct {
     uint32_t pid;
@@ -287,7 +288,8 @@ static hcomm_status_t hc_ctx_connect_all(const uint8_t *table)
             return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: wireup tables");
         }
         for (int r = 0; r < hc_ctx.size; r++) {
-            const uint8_t *slot = table + (size_t)r * stride + (size_t)i * HC_DRV_ADDR_MAX;
+            const uint8_t *slot =
+                table + (size_t)r * stride + (size_t)d->ops->scope * HC_DRV_ADDR_MAX;
             uint32_t len;
             memcpy(&len, slot, sizeof(len));
             addrs[r] = slot + sizeof(len);
@@ -309,7 +311,7 @@ static hcomm_status_t hc_ctx_connect_all(const uint8_t *table)
             d = by_scope[HC_DRV_SCOPE_NET];
         if (!d)
             return hc_error(HCOMM_ERR_NO_DEVICE, "hcomm_init: no driver reaches rank %d", r);
-        const uint8_t *slot = table + (size_t)r * stride + (size_t)d->index * HC_DRV_ADDR_MAX;
+        const uint8_t *slot = table + (size_t)r * stride + (size_t)d->ops->scope * HC_DRV_ADDR_MAX;
         uint32_t len;
         memcpy(&len, slot, sizeof(len));
         hc_conn_t *conn = NULL;
@@ -493,7 +495,10 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
     }
     for (int i = 0; i < hc_ctx.ndrvs; i++) {
         hc_drv_t *d = hc_ctx.drvs[i];
-        uint8_t *slot = blobs + (size_t)i * HC_DRV_ADDR_MAX;
+        /* By scope, not by position: a rank alone on its node opens no node
+         * driver, so its network driver's position differs from its
+         * peers'. */
+        uint8_t *slot = blobs + (size_t)d->ops->scope * HC_DRV_ADDR_MAX;
         size_t len = HC_DRV_ADDR_MAX - sizeof(uint32_t);
         if ((st = d->ops->addr_pack(d, slot + sizeof(uint32_t), &len)) != HCOMM_OK)
             goto err;
