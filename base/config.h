@@ -71,6 +71,11 @@
     X(rndv, "HCOMM_RNDV", STR, "auto",                                                             \
       "large p2p messages: auto (the receiver gets if it can, else the sender writes, else "      \
       "streams) | get | write | stream (what a connection cannot do streams)")                    \
+    X(lanes, "HCOMM_LANES", STR, "auto",                                                           \
+      "lanes: auto gives each communicator context's frames a lane of their own, so a driver "    \
+      "with several connections per peer (tcp) carries concurrent collectives of different "      \
+      "communicators on different ones, each in order (docs/lanes.md) | 0: every frame on one "   \
+      "lane, the drivers' placement without lanes")                                                \
     X(coll_chunk, "HCOMM_COLL_CHUNK", SIZE, "256K",                                                \
       "pipeline chunk per rank for large node collectives")                                        \
     X(coll_small, "HCOMM_COLL_SMALL", SIZE, "4K",                                                  \

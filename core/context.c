@@ -337,9 +337,12 @@ void hc_ctx_teardown(void)
             hc_list_t *pos, *tmp;
             hc_list_foreach_safe(pos, tmp, &p->pending)
             {
-                hc_list_del(pos);
-                free(hc_container_of(pos, hc_pending_frame_t, link));
+                hc_pending_frame_t *f = hc_container_of(pos, hc_pending_frame_t, link);
+                hc_p2p_pending_del(p, f);
+                free(f);
             }
+            free(p->partial);
+            p->partial = NULL;
             if (p->conn)
                 p->conn->ops->disconnect(p->conn);
             if (p->pidfd >= 0)
@@ -403,7 +406,7 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
 
     if ((st = hc_config_load()) != HCOMM_OK)
         return st;
-    if ((st = hc_rndv_init()) != HCOMM_OK)
+    if ((st = hc_rndv_init()) != HCOMM_OK || (st = hc_p2p_lanes_init()) != HCOMM_OK)
         return st;
     if (given)
         hc_ctx.bs_params = *given;
@@ -475,6 +478,7 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
         .rma_done = hc_rndv_rma_done,
         .peer_failed = hc_ctx_peer_failed,
         .ep_send = hc_ctx_ep_send,
+        .lanes = hc_ctx.lanes ? HC_FRAME_LANES : 1,
     };
     if ((st = hc_drv_select_open(&hc_ctx.env, hc_ctx.drvs, &hc_ctx.ndrvs)) != HCOMM_OK)
         goto err;

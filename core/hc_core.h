@@ -167,6 +167,17 @@ typedef struct hc_pending_frame {
     uint8_t inline_payload[HC_FRAME_CTRL_MAX]; /* control payloads (RTS, CTS) are copied here */
 } hc_pending_frame_t;
 
+/* A multi-fragment EAGER message arriving from a peer on one lane: its
+ * receive or its unexpected-queue entry (one of the two, or neither:
+ * discarded). Fragments of messages of different lanes may interleave on
+ * a connection (docs/lanes.md), so each lane has its own. */
+typedef struct {
+    struct hcomm_request *req;
+    void *unexp;
+    size_t off, len;
+    bool active;
+} hc_p2p_partial_t;
+
 typedef struct hc_peer {
     hc_conn_t *conn;
     int node;          /* node index */
@@ -181,13 +192,12 @@ typedef struct hc_peer {
     bool judged;
     bool verdict_pending; /* judged before this rank saw it: fail at next slow poll */
     uint64_t fail_ns;
-    hc_list_t pending; /* frames waiting for credit, in order */
-    /* A multi-fragment EAGER message arriving from this peer: its receive or
-     * its unexpected-queue entry (one of the two, or neither: discarded). */
-    struct hcomm_request *partial_req;
-    void *partial_unexp;
-    size_t partial_off, partial_len;
-    bool partial_active;
+    hc_list_t pending; /* frames waiting for credit, in order (a frame waits only behind its lane's) */
+    uint32_t lane_pending[HC_FRAME_LANES]; /* frames of each lane in pending */
+    uint32_t lane_mask;                    /* bit l: lane_pending[l] != 0 */
+    /* Fragmented messages arriving from this peer, one per lane
+     * (HC_FRAME_LANES entries, allocated at the first one; NULL before). */
+    hc_p2p_partial_t *partial;
     /* frames delivered from this peer, and when the slow poll last saw
      * that count move (hang reports: "last heard") */
     uint64_t rx_frames, rx_seen, heard_ns;
@@ -285,6 +295,7 @@ typedef struct hc_ctx {
     int nverdicts_pending; /* peers judged failed by rank 0, not yet failed here */
     uint32_t next_ctx_id; /* lowest communicator context id never used here */
     int control_fd;       /* HCOMM_CONTROL_FD: hcommrun asks for hang reports here, -1 */
+    bool lanes;           /* HCOMM_LANES=auto: frames get their context's lane (docs/lanes.md) */
     hc_wait_state_t waiting; /* the wait in progress (hang reports) */
 } hc_ctx_t;
 
@@ -350,6 +361,30 @@ hcomm_status_t hc_peer_error(int wpeer, const char *what);
 void hc_peer_verdict(int peer, int cause, hcomm_status_t status, const char *why);
 
 /* ---- p2p (p2p.c) ------------------------------------------------------------ */
+/* The lane of every frame of context ctx_id (docs/lanes.md): frames of one
+ * context share it, so a driver that keeps each lane in order keeps the
+ * order matching needs (per context and source); frames of different
+ * contexts may take different lanes and overtake each other. User
+ * communicators (ids handed out in sequence) take consecutive pairs, point
+ * to point then collectives; internal ones (HC_CTX_SUB) are hashed.
+ * HCOMM_LANES=0: lane 0 for all. */
+static inline uint8_t hc_p2p_lane(uint32_t ctx_id)
+{
+    if (!hc_ctx.lanes)
+        return 0;
+    uint32_t base = ctx_id & ~HC_CTX_COLL, coll = ctx_id >> 31;
+    if (base & HC_CTX_SUB)
+        base = (base * 0x9e3779b1u) >> 24;
+    return (uint8_t)((base * 2 + coll) & (HC_FRAME_LANES - 1));
+}
+/* HCOMM_LANES at init: on or off, or ERR_INVALID naming the variable. */
+hcomm_status_t hc_p2p_lanes_init(void);
+/* Queues f (its hdr.lane set) at the end of p's pending frames / takes it
+ * out (the caller frees it): the only ways frames enter and leave. */
+void hc_p2p_pending_add(hc_peer_t *p, hc_pending_frame_t *f);
+void hc_p2p_pending_del(hc_peer_t *p, hc_pending_frame_t *f);
+/* Forgets req as the receive of a fragmented message (it is going away). */
+void hc_p2p_partial_forget(struct hcomm_request *req);
 hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf, size_t len,
                             int peer, int32_t tag, struct hcomm_request **req_p);
 /* Blocking-send fast path: puts an eager message straight away when nothing

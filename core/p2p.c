@@ -4,6 +4,13 @@
  * hcomm calls: deliver() is called from driver progress, so it never waits;
  * a frame that finds no credit is queued on its peer, in order, and retried
  * by hc_p2p_flush_pending().
+ *
+ * Lanes (docs/lanes.md): every frame leaves with its context's lane
+ * (hc_p2p_lane), set in hc_p2p_put and the two paths that bypass it. Only
+ * the frames of one lane keep their order: a queued frame holds back the
+ * later frames of its lane, not the peer's, and a fragmented message is
+ * reassembled per (peer, lane), since another lane's fragments may come
+ * between its own.
  */
 #include "core/hc_core.h"
 #include "core/p2p_int.h"
@@ -20,6 +27,7 @@ typedef struct {
     uint32_t ctx_id;
     int32_t tag;
     uint8_t type;     /* EAGER or RTS */
+    uint8_t lane;     /* hdr.lane: where its fragments' state is while they arrive */
     size_t len;       /* message bytes */
     size_t have;      /* EAGER bytes arrived so far (< len while fragments follow) */
     uint64_t remote_id;
@@ -31,6 +39,36 @@ static void hc_p2p_send_check_done(struct hcomm_request *req)
 {
     if (!req->rndv && req->done_bytes == req->len && req->inflight == 0 && !req->done)
         hc_request_complete(req, HCOMM_OK);
+}
+
+hcomm_status_t hc_p2p_lanes_init(void)
+{
+    if (!strcmp(hc_cfg.lanes, "auto"))
+        hc_ctx.lanes = true;
+    else if (!strcmp(hc_cfg.lanes, "0"))
+        hc_ctx.lanes = false;
+    else
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_LANES=%s is not auto or 0",
+                        hc_cfg.lanes);
+    return HCOMM_OK;
+}
+
+void hc_p2p_pending_add(hc_peer_t *p, hc_pending_frame_t *f)
+{
+    unsigned l = f->hdr.lane & (HC_FRAME_LANES - 1);
+    hc_list_push_back(&p->pending, &f->link);
+    p->lane_pending[l]++;
+    p->lane_mask |= 1u << l;
+    hc_ctx.npending++;
+}
+
+void hc_p2p_pending_del(hc_peer_t *p, hc_pending_frame_t *f)
+{
+    unsigned l = f->hdr.lane & (HC_FRAME_LANES - 1);
+    hc_list_del(&f->link);
+    if (--p->lane_pending[l] == 0)
+        p->lane_mask &= ~(1u << l);
+    hc_ctx.npending--;
 }
 
 static hcomm_status_t hc_p2p_queue(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *payload,
@@ -55,8 +93,7 @@ static hcomm_status_t hc_p2p_queue(hc_peer_t *p, const hc_frame_hdr_t *hdr, cons
     } else {
         f->payload = payload;
     }
-    hc_list_push_back(&p->pending, &f->link);
-    hc_ctx.npending++;
+    hc_p2p_pending_add(p, f);
     hc_stats.credit_waits++;
     return HCOMM_OK;
 }
@@ -69,12 +106,16 @@ static inline void hc_p2p_kick(hc_conn_t *conn)
         conn->ops->flush(conn->drv);
 }
 
-/* Sends one frame now, or queues it behind earlier ones. A send request's
- * bytes are accounted here so that its completion needs no other path. */
-hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *payload,
+/* Sends one frame now, or queues it behind earlier ones of its lane. A
+ * send request's bytes are accounted here so that its completion needs no
+ * other path. The frame's lane is set here, from its context. */
+hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr_in, const void *payload,
                           struct hcomm_request *req)
 {
-    if (HC_UNLIKELY(!hc_list_empty(&p->pending)))
+    hc_frame_hdr_t h = *hdr_in;
+    const hc_frame_hdr_t *hdr = &h;
+    h.lane = hc_p2p_lane(h.ctx_id);
+    if (HC_UNLIKELY(p->lane_mask & (1u << h.lane)))
         return hc_p2p_queue(p, hdr, payload, req);
     hc_conn_t *conn = p->conn;
     hcomm_status_t st = conn->ops->put(conn, hdr, payload, req);
@@ -102,10 +143,16 @@ int hc_p2p_flush_pending(void)
     int sent = 0;
     for (int w = 0; w < hc_ctx.size && hc_ctx.npending; w++) {
         hc_peer_t *p = &hc_ctx.peers[w];
+        uint32_t blocked = 0; /* lanes refused in this pass: their later frames wait */
         hc_list_t *pos, *tmp;
         hc_list_foreach_safe(pos, tmp, &p->pending)
         {
+            if ((p->lane_mask & ~blocked) == 0)
+                break; /* every lane with frames here is refused */
             hc_pending_frame_t *f = hc_container_of(pos, hc_pending_frame_t, link);
+            uint32_t bit = 1u << (f->hdr.lane & (HC_FRAME_LANES - 1));
+            if (blocked & bit)
+                continue;
             hc_conn_t *conn = p->conn;
             hcomm_status_t st = HCOMM_OK;
             if (f->hdr.type == HC_FRAME_DATA && f->stream_end) {
@@ -140,12 +187,13 @@ int hc_p2p_flush_pending(void)
                     }
                 }
             }
-            if (st == HCOMM_ERR_AGAIN)
-                break; /* keep order: nothing behind it may pass */
+            if (st == HCOMM_ERR_AGAIN) {
+                blocked |= bit; /* keep its lane's order: nothing of it behind may pass */
+                continue;
+            }
             if (st != HCOMM_OK && st != HCOMM_IN_PROGRESS && f->req && !f->req->done)
                 hc_request_complete(f->req, st);
-            hc_list_del(&f->link);
-            hc_ctx.npending--;
+            hc_p2p_pending_del(p, f);
             free(f);
         }
     }
@@ -216,45 +264,68 @@ static void hc_p2p_eager_recv(struct hcomm_request *req, const void *data, size_
     hc_request_complete(req, HCOMM_OK);
 }
 
+/* The state of the fragmented message arriving from p on lane (created at
+ * the first one; NULL when out of memory, logged). */
+static hc_p2p_partial_t *hc_p2p_partial(hc_peer_t *p, int wpeer, uint8_t lane)
+{
+    if (HC_UNLIKELY(!p->partial)) {
+        p->partial = calloc(HC_FRAME_LANES, sizeof(*p->partial));
+        if (!p->partial) {
+            hc_log_error("out of memory for the fragmented messages of rank %d: dropped", wpeer);
+            return NULL;
+        }
+    }
+    return &p->partial[lane & (HC_FRAME_LANES - 1)];
+}
+
 /* The first fragment of a multi-frame EAGER message met its receive. */
-static void hc_p2p_eager_first(struct hcomm_request *req, hc_peer_t *p, size_t total,
+static void hc_p2p_eager_first(struct hcomm_request *req, hc_p2p_partial_t *pp, size_t total,
                                const void *data, size_t len)
 {
-    p->partial_active = true;
-    p->partial_unexp = NULL;
-    p->partial_off = len;
-    p->partial_len = total;
     req->msg_len = total;
+    if (HC_UNLIKELY(!pp)) {
+        hc_request_complete(req, hc_error(HCOMM_ERR_NO_MEMORY,
+                                          "hcomm_recv: no memory to reassemble a %zu-byte "
+                                          "message from rank %d",
+                                          total, req->peer));
+        return;
+    }
+    pp->active = true;
+    pp->unexp = NULL;
+    pp->off = len;
+    pp->len = total;
     if (total > req->len) {
-        p->partial_req = NULL; /* its fragments are swallowed */
+        pp->req = NULL; /* its fragments are swallowed */
         hc_p2p_size_mismatch(req, total);
         return;
     }
     memcpy(req->buf, data, len);
-    p->partial_req = req;
+    pp->req = req;
 }
 
-/* A continuation fragment from peer p. */
-static void hc_p2p_eager_cont(hc_peer_t *p, int wpeer, const void *data, size_t len)
+/* A continuation fragment from peer p on lane. */
+static void hc_p2p_eager_cont(hc_peer_t *p, int wpeer, uint8_t lane, const void *data, size_t len)
 {
-    if (HC_UNLIKELY(!p->partial_active || p->partial_off + len > p->partial_len)) {
-        hc_log_warn("unexpected continuation fragment from rank %d dropped", wpeer);
+    hc_p2p_partial_t *pp = p->partial ? &p->partial[lane & (HC_FRAME_LANES - 1)] : NULL;
+    if (HC_UNLIKELY(!pp || !pp->active || pp->off + len > pp->len)) {
+        hc_log_warn("unexpected continuation fragment from rank %d (lane %u) dropped", wpeer,
+                    lane);
         return;
     }
-    struct hcomm_request *req = p->partial_req;
-    hc_unexp_t *u = p->partial_unexp;
+    struct hcomm_request *req = pp->req;
+    hc_unexp_t *u = pp->unexp;
     if (req)
-        memcpy((char *)req->buf + p->partial_off, data, len);
+        memcpy((char *)req->buf + pp->off, data, len);
     else if (u)
-        memcpy(u->data + p->partial_off, data, len);
-    p->partial_off += len;
+        memcpy(u->data + pp->off, data, len);
+    pp->off += len;
     if (u)
-        u->have = p->partial_off;
-    if (p->partial_off < p->partial_len)
+        u->have = pp->off;
+    if (pp->off < pp->len)
         return;
-    p->partial_active = false;
-    p->partial_req = NULL;
-    p->partial_unexp = NULL;
+    pp->active = false;
+    pp->req = NULL;
+    pp->unexp = NULL;
     if (!req)
         return;
     if (req->msg_len == req->len)
@@ -280,14 +351,16 @@ static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr
     size_t dlen = hdr->type == HC_FRAME_EAGER ? (more ? hdr->a : hdr->len) : 0;
     hc_unexp_t *u = malloc(sizeof(*u) + dlen);
     hc_peer_t *p = &hc_ctx.peers[wpeer];
-    if (!u) {
+    hc_p2p_partial_t *pp = more ? hc_p2p_partial(p, wpeer, hdr->lane) : NULL;
+    if (!u || (more && !pp)) {
         hc_log_error("out of memory queueing a message from rank %d: dropped", wpeer);
-        if (more) {
-            p->partial_active = true; /* swallow its fragments */
-            p->partial_req = NULL;
-            p->partial_unexp = NULL;
-            p->partial_off = hdr->len;
-            p->partial_len = hdr->a;
+        free(u);
+        if (pp) {
+            pp->active = true; /* swallow its fragments */
+            pp->req = NULL;
+            pp->unexp = NULL;
+            pp->off = hdr->len;
+            pp->len = hdr->a;
         }
         return;
     }
@@ -295,17 +368,18 @@ static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr
     u->ctx_id = hdr->ctx_id;
     u->tag = hdr->tag;
     u->type = hdr->type;
+    u->lane = hdr->lane & (HC_FRAME_LANES - 1);
     if (hdr->type == HC_FRAME_EAGER) {
         u->len = dlen;
         u->have = hdr->len;
         if (hdr->len)
             memcpy(u->data, payload, hdr->len);
         if (more) {
-            p->partial_active = true;
-            p->partial_req = NULL;
-            p->partial_unexp = u;
-            p->partial_off = hdr->len;
-            p->partial_len = dlen;
+            pp->active = true;
+            pp->req = NULL;
+            pp->unexp = u;
+            pp->off = hdr->len;
+            pp->len = dlen;
         }
     } else if (hdr->type == HC_FRAME_GIVE_UP) {
         u->len = 0;
@@ -368,7 +442,8 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
             if (req->peer == HCOMM_ANY_SOURCE)
                 hc_p2p_bind_source(req, src, wpeer);
             if (hdr->type == HC_FRAME_EAGER && (hdr->flags & HC_FRAME_FLAG_MORE)) {
-                hc_p2p_eager_first(req, p, hdr->a, payload, hdr->len);
+                hc_p2p_eager_first(req, hc_p2p_partial(p, wpeer, hdr->lane), hdr->a, payload,
+                                   hdr->len);
             } else if (hdr->type == HC_FRAME_EAGER) {
                 hc_p2p_eager_recv(req, payload, hdr->len);
             } else {
@@ -394,7 +469,7 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
         return;
     }
     case HC_FRAME_CONT:
-        hc_p2p_eager_cont(p, wpeer, payload, hdr->len);
+        hc_p2p_eager_cont(p, wpeer, hdr->lane, payload, hdr->len);
         return;
     case HC_FRAME_CTS:
     case HC_FRAME_DATA:
@@ -415,10 +490,11 @@ hcomm_status_t hc_p2p_send_eager_now(struct hcomm_comm *comm, const void *buf, s
     *sent_p = false;
     if (HC_UNLIKELY(p->failed))
         return hc_peer_error(wpeer, "hcomm_send");
-    if (len > p->conn->max_frame || !hc_list_empty(&p->pending))
+    uint8_t lane = hc_p2p_lane(comm->ctx_id);
+    if (len > p->conn->max_frame || (p->lane_mask & (1u << lane)))
         return HCOMM_OK;
-    hc_frame_hdr_t hdr = {.type = HC_FRAME_EAGER, .ctx_id = comm->ctx_id, .tag = tag,
-                          .len = (uint32_t)len};
+    hc_frame_hdr_t hdr = {.type = HC_FRAME_EAGER, .lane = lane, .ctx_id = comm->ctx_id,
+                          .tag = tag, .len = (uint32_t)len};
     hcomm_status_t st = p->conn->ops->put(p->conn, &hdr, buf, NULL);
     hc_p2p_kick(p->conn);
     if (HC_LIKELY(st == HCOMM_OK)) {
@@ -536,9 +612,9 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
         }
         hc_peer_t *p = &hc_ctx.peers[wpeer];
         if (u->type == HC_FRAME_EAGER && u->have < u->len) {
-            /* Its fragments are still arriving: they go to the receive now. */
-            hc_p2p_eager_first(req, p, u->len, u->data, u->have);
-            p->partial_off = u->have;
+            /* Its fragments are still arriving (on its lane, whose state
+             * exists: its first fragment made it): they go to the receive. */
+            hc_p2p_eager_first(req, &p->partial[u->lane], u->len, u->data, u->have);
         } else if (u->type == HC_FRAME_EAGER)
             hc_p2p_eager_recv(req, u->data, u->len);
         else
@@ -627,8 +703,7 @@ static void hc_p2p_fail_pending(struct hcomm_comm *comm, int wpeer, hcomm_status
                 continue;
             if (f->req && !f->req->done)
                 hc_request_complete(f->req, status);
-            hc_list_del(&f->link);
-            hc_ctx.npending--;
+            hc_p2p_pending_del(&hc_ctx.peers[w], f);
             free(f);
         }
     }
@@ -639,12 +714,26 @@ static void hc_p2p_fail_partial(struct hcomm_comm *comm, int wpeer, hcomm_status
 {
     for (int w = 0; w < hc_ctx.size; w++) {
         hc_peer_t *p = &hc_ctx.peers[w];
-        struct hcomm_request *req = p->partial_req;
-        if (!req || (wpeer >= 0 && w != wpeer) || (comm && req->comm != comm))
+        if (!p->partial || (wpeer >= 0 && w != wpeer))
             continue;
-        p->partial_req = NULL; /* keep swallowing the rest */
-        if (!req->done)
-            hc_request_complete(req, status);
+        for (int l = 0; l < HC_FRAME_LANES; l++) {
+            struct hcomm_request *req = p->partial[l].req;
+            if (!req || (comm && req->comm != comm))
+                continue;
+            p->partial[l].req = NULL; /* keep swallowing the rest */
+            if (!req->done)
+                hc_request_complete(req, status);
+        }
+    }
+}
+
+void hc_p2p_partial_forget(struct hcomm_request *req)
+{
+    for (int w = 0; w < hc_ctx.size; w++) {
+        hc_peer_t *p = &hc_ctx.peers[w];
+        for (int l = 0; p->partial && l < HC_FRAME_LANES; l++)
+            if (p->partial[l].req == req)
+                p->partial[l].req = NULL; /* its fragments are swallowed */
     }
 }
 
@@ -680,12 +769,12 @@ void hc_p2p_fail_peer(int wpeer, hcomm_status_t status)
 }
 
 /* Frees an unexpected message; one still receiving fragments is forgotten
- * by its peer first (the rest of it is then swallowed). */
+ * by its peer's lane first (the rest of it is then swallowed). */
 static void hc_p2p_unexp_free(hc_unexp_t *u)
 {
-    for (int w = 0; hc_ctx.peers && w < hc_ctx.size; w++)
-        if (hc_ctx.peers[w].partial_unexp == u)
-            hc_ctx.peers[w].partial_unexp = NULL;
+    hc_peer_t *p = hc_ctx.peers ? &hc_ctx.peers[u->wpeer] : NULL;
+    if (p && p->partial && p->partial[u->lane].unexp == u)
+        p->partial[u->lane].unexp = NULL;
     free(u);
 }
 
@@ -744,9 +833,13 @@ void hc_p2p_explain(const struct hcomm_request *req, hc_explain_t *e)
         hc_explain_wait(e, req->wpeer);
     if (req->kind == HC_REQ_RECV) {
         const hc_peer_t *p = req->wpeer >= 0 ? &hc_ctx.peers[req->wpeer] : NULL;
-        if (p && p->partial_req == req) {
+        const hc_p2p_partial_t *pp = NULL;
+        for (int l = 0; p && p->partial && l < HC_FRAME_LANES && !pp; l++)
+            if (p->partial[l].req == req)
+                pp = &p->partial[l];
+        if (pp) {
             hc_explain_add(e, "data from %s: %zu of %zu bytes of its message arrived", who,
-                           p->partial_off, p->partial_len);
+                           pp->off, pp->len);
         } else if (req->rndv_state == HC_RNDV_GETTING) {
             hc_explain_add(e, "data from %s: reading its %zu bytes (RMA get in flight)", who,
                            req->msg_len);

@@ -189,9 +189,7 @@ void hc_progress_slow(void)
 static void hc_request_detach(struct hcomm_request *req)
 {
     hc_list_del(&req->link);
-    for (int w = 0; w < hc_ctx.size; w++)
-        if (hc_ctx.peers[w].partial_req == req)
-            hc_ctx.peers[w].partial_req = NULL;
+    hc_p2p_partial_forget(req);
     for (int w = 0; w < hc_ctx.size && hc_ctx.npending; w++) {
         hc_list_t *pos, *tmp;
         hc_list_foreach_safe(pos, tmp, &hc_ctx.peers[w].pending)
@@ -199,8 +197,7 @@ static void hc_request_detach(struct hcomm_request *req)
             hc_pending_frame_t *f = hc_container_of(pos, hc_pending_frame_t, link);
             if (f->req != req)
                 continue;
-            hc_list_del(&f->link);
-            hc_ctx.npending--;
+            hc_p2p_pending_del(&hc_ctx.peers[w], f);
             free(f);
         }
     }

@@ -251,6 +251,7 @@ static hcomm_status_t hc_rndv_stream_start(hc_peer_t *p, struct hcomm_request *s
     if (!f)
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_send: rendezvous stream");
     f->hdr.type = HC_FRAME_DATA;
+    f->hdr.lane = hc_p2p_lane(sreq->ctx_id);
     f->hdr.ctx_id = sreq->ctx_id;
     f->hdr.tag = sreq->tag;
     f->hdr.a = rid;
@@ -260,8 +261,7 @@ static hcomm_status_t hc_rndv_stream_start(hc_peer_t *p, struct hcomm_request *s
     hc_rndv_end(sreq); /* now completes like an eager send: when every byte went */
     sreq->rndv_state = HC_RNDV_STREAMING;
     sreq->done_bytes = 0;
-    hc_list_push_back(&p->pending, &f->link);
-    hc_ctx.npending++;
+    hc_p2p_pending_add(p, f);
     return HCOMM_OK;
 }
 

@@ -6,8 +6,12 @@
  * fills ops a driver leaves NULL from a base table returning ERR_UNSUPPORTED,
  * so callers never test for NULL.
  *
- * A connection is a reliable, ordered stream of frames to one peer (frames
- * flagged HC_FRAME_FLAG_UNORDERED may overtake). Each frame is a 32-byte
+ * A connection is a reliable stream of frames to one peer that keeps the
+ * order of the frames of each lane (hdr.lane): frames of different lanes
+ * may overtake each other, and so may frames flagged
+ * HC_FRAME_FLAG_UNORDERED (docs/lanes.md). A driver with one ordered
+ * channel per peer keeps every frame in order, which satisfies this; one
+ * with several (tcp's sockets) may carry lanes on different ones. Each frame is a 32-byte
  * header plus up to conn->max_frame payload bytes (a longer put fails with
  * ERR_INVALID), written into a receive slot the peer owns (credit based: a
  * full peer makes put return ERR_AGAIN) and handed to the core on the
@@ -49,11 +53,18 @@ enum {
     HC_FRAME_DRIVER = 0x80
 };
 
+/* Lanes: the core gives every frame a lane, a function of its context
+ * (core/hc_core.h: hc_p2p_lane), below this bound. Frames of one lane keep
+ * their order on a connection; a driver may carry different lanes on
+ * different channels (env->lanes says whether the core spreads them). */
+#define HC_FRAME_LANES 16
+
 typedef struct {
     uint8_t type;
     uint8_t flags;
-    uint16_t reserved;
-    uint32_t ctx_id; /* communicator context the frame belongs to */
+    uint8_t lane;     /* < HC_FRAME_LANES: frames of one lane keep their order */
+    uint8_t reserved; /* 0 from the core (shm marks its compact frames here) */
+    uint32_t ctx_id;  /* communicator context the frame belongs to */
     int32_t tag;
     uint32_t len; /* payload bytes after this header */
     uint64_t a;
@@ -67,9 +78,9 @@ _Static_assert(sizeof(hc_frame_hdr_t) == 32, "frame header is 32 bytes on the wi
 /* hdr.flags of an RTS: the sender's connection can write into the receiver
  * (a CTS may carry the receive buffer's key). */
 #define HC_FRAME_FLAG_CAN_WRITE 0x02
-/* hdr.flags of any frame: it may overtake the connection's earlier frames
- * (rendezvous DATA, placed by offset): a driver may send it on another
- * lane. Frames without it keep their order. */
+/* hdr.flags of any frame: it may overtake the connection's earlier frames,
+ * even of its own lane (rendezvous DATA, placed by offset): a driver may
+ * send it on any channel. Frames without it keep their order in their lane. */
 #define HC_FRAME_FLAG_UNORDERED 0x04
 
 /* ---- memory keys ---------------------------------------------------------
@@ -155,6 +166,11 @@ typedef struct hc_drv_env {
      * ERR_AGAIN until its connection is up) and only for peers this rank
      * talks to. ERR_AGAIN: retry later; other: the peer is unreachable. */
     hcomm_status_t (*ep_send)(void *core, hc_drv_t *drv, int peer, const void *blob, size_t len);
+    /* How many lanes the core spreads its frames over: 1 (HCOMM_LANES=0:
+     * every hdr.lane is 0, a driver keeps its placement of old) or
+     * HC_FRAME_LANES. A driver with several channels per peer maps lanes
+     * onto them; one with a single channel ignores it. 0 reads as 1. */
+    int lanes;
 } hc_drv_env_t;
 
 #define HC_DRV_EP_BLOB_MAX 4096
