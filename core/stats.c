@@ -389,7 +389,7 @@ static void hc_stats_mem_line(const char *text, void *arg)
 }
 
 typedef struct {
-    char line[768];
+    char line[2048]; /* tcp's per-socket counters take ~900 bytes with 4 sockets */
     size_t n;
 } hc_stats_drv_acc_t;
 

@@ -102,6 +102,7 @@ typedef struct hc_tcp_slot {
     bool outgoing;   /* we connected (vs accepted) */
     bool want_write; /* on the driver's flush list */
     bool zc_on;      /* SO_ZEROCOPY set and not found useless */
+    bool rx_bulk;    /* this read met a DATA frame: acknowledge at once (tcp_data.c) */
     int err;         /* errno of a failed write/connect, acted on by progress */
     struct hc_tcp_conn *conn;
     struct hc_tcp_slot *flush_next;
@@ -131,6 +132,13 @@ typedef struct hc_tcp_anon {
 } hc_tcp_anon_t;
 
 typedef struct hc_tcp_drv hc_tcp_drv_t;
+
+/* Core frames per socket index, over all peers: what each lane's socket
+ * carried (logged at close, the counters op at HCOMM_STATS_LEVEL=2). */
+typedef struct {
+    uint64_t tx_frames, tx_bytes, rx_frames, rx_bytes;
+    uint32_t tx_lanes, rx_lanes; /* bit l: a frame of lane l went / came */
+} hc_tcp_sock_stats_t;
 
 typedef struct hc_tcp_conn {
     hc_conn_t base;
@@ -166,6 +174,7 @@ struct hc_tcp_drv {
     socklen_t me_salen;
     int nsocks;          /* sockets we open per peer */
     bool rr_all;         /* HCOMM_CONN_SCHED=round_robin */
+    bool lanes;          /* the core spreads lanes (env->lanes) and nsocks > 1: lane l on socket l % n */
     size_t zc_threshold; /* SIZE_MAX: zerocopy off */
     int sockbuf;         /* SO_SNDBUF/SO_RCVBUF to set (0: leave to autotuning) */
     uint8_t key[HC_TCP_KEY_LEN];
@@ -179,6 +188,7 @@ struct hc_tcp_drv {
     uint64_t idle_closed; /* connections closed for idleness (logged) */
     /* counters (HCOMM_STATS_LEVEL=2) */
     uint64_t n_hb_sent, n_hb_probes, n_hb_rx, n_suspects;
+    hc_tcp_sock_stats_t sock[HC_TCP_MAX_SOCKS];
     uint64_t next_timer_ns;
     unsigned idle_polls, calls;
     bool closing;

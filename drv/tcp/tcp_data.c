@@ -19,11 +19,17 @@
  * completions keep reporting that the kernel copied anyway (loopback, some
  * NICs) stops asking for zero copy, as the kernel documentation advises.
  *
- * Socket choice: every ordered frame (EAGER, RTS, CTS, FIN, NACK and the
- * driver's own) goes on socket 0, so small messages never wait behind bulk
- * data; DATA frames, which carry their byte offset and may arrive in any
- * order, are striped round-robin over sockets 1..n-1 (HCOMM_CONN_SCHED=
- * round_robin: over all n).
+ * Socket choice. With lanes (the core's env->lanes, HCOMM_LANES=auto, and
+ * more than one socket) every core frame of lane l goes on socket l % n,
+ * ordered frames and DATA alike: each lane is one TCP stream, so one
+ * communicator's bulk data never sits in front of another's small frames,
+ * in this queue or in the kernel's, and each lane keeps its order
+ * (docs/lanes.md). Without lanes every ordered frame (EAGER, RTS, CTS,
+ * FIN, NACK) goes on socket 0, so small messages never wait behind bulk
+ * data, and DATA frames, which carry their byte offset and may arrive in
+ * any order, are striped round-robin over sockets 1..n-1. Either way
+ * HCOMM_CONN_SCHED=round_robin stripes DATA over all n, and the driver's
+ * own frames go on socket 0.
  *
  * Receive: each socket reads into its own buffer of max_frame plus slack,
  * as much as the kernel has, and hands every complete frame to the core;
@@ -141,13 +147,28 @@ void hc_drv_tcp_flush_mark(hc_tcp_slot_t *s)
 
 /* ---- sending ------------------------------------------------------------------ */
 
-/* Ordered frames go on socket 0; frames that may overtake (rendezvous DATA)
- * are striped over the data sockets. */
-static inline int hc_drv_tcp_pick(hc_tcp_conn_t *c, const hc_tcp_drv_t *d, uint8_t flags)
+/* The socket of a frame (see the top of this file). A lane maps to one
+ * socket index for the driver's life (nsocks is fixed at open), and a
+ * socket is written in put order, which keeps each lane in order. */
+static inline int hc_drv_tcp_pick(hc_tcp_conn_t *c, const hc_tcp_drv_t *d,
+                                  const hc_frame_hdr_t *h)
 {
-    if (!(flags & HC_FRAME_FLAG_UNORDERED) || d->nsocks == 1) return 0;
-    if (d->rr_all) return (int)(c->rr++ % (uint32_t)d->nsocks);
+    if (d->nsocks == 1 || h->type >= HC_FRAME_DRIVER) return 0;
+    bool bulk = h->flags & HC_FRAME_FLAG_UNORDERED;
+    if (bulk && d->rr_all) return (int)(c->rr++ % (uint32_t)d->nsocks);
+    if (d->lanes) return (int)((h->lane & (HC_FRAME_LANES - 1)) % (uint32_t)d->nsocks);
+    if (!bulk) return 0;
     return 1 + (int)(c->rr++ % (uint32_t)(d->nsocks - 1));
+}
+
+/* A core frame was accepted for socket s. */
+static inline void hc_drv_tcp_count_tx(hc_tcp_drv_t *d, const hc_tcp_slot_t *s,
+                                       const hc_frame_hdr_t *h)
+{
+    hc_tcp_sock_stats_t *st = &d->sock[s->idx];
+    st->tx_frames++;
+    st->tx_bytes += HC_TCP_HDR + h->len;
+    st->tx_lanes |= 1u << (h->lane & (HC_FRAME_LANES - 1));
 }
 
 /* Bytes n of the queue went out: retire what is complete. */
@@ -243,7 +264,7 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
     if (HC_UNLIKELY(len > HC_TCP_MAX_FRAME))
         return hc_error(HCOMM_ERR_INVALID, "tcp put: frame of %zu bytes exceeds max_frame %u", len,
                         HC_TCP_MAX_FRAME);
-    hc_tcp_slot_t *s = &c->slots[hc_drv_tcp_pick(c, d, hdr->flags)];
+    hc_tcp_slot_t *s = &c->slots[hc_drv_tcp_pick(c, d, hdr)];
     bool zc = cookie && len > d->zc_threshold && s->zc_on;
     bool core = hdr->type < HC_FRAME_DRIVER;
     bool held = c->hold && core; /* queued until the idle-close handshake ends */
@@ -264,6 +285,7 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
         if (HC_LIKELY(n == (ssize_t)total && !zc)) {
             c->last_tx_ns = hc_time_ns();
             c->n_tx += core;
+            if (core) hc_drv_tcp_count_tx(d, s, hdr);
             return HCOMM_OK;
         }
         if (n > 0) {
@@ -325,6 +347,7 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
     }
     s->q_bytes += total;
     c->n_tx += core;
+    if (core) hc_drv_tcp_count_tx(d, s, &t->hdr);
     if (sent == total) {
         hc_drv_tcp_q_push(&s->zcwait, t); /* all written with MSG_ZEROCOPY */
         return HCOMM_IN_PROGRESS;
@@ -435,6 +458,7 @@ static int hc_drv_tcp_parse(hc_tcp_slot_t *s)
     while (s->rend - s->rstart >= HC_TCP_HDR) {
         hc_frame_hdr_t h;
         memcpy(&h, s->rbuf + s->rstart, HC_TCP_HDR);
+        s->rx_bulk |= (h.flags & HC_FRAME_FLAG_UNORDERED) != 0;
         if (HC_UNLIKELY(h.len > HC_TCP_MAX_FRAME)) {
             hc_drv_tcp_conn_fail(c, "%s sent a malformed frame (type %u, %u bytes)", c->name,
                                  h.type, h.len);
@@ -454,6 +478,10 @@ static int hc_drv_tcp_parse(hc_tcp_slot_t *s)
         if (HC_UNLIKELY(h.type >= HC_FRAME_DRIVER)) {
             hc_drv_tcp_driver_frame(c, &h);
         } else {
+            hc_tcp_sock_stats_t *st = &c->drv->sock[s->idx];
+            st->rx_frames++;
+            st->rx_bytes += need;
+            st->rx_lanes |= 1u << (h.lane & (HC_FRAME_LANES - 1));
             c->n_rx++;
             env->deliver(env->core, &c->base, &h, payload);
         }
@@ -493,11 +521,14 @@ static int hc_drv_tcp_read(hc_tcp_slot_t *s)
                  * MSG_ZEROCOPY completion (and so its put_done) waits for
                  * the ACK, which delayed ACK holds back for up to 40 ms when
                  * no data flows back: measured 22 ms per 1 MiB message over
-                 * loopback before this. The flag does not stick (tcp(7)). */
-                if (s->idx > 0) {
+                 * loopback before this. The flag does not stick (tcp(7)).
+                 * With lanes any socket may carry DATA, and the small
+                 * frames of a lane's socket need no system call more. */
+                if ((s->idx > 0 && !c->drv->lanes) || s->rx_bulk) {
                     int one = 1;
                     (void)setsockopt(s->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
                 }
+                s->rx_bulk = false;
                 break;
             }
             continue;

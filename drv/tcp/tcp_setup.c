@@ -8,9 +8,11 @@
  * its address blob. Nothing is connected at init: a peer gets sockets on the
  * first frame sent to it, so a job whose ranks talk to few peers never holds
  * n^2 sockets. Socket i of a pair (0 <= i < HCOMM_CONN_PER_PEER) is set up
- * independently of the others; socket 0 carries every ordered frame (EAGER,
- * RTS, CTS, FIN, NACK, heartbeats), the others the DATA frames of large
- * messages (see tcp_data.c).
+ * independently of the others. With lanes (docs/lanes.md) socket i carries
+ * the frames of the lanes l with l % n == i; without, socket 0 carries every
+ * ordered frame (EAGER, RTS, CTS, FIN, NACK), the others the DATA frames of
+ * large messages (see tcp_data.c). The driver's own frames (heartbeats,
+ * goodbye, idle close) always go on socket 0.
  *
  * Either side may connect socket i. The connector writes a hello {job key,
  * ranks, socket index, both instance ids}; the acceptor answers with a
@@ -314,6 +316,7 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
                      hc_tcp_cfg.sched);
         goto err_free;
     }
+    d->lanes = env->lanes > 1 && d->nsocks > 1;
     d->zc_threshold = hc_tcp_cfg.zcopy_threshold ? hc_tcp_cfg.zcopy_threshold : SIZE_MAX;
     double half = hc_tcp_cfg.half_open_timeout > 0.05 ? hc_tcp_cfg.half_open_timeout : 0.05;
     double fail = hc_tcp_cfg.fail_timeout > half ? hc_tcp_cfg.fail_timeout : half;
@@ -374,8 +377,12 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     if (getrandom(&d->me.instance, sizeof(d->me.instance), 0) != sizeof(d->me.instance))
         d->me.instance = hc_time_ns() ^ ((uint64_t)getpid() << 32);
     hc_drv_tcp_sa_str(&d->me_sa, d->me_str, sizeof(d->me_str));
-    hc_log_info("tcp: listening on %s (%s), %d sockets per peer, zerocopy above %zu bytes",
-                d->me_str, d->ifname, d->nsocks, d->zc_threshold);
+    hc_log_info("tcp: listening on %s (%s), %d sockets per peer (%s), zerocopy above %zu bytes",
+                d->me_str, d->ifname, d->nsocks,
+                d->lanes ? "lanes: lane l on socket l % n"
+                         : d->nsocks > 1 ? "ordered frames on socket 0, DATA striped"
+                                         : "every frame on it",
+                d->zc_threshold);
     *drv_p = &d->base;
     return HCOMM_OK;
 
@@ -490,6 +497,9 @@ hcomm_status_t hc_drv_tcp_slot_start(hc_tcp_conn_t *c, int idx)
         s->err = errno;
         hc_log_debug("tcp: connect to %s: %s", c->name, strerror(errno));
     }
+    /* Socket 0 carries the driver's own frames (heartbeats, goodbye, the
+     * idle close): a peer reached on another socket (a lane's) has it too. */
+    if (idx != 0 && c->slots[0].state == HC_TCP_S_NONE) return hc_drv_tcp_slot_start(c, 0);
     return HCOMM_OK;
 }
 
@@ -850,9 +860,37 @@ static void hc_drv_tcp_disconnect(hc_conn_t *conn)
     free(c);
 }
 
+/* "2,3" for a mask of lanes ("none" for 0). */
+static void hc_drv_tcp_lanes_str(uint32_t mask, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int l = 0; l < HC_FRAME_LANES && n < len; l++)
+        if (mask & (1u << l))
+            n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? "," : "", l);
+    if (!mask) snprintf(buf, len, "none");
+}
+
+/* HCOMM_LOG=info at close: what each socket index carried, over all peers. */
+static void hc_drv_tcp_log_sockets(const hc_tcp_drv_t *d)
+{
+    for (int i = 0; i < d->nsocks; i++) {
+        const hc_tcp_sock_stats_t *st = &d->sock[i];
+        if (!st->tx_frames && !st->rx_frames) continue;
+        char tl[64], rl[64];
+        hc_drv_tcp_lanes_str(st->tx_lanes, tl, sizeof(tl));
+        hc_drv_tcp_lanes_str(st->rx_lanes, rl, sizeof(rl));
+        hc_log_info("tcp: socket %d: sent %llu frames (%.2f MiB; lanes %s), received %llu frames "
+                    "(%.2f MiB; lanes %s)",
+                    i, (unsigned long long)st->tx_frames, (double)st->tx_bytes / 1048576.0, tl,
+                    (unsigned long long)st->rx_frames, (double)st->rx_bytes / 1048576.0, rl);
+    }
+}
+
 static void hc_drv_tcp_close(hc_drv_t *drv)
 {
     hc_tcp_drv_t *d = (hc_tcp_drv_t *)drv;
+    hc_drv_tcp_log_sockets(d);
     d->closing = true;
     for (int r = 0; r < d->env->size; r++)
         if (d->conns[r]) hc_drv_tcp_disconnect(&d->conns[r]->base);
@@ -874,6 +912,24 @@ static void hc_drv_tcp_counters(hc_drv_t *drv,
     kv("heartbeats_received", d->n_hb_rx, arg);
     kv("peers_suspected", d->n_suspects, arg);
     kv("idle_closed", d->idle_closed, arg);
+    /* Per socket index (the lanes' sockets): core frames and bytes each
+     * way, and which lanes used it (bit masks); sockets that carried
+     * nothing are left out. */
+    for (int i = 0; i < d->nsocks; i++) {
+        const hc_tcp_sock_stats_t *st = &d->sock[i];
+        if (!st->tx_frames && !st->rx_frames) continue;
+        char name[32];
+        const struct {
+            const char *what;
+            uint64_t v;
+        } f[] = {{"tx_frames", st->tx_frames}, {"tx_bytes", st->tx_bytes},
+                 {"rx_frames", st->rx_frames}, {"rx_bytes", st->rx_bytes},
+                 {"tx_lanes", st->tx_lanes},   {"rx_lanes", st->rx_lanes}};
+        for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++) {
+            snprintf(name, sizeof(name), "socket%d_%s", i, f[k].what);
+            kv(name, f[k].v, arg);
+        }
+    }
 }
 
 static const struct hc_drv_ops hc_drv_tcp_ops = {
