@@ -20,7 +20,8 @@
  * and logged. Everything is non-blocking and polled by progress (epoll): a
  * full socket (EAGAIN) means "queue it", progress retries, and a connection
  * queue past HC_FAKE_QUEUE_BYTES answers ERR_AGAIN. Frames to a peer go out
- * strictly in put order: put writes directly only when nothing is queued.
+ * strictly in put order: put writes directly only when nothing is queued
+ * (with HCOMM_FAKE_LANE_SHUFFLE: in put order per lane, see below).
  *
  * RMA. get and write (HC_CONN_CAP_GET | HC_CONN_CAP_WRITE) need memory
  * registered with this driver (HC_DRV_CAP_USER_REG): mem_reg hands out a
@@ -49,6 +50,14 @@
  *                           they are executed (keys checked again) and
  *                           completed through env->rma_done from progress,
  *                           in shuffled order.
+ *   HCOMM_FAKE_LANE_SHUFFLE=P frames of different lanes (hdr.lane) overtake
+ *                           each other, as over separate connections
+ *                           (docs/lanes.md): P% of the frames that may be
+ *                           kept wait in the queue, put writes a frame
+ *                           directly when nothing of its lane is queued,
+ *                           and progress holds a queued lane back for the
+ *                           pass P% of the time while later lanes go; each
+ *                           lane stays in put order.
  *   HCOMM_FAKE_DROP_AFTER=N after N frames sent on a connection, close it:
  *                           frames not yet sent fail, both sides report
  *                           env->peer_failed with a reason naming
@@ -184,6 +193,7 @@ struct hc_fake_conn {
     uint64_t deadline; /* RETRY: connect; CLOSING: DROP notice */
     uint64_t sent;     /* core frames written to the socket */
     size_t q_bytes, q_copy;
+    uint32_t lane_q[HC_FRAME_LANES]; /* frames of each lane in txq */
     hc_fake_txq_t txq;  /* not sent yet, in order */
     hc_fake_txq_t done; /* sent, put_done held back */
     hc_fake_ep_t out_ep, in_ep;
@@ -233,10 +243,11 @@ struct hc_fake_drv {
     bool closing;
     /* faults */
     uint64_t seed;
-    int pct_again, pct_async, pct_rma_async;
+    int pct_again, pct_async, pct_rma_async, pct_shuffle;
     uint64_t drop_after;
     /* counters, logged at close */
     uint64_t n_put, n_again, n_async, n_rma, n_rma_async, n_drops;
+    uint64_t n_overtaken; /* frames sent before an earlier frame of another lane */
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -281,7 +292,7 @@ static socklen_t hc_fake_sockaddr(uint64_t key_hash, int rank, struct sockaddr_u
 /* This driver's knobs (registered: hcomm_info -c lists them). 0 seed: from
  * the pid and the clock; 0 drop: never. */
 static struct {
-    int64_t seed, again, async, rma_async, drop_after;
+    int64_t seed, again, async, rma_async, drop_after, shuffle;
     bool handshake;
 } hc_fake_cfg;
 
@@ -294,6 +305,9 @@ static const hc_config_knob_t hc_fake_knobs[] = {
                 "fake (test driver): percent of puts with a cookie completed later, out of order"),
     HC_KNOB_INT(hc_fake_cfg.rma_async, "HCOMM_FAKE_RMA_ASYNC", "0",
                 "fake (test driver): percent of get/write with a cookie completed later, shuffled"),
+    HC_KNOB_INT(hc_fake_cfg.shuffle, "HCOMM_FAKE_LANE_SHUFFLE", "0",
+                "fake (test driver): percent of frames held back so that frames of other lanes "
+                "overtake them, as over separate connections (each lane stays in order)"),
     HC_KNOB_INT(hc_fake_cfg.drop_after, "HCOMM_FAKE_DROP_AFTER", "0",
                 "fake (test driver): close a connection after this many frames (0: never)"),
     HC_KNOB_BOOL(hc_fake_cfg.handshake, "HCOMM_FAKE_HANDSHAKE", "0",
@@ -347,6 +361,30 @@ static hc_fake_tx_t *hc_fake_q_pop(hc_fake_txq_t *q)
     return HC_FIFO_POP(q);
 }
 
+static inline unsigned hc_fake_lane(const hc_fake_tx_t *t)
+{
+    return t->hdr.lane & (HC_FRAME_LANES - 1);
+}
+
+/* txq's own push and pop: they count each lane's queued frames. */
+static void hc_fake_txq_push(hc_fake_conn_t *c, hc_fake_tx_t *t)
+{
+    c->lane_q[hc_fake_lane(t)]++;
+    hc_fake_q_push(&c->txq, t);
+}
+
+/* Takes t (after prev, NULL: the head) out of txq. */
+static void hc_fake_txq_take(hc_fake_conn_t *c, hc_fake_tx_t *prev, hc_fake_tx_t *t)
+{
+    if (prev)
+        prev->next = t->next;
+    else
+        c->txq.head = t->next;
+    if (c->txq.tail == t) c->txq.tail = prev;
+    t->next = NULL;
+    c->lane_q[hc_fake_lane(t)]--;
+}
+
 static void hc_fake_tx_free(hc_fake_tx_t *t)
 {
     free(t->copy);
@@ -393,7 +431,8 @@ static void hc_fake_conn_flush_owed(hc_fake_conn_t *c, hcomm_status_t status, bo
         if (notify) env->put_done(env->core, &c->base, t->cookie, HCOMM_OK);
         hc_fake_tx_free(t);
     }
-    while ((t = hc_fake_q_pop(&c->txq))) {
+    while ((t = c->txq.head)) {
+        hc_fake_txq_take(c, NULL, t);
         if (notify && t->inprog) env->put_done(env->core, &c->base, t->cookie, status);
         hc_fake_tx_free(t);
     }
@@ -462,7 +501,8 @@ static hcomm_status_t hc_fake_read_faults(hc_fake_drv_t *d)
 {
     if (!hc_fake_pct("HCOMM_FAKE_AGAIN", hc_fake_cfg.again, &d->pct_again) ||
         !hc_fake_pct("HCOMM_FAKE_ASYNC", hc_fake_cfg.async, &d->pct_async) ||
-        !hc_fake_pct("HCOMM_FAKE_RMA_ASYNC", hc_fake_cfg.rma_async, &d->pct_rma_async))
+        !hc_fake_pct("HCOMM_FAKE_RMA_ASYNC", hc_fake_cfg.rma_async, &d->pct_rma_async) ||
+        !hc_fake_pct("HCOMM_FAKE_LANE_SHUFFLE", hc_fake_cfg.shuffle, &d->pct_shuffle))
         return HCOMM_ERR_INVALID;
     if (hc_fake_cfg.seed < 0 || hc_fake_cfg.drop_after < 0)
         return hc_error(HCOMM_ERR_INVALID, "fake driver: HCOMM_FAKE_SEED and "
@@ -470,10 +510,10 @@ static hcomm_status_t hc_fake_read_faults(hc_fake_drv_t *d)
     d->seed = hc_fake_cfg.seed ? (uint64_t)hc_fake_cfg.seed : (uint64_t)getpid() ^ hc_time_ns();
     d->drop_after = (uint64_t)hc_fake_cfg.drop_after;
     d->rng = hc_fake_mix(d->seed ^ ((uint64_t)d->env->rank * 0xd1b54a32d192ed03ull));
-    hc_log_info("fake: seed %llu (HCOMM_FAKE_SEED), again %d%%, async %d%%, rma async %d%%, drop "
-                "after %llu frames",
+    hc_log_info("fake: seed %llu (HCOMM_FAKE_SEED), again %d%%, async %d%%, rma async %d%%, lane "
+                "shuffle %d%%, drop after %llu frames",
                 (unsigned long long)d->seed, d->pct_again, d->pct_async, d->pct_rma_async,
-                (unsigned long long)d->drop_after);
+                d->pct_shuffle, (unsigned long long)d->drop_after);
     return HCOMM_OK;
 }
 
@@ -647,18 +687,33 @@ static void hc_fake_sent(hc_fake_conn_t *c)
     if (HC_UNLIKELY(c->drv->drop_after && c->sent == c->drv->drop_after)) c->drop_now = true;
 }
 
-/* Writes queued frames while the socket takes them; returns how many. */
-static int hc_fake_flush(hc_fake_conn_t *c)
+/* Writes queued frames while the socket takes them; returns how many. With
+ * the lane shuffle a lane may be held back for this pass (its later frames
+ * with it) while the frames of other lanes behind it go; on the way out
+ * (drain) nothing is held. */
+static int hc_fake_flush_lanes(hc_fake_conn_t *c, bool shuffle)
 {
     hc_fake_drv_t *d = c->drv;
     int n = 0;
-    while (c->txq.head && c->out_state == HC_FAKE_OUT_UP && !c->err && !c->drop_now && !c->failed) {
-        hc_fake_tx_t *t = c->txq.head;
+    uint32_t held = 0;
+    hc_fake_tx_t *prev = NULL;
+    bool passed = false; /* a frame of a held lane is still queued before this one */
+    while (c->out_state == HC_FAKE_OUT_UP && !c->err && !c->drop_now && !c->failed) {
+        hc_fake_tx_t *t = prev ? prev->next : c->txq.head;
+        if (!t) break;
+        uint32_t bit = 1u << hc_fake_lane(t);
+        if (shuffle && !(held & bit) && hc_fake_roll(d, d->pct_shuffle)) held |= bit;
+        if (held & bit) {
+            prev = t;
+            passed = true;
+            continue;
+        }
         if (hc_fake_send(c->out_fd, &t->hdr, t->payload) < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK) c->err = errno;
             break;
         }
-        hc_fake_q_pop(&c->txq);
+        hc_fake_txq_take(c, prev, t);
+        if (passed) d->n_overtaken++;
         c->q_bytes -= HC_FAKE_HDR + t->hdr.len;
         if (t->copy) c->q_copy -= t->hdr.len;
         hc_fake_sent(c);
@@ -670,7 +725,14 @@ static int hc_fake_flush(hc_fake_conn_t *c)
             hc_fake_tx_free(t);
         }
     }
+    if (shuffle && n == 0 && held && c->txq.head)
+        return hc_fake_flush_lanes(c, false); /* every lane held: nobody would ever go */
     return n;
+}
+
+static int hc_fake_flush(hc_fake_conn_t *c)
+{
+    return hc_fake_flush_lanes(c, c->drv->pct_shuffle > 0);
 }
 
 static hcomm_status_t hc_fake_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
@@ -709,7 +771,15 @@ static hcomm_status_t hc_fake_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
     }
     if (c->out_state == HC_FAKE_OUT_NONE && !c->err) hc_fake_out_start(c);
     bool async = cookie && hc_fake_roll(d, d->pct_async);
-    if (!async && !c->txq.head && c->out_state == HC_FAKE_OUT_UP && !c->err && !c->drop_now) {
+    bool user_data =
+        hdr->type == HC_FRAME_EAGER || hdr->type == HC_FRAME_CONT || hdr->type == HC_FRAME_DATA;
+    /* Lane shuffle: a frame that can be kept may wait so that later frames
+     * of other lanes pass it; only its own lane's queued frames hold it. */
+    bool ahead = d->pct_shuffle ? c->lane_q[hdr->lane & (HC_FRAME_LANES - 1)] != 0
+                                : c->txq.head != NULL;
+    if (d->pct_shuffle && (cookie || !user_data) && hc_fake_roll(d, d->pct_shuffle)) async = true;
+    if (!async && !ahead && c->out_state == HC_FAKE_OUT_UP && !c->err && !c->drop_now) {
+        if (c->txq.head) d->n_overtaken++;
         if (hc_fake_send(c->out_fd, hdr, payload) >= 0) {
             hc_fake_sent(c);
             if (HC_UNLIKELY(c->drop_now)) hc_fake_activate(c); /* progress drops it */
@@ -718,8 +788,6 @@ static hcomm_status_t hc_fake_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             c->err = errno; /* failed by progress; the frame is queued and failed with it */
     }
-    bool user_data =
-        hdr->type == HC_FRAME_EAGER || hdr->type == HC_FRAME_CONT || hdr->type == HC_FRAME_DATA;
     if (!cookie && user_data)
         return HCOMM_ERR_AGAIN; /* not kept past the call: the core takes its request path */
     if (c->txq.head && c->q_bytes + total > HC_FAKE_QUEUE_BYTES) return HCOMM_ERR_AGAIN;
@@ -742,7 +810,7 @@ static hcomm_status_t hc_fake_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
         c->q_copy += len;
     }
     c->q_bytes += total;
-    hc_fake_q_push(&c->txq, t);
+    hc_fake_txq_push(c, t);
     hc_fake_activate(c);
     if (async) d->n_async++;
     return cookie ? HCOMM_IN_PROGRESS : HCOMM_OK;
@@ -1281,7 +1349,7 @@ static void hc_fake_drain(hc_fake_conn_t *c)
     uint64_t deadline = hc_time_ns() + HC_FAKE_DRAIN_NS;
     while (!c->failed && c->out_state == HC_FAKE_OUT_UP && c->txq.head && !c->err && !c->drop_now &&
            hc_time_ns() < deadline) {
-        if (hc_fake_flush(c) == 0) {
+        if (hc_fake_flush_lanes(c, false) == 0) {
             struct pollfd p = {.fd = c->out_fd, .events = POLLOUT};
             poll(&p, 1, 10);
         }
@@ -1349,10 +1417,12 @@ static void hc_fake_close(hc_drv_t *drv)
     while (d->anon)
         hc_fake_anon_free(d, d->anon, true);
     hc_fake_anon_reap(d);
-    hc_log_info("fake: %llu puts (%llu refused, %llu late), %llu RMAs (%llu late), %llu drops",
+    hc_log_info("fake: %llu puts (%llu refused, %llu late), %llu RMAs (%llu late), %llu drops, "
+                "%llu frames overtook another lane's",
                 (unsigned long long)d->n_put, (unsigned long long)d->n_again,
                 (unsigned long long)d->n_async, (unsigned long long)d->n_rma,
-                (unsigned long long)d->n_rma_async, (unsigned long long)d->n_drops);
+                (unsigned long long)d->n_rma_async, (unsigned long long)d->n_drops,
+                (unsigned long long)d->n_overtaken);
     close(d->listen_fd);
     close(d->epfd);
     free(d->rma);
@@ -1361,6 +1431,16 @@ static void hc_fake_close(hc_drv_t *drv)
     free(d->rbuf);
     free(d->conns);
     free(d);
+}
+
+static void hc_fake_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_t value, void *arg),
+                             void *arg)
+{
+    hc_fake_drv_t *d = (hc_fake_drv_t *)drv;
+    kv("puts", d->n_put, arg);
+    kv("puts_refused", d->n_again, arg);
+    kv("puts_late", d->n_async, arg);
+    kv("frames_overtaken", d->n_overtaken, arg);
 }
 
 static const struct hc_drv_ops hc_fake_ops = {
@@ -1386,5 +1466,6 @@ static const struct hc_drv_ops hc_fake_ops = {
     .rkey_unpack = hc_fake_rkey_unpack,
     .rkey_release = hc_fake_rkey_release,
     .rkey_ptr = hc_fake_rkey_ptr,
+    .counters = hc_fake_counters,
 };
 HC_DRV_REGISTER(hc_fake_ops)
