@@ -36,7 +36,10 @@
  *                scribbled over), IN_PROGRESS only with a cookie and then
  *                exactly one put_done(OK), never from inside its own put;
  *                ERR_AGAIN is retried; no put blocks (> 1 s); driver frame
- *                types are never delivered
+ *                types are never delivered; hdr.lane arrives as put
+ *   put_lanes    put_order with env.lanes = HC_FRAME_LANES (the core's
+ *                lanes on): frames of 5 lanes, each lane's in put order
+ *                (lanes may pass each other: tcp's sockets)
  *   credit       (after 64 frames each way, so that handshakes are done)
  *                a receiver that does not progress: the sender must see
  *                sustained ERR_AGAIN before 512 MiB are accepted, never a
@@ -114,7 +117,9 @@ static int child_signal;     /* the case kills the child with this signal */
 static int failures, printed;
 static int core_marker;            /* env.core: every callback must hand it back */
 static uint32_t rx_next, rx_limit; /* frames received from the peer; expected */
-static uint32_t rx_ord;            /* frame_make: the next ordered frame expected */
+static uint32_t rx_ord[HC_FRAME_LANES]; /* frame_make: the next ordered frame expected (per
+                                           lane when env_lanes > 1, else all in [0]) */
+static int env_lanes = 1;               /* env.lanes of the case (put_lanes: HC_FRAME_LANES) */
 static uint8_t *rx_seen;           /* frame_make: per frame, whether it arrived */
 
 static void check_fail(int line, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -442,7 +447,8 @@ static void env_init(void)
                          .put_done = cb_put_done,
                          .rma_done = cb_rma_done,
                          .peer_failed = cb_peer_failed,
-                         .ep_send = cb_ep_send};
+                         .ep_send = cb_ep_send,
+                         .lanes = env_lanes};
 }
 
 static bool drv_open(void)
@@ -538,6 +544,7 @@ static void frame_make(int src, uint32_t i, hc_frame_hdr_t *h)
     len = HC_MIN(len, mf);
     *h = (hc_frame_hdr_t){.type = (uint8_t)(HC_FRAME_EAGER + (i * 5) % 8),
                           .flags = (uint8_t)(i % 3 == 0 ? HC_FRAME_FLAG_MORE : 0),
+                          .lane = (uint8_t)((i / 3) % 5), /* runs of 3 frames per lane */
                           .ctx_id = 0xc0ffee00u ^ (uint32_t)src,
                           .tag = (int32_t)i,
                           .len = (uint32_t)len};
@@ -554,15 +561,18 @@ static uint64_t frame_seed(int src, uint32_t i)
 
 static bool hdr_equal(const hc_frame_hdr_t *a, const hc_frame_hdr_t *b)
 {
-    return a->type == b->type && a->flags == b->flags && a->reserved == b->reserved &&
+    return a->type == b->type && a->flags == b->flags && a->lane == b->lane &&
+           a->reserved == b->reserved &&
            a->ctx_id == b->ctx_id && a->tag == b->tag && a->len == b->len && a->a == b->a &&
            a->b == b->b;
 }
 
 /* Frames of frame_make, checked field by field: each arrives once, and every
- * frame but DATA in the order it was put. DATA frames carry their offset and
- * may pass others (tcp stripes them over its bulk sockets; the core places
- * them by hdr.b). */
+ * frame but DATA in the order it was put (with lanes, env_lanes > 1: in the
+ * order it was put among the frames of its lane; a driver may carry lanes
+ * on different channels). DATA frames carry their offset and may pass
+ * others (tcp stripes them over its bulk sockets; the core places them by
+ * hdr.b). */
 static void deliver_frames(const hc_frame_hdr_t *hdr, const void *payload)
 {
     if (hdr->tag < 0 || (uint32_t)hdr->tag >= rx_limit) {
@@ -577,25 +587,28 @@ static void deliver_frames(const hc_frame_hdr_t *hdr, const void *payload)
     }
     hc_frame_hdr_t want;
     frame_make(peer, i, &want);
-    while (rx_ord < rx_limit) { /* skip what arrived and the DATA frames */
+    unsigned key = env_lanes > 1 ? want.lane : 0;
+    uint32_t *ord = &rx_ord[key];
+    while (*ord < rx_limit) { /* skip what arrived, the DATA frames and other lanes' */
         hc_frame_hdr_t o;
-        frame_make(peer, rx_ord, &o);
-        if (!rx_seen[rx_ord] && o.type != HC_FRAME_DATA) break;
-        rx_ord++;
+        frame_make(peer, *ord, &o);
+        if (!rx_seen[*ord] && o.type != HC_FRAME_DATA && (env_lanes <= 1 || o.lane == key)) break;
+        (*ord)++;
     }
-    CHECK(want.type == HC_FRAME_DATA || i == rx_ord,
-          "frame %u (type %u) from rank %d arrived before frame %u: out of order or lost", i,
-          want.type, peer, rx_ord);
+    CHECK(want.type == HC_FRAME_DATA || i == *ord,
+          "frame %u (type %u, lane %u) from rank %d arrived before frame %u: out of order or lost",
+          i, want.type, want.lane, peer, *ord);
     rx_seen[i] = 1;
     rx_next++;
     if (!hdr_equal(hdr, &want)) {
         CHECK(
             0,
-            "frame %u from rank %d: header {type %u flags %u rsv %u ctx %08x tag %d len %u a %llx "
-            "b %llx}, expected {type %u flags %u rsv 0 ctx %08x tag %d len %u a %llx b %llx}",
-            i, peer, hdr->type, hdr->flags, hdr->reserved, hdr->ctx_id, hdr->tag, hdr->len,
-            (unsigned long long)hdr->a, (unsigned long long)hdr->b, want.type, want.flags,
-            want.ctx_id, want.tag, want.len, (unsigned long long)want.a,
+            "frame %u from rank %d: header {type %u flags %u lane %u rsv %u ctx %08x tag %d len %u "
+            "a %llx b %llx}, expected {type %u flags %u lane %u rsv 0 ctx %08x tag %d len %u a "
+            "%llx b %llx}",
+            i, peer, hdr->type, hdr->flags, hdr->lane, hdr->reserved, hdr->ctx_id, hdr->tag,
+            hdr->len, (unsigned long long)hdr->a, (unsigned long long)hdr->b, want.type,
+            want.flags, want.lane, want.ctx_id, want.tag, want.len, (unsigned long long)want.a,
             (unsigned long long)want.b);
         return;
     }
@@ -687,7 +700,8 @@ static hcomm_status_t sender_put(sender_t *s)
  * and completed before the deadline. */
 static bool exchange(sender_t *s, uint32_t n_rx, uint64_t deadline)
 {
-    rx_next = rx_ord = 0;
+    rx_next = 0;
+    memset(rx_ord, 0, sizeof(rx_ord));
     rx_limit = n_rx;
     free(rx_seen);
     rx_seen = calloc(n_rx ? n_rx : 1, 1);
@@ -782,6 +796,14 @@ static void case_put_order(void)
            me, n, (unsigned long long)s.ok, (unsigned long long)s.in_progress,
            (unsigned long long)s.again, (double)s.max_put_ns * 1e-3);
     sender_fini(&s);
+}
+
+/* put_order with the core's lanes on (env.lanes = HC_FRAME_LANES): the same
+ * frames, of 5 lanes; each lane's frames but DATA must arrive in put order,
+ * lanes may pass each other (tcp carries them on different sockets). */
+static void case_put_lanes(void)
+{
+    case_put_order();
 }
 
 /* Rank 1's receive side of case_credit. */
@@ -1505,6 +1527,7 @@ typedef struct {
     const char *name;
     void (*fn)(void);
     bool pair; /* needs open + wireup + connect */
+    int lanes; /* env.lanes (0: 1) */
 } case_t;
 
 static const case_t cases[] = {
@@ -1512,6 +1535,7 @@ static const case_t cases[] = {
     {"open_close", case_open_close, false},
     {"connect", case_connect, true},
     {"put_order", case_put_order, true},
+    {"put_lanes", case_put_lanes, true, HC_FRAME_LANES},
     {"credit", case_credit, true},
     {"rma", case_rma, true},
     {"mem_reg", case_mem_reg, true},
@@ -1611,6 +1635,7 @@ static int run_pair(const case_t *c)
 static void run_case(const case_t *c)
 {
     case_name = c->name;
+    env_lanes = c->lanes ? c->lanes : 1;
     skip_why = NULL;
     child_signal = 0;
     unsigned long long salt = mix(hc_time_ns() ^ (uint64_t)getpid());
@@ -1667,6 +1692,7 @@ CASE_FN_(ops_table)
 CASE_FN_(open_close)
 CASE_FN_(connect)
 CASE_FN_(put_order)
+CASE_FN_(put_lanes)
 CASE_FN_(credit)
 CASE_FN_(rma)
 CASE_FN_(mem_reg)
@@ -1680,7 +1706,8 @@ int main(int argc, char **argv)
 {
     static const struct CMUnitTest all[] = {
         cmocka_unit_test(t_ops_table), cmocka_unit_test(t_open_close), cmocka_unit_test(t_connect),
-        cmocka_unit_test(t_put_order), cmocka_unit_test(t_credit),     cmocka_unit_test(t_rma),
+        cmocka_unit_test(t_put_order), cmocka_unit_test(t_put_lanes),  cmocka_unit_test(t_credit),
+        cmocka_unit_test(t_rma),
         cmocka_unit_test(t_mem_reg), cmocka_unit_test(t_abandoned), cmocka_unit_test(t_killed),     cmocka_unit_test(t_oversize),
         cmocka_unit_test(t_shared),    cmocka_unit_test(t_drop),
     };
