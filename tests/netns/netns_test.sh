@@ -24,6 +24,11 @@
 #             reopen, data intact; every rank logs idle closes
 #   garbage   2x1: junk and a silent client on rank 1's data port: both
 #             dropped and logged, job passes
+#   lanes     2x1: mp_coll_lanes (next to MP_TCP_CHECK) over the veth: a
+#             large allreduce on one communicator, small ones and p2p on
+#             another, every byte checked; the two communicators' lanes went
+#             on different sockets (docs/lanes.md), and HCOMM_LOG=info
+#             logged what each socket carried at finalize
 #
 # Exit 0 pass, 1 fail, 77 skipped (not root, no netns, no netem).
 set -u
@@ -195,6 +200,19 @@ garbage)
     grep "dropped a connection from 10.77.0.1" "$work/r1.log" || fail "rank 1 did not log the drops"
     [ "$(grep -c "dropped a connection from 10.77.0.1" "$work/r1.log")" -ge 2 ] ||
         fail "expected both the junk and the silent client to be dropped"
+    ;;
+lanes)
+    prog="$(dirname "$prog")/mp_coll_lanes"
+    [ -x "$prog" ] || fail "mp_coll_lanes not built next to mp_tcp_check"
+    "$netns" up 2 || fail "netns setup"
+    HCOMM_LOG=info launch 2 1 --expect lanes
+    wait_all 150
+    for r in 0 1; do
+        grep -q "passed\|comm A's collectives on lane" "$work/r$r.log" || fail "rank $r: no verdict"
+        n=$(grep -c "info: tcp: socket [0-9]*: sent" "$work/r$r.log")
+        echo "rank $r: $n sockets logged at finalize"
+        [ "$n" -ge 2 ] || fail "rank $r logged $n sockets' counters, expected at least 2"
+    done
     ;;
 idle)
     idle_prog="$(dirname "$prog")/mp_tcp_idle"
