@@ -46,7 +46,8 @@ static int usage(const char *prog, const char *why)
 {
     FILE *f = why ? stderr : stdout;
     if (why) fprintf(f, "%s: %s\n", prog, why);
-    fprintf(f, "usage: %s [-a A_BYTES (16M)] [-b B_BYTES (8)] [-n ITERS (2000)] [-w WARMUP (200)]\n",
+    fprintf(f,
+            "usage: %s [-a A_BYTES (16M)] [-b B_BYTES (8)] [-n ITERS (2000)] [-w WARMUP (200)]\n",
             prog);
     return why ? 2 : 0;
 }
@@ -139,7 +140,8 @@ int main(int argc, char **argv)
     done_in_phase = done;
     /* Every rank runs the same number of A allreduces. */
     int64_t most = 0;
-    hb_check(hcomm_allreduce(&posted, &most, 1, HCOMM_INT64, HCOMM_MAX, b), "agreeing on A's count");
+    hb_check(hcomm_allreduce(&posted, &most, 1, HCOMM_INT64, HCOMM_MAX, b),
+             "agreeing on A's count");
     hb_check(hcomm_wait(ra), "wait on A");
     bad += !check(aout, na, n, 1);
     for (; posted < most; posted++) {
@@ -159,8 +161,8 @@ int main(int argc, char **argv)
         printf("lanes=%s ranks=%d b_bytes=%zu a_bytes=%zu iters=%d alone_p50_us=%.2f "
                "alone_p99_us=%.2f alone_mean_us=%.2f busy_p50_us=%.2f busy_p99_us=%.2f "
                "busy_mean_us=%.2f a_done=%lld a_busbw_gbs=%.3f wrong=%lld\n",
-               lanes ? lanes : "auto", n, b_bytes, a_bytes, iters, a50, a99, amean, b50, b99,
-               bmean, (long long)done_in_phase, busbw, (long long)bad_all);
+               lanes ? lanes : "auto", n, b_bytes, a_bytes, iters, a50, a99, amean, b50, b99, bmean,
+               (long long)done_in_phase, busbw, (long long)bad_all);
     }
     hb_check(hcomm_comm_free(b), "hcomm_comm_free");
     free(ain);
@@ -170,6 +172,7 @@ int main(int argc, char **argv)
     free(t_alone);
     free(t_busy);
     hb_check(hcomm_finalize(), "hcomm_finalize");
-    if (bad_all) fprintf(stderr, "rank %d: %lld wrong results in the job\n", me, (long long)bad_all);
+    if (bad_all)
+        fprintf(stderr, "rank %d: %lld wrong results in the job\n", me, (long long)bad_all);
     return bad_all ? 1 : 0;
 }

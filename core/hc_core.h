@@ -192,7 +192,7 @@ typedef struct hc_peer {
     bool judged;
     bool verdict_pending; /* judged before this rank saw it: fail at next slow poll */
     uint64_t fail_ns;
-    hc_list_t pending; /* frames waiting for credit, in order (a frame waits only behind its lane's) */
+    hc_list_t pending; /* frames waiting for credit, in order; one waits only behind its lane's */
     uint32_t lane_pending[HC_FRAME_LANES]; /* frames of each lane in pending */
     uint32_t lane_mask;                    /* bit l: lane_pending[l] != 0 */
     /* Fragmented messages arriving from this peer, one per lane

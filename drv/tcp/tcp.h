@@ -174,7 +174,7 @@ struct hc_tcp_drv {
     socklen_t me_salen;
     int nsocks;          /* sockets we open per peer */
     bool rr_all;         /* HCOMM_CONN_SCHED=round_robin */
-    bool lanes;          /* the core spreads lanes (env->lanes) and nsocks > 1: lane l on socket l % n */
+    bool lanes;          /* env->lanes > 1 and nsocks > 1: lane l on socket l % n */
     size_t zc_threshold; /* SIZE_MAX: zerocopy off */
     int sockbuf;         /* SO_SNDBUF/SO_RCVBUF to set (0: leave to autotuning) */
     uint8_t key[HC_TCP_KEY_LEN];

@@ -63,8 +63,7 @@ static void fill(uint8_t *b, size_t n, int src, int seq, int c, int r)
 static size_t bad_byte(const uint8_t *b, size_t n, int src, int seq, int c, int r)
 {
     for (size_t j = 0; j < n; j++)
-        if (b[j] != pat(src, seq, c, r, j))
-            return j;
+        if (b[j] != pat(src, seq, c, r, j)) return j;
     return n;
 }
 
@@ -78,8 +77,7 @@ static int poll_all(live_t *l, int n, const char *what)
 {
     int left = 0;
     for (int i = 0; i < n; i++) {
-        if (l[i].done)
-            continue;
+        if (l[i].done) continue;
         int d = 0;
         hcomm_status_t st = hcomm_test(l[i].req, &d);
         if (st != HCOMM_OK) {
@@ -96,11 +94,11 @@ static int poll_all(live_t *l, int n, const char *what)
 /* Point-to-point of one comm in one round. */
 typedef struct {
     hcomm_comm_t comm;
-    int c;                       /* 0: A, 1: B */
+    int c;                           /* 0: A, 1: B */
     uint8_t **sbuf_any, **sbuf_peer; /* [peer * NMSG + seq] */
     uint8_t **rbuf_any, **rbuf_peer;
-    int *src_any;                /* source of each any-source receive */
-    live_t *reqs;                /* sends, then receives */
+    int *src_any; /* source of each any-source receive */
+    live_t *reqs; /* sends, then receives */
     int nreq, nposted_rx;
 } p2p_t;
 
@@ -127,8 +125,7 @@ static void p2p_setup(p2p_t *p, hcomm_comm_t comm, int c, int round)
         exit(1);
     }
     for (int q = 0; q < n; q++) {
-        if (q == me)
-            continue;
+        if (q == me) continue;
         for (int s = 0; s < NMSG; s++) {
             size_t k = (size_t)q * NMSG + (size_t)s, psz = peer_sizes[s % NPEER_SIZES];
             p->sbuf_any[k] = mp_xmalloc(ANY_BYTES);
@@ -158,8 +155,7 @@ static void p2p_post_rx(p2p_t *p, bool all)
                                   &p->src_any[a], &l->req));
         } else { /* per-peer receives: peer-major over the others, seq minor */
             int b = i / 2, q = b / NMSG, s = b % NMSG;
-            if (q >= me)
-                q++;
+            if (q >= me) q++;
             (void)n;
             size_t k = (size_t)q * NMSG + (size_t)s;
             MP_OK(hcomm_irecv(p->rbuf_peer[k], peer_sizes[s % NPEER_SIZES], HCOMM_UINT8, q,
@@ -213,17 +209,16 @@ static void p2p_check(p2p_t *p, int round)
     }
     for (int q = 0; q < n; q++)
         if (q != me && next[q] != NMSG)
-            mp_fail("round %d comm %s: %d any-source messages from rank %d, expected %d", round,
-                    cn, next[q], q, NMSG);
+            mp_fail("round %d comm %s: %d any-source messages from rank %d, expected %d", round, cn,
+                    next[q], q, NMSG);
     for (int q = 0; q < n; q++) {
-        if (q == me)
-            continue;
+        if (q == me) continue;
         for (int s = 0; s < NMSG; s++) {
             size_t k = (size_t)q * NMSG + (size_t)s, psz = peer_sizes[s % NPEER_SIZES];
             size_t bad = bad_byte(p->rbuf_peer[k], psz, q, s, p->c, round);
             if (bad != psz)
-                mp_fail("round %d comm %s: message %d (%zu B) from rank %d: byte %zu wrong",
-                        round, cn, s, psz, q, bad);
+                mp_fail("round %d comm %s: message %d (%zu B) from rank %d: byte %zu wrong", round,
+                        cn, s, psz, q, bad);
         }
     }
     free(next);
@@ -276,8 +271,7 @@ static void round_run(hcomm_comm_t a, hcomm_comm_t b, int round)
         sout[k] = mp_xmalloc(cnt * 8);
         for (size_t j = 0; j < cnt; j++)
             sin[k][j] = small_in(me, round, 1000 + k, j);
-        MP_OK(hcomm_iallreduce(sin[k], sout[k], cnt, HCOMM_INT64, HCOMM_SUM, a,
-                               &acoll[1 + k].req));
+        MP_OK(hcomm_iallreduce(sin[k], sout[k], cnt, HCOMM_INT64, HCOMM_SUM, a, &acoll[1 + k].req));
     }
     /* Point-to-point on A and B. */
     p2p_t pa, pb;
@@ -296,8 +290,8 @@ static void round_run(hcomm_comm_t a, hcomm_comm_t b, int round)
         MP_OK(hcomm_allreduce(in, out, cnt, HCOMM_INT64, HCOMM_SUM, b));
         for (size_t j = 0; j < cnt; j++)
             if (out[j] != small_sum(round, i, j)) {
-                mp_fail("round %d: allreduce %d on B element %zu: expected %lld got %lld", round,
-                        i, j, (long long)small_sum(round, i, j), (long long)out[j]);
+                mp_fail("round %d: allreduce %d on B element %zu: expected %lld got %lld", round, i,
+                        j, (long long)small_sum(round, i, j), (long long)out[j]);
                 break;
             }
         if (i == opt_nb / 2) {
@@ -313,7 +307,8 @@ static void round_run(hcomm_comm_t a, hcomm_comm_t b, int round)
     p2p_post_rx(&pb, true);
     double deadline = mp_now() + DEADLINE_S;
     while (poll_all(acoll, 1 + NSMALL, "iallreduce on A") + poll_all(pa.reqs, pa.nreq, "p2p on A") +
-               poll_all(pb.reqs, pb.nreq, "p2p on B") > 0) {
+               poll_all(pb.reqs, pb.nreq, "p2p on B") >
+           0) {
         if (mp_now() > deadline) {
             mp_fail("round %d: requests not done after %.0f s", round, DEADLINE_S);
             exit(1);
@@ -373,8 +368,7 @@ static uint64_t kv(const char *fmt, int i)
     char name[48];
     snprintf(name, sizeof(name), fmt, i);
     for (int k = 0; k < nkv; k++)
-        if (!strcmp(kvs[k].name, name))
-            return kvs[k].v;
+        if (!strcmp(kvs[k].name, name)) return kvs[k].v;
     return 0;
 }
 
@@ -453,8 +447,7 @@ static void expect_lanes(hcomm_comm_t a, hcomm_comm_t b)
             if (s > 0) /* a ring sends to one neighbour and receives from another */
                 others += kv("socket%d_rx_frames", s) + kv("socket%d_tx_frames", s);
         }
-        if (!kv("socket%d_rx_frames", 0))
-            mp_fail("HCOMM_LANES=0: nothing received on socket 0");
+        if (!kv("socket%d_rx_frames", 0)) mp_fail("HCOMM_LANES=0: nothing received on socket 0");
         if (nsock > 1 && !others)
             mp_fail("HCOMM_LANES=0: no DATA frame sent or received on sockets 1..%d", nsock - 1);
     } else if (!strcmp(opt_expect, "onesock")) {
@@ -482,8 +475,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--nb") && i + 1 < argc)
             opt_nb = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--expect lanes|nolanes|onesock|shuffle|none] [--big N] "
-                            "[--rounds N] [--nb N]: bad argument %s\n",
+            fprintf(stderr,
+                    "usage: %s [--expect lanes|nolanes|onesock|shuffle|none] [--big N] "
+                    "[--rounds N] [--nb N]: bad argument %s\n",
                     argv[0], argv[i]);
             return 2;
         }
@@ -503,8 +497,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < opt_rounds; r++)
         round_run(a, b, r);
     MP_OK(hcomm_barrier(a));
-    if (strcmp(opt_expect, "none"))
-        expect_lanes(a, b);
+    if (strcmp(opt_expect, "none")) expect_lanes(a, b);
     MP_OK(hcomm_comm_free(b));
     return mp_finish("mp_coll_lanes");
 }

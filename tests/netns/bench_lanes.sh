@@ -3,7 +3,7 @@
 # allreduces on one communicator while a large allreduce runs in a loop on
 # another (bench/lanes_lat), with lanes (HCOMM_LANES=auto) and without
 # (HCOMM_LANES=0), side by side in one run (docs/lanes.md). Two network
-# namespaces joined by veth, one rank each, tcp between. Rounds (default 3)
+# namespaces joined by veth, one rank each, tcp between. Rounds (default 5)
 # alternate the two settings so that both see the same machine; for each A
 # size (default 16M and 128K: rendezvous chunks, and eager messages that
 # shared socket 0 with B's before lanes) the medians of B's p50 and p99
@@ -12,7 +12,7 @@
 # (bandwidth).
 set -u
 build=${1:?build dir}
-rounds=${2:-3}
+rounds=${2:-5}
 shift $(($# >= 2 ? 2 : $#))
 sizes=("$@")
 ((${#sizes[@]})) || sizes=(16777216 131072)
