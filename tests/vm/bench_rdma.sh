@@ -164,10 +164,10 @@ vals() { # METRIC: the rounds' values, one a line
     done
 }
 med() { vals "$1" | median; }
-# best: the lowest latency, the highest bandwidth (metrics ending in bw)
+# best: the lowest latency, the highest bandwidth (bw, bws and the 4 MiB lat4 rows)
 best() {
     case $1 in
-    *bw) vals "$1" | sort -g | tail -1 | grep . || echo - ;;
+    *bw | *bws | *lat4) vals "$1" | sort -g | tail -1 | grep . || echo - ;;
     *) vals "$1" | sort -g | head -1 | grep . || echo - ;;
     esac
 }
