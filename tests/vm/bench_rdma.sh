@@ -94,6 +94,20 @@ hc_pingpong() { # BYTES ITERS COLUMN [ARGS]: that column of rank 0's pingpong ro
     [ -s "$work/col" ] || fail "hcomm pingpong $b B $* printed no result"
 }
 
+# perf_add METRIC AWK PROG ARGS...: a perftest run, its value (AWK over the
+# client's output, -v s=BIG) added for this round, or a note that it failed
+BW_AWK='$1 == s && NF >= 4 {printf "%.1f", $4 * 1.048576}'
+LAT4_AWK='$1 == s && NF >= 5 && $5 > 0 {printf "%.1f", s / $5}'
+perf_add() {
+    local metric=$1 prog_awk=$2 prog=$3
+    shift 3
+    if perf "$work/$metric" "$prog" "$@"; then
+        add "$metric" "$k" "$(awk -v s=$BIG "$prog_awk" "$work/$metric")"
+    else
+        note+=("round $k: $prog $* failed: $(tail -3 "$work/$metric" | tr '\n' ' ')")
+    fi
+}
+
 declare -A val
 note=()
 ucx_mode=tag
@@ -129,31 +143,15 @@ for ((k = 1; k <= rounds; k++)); do
             note+=("round $k: ucx_perftest -t am_lat -x rc_verbs did not run: $(grep -v '^ *$' "$work/ucx" | tail -2 | tr '\n' ' ')")
         fi
     fi
-    if perf "$work/wb" ib_write_bw -s "$BIG" -n "$BW_N"; then
-        add wbw $k "$(awk -v s=$BIG '$1 == s && NF >= 4 {printf "%.1f", $4 * 1.048576}' "$work/wb")"
-    else
-        note+=("round $k: ib_write_bw failed: $(tail -3 "$work/wb" | tr '\n' ' ')")
-    fi
-    if perf "$work/rb" ib_read_bw -s "$BIG" -n "$BW_N"; then
-        add rbw $k "$(awk -v s=$BIG '$1 == s && NF >= 4 {printf "%.1f", $4 * 1.048576}' "$work/rb")"
-    else
-        note+=("round $k: ib_read_bw failed: $(tail -3 "$work/rb" | tr '\n' ' ')")
-    fi
+    perf_add wbw "$BW_AWK" ib_write_bw -s "$BIG" -n "$BW_N"
+    perf_add rbw "$BW_AWK" ib_read_bw -s "$BIG" -n "$BW_N"
     hc_pingpong $BIG "$HC_BW_N" 5
     add hbw $k "$(cat "$work/col")"
     hc_pingpong $BIG "$HC_BWS_N" 5 -M bw -W 16
     add hbws $k "$(cat "$work/col")"
     # one message in flight: bytes / perftest's typical time of one
-    if perf "$work/rl4" ib_read_lat -s "$BIG" -n "$LAT4_N"; then
-        add rlat4 $k "$(awk -v s=$BIG '$1 == s && NF >= 5 && $5 > 0 {printf "%.1f", s / $5}' "$work/rl4")"
-    else
-        note+=("round $k: ib_read_lat 4 MiB failed: $(tail -3 "$work/rl4" | tr '\n' ' ')")
-    fi
-    if perf "$work/wl4" ib_write_lat -s "$BIG" -n "$LAT4_N"; then
-        add wlat4 $k "$(awk -v s=$BIG '$1 == s && NF >= 5 && $5 > 0 {printf "%.1f", s / $5}' "$work/wl4")"
-    else
-        note+=("round $k: ib_write_lat 4 MiB failed: $(tail -3 "$work/wl4" | tr '\n' ' ')")
-    fi
+    perf_add rlat4 "$LAT4_AWK" ib_read_lat -s "$BIG" -n "$LAT4_N"
+    perf_add wlat4 "$LAT4_AWK" ib_write_lat -s "$BIG" -n "$LAT4_N"
 done
 
 median() { sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}'; }
