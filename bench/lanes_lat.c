@@ -65,7 +65,7 @@ int main(int argc, char **argv)
 {
     size_t a_bytes = (size_t)16 << 20, b_bytes = 8;
     int iters = 2000, warmup = 200;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* options and their values, in pairs */
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) return usage(argv[0], NULL);
         if (!v) return usage(argv[0], "an option lacks its value");
@@ -79,7 +79,6 @@ int main(int argc, char **argv)
             warmup = atoi(v);
         else
             return usage(argv[0], "unknown option");
-        i++;
     }
     if (a_bytes < 4 || b_bytes < 4 || a_bytes % 4 || b_bytes % 4)
         return usage(argv[0], "-a and -b must be multiples of 4 bytes (float32), at least 4");

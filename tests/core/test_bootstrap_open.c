@@ -680,8 +680,11 @@ static int listen_silent(int port)
 /* A base port with the n ports from it free (each bound once to check). */
 static int free_ports(int n)
 {
-    for (int attempt = 0; attempt < 100; attempt++) {
-        int base = free_port(), fds[8], k;
+    /* Candidates: ephemeral ports the kernel hands out, then fixed bases
+     * below the ephemeral range (tests running beside this one take
+     * ephemeral ports all the time). */
+    for (int attempt = 0; attempt < 400; attempt++) {
+        int base = attempt < 100 ? free_port() : 20000 + (attempt - 100) * 37, fds[8], k;
         if (base + n > 65535) continue;
         for (k = 0; k < n && (fds[k] = listen_silent(base + k)) >= 0; k++)
             ;
@@ -689,7 +692,7 @@ static int free_ports(int n)
             close(fds[i]);
         if (k == n) return base;
     }
-    fail_msg("no %d consecutive free ports", n);
+    fail_msg("no %d consecutive free ports (last error: %s)", n, strerror(errno));
     return -1;
 }
 
