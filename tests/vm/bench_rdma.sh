@@ -6,6 +6,12 @@
 #
 #   ib_write_lat 8 B           perftest's typical (median) one-way latency
 #   hcomm pingpong 8 B         p50 one-way latency (half the round trip)
+#   verbs_write_lat 8 B        a bare ibverbs loop (tests/drv/verbs_write_lat.c,
+#                              no library): p50 one-way, in perftest's frame
+#                              layout and in the one hcomm's driver sends for
+#                              8 bytes (56-byte slot images into a ring of 64
+#                              8 KiB slots, 1 WRITE in 16 signaled): what the
+#                              layout costs, and what is left to hcomm's code
 #   ucx_perftest tag_lat 8 B   UCX_TLS=rc_verbs,self, typical (median)
 #                              latency; where the tag API does not run over
 #                              rc_verbs alone (UCX 1.13 on rxe: "Destination
@@ -108,6 +114,18 @@ perf_add() {
     fi
 }
 
+# bare_lat METRIC ARGS: verbs_write_lat's p50 one-way (us) for this round
+mhz=$(awk '/^cpu MHz/ {print $4; exit}' /proc/cpuinfo)
+bare_lat() {
+    local metric=$1
+    shift
+    if t 120 "$(bin verbs_write_lat)" -d "$dev" -g "$gid" -n "$LAT_N" -m "$mhz" "$@" >"$work/bare" 2>&1; then
+        add "$metric" "$k" "$(sed -n 's/.*one-way p50 \([0-9.]*\) us.*/\1/p' "$work/bare")"
+    else
+        note+=("round $k: verbs_write_lat $* failed: $(tail -2 "$work/bare" | tr '\n' ' ')")
+    fi
+}
+
 declare -A val
 note=()
 ucx_mode=tag
@@ -122,6 +140,8 @@ for ((k = 1; k <= rounds; k++)); do
     fi
     hc_pingpong 8 "$LAT_N" 3
     add hlat $k "$(cat "$work/col")"
+    bare_lat blat1 -s 8 -S 8 -k 1 -e 1
+    bare_lat blath -s 56 -S 8192 -k 64 -e 16
     # UCX: the tag API (ucp) over rc_verbs if it runs, else the transport
     # layer's active-message ping-pong on rc_verbs (uct am_lat)
     if [ "$ucx_mode" = tag ]; then
@@ -184,6 +204,8 @@ row() { # METRIC LABEL
 }
 row wlat "ib_write_lat 8 B (us, typical)"
 row hlat "hcomm pingpong 8 B (us, p50)"
+row blat1 "bare verbs loop 8 B, perftest layout"
+row blath "bare verbs loop 8 B, hcomm layout"
 row ulat "ucx ${ucx_mode}_lat rc_verbs 8 B (us)"
 row wbw "ib_write_bw 4 MiB (MB/s)"
 row rbw "ib_read_bw 4 MiB (MB/s)"
@@ -198,6 +220,9 @@ ratios() { # LABEL A B
 }
 ratios "latency   hcomm / ib_write_lat" hlat wlat
 ratios "latency   hcomm / ucx ${ucx_mode}_lat" hlat ulat
+ratios "latency   bare loop / ib_write_lat" blat1 wlat
+ratios "latency   bare, hcomm layout / ib_write_lat" blath wlat
+ratios "latency   hcomm / bare, hcomm layout" hlat blath
 ratios "streaming hcomm bw / ib_read_bw" hbws rbw
 ratios "streaming hcomm bw / ib_write_bw" hbws wbw
 ratios "1 in flight hcomm / ib_read_lat" hbw rlat4
