@@ -21,7 +21,7 @@
 #include <rte_mbuf.h>
 
 #define HC_DPDK_MAGIC 0x4843u /* "HC" */
-#define HC_DPDK_VERSION 1
+#define HC_DPDK_VERSION 2 /* 2: kind's top bit, HC_DPDK_KIND_ACK_SOON */
 #define HC_DPDK_BURST 32
 #define HC_DPDK_TXQ 64 /* packets queued for one rte_eth_tx_burst at most */
 
@@ -39,7 +39,7 @@ typedef struct {
 typedef struct __attribute__((packed)) {
     uint16_t magic;
     uint8_t version;
-    uint8_t kind; /* HC_REL_DATA / HC_REL_ACK */
+    uint8_t kind; /* HC_REL_DATA / HC_REL_ACK, | HC_DPDK_KIND_ACK_SOON */
     uint32_t src_rank;
     uint64_t src_session;
     uint64_t dst_session;
@@ -48,6 +48,7 @@ typedef struct __attribute__((packed)) {
     uint32_t ts, ts_echo;
 } hc_dpdk_hdr_t;
 /* Then, in DATA packets: hc_frame_hdr_t and its payload. */
+#define HC_DPDK_KIND_ACK_SOON 0x80u /* the sender waits for this packet's acknowledgement */
 
 #define HC_DPDK_L2L4_LEN (sizeof(struct rte_ether_hdr) + 20 + 8)
 #define HC_DPDK_HDRS_LEN (HC_DPDK_L2L4_LEN + sizeof(hc_dpdk_hdr_t))
@@ -58,6 +59,7 @@ typedef struct {
     int64_t udp_base;
     int64_t window;
     double rto_min, rto_max, peer_timeout;
+    double ack_delay; /* HCOMM_DPDK_ACK_DELAY, seconds */
     const char *cc;       /* swift | off */
     size_t zcopy_threshold;
     double rx_drop;       /* test fault injection: received DATA packets dropped */

@@ -48,6 +48,7 @@
 #include <rte_udp.h>
 
 #define HC_DPDK_TICK_US 100      /* timers run at most this often */
+#define HC_DPDK_ACK_EVERY 16u    /* packets owed that make an acknowledgement due at once */
 #define HC_DPDK_ABSENT_US 100000 /* a gap between polls this long is ours, not the peer's */
 
 typedef struct hc_dpdk_drv hc_dpdk_drv_t;
@@ -160,6 +161,7 @@ static void hc_dpdk_wire_to_hdr(hc_dpdk_hdr_t *h, const hc_rel_wire_t *w)
     h->sack = w->sack;
     h->ts = w->ts;
     h->ts_echo = w->ts_echo;
+    h->kind = (uint8_t)((h->kind & ~HC_DPDK_KIND_ACK_SOON) | (w->ack_soon ? HC_DPDK_KIND_ACK_SOON : 0));
 }
 
 static hc_dpdk_hdr_t *hc_dpdk_hdr_of(struct rte_mbuf *m)
@@ -409,6 +411,8 @@ static hcomm_status_t hc_dpdk_connect(hc_drv_t *drv, int peer, const void *addr,
     rc.peer_timeout = hc_dpdk_cfg.peer_timeout;
     rc.adaptive = !strcmp(hc_dpdk_cfg.cc, "swift");
     rc.cwnd_init = HC_MIN(rc.cwnd_init, (double)rc.window);
+    rc.ack_delay = hc_dpdk_cfg.ack_delay;
+    rc.ack_every = HC_MAX(1u, HC_MIN(HC_DPDK_ACK_EVERY, rc.window / 4));
     char why[256];
     if (hc_dpdk_cfg.window < 2 || hc_dpdk_cfg.window > 4096 ||
         hc_rel_init(&c->rel, &rc, &hc_dpdk_rel_ops, c, why, sizeof(why)) != 0) {
@@ -568,12 +572,13 @@ static hc_dpdk_conn_t *hc_dpdk_classify(hc_dpdk_drv_t *d, struct rte_mbuf *m, hc
     if (h->dst_session != d->session || h->src_rank >= (uint32_t)d->base.env->size) goto stale;
     hc_dpdk_conn_t *c = d->conns[h->src_rank];
     if (!c || c->addr.session != h->src_session || c->failed) goto stale;
-    if (h->kind == HC_REL_DATA) {
+    uint8_t kind = h->kind & (uint8_t)~HC_DPDK_KIND_ACK_SOON;
+    if (kind == HC_REL_DATA) {
         hc_frame_hdr_t fh;
         if (m->data_len < HC_DPDK_HDRS_LEN + sizeof(fh)) goto foreign;
         memcpy(&fh, rte_pktmbuf_mtod_offset(m, const void *, HC_DPDK_HDRS_LEN), sizeof(fh));
         if ((size_t)m->data_len < HC_DPDK_HDRS_LEN + sizeof(fh) + fh.len) goto foreign;
-    } else if (h->kind != HC_REL_ACK) {
+    } else if (kind != HC_REL_ACK) {
         goto foreign;
     }
     *w = (hc_rel_wire_t){.seq = h->seq,
@@ -581,7 +586,8 @@ static hc_dpdk_conn_t *hc_dpdk_classify(hc_dpdk_drv_t *d, struct rte_mbuf *m, hc
                          .sack = h->sack,
                          .ts = h->ts,
                          .ts_echo = h->ts_echo,
-                         .kind = h->kind};
+                         .kind = kind,
+                         .ack_soon = (h->kind & HC_DPDK_KIND_ACK_SOON) != 0};
     return c;
 foreign:
     d->rx_foreign++;
@@ -631,12 +637,18 @@ static int hc_dpdk_progress(hc_drv_t *drv)
         hc_rel_input(&c->rel, &w, w.kind == HC_REL_DATA ? m : NULL, now);
         if (w.kind != HC_REL_DATA) rte_pktmbuf_free(m);
     }
+    /* Connections owing an acknowledgement: it goes once due (it may still
+     * ride on data: HCOMM_DPDK_ACK_DELAY); the others stay on the list. */
+    int keep = 0;
     for (int i = 0; i < d->ntouched; i++) {
         hc_dpdk_conn_t *c = d->touched[i];
-        c->touched = false;
-        if (!c->failed) hc_rel_flush(&c->rel, now);
+        if (!c->failed) hc_rel_flush(&c->rel, now, false);
+        if (!c->failed && hc_rel_ack_owed(&c->rel))
+            d->touched[keep++] = c;
+        else
+            c->touched = false;
     }
-    d->ntouched = 0;
+    d->ntouched = keep;
     if (now - d->t_tick >= HC_DPDK_TICK_US) {
         d->t_tick = now;
         for (int i = 0; i < d->nbusy; i++) {
@@ -718,6 +730,8 @@ static void hc_dpdk_conn_free(hc_dpdk_drv_t *d, hc_dpdk_conn_t *c)
     hc_rel_fini(&c->rel);
     for (int i = 0; i < d->nbusy; i++)
         if (d->busy[i] == c) hc_dpdk_unbusy(d, i);
+    for (int i = 0; i < d->ntouched; i++)
+        if (d->touched[i] == c) d->touched[i--] = d->touched[--d->ntouched];
     d->conns[c->base.peer] = NULL;
     free(c);
 }
@@ -732,6 +746,9 @@ static void hc_dpdk_close(hc_drv_t *drv)
 {
     hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
     /* The last acknowledgements go out; what the PMD will not take is dropped. */
+    uint64_t now = hc_dpdk_now_us();
+    for (int i = 0; i < d->ntouched; i++)
+        if (!d->touched[i]->failed) hc_rel_flush(&d->touched[i]->rel, now, true);
     hc_dpdk_tx_flush(d);
     if (d->ntxq) rte_pktmbuf_free_bulk(d->txq, d->ntxq);
     d->ntxq = 0;

@@ -35,7 +35,9 @@ void hc_rel_cfg_default(hc_rel_cfg_t *cfg)
                           .target_delay = 200e-6,
                           .target_factor = 1.25,
                           .max_mdf = 0.5,
-                          .cwnd_init = 64};
+                          .cwnd_init = 64,
+                          .ack_delay = 0,
+                          .ack_every = 1};
 }
 
 int hc_rel_init(hc_rel_t *r, const hc_rel_cfg_t *cfg, const hc_rel_ops_t *ops, void *arg,
@@ -54,6 +56,16 @@ int hc_rel_init(hc_rel_t *r, const hc_rel_cfg_t *cfg, const hc_rel_ops_t *ops, v
                  "%g, target %g s or x%g, cwnd_init %g)",
                  cfg->rto_min, cfg->rto_max, cfg->peer_timeout, cfg->max_mdf, cfg->target_delay,
                  cfg->target_factor, cfg->cwnd_init);
+        return -1;
+    }
+    /* An acknowledgement held as long as the sender's shortest timer would
+     * make it retransmit what arrived. */
+    if (!(cfg->ack_delay >= 0 && cfg->ack_delay <= cfg->rto_min / 2) || cfg->ack_every < 1 ||
+        cfg->ack_every > cfg->window) {
+        snprintf(why, why_len,
+                 "acknowledgement delay %g s (0 .. half the minimum rto, %g s) or every %u packets "
+                 "(1 .. the window, %u)",
+                 cfg->ack_delay, cfg->rto_min / 2, cfg->ack_every, cfg->window);
         return -1;
     }
     r->tx = calloc(cfg->window, sizeof(*r->tx));
@@ -114,8 +126,10 @@ bool hc_rel_can_send(const hc_rel_t *r)
     return inflight < r->cfg.window && (double)inflight < r->cwnd;
 }
 
-/* The acknowledgement fields of what we send next. */
-static void hc_rel_fill_ack(hc_rel_t *r, hc_rel_wire_t *w)
+/* The acknowledgement fields of what we send next. The echo is advanced by
+ * the time this side held the stamp: the sender measures the path, not our
+ * wait for something to acknowledge with. */
+static void hc_rel_fill_ack(hc_rel_t *r, hc_rel_wire_t *w, uint64_t now)
 {
     uint64_t sack = 0;
     for (uint32_t i = 0; i < 64 && i < r->mask; i++)
@@ -123,14 +137,21 @@ static void hc_rel_fill_ack(hc_rel_t *r, hc_rel_wire_t *w)
     w->ack = r->rcv_nxt;
     w->sack = sack;
     w->ts_echo = r->ts_recent;
+    if (r->ts_recent) {
+        w->ts_echo = r->ts_recent + (uint32_t)since(now, r->t_recent);
+        if (w->ts_echo == 0) w->ts_echo = 1; /* 0 means "no echo" */
+    }
 }
 
 static int hc_rel_xmit_slot(hc_rel_t *r, uint32_t seq, uint64_t now)
 {
     hc_rel_tx_slot_t *t = &r->tx[seq & r->mask];
-    hc_rel_wire_t w = {.seq = seq, .ts = (uint32_t)now, .kind = HC_REL_DATA};
+    /* Acknowledged without delay when something waits for it: the put's
+     * completion (a cookie), a window half used, a retransmission. */
+    bool soon = t->cookie || t->t_sent || 2 * (double)hc_rel_inflight(r) >= r->cwnd;
+    hc_rel_wire_t w = {.seq = seq, .ts = (uint32_t)now, .kind = HC_REL_DATA, .ack_soon = soon};
     if (w.ts == 0) w.ts = 1; /* 0 means "no echo" */
-    hc_rel_fill_ack(r, &w);
+    hc_rel_fill_ack(r, &w, now);
     if (r->ops->xmit(r->arg, t->pkt, &w) != 0) return -1;
     if (t->t_sent) {
         t->retx++;
@@ -141,6 +162,7 @@ static int hc_rel_xmit_slot(hc_rel_t *r, uint32_t seq, uint64_t now)
     t->t_sent = now;
     r->ack_owed = 0; /* piggybacked */
     r->ack_now = false;
+    r->ack_due = false;
     return 0;
 }
 
@@ -265,14 +287,17 @@ static void hc_rel_fast_retransmit(hc_rel_t *r, uint64_t now)
     r->fast_hole = hole;
 }
 
-static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt)
+static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now)
 {
     uint32_t s = w->seq;
     r->n.received++;
     /* Echo the newest transmission heard, duplicates included: a
      * retransmission of something already here is what the sender is
      * waiting to hear about, and its time stamp is the fresh one. */
-    if (r->ts_recent == 0 || (int32_t)(w->ts - r->ts_recent) > 0) r->ts_recent = w->ts;
+    if (r->ts_recent == 0 || (int32_t)(w->ts - r->ts_recent) > 0) {
+        r->ts_recent = w->ts;
+        r->t_recent = now;
+    }
     if (seq_lt(s, r->rcv_nxt)) {
         r->n.duplicates++;
         r->ack_now = true; /* the sender missed our ack */
@@ -284,7 +309,8 @@ static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt)
         r->ops->discard(r->arg, pkt);
         return;
     }
-    r->ack_owed++;
+    if (r->ack_owed++ == 0) r->t_owed = now;
+    if (w->ack_soon) r->ack_due = true;
     if (s != r->rcv_nxt) {
         void **slot = &r->rx[s & r->mask];
         if (*slot) {
@@ -314,19 +340,28 @@ static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt)
 void hc_rel_input(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now)
 {
     hc_rel_on_ack(r, w, now);
-    if (w->kind == HC_REL_DATA && pkt) hc_rel_on_data(r, w, pkt);
-    if (r->ack_now) hc_rel_flush(r, now);
+    if (w->kind == HC_REL_DATA && pkt) hc_rel_on_data(r, w, pkt, now);
+    if (r->ack_now) hc_rel_flush(r, now, false);
 }
 
-void hc_rel_flush(hc_rel_t *r, uint64_t now)
+bool hc_rel_ack_owed(const hc_rel_t *r)
+{
+    return r->ack_owed || r->ack_now;
+}
+
+void hc_rel_flush(hc_rel_t *r, uint64_t now, bool force)
 {
     if (!r->ack_owed && !r->ack_now) return;
+    if (!force && !r->ack_now && !r->ack_due && r->ack_owed < r->cfg.ack_every &&
+        (double)since(now, r->t_owed) * 1e-6 < r->cfg.ack_delay)
+        return; /* may still ride on data */
     hc_rel_wire_t w = {.seq = r->snd_nxt, .ts = (uint32_t)now, .kind = HC_REL_ACK};
-    hc_rel_fill_ack(r, &w);
+    hc_rel_fill_ack(r, &w, now);
     if (r->ops->ack(r->arg, &w) == 0) {
         r->n.acks_sent++;
         r->ack_owed = 0;
         r->ack_now = false;
+        r->ack_due = false;
     }
 }
 

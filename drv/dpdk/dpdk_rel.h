@@ -12,11 +12,18 @@
  * most once per round trip). The receiver delivers in order, keeps what
  * arrives early in a window of the same size (so the sender, never more than
  * a window ahead, can never overrun it), drops duplicates and answers them
- * with an acknowledgement at once, and otherwise acknowledges once per
- * receive burst (hc_rel_flush), cumulatively, with a bitmap of the 64
- * sequence numbers after the cumulative point and the newest time stamp it
- * received (the sender's RTT sample; no ambiguity after a retransmission,
- * since the echo names the transmission).
+ * with an acknowledgement at once, and otherwise acknowledges cumulatively,
+ * with a bitmap of the 64 sequence numbers after the cumulative point and
+ * the newest time stamp it received (the sender's RTT sample; no ambiguity
+ * after a retransmission, since the echo names the transmission). An
+ * acknowledgement rides on the next data packet to the peer; one of its own
+ * goes at the end of a receive burst (hc_rel_flush) once ack_every packets
+ * are owed or the oldest has waited ack_delay, so that a request answered
+ * within ack_delay costs one packet each way, not two; a packet the sender
+ * is waiting on (ack_soon) is acknowledged at the end of its burst, without
+ * delay. The echoed stamp is
+ * advanced by the time the receiver held it, so the sender's RTT sample
+ * excludes that wait (QUIC's ack delay, folded into the stamp).
  *
  * Congestion: the number of packets in flight is bounded by cwnd, adjusted
  * from the measured delay as Swift does (Kumar et al., SIGCOMM 2020):
@@ -59,6 +66,8 @@ typedef struct {
     uint32_t ts;      /* sender's clock when sent, microseconds (low 32 bits) */
     uint32_t ts_echo; /* newest ts received from the peer (0: none yet) */
     uint8_t kind;     /* HC_REL_DATA or HC_REL_ACK */
+    bool ack_soon;    /* DATA: the sender waits for this acknowledgement (a put's
+                         completion, a window half full, a retransmission): no delay */
 } hc_rel_wire_t;
 
 typedef struct {
@@ -90,6 +99,8 @@ typedef struct {
                              its smallest RTT times this instead */
     double max_mdf;      /* largest multiplicative decrease, 0..1 */
     double cwnd_init;    /* packets */
+    double ack_delay;    /* seconds an acknowledgement may wait for data to ride on (0: none) */
+    unsigned ack_every;  /* ... or packets it may owe first (1: acknowledge every burst) */
 } hc_rel_cfg_t;
 
 typedef struct {
@@ -133,8 +144,11 @@ typedef struct {
     void **rx;
     uint32_t rcv_nxt;
     uint32_t ts_recent;
+    uint64_t t_recent; /* us: when ts_recent arrived (the echo adds the time since) */
+    uint64_t t_owed;   /* us: when the oldest unacknowledged packet arrived */
     uint32_t ack_owed; /* packets received since the last acknowledgement */
     bool ack_now;      /* a duplicate arrived: acknowledge without waiting */
+    bool ack_due;      /* the sender waits (ack_soon): acknowledge after this burst */
 
     hc_rel_counters_t n;
 } hc_rel_t;
@@ -160,8 +174,13 @@ void hc_rel_send(hc_rel_t *r, void *pkt, void *cookie, uint64_t now_us);
 /* A packet from the peer: w from its header; pkt (DATA) is the packet,
  * whose ownership passes to rel (delivered, kept or discarded). */
 void hc_rel_input(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now_us);
-/* After a receive burst: sends the acknowledgement owed, if any. */
-void hc_rel_flush(hc_rel_t *r, uint64_t now_us);
+/* After a receive burst: sends the acknowledgement owed if it is due
+ * (ack_every packets owed, ack_delay passed, a packet asked for it, or a
+ * duplicate or a hole seen);
+ * force: whatever is owed (the connection is closing). */
+void hc_rel_flush(hc_rel_t *r, uint64_t now_us, bool force);
+/* An acknowledgement is owed and not yet sent (hc_rel_flush again later). */
+bool hc_rel_ack_owed(const hc_rel_t *r);
 /* Timers: unsent and timed-out packets. false: the peer is unresponsive
  * (data in flight, no progress for peer_timeout). */
 bool hc_rel_tick(hc_rel_t *r, uint64_t now_us);

@@ -111,6 +111,8 @@ typedef struct ep {
     heap_t in;   /* arriving from peer, by arrival time */
     uint32_t seq0;
     bool hold, dead, refuse_all;
+    bool no_cookie; /* sends without a cookie (nothing waits for the acknowledgement) */
+    bool echo;      /* sends one message for each delivered (request/response) */
     unsigned refuse_pct;  /* xmit and ack refuse this share of calls */
     uint64_t refuse_from; /* xmit refuses messages from this number on */
     uint64_t gap_us, last_send;
@@ -222,7 +224,7 @@ static void cb_acked(void *arg, void *pkt, void *cookie)
     ep_t *e = arg;
     msg_t *m = pkt;
     assert_int_equal(m->num, e->acked_next); /* exactly once, in send order */
-    assert_ptr_equal(cookie, cookie_of(m->num));
+    assert_ptr_equal(cookie, e->no_cookie ? NULL : cookie_of(m->num));
     e->acked_next++;
     msg_free(m);
 }
@@ -235,6 +237,11 @@ static void cb_deliver(void *arg, void *pkt)
     for (int i = 0; i < BODY; i++) assert_int_equal(m->body[i], body_byte(m->num, e->peer->id, i));
     e->delivered++;
     msg_free(m);
+    if (e->echo && e->next_msg < e->n_msgs && hc_rel_can_send(&e->r)) {
+        hc_rel_send(&e->r, msg_new(e->next_msg, e->id, NULL),
+                    e->no_cookie ? NULL : cookie_of(e->next_msg), e->sim->now);
+        e->next_msg++;
+    }
 }
 
 static void cb_discard(void *arg, void *pkt)
@@ -278,9 +285,10 @@ static ep_t *ep_add(sim_t *s, int peer, const hc_rel_cfg_t *cfg, link_t link, ui
 
 static void feed(sim_t *s, ep_t *e)
 {
-    while (e->next_msg < e->n_msgs && hc_rel_can_send(&e->r) &&
+    while (!e->echo && e->next_msg < e->n_msgs && hc_rel_can_send(&e->r) &&
            (!e->gap_us || s->now - e->last_send >= e->gap_us)) {
-        hc_rel_send(&e->r, msg_new(e->next_msg, e->id, NULL), cookie_of(e->next_msg), s->now);
+        hc_rel_send(&e->r, msg_new(e->next_msg, e->id, NULL),
+                    e->no_cookie ? NULL : cookie_of(e->next_msg), s->now);
         e->next_msg++;
         e->last_send = s->now;
     }
@@ -301,7 +309,7 @@ static void sim_step(sim_t *s)
             free(p);
         }
         feed(s, e);
-        hc_rel_flush(&e->r, s->now);
+        hc_rel_flush(&e->r, s->now, false);
         if (!e->dead && !hc_rel_tick(&e->r, s->now)) {
             e->dead = true;
             e->dead_at = s->now;
@@ -346,9 +354,8 @@ static uint64_t drained, drain_next;
 static void drain_fn(void *arg, void *pkt, void *cookie)
 {
     msg_t *m = pkt;
-    (void)arg;
     assert_int_equal(m->num, drain_next); /* oldest first, each once */
-    assert_ptr_equal(cookie, cookie_of(m->num));
+    assert_ptr_equal(cookie, ((ep_t *)arg)->no_cookie ? NULL : cookie_of(m->num));
     drain_next++;
     drained++;
     msg_free(m);
@@ -360,7 +367,7 @@ static void sim_free(sim_t *s)
     for (int i = 0; i < s->n; i++) {
         ep_t *e = &s->ep[i];
         drain_next = e->acked_next;
-        hc_rel_drain(&e->r, drain_fn, NULL);
+        hc_rel_drain(&e->r, drain_fn, e);
         hc_rel_fini(&e->r);
         while (e->in.n) {
             wpkt_t *p = heap_pop(&e->in);
@@ -604,7 +611,7 @@ static void test_stalled_receiver(void **state)
     assert_true(a->dead_at <= t_send + 50000 + 2 * s->tick_us);
     uint32_t left = hc_rel_inflight(&a->r);
     drain_next = a->acked_next, drained = 0;
-    hc_rel_drain(&a->r, drain_fn, NULL);
+    hc_rel_drain(&a->r, drain_fn, a);
     assert_int_equal(drained, left);
     sim_free(s);
 }
@@ -759,10 +766,10 @@ static void test_drain_fini(void **state)
     assert_int_equal(hc_rel_inflight(&a->r), 15);
     assert_int_equal(a->r.n.sent, 10);
     drain_next = 0, drained = 0;
-    hc_rel_drain(&a->r, drain_fn, NULL);
+    hc_rel_drain(&a->r, drain_fn, a);
     assert_int_equal(drained, 15);
     assert_int_equal(hc_rel_inflight(&a->r), 0);
-    hc_rel_drain(&a->r, drain_fn, NULL); /* nothing twice */
+    hc_rel_drain(&a->r, drain_fn, a); /* nothing twice */
     assert_int_equal(drained, 15);
     uint64_t before = b->discards;
     hc_rel_fini(&b->r);
@@ -772,6 +779,73 @@ static void test_drain_fini(void **state)
 }
 
 /* 9: bad configurations are refused with a reason. */
+/* 13: delayed acknowledgements (ack_delay 50 us, every 16). Request and
+ * response, 10 us each way, requests 200 us apart, nothing waiting for the
+ * acknowledgements (no cookies): the responder's acknowledgements ride on
+ * its responses, the requester's go alone once 50 us passed; both RTTs are
+ * the path's (the echo leaves out the time an acknowledgement waited).
+ * Then a one-way stream: an acknowledgement per 16 packets, no
+ * retransmission; then packets with cookies (a put waiting): acknowledged
+ * at once, as without the delay. */
+static void test_delayed_ack(void **state)
+{
+    (void)state;
+    hc_rel_cfg_t cfg = dcfg();
+    cfg.ack_delay = 50e-6;
+    cfg.ack_every = 16;
+    sim_t *s = sim_new(13);
+    ep_t *a = ep_add(s, 1, &cfg, PLAIN(10), 2000);
+    ep_t *b = ep_add(s, 0, &cfg, PLAIN(10), 2000);
+    a->no_cookie = b->no_cookie = true;
+    a->gap_us = 200;
+    b->echo = true;
+    assert_true(sim_run(s, 10000000) != UINT64_MAX);
+    report("request/response", 0, a);
+    report("request/response", 1, b);
+    for (int i = 0; i < 2; i++) {
+        check_counters(&s->ep[i]);
+        assert_int_equal(s->ep[i].delivered, 2000);
+        assert_int_equal(s->ep[i].r.n.retransmits, 0);
+    }
+    assert_true(b->r.n.acks_sent <= 20);   /* on the responses */
+    assert_true(a->r.n.acks_sent >= 1900); /* alone, after 50 us */
+    assert_true(a->r.srtt < 30e-6 && b->r.srtt < 30e-6);
+    sim_free(s);
+
+    s = sim_new(14);
+    a = ep_add(s, 1, &cfg, PLAIN(10), 100000);
+    b = ep_add(s, 0, &cfg, PLAIN(10), 0);
+    a->no_cookie = b->no_cookie = true;
+    assert_true(sim_run(s, 10000000) != UINT64_MAX);
+    report("stream, delayed", 1, b);
+    check_counters(a);
+    assert_int_equal(b->delivered, 100000);
+    assert_int_equal(a->r.n.retransmits, 0);
+    assert_true(b->r.n.acks_sent <= 100000 / 16 + 100);
+    assert_true(a->r.srtt < 100e-6);
+    sim_free(s);
+
+    s = sim_new(15);
+    a = ep_add(s, 1, &cfg, PLAIN(10), 2000);
+    b = ep_add(s, 0, &cfg, PLAIN(10), 0);
+    a->gap_us = 200; /* cookies: each put waits for its acknowledgement */
+    assert_true(sim_run(s, 10000000) != UINT64_MAX);
+    check_counters(a);
+    assert_int_equal(b->r.n.acks_sent, 2000);
+    assert_true(a->r.srtt < 25e-6); /* no 50 us wait in it */
+    sim_free(s);
+
+    /* 50 us of delay against a 1 ms rto minimum is fine, 0.6 ms is not */
+    hc_rel_t r;
+    char why[256];
+    cfg.ack_delay = 0.6e-3;
+    assert_int_equal(hc_rel_init(&r, &cfg, &ops, NULL, why, sizeof(why)), -1);
+    assert_non_null(strstr(why, "acknowledgement delay"));
+    cfg.ack_delay = 0;
+    cfg.ack_every = 0;
+    assert_int_equal(hc_rel_init(&r, &cfg, &ops, NULL, why, sizeof(why)), -1);
+}
+
 static void test_bad_cfg(void **state)
 {
     (void)state;
@@ -811,6 +885,7 @@ int main(void)
         cmocka_unit_test(test_fairness),
         cmocka_unit_test(test_wrap),
         cmocka_unit_test(test_drain_fini),
+        cmocka_unit_test(test_delayed_ack),
         cmocka_unit_test(test_bad_cfg),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

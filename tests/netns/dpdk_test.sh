@@ -239,7 +239,7 @@ def ip_udp(payload, dport=47590):
 for i in range(300):
     s.send(dst + src + b"\x08\x00" + os.urandom(100 + i % 1000))
     s.send(dst + src + b"\x08\x00" + ip_udp(b"XX" + os.urandom(120)))
-    s.send(dst + src + b"\x08\x00" + ip_udp(struct.pack("<HBBIQQ", 0x4843, 1, 1, 0, 7, 9) + os.urandom(60)))
+    s.send(dst + src + b"\x08\x00" + ip_udp(struct.pack("<HBBIQQ", 0x4843, 2, 1, 0, 7, 9) + os.urandom(60)))
     time.sleep(0.005)
 PY
     wait_all 120

@@ -1,7 +1,7 @@
 /*
  * The XDP program hcomm loads on an interface that net_af_xdp drives
  * (drv/dpdk, docs/dpdk.md): hcomm's own packets (IPv4 + UDP + a dpdk driver
- * header: magic "HC", version 1) go to the AF_XDP socket of the receive
+ * header: magic "HC", version 2) go to the AF_XDP socket of the receive
  * queue; everything else (the bootstrap's TCP, ARP, ssh) goes on to the
  * kernel. DPDK's default program redirects every packet of the queue, which
  * cut the job's own bootstrap connection on the same interface.
@@ -41,7 +41,7 @@ int hcomm_xdp(struct xdp_md *ctx)
     /* The dpdk driver sends IPv4 without options (ihl 5). */
     if (eth->h_proto != __builtin_bswap16(ETH_P_IP) || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
         return XDP_PASS;
-    if (hc[0] != 0x43 || hc[1] != 0x48 || hc[2] != 1) return XDP_PASS; /* magic 0x4843 LE, v1 */
+    if (hc[0] != 0x43 || hc[1] != 0x48 || hc[2] != 2) return XDP_PASS; /* magic 0x4843 LE, v2 */
     return (int)bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
 }
 
