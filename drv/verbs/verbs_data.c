@@ -21,8 +21,10 @@
  * memory (the lkey is our registration, the rkey the peer's, both checked
  * against their ranges before anything is posted). A transfer is cut into
  * pieces of at least HC_VERBS_CHUNK_MIN (at most the port's max message),
- * striped over the connection's QPs; pieces that find no room wait on the
- * connection's pending list and are posted by progress.
+ * striped over the connection's QPs other than QP 0 (all of them when there
+ * is only one), so that eager frames and credits never queue behind bulk;
+ * pieces that find no room wait on the connection's pending list and are
+ * posted by progress.
  *
  * Callbacks into the core happen only in progress: polling a CQ (which a
  * synchronous RMA also does) moves arrived slots and finished transfers to
@@ -208,14 +210,18 @@ static hcomm_status_t hc_verbs_advance(hc_verbs_rma_t *o)
     hc_verbs_drv_t *d = c->d;
     size_t chunk = HC_MAX((size_t)HC_VERBS_CHUNK_MIN, (o->len + HC_VERBS_CHUNKS_PER_RMA - 1) / HC_VERBS_CHUNKS_PER_RMA);
     chunk = HC_MIN(chunk, (size_t)d->max_msg);
+    /* Bulk stays off QP 0 when there are others: an RC QP runs its WQEs in
+     * order, and an eager frame or a credit write queued behind a piece
+     * (or behind a READ's response) would wait for its megabyte. */
+    int first = c->nqp > 1 ? 1 : 0, span = c->nqp - first;
     while (o->posted < o->len) {
         int qi = -1;
-        for (int k = 0; k < c->nqp && qi < 0; k++) {
-            int cand = (c->rr + k) % c->nqp;
+        for (int k = 0; k < span && qi < 0; k++) {
+            int cand = first + (c->rr + k) % span;
             if (hc_verbs_room(c, cand, false)) qi = cand;
         }
         if (qi < 0) return HCOMM_ERR_AGAIN;
-        c->rr = (qi + 1) % c->nqp;
+        c->rr = (qi - first + 1) % span;
         size_t piece = HC_MIN(chunk, o->len - o->posted);
         hc_verbs_wr_t wr = {.laddr = (uint64_t)(uintptr_t)(o->local + o->posted),
                             .len = (uint32_t)piece,

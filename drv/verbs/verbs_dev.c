@@ -44,7 +44,8 @@ static const hc_config_knob_t hc_verbs_knobs[] = {
                 "verbs: traffic class of RoCE/global-routed packets, 0..255"),
     HC_KNOB_INT(hc_verbs_cfg.sl, "HCOMM_IB_SL", "0", "verbs: InfiniBand service level, 0..15"),
     HC_KNOB_INT(hc_verbs_cfg.qps_per_peer, "HCOMM_IB_QPS_PER_PEER", "2",
-                "verbs: RC queue pairs per peer (large transfers are striped across them), 1..8"),
+                "verbs: RC queue pairs per peer, 1..8: QP 0 carries eager frames and credits, large "
+                "transfers are striped across the others (across QP 0 too when it is the only one)"),
     HC_KNOB_STR(hc_verbs_cfg.eager, "HCOMM_IB_EAGER", "write",
                 "verbs: eager frames by RDMA WRITE into the peer's slot ring, which it polls "
                 "(write), or by SEND into posted receives (send); every rank must agree"),
