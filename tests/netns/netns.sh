@@ -59,12 +59,14 @@ run)
     ;;
 rsh-agent)
     # rsh-agent FILE: writes an rsh agent for mpirun (--mca plm_rsh_agent
-    # FILE): "FILE HOST cmd..." runs cmd in the namespace that owns HOST.
+    # FILE): "FILE HOST cmd..." runs cmd in the namespace that owns HOST,
+    # in a UTS namespace of its own named hcn-nodeI: MPI libraries tell
+    # nodes apart by host name, and the network namespaces share this one's.
     cat >"${2:?rsh-agent needs a file}" <<AGENT
 #!/bin/bash
 host=\$1; shift
 i=\$(( \${host##*.} - 1 ))
-exec ip netns exec $pfx-\$i /bin/sh -c "\$*"
+exec ip netns exec $pfx-\$i unshare --uts /bin/sh -c "hostname hcn-node\$i && \$*"
 AGENT
     chmod +x "$2"
     ;;
