@@ -213,6 +213,8 @@ int hc_drv_tcp_progress(hc_drv_t *drv);
 int hc_drv_tcp_flush(hc_tcp_slot_t *s);
 void hc_drv_tcp_flush_mark(hc_tcp_slot_t *s);
 void hc_drv_tcp_txq_fail(hc_tcp_slot_t *s, hcomm_status_t status);
+/* Frees what s still queues, with no completion (the core is going away). */
+void hc_drv_tcp_txq_forget(hc_tcp_slot_t *s);
 hc_tcp_tx_t *hc_drv_tcp_tx_get(hc_tcp_drv_t *d);
 void hc_drv_tcp_tx_free_all(hc_tcp_drv_t *d);
 void hc_drv_tcp_ctrl(hc_tcp_conn_t *c, uint8_t type, uint8_t flags, uint64_t a, uint64_t b);

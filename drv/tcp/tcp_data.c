@@ -136,6 +136,16 @@ void hc_drv_tcp_txq_fail(hc_tcp_slot_t *s, hcomm_status_t status)
     s->q_bytes = s->q_copy = 0;
 }
 
+void hc_drv_tcp_txq_forget(hc_tcp_slot_t *s)
+{
+    hc_tcp_tx_t *t;
+    while ((t = hc_drv_tcp_q_pop(&s->txq)))
+        hc_drv_tcp_tx_put(s->conn->drv, t);
+    while ((t = hc_drv_tcp_q_pop(&s->zcwait)))
+        hc_drv_tcp_tx_put(s->conn->drv, t);
+    s->q_bytes = s->q_copy = 0;
+}
+
 void hc_drv_tcp_flush_mark(hc_tcp_slot_t *s)
 {
     if (s->want_write) return;

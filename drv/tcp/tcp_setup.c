@@ -841,8 +841,7 @@ static void hc_drv_tcp_disconnect(hc_conn_t *conn)
     hc_drv_tcp_conn_drain(c, hc_time_ns() + 1000000000ull);
     for (int i = 0; i < HC_TCP_MAX_SOCKS; i++) {
         hc_tcp_slot_t *s = &c->slots[i];
-        s->txq.head = s->txq.tail = NULL; /* the core is going away: no put_done */
-        s->zcwait.head = s->zcwait.tail = NULL;
+        hc_drv_tcp_txq_forget(s); /* the core is going away: no put_done */
         hc_drv_tcp_slot_close(s, HCOMM_ERR_ABORTED);
     }
     for (hc_tcp_slot_t **pp = &d->flush; *pp;) {

@@ -155,12 +155,16 @@ hcomm_status_t hc_verbs_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const vo
     }
     if (c->tx_sent - c->tx_done >= HC_VERBS_SLOTS || !hc_verbs_room(c, 0, false))
         return HCOMM_ERR_AGAIN;
-    /* The slot image: head, header, payload, pad, tail (verbs.h). */
+    /* The slot image: head, header, payload, pad, tail (verbs.h). An image
+     * the QP takes inline is built on the stack (the NIC copies it into the
+     * WQE at post), so a small frame touches no page of the send copies. */
     size_t slot_i = (size_t)(c->tx_sent % HC_VERBS_SLOTS);
-    uint8_t *img = c->tx_buf + slot_i * HC_VERBS_SLOT_BYTES;
     uint64_t mark = (uint64_t)(uint32_t)(c->tx_sent + 1) << 32 | (uint32_t)len;
     size_t tail_off = 8 + sizeof(*hdr) + HC_ALIGN_UP(len, (size_t)8);
     total = tail_off + 8;
+    _Alignas(8) uint8_t inl[HC_VERBS_INLINE];
+    bool inline_ok = total <= d->max_inline && total <= sizeof(inl);
+    uint8_t *img = inline_ok ? inl : c->tx_buf + slot_i * HC_VERBS_SLOT_BYTES;
     memcpy(img, &mark, 8);
     memcpy(img + 8, hdr, sizeof(*hdr));
     if (len) memcpy(img + 8 + sizeof(*hdr), payload, len);
@@ -173,7 +177,7 @@ hcomm_status_t hc_verbs_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const vo
     } else {
         wr.op = HC_VERBS_OP_SEND;
     }
-    if (total <= d->max_inline) {
+    if (inline_ok) {
         wr.inl = true;
         d->n_inline++;
     }
