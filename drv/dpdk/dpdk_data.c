@@ -27,6 +27,7 @@
 /* rte_dev_dma_map is still experimental in DPDK 22.11. */
 #define ALLOW_EXPERIMENTAL_API 1
 #include "drv/dpdk/dpdk.h"
+#include "base/config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -408,7 +409,7 @@ static hcomm_status_t hc_dpdk_connect(hc_drv_t *drv, int peer, const void *addr,
     rc.window = (unsigned)hc_dpdk_cfg.window;
     rc.rto_min = hc_dpdk_cfg.rto_min;
     rc.rto_max = hc_dpdk_cfg.rto_max;
-    rc.peer_timeout = hc_dpdk_cfg.peer_timeout;
+    rc.peer_timeout = hc_dpdk_cfg.peer_timeout > 0 ? hc_dpdk_cfg.peer_timeout : hc_cfg.timeout;
     rc.adaptive = !strcmp(hc_dpdk_cfg.cc, "swift");
     rc.cwnd_init = HC_MIN(rc.cwnd_init, (double)rc.window);
     rc.ack_delay = hc_dpdk_cfg.ack_delay;
@@ -663,7 +664,7 @@ static int hc_dpdk_progress(hc_drv_t *drv)
                 snprintf(why, sizeof(why),
                          "dpdk: rank %d acknowledged nothing for %.1f s (HCOMM_DPDK_PEER_TIMEOUT) "
                          "with %u packets in flight",
-                         r, hc_dpdk_cfg.peer_timeout, hc_rel_inflight(&c->rel));
+                         r, c->rel.cfg.peer_timeout, hc_rel_inflight(&c->rel));
                 hc_dpdk_fail(c, why);
                 events++;
             }

@@ -59,8 +59,12 @@ static const hc_config_knob_t hc_dpdk_knobs[] = {
                    "dpdk: smallest retransmission timeout, seconds"),
     HC_KNOB_DOUBLE(hc_dpdk_cfg.rto_max, "HCOMM_DPDK_RTO_MAX", "0.2",
                    "dpdk: largest retransmission timeout, seconds"),
-    HC_KNOB_DOUBLE(hc_dpdk_cfg.peer_timeout, "HCOMM_DPDK_PEER_TIMEOUT", "30",
-                   "dpdk: seconds of unacknowledged data before a peer is declared failed"),
+    HC_KNOB_DOUBLE(hc_dpdk_cfg.peer_timeout, "HCOMM_DPDK_PEER_TIMEOUT", "0",
+                   "dpdk: seconds of unacknowledged data before a peer is declared failed; 0: "
+                   "HCOMM_TIMEOUT (a peer acknowledges only while its process polls, and a rank "
+                   "computing between two calls is not failed sooner than a wait on it would "
+                   "time out; a process that died is seen within seconds by its bootstrap "
+                   "connection)"),
     HC_KNOB_DOUBLE(hc_dpdk_cfg.ack_delay, "HCOMM_DPDK_ACK_DELAY", "0.00005",
                    "dpdk: seconds an acknowledgement may wait to ride on data to the peer (a "
                    "reply), at most half HCOMM_DPDK_RTO_MIN; 16 packets owed, a hole or a "
