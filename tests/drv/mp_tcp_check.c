@@ -14,6 +14,11 @@
  * --until-fail S exchange with every peer until an operation reports
  *               HCOMM_ERR_PEER_FAILED (exit 0, printing the message) or S
  *               seconds pass (exit 1): the harness kills one rank meanwhile
+ * --compute S   first, a worker that computes: rank 0 sends rank 1 a small
+ *               message and waits for the answer, rank 1 receives it, computes
+ *               (sleeps) S seconds without calling hcomm, then answers; both
+ *               must succeed (a driver whose peer acknowledges only while it
+ *               polls must not declare a computing rank failed)
  * --coll-until-fail S  a training loop: allreduces on the world until one
  *               fails, then print its message and leave at once, as a user
  *               would (survivors then see each other go: each must still
@@ -363,10 +368,39 @@ static size_t parse_size(const char *s)
     return (size_t)v;
 }
 
+/* --compute: rank 1 computes between a receive and its answer. */
+static void compute_gap(double secs)
+{
+    int64_t v = 41;
+    hcomm_status_t st = HCOMM_OK;
+    if (rank == 0) {
+        st = hcomm_send(&v, 1, HCOMM_INT64, 1, 7, world);
+        if (st == HCOMM_OK) st = hcomm_recv(&v, 1, HCOMM_INT64, 1, 7, world);
+        if (st == HCOMM_OK && v != 42) {
+            fprintf(stderr, "rank 0: compute gap: the answer is %lld, want 42\n", (long long)v);
+            failures++;
+        }
+    } else if (rank == 1) {
+        st = hcomm_recv(&v, 1, HCOMM_INT64, 0, 7, world);
+        struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0) /* the computation: no hcomm call */
+            ;
+        v++;
+        if (st == HCOMM_OK) st = hcomm_send(&v, 1, HCOMM_INT64, 0, 7, world);
+    }
+    if (st != HCOMM_OK) {
+        fprintf(stderr, "rank %d: compute gap of %.0f s: %s (%s)\n", rank, secs, hcomm_strerror(st),
+                hcomm_last_error());
+        failures++;
+    } else if (rank <= 1) {
+        printf("rank %d: a %.0f s computation between a receive and its answer: ok\n", rank, secs);
+    }
+}
+
 int main(int argc, char **argv)
 {
     size_t max = 64 << 20;
-    double duration = 0, fail_limit = 0, coll_fail_limit = 0;
+    double duration = 0, fail_limit = 0, coll_fail_limit = 0, compute = 0;
     int coll = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max") && i + 1 < argc)
@@ -377,10 +411,12 @@ int main(int argc, char **argv)
             fail_limit = atof(argv[++i]);
         else if (!strcmp(argv[i], "--coll-until-fail") && i + 1 < argc)
             coll_fail_limit = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--compute") && i + 1 < argc)
+            compute = atof(argv[++i]);
         else if (!strcmp(argv[i], "--coll"))
             coll = 1;
         else {
-            fprintf(stderr, "usage: %s [--max BYTES] [--duration S] [--coll] [--until-fail S] [--coll-until-fail S]\n",
+            fprintf(stderr, "usage: %s [--max BYTES] [--duration S] [--compute S] [--coll] [--until-fail S] [--coll-until-fail S]\n",
                     argv[0]);
             return 2;
         }
@@ -393,6 +429,7 @@ int main(int argc, char **argv)
         int rc = fail_limit > 0 ? until_fail(fail_limit) : coll_until_fail(coll_fail_limit);
         _exit(rc); /* the job is broken: no finalize barrier */
     }
+    if (compute > 0 && size >= 2) compute_gap(compute);
     double t0 = mp_now();
     uint64_t round = 0;
     int more = 0;

@@ -20,6 +20,8 @@
 #                large payloads all leave zero copy (counters), none copied
 #   garbage      junk frames injected on a node's interface mid-run: dropped
 #                and counted (foreign, stale session), the job passes
+#   compute_gap  2 x 1, rank 1 computes 35 s between a receive and its
+#                answer: nobody is declared failed (label slow)
 #   sigstop      2 x 2, a rank stopped 5 s and continued: all pass
 #   sigkill      2 x 2: a rank killed mid-run, the others report
 #                HCOMM_ERR_PEER_FAILED
@@ -250,6 +252,17 @@ PY
     # malformed IPv4; the 300 bad-magic datagrams all reach the rank)
     [ "${f:-0}" -ge 300 ] || fail "rank 1 counted fewer foreign frames than were injected"
     [ "${st:-0}" -ge 300 ] || fail "rank 1 counted fewer stale frames than were injected"
+    ;;
+compute_gap)
+    # A worker that computes 35 s between a receive and its answer, with no
+    # hcomm call (its acknowledgement held for the answer): its peer waits,
+    # nobody is declared failed (HCOMM_DPDK_PEER_TIMEOUT defaults to
+    # HCOMM_TIMEOUT; it was 30 s). Label slow.
+    "$netns" up 2 || fail "netns setup"
+    launch 2 1 --max 64K --compute 35
+    wait_all 150
+    grep -q "35 s computation between a receive and its answer: ok" "$work/r0.log" ||
+        fail "rank 0 did not get its answer"
     ;;
 sigstop)
     # A rank stopped for 5 s mid-run, then continued: its peers retransmit
