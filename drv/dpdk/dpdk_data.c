@@ -61,7 +61,7 @@ typedef struct {
     uint8_t l2l4[HC_DPDK_L2L4_LEN]; /* Ethernet + IPv4 + UDP to the peer, lengths 0 */
     hc_rel_t rel;
     bool failed;
-    bool touched; /* received in this burst: acknowledge after it */
+    bool touched; /* on d->touched: owes an acknowledgement (sent once due, hc_rel_flush) */
     bool busy;    /* in d->busy: has (or had, until the next tick) packets in flight */
 } hc_dpdk_conn_t;
 

@@ -12,8 +12,8 @@
  * image for an 8-byte message, into a ring of 64 slots of 8 KiB, one WRITE
  * in 16 signaled). It prints the median one-way time (half the round trip)
  * and the median time of ibv_post_send itself (on soft-RoCE that system
- * call carries the whole software NIC's work), measured with the TSC and
- * the frequency the caller gives.
+ * call carries the whole software NIC's work), measured with the TSC, whose
+ * rate is calibrated against CLOCK_MONOTONIC at start (-m gives it instead).
  *
  *   verbs_write_lat [-d DEV] [-g GID_INDEX] [-n ITERS] [-s BYTES] [-S STRIDE]
  *                   [-k SLOTS] [-e SIGNAL_EVERY] [-m TSC_MHZ]
@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
 
@@ -59,6 +60,20 @@ static int wl_fail(const char *what, int err)
 {
     fprintf(stderr, "verbs_write_lat: %s: %s\n", what, strerror(err));
     return 1;
+}
+
+/* TSC ticks per microsecond, against CLOCK_MONOTONIC over 50 ms. */
+static double wl_tsc_mhz(void)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    uint64_t t0 = __rdtsc();
+    do
+        clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec) < 5e7);
+    uint64_t t1 = __rdtsc();
+    double us = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / 1e3;
+    return (double)(t1 - t0) / us;
 }
 
 static int wl_cmp(const void *a, const void *b)
@@ -232,16 +247,17 @@ int main(int argc, char **argv)
         case 'm': o.mhz = atof(optarg); break;
         default:
             fprintf(stderr, "usage: verbs_write_lat [-d DEV] [-g GID] [-n ITERS] [-s BYTES] [-S STRIDE] "
-                            "[-k SLOTS] [-e SIGNAL_EVERY] -m TSC_MHZ\n");
+                            "[-k SLOTS] [-e SIGNAL_EVERY] [-m TSC_MHZ]\n");
             return 1;
         }
     }
     if (o.iters < 1 || o.size < 8 || o.size % 8 || o.stride < o.size || o.slots < 1 || o.signal_every < 1 ||
-        o.signal_every > 64 || o.gid < 0 || !(o.mhz > 0)) {
+        o.signal_every > 64 || o.gid < 0 || o.mhz < 0) {
         fprintf(stderr, "verbs_write_lat: want -n >= 1, -s a multiple of 8 (>= 8), -S >= -s, -k >= 1, "
-                        "-e 1..64, -g >= 0 and -m the TSC frequency in MHz\n");
+                        "-e 1..64, -g >= 0 and -m the TSC frequency in MHz (0 or none: measured)\n");
         return 1;
     }
+    if (o.mhz == 0) o.mhz = wl_tsc_mhz();
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return wl_fail("socketpair", errno);
     pid_t child = fork();

@@ -115,11 +115,10 @@ perf_add() {
 }
 
 # bare_lat METRIC ARGS: verbs_write_lat's p50 one-way (us) for this round
-mhz=$(awk '/^cpu MHz/ {print $4; exit}' /proc/cpuinfo)
 bare_lat() {
     local metric=$1
     shift
-    if t 120 "$(bin verbs_write_lat)" -d "$dev" -g "$gid" -n "$LAT_N" -m "$mhz" "$@" >"$work/bare" 2>&1; then
+    if t 120 "$(bin verbs_write_lat)" -d "$dev" -g "$gid" -n "$LAT_N" "$@" >"$work/bare" 2>&1; then
         add "$metric" "$k" "$(sed -n 's/.*one-way p50 \([0-9.]*\) us.*/\1/p' "$work/bare")"
     else
         note+=("round $k: verbs_write_lat $* failed: $(tail -2 "$work/bare" | tr '\n' ' ')")
