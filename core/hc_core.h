@@ -77,6 +77,9 @@ struct hcomm_request {
     uint32_t ctx_id;
     uint64_t remote_id; /* rendezvous: the peer's request id */
     struct hc_mem_region *rndv_held; /* registration-cache record held until the end */
+    struct hc_mem_region *put_held;  /* send streamed on an HC_CONN_CAP_PUT_REG connection: its
+                                        buffer's record, held until the request is recycled
+                                        (every put it made is done) */
     hc_drain_t *drain;  /* memory to free once its in-flight payloads are out */
     hc_list_t link;     /* posted-receive queue or a peer's pending list */
     /* collectives */

@@ -6,6 +6,7 @@
  * reused is dropped rather than written into someone else's buffer.
  */
 #include "core/hc_core.h"
+#include "mem/mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,7 @@ struct hcomm_request *hc_request_alloc(hc_req_kind_t kind)
     req->remote_id = 0;
     req->rndv_state = 0;
     req->rndv_held = NULL;
+    req->put_held = NULL;
     req->drain = NULL;
     req->coll = NULL;
     req->source_out = NULL;
@@ -107,6 +109,10 @@ void hc_request_free(struct hcomm_request *req)
         return;
     }
     req->magic = HC_REQ_FREED;
+    if (HC_UNLIKELY(req->put_held)) { /* no put of it is in flight any more */
+        hc_mem_reg_cache_put(req->put_held);
+        req->put_held = NULL;
+    }
     if (HC_UNLIKELY(req->drain)) {
         hc_drain_t *d = req->drain;
         req->drain = NULL;

@@ -244,6 +244,24 @@ void hc_rndv_matched(struct hcomm_request *req, hc_peer_t *p, size_t size, uint6
         hc_rndv_finish(req, st);
 }
 
+/* A stream on a connection whose zero copy needs registered memory: user
+ * memory (pool memory is registered from creation) goes through the
+ * registration cache, held until the request is recycled. A failure costs
+ * only the zero copy: the driver copies what it cannot send from a
+ * registration (and counts it). */
+static void hc_rndv_hold_for_puts(hc_conn_t *conn, struct hcomm_request *sreq)
+{
+    size_t off;
+    if (hc_mem_region_lookup(sreq->buf, sreq->len, &off))
+        return;
+    hcomm_status_t st = hc_mem_reg_cache_get(sreq->buf, sreq->len, &sreq->put_held);
+    if (st != HCOMM_OK) {
+        sreq->put_held = NULL;
+        hc_log_debug("%s: %zu-byte send to rank %d not registered (%s): sent by copy",
+                     conn->ops->name, sreq->len, conn->peer, hcomm_strerror(st));
+    }
+}
+
 /* Sender: a CTS without a key: stream DATA frames into the receive buffer. */
 static hcomm_status_t hc_rndv_stream_start(hc_peer_t *p, struct hcomm_request *sreq, uint64_t rid)
 {
@@ -259,6 +277,8 @@ static hcomm_status_t hc_rndv_stream_start(hc_peer_t *p, struct hcomm_request *s
     f->stream_off = 0;
     f->stream_end = sreq->len;
     hc_rndv_end(sreq); /* now completes like an eager send: when every byte went */
+    if ((p->conn->caps & HC_CONN_CAP_PUT_REG) && !sreq->put_held)
+        hc_rndv_hold_for_puts(p->conn, sreq);
     sreq->rndv_state = HC_RNDV_STREAMING;
     sreq->done_bytes = 0;
     hc_p2p_pending_add(p, f);

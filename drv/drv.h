@@ -180,6 +180,11 @@ enum {
     HC_CONN_CAP_GET = 1u << 0,      /* get: read the peer's memory */
     HC_CONN_CAP_WRITE = 1u << 1,    /* write: write the peer's memory */
     HC_CONN_CAP_RKEY_PTR = 1u << 2, /* rkey_ptr: the peer's memory mapped here */
+    /* put sends a payload by zero copy only from memory registered with the
+     * driver (a NIC that DMAs by IO address): the core registers the buffer
+     * of a streamed rendezvous send through the registration cache and holds
+     * it until the request is recycled, after its last put_done. */
+    HC_CONN_CAP_PUT_REG = 1u << 3,
 };
 /* hc_drv_ops.caps */
 enum {

@@ -66,6 +66,7 @@ typedef struct {
     double rx_drop_acks;  /* test fault injection: received ACK packets dropped */
     double rx_corrupt;    /* test fault injection: received packets with a byte flipped */
     const char *udp_cksum; /* auto | on | off */
+    const char *reg;       /* HCOMM_DPDK_REGISTER: auto | all */
     int64_t mtu;          /* 0: the port's */
     double link_wait;     /* seconds */
     int64_t mbufs;
@@ -94,7 +95,8 @@ typedef struct {
     uint32_t ip;          /* network order */
     uint16_t mtu;
     bool multi_seg;       /* the port sends chained mbufs (zero copy) */
-    bool ext_iova_ok;     /* the PMD does not DMA by IOVA (a vdev that copies) */
+    bool ext_iova_ok;     /* the PMD does not DMA by IOVA (a vdev that copies): zero copy
+                             from any memory; else only from registered memory */
     char driver[64];
     char name[128];
     char iface[64];       /* af_packet/af_xdp iface=, "" otherwise */

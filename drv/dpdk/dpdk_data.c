@@ -55,6 +55,14 @@
 typedef struct hc_dpdk_drv hc_dpdk_drv_t;
 
 typedef struct {
+    uintptr_t lo, hi; /* hi 0: a free slot */
+    uint32_t refs;    /* registrations of exactly this range: the cache may hold an
+                         invalidated record, still referenced, beside its successor */
+    bool user;        /* registration-cache memory, not a library region */
+    bool owned;       /* we registered it with EAL (not already known to it) */
+} hc_dpdk_reg_t;
+
+typedef struct {
     hc_conn_t base;
     hc_dpdk_drv_t *d;
     hc_dpdk_addr_t addr;
@@ -89,11 +97,21 @@ struct hc_dpdk_drv {
     uint64_t rx_corrupted; /* fault injection */
     uint64_t zcopy_puts, copy_puts, tx_full, tx_bursts, mbuf_short, rx_bad_cksum, rx_cksum_ok;
     uint64_t zcopy_bytes, copy_bytes, copied_large_bytes; /* payload; large: >= the threshold */
-    int nregs;
-    struct {
-        uintptr_t lo, hi;
-    } regs[64]; /* registered regions (zero copy on a DMAing port) */
+    uint64_t zcopy_user_bytes, user_regs, reg_failures;
+    /* Memory registered with DPDK (a DMAing port): library regions and,
+     * through the registration cache, the buffers of large user sends. A
+     * key is its slot + 1, stable while registered. */
+    hc_dpdk_reg_t *regs;
+    int nregs, capregs, last_reg;
 };
+
+/* Zero copy on this port needs the payload's memory registered: the core
+ * then registers streamed user buffers (HC_CONN_CAP_PUT_REG). */
+static bool hc_dpdk_needs_reg(void)
+{
+    return !hc_dpdk_port.ext_iova_ok && hc_dpdk_port.multi_seg &&
+           hc_dpdk_cfg.zcopy_threshold != 0 && rte_eal_iova_mode() == RTE_IOVA_VA;
+}
 
 static uint64_t hc_dpdk_now_us(void)
 {
@@ -429,7 +447,7 @@ static hcomm_status_t hc_dpdk_connect(hc_drv_t *drv, int peer, const void *addr,
     c->base.ops = drv->ops;
     c->base.drv = drv;
     c->base.peer = peer;
-    c->base.caps = 0;
+    c->base.caps = hc_dpdk_needs_reg() ? HC_CONN_CAP_PUT_REG : 0;
     c->base.max_frame = HC_MIN(d->max_payload, (size_t)a.max_payload) - sizeof(hc_frame_hdr_t);
     c->base.eager_max = 8 * c->base.max_frame;
     d->conns[peer] = c;
@@ -439,17 +457,29 @@ static hcomm_status_t hc_dpdk_connect(hc_drv_t *drv, int peer, const void *addr,
 
 /* ---- put ------------------------------------------------------------------------- */
 
-static bool hc_dpdk_zcopy_ok(hc_dpdk_drv_t *d, const void *payload, size_t len)
+/* The registration holding [lo, hi), or -1. A stream's packets hit the
+ * same one: it is tried first. */
+static int hc_dpdk_reg_find(hc_dpdk_drv_t *d, uintptr_t lo, uintptr_t hi)
+{
+    int k = d->last_reg;
+    if (k < d->nregs && lo >= d->regs[k].lo && hi <= d->regs[k].hi) return k;
+    for (int i = 0; i < d->nregs; i++)
+        if (lo >= d->regs[i].lo && hi <= d->regs[i].hi) return d->last_reg = i;
+    return -1;
+}
+
+/* Zero copy for this payload: 0 no, 1 yes, 2 yes from a user buffer that
+ * the registration cache registered. */
+static int hc_dpdk_zcopy_ok(hc_dpdk_drv_t *d, const void *payload, size_t len)
 {
     if (!hc_dpdk_port.multi_seg || hc_dpdk_cfg.zcopy_threshold == 0 ||
         len < hc_dpdk_cfg.zcopy_threshold)
-        return false;
-    if (hc_dpdk_port.ext_iova_ok) return true;
-    uintptr_t lo = (uintptr_t)payload, hi = lo + len;
-    for (int i = 0; i < d->nregs; i++)
-        if (lo >= d->regs[i].lo && hi <= d->regs[i].hi) return true;
-    return false;
+        return 0;
+    if (hc_dpdk_port.ext_iova_ok) return 1;
+    int k = hc_dpdk_reg_find(d, (uintptr_t)payload, (uintptr_t)payload + len);
+    return k < 0 ? 0 : d->regs[k].user ? 2 : 1;
 }
+
 
 static hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
                                   void *cookie)
@@ -462,7 +492,8 @@ static hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
         return hc_error(HCOMM_ERR_INVALID, "dpdk: frame of %u bytes, at most %zu", hdr->len,
                         conn->max_frame);
     if (!hc_rel_can_send(&c->rel)) return HCOMM_ERR_AGAIN;
-    bool zc = cookie && hdr->len && hc_dpdk_zcopy_ok(d, payload, hdr->len);
+    int how = cookie && hdr->len ? hc_dpdk_zcopy_ok(d, payload, hdr->len) : 0;
+    bool zc = how != 0;
     size_t head = HC_DPDK_HDRS_LEN + sizeof(*hdr) + (zc ? 0 : hdr->len);
     struct rte_mbuf *m = rte_pktmbuf_alloc(hc_dpdk_port.pool), *ext = NULL;
     if (m && zc) ext = rte_pktmbuf_alloc(hc_dpdk_port.pool);
@@ -490,6 +521,7 @@ static hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
         }
         d->zcopy_puts++;
         d->zcopy_bytes += hdr->len;
+        if (how == 2) d->zcopy_user_bytes += hdr->len;
     } else {
         if (hdr->len) memcpy(fp + sizeof(*hdr), payload, hdr->len);
         d->copy_puts++;
@@ -680,47 +712,75 @@ static hcomm_status_t hc_dpdk_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, 
 {
     hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
     *key_p = 0;
-    if (hc_dpdk_port.ext_iova_ok || desc->user) return HCOMM_OK; /* nothing to map */
-    /* A DMAing port reads only memory DPDK knows: register the region
-     * (IOVA as VA) and map it for the device. Failure only costs the
-     * region its zero copy. */
-    if (d->nregs == (int)(sizeof(d->regs) / sizeof(d->regs[0]))) return HCOMM_OK;
-    /* The external buffers carry their virtual address as IO address: right
-     * only when EAL runs IOVA-as-VA (an IOMMU, vfio). Otherwise: copies. */
-    if (rte_eal_iova_mode() != RTE_IOVA_VA) return HCOMM_OK;
-    if (rte_extmem_register(desc->addr, desc->len, NULL, 0, desc->page_size) != 0 &&
-        rte_errno != EEXIST) {
-        hc_log_info("dpdk: rte_extmem_register(%zu bytes): %s: that region is sent by copy",
-                    desc->len, rte_strerror(rte_errno));
-        return HCOMM_OK;
+    /* A DMAing port reads only memory DPDK knows: register the range (IOVA
+     * as VA) and map it for the device. The external buffers carry their
+     * virtual address as IO address, right only when EAL runs IOVA-as-VA (an
+     * IOMMU, vfio). A failure only costs the range its zero copy. */
+    if (!hc_dpdk_needs_reg()) return HCOMM_OK;
+    uintptr_t lo = (uintptr_t)desc->addr, hi = lo + desc->len;
+    int slot = -1;
+    for (int i = 0; i < d->nregs; i++) {
+        if (d->regs[i].hi == 0) {
+            if (slot < 0) slot = i;
+        } else if (d->regs[i].lo == lo && d->regs[i].hi == hi) {
+            d->regs[i].refs++; /* EAL knows a range once */
+            *key_p = (uint64_t)i + 1;
+            return HCOMM_OK;
+        }
+    }
+    if (slot < 0 && d->nregs == d->capregs) {
+        int cap = d->capregs ? 2 * d->capregs : 16;
+        hc_dpdk_reg_t *n = realloc(d->regs, sizeof(*n) * (size_t)cap);
+        if (!n) {
+            d->reg_failures++;
+            return HCOMM_OK;
+        }
+        d->regs = n;
+        d->capregs = cap;
+    }
+    bool owned = true;
+    if (rte_extmem_register(desc->addr, desc->len, NULL, 0, desc->page_size) != 0) {
+        if (rte_errno != EEXIST) {
+            d->reg_failures++;
+            hc_log(d->reg_failures == 1 ? HC_LOG_INFO : HC_LOG_DEBUG,
+                   "dpdk: rte_extmem_register(%zu bytes%s): %s: that memory is sent by copy",
+                   desc->len, desc->user ? ", a user buffer" : "", rte_strerror(rte_errno));
+            return HCOMM_OK;
+        }
+        owned = false; /* the application registered it itself */
     }
     struct rte_eth_dev_info info;
     if (rte_eth_dev_info_get(hc_dpdk_port.port_id, &info) == 0 && info.device &&
-        rte_dev_dma_map(info.device, desc->addr, (uint64_t)(uintptr_t)desc->addr, desc->len) !=
-            0) {
-        hc_log_info("dpdk: rte_dev_dma_map(%zu bytes): %s: that region is sent by copy",
-                    desc->len, rte_strerror(rte_errno));
-        (void)rte_extmem_unregister(desc->addr, desc->len);
+        rte_dev_dma_map(info.device, desc->addr, (uint64_t)lo, desc->len) != 0 &&
+        rte_errno != EEXIST) {
+        d->reg_failures++;
+        hc_log(d->reg_failures == 1 ? HC_LOG_INFO : HC_LOG_DEBUG,
+               "dpdk: rte_dev_dma_map(%zu bytes%s): %s: that memory is sent by copy", desc->len,
+               desc->user ? ", a user buffer" : "", rte_strerror(rte_errno));
+        if (owned) (void)rte_extmem_unregister(desc->addr, desc->len);
         return HCOMM_OK;
     }
-    d->regs[d->nregs].lo = (uintptr_t)desc->addr;
-    d->regs[d->nregs].hi = (uintptr_t)desc->addr + desc->len;
-    d->nregs++;
-    *key_p = (uint64_t)d->nregs;
+    if (slot < 0) slot = d->nregs++;
+    d->regs[slot] = (hc_dpdk_reg_t){.lo = lo, .hi = hi, .refs = 1, .user = desc->user,
+                                    .owned = owned};
+    if (desc->user) d->user_regs++;
+    *key_p = (uint64_t)slot + 1;
     return HCOMM_OK;
 }
 
 static void hc_dpdk_mem_dereg(hc_drv_t *drv, uint64_t key)
 {
     hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
-    if (key == 0 || key > (uint64_t)d->nregs) return;
-    void *addr = (void *)d->regs[key - 1].lo;
-    size_t len = d->regs[key - 1].hi - d->regs[key - 1].lo;
+    if (key == 0 || key > (uint64_t)d->nregs || d->regs[key - 1].hi == 0) return;
+    hc_dpdk_reg_t *g = &d->regs[key - 1];
+    if (--g->refs > 0) return;
+    void *addr = (void *)g->lo;
+    size_t len = g->hi - g->lo;
     struct rte_eth_dev_info info;
     if (rte_eth_dev_info_get(hc_dpdk_port.port_id, &info) == 0 && info.device)
         (void)rte_dev_dma_unmap(info.device, addr, (uint64_t)(uintptr_t)addr, len);
-    (void)rte_extmem_unregister(addr, len);
-    d->regs[key - 1].lo = d->regs[key - 1].hi = 0; /* keys stay stable */
+    if (g->owned) (void)rte_extmem_unregister(addr, len);
+    g->lo = g->hi = 0; /* the slot is free; other keys stay as they are */
 }
 
 static void hc_dpdk_conn_free(hc_dpdk_drv_t *d, hc_dpdk_conn_t *c)
@@ -762,7 +822,11 @@ static void hc_dpdk_close(hc_drv_t *drv)
            (n = rte_eth_rx_burst(hc_dpdk_port.port_id, 0, pkts, HC_DPDK_BURST)) > 0)
         rte_pktmbuf_free_bulk(pkts, n);
     for (int i = 0; i < d->nregs; i++)
-        if (d->regs[i].hi) hc_dpdk_mem_dereg(drv, (uint64_t)i + 1);
+        if (d->regs[i].hi) {
+            d->regs[i].refs = 1;
+            hc_dpdk_mem_dereg(drv, (uint64_t)i + 1);
+        }
+    free(d->regs);
     hc_dpdk_port.in_use = false;
     free(d->conns);
     free(d->touched);
@@ -800,6 +864,9 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
     kv("zcopy_bytes", d->zcopy_bytes, arg);
     kv("copy_bytes", d->copy_bytes, arg);
     kv("copied_large_bytes", d->copied_large_bytes, arg);
+    kv("zcopy_user_bytes", d->zcopy_user_bytes, arg);
+    kv("user_regs", d->user_regs, arg);
+    kv("reg_failures", d->reg_failures, arg);
     kv("retransmits", t.retransmits, arg);
     kv("timeouts", t.timeouts, arg);
     kv("fast_retransmits", t.fast_retransmits, arg);

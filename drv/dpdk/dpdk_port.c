@@ -94,6 +94,13 @@ static const hc_config_knob_t hc_dpdk_knobs[] = {
     HC_KNOB_DOUBLE(hc_dpdk_cfg.rx_corrupt, "HCOMM_DPDK_RX_CORRUPT", "0",
                    "dpdk: fault injection for tests: this fraction of received packets gets "
                    "a byte flipped before it is checked"),
+    HC_KNOB_STR(hc_dpdk_cfg.reg, "HCOMM_DPDK_REGISTER", "auto",
+                "dpdk: which memory is registered with DPDK for zero-copy sends: auto (on a "
+                "port that DMAs, a PCI device: library regions at creation and the buffers of "
+                "large sends through the registration cache; nothing on a virtual device, "
+                "which copies from any address), all (as on a DMAing port, whatever the port: "
+                "tests the registration path on a virtual device; needs EAL in IOVA-as-VA "
+                "mode, --iova-mode=va)"),
     HC_KNOB_DOUBLE(hc_dpdk_cfg.rx_drop_acks, "HCOMM_DPDK_RX_DROP_ACKS", "0",
                    "dpdk: fault injection for tests: this fraction of received "
                    "acknowledgements is dropped"),
@@ -437,6 +444,11 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
                  (long long)hc_dpdk_cfg.ring);
         return HCOMM_ERR_INVALID;
     }
+    const char *reg = hc_dpdk_cfg.reg ? hc_dpdk_cfg.reg : "auto";
+    if (strcmp(reg, "auto") && strcmp(reg, "all")) {
+        snprintf(why, why_len, "HCOMM_DPDK_REGISTER=\"%s\": auto or all", reg);
+        return HCOMM_ERR_INVALID;
+    }
     if (!(hc_dpdk_cfg.link_wait >= 0 && hc_dpdk_cfg.link_wait <= 600)) {
         snprintf(why, why_len, "HCOMM_DPDK_LINK_WAIT %g out of range (0..600 seconds)",
                  hc_dpdk_cfg.link_wait);
@@ -506,7 +518,10 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
     /* Software PMDs on a kernel interface copy what they send: IO addresses
      * of the caller's memory do not matter to them. A PCI device DMAs, so
      * zero copy there needs memory DPDK knows (registered regions). */
-    P->ext_iova_ok = !hc_dpdk_is_pci(spec);
+    P->ext_iova_ok = !hc_dpdk_is_pci(spec) && strcmp(reg, "all") != 0;
+    if (!P->ext_iova_ok && P->multi_seg && rte_eal_iova_mode() != RTE_IOVA_VA)
+        hc_log_info("dpdk: port %s DMAs but EAL runs IOVA as PA: payloads are copied (zero "
+                    "copy needs --iova-mode=va, an IOMMU and vfio-pci)", name);
     hc_dpdk_vdev_arg(spec, "iface", P->iface, sizeof(P->iface));
 
     uint16_t udp = (uint16_t)(hc_dpdk_cfg.udp_base + HC_MAX(env->local_rank, 0));

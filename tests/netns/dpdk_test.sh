@@ -47,6 +47,12 @@
 #                interfaces (the first must have taken its program off)
 #   memif_zcopy  the memif pair, a 64 MiB allreduce from hcomm_mem_alloc
 #                buffers: large payloads leave zero copy, none copied
+#   memif_user_reg  the memif pair registering as a DMAing port does
+#                (HCOMM_DPDK_REGISTER=all, --iova-mode=va): a 64 MiB
+#                allreduce from malloc'd buffers leaves zero copy from
+#                registration-cache registrations, one from hcomm_mem_alloc
+#                buffers from their regions'; buffers remapped between
+#                sends (mp_stale_reg) are registered anew each round
 #
 # Exit 0 pass, 1 fail, 77 skipped (not root, no netns, no dpdk driver).
 set -u
@@ -110,6 +116,51 @@ memif_zcopy)
         [ "${z:-0}" -ge $((64 << 20)) ] || fail "rank $r: fewer than 64 MiB sent zero copy"
         [ "${c:-1}" = 0 ] || fail "rank $r: large payloads were copied"
     done
+    ;;
+memif_user_reg)
+    # The registration path of a port that DMAs (HCOMM_DPDK_REGISTER=all on
+    # the memif pair, EAL in IOVA-as-VA mode): user buffers of large sends
+    # are registered with DPDK through the registration cache and leave zero
+    # copy from there. A 64 MiB allreduce from malloc'd buffers: every large
+    # payload from a user registration, none copied, no registration failed.
+    prog="$build/bin/allreduce_bw"
+    eal="--in-memory --no-telemetry --log-level=*:error --no-pci --iova-mode=va"
+    job_env=(HCOMM_STATS=1 HCOMM_STATS_LEVEL=2 HCOMM_TOPO_PROBE=0 HCOMM_DPDK_REGISTER=all
+        "HCOMM_DPDK_ARGS=$eal")
+    launch_memif -b 64M -e 64M -n 2 -w 1 -m malloc
+    wait_all 250
+    counter() { grep -o "$1 [0-9]*" "$2" | grep -o "[0-9]*$" | tail -1; }
+    for r in 0 1; do
+        u=$(counter zcopy_user_bytes "$work/r$r.log")
+        c=$(counter copied_large_bytes "$work/r$r.log")
+        f=$(counter reg_failures "$work/r$r.log")
+        n=$(counter user_regs "$work/r$r.log")
+        echo "rank $r: ${u:-?} payload bytes sent zero copy from ${n:-?} user registrations," \
+            "${c:-?} large payload bytes copied, ${f:-?} registrations failed"
+        [ "${u:-0}" -ge $((64 << 20)) ] || fail "rank $r: fewer than 64 MiB sent from user registrations"
+        [ "${c:-1}" = 0 ] || fail "rank $r: large payloads were copied"
+        [ "${f:-1}" = 0 ] || fail "rank $r: registrations failed"
+    done
+    # Pool memory (hcomm_mem_alloc) is registered when its region is made:
+    # zero copy from there, nothing through the registration cache.
+    launch_memif -b 64M -e 64M -n 2 -w 1 -m hcomm
+    wait_all 250
+    for r in 0 1; do
+        z=$(counter zcopy_bytes "$work/r$r.log") u=$(counter zcopy_user_bytes "$work/r$r.log")
+        c=$(counter copied_large_bytes "$work/r$r.log")
+        echo "rank $r, pool buffers: ${z:-?} bytes zero copy (${u:-?} from user registrations), ${c:-?} large copied"
+        [ "${z:-0}" -ge $((64 << 20)) ] && [ "${u:-1}" = 0 ] && [ "${c:-1}" = 0 ] ||
+            fail "rank $r: pool buffers not sent zero copy from their regions' registrations"
+    done
+    # A buffer freed and mapped again between sends (mp_stale_reg, every byte
+    # checked) is registered anew each round: its old registration went with
+    # the old mapping (the memory hooks), one registration per round.
+    prog="$build/bin/mp_stale_reg"
+    launch_memif --rounds 8
+    wait_all 120
+    n0=$(counter user_regs "$work/r0.log") n1=$(counter user_regs "$work/r1.log")
+    echo "mp_stale_reg: user registrations rank 0 ${n0:-?}, rank 1 ${n1:-?} (8 rounds)"
+    [ $((${n0:-0} + ${n1:-0})) -ge 8 ] || fail "fewer registrations than remapped rounds"
     ;;
 conformance)
     # One namespace, a veth pair: rank 0 on a0, rank 1 on a1. The ends get
