@@ -52,6 +52,7 @@
 #define HC_DPDK_ACK_EVERY 16u    /* packets owed that make an acknowledgement due at once */
 #define HC_DPDK_ABSENT_US 100000 /* a gap between polls this long is ours, not the peer's */
 #define HC_DPDK_CLOCK_EVERY 16u  /* empty polls per clock reading */
+#define HC_DPDK_STALL_RETX 12u   /* retransmissions of one packet that make a warning */
 
 typedef struct hc_dpdk_drv hc_dpdk_drv_t;
 
@@ -72,6 +73,7 @@ typedef struct {
     bool failed;
     bool touched; /* on d->touched: owes an acknowledgement (sent once due, hc_rel_flush) */
     bool busy;    /* in d->busy: has (or had, until the next tick) packets in flight */
+    bool stall_told; /* the warning about a packet retransmitted over and over went */
 } hc_dpdk_conn_t;
 
 struct hc_dpdk_drv {
@@ -100,6 +102,7 @@ struct hc_dpdk_drv {
     uint64_t zcopy_puts, copy_puts, tx_full, tx_bursts, mbuf_short, rx_bad_cksum, rx_cksum_ok;
     uint64_t zcopy_bytes, copy_bytes, copied_large_bytes; /* payload; large: >= the threshold */
     uint64_t zcopy_user_bytes, user_regs, reg_failures;
+    uint64_t tx_reaps; /* empty bursts for a retransmission the PMD still held */
     /* Memory registered with DPDK (a DMAing port): library regions and,
      * through the registration cache, the buffers of large user sends. A
      * key is its slot + 1, stable while registered. */
@@ -251,8 +254,17 @@ static int hc_dpdk_rel_xmit(void *arg, void *pkt, const hc_rel_wire_t *w)
 {
     hc_dpdk_conn_t *c = arg;
     struct rte_mbuf *m = pkt;
-    /* Still in the NIC's queue from the last transmission: not now. */
-    if (rte_mbuf_refcnt_read(m) > 1) return -1;
+    /* Still in the NIC's queue from the last transmission: not now. But the
+     * PMD may have sent it without reaping its completion yet (af_xdp reaps
+     * only inside a TX burst): with nothing else to send, a lost packet
+     * would stay held, never retransmitted, until the peer timeout. Our own
+     * queue goes first, then an empty burst lets the PMD reap. */
+    if (rte_mbuf_refcnt_read(m) > 1) {
+        hc_dpdk_tx_flush(c->d);
+        (void)rte_eth_tx_burst(hc_dpdk_port.port_id, 0, c->d->txq, 0);
+        c->d->tx_reaps++;
+        if (rte_mbuf_refcnt_read(m) > 1) return -1;
+    }
     hc_dpdk_wire_to_hdr(hc_dpdk_hdr_of(m), w);
     for (struct rte_mbuf *s = m; s; s = s->next)
         rte_mbuf_refcnt_update(s, 1);
@@ -710,6 +722,19 @@ static int hc_dpdk_progress(hc_drv_t *drv)
                 continue;
             }
             int r = c->base.peer;
+            hc_rel_tx_slot_t *oldest = &c->rel.tx[c->rel.snd_una & c->rel.mask];
+            if (HC_UNLIKELY(oldest->retx >= HC_DPDK_STALL_RETX && oldest->pkt && !c->stall_told)) {
+                /* Said once: a path that drops frames of some sizes (an MTU
+                 * smaller than the port's) stalls a job until the peer
+                 * timeout, which can be minutes. */
+                c->stall_told = true;
+                hc_log_warn("dpdk: rank %d has not acknowledged a %u-byte packet through %u "
+                            "retransmissions; if smaller messages get through, frames this large "
+                            "are lost on the path (HCOMM_DPDK_MTU=%u here: lower it, or raise "
+                            "the MTU of every link)",
+                            r, ((struct rte_mbuf *)oldest->pkt)->pkt_len, oldest->retx,
+                            (unsigned)hc_dpdk_port.mtu);
+            }
             if (!hc_rel_tick(&c->rel, now)) {
                 char why[200];
                 snprintf(why, sizeof(why),
@@ -898,6 +923,7 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
     kv("rx_fault_dropped", d->rx_dropped_fault, arg);
     kv("tx_queue_full", d->tx_full, arg);
     kv("tx_bursts", d->tx_bursts, arg);
+    kv("tx_reaps", d->tx_reaps, arg);
     kv("rx_bad_checksum", d->rx_bad_cksum, arg);
     kv("rx_fault_corrupted", d->rx_corrupted, arg);
     kv("rx_checksum_ok", d->rx_cksum_ok, arg);

@@ -454,7 +454,26 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
                  hc_dpdk_cfg.link_wait);
         return HCOMM_ERR_INVALID;
     }
-    unsigned room = HC_MAX((unsigned)mtu + RTE_ETHER_HDR_LEN + 64, RTE_MBUF_DEFAULT_DATAROOM);
+    /* On af_xdp the pool is the umem (unaligned chunks, one per mbuf): the
+     * kernel writes a frame XDP_PACKET_HEADROOM (256) bytes past the mbuf's
+     * own headroom and drops a larger one silently (the socket's
+     * rx_dropped: frames of 2150-2950 bytes at MTU 3000 never arrived and
+     * the job stalled), so the data room holds that too; and a chunk is at
+     * most a page. */
+    bool xdp = !strncmp(spec, "net_af_xdp", 10);
+    const unsigned xdp_headroom = 256, mbuf_overhead = (unsigned)sizeof(struct rte_mbuf) + 64;
+    unsigned room = HC_MAX((unsigned)mtu + RTE_ETHER_HDR_LEN + 64 + (xdp ? xdp_headroom : 0),
+                           (unsigned)RTE_MBUF_DEFAULT_DATAROOM);
+    unsigned page = (unsigned)getpagesize();
+    if (xdp && room + RTE_PKTMBUF_HEADROOM + mbuf_overhead > page) {
+        snprintf(why, why_len,
+                 "HCOMM_DPDK_MTU %u is too large for net_af_xdp: a frame, its headroom and its "
+                 "mbuf must fit a %u-byte page (by that, MTU at most %u; the interface may allow less)",
+                 mtu, page,
+                 page - mbuf_overhead - RTE_PKTMBUF_HEADROOM - xdp_headroom - 64 -
+                     RTE_ETHER_HDR_LEN);
+        return HCOMM_ERR_INVALID;
+    }
     char pool_name[32];
     snprintf(pool_name, sizeof(pool_name), "hcomm_%u", pid);
     unsigned mbufs = (unsigned)hc_dpdk_cfg.mbufs;

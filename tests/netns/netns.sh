@@ -4,6 +4,7 @@
 #   HCN_JOB=<id> netns.sh up N        namespaces hcn-<id>-0..N-1, each with
 #                                     eth0 = 10.77.0.<i+1>/24, veths to a
 #                                     bridge in namespace hcn-<id>-br
+#                                     (HCN_MTU=M: every link at MTU M)
 #   HCN_JOB=<id> netns.sh down        deletes every hcn-<id>-* namespace
 #   HCN_JOB=<id> netns.sh run I cmd   runs cmd in node I (exec: same pid)
 #
@@ -43,7 +44,12 @@ up() {
         ip -n "$pfx-br" link set "h$i" master br0 up
         ip -n "$pfx-$i" addr add "10.77.0.$((i + 1))/24" dev eth0
         ip -n "$pfx-$i" link set eth0 up
+        if [ -n "${HCN_MTU:-}" ]; then
+            ip -n "$pfx-br" link set "h$i" mtu "$HCN_MTU"
+            ip -n "$pfx-$i" link set eth0 mtu "$HCN_MTU"
+        fi
     done
+    [ -z "${HCN_MTU:-}" ] || ip -n "$pfx-br" link set br0 mtu "$HCN_MTU"
     trap - ERR
     set +E
     return 0
