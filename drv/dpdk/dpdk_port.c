@@ -516,12 +516,21 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
     if (rc == 0) rc = rte_eth_tx_queue_setup(pid, 0, ntx, socket, NULL);
     if (rc == 0 && hc_dpdk_cfg.mtu > 0 && !free_frames) rc = rte_eth_dev_set_mtu(pid, eth_mtu);
     if (rc != 0) {
-        snprintf(why, why_len, "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s%s",
+        /* An AF_XDP socket owns its interface queue: ranks of one node on
+         * one interface need a queue each (or an interface each). */
+        char shared[300] = "";
+        if (xdp && env->local_size > 1 && !strstr(spec, "start_queue="))
+            snprintf(shared, sizeof(shared),
+                     "; %d ranks of this node: each needs its own interface queue "
+                     "(start_queue=%%l on a NIC that steers UDP port %lld+l to queue l) or its "
+                     "own interface (%%l in iface=)",
+                     env->local_size, (long long)hc_dpdk_cfg.udp_base);
+        snprintf(why, why_len, "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s%s%s",
                  name, nrx, ntx, mtu, rte_strerror(rc < 0 ? -rc : rc),
-                 strncmp(spec, "net_af_xdp", 10)
-                     ? ""
-                     : " (is an XDP program already on the interface? A job that was killed "
-                       "leaves one: ip link set dev <iface> xdp off)");
+                 !xdp ? ""
+                      : " (is an XDP program already on the interface? A job that was killed "
+                        "leaves one: ip link set dev <iface> xdp off)",
+                 shared);
         return HCOMM_ERR_NO_DEVICE;
     }
     /* At exit the port is closed: af_xdp then takes its XDP program off the

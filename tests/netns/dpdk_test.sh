@@ -44,7 +44,9 @@
 #                kernel's AF_XDP sockets) with hcomm's XDP program, which
 #                keeps the bootstrap's TCP on the same interface working:
 #                p2p and every collective, then a second job on the same
-#                interfaces (the first must have taken its program off)
+#                interfaces (the first must have taken its program off);
+#                two ranks of one node on one interface queue are refused
+#                with what each needs instead
 #   af_xdp_loss  2 x 1 on net_af_xdp, 3% of received data packets
 #                dropped: exact, retransmitted (a lost packet used to stay
 #                held by the PMD, never resent)
@@ -241,6 +243,18 @@ af_xdp)
     # off at exit (one left attached made the next job's attach fail).
     launch 3 1 --max 64K
     wait_all 100
+    # Two ranks of a node on one interface queue: the second socket cannot
+    # bind, and the error says what each rank needs instead.
+    launch 2 2 --max 1K
+    for r in 0 1 2 3; do
+        t0=$SECONDS
+        while kill -0 "${pids[$r]}" 2>/dev/null && ((SECONDS - t0 < 60)); do sleep 0.2; done
+        kill -0 "${pids[$r]}" 2>/dev/null && fail "rank $r still running with 2 ranks on one queue"
+        wait "${pids[$r]}"
+    done
+    pids=()
+    grep -q "each needs its own interface queue" "$work"/r[0-3].log ||
+        fail "two ranks on one AF_XDP queue: no error saying so"
     ;;
 af_xdp_loss)
     # af_xdp under 3% loss injected on receipt: the PMD reaps a sent
