@@ -505,7 +505,6 @@ static int hc_dpdk_zcopy_ok(hc_dpdk_drv_t *d, const void *payload, size_t len)
     return k < 0 ? 0 : d->regs[k].user ? 2 : 1;
 }
 
-
 static hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
                                   void *cookie)
 {
@@ -722,8 +721,9 @@ static int hc_dpdk_progress(hc_drv_t *drv)
                 continue;
             }
             int r = c->base.peer;
-            hc_rel_tx_slot_t *oldest = &c->rel.tx[c->rel.snd_una & c->rel.mask];
-            if (HC_UNLIKELY(oldest->retx >= HC_DPDK_STALL_RETX && oldest->pkt && !c->stall_told)) {
+            uint32_t retx;
+            struct rte_mbuf *oldest = hc_rel_oldest(&c->rel, &retx);
+            if (HC_UNLIKELY(retx >= HC_DPDK_STALL_RETX && oldest && !c->stall_told)) {
                 /* Said once: a path that drops frames of some sizes (an MTU
                  * smaller than the port's) stalls a job until the peer
                  * timeout, which can be minutes. */
@@ -732,7 +732,7 @@ static int hc_dpdk_progress(hc_drv_t *drv)
                             "retransmissions; if smaller messages get through, frames this large "
                             "are lost on the path (HCOMM_DPDK_MTU=%u here: lower it, or raise "
                             "the MTU of every link)",
-                            r, ((struct rte_mbuf *)oldest->pkt)->pkt_len, oldest->retx,
+                            r, oldest->pkt_len, retx,
                             (unsigned)hc_dpdk_port.mtu);
             }
             if (!hc_rel_tick(&c->rel, now)) {

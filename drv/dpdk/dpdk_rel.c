@@ -120,6 +120,13 @@ uint32_t hc_rel_inflight(const hc_rel_t *r)
     return r->snd_nxt - r->snd_una;
 }
 
+void *hc_rel_oldest(const hc_rel_t *r, uint32_t *retx_p)
+{
+    const hc_rel_tx_slot_t *t = &r->tx[r->snd_una & r->mask];
+    *retx_p = r->snd_una == r->snd_nxt ? 0 : t->retx;
+    return r->snd_una == r->snd_nxt ? NULL : t->pkt;
+}
+
 bool hc_rel_can_send(const hc_rel_t *r)
 {
     uint32_t inflight = hc_rel_inflight(r);

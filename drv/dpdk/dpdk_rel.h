@@ -189,5 +189,8 @@ bool hc_rel_tick(hc_rel_t *r, uint64_t now_us);
 void hc_rel_resume(hc_rel_t *r, uint64_t now_us);
 /* Packets in flight (sent or queued, not yet acknowledged). */
 uint32_t hc_rel_inflight(const hc_rel_t *r);
+/* The oldest packet not yet acknowledged (NULL: none) and how many times it
+ * was retransmitted. */
+void *hc_rel_oldest(const hc_rel_t *r, uint32_t *retx_p);
 
 #endif /* HC_DPDK_REL_H */

@@ -587,9 +587,14 @@ static void test_stalled_receiver(void **state)
     assert_false(a->dead);
     assert_int_equal(b->delivered, got);
     assert_true(a->r.n.timeouts > 0); /* it kept probing */
+    uint32_t retx;
+    assert_non_null(hc_rel_oldest(&a->r, &retx)); /* what the driver's stall warning reads */
+    assert_true(retx > 0);
     b->hold = false;
     assert_true(sim_run(s, 5000000) != UINT64_MAX);
     check_counters(a);
+    assert_null(hc_rel_oldest(&a->r, &retx));
+    assert_int_equal(retx, 0);
     sim_free(s);
 
     /* peer_timeout 50 ms: idle with a held peer is fine, data in flight is not. */
