@@ -21,7 +21,7 @@
 #include <rte_mbuf.h>
 
 #define HC_DPDK_MAGIC 0x4843u /* "HC" */
-#define HC_DPDK_VERSION 2 /* 2: kind's top bit, HC_DPDK_KIND_ACK_SOON */
+#define HC_DPDK_VERSION 3 /* 2: kind's top bit, HC_DPDK_KIND_ACK_SOON; 3: ts_wait */
 #define HC_DPDK_BURST 32
 #define HC_DPDK_TXQ 64 /* packets queued for one rte_eth_tx_burst at most */
 
@@ -45,7 +45,7 @@ typedef struct __attribute__((packed)) {
     uint64_t dst_session;
     uint32_t seq, ack;
     uint64_t sack;
-    uint32_t ts, ts_echo;
+    uint32_t ts, ts_echo, ts_wait;
 } hc_dpdk_hdr_t;
 /* Then, in DATA packets: hc_frame_hdr_t and its payload. */
 #define HC_DPDK_KIND_ACK_SOON 0x80u /* the sender waits for this packet's acknowledgement */

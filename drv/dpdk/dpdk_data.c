@@ -51,6 +51,7 @@
 #define HC_DPDK_TICK_US 100      /* timers run at most this often */
 #define HC_DPDK_ACK_EVERY 16u    /* packets owed that make an acknowledgement due at once */
 #define HC_DPDK_ABSENT_US 100000 /* a gap between polls this long is ours, not the peer's */
+#define HC_DPDK_HOST_GAP_US 20   /* a gap between clock readings this long is host delay */
 #define HC_DPDK_CLOCK_EVERY 16u  /* empty polls per clock reading */
 #define HC_DPDK_STALL_RETX 12u   /* retransmissions of one packet that make a warning */
 
@@ -87,8 +88,12 @@ struct hc_dpdk_drv {
     hc_dpdk_conn_t **busy; /* connections with packets in flight: what the timers visit */
     int nbusy;
     uint64_t t_tick;
-    uint64_t t_poll; /* the last progress call that read the clock */
+    uint64_t t_poll;    /* the last progress call that read the clock */
+    uint64_t t_clock;   /* the last clock reading (a poll or a send) */
+    uint64_t t_backlog; /* 0, or the clock before a gap in polling: what the rings
+                           still hold may have waited since then (host delay) */
     unsigned idle_polls; /* empty polls since the clock was last read */
+    bool rx_version_warned;
     uint64_t rng;
     struct rte_mbuf_ext_shared_info shinfo; /* of every zero-copy segment: never freed */
     /* Packets sent but not yet handed to the PMD: one rte_eth_tx_burst per
@@ -193,6 +198,7 @@ static void hc_dpdk_wire_to_hdr(hc_dpdk_hdr_t *h, const hc_rel_wire_t *w)
     h->sack = w->sack;
     h->ts = w->ts;
     h->ts_echo = w->ts_echo;
+    h->ts_wait = w->ts_wait;
     h->kind = (uint8_t)((h->kind & ~HC_DPDK_KIND_ACK_SOON) | (w->ack_soon ? HC_DPDK_KIND_ACK_SOON : 0));
 }
 
@@ -553,7 +559,8 @@ static hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
         if (hc_dpdk_cfg.zcopy_threshold && hdr->len >= hc_dpdk_cfg.zcopy_threshold)
             d->copied_large_bytes += hdr->len;
     }
-    hc_rel_send(&c->rel, m, zc ? cookie : NULL, hc_dpdk_now_us());
+    d->t_clock = hc_dpdk_now_us();
+    hc_rel_send(&c->rel, m, zc ? cookie : NULL, d->t_clock);
     if (!c->busy) {
         c->busy = true;
         d->busy[d->nbusy++] = c;
@@ -606,7 +613,16 @@ static hc_dpdk_conn_t *hc_dpdk_classify(hc_dpdk_drv_t *d, struct rte_mbuf *m, hc
         udp->dst_port != rte_cpu_to_be_16(d->udp_port))
         goto foreign;
     const hc_dpdk_hdr_t *h = (const hc_dpdk_hdr_t *)(udp + 1);
-    if (h->magic != HC_DPDK_MAGIC || h->version != HC_DPDK_VERSION) goto foreign;
+    if (h->magic != HC_DPDK_MAGIC) goto foreign;
+    if (h->version != HC_DPDK_VERSION) {
+        if (!d->rx_version_warned) {
+            d->rx_version_warned = true;
+            hc_log_warn("dpdk: a packet of protocol version %u arrived; this rank speaks version "
+                        "%u: every rank of a job must run the same hcomm (packets dropped)",
+                        (unsigned)h->version, (unsigned)HC_DPDK_VERSION);
+        }
+        goto foreign;
+    }
     if (HC_UNLIKELY(hc_dpdk_cfg.rx_corrupt > 0) && m->data_len > HC_DPDK_L2L4_LEN + 3 &&
         hc_dpdk_rand01(d) < hc_dpdk_cfg.rx_corrupt) {
         /* One of ours: a byte past the driver header's magic and version
@@ -643,6 +659,7 @@ static hc_dpdk_conn_t *hc_dpdk_classify(hc_dpdk_drv_t *d, struct rte_mbuf *m, hc
                          .sack = h->sack,
                          .ts = h->ts,
                          .ts_echo = h->ts_echo,
+                         .ts_wait = h->ts_wait,
                          .kind = kind,
                          .ack_soon = (h->kind & HC_DPDK_KIND_ACK_SOON) != 0};
     return c;
@@ -676,6 +693,15 @@ static int hc_dpdk_progress(hc_drv_t *drv)
             hc_rel_resume(&d->busy[i]->rel, now);
     }
     d->t_poll = now;
+    /* Host delay: after a gap between two clock readings (this process
+     * was not running, or ran other work) what the receive burst brings
+     * may have waited since the earlier reading, and so may the rest of
+     * that backlog, until a burst comes back short (the ring was emptied).
+     * The delay-based window leaves that time out (hc_rel_input). */
+    if (now - d->t_clock > HC_DPDK_HOST_GAP_US && d->t_clock) d->t_backlog = d->t_clock;
+    d->t_clock = now;
+    uint64_t wait = d->t_backlog && n ? now - d->t_backlog : 0;
+    if (n < HC_DPDK_BURST) d->t_backlog = 0;
     int events = n;
     for (uint16_t i = 0; i < n; i++) {
         struct rte_mbuf *m = pkts[i];
@@ -697,7 +723,7 @@ static int hc_dpdk_progress(hc_drv_t *drv)
             c->touched = true;
             d->touched[d->ntouched++] = c;
         }
-        hc_rel_input(&c->rel, &w, w.kind == HC_REL_DATA ? m : NULL, now);
+        hc_rel_input(&c->rel, &w, w.kind == HC_REL_DATA ? m : NULL, now, wait);
         if (w.kind != HC_REL_DATA) rte_pktmbuf_free(m);
     }
     /* Connections owing an acknowledgement: it goes once due (it may still
@@ -896,6 +922,7 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
         t.duplicates += n->duplicates;
         t.out_of_order += n->out_of_order;
         t.acks_sent += n->acks_sent;
+        t.host_delay_us += n->host_delay_us;
         cwnd_min = HC_MIN(cwnd_min, (uint64_t)c->rel.cwnd);
         srtt_us_max = HC_MAX(srtt_us_max, (uint64_t)(c->rel.srtt * 1e6));
     }
@@ -939,6 +966,7 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
     }
     if (cwnd_min != UINT64_MAX) kv("cwnd_min_packets", cwnd_min, arg);
     kv("srtt_max_us", srtt_us_max, arg);
+    kv("host_delay_us", t.host_delay_us, arg); /* left out of the window's delay signal */
 }
 
 static const struct hc_drv_ops hc_dpdk_ops = {

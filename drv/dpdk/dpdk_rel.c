@@ -144,6 +144,7 @@ static void hc_rel_fill_ack(hc_rel_t *r, hc_rel_wire_t *w, uint64_t now)
     w->ack = r->rcv_nxt;
     w->sack = sack;
     w->ts_echo = r->ts_recent;
+    w->ts_wait = r->wait_recent;
     if (r->ts_recent) {
         w->ts_echo = r->ts_recent + (uint32_t)since(now, r->t_recent);
         if (w->ts_echo == 0) w->ts_echo = 1; /* 0 means "no echo" */
@@ -189,8 +190,10 @@ static void hc_rel_decrease(hc_rel_t *r, double factor, uint64_t now)
     r->t_decrease = now;
 }
 
-/* One RTT sample (seconds): RFC 6298 estimators, then Swift's window rule. */
-static void hc_rel_rtt_sample(hc_rel_t *r, double rtt, uint32_t newly_acked, uint64_t now)
+/* One RTT sample (seconds): RFC 6298 estimators from the whole RTT, then
+ * Swift's window rule from the path's delay (the RTT less host delay). */
+static void hc_rel_rtt_sample(hc_rel_t *r, double rtt, double delay, uint32_t newly_acked,
+                              uint64_t now)
 {
     r->n.rtt_samples++;
     if (r->srtt == 0) {
@@ -203,7 +206,7 @@ static void hc_rel_rtt_sample(hc_rel_t *r, double rtt, uint32_t newly_acked, uin
         r->min_rtt = fmin(r->min_rtt, rtt);
     }
     r->rto = fmin(r->cfg.rto_max, fmax(r->cfg.rto_min, r->srtt + 4 * r->rttvar));
-    if (r->min_n == 0 || rtt < r->min_cur) r->min_cur = rtt;
+    if (r->min_n == 0 || delay < r->min_cur) r->min_cur = delay;
     if (++r->min_n == 64) {
         r->min_prev = r->min_cur;
         r->min_n = 0;
@@ -212,10 +215,10 @@ static void hc_rel_rtt_sample(hc_rel_t *r, double rtt, uint32_t newly_acked, uin
     double recent = r->min_prev > 0 ? fmin(r->min_prev, r->min_cur) : r->min_cur;
     double target = recent > 1.5 * r->cfg.target_delay ? recent * r->cfg.target_factor
                                                         : r->cfg.target_delay;
-    if (rtt < target) {
+    if (delay < target) {
         r->cwnd += (double)newly_acked / r->cwnd; /* +1 per round trip */
     } else if ((double)since(now, r->t_decrease) * 1e-6 >= r->srtt) {
-        double f = fmin(r->cfg.max_mdf, 0.8 * (rtt - target) / rtt);
+        double f = fmin(r->cfg.max_mdf, 0.8 * (delay - target) / delay);
         hc_rel_decrease(r, f, now);
     }
     r->cwnd = fmin(r->cwnd, (double)r->cfg.window);
@@ -224,7 +227,7 @@ static void hc_rel_rtt_sample(hc_rel_t *r, double rtt, uint32_t newly_acked, uin
 static void hc_rel_fast_retransmit(hc_rel_t *r, uint64_t now);
 
 /* The acknowledgement part of any packet from the peer. */
-static void hc_rel_on_ack(hc_rel_t *r, const hc_rel_wire_t *w, uint64_t now)
+static void hc_rel_on_ack(hc_rel_t *r, const hc_rel_wire_t *w, uint64_t now, uint64_t wait_us)
 {
     r->n.acks_received += w->kind == HC_REL_ACK;
     /* An ack outside what we sent is stale or bogus: ignore it. */
@@ -266,7 +269,13 @@ static void hc_rel_on_ack(hc_rel_t *r, const hc_rel_wire_t *w, uint64_t now)
             r->cwnd_undo = 0;
         }
         double rtt = (double)(uint32_t)((uint32_t)now - w->ts_echo) * 1e-6;
-        if (rtt < 10.0) hc_rel_rtt_sample(r, rtt, newly, now);
+        /* Host delay (either side's process not polling) is not the path's:
+         * at most the whole RTT, since both are estimates from poll gaps. */
+        double host = fmin(rtt, ((double)w->ts_wait + (double)wait_us) * 1e-6);
+        if (rtt < 10.0) {
+            r->n.host_delay_us += (uint64_t)(host * 1e6);
+            hc_rel_rtt_sample(r, rtt, rtt - host, newly, now);
+        }
     }
     r->fast_pending = have_hole && sacked_past >= HC_REL_DUPTHRESH;
     hc_rel_fast_retransmit(r, now);
@@ -294,7 +303,8 @@ static void hc_rel_fast_retransmit(hc_rel_t *r, uint64_t now)
     r->fast_hole = hole;
 }
 
-static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now)
+static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now,
+                           uint64_t wait_us)
 {
     uint32_t s = w->seq;
     r->n.received++;
@@ -304,6 +314,7 @@ static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint6
     if (r->ts_recent == 0 || (int32_t)(w->ts - r->ts_recent) > 0) {
         r->ts_recent = w->ts;
         r->t_recent = now;
+        r->wait_recent = (uint32_t)wait_us;
     }
     if (seq_lt(s, r->rcv_nxt)) {
         r->n.duplicates++;
@@ -344,10 +355,10 @@ static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint6
     }
 }
 
-void hc_rel_input(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now)
+void hc_rel_input(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now, uint64_t wait_us)
 {
-    hc_rel_on_ack(r, w, now);
-    if (w->kind == HC_REL_DATA && pkt) hc_rel_on_data(r, w, pkt, now);
+    hc_rel_on_ack(r, w, now, wait_us);
+    if (w->kind == HC_REL_DATA && pkt) hc_rel_on_data(r, w, pkt, now, wait_us);
     if (r->ack_now) hc_rel_flush(r, now, false);
 }
 

@@ -15,7 +15,8 @@
  * with an acknowledgement at once, and otherwise acknowledges cumulatively,
  * with a bitmap of the 64 sequence numbers after the cumulative point and
  * the newest time stamp it received (the sender's RTT sample; no ambiguity
- * after a retransmission, since the echo names the transmission). An
+ * after a retransmission, since the echo names the transmission) and how
+ * long that packet may have waited for the receiver's process to poll. An
  * acknowledgement rides on the next data packet to the peer; one of its own
  * goes at the end of a receive burst (hc_rel_flush) once ack_every packets
  * are owed or the oldest has waited ack_delay, so that a request answered
@@ -26,7 +27,13 @@
  * excludes that wait (QUIC's ack delay, folded into the stamp).
  *
  * Congestion: the number of packets in flight is bounded by cwnd, adjusted
- * from the measured delay as Swift does (Kumar et al., SIGCOMM 2020):
+ * from the measured delay as Swift does (Kumar et al., SIGCOMM 2020). The
+ * delay is the path's, the RTT less the host delay of both ends (as Swift
+ * separates fabric from endpoint delay): the time a packet waited in a ring
+ * because its receiver's process was not running, estimated by each side's
+ * gap between two polls. No window removes that delay, and reading it as
+ * congestion collapsed two jobs sharing a 2-core host to a tenth of their
+ * share. The timeout still uses the whole RTT. The window rule:
  * below the target delay the window grows by one packet per round trip;
  * above it it shrinks in proportion to the excess, at most once per round
  * trip and by at most max_mdf; a loss (a fast retransmission) or a timeout
@@ -65,6 +72,8 @@ typedef struct {
     uint64_t sack;    /* bit i: packet ack + 1 + i has arrived too */
     uint32_t ts;      /* sender's clock when sent, microseconds (low 32 bits) */
     uint32_t ts_echo; /* newest ts received from the peer (0: none yet) */
+    uint32_t ts_wait; /* us the packet that ts_echo names may have waited at the peer
+                         before the peer polled (its process not running): host delay */
     uint8_t kind;     /* HC_REL_DATA or HC_REL_ACK */
     bool ack_soon;    /* DATA: the sender waits for this acknowledgement (a put's
                          completion, a window half full, a retransmission): no delay */
@@ -108,6 +117,7 @@ typedef struct {
     uint64_t received, duplicates, out_of_order, beyond_window;
     uint64_t acks_sent, acks_received;
     uint64_t rtt_samples;
+    uint64_t host_delay_us; /* sum over RTT samples of the host delay taken out of them */
 } hc_rel_counters_t;
 
 typedef struct {
@@ -145,6 +155,7 @@ typedef struct {
     uint32_t rcv_nxt;
     uint32_t ts_recent;
     uint64_t t_recent; /* us: when ts_recent arrived (the echo adds the time since) */
+    uint32_t wait_recent; /* us ts_recent's packet may have waited before we polled */
     uint64_t t_owed;   /* us: when the oldest unacknowledged packet arrived */
     uint32_t ack_owed; /* packets received since the last acknowledgement */
     bool ack_now;      /* a duplicate arrived: acknowledge without waiting */
@@ -172,8 +183,12 @@ bool hc_rel_can_send(const hc_rel_t *r);
  * sent by a later tick. */
 void hc_rel_send(hc_rel_t *r, void *pkt, void *cookie, uint64_t now_us);
 /* A packet from the peer: w from its header; pkt (DATA) is the packet,
- * whose ownership passes to rel (delivered, kept or discarded). */
-void hc_rel_input(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now_us);
+ * whose ownership passes to rel (delivered, kept or discarded). wait_us:
+ * how long it may have waited for this side to poll (this process was not
+ * running, or ran other work: the gap since the clock was read before), 0
+ * when this side polled without a gap. */
+void hc_rel_input(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now_us,
+                  uint64_t wait_us);
 /* After a receive burst: sends the acknowledgement owed if it is due
  * (ack_every packets owed, ack_delay passed, a packet asked for it, or a
  * duplicate or a hole seen);

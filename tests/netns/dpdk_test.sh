@@ -334,16 +334,20 @@ zcopy)
 garbage)
     # Junk frames on node 1's interface while a job runs there: a random
     # Ethernet frame, a UDP datagram to the rank's port with a bad magic, one
-    # with our header and a session nobody has. Dropped and counted; the job
-    # passes, every byte checked.
+    # with our header and a session nobody has, one of another protocol
+    # version. Dropped and counted (the other version named in a warning);
+    # the job passes, every byte checked.
+    ver=$(sed -n 's/^#define HC_DPDK_VERSION \([0-9]*\).*/\1/p' "$(dirname "$0")/../../drv/dpdk/dpdk.h")
+    [ -n "$ver" ] || fail "no HC_DPDK_VERSION in drv/dpdk/dpdk.h"
     "$netns" up 2 || fail "netns setup"
     job_env+=(HCOMM_STATS=1 HCOMM_STATS_LEVEL=2)
     launch 2 1 --max 1M --duration 8
     mac=$(ip -n "hcn-$HCN_JOB-1" link show eth0 | awk '/link\/ether/ {print $2}')
     sleep 2
-    "$netns" run 0 /usr/bin/python3 - "$mac" <<'PY' || fail "injecting frames"
+    "$netns" run 0 /usr/bin/python3 - "$mac" "$ver" <<'PY' || fail "injecting frames"
 import os, socket, struct, sys, time
 dst = bytes.fromhex(sys.argv[1].replace(":", ""))
+ver = int(sys.argv[2])
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind(("eth0", 0))
 src = s.getsockname()[4]
@@ -356,7 +360,8 @@ def ip_udp(payload, dport=47590):
 for i in range(300):
     s.send(dst + src + b"\x08\x00" + os.urandom(100 + i % 1000))
     s.send(dst + src + b"\x08\x00" + ip_udp(b"XX" + os.urandom(120)))
-    s.send(dst + src + b"\x08\x00" + ip_udp(struct.pack("<HBBIQQ", 0x4843, 2, 1, 0, 7, 9) + os.urandom(60)))
+    s.send(dst + src + b"\x08\x00" + ip_udp(struct.pack("<HBBIQQ", 0x4843, ver, 1, 0, 7, 9) + os.urandom(60)))
+    s.send(dst + src + b"\x08\x00" + ip_udp(struct.pack("<HBBIQQ", 0x4843, ver + 1, 1, 0, 7, 9) + os.urandom(60)))
     time.sleep(0.005)
 PY
     wait_all 120
@@ -364,9 +369,12 @@ PY
     st=$(grep -o "rx_stale [0-9]*" "$work/r1.log" | grep -o "[0-9]*$" | tail -1)
     echo "rank 1: ${f:-?} foreign and ${st:-?} stale frames dropped"
     # (the bridge's netfilter drops most of the random frames itself as
-    # malformed IPv4; the 300 bad-magic datagrams all reach the rank)
-    [ "${f:-0}" -ge 300 ] || fail "rank 1 counted fewer foreign frames than were injected"
+    # malformed IPv4; the 300 bad-magic and 300 other-version datagrams all
+    # reach the rank)
+    [ "${f:-0}" -ge 600 ] || fail "rank 1 counted fewer foreign frames than were injected"
     [ "${st:-0}" -ge 300 ] || fail "rank 1 counted fewer stale frames than were injected"
+    grep -q "a packet of protocol version $((ver + 1)) arrived; this rank speaks version $ver" "$work/r1.log" ||
+        fail "rank 1 did not name the other protocol version"
     ;;
 compute_gap)
     # A worker that computes 35 s between a receive and its answer, with no

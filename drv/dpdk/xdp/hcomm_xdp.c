@@ -1,8 +1,9 @@
 /*
  * The XDP program hcomm loads on an interface that net_af_xdp drives
  * (drv/dpdk, docs/dpdk.md): hcomm's own packets (IPv4 + UDP + a dpdk driver
- * header: magic "HC", version 2) go to the AF_XDP socket of the receive
- * queue; everything else (the bootstrap's TCP, ARP, ssh) goes on to the
+ * header: magic "HC", any version: the driver itself refuses a version
+ * it does not speak, naming it, rather than the kernel dropping it unseen)
+ * go to the AF_XDP socket of the receive queue; everything else (the bootstrap's TCP, ARP, ssh) goes on to the
  * kernel. DPDK's default program redirects every packet of the queue, which
  * cut the job's own bootstrap connection on the same interface.
  *
@@ -37,11 +38,11 @@ int hcomm_xdp(struct xdp_md *ctx)
     const struct iphdr *ip = (const struct iphdr *)(eth + 1);
     const struct udphdr *udp = (const struct udphdr *)(ip + 1);
     const unsigned char *hc = (const unsigned char *)(udp + 1);
-    if (hc + 3 > end) return XDP_PASS;
+    if (hc + 2 > end) return XDP_PASS;
     /* The dpdk driver sends IPv4 without options (ihl 5). */
     if (eth->h_proto != __builtin_bswap16(ETH_P_IP) || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
         return XDP_PASS;
-    if (hc[0] != 0x43 || hc[1] != 0x48 || hc[2] != 2) return XDP_PASS; /* magic 0x4843 LE, v2 */
+    if (hc[0] != 0x43 || hc[1] != 0x48) return XDP_PASS; /* magic 0x4843, little-endian */
     return (int)bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
 }
 
