@@ -923,6 +923,9 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
         t.out_of_order += n->out_of_order;
         t.acks_sent += n->acks_sent;
         t.host_delay_us += n->host_delay_us;
+        t.rtt_samples += n->rtt_samples;
+        t.path_delay_us += n->path_delay_us;
+        t.delay_decreases += n->delay_decreases;
         cwnd_min = HC_MIN(cwnd_min, (uint64_t)c->rel.cwnd);
         srtt_us_max = HC_MAX(srtt_us_max, (uint64_t)(c->rel.srtt * 1e6));
     }
@@ -966,7 +969,11 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
     }
     if (cwnd_min != UINT64_MAX) kv("cwnd_min_packets", cwnd_min, arg);
     kv("srtt_max_us", srtt_us_max, arg);
-    kv("host_delay_us", t.host_delay_us, arg); /* left out of the window's delay signal */
+    kv("rtt_samples", t.rtt_samples, arg);
+    kv("host_delay_us", t.host_delay_us, arg); /* summed over the samples: left out of the
+                                                  window's delay signal */
+    kv("path_delay_us", t.path_delay_us, arg); /* summed: what the window reads */
+    kv("delay_decreases", t.delay_decreases, arg);
 }
 
 static const struct hc_drv_ops hc_dpdk_ops = {

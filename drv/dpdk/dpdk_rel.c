@@ -12,6 +12,7 @@
 
 #define HC_REL_DUPTHRESH 3 /* packets sacked past a hole before it is resent */
 #define HC_REL_TICK_BUDGET 64 /* retransmissions per tick, per connection */
+#define HC_REL_BASE_WINDOW_US 1000000 /* the base delay: the smallest of the last 1-2 s */
 
 /* now - t, 0 when t is later: a caller's clock read before a callback that
  * stamped t (progress reads the time once, its deliveries send). */
@@ -145,6 +146,7 @@ static void hc_rel_fill_ack(hc_rel_t *r, hc_rel_wire_t *w, uint64_t now)
     w->sack = sack;
     w->ts_echo = r->ts_recent;
     w->ts_wait = r->wait_recent;
+    r->recent_fresh = false; /* a later duplicate may be answered with its own stamp */
     if (r->ts_recent) {
         w->ts_echo = r->ts_recent + (uint32_t)since(now, r->t_recent);
         if (w->ts_echo == 0) w->ts_echo = 1; /* 0 means "no echo" */
@@ -206,20 +208,34 @@ static void hc_rel_rtt_sample(hc_rel_t *r, double rtt, double delay, uint32_t ne
         r->min_rtt = fmin(r->min_rtt, rtt);
     }
     r->rto = fmin(r->cfg.rto_max, fmax(r->cfg.rto_min, r->srtt + 4 * r->rttvar));
-    if (r->min_n == 0 || delay < r->min_cur) r->min_cur = delay;
-    if (++r->min_n == 64) {
+    /* The base delay, the smallest of the last 1-2 s: long enough that a
+     * standing queue does not become the base (a target that followed it
+     * grew both windows of two flows without bound). */
+    if (r->min_n++ == 0 || delay < r->min_cur) r->min_cur = delay;
+    if (since(now, r->t_min) >= HC_REL_BASE_WINDOW_US) {
         r->min_prev = r->min_cur;
         r->min_n = 0;
+        r->t_min = now;
     }
     if (!r->cfg.adaptive || newly_acked == 0) return;
-    double recent = r->min_prev > 0 ? fmin(r->min_prev, r->min_cur) : r->min_cur;
-    double target = recent > 1.5 * r->cfg.target_delay ? recent * r->cfg.target_factor
-                                                        : r->cfg.target_delay;
-    if (delay < target) {
-        r->cwnd += (double)newly_acked / r->cwnd; /* +1 per round trip */
-    } else if ((double)since(now, r->t_decrease) * 1e-6 >= r->srtt) {
-        double f = fmin(r->cfg.max_mdf, 0.8 * (delay - target) / delay);
-        hc_rel_decrease(r, f, now);
+    double base = r->min_n ? fmin(r->min_prev, r->min_cur) : r->min_prev;
+    double target = base > 1.5 * r->cfg.target_delay ? base * r->cfg.target_factor
+                                                      : r->cfg.target_delay;
+    if (delay < target) r->cwnd += (double)newly_acked / r->cwnd; /* +1 per round trip */
+    /* The decrease reads the standing delay: the smallest of one round
+     * trip's samples (Copa's standing RTT). A queue at a bottleneck delays
+     * every packet of the round trip; a process that was not scheduled
+     * (what the host delay estimate misses) delays some, and the largest
+     * sample of each round trip halved the window over and over. */
+    if (r->epoch_n++ == 0 || delay < r->epoch_min) r->epoch_min = delay;
+    if ((double)since(now, r->t_epoch) * 1e-6 >= r->srtt) {
+        double standing = r->epoch_min;
+        r->t_epoch = now;
+        r->epoch_n = 0;
+        if (standing >= target && (double)since(now, r->t_decrease) * 1e-6 >= r->srtt) {
+            hc_rel_decrease(r, fmin(r->cfg.max_mdf, 0.8 * (standing - target) / standing), now);
+            r->n.delay_decreases++;
+        }
     }
     r->cwnd = fmin(r->cwnd, (double)r->cfg.window);
 }
@@ -274,6 +290,7 @@ static void hc_rel_on_ack(hc_rel_t *r, const hc_rel_wire_t *w, uint64_t now, uin
         double host = fmin(rtt, ((double)w->ts_wait + (double)wait_us) * 1e-6);
         if (rtt < 10.0) {
             r->n.host_delay_us += (uint64_t)(host * 1e6);
+            r->n.path_delay_us += (uint64_t)((rtt - host) * 1e6);
             hc_rel_rtt_sample(r, rtt, rtt - host, newly, now);
         }
     }
@@ -308,13 +325,21 @@ static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint6
 {
     uint32_t s = w->seq;
     r->n.received++;
-    /* Echo the newest transmission heard, duplicates included: a
-     * retransmission of something already here is what the sender is
-     * waiting to hear about, and its time stamp is the fresh one. */
-    if (r->ts_recent == 0 || (int32_t)(w->ts - r->ts_recent) > 0) {
+    /* Echo the newest transmission heard. A duplicate counts only when no
+     * new packet has arrived since the last acknowledgement: then it is
+     * what the sender waits to hear about (its earlier acknowledgement was
+     * lost), and its time stamp is the fresh one. After new packets, the
+     * echo names one of them: a burst that brings originals and then their
+     * retransmissions (this process did not run for longer than the
+     * sender's timeout) tells the sender the timeout was spurious. */
+    bool fresh = !seq_lt(s, r->rcv_nxt) && seq_lt(s, r->rcv_nxt + r->cfg.window) &&
+                 (s == r->rcv_nxt || !r->rx[s & r->mask]);
+    if (r->ts_recent == 0 ||
+        ((int32_t)(w->ts - r->ts_recent) > 0 && (fresh || !r->recent_fresh))) {
         r->ts_recent = w->ts;
         r->t_recent = now;
         r->wait_recent = (uint32_t)wait_us;
+        r->recent_fresh = fresh;
     }
     if (seq_lt(s, r->rcv_nxt)) {
         r->n.duplicates++;

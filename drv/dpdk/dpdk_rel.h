@@ -15,8 +15,10 @@
  * with an acknowledgement at once, and otherwise acknowledges cumulatively,
  * with a bitmap of the 64 sequence numbers after the cumulative point and
  * the newest time stamp it received (the sender's RTT sample; no ambiguity
- * after a retransmission, since the echo names the transmission) and how
- * long that packet may have waited for the receiver's process to poll. An
+ * after a retransmission, since the echo names the transmission; a
+ * duplicate's stamp only when nothing new came since the last
+ * acknowledgement) and how long that packet may have waited for the
+ * receiver's process to poll. An
  * acknowledgement rides on the next data packet to the peer; one of its own
  * goes at the end of a receive burst (hc_rel_flush) once ack_every packets
  * are owed or the oldest has waited ack_delay, so that a request answered
@@ -32,25 +34,29 @@
  * separates fabric from endpoint delay): the time a packet waited in a ring
  * because its receiver's process was not running, estimated by each side's
  * gap between two polls. No window removes that delay, and reading it as
- * congestion collapsed two jobs sharing a 2-core host to a tenth of their
- * share. The timeout still uses the whole RTT. The window rule:
- * below the target delay the window grows by one packet per round trip;
- * above it it shrinks in proportion to the excess, at most once per round
- * trip and by at most max_mdf; a loss (a fast retransmission) or a timeout
- * shrinks it by max_mdf too. The target is one fixed value for every flow,
- * as in Swift: a target taken from each flow's own smallest RTT would let a
- * flow that started into another's queue aim higher and starve it (the
- * unit test's two-flow case showed 0.5% / 99.5%). Only when even the
- * smallest RTT of the last 64 to 128 samples is well above the target (a
- * long path, a slow software port, or hosts whose polling processes
- * outnumber their cores, where the delay is scheduling and no smaller
- * window removes it) does a flow aim at a multiple of that instead: two
- * jobs sharing this 2-core machine otherwise fell to 1% of one alone. With adaptive off cwnd stays at the
- * window. RTT samples come only from acknowledgements of new data (an echo
- * on a packet that acknowledges nothing new is stale). A timeout that the
- * next acknowledgement shows was spurious (it echoes a transmission from
- * before the timeout: the original was only late, as when the peer's
- * process was not scheduled) gives the window back (Eifel, RFC 3522).
+ * congestion (with spurious timeouts taken for real ones) collapsed two
+ * jobs sharing a 2-core host to a tenth of their share. The timeout still
+ * uses the whole RTT. The window rule: below the target delay the window
+ * grows by one packet per round trip; once per round trip, when the
+ * standing delay (the smallest of that round trip's samples: a queue delays
+ * them all, a descheduled process only some) is above the target, it
+ * shrinks in proportion to the excess, by at most max_mdf; a loss (a fast
+ * retransmission) shrinks it by max_mdf/4, a timeout by max_mdf. The target
+ * is one fixed value for every flow, as in Swift: a target taken from each
+ * flow's own smallest RTT would let a flow that started into another's
+ * queue aim higher and starve it (the unit test's two-flow case showed
+ * 0.5% / 99.5%). Only when the base delay, the smallest of the last 1-2 s,
+ * is well above the target (a long path, a slow software port) does a flow
+ * aim at a multiple of the base instead; a base from the last 64 samples
+ * followed a standing queue and let two flows' windows grow without bound.
+ * With adaptive off cwnd stays at the window. RTT samples come only from
+ * acknowledgements of new data (an echo on a packet that acknowledges
+ * nothing new is stale). A timeout that the next acknowledgement shows was
+ * spurious (it echoes a transmission from before the timeout: the original
+ * was only late, as when the peer's process was not scheduled) gives the
+ * window back (Eifel, RFC 3522). A receiver that wakes to originals and
+ * their retransmissions in one burst echoes an original's stamp, not the
+ * newer duplicate's: else every such wake-up halved the window for good.
  *
  * Failure: data in flight with no acknowledgement progress for
  * peer_timeout seconds makes hc_rel_tick return false; the driver then fails
@@ -118,6 +124,8 @@ typedef struct {
     uint64_t acks_sent, acks_received;
     uint64_t rtt_samples;
     uint64_t host_delay_us; /* sum over RTT samples of the host delay taken out of them */
+    uint64_t path_delay_us; /* sum over RTT samples of what is left: the window's signal */
+    uint64_t delay_decreases; /* window decreases for a delay above the target */
 } hc_rel_counters_t;
 
 typedef struct {
@@ -139,12 +147,16 @@ typedef struct {
     uint32_t snd_una, snd_nxt;
     double cwnd;
     double srtt, rttvar, rto, min_rtt; /* seconds; srtt 0: no sample yet */
-    double min_cur, min_prev;          /* smallest RTT of this and the last 64 samples */
-    uint32_t min_n;
+    double min_cur, min_prev;          /* smallest delay of this window and the last */
+    uint32_t min_n;                    /* samples in this window */
+    uint64_t t_min;                    /* us: this window began (HC_REL_BASE_WINDOW_US) */
     double cwnd_undo;                  /* cwnd before the last timeout (0: none to undo) */
     uint32_t ts_timeout;               /* our clock (low 32 bits) at that timeout */
     uint64_t t_progress;               /* us: the last time snd_una moved (or first send) */
     uint64_t t_decrease;               /* us of the last cwnd decrease */
+    uint64_t t_epoch;                  /* us: this round trip's samples began */
+    double epoch_min;                  /* their smallest delay (the standing delay) */
+    uint32_t epoch_n;
     uint64_t t_fast;                   /* us of the last fast retransmission */
     uint32_t recover;                  /* snd_nxt at the last fast retransmission */
     bool fast_pending;                 /* a hole reported, its fast retransmission not yet due */
@@ -156,6 +168,7 @@ typedef struct {
     uint32_t ts_recent;
     uint64_t t_recent; /* us: when ts_recent arrived (the echo adds the time since) */
     uint32_t wait_recent; /* us ts_recent's packet may have waited before we polled */
+    bool recent_fresh;    /* ts_recent is a new packet's, since the last acknowledgement */
     uint64_t t_owed;   /* us: when the oldest unacknowledged packet arrived */
     uint32_t ack_owed; /* packets received since the last acknowledgement */
     bool ack_now;      /* a duplicate arrived: acknowledge without waiting */
