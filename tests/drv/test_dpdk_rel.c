@@ -703,6 +703,16 @@ static void test_congestion(void **state)
     assert_true(lossy.tput >= 0.05);
 }
 
+/* Two flows, e[0] sending from the start and e[1] once given messages,
+ * through link fwd (a shared bottleneck), acknowledged over back_us. */
+static void two_flows(sim_t *s, const hc_rel_cfg_t *cfg, link_t fwd, uint32_t back_us, ep_t *e[2])
+{
+    e[0] = ep_add(s, 1, cfg, fwd, UINT64_MAX);
+    ep_add(s, 0, cfg, PLAIN(back_us), 0);
+    e[1] = ep_add(s, 3, cfg, fwd, 0);
+    ep_add(s, 2, cfg, PLAIN(back_us), 0);
+}
+
 /* 6: two flows share one bottleneck, starting together or the second 20 ms
  * late: each should get a fair-ish share (a quarter at least). */
 static void test_fairness(void **state)
@@ -715,10 +725,7 @@ static void test_fairness(void **state)
         bneck_t bn = {.rate = 0.5, .qmax = 2048};
         link_t fwd = {.delay = 50, .bn = &bn};
         ep_t *e[2];
-        e[0] = ep_add(s, 1, &cfg, fwd, UINT64_MAX);
-        ep_add(s, 0, &cfg, PLAIN(50), 0);
-        e[1] = ep_add(s, 3, &cfg, fwd, 0);
-        ep_add(s, 2, &cfg, PLAIN(50), 0);
+        two_flows(s, &cfg, fwd, 50, e);
         sim_until(s, T0 + (k ? 20000 : 0));
         e[1]->n_msgs = UINT64_MAX;
         cc_run(s, e, 2, &bn, 120000, 300000, 60000, res[k]);
@@ -755,10 +762,7 @@ static void test_long_path(void **state)
         bneck_t bn = {.rate = 0.5, .qmax = 4096};
         link_t fwd = {.delay = 300, .bn = &bn};
         ep_t *e[2];
-        e[0] = ep_add(s, 1, &cfg, fwd, UINT64_MAX);
-        ep_add(s, 0, &cfg, PLAIN(300), 0);
-        e[1] = ep_add(s, 3, &cfg, fwd, 0);
-        ep_add(s, 2, &cfg, PLAIN(300), 0);
+        two_flows(s, &cfg, fwd, 300, e);
         if (k) {
             sim_until(s, T0 + 50000);
             e[1]->n_msgs = UINT64_MAX;
