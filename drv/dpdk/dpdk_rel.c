@@ -142,7 +142,7 @@ static void hc_rel_fill_ack(hc_rel_t *r, hc_rel_wire_t *w, uint64_t now)
     uint64_t sack = 0;
     for (uint32_t i = 0; i < 64 && i < r->mask; i++)
         if (r->rx[(r->rcv_nxt + 1 + i) & r->mask]) sack |= 1ull << i;
-    w->ack = r->rcv_nxt;
+    w->ack = r->ack_sent = r->rcv_nxt;
     w->sack = sack;
     w->ts_echo = r->ts_recent;
     w->ts_wait = r->wait_recent;
@@ -378,6 +378,16 @@ static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint6
         r->rcv_nxt++;
         r->ops->deliver(r->arg, next);
     }
+    /* A send from inside a deliver took the acknowledgement with it and
+     * cleared what was owed, but it named a point the run has since passed:
+     * the rest is owed still. The sender holds those packets as selectively
+     * acknowledged and does not retransmit them, so nothing else would make
+     * us tell it (a 5%-loss allreduce hung here). */
+    if (r->ack_sent != r->rcv_nxt && r->ack_owed == 0) {
+        r->ack_owed = 1;
+        r->t_owed = now;
+        r->ack_due = r->ack_due || w->ack_soon;
+    }
 }
 
 void hc_rel_input(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint64_t now, uint64_t wait_us)
@@ -418,7 +428,12 @@ bool hc_rel_tick(hc_rel_t *r, uint64_t now)
     uint64_t rto_us = (uint64_t)(r->rto * 1e6);
     for (uint32_t s = r->snd_una; seq_lt(s, r->snd_nxt) && budget; s++) {
         hc_rel_tx_slot_t *t = &r->tx[s & r->mask];
-        if (t->sacked) continue;
+        /* A selectively acknowledged packet is not sent again, except the
+         * oldest at its timeout: that it is still unacknowledged means the
+         * acknowledgements contradict each other (one was lost, or the
+         * receiver reneged), and the duplicate makes the receiver say where
+         * it stands (RFC 2018: SACK is advisory until acknowledged). */
+        if (t->sacked && s != r->snd_una) continue;
         if (t->t_sent == 0) {
             /* Queued behind a full transmit queue: in order, stop at the first refusal. */
             if (hc_rel_xmit_slot(r, s, now) != 0) break;

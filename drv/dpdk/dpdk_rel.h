@@ -9,7 +9,9 @@
  * computed from the measured round trip (RFC 6298: srtt + 4 rttvar, clamped,
  * doubled on each expiry) and, sooner, a hole the receiver's selective
  * acknowledgements have reported three packets past (fast retransmit, at
- * most once per round trip). The receiver delivers in order, keeps what
+ * most once per round trip). A selectively acknowledged packet goes again
+ * only if it is the oldest and its timeout expires (the acknowledgements
+ * then contradict each other; the duplicate makes the receiver restate). The receiver delivers in order, keeps what
  * arrives early in a window of the same size (so the sender, never more than
  * a window ahead, can never overrun it), drops duplicates and answers them
  * with an acknowledgement at once, and otherwise acknowledges cumulatively,
@@ -171,6 +173,7 @@ typedef struct {
     bool recent_fresh;    /* ts_recent is a new packet's, since the last acknowledgement */
     uint64_t t_owed;   /* us: when the oldest unacknowledged packet arrived */
     uint32_t ack_owed; /* packets received since the last acknowledgement */
+    uint32_t ack_sent; /* the cumulative point the last acknowledgement named */
     bool ack_now;      /* a duplicate arrived: acknowledge without waiting */
     bool ack_due;      /* the sender waits (ack_soon): acknowledge after this burst */
 

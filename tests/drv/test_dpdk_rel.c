@@ -88,6 +88,7 @@ typedef struct {
     double loss, dup;
     bneck_t *bn;                   /* NULL: unlimited rate */
     uint64_t drop_base, drop_mask; /* every copy of message drop_base + i, bit i set, is lost */
+    uint64_t drop_once;            /* only the first transmission of those, bit i set, is lost */
 } link_t;
 
 typedef struct {
@@ -168,6 +169,10 @@ static void link_send(ep_t *e, const hc_rel_wire_t *w, const msg_t *m)
     sim_t *s = e->sim;
     link_t *l = &e->link;
     if (m && m->num - l->drop_base < 64 && (l->drop_mask >> (m->num - l->drop_base) & 1)) return;
+    if (m && m->num - l->drop_base < 64 && (l->drop_once >> (m->num - l->drop_base) & 1)) {
+        l->drop_once &= ~(1ull << (m->num - l->drop_base));
+        return;
+    }
     int copies = 1 + (l->dup > 0 && rng_unit(&s->rng) < l->dup);
     for (int c = 0; c < copies; c++) {
         if (l->loss > 0 && rng_unit(&s->rng) < l->loss) continue;
@@ -526,6 +531,63 @@ static void test_rtt_idle_sender(void **state)
     sim_free(s);
     assert_true(srtt < 10 * srtt0 + 100e-6);
     assert_true(rto <= 2 * cfg.rto_min);
+}
+
+/* 2d: the receiver answers with data while it delivers a run that a
+ * retransmission unblocked: message 0 is lost once, 1-9 arrive and are
+ * selectively acknowledged; when 0 comes again, its delivery makes B send
+ * its one message, whose acknowledgement fields name 1 (still held, about
+ * to be delivered). B must still acknowledge 2-9 once it has delivered them:
+ * A holds them as selectively acknowledged and (rightly) never retransmits
+ * them on its own, so without that acknowledgement nothing more happens
+ * (a 32 MiB allreduce over af_packet at 5% loss hung this way). A needs no
+ * timeout for it. */
+static void test_ack_after_drain(void **state)
+{
+    (void)state;
+    hc_rel_cfg_t cfg = dcfg();
+    sim_t *s = sim_new(41);
+    ep_t *a = ep_add(s, 1, &cfg, PLAIN(20), 10);
+    ep_t *b = ep_add(s, 0, &cfg, PLAIN(20), 1);
+    b->echo = true; /* its message goes from inside the delivery of A's message 0 */
+    a->link.drop_once = 1;
+    uint64_t took = sim_run(s, 1000000);
+    report("ack after drain", 0, a);
+    uint64_t retx = a->r.n.retransmits, timeouts = a->r.n.timeouts;
+    sim_free(s);
+    assert_true(took != UINT64_MAX);
+    assert_int_equal(retx, 1); /* message 0, by fast retransmission */
+    assert_int_equal(timeouts, 0);
+}
+
+/* 2e: acknowledgements that contradict each other (selective ones that a
+ * later cumulative one takes back: RFC 2018 lets a receiver renege) leave
+ * A's oldest packet marked as received but unacknowledged. A selectively
+ * acknowledged packet is not retransmitted, but the oldest one goes again
+ * at its timeout all the same: B, which holds everything and owes nothing,
+ * answers the duplicate with the acknowledgement that ends it. */
+static void test_sacked_head_retransmitted(void **state)
+{
+    (void)state;
+    hc_rel_cfg_t cfg = dcfg();
+    sim_t *s = sim_new(43);
+    ep_t *a = ep_add(s, 1, &cfg, PLAIN(20), 10);
+    ep_t *b = ep_add(s, 0, &cfg, PLAIN(20), 0);
+    b->link.loss = 1.0; /* B's acknowledgements are all lost for now */
+    sim_until(s, s->now + 200);
+    assert_int_equal(b->delivered, 10);
+    hc_rel_wire_t w = {.seq = 0, .ack = a->seq0, .sack = 0x1ff, .kind = HC_REL_ACK};
+    hc_rel_input(&a->r, &w, NULL, s->now, 0); /* 1-9 received, 0 not */
+    w.ack = a->seq0 + 1;
+    w.sack = 0;
+    hc_rel_input(&a->r, &w, NULL, s->now, 0); /* 0 received, nothing past it */
+    assert_int_equal(a->acked_next, 1);
+    b->link.loss = 0;
+    uint64_t took = sim_run(s, 1000000);
+    print_message("sacked head: done after %.2f ms, %llu timeouts\n",
+                  took == UINT64_MAX ? -1.0 : (double)took / 1e3, ULL(a->r.n.timeouts));
+    sim_free(s);
+    assert_true(took != UINT64_MAX);
 }
 
 /* 3: the transmit queue refuses 30% of data and ack calls (and 1% loss): a
@@ -1010,6 +1072,8 @@ int main(void)
         cmocka_unit_test(test_lossy),
         cmocka_unit_test(test_fast_retx_tail),
         cmocka_unit_test(test_rtt_idle_sender),
+        cmocka_unit_test(test_ack_after_drain),
+        cmocka_unit_test(test_sacked_head_retransmitted),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_refused_sent_by_next_tick),
         cmocka_unit_test(test_stalled_receiver),
