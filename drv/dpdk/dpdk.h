@@ -21,7 +21,7 @@
 #include <rte_mbuf.h>
 
 #define HC_DPDK_MAGIC 0x4843u /* "HC" */
-#define HC_DPDK_VERSION 3 /* 2: kind's top bit, HC_DPDK_KIND_ACK_SOON; 3: ts_wait */
+#define HC_DPDK_VERSION 3     /* 2: kind's top bit, HC_DPDK_KIND_ACK_SOON; 3: ts_wait */
 #define HC_DPDK_BURST 32
 #define HC_DPDK_TXQ 64 /* packets queued for one rte_eth_tx_burst at most */
 
@@ -29,10 +29,10 @@
 typedef struct {
     uint32_t magic;
     uint8_t mac[6];
-    uint16_t udp_port; /* host order */
-    uint32_t ip;       /* network order */
+    uint16_t udp_port;    /* host order */
+    uint32_t ip;          /* network order */
     uint32_t max_payload; /* frame header + payload bytes one packet carries */
-    uint64_t session;  /* random per driver instance */
+    uint64_t session;     /* random per driver instance */
 } hc_dpdk_addr_t;
 
 /* After Ethernet + IPv4 + UDP, in every packet (little-endian fields). */
@@ -54,21 +54,21 @@ typedef struct __attribute__((packed)) {
 #define HC_DPDK_HDRS_LEN (HC_DPDK_L2L4_LEN + sizeof(hc_dpdk_hdr_t))
 
 typedef struct {
-    char port[512];       /* HCOMM_DPDK_PORT, %r and %l expanded, this rank's entry */
+    char port[512]; /* HCOMM_DPDK_PORT, %r and %l expanded, this rank's entry */
     char eal_args[1024];
     int64_t udp_base;
     int64_t window;
     double rto_min, rto_max, peer_timeout;
     double ack_delay; /* HCOMM_DPDK_ACK_DELAY, seconds */
-    const char *cc;       /* swift | off */
+    const char *cc;   /* swift | off */
     size_t zcopy_threshold;
-    double rx_drop;       /* test fault injection: received DATA packets dropped */
-    double rx_drop_acks;  /* test fault injection: received ACK packets dropped */
-    double rx_corrupt;    /* test fault injection: received packets with a byte flipped */
+    double rx_drop;        /* test fault injection: received DATA packets dropped */
+    double rx_drop_acks;   /* test fault injection: received ACK packets dropped */
+    double rx_corrupt;     /* test fault injection: received packets with a byte flipped */
     const char *udp_cksum; /* auto | on | off */
     const char *reg;       /* HCOMM_DPDK_REGISTER: auto | all */
-    int64_t mtu;          /* 0: the port's */
-    double link_wait;     /* seconds */
+    int64_t mtu;           /* 0: the port's */
+    double link_wait;      /* seconds */
     int64_t mbufs;
     int64_t ring;
     const char *ip;
@@ -92,20 +92,20 @@ typedef struct {
     uint16_t port_id;
     struct rte_mempool *pool;
     struct rte_ether_addr mac;
-    uint32_t ip;          /* network order */
+    uint32_t ip; /* network order */
     uint16_t mtu;
-    bool multi_seg;       /* the port sends chained mbufs (zero copy) */
-    bool ext_iova_ok;     /* the PMD does not DMA by IOVA (a vdev that copies): zero copy
-                             from any memory; else only from registered memory */
+    bool multi_seg;   /* the port sends chained mbufs (zero copy) */
+    bool ext_iova_ok; /* the PMD does not DMA by IOVA (a vdev that copies): zero copy
+                         from any memory; else only from registered memory */
     char driver[64];
     char name[128];
-    char iface[64];       /* af_packet/af_xdp iface=, "" otherwise */
-    int guard_fd;         /* kernel UDP socket holding our port (vdevs on a kernel iface) */
+    char iface[64]; /* af_packet/af_xdp iface=, "" otherwise */
+    int guard_fd;   /* kernel UDP socket holding our port (vdevs on a kernel iface) */
     bool in_use;
-    bool memif_client;    /* started at wireup (hc_dpdk_port_start), not at open */
-    bool started;         /* rte_eth_dev_start done: bursts allowed */
-    bool link_seen;       /* its link was up once */
-    int cksum;            /* HC_DPDK_CKSUM_*: how sent packets get their UDP checksum */
+    bool memif_client; /* started at wireup (hc_dpdk_port_start), not at open */
+    bool started;      /* rte_eth_dev_start done: bursts allowed */
+    bool link_seen;    /* its link was up once */
+    int cksum;         /* HC_DPDK_CKSUM_*: how sent packets get their UDP checksum */
 } hc_dpdk_port_t;
 extern hc_dpdk_port_t hc_dpdk_port;
 

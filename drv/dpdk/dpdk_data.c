@@ -72,8 +72,8 @@ typedef struct {
     uint8_t l2l4[HC_DPDK_L2L4_LEN]; /* Ethernet + IPv4 + UDP to the peer, lengths 0 */
     hc_rel_t rel;
     bool failed;
-    bool touched; /* on d->touched: owes an acknowledgement (sent once due, hc_rel_flush) */
-    bool busy;    /* in d->busy: has (or had, until the next tick) packets in flight */
+    bool touched;    /* on d->touched: owes an acknowledgement (sent once due, hc_rel_flush) */
+    bool busy;       /* in d->busy: has (or had, until the next tick) packets in flight */
     bool stall_told; /* the warning about a packet retransmitted over and over went */
 } hc_dpdk_conn_t;
 
@@ -88,10 +88,10 @@ struct hc_dpdk_drv {
     hc_dpdk_conn_t **busy; /* connections with packets in flight: what the timers visit */
     int nbusy;
     uint64_t t_tick;
-    uint64_t t_poll;    /* the last progress call that read the clock */
-    uint64_t t_clock;   /* the last clock reading (a poll or a send) */
-    uint64_t t_backlog; /* 0, or the clock before a gap in polling: what the rings
-                           still hold may have waited since then (host delay) */
+    uint64_t t_poll;     /* the last progress call that read the clock */
+    uint64_t t_clock;    /* the last clock reading (a poll or a send) */
+    uint64_t t_backlog;  /* 0, or the clock before a gap in polling: what the rings
+                            still hold may have waited since then (host delay) */
     unsigned idle_polls; /* empty polls since the clock was last read */
     bool rx_version_warned;
     uint64_t rng;
@@ -199,7 +199,8 @@ static void hc_dpdk_wire_to_hdr(hc_dpdk_hdr_t *h, const hc_rel_wire_t *w)
     h->ts = w->ts;
     h->ts_echo = w->ts_echo;
     h->ts_wait = w->ts_wait;
-    h->kind = (uint8_t)((h->kind & ~HC_DPDK_KIND_ACK_SOON) | (w->ack_soon ? HC_DPDK_KIND_ACK_SOON : 0));
+    h->kind =
+        (uint8_t)((h->kind & ~HC_DPDK_KIND_ACK_SOON) | (w->ack_soon ? HC_DPDK_KIND_ACK_SOON : 0));
 }
 
 static hc_dpdk_hdr_t *hc_dpdk_hdr_of(struct rte_mbuf *m)
@@ -439,11 +440,12 @@ static hcomm_status_t hc_dpdk_connect(hc_drv_t *drv, int peer, const void *addr,
     hc_dpdk_drv_t *d = (hc_dpdk_drv_t *)drv;
     hc_dpdk_addr_t a;
     if (peer < 0 || peer >= drv->env->size)
-        return hc_error(HCOMM_ERR_INVALID, "dpdk: connect to rank %d of %d", peer,
-                        drv->env->size);
+        return hc_error(HCOMM_ERR_INVALID, "dpdk: connect to rank %d of %d", peer, drv->env->size);
     if (addr_len != sizeof(a))
-        return hc_error(HCOMM_ERR_INVALID, "dpdk: rank %d's address blob has %zu bytes, not %zu "
-                        "(is dpdk open there?)", peer, addr_len, sizeof(a));
+        return hc_error(HCOMM_ERR_INVALID,
+                        "dpdk: rank %d's address blob has %zu bytes, not %zu "
+                        "(is dpdk open there?)",
+                        peer, addr_len, sizeof(a));
     memcpy(&a, addr, sizeof(a));
     if (a.magic != HC_DPDK_MAGIC || a.max_payload < 64 + sizeof(hc_frame_hdr_t))
         return hc_error(HCOMM_ERR_INVALID, "dpdk: rank %d's address blob is not a dpdk one", peer);
@@ -516,8 +518,7 @@ static hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
 {
     hc_dpdk_conn_t *c = (hc_dpdk_conn_t *)conn;
     hc_dpdk_drv_t *d = c->d;
-    if (c->failed)
-        return hc_error(HCOMM_ERR_PEER_FAILED, "dpdk: rank %d has failed", conn->peer);
+    if (c->failed) return hc_error(HCOMM_ERR_PEER_FAILED, "dpdk: rank %d has failed", conn->peer);
     if (hdr->len > conn->max_frame)
         return hc_error(HCOMM_ERR_INVALID, "dpdk: frame of %u bytes, at most %zu", hdr->len,
                         conn->max_frame);
@@ -539,8 +540,8 @@ static hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, co
     memcpy(fp, hdr, sizeof(*hdr));
     if (zc) {
         rte_mbuf_ext_refcnt_update(&d->shinfo, 1);
-        rte_pktmbuf_attach_extbuf(ext, (void *)(uintptr_t)payload,
-                                  (rte_iova_t)(uintptr_t)payload, (uint16_t)hdr->len, &d->shinfo);
+        rte_pktmbuf_attach_extbuf(ext, (void *)(uintptr_t)payload, (rte_iova_t)(uintptr_t)payload,
+                                  (uint16_t)hdr->len, &d->shinfo);
         ext->data_off = 0;
         ext->data_len = (uint16_t)hdr->len;
         ext->pkt_len = hdr->len;
@@ -758,8 +759,7 @@ static int hc_dpdk_progress(hc_drv_t *drv)
                             "retransmissions; if smaller messages get through, frames this large "
                             "are lost on the path (HCOMM_DPDK_MTU=%u here: lower it, or raise "
                             "the MTU of every link)",
-                            r, oldest->pkt_len, retx,
-                            (unsigned)hc_dpdk_port.mtu);
+                            r, oldest->pkt_len, retx, (unsigned)hc_dpdk_port.mtu);
             }
             if (!hc_rel_tick(&c->rel, now)) {
                 char why[200];
@@ -831,8 +831,8 @@ static hcomm_status_t hc_dpdk_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, 
         return HCOMM_OK;
     }
     if (slot < 0) slot = d->nregs++;
-    d->regs[slot] = (hc_dpdk_reg_t){.lo = lo, .hi = hi, .refs = 1, .user = desc->user,
-                                    .owned = owned};
+    d->regs[slot] =
+        (hc_dpdk_reg_t){.lo = lo, .hi = hi, .refs = 1, .user = desc->user, .owned = owned};
     if (desc->user) d->user_regs++;
     *key_p = (uint64_t)slot + 1;
     return HCOMM_OK;

@@ -254,8 +254,8 @@ static hcomm_status_t hc_dpdk_eal_start(const char *port, char *why, size_t why_
              * that a frame is one descriptor each way. */
             char bsize[32] = "";
             int64_t fmtu = hc_dpdk_want_mtu(port);
-            if (!strncmp(port, "net_memif", 9) && !strstr(port, "bsize=") &&
-                fmtu > RTE_ETHER_MTU && fmtu <= HC_DPDK_MTU_MAX)
+            if (!strncmp(port, "net_memif", 9) && !strstr(port, "bsize=") && fmtu > RTE_ETHER_MTU &&
+                fmtu <= HC_DPDK_MTU_MAX)
                 snprintf(bsize, sizeof(bsize), ",bsize=%u",
                          (unsigned)HC_MIN(65535, (fmtu + RTE_ETHER_HDR_LEN + 127) / 128 * 128));
             /* af_xdp: DPDK's default XDP program sends every packet of
@@ -278,14 +278,16 @@ static hcomm_status_t hc_dpdk_eal_start(const char *port, char *why, size_t why_
              * engine polls flat out: 8-byte ping-pong on a veth 3.81-3.98 us
              * against 3.64-3.88 without (docs/dpdk.md). */
             bool axdp = !strncmp(port, "net_af_xdp", 10);
-            int len = snprintf(portarg, sizeof(portarg), "--vdev=%s%s%s%s%s%s", port,
-                               afp && !strstr(port, "framecnt=") ? ",framecnt=4096" : "",
-                               afp && !strstr(port, "qdisc_bypass=") ? ",qdisc_bypass=0" : "",
-                               bsize, xdp, axdp && !strstr(port, "busy_budget=") ? ",busy_budget=0" : "");
+            int len =
+                snprintf(portarg, sizeof(portarg), "--vdev=%s%s%s%s%s%s", port,
+                         afp && !strstr(port, "framecnt=") ? ",framecnt=4096" : "",
+                         afp && !strstr(port, "qdisc_bypass=") ? ",qdisc_bypass=0" : "", bsize, xdp,
+                         axdp && !strstr(port, "busy_budget=") ? ",busy_budget=0" : "");
             if (len < 0 || (size_t)len >= sizeof(portarg)) {
                 snprintf(hc_dpdk_eal_error, sizeof(hc_dpdk_eal_error),
                          "dpdk: HCOMM_DPDK_PORT=%.200s: the device argument with hcomm's additions "
-                         "is %d bytes, more than %zu", port, len, sizeof(portarg) - 1);
+                         "is %d bytes, more than %zu",
+                         port, len, sizeof(portarg) - 1);
                 snprintf(why, why_len, "%s", hc_dpdk_eal_error);
                 return HCOMM_ERR_NO_DEVICE;
             }
@@ -377,8 +379,8 @@ static hcomm_status_t hc_dpdk_guard_port(uint32_t ip, uint16_t port, char *why, 
             char a[INET_ADDRSTRLEN];
             inet_ntop(AF_INET, &ip, a, sizeof(a));
             snprintf(why, why_len,
-                     "UDP port %s:%u is taken by another program (HCOMM_DPDK_UDP_PORT moves it)",
-                     a, port);
+                     "UDP port %s:%u is taken by another program (HCOMM_DPDK_UDP_PORT moves it)", a,
+                     port);
             return HCOMM_ERR_IO;
         }
         return HCOMM_OK;
@@ -438,10 +440,12 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
     if (free_frames && (uint32_t)mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN > info.max_rx_pktlen)
         eth_mtu = (uint16_t)(info.max_rx_pktlen - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
 
-    if ((hc_dpdk_cfg.mbufs != 0 && hc_dpdk_cfg.mbufs < 1023) || hc_dpdk_cfg.ring < 64 || hc_dpdk_cfg.ring > 16384) {
-        snprintf(why, why_len, "HCOMM_DPDK_MBUFS %lld (0 or >= 1023) or HCOMM_DPDK_RING %lld "
-                 "(64..16384) out of range", (long long)hc_dpdk_cfg.mbufs,
-                 (long long)hc_dpdk_cfg.ring);
+    if ((hc_dpdk_cfg.mbufs != 0 && hc_dpdk_cfg.mbufs < 1023) || hc_dpdk_cfg.ring < 64 ||
+        hc_dpdk_cfg.ring > 16384) {
+        snprintf(why, why_len,
+                 "HCOMM_DPDK_MBUFS %lld (0 or >= 1023) or HCOMM_DPDK_RING %lld "
+                 "(64..16384) out of range",
+                 (long long)hc_dpdk_cfg.mbufs, (long long)hc_dpdk_cfg.ring);
         return HCOMM_ERR_INVALID;
     }
     const char *reg = hc_dpdk_cfg.reg ? hc_dpdk_cfg.reg : "auto";
@@ -466,26 +470,25 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
                            (unsigned)RTE_MBUF_DEFAULT_DATAROOM);
     unsigned page = (unsigned)getpagesize();
     if (xdp && room + RTE_PKTMBUF_HEADROOM + mbuf_overhead > page) {
-        snprintf(why, why_len,
-                 "HCOMM_DPDK_MTU %u is too large for net_af_xdp: a frame, its headroom and its "
-                 "mbuf must fit a %u-byte page (by that, MTU at most %u; the interface may allow less)",
-                 mtu, page,
-                 page - mbuf_overhead - RTE_PKTMBUF_HEADROOM - xdp_headroom - 64 -
-                     RTE_ETHER_HDR_LEN);
+        snprintf(
+            why, why_len,
+            "HCOMM_DPDK_MTU %u is too large for net_af_xdp: a frame, its headroom and its "
+            "mbuf must fit a %u-byte page (by that, MTU at most %u; the interface may allow less)",
+            mtu, page,
+            page - mbuf_overhead - RTE_PKTMBUF_HEADROOM - xdp_headroom - 64 - RTE_ETHER_HDR_LEN);
         return HCOMM_ERR_INVALID;
     }
     char pool_name[32];
     snprintf(pool_name, sizeof(pool_name), "hcomm_%u", pid);
     unsigned mbufs = (unsigned)hc_dpdk_cfg.mbufs;
     if (mbufs == 0) mbufs = HC_MIN(16383u, HC_MAX(4095u, (64u << 20) / room));
-    P->pool = rte_pktmbuf_pool_create(pool_name, mbufs, 256, 0,
-                                      (uint16_t)(room + RTE_PKTMBUF_HEADROOM),
-                                      (int)rte_eth_dev_socket_id(pid) < 0
-                                          ? SOCKET_ID_ANY
-                                          : rte_eth_dev_socket_id(pid));
+    P->pool = rte_pktmbuf_pool_create(
+        pool_name, mbufs, 256, 0, (uint16_t)(room + RTE_PKTMBUF_HEADROOM),
+        (int)rte_eth_dev_socket_id(pid) < 0 ? SOCKET_ID_ANY : rte_eth_dev_socket_id(pid));
     if (!P->pool) {
-        snprintf(why, why_len, "rte_pktmbuf_pool_create(%u mbufs of %u bytes): %s (HCOMM_DPDK_MBUFS)",
-                 mbufs, room, rte_strerror(rte_errno));
+        snprintf(why, why_len,
+                 "rte_pktmbuf_pool_create(%u mbufs of %u bytes): %s (HCOMM_DPDK_MBUFS)", mbufs,
+                 room, rte_strerror(rte_errno));
         return HCOMM_ERR_NO_MEMORY;
     }
 
@@ -499,9 +502,9 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
     if (!strcmp(ck, "off"))
         P->cksum = HC_DPDK_CKSUM_OFF;
     else if (!strcmp(ck, "on") || !strcmp(ck, "auto"))
-        P->cksum = hw_ck ? HC_DPDK_CKSUM_HW
+        P->cksum = hw_ck                                       ? HC_DPDK_CKSUM_HW
                    : !strcmp(ck, "on") || hc_dpdk_is_pci(spec) ? HC_DPDK_CKSUM_SW
-                                                                : HC_DPDK_CKSUM_OFF;
+                                                               : HC_DPDK_CKSUM_OFF;
     else {
         snprintf(why, why_len, "HCOMM_DPDK_UDP_CKSUM=\"%s\": auto, on or off", ck);
         return HCOMM_ERR_INVALID;
@@ -525,8 +528,9 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
                      "(start_queue=%%l on a NIC that steers UDP port %lld+l to queue l) or its "
                      "own interface (%%l in iface=)",
                      env->local_size, (long long)hc_dpdk_cfg.udp_base);
-        snprintf(why, why_len, "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s%s%s",
-                 name, nrx, ntx, mtu, rte_strerror(rc < 0 ? -rc : rc),
+        snprintf(why, why_len,
+                 "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s%s%s", name,
+                 nrx, ntx, mtu, rte_strerror(rc < 0 ? -rc : rc),
                  !xdp ? ""
                       : " (is an XDP program already on the interface? A job that was killed "
                         "leaves one: ip link set dev <iface> xdp off)",
@@ -549,7 +553,8 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
     P->ext_iova_ok = !hc_dpdk_is_pci(spec) && strcmp(reg, "all") != 0;
     if (!P->ext_iova_ok && P->multi_seg && rte_eal_iova_mode() != RTE_IOVA_VA)
         hc_log_info("dpdk: port %s DMAs but EAL runs IOVA as PA: payloads are copied (zero "
-                    "copy needs --iova-mode=va, an IOMMU and vfio-pci)", name);
+                    "copy needs --iova-mode=va, an IOMMU and vfio-pci)",
+                    name);
     hc_dpdk_vdev_arg(spec, "iface", P->iface, sizeof(P->iface));
 
     uint16_t udp = (uint16_t)(hc_dpdk_cfg.udp_base + HC_MAX(env->local_rank, 0));
@@ -582,8 +587,8 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
         if (st != HCOMM_OK) return st;
     }
     hc_log_info("dpdk: port %s (%s) %02x:%02x:%02x:%02x:%02x:%02x MTU %u%s, UDP checksum %s, "
-                "EAL: %s", name,
-                P->driver, P->mac.addr_bytes[0], P->mac.addr_bytes[1], P->mac.addr_bytes[2],
+                "EAL: %s",
+                name, P->driver, P->mac.addr_bytes[0], P->mac.addr_bytes[1], P->mac.addr_bytes[2],
                 P->mac.addr_bytes[3], P->mac.addr_bytes[4], P->mac.addr_bytes[5], P->mtu,
                 P->multi_seg ? ", chained TX (zero copy)" : ", no chained TX (copies)",
                 P->cksum == HC_DPDK_CKSUM_HW   ? "offloaded"
@@ -619,8 +624,8 @@ hcomm_status_t hc_dpdk_port_start(bool wait_link, char *why, size_t why_len)
     P->link_seen = link.link_status;
     if (!link.link_status)
         hc_log_warn("dpdk: port %s (%s): link still down after %.1f s (HCOMM_DPDK_LINK_WAIT; "
-                    "frames sent now are lost and retransmitted)", P->name, P->driver,
-                    hc_dpdk_cfg.link_wait);
+                    "frames sent now are lost and retransmitted)",
+                    P->name, P->driver, hc_dpdk_cfg.link_wait);
     return HCOMM_OK;
 }
 
@@ -645,7 +650,8 @@ hcomm_status_t hc_dpdk_probe(const hc_drv_env_t *env, char *why, size_t why_len)
     if (hc_dpdk_is_pci(spec)) {
         char addr[64];
         snprintf(addr, sizeof(addr), "%.*s", (int)strcspn(spec, ","), spec);
-        snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s%s", strchr(addr, ':') == strrchr(addr, ':') ? "0000:" : "", addr);
+        snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s%s",
+                 strchr(addr, ':') == strrchr(addr, ':') ? "0000:" : "", addr);
         if (access(path, F_OK) != 0) {
             snprintf(why, why_len, "HCOMM_DPDK_PORT=%s: no PCI device %s", spec, path);
             return HCOMM_ERR_NO_DEVICE;
@@ -666,8 +672,7 @@ hcomm_status_t hc_dpdk_probe(const hc_drv_env_t *env, char *why, size_t why_len)
     return HCOMM_OK;
 }
 
-void hc_dpdk_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg),
-                      void *arg)
+void hc_dpdk_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg), void *arg)
 {
     char text[1400], why[512];
     snprintf(text, sizeof(text), "  %s", rte_version());

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HC_REL_DUPTHRESH 3 /* packets sacked past a hole before it is resent */
-#define HC_REL_TICK_BUDGET 64 /* retransmissions per tick, per connection */
+#define HC_REL_DUPTHRESH 3            /* packets sacked past a hole before it is resent */
+#define HC_REL_TICK_BUDGET 64         /* retransmissions per tick, per connection */
 #define HC_REL_BASE_WINDOW_US 1000000 /* the base delay: the smallest of the last 1-2 s */
 
 /* now - t, 0 when t is later: a caller's clock read before a callback that
@@ -41,8 +41,8 @@ void hc_rel_cfg_default(hc_rel_cfg_t *cfg)
                           .ack_every = 1};
 }
 
-int hc_rel_init(hc_rel_t *r, const hc_rel_cfg_t *cfg, const hc_rel_ops_t *ops, void *arg,
-                char *why, size_t why_len)
+int hc_rel_init(hc_rel_t *r, const hc_rel_cfg_t *cfg, const hc_rel_ops_t *ops, void *arg, char *why,
+                size_t why_len)
 {
     memset(r, 0, sizeof(*r));
     if (cfg->window < 2 || cfg->window > 4096 || (cfg->window & (cfg->window - 1))) {
@@ -219,8 +219,8 @@ static void hc_rel_rtt_sample(hc_rel_t *r, double rtt, double delay, uint32_t ne
     }
     if (!r->cfg.adaptive || newly_acked == 0) return;
     double base = r->min_n ? fmin(r->min_prev, r->min_cur) : r->min_prev;
-    double target = base > 1.5 * r->cfg.target_delay ? base * r->cfg.target_factor
-                                                      : r->cfg.target_delay;
+    double target =
+        base > 1.5 * r->cfg.target_delay ? base * r->cfg.target_factor : r->cfg.target_delay;
     if (delay < target) r->cwnd += (double)newly_acked / r->cwnd; /* +1 per round trip */
     /* The decrease reads the standing delay: the smallest of one round
      * trip's samples (Copa's standing RTT). A queue at a bottleneck delays
@@ -334,8 +334,7 @@ static void hc_rel_on_data(hc_rel_t *r, const hc_rel_wire_t *w, void *pkt, uint6
      * sender's timeout) tells the sender the timeout was spurious. */
     bool fresh = !seq_lt(s, r->rcv_nxt) && seq_lt(s, r->rcv_nxt + r->cfg.window) &&
                  (s == r->rcv_nxt || !r->rx[s & r->mask]);
-    if (r->ts_recent == 0 ||
-        ((int32_t)(w->ts - r->ts_recent) > 0 && (fresh || !r->recent_fresh))) {
+    if (r->ts_recent == 0 || ((int32_t)(w->ts - r->ts_recent) > 0 && (fresh || !r->recent_fresh))) {
         r->ts_recent = w->ts;
         r->t_recent = now;
         r->wait_recent = (uint32_t)wait_us;

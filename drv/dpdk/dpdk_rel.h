@@ -11,9 +11,10 @@
  * acknowledgements have reported three packets past (fast retransmit, at
  * most once per round trip). A selectively acknowledged packet goes again
  * only if it is the oldest and its timeout expires (the acknowledgements
- * then contradict each other; the duplicate makes the receiver restate). The receiver delivers in order, keeps what
- * arrives early in a window of the same size (so the sender, never more than
- * a window ahead, can never overrun it), drops duplicates and answers them
+ * then contradict each other; the duplicate makes the receiver restate).
+ * The receiver delivers in order, keeps what arrives early in a window of
+ * the same size (so the sender, never more than a window ahead, can never
+ * overrun it), drops duplicates and answers them
  * with an acknowledgement at once, and otherwise acknowledges cumulatively,
  * with a bitmap of the 64 sequence numbers after the cumulative point and
  * the newest time stamp it received (the sender's RTT sample; no ambiguity
@@ -105,19 +106,19 @@ typedef struct {
 } hc_rel_ops_t;
 
 typedef struct {
-    unsigned window;     /* packets, power of two, 2..4096 */
-    double rto_min;      /* seconds */
+    unsigned window; /* packets, power of two, 2..4096 */
+    double rto_min;  /* seconds */
     double rto_max;
-    double peer_timeout; /* seconds without acknowledgement progress */
-    bool adaptive;       /* delay-based cwnd; false: cwnd = window */
+    double peer_timeout;  /* seconds without acknowledgement progress */
+    bool adaptive;        /* delay-based cwnd; false: cwnd = window */
     double target_delay;  /* seconds: the RTT every flow aims at (one value for all, so that
                              flows sharing a bottleneck converge to equal shares) */
     double target_factor; /* a path whose smallest RTT exceeds target_delay by half aims at
                              its smallest RTT times this instead */
-    double max_mdf;      /* largest multiplicative decrease, 0..1 */
-    double cwnd_init;    /* packets */
-    double ack_delay;    /* seconds an acknowledgement may wait for data to ride on (0: none) */
-    unsigned ack_every;  /* ... or packets it may owe first (1: acknowledge every burst) */
+    double max_mdf;       /* largest multiplicative decrease, 0..1 */
+    double cwnd_init;     /* packets */
+    double ack_delay;     /* seconds an acknowledgement may wait for data to ride on (0: none) */
+    unsigned ack_every;   /* ... or packets it may owe first (1: acknowledge every burst) */
 } hc_rel_cfg_t;
 
 typedef struct {
@@ -125,8 +126,8 @@ typedef struct {
     uint64_t received, duplicates, out_of_order, beyond_window;
     uint64_t acks_sent, acks_received;
     uint64_t rtt_samples;
-    uint64_t host_delay_us; /* sum over RTT samples of the host delay taken out of them */
-    uint64_t path_delay_us; /* sum over RTT samples of what is left: the window's signal */
+    uint64_t host_delay_us;   /* sum over RTT samples of the host delay taken out of them */
+    uint64_t path_delay_us;   /* sum over RTT samples of what is left: the window's signal */
     uint64_t delay_decreases; /* window decreases for a delay above the target */
 } hc_rel_counters_t;
 
@@ -159,23 +160,23 @@ typedef struct {
     uint64_t t_epoch;                  /* us: this round trip's samples began */
     double epoch_min;                  /* their smallest delay (the standing delay) */
     uint32_t epoch_n;
-    uint64_t t_fast;                   /* us of the last fast retransmission */
-    uint32_t recover;                  /* snd_nxt at the last fast retransmission */
-    bool fast_pending;                 /* a hole reported, its fast retransmission not yet due */
-    uint32_t fast_hole;                /* the last hole fast-retransmitted (each goes once) */
+    uint64_t t_fast;    /* us of the last fast retransmission */
+    uint32_t recover;   /* snd_nxt at the last fast retransmission */
+    bool fast_pending;  /* a hole reported, its fast retransmission not yet due */
+    uint32_t fast_hole; /* the last hole fast-retransmitted (each goes once) */
 
     /* receiver */
     void **rx;
     uint32_t rcv_nxt;
     uint32_t ts_recent;
-    uint64_t t_recent; /* us: when ts_recent arrived (the echo adds the time since) */
+    uint64_t t_recent;    /* us: when ts_recent arrived (the echo adds the time since) */
     uint32_t wait_recent; /* us ts_recent's packet may have waited before we polled */
     bool recent_fresh;    /* ts_recent is a new packet's, since the last acknowledgement */
-    uint64_t t_owed;   /* us: when the oldest unacknowledged packet arrived */
-    uint32_t ack_owed; /* packets received since the last acknowledgement */
-    uint32_t ack_sent; /* the cumulative point the last acknowledgement named */
-    bool ack_now;      /* a duplicate arrived: acknowledge without waiting */
-    bool ack_due;      /* the sender waits (ack_soon): acknowledge after this burst */
+    uint64_t t_owed;      /* us: when the oldest unacknowledged packet arrived */
+    uint32_t ack_owed;    /* packets received since the last acknowledgement */
+    uint32_t ack_sent;    /* the cumulative point the last acknowledgement named */
+    bool ack_now;         /* a duplicate arrived: acknowledge without waiting */
+    bool ack_due;         /* the sender waits (ack_soon): acknowledge after this burst */
 
     hc_rel_counters_t n;
 } hc_rel_t;
@@ -183,8 +184,8 @@ typedef struct {
 /* The defaults above (window 512, rto 1 ms .. 200 ms, ...), for tests. */
 void hc_rel_cfg_default(hc_rel_cfg_t *cfg);
 /* 0, or -1 for a bad cfg / no memory (why says which). */
-int hc_rel_init(hc_rel_t *r, const hc_rel_cfg_t *cfg, const hc_rel_ops_t *ops, void *arg,
-                char *why, size_t why_len);
+int hc_rel_init(hc_rel_t *r, const hc_rel_cfg_t *cfg, const hc_rel_ops_t *ops, void *arg, char *why,
+                size_t why_len);
 /* Frees the windows; received packets still kept go to discard. Sent ones
  * must have been drained first (hc_rel_drain). */
 void hc_rel_fini(hc_rel_t *r);

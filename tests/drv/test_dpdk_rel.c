@@ -48,7 +48,8 @@ static msg_t *msg_new(uint64_t num, int src, const msg_t *copy_of)
         return m;
     }
     m->num = num;
-    for (int i = 0; i < BODY; i++) m->body[i] = body_byte(num, src, i);
+    for (int i = 0; i < BODY; i++)
+        m->body[i] = body_byte(num, src, i);
     return m;
 }
 
@@ -112,8 +113,8 @@ typedef struct ep {
     heap_t in;   /* arriving from peer, by arrival time */
     uint32_t seq0;
     bool hold, dead, refuse_all;
-    bool no_cookie; /* sends without a cookie (nothing waits for the acknowledgement) */
-    bool echo;      /* sends one message for each delivered (request/response) */
+    bool no_cookie;       /* sends without a cookie (nothing waits for the acknowledgement) */
+    bool echo;            /* sends one message for each delivered (request/response) */
     unsigned refuse_pct;  /* xmit and ack refuse this share of calls */
     uint64_t refuse_from; /* xmit refuses messages from this number on */
     uint64_t gap_us, last_send;
@@ -145,7 +146,8 @@ static void heap_push(heap_t *h, wpkt_t *p)
         assert_non_null(h->v);
     }
     size_t i = h->n++;
-    for (; i && wp_before(p, h->v[(i - 1) / 2]); i = (i - 1) / 2) h->v[i] = h->v[(i - 1) / 2];
+    for (; i && wp_before(p, h->v[(i - 1) / 2]); i = (i - 1) / 2)
+        h->v[i] = h->v[(i - 1) / 2];
     h->v[i] = p;
 }
 
@@ -243,7 +245,8 @@ static void cb_deliver(void *arg, void *pkt)
     ep_t *e = arg;
     msg_t *m = pkt;
     assert_int_equal(m->num, e->delivered); /* exactly once, in order */
-    for (int i = 0; i < BODY; i++) assert_int_equal(m->body[i], body_byte(m->num, e->peer->id, i));
+    for (int i = 0; i < BODY; i++)
+        assert_int_equal(m->body[i], body_byte(m->num, e->peer->id, i));
     e->delivered++;
     msg_free(m);
     if (e->echo && e->next_msg < e->n_msgs && hc_rel_can_send(&e->r)) {
@@ -284,7 +287,11 @@ static ep_t *ep_add(sim_t *s, int peer, const hc_rel_cfg_t *cfg, link_t link, ui
 {
     ep_t *e = &s->ep[s->n];
     char why[256] = "";
-    *e = (ep_t){.sim = s, .id = s->n++, .peer = &s->ep[peer], .link = link, .n_msgs = n,
+    *e = (ep_t){.sim = s,
+                .id = s->n++,
+                .peer = &s->ep[peer],
+                .link = link,
+                .n_msgs = n,
                 .refuse_from = UINT64_MAX};
     int rc = hc_rel_init(&e->r, cfg, &ops, e, why, sizeof(why));
     if (rc) print_message("init: %s\n", why);
@@ -312,7 +319,8 @@ static void sim_step(sim_t *s)
         if (e->hold) continue;
         if (e->slice_us && ((s->now - T0 + 2 * e->slice_us - e->slice_phase) / e->slice_us) % 2)
             continue; /* not scheduled */
-        uint64_t wait = e->report_wait && e->t_poll && s->now - e->t_poll > 20 ? s->now - e->t_poll : 0;
+        uint64_t gap = e->t_poll ? s->now - e->t_poll : 0;
+        uint64_t wait = e->report_wait && gap > 20 ? gap : 0;
         e->t_poll = s->now;
         while (e->in.n && e->in.v[0]->at <= s->now) {
             wpkt_t *p = heap_pop(&e->in);
@@ -339,15 +347,15 @@ static void sim_step(sim_t *s)
 
 static void sim_until(sim_t *s, uint64_t t)
 {
-    while (s->now < t) sim_step(s);
+    while (s->now < t)
+        sim_step(s);
 }
 
 static bool sim_done(const sim_t *s)
 {
     for (int i = 0; i < s->n; i++) {
         const ep_t *e = &s->ep[i];
-        if (e->delivered != e->peer->n_msgs || e->acked_next != e->n_msgs ||
-            hc_rel_inflight(&e->r))
+        if (e->delivered != e->peer->n_msgs || e->acked_next != e->n_msgs || hc_rel_inflight(&e->r))
             return false;
     }
     return true;
@@ -526,7 +534,8 @@ static void test_rtt_idle_sender(void **state)
     b->gap_us = 50; /* 100 ms of traffic B -> A, nothing A -> B */
     assert_true(sim_run(s, 1000000) != UINT64_MAX);
     print_message("idle sender: srtt %.1f us before, %.1f us after 100 ms of peer data; rto "
-                  "%.1f ms\n", srtt0 * 1e6, a->r.srtt * 1e6, a->r.rto * 1e3);
+                  "%.1f ms\n",
+                  srtt0 * 1e6, a->r.srtt * 1e6, a->r.rto * 1e3);
     double srtt = a->r.srtt, rto = a->r.rto;
     sim_free(s);
     assert_true(srtt < 10 * srtt0 + 100e-6);
@@ -628,8 +637,7 @@ static void test_refused_sent_by_next_tick(void **state)
     a->refuse_all = false;
     s->now += 5;
     assert_true(hc_rel_tick(&a->r, s->now));
-    print_message("refused packet: sent %llu after the next tick (expected 2)\n",
-                  ULL(a->r.n.sent));
+    print_message("refused packet: sent %llu after the next tick (expected 2)\n", ULL(a->r.n.sent));
     uint64_t sent = a->r.n.sent;
     sim_free(s);
     assert_int_equal(sent, 2);
@@ -701,14 +709,17 @@ static void cc_run(sim_t *s, ep_t **e, int nf, const bneck_t *bn, uint64_t t_mea
                    uint64_t print_us, cc_result_t *res)
 {
     uint64_t d0[MAX_EP] = {0}, samples = 0;
-    for (int f = 0; f < nf; f++) res[f] = (cc_result_t){.cwnd_min = 1e9};
+    for (int f = 0; f < nf; f++)
+        res[f] = (cc_result_t){.cwnd_min = 1e9};
     for (uint64_t t = 0; t <= t_end; t += 100) {
         sim_until(s, T0 + t);
         for (int f = 0; f < nf && t % print_us == 0; f++)
             print_message("  t %3llu ms flow %d: cwnd %6.1f srtt %7.1f us min_rtt %6.1f us "
-                          "delivered %llu\n", ULL(t / 1000), f, e[f]->r.cwnd,
-                          e[f]->r.srtt * 1e6, e[f]->r.min_rtt * 1e6, ULL(e[f]->peer->delivered));
-        for (int f = 0; f < nf && t == t_meas; f++) d0[f] = e[f]->peer->delivered;
+                          "delivered %llu\n",
+                          ULL(t / 1000), f, e[f]->r.cwnd, e[f]->r.srtt * 1e6, e[f]->r.min_rtt * 1e6,
+                          ULL(e[f]->peer->delivered));
+        for (int f = 0; f < nf && t == t_meas; f++)
+            d0[f] = e[f]->peer->delivered;
         if (t < t_meas) continue;
         samples++;
         for (int f = 0; f < nf; f++) {
@@ -794,8 +805,8 @@ static void test_fairness(void **state)
         print_message("fairness, second flow %d ms late: shares %.1f%% + %.1f%% of the "
                       "bottleneck, min rtt %.1f / %.1f us, srtt max %.1f / %.1f us\n",
                       k ? 20 : 0, res[k][0].tput * 100, res[k][1].tput * 100,
-                      res[k][0].min_rtt * 1e6, res[k][1].min_rtt * 1e6,
-                      res[k][0].srtt_max * 1e6, res[k][1].srtt_max * 1e6);
+                      res[k][0].min_rtt * 1e6, res[k][1].min_rtt * 1e6, res[k][0].srtt_max * 1e6,
+                      res[k][1].srtt_max * 1e6);
         sim_free(s);
     }
     for (int k = 0; k < 2; k++) {
@@ -832,8 +843,8 @@ static void test_long_path(void **state)
         cc_result_t res[2];
         cc_run(s, e, k + 1, &bn, 100000, 400000, 100000, res);
         double tput = res[0].tput + (k ? res[1].tput : 0);
-        print_message("long path, %d flow%s: throughput %.1f%% of the bottleneck (%.1f%% + %.1f%%), "
-                      "min rtt %.1f us, srtt max %.1f us\n",
+        print_message("long path, %d flow%s: throughput %.1f%% of the bottleneck (%.1f%% + "
+                      "%.1f%%), min rtt %.1f us, srtt max %.1f us\n",
                       k + 1, k ? "s" : "", tput * 100, res[0].tput * 100, k ? res[1].tput * 100 : 0,
                       res[0].min_rtt * 1e6, res[0].srtt_max * 1e6);
         assert_true(tput >= 0.9);
@@ -865,8 +876,8 @@ static void sched_one(bool report, cc_result_t *res)
                   "cwnd %.1f..%.1f mean %.1f, srtt max %.1f us, timeouts %llu\n",
                   report ? "reported" : "not reported", res->tput * 100, res->cwnd_min,
                   res->cwnd_max, res->cwnd_mean, res->srtt_max * 1e6, ULL(a->r.n.timeouts));
-    print_message("  host delay %llu us taken out of %llu RTT samples\n",
-                  ULL(a->r.n.host_delay_us), ULL(a->r.n.rtt_samples));
+    print_message("  host delay %llu us taken out of %llu RTT samples\n", ULL(a->r.n.host_delay_us),
+                  ULL(a->r.n.rtt_samples));
     if (report) assert_true(a->r.n.host_delay_us > 0);
     sim_free(s);
 }
@@ -1048,11 +1059,21 @@ static void test_bad_cfg(void **state)
     for (int k = 0; k < 5; k++) {
         hc_rel_cfg_t cfg = dcfg();
         switch (k) {
-        case 0: cfg.window = 3; break;
-        case 1: cfg.window = 0; break;
-        case 2: cfg.window = 8192; break;
-        case 3: cfg.rto_min = 0; break;
-        default: cfg.max_mdf = 1; break;
+        case 0:
+            cfg.window = 3;
+            break;
+        case 1:
+            cfg.window = 0;
+            break;
+        case 2:
+            cfg.window = 8192;
+            break;
+        case 3:
+            cfg.rto_min = 0;
+            break;
+        default:
+            cfg.max_mdf = 1;
+            break;
         }
         why[0] = '\0';
         assert_int_equal(hc_rel_init(&r, &cfg, &ops, NULL, why, sizeof(why)), -1);
