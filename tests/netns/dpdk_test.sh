@@ -14,6 +14,9 @@
 #   loss         2 x 1 with 2% of received data packets dropped
 #                (HCOMM_DPDK_RX_DROP): every result still exact, and the
 #                ranks' statistics show the retransmissions that did it
+#   netem        2 x 1 through tc netem both ways (1% loss, 1 ms +- 0.5 ms:
+#                reordering): exact, packets seen out of order and
+#                retransmitted (in the tests/vm guest: vm_netns_dpdk_netem)
 #   loss_nft     2 x 1, the bridge drops 1% of the datagrams (nftables):
 #                real loss on the wire, still exact, retransmissions counted
 #   zcopy        2 x 1, a 64 MiB allreduce from hcomm_mem_alloc buffers: the
@@ -397,6 +400,27 @@ sigstop)
     sleep 5
     kill -CONT "${pids[2]}"
     wait_all 150
+    ;;
+netem)
+    # Loss, delay and reordering on the wire (tc netem, both directions; run
+    # inside the tests/vm guest where the host kernel has no sch_netem): 1%
+    # lost, 1 ms +- 0.5 ms, so that packets overtake one another. Every
+    # result exact; the ranks saw packets out of order and retransmitted.
+    "$netns" up 2 || fail "netns setup"
+    ip netns exec "hcn-$HCN_JOB-1" tc qdisc add dev eth0 root netem loss 1% delay 1ms 500us \
+        2>/dev/null || skip "tc netem unavailable (sch_netem module?)"
+    ip netns exec "hcn-$HCN_JOB-br" tc qdisc add dev h1 root netem loss 1% delay 1ms 500us ||
+        fail "netem on the bridge side"
+    job_env+=(HCOMM_STATS=1 HCOMM_STATS_LEVEL=2)
+    launch 2 1 --max 2M --coll
+    wait_all 250
+    ip netns exec "hcn-$HCN_JOB-1" tc -s qdisc show dev eth0 | grep -o "dropped [0-9]*" | head -1
+    n=$(grep -o "retransmits [0-9]*" "$work/r0.log" "$work/r1.log" | grep -o "[0-9]*$" | paste -sd+ | bc)
+    o=$(grep -o "rx_out_of_order [0-9]*" "$work/r0.log" "$work/r1.log" | grep -o "[0-9]*$" |
+        paste -sd+ | bc)
+    echo "the ranks received ${o:-?} packets out of order and retransmitted ${n:-?}"
+    [ "${n:-0}" -gt 0 ] || fail "no retransmissions reported under 1% loss"
+    [ "${o:-0}" -gt 0 ] || fail "no packet arrived out of order through a 0.5 ms jitter"
     ;;
 loss_nft)
     # Real loss on the wire: the bridge drops 1% of the UDP datagrams to the
