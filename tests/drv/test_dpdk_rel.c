@@ -299,6 +299,16 @@ static ep_t *ep_add(sim_t *s, int peer, const hc_rel_cfg_t *cfg, link_t link, ui
     return e;
 }
 
+/* Endpoints 0 (a, n_a messages) and 1 (n_b messages) over fixed-delay links. */
+static ep_t *plain_pair(sim_t *s, const hc_rel_cfg_t *cfg, uint32_t us, uint64_t n_a, uint64_t n_b,
+                        ep_t **b_p)
+{
+    ep_t *a = ep_add(s, 1, cfg, PLAIN(us), n_a);
+    ep_t *b = ep_add(s, 0, cfg, PLAIN(us), n_b);
+    if (b_p) *b_p = b;
+    return a;
+}
+
 static void feed(sim_t *s, ep_t *e)
 {
     while (!e->echo && e->next_msg < e->n_msgs && hc_rel_can_send(&e->r) &&
@@ -499,8 +509,7 @@ static void test_fast_retx_tail(void **state)
     (void)state;
     hc_rel_cfg_t cfg = dcfg();
     sim_t *s = sim_new(12);
-    ep_t *a = ep_add(s, 1, &cfg, PLAIN(20), 100);
-    ep_t *b = ep_add(s, 0, &cfg, PLAIN(20), 0);
+    ep_t *b, *a = plain_pair(s, &cfg, 20, 100, 0, &b);
     assert_true(sim_run(s, 100000) != UINT64_MAX); /* srtt: the path's 40 us */
     a->link.drop_base = 100;
     a->link.drop_mask = 1; /* message 100 is lost, every copy */
@@ -526,8 +535,7 @@ static void test_rtt_idle_sender(void **state)
     (void)state;
     hc_rel_cfg_t cfg = dcfg();
     sim_t *s = sim_new(10);
-    ep_t *a = ep_add(s, 1, &cfg, PLAIN(10), 10);
-    ep_t *b = ep_add(s, 0, &cfg, PLAIN(10), 0);
+    ep_t *b, *a = plain_pair(s, &cfg, 10, 10, 0, &b);
     assert_true(sim_run(s, 100000) != UINT64_MAX);
     double srtt0 = a->r.srtt;
     b->n_msgs = 2000;
@@ -556,8 +564,7 @@ static void test_ack_after_drain(void **state)
     (void)state;
     hc_rel_cfg_t cfg = dcfg();
     sim_t *s = sim_new(41);
-    ep_t *a = ep_add(s, 1, &cfg, PLAIN(20), 10);
-    ep_t *b = ep_add(s, 0, &cfg, PLAIN(20), 1);
+    ep_t *b, *a = plain_pair(s, &cfg, 20, 10, 1, &b);
     b->echo = true; /* its message goes from inside the delivery of A's message 0 */
     a->link.drop_once = 1;
     uint64_t took = sim_run(s, 1000000);
@@ -580,8 +587,7 @@ static void test_sacked_head_retransmitted(void **state)
     (void)state;
     hc_rel_cfg_t cfg = dcfg();
     sim_t *s = sim_new(43);
-    ep_t *a = ep_add(s, 1, &cfg, PLAIN(20), 10);
-    ep_t *b = ep_add(s, 0, &cfg, PLAIN(20), 0);
+    ep_t *b, *a = plain_pair(s, &cfg, 20, 10, 0, &b);
     b->link.loss = 1.0; /* B's acknowledgements are all lost for now */
     sim_until(s, s->now + 200);
     assert_int_equal(b->delivered, 10);
@@ -627,8 +633,7 @@ static void test_refused_sent_by_next_tick(void **state)
     (void)state;
     hc_rel_cfg_t cfg = dcfg();
     sim_t *s = sim_new(33);
-    ep_t *a = ep_add(s, 1, &cfg, PLAIN(1000), 2);
-    ep_add(s, 0, &cfg, PLAIN(1000), 0);
+    ep_t *a = plain_pair(s, &cfg, 1000, 2, 0, NULL);
     hc_rel_send(&a->r, msg_new(0, a->id, NULL), cookie_of(0), s->now);
     a->refuse_all = true; /* the queue is full for the second one */
     hc_rel_send(&a->r, msg_new(1, a->id, NULL), cookie_of(1), s->now);
@@ -650,8 +655,7 @@ static void test_stalled_receiver(void **state)
     (void)state;
     hc_rel_cfg_t cfg = dcfg();
     sim_t *s = sim_new(4);
-    ep_t *a = ep_add(s, 1, &cfg, PLAIN(10), 20000);
-    ep_t *b = ep_add(s, 0, &cfg, PLAIN(10), 0);
+    ep_t *b, *a = plain_pair(s, &cfg, 10, 20000, 0, &b);
     sim_until(s, T0 + 2000);
     b->hold = true;
     uint64_t got = b->delivered;
@@ -903,8 +907,7 @@ static void test_spurious_burst(void **state)
     (void)state;
     hc_rel_cfg_t cfg = dcfg();
     sim_t *s = sim_new(12);
-    ep_t *a = ep_add(s, 1, &cfg, PLAIN(10), 100000);
-    ep_t *b = ep_add(s, 0, &cfg, PLAIN(10), 0);
+    ep_t *b, *a = plain_pair(s, &cfg, 10, 100000, 0, &b);
     a->report_wait = b->report_wait = true;
     sim_until(s, T0 + 3000);
     b->hold = true;
@@ -999,8 +1002,7 @@ static void test_delayed_ack(void **state)
     cfg.ack_delay = 50e-6;
     cfg.ack_every = 16;
     sim_t *s = sim_new(13);
-    ep_t *a = ep_add(s, 1, &cfg, PLAIN(10), 2000);
-    ep_t *b = ep_add(s, 0, &cfg, PLAIN(10), 2000);
+    ep_t *b, *a = plain_pair(s, &cfg, 10, 2000, 2000, &b);
     a->no_cookie = b->no_cookie = true;
     a->gap_us = 200;
     b->echo = true;
