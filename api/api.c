@@ -174,14 +174,14 @@ HC_EXPORT hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm)
 
 /* ---- point-to-point --------------------------------------------------------- */
 
-static hcomm_status_t hc_api_p2p_check(const char *fn, const void *buf, size_t count,
+/* recv: a receive (HCOMM_ANY_SOURCE is a valid peer). */
+static hcomm_status_t hc_api_p2p_check(const char *fn, bool recv, const void *buf, size_t count,
                                        hcomm_dtype_t dtype, int peer, int tag, hcomm_comm_t comm,
                                        size_t *bytes_p)
 {
     hcomm_status_t st = hc_check_comm(fn, comm);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
-    bool recv = strstr(fn, "recv") != NULL;
     if (HC_UNLIKELY((peer < 0 || peer >= comm->size) && !(recv && peer == HCOMM_ANY_SOURCE)))
         return hc_error(HCOMM_ERR_INVALID, "%s: peer %d out of range for a communicator of %d "
                                            "ranks%s", fn, peer, comm->size,
@@ -195,7 +195,8 @@ HC_EXPORT hcomm_status_t hcomm_isend(const void *buf, size_t count, hcomm_dtype_
                                      int tag, hcomm_comm_t comm, hcomm_request_t *req_p)
 {
     size_t bytes;
-    hcomm_status_t st = hc_api_p2p_check("hcomm_isend", buf, count, dtype, peer, tag, comm, &bytes);
+    hcomm_status_t st =
+        hc_api_p2p_check("hcomm_isend", false, buf, count, dtype, peer, tag, comm, &bytes);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     if (HC_UNLIKELY(!req_p))
@@ -215,7 +216,8 @@ HC_EXPORT hcomm_status_t hcomm_irecv(void *buf, size_t count, hcomm_dtype_t dtyp
                                      int tag, hcomm_comm_t comm, hcomm_request_t *req_p)
 {
     size_t bytes;
-    hcomm_status_t st = hc_api_p2p_check("hcomm_irecv", buf, count, dtype, peer, tag, comm, &bytes);
+    hcomm_status_t st =
+        hc_api_p2p_check("hcomm_irecv", true, buf, count, dtype, peer, tag, comm, &bytes);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     if (HC_UNLIKELY(!req_p))
@@ -261,7 +263,8 @@ HC_EXPORT hcomm_status_t hcomm_send(const void *buf, size_t count, hcomm_dtype_t
                                     int tag, hcomm_comm_t comm)
 {
     size_t bytes;
-    hcomm_status_t st = hc_api_p2p_check("hcomm_send", buf, count, dtype, peer, tag, comm, &bytes);
+    hcomm_status_t st =
+        hc_api_p2p_check("hcomm_send", false, buf, count, dtype, peer, tag, comm, &bytes);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     bool sent;
@@ -290,7 +293,8 @@ HC_EXPORT hcomm_status_t hcomm_recv(void *buf, size_t count, hcomm_dtype_t dtype
                                     int tag, hcomm_comm_t comm)
 {
     size_t bytes;
-    hcomm_status_t st = hc_api_p2p_check("hcomm_recv", buf, count, dtype, peer, tag, comm, &bytes);
+    hcomm_status_t st =
+        hc_api_p2p_check("hcomm_recv", true, buf, count, dtype, peer, tag, comm, &bytes);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     struct hcomm_request *req;
@@ -308,8 +312,8 @@ HC_EXPORT hcomm_status_t hcomm_recv_any(void *buf, size_t count, hcomm_dtype_t d
     if (source_p)
         *source_p = HCOMM_ANY_SOURCE;
     size_t bytes;
-    hcomm_status_t st = hc_api_p2p_check("hcomm_recv_any", buf, count, dtype, HCOMM_ANY_SOURCE, tag,
-                                         comm, &bytes);
+    hcomm_status_t st = hc_api_p2p_check("hcomm_recv_any", true, buf, count, dtype,
+                                         HCOMM_ANY_SOURCE, tag, comm, &bytes);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     struct hcomm_request *req;
