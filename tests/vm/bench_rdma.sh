@@ -40,6 +40,17 @@
 # is emulated (qemu TCG and a software RoCE device): the ratios mean
 # something, the absolute numbers little.
 #
+# Every tool's two processes (perftest's and UCX's server and client,
+# hcomm's ranks 0 and 1) run pinned to guest CPUs 0 and 1
+# (HCOMM_VM_PIN=split, the default) or where the guest's scheduler puts
+# them (HCOMM_VM_PIN=none). Unpinned, each run of each tool lands in one of
+# two modes (about 9-11 us and 13-16 us one-way on the host of 2026-12-03),
+# independently of the others, and a ratio of medians then measures how
+# many rounds fell in which mode (1.17 and 1.60 in two runs of one build,
+# minutes apart). The bare loop forks its peer and stays unpinned. The
+# latency ratio is also given as the median of each round's own ratio
+# (the two tools measured seconds apart).
+#
 # HCOMM_VM_NET=tcp runs the hcomm side over tcp instead (the script proven
 # without the verbs driver). Not a ctest test of the default suite.
 # Exit 0, 1 when a measurement failed, 77 when there is no guest or rxe.
@@ -63,6 +74,12 @@ HC_BW_N=${HCOMM_VM_HC_BW_ITERS:-10}  # hcomm pingpong's (each a round trip)
 HC_BWS_N=${HCOMM_VM_HC_BWS_ITERS:-3} # hcomm pingpong -M bw's windows of 16
 LAT4_N=${HCOMM_VM_LAT4_ITERS:-10}    # ib_read_lat / ib_write_lat 4 MiB iterations
 BIG=4194304
+# Pinning: the server (rank 0) on CPU 0, the client (rank 1) on CPU 1.
+pin_s=() pin_c=()
+if [ "${HCOMM_VM_PIN:-split}" = split ]; then
+    pin_s=(taskset -c 0)
+    pin_c=(taskset -c $(($(nproc) > 1 ? 1 : 0)))
+fi
 
 # server_client LOG PROG ARGS...: PROG ARGS as server, then as client of
 # 127.0.0.1 (retried while the server is not listening yet); the client's
@@ -70,11 +87,11 @@ BIG=4194304
 server_client() {
     local log=$1 spid rc=1
     shift
-    t 120 "$@" >"$log.srv" 2>&1 &
+    t 120 ${pin_s[@]+"${pin_s[@]}"} "$@" >"$log.srv" 2>&1 &
     spid=$!
     for _ in 1 2 3 4 5; do
         sleep 1
-        t 120 "$@" 127.0.0.1 >"$log" 2>&1 && { rc=0; break; }
+        t 120 ${pin_c[@]+"${pin_c[@]}"} "$@" 127.0.0.1 >"$log" 2>&1 && { rc=0; break; }
         # retry only while the server is not listening yet
         grep -qi "refused\|couldn't connect" "$log" && kill -0 "$spid" 2>/dev/null || break
     done
@@ -94,7 +111,12 @@ perf() { # LOG PROG ARGS...: a perftest on rxe0 (own port each run)
 hc_pingpong() { # BYTES ITERS COLUMN [ARGS]: that column of rank 0's pingpong row
     local b=$1 n=$2 c=$3
     shift 3
-    launch 2 1 "$(bin pingpong)" -b "$b" -e "$b" -n "$n" -w $((n / 10 + 1)) "$@"
+    if [ ${#pin_s[@]} -gt 0 ]; then # rank r on the CPU of pin_s (0) or pin_c (1)
+        launch 2 1 /bin/bash -c 'exec taskset -c "$([ "$HCOMM_RANK" = 0 ] && echo "$1" || echo "$2")" "$0" "${@:3}"' \
+            "$(bin pingpong)" "${pin_s[2]}" "${pin_c[2]}" -b "$b" -e "$b" -n "$n" -w $((n / 10 + 1)) "$@"
+    else
+        launch 2 1 "$(bin pingpong)" -b "$b" -e "$b" -n "$n" -w $((n / 10 + 1)) "$@"
+    fi
     wait_all 200
     awk -v s="$b" -v c="$c" '$1 == s {print $c}' "$work/r0.log" >"$work/col"
     [ -s "$work/col" ] || fail "hcomm pingpong $b B $* printed no result"
@@ -218,6 +240,15 @@ ratios() { # LABEL A B
     printf "%-40s%10s%10s\n" "$1" "$(ratio "$(med "$2")" "$(med "$3")")" "$(ratio "$(best "$2")" "$(best "$3")")"
 }
 ratios "latency   hcomm / ib_write_lat" hlat wlat
+round_ratio() { # A B: the median of each round's A / B
+    local k
+    for ((k = 1; k <= rounds; k++)); do
+        [ -n "${val[$1,$k]:-}" ] && [ -n "${val[$2,$k]:-}" ] &&
+            echo "$(ratio "${val[$1,$k]}" "${val[$2,$k]}")"
+    done | grep -v -- - | median
+}
+printf "%-40s%10s%10s\n" "latency   hcomm / ib_write_lat, per round" "$(round_ratio hlat wlat)" ""
+echo "(pinning: HCOMM_VM_PIN=${HCOMM_VM_PIN:-split}${pin_s[*]:+: servers and rank 0 on CPU ${pin_s[2]}, clients and rank 1 on CPU ${pin_c[2]}})"
 ratios "latency   hcomm / ucx ${ucx_mode}_lat" hlat ulat
 ratios "latency   bare loop / ib_write_lat" blat1 wlat
 ratios "latency   bare, hcomm layout / ib_write_lat" blath wlat
