@@ -117,17 +117,22 @@ has "$work/report" "rank 3 \(pid [0-9]+\) \[waited for\]: no report: sleeping ou
 has "$work/report" "rank 0 \(pid [0-9]+\): hcomm_allreduce has waited .* #2 .*waiting for rank 3" "report: rank 0"
 
 # SIGUSR1: a report while the job goes on, and it still ends well; rank 3
-# sleeps 4 s with HCOMM_WARN_AFTER=0 (the same sleep warns at 1, above):
-# not one warning about the wait
-"$run" -n 4 --timeout 60 --env HCOMM_WARN_AFTER=0 "$prog" sleep 4 >"$work/usr1" 2>&1 &
+# sleeps 6 s with HCOMM_WARN_AFTER=0 (the same sleep warns at 1, above):
+# not one warning about the wait. The signal goes once a second until a
+# report finds rank 3 asleep: a fixed 2 s after the start could come
+# before it got there on a loaded host (4 of 4 answered).
+"$run" -n 4 --timeout 60 --env HCOMM_WARN_AFTER=0 "$prog" sleep 6 >"$work/usr1" 2>&1 &
 runner=$!
-sleep 2
-kill -USR1 $runner
+for _ in 1 2 3 4 5; do
+    sleep 1
+    grep -q "hang report (SIGUSR1), 3 of 4" "$work/usr1" && break
+    kill -USR1 $runner 2>/dev/null || break
+done
 wait $runner; rc=$?
 [ $rc = 0 ] || fail "SIGUSR1: the job failed (rc $rc)"
 has "$work/usr1" "hcommrun: hang report \(SIGUSR1\), 3 of 4 live ranks answered" "SIGUSR1 report"
 has "$work/usr1" "most waited for: rank 3" "SIGUSR1: rank 3"
-hasnt "$work/usr1" "warn: .*(has waited|HCOMM_WARN_AFTER)" "HCOMM_WARN_AFTER=0 (4 s wait)"
+hasnt "$work/usr1" "warn: .*(has waited|HCOMM_WARN_AFTER)" "HCOMM_WARN_AFTER=0 (6 s wait)"
 hasnt "$work/report" "warn: .*(has waited|HCOMM_WARN_AFTER)" "HCOMM_WARN_AFTER=0 (hcommrun --timeout)"
 [ $bad = 0 ] && echo "hang_reports: all checks passed"
 exit $bad
