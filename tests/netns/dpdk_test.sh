@@ -80,6 +80,8 @@ export HCOMM_TIMEOUT=${HCOMM_TIMEOUT:-90}
 # shellcheck source=tests/netns/jobs.sh
 . "$(cd "$(dirname "$0")" && pwd)/jobs.sh"
 cleanup_extra() { ip netns del "hcdp-$$" 2>/dev/null; }
+# stat_sum NAME: counter NAME (HCOMM_STATS) added over ranks 0 and 1's logs
+stat_sum() { grep -o "$1 [0-9]*" "$work/r0.log" "$work/r1.log" | grep -o "[0-9]*$" | paste -sd+ | bc; }
 
 # launch_memif ARGS...: 2 ranks on fake nodes of this host, each on its
 # end of a memif pair (socket in $work); memif_delay0 seconds before rank 0
@@ -415,9 +417,8 @@ netem)
     launch 2 1 --max 2M --coll
     wait_all 250
     ip netns exec "hcn-$HCN_JOB-1" tc -s qdisc show dev eth0 | grep -o "dropped [0-9]*" | head -1
-    n=$(grep -o "retransmits [0-9]*" "$work/r0.log" "$work/r1.log" | grep -o "[0-9]*$" | paste -sd+ | bc)
-    o=$(grep -o "rx_out_of_order [0-9]*" "$work/r0.log" "$work/r1.log" | grep -o "[0-9]*$" |
-        paste -sd+ | bc)
+    n=$(stat_sum retransmits)
+    o=$(stat_sum rx_out_of_order)
     echo "the ranks received ${o:-?} packets out of order and retransmitted ${n:-?}"
     [ "${n:-0}" -gt 0 ] || fail "no retransmissions reported under 1% loss"
     [ "${o:-0}" -gt 0 ] || fail "no packet arrived out of order through a 0.5 ms jitter"
@@ -436,7 +437,7 @@ loss_nft)
     launch 2 1 --max 2M --coll
     wait_all 200
     dropped=$(ip netns exec "$br" nft list table bridge hcl | grep -o "packets [0-9]*" | grep -o "[0-9]*")
-    n=$(grep -o "retransmits [0-9]*" "$work/r0.log" "$work/r1.log" | grep -o "[0-9]*$" | paste -sd+ | bc)
+    n=$(stat_sum retransmits)
     echo "bridge dropped ${dropped:-?} datagrams; the ranks retransmitted ${n:-?}"
     [ "${dropped:-0}" -gt 0 ] || fail "the bridge dropped nothing"
     [ "${n:-0}" -gt 0 ] || fail "no retransmissions reported"
