@@ -2,6 +2,8 @@
  * Node collectives: every rank of the communicator on one node, sharing one
  * region from the node driver (shared_get). Layout, for n ranks and block B:
  *
+ *   ident          the communicator it is for (context id, members), checked
+ *                  by every member that attaches
  *   line[n]        one cache line per rank: `a` (tick whose data this rank
  *                  has published) + two inline payload slots (parity) for
  *                  messages of at most HC_NODE_INLINE bytes
@@ -928,6 +930,68 @@ static hc_step_t hc_node_blocks(hc_coll_op_t *op)
 
 /* ---- setup ------------------------------------------------------------------------ */
 
+/* The identity a node region is made for, at its start: the first member
+ * to attach writes it, every later one compares (a region is never shared
+ * by two communicators, whatever their keys). */
+typedef struct {
+    uint32_t claimed; /* 0 -> 1 by the first member to attach */
+    uint32_t ready;   /* 1 once the fields below are written */
+    uint32_t ctx_id;
+    int32_t n;
+    int32_t members[64]; /* world ranks, in communicator order */
+} HC_ALIGNED_CL hc_node_ident_t;
+
+/* The region's key: the context id and the lowest member's world rank,
+ * exactly (no hash). Unique among all communicators that ever exist on a
+ * node: every rank's context ids grow (a new communicator's id is above
+ * every id any of its members has used, core/comm.c), so two communicators
+ * with one id have no member in common, hence different lowest members.
+ * The low bit is set: keys 0 and 1 mean "unused" and "free" to the driver. */
+static uint64_t hc_node_key(const struct hcomm_comm *comm)
+{
+    int lowest = comm->world_ranks[0];
+    for (int r = 1; r < comm->size; r++)
+        lowest = HC_MIN(lowest, comm->world_ranks[r]);
+    return (uint64_t)comm->ctx_id << 32 | (uint64_t)(uint32_t)lowest << 1 | 1u;
+}
+
+/* Claims or checks the region's identity; false (with an error logged) on
+ * a region made for another communicator. */
+static bool hc_node_ident_check(hc_node_ident_t *id, const struct hcomm_comm *comm)
+{
+    uint32_t zero = 0;
+    if (__atomic_compare_exchange_n(&id->claimed, &zero, 1, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        id->ctx_id = comm->ctx_id;
+        id->n = comm->size;
+        for (int r = 0; r < comm->size; r++)
+            id->members[r] = comm->world_ranks[r];
+        __atomic_store_n(&id->ready, 1, __ATOMIC_RELEASE);
+        return true;
+    }
+    /* The claimer writes at once (no waiting in between): a short spin. */
+    double deadline = hc_time_sec() + HC_MIN(hc_cfg.timeout, 10.0);
+    hc_backoff_t b = {0};
+    while (!__atomic_load_n(&id->ready, __ATOMIC_ACQUIRE)) {
+        if (hc_time_sec() > deadline) {
+            hc_log_error("node region of communicator 0x%x: the member that created it never "
+                         "wrote its identity (died?)", comm->ctx_id);
+            return false;
+        }
+        hc_backoff_step(&b);
+    }
+    bool same = id->ctx_id == comm->ctx_id && id->n == comm->size;
+    for (int r = 0; same && r < comm->size; r++)
+        same = id->members[r] == comm->world_ranks[r];
+    if (!same)
+        hc_log_error("node region of communicator 0x%x (%d ranks, first world rank %d) was made "
+                     "for communicator 0x%x (%d ranks, first world rank %d): refused (a bug: "
+                     "please report it)",
+                     comm->ctx_id, comm->size, comm->world_ranks[0], id->ctx_id, id->n,
+                     id->members[0]);
+    return same;
+}
+
 bool hc_coll_node_usable(struct hcomm_comm *comm)
 {
     hc_coll_comm_t *cc = hc_coll_comm(comm);
@@ -946,25 +1010,30 @@ bool hc_coll_node_usable(struct hcomm_comm *comm)
         return false;
     int n = comm->size;
     size_t block = HC_ALIGN_UP(HC_MAX(hc_cfg.coll_chunk, (size_t)4096), (size_t)4096);
-    size_t size = sizeof(hc_node_line_t) * (size_t)n + sizeof(hc_node_done_t) * (size_t)n +
-                  sizeof(hc_node_desc_t) * (size_t)n + block * 2 * (size_t)n + block * 2;
-    /* Key: the context id and the members, so communicators of disjoint
-     * groups that happen to share a context id never share a region. */
-    uint64_t key = 1469598103934665603ull ^ comm->ctx_id;
-    for (int r = 0; r < n; r++)
-        key = (key ^ (uint64_t)comm->world_ranks[r]) * 1099511628211ull;
-    uint8_t *base = d->ops->shared_get(d, key | 1, size, n);
+    size_t size = sizeof(hc_node_ident_t) + sizeof(hc_node_line_t) * (size_t)n +
+                  sizeof(hc_node_done_t) * (size_t)n + sizeof(hc_node_desc_t) * (size_t)n +
+                  block * 2 * (size_t)n + block * 2;
+    uint64_t key = hc_node_key(comm);
+    uint8_t *base = d->ops->shared_get(d, key, size, n);
     if (!base) {
         hc_log_info("no node-shared region for a communicator of %d ranks: using p2p algorithms", n);
         return false;
     }
+    if (!hc_node_ident_check((hc_node_ident_t *)base, comm)) {
+        /* Not ours: no reference of ours to drop. Its members would read
+         * our flags as theirs: this communicator stops here. */
+        hc_coll_break(comm, HCOMM_ERR_INTERNAL,
+                      "its node-shared region belongs to another communicator (see the log)");
+        return false;
+    }
+    base += sizeof(hc_node_ident_t);
     hc_coll_node_t *nd = calloc(1, sizeof(*nd));
     if (!nd) {
-        d->ops->shared_put(d, key | 1);
+        d->ops->shared_put(d, key);
         return false;
     }
     nd->drv = d;
-    nd->key = key | 1;
+    nd->key = key;
     nd->n = n;
     nd->me = comm->rank;
     nd->block = block;
