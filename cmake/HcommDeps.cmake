@@ -1,4 +1,5 @@
-# Dependencies: hwloc, libnuma and cmocka are required; rdma-core (ibverbs,
+# Dependencies: hwloc, libnuma, libcrypto (OpenSSL: the HMAC that proves the
+# job key, base/auth.c) and cmocka are required; rdma-core (ibverbs,
 # mlx5dv), DPDK and CUDA are optional and switch their drivers on.
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
@@ -6,7 +7,8 @@ find_package(Threads REQUIRED)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 find_library(NUMA_LIB numa REQUIRED)
 find_path(NUMA_INCLUDE numa.h REQUIRED)
-set(HCOMM_DEP_LIBS PkgConfig::HWLOC ${NUMA_LIB})
+pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
+set(HCOMM_DEP_LIBS PkgConfig::HWLOC ${NUMA_LIB} PkgConfig::LIBCRYPTO)
 
 if(HCOMM_BUILD_TESTS)
   pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what hcomm needs to build and test on Debian 12 (as root).
-# Required: compiler, CMake + Ninja, hwloc, libnuma, cmocka. Optional but
+# Required: compiler, CMake + Ninja, hwloc, libnuma, libssl-dev (libcrypto's
+# HMAC proves the job key), cmocka. Optional but
 # installed so the configure summary shows them: rdma-core (ibverbs/mlx5dv),
 # clang + its runtime (libFuzzer), iproute2 and nftables (network-namespace
 # tests: nodes, and packet loss where the kernel has no netem), libpmix-dev
@@ -26,7 +27,7 @@
 #                            reference of tests/netns/bench_testpmd.sh)
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
-      libhwloc-dev hwloc libnuma-dev numactl libcmocka-dev
+      libhwloc-dev hwloc libnuma-dev numactl libssl-dev libcmocka-dev
       libibverbs-dev rdma-core iproute2 nftables procps libpmix-dev libdpdk-dev)
 test_pkgs=(bc cpio qemu-system-x86 linux-image-amd64 busybox-static
            perftest ibverbs-utils ucx-utils gdb slurm-wlm munge
