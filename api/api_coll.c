@@ -223,14 +223,9 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
     hc_coll_comm_t *cc = hc_coll_comm(comm);
     if (HC_UNLIKELY(!cc))
         return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
-    if (HC_UNLIKELY(cc->broken))
-        return hc_error(cc->broken_status, "%s: communicator unusable after an earlier "
-                                           "collective failed (%s)", fn, cc->broken_why);
-    int dead = hc_coll_failed_member(comm);
-    if (HC_UNLIKELY(dead >= 0))
-        return hc_peer_error(dead, fn);
-    if (HC_UNLIKELY(cc->gave_up_rank >= 0))
-        return hc_coll_gave_up_error(cc, fn);
+    hcomm_status_t ust = hc_coll_comm_usable(comm, cc, fn);
+    if (HC_UNLIKELY(ust != HCOMM_OK))
+        return ust;
     uint64_t t0 = hc_coll_checking ? 0 : hc_stats_begin(kind, bytes, comm, -1);
     if (HC_UNLIKELY(hc_cfg.check) && comm->size > 1 && !hc_coll_checking) {
         hcomm_status_t st = hc_coll_check_args(kind, count, dtype, rop, root, comm);

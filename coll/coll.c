@@ -41,6 +41,7 @@ hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm)
         hc_list_init(&cc->active_link);
         cc->comm = comm;
         cc->gave_up_rank = -1;
+        cc->mismatch_rank = -1;
         comm->coll_priv = cc;
     }
     return comm->coll_priv;
@@ -63,6 +64,9 @@ void hc_coll_op_init(hc_coll_op_t *op)
     op->vec = (hc_coll_vec_t){NULL, NULL, NULL, NULL};
     op->varr = NULL;
     op->vrank = op->pof2 = op->rem = 0;
+    op->polls = 0;
+    op->ahead_suspect = 0;
+    op->probe_at = 0;
     op->algo = NULL;
     op->entry = NULL;
     op->fallback = NULL;
@@ -170,19 +174,45 @@ static void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status)
     hc_request_complete(req, status);
 }
 
+static hcomm_status_t hc_coll_check_ahead(hc_coll_op_t *op, hc_coll_comm_t *cc);
+static void hc_coll_maybe_probe(hc_coll_op_t *op);
+
 /* Runs the head of comm's queue until it has to wait. */
 static int hc_coll_run(struct hcomm_comm *comm)
 {
     int done = 0;
     while (!hc_list_empty(&comm->coll_queue)) {
         hc_coll_op_t *op = hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
-        op->started = true;
+        if (HC_UNLIKELY(!op->started)) {
+            /* every earlier collective here has completed: its messages
+             * are out (hc_coll_check_ahead relies on it) */
+            op->started = true;
+            hc_coll_comm_t *ccs = comm->coll_priv;
+            if (ccs->node)
+                hc_coll_node_started(ccs->node, op->seq);
+        }
         if (HC_UNLIKELY(op->draining)) {
             if (hc_coll_op_inflight(op))
                 break;
             hc_coll_comm_t *cc = comm->coll_priv;
             hc_error(op->drain_status, "%s", cc->broken_why);
             hc_coll_finish(op, op->drain_status);
+            done++;
+            continue;
+        }
+        hc_coll_comm_t *ccm = comm->coll_priv;
+        if (HC_UNLIKELY(ccm->mismatch_rank >= 0)) {
+            /* a message proved the ranks disagree on this collective (or
+             * an earlier one): it fails whatever its step would say */
+            hcomm_status_t st = hc_error(HCOMM_ERR_INVALID, "%s", ccm->mismatch_why);
+            if (hc_coll_op_inflight(op)) {
+                hc_coll_break(comm, st, hc_error_last());
+                op->draining = true;
+                op->drain_status = st;
+                done++;
+                break;
+            }
+            hc_coll_finish(op, st);
             done++;
             continue;
         }
@@ -198,11 +228,19 @@ static int hc_coll_run(struct hcomm_comm *comm)
              * that finished its part and left must not fail the others'. */
             int dead = op->entry && op->entry->release ? -1 : hc_coll_failed_member(comm);
             hc_coll_comm_t *cc = comm->coll_priv;
-            if (HC_LIKELY(dead < 0 && cc->gave_up_rank < 0))
+            if (op->nreqs && (++op->polls & 1023) == 0) {
+                hc_coll_maybe_probe(op);
+                hcomm_status_t ast = cc->node ? hc_coll_check_ahead(op, cc) : HCOMM_OK;
+                if (ast != HCOMM_OK)
+                    rc = hc_step_fail(ast);
+            }
+            if (HC_LIKELY(dead < 0 && cc->gave_up_rank < 0 && rc.st == HCOMM_OK))
                 break;
             char what[64];
             snprintf(what, sizeof(what), "hcomm collective (%s)", op->algo);
-            if (dead >= 0)
+            if (rc.st != HCOMM_OK)
+                ; /* hc_coll_check_ahead's */
+            else if (dead >= 0)
                 rc = hc_step_fail(hc_peer_error(dead, what));
             else
                 rc = hc_step_fail(hc_coll_gave_up_error(cc, what));
@@ -232,6 +270,11 @@ int hc_coll_progress(void)
         hc_coll_comm_t *cc = hc_container_of(pos, hc_coll_comm_t, active_link);
         struct hcomm_comm *comm = cc->comm;
         n += hc_coll_run(comm);
+        if (HC_UNLIKELY(cc->mismatch_rank >= 0) && !cc->broken) {
+            /* seen with no collective running: the others learn it now */
+            hc_error(HCOMM_ERR_INVALID, "%s", cc->mismatch_why);
+            hc_coll_break(comm, HCOMM_ERR_INVALID, hc_error_last());
+        }
         if (hc_list_empty(&comm->coll_queue)) {
             hc_list_del(&cc->active_link);
             cc->active = false;
@@ -240,9 +283,14 @@ int hc_coll_progress(void)
     return n;
 }
 
+static inline int32_t hc_coll_tag(const hc_coll_op_t *op)
+{
+    return (int32_t)(((uint32_t)op->seq & HC_COLL_TAG_SEQ_MASK) | (op->sig & 0x7fff) << 16);
+}
+
 uint32_t hc_coll_sig(const hc_coll_op_t *op)
 {
-    /* The kind in the low 3 bits, as it is (a conflict can name the other
+    /* The kind in the low 4 bits, as it is (a conflict can name the other
      * call), a hash of the arguments above. */
     uint64_t x = (uint64_t)op->kind | (uint64_t)op->dtype << 4 | (uint64_t)op->op << 9 |
                  (uint64_t)(uint32_t)op->root << 16;
@@ -253,10 +301,111 @@ uint32_t hc_coll_sig(const hc_coll_op_t *op)
     return ((uint32_t)(x >> 32) & ~HC_COLL_SIG_KIND_MASK) | ((uint32_t)op->kind & HC_COLL_SIG_KIND_MASK);
 }
 
+/* Numbering and the signature every rank compares: this call's arguments
+ * folded into the chain of all earlier collectives on the communicator, so
+ * that a disagreement the algorithm of one collective cannot see (broadcast
+ * receivers that agree with the root they named, while another root sends
+ * elsewhere) is seen by the next collective that compares signatures. */
 void hc_coll_number(hc_coll_op_t *op)
 {
-    op->seq = op->comm->coll_seq++;
-    op->sig = hc_coll_sig(op);
+    struct hcomm_comm *comm = op->comm;
+    op->seq = comm->coll_seq++;
+    uint32_t own = hc_coll_sig(op);
+    uint64_t x = comm->coll_chain ^ ((uint64_t)own * 0x9e3779b97f4a7c15ull);
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 32;
+    comm->coll_chain = x;
+    op->sig = ((uint32_t)x & ~HC_COLL_SIG_KIND_MASK) | (own & HC_COLL_SIG_KIND_MASK);
+    hc_coll_comm_t *cc = comm->coll_priv;
+    if (cc) {
+        cc->sig_hist[op->seq & 7].seq = op->seq;
+        cc->sig_hist[op->seq & 7].sig = op->sig;
+    }
+}
+
+/* A collective that waits for peers' messages long (HC_COLL_PROBE_AFTER_NS,
+ * then every HC_COLL_PROBE_EVERY_NS) asks each of them whether it agrees
+ * (HC_FRAME_COLL_PROBE): ranks that disagree on a collective may all wait
+ * for each other with no message in flight (two ranks that both take
+ * themselves for the root), which nothing else would end before the
+ * timeout. A peer that is only slow costs one small frame a second. */
+#define HC_COLL_PROBE_AFTER_NS 200000000ull
+#define HC_COLL_PROBE_EVERY_NS 1000000000ull
+static HC_NOINLINE void hc_coll_maybe_probe(hc_coll_op_t *op)
+{
+    uint64_t now = hc_time_ns();
+    if (!op->probe_at) {
+        op->probe_at = now + HC_COLL_PROBE_AFTER_NS;
+        return;
+    }
+    if (now < op->probe_at)
+        return;
+    op->probe_at = now + HC_COLL_PROBE_EVERY_NS;
+    int32_t tag = hc_coll_tag(op);
+    for (int i = 0; i < op->nreqs; i++) {
+        struct hcomm_request *r = op->reqs[i];
+        bool dup = false; /* once per peer */
+        for (int k = 0; k < i && !dup; k++)
+            dup = op->reqs[k]->peer == r->peer && !op->reqs[k]->done &&
+                  op->reqs[k]->kind == HC_REQ_RECV;
+        if (!r->done && r->kind == HC_REQ_RECV && r->peer >= 0 && !dup)
+            hc_p2p_coll_probe(op->comm, r->peer, tag);
+    }
+}
+
+/* A point-to-point collective on a communicator whose ranks share a node
+ * region waits for a peer's message, and that peer has started a later
+ * collective there: a later one whose messages travel by node flags, not
+ * frames, which the "went past" check of core/p2p.c cannot see. Seen twice,
+ * with progress passes in between (a message sent before the peer moved on
+ * has been delivered by then), it proves the peer will not send it. */
+static HC_NOINLINE hcomm_status_t hc_coll_check_ahead(hc_coll_op_t *op, hc_coll_comm_t *cc)
+{
+    for (int i = 0; i < op->nreqs; i++) {
+        struct hcomm_request *r = op->reqs[i];
+        if (r->done || r->kind != HC_REQ_RECV || r->peer < 0)
+            continue;
+        if (!hc_coll_node_ahead(cc->node, r->peer, op->seq)) {
+            if (op->ahead_suspect == r->peer + 1)
+                op->ahead_suspect = 0;
+            continue;
+        }
+        if (op->ahead_suspect != r->peer + 1) {
+            op->ahead_suspect = r->peer + 1;
+            return HCOMM_OK;
+        }
+        return hc_error(HCOMM_ERR_INVALID,
+                        "%s #%llu: communicator rank %d went past this collective without sending "
+                        "this rank its part (it has started a later collective): it called this "
+                        "one with other arguments (root, count, dtype or op, or an earlier "
+                        "collective on this communicator differed)",
+                        hc_coll_name(op->kind), (unsigned long long)op->seq, r->peer);
+    }
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_coll_comm_usable(struct hcomm_comm *comm, hc_coll_comm_t *cc, const char *fn)
+{
+    if (HC_UNLIKELY(cc->mismatch_rank >= 0) && !cc->broken) {
+        hc_error(HCOMM_ERR_INVALID, "%s", cc->mismatch_why);
+        hc_coll_break(comm, HCOMM_ERR_INVALID, hc_error_last());
+    }
+    if (HC_UNLIKELY(cc->broken))
+        return hc_error(cc->broken_status, "%s: communicator unusable after an earlier "
+                                           "collective failed (%s)", fn, cc->broken_why);
+    int dead = hc_coll_failed_member(comm);
+    if (HC_UNLIKELY(dead >= 0))
+        return hc_peer_error(dead, fn);
+    if (HC_UNLIKELY(cc->gave_up_rank >= 0)) {
+        /* Refused here: the members that may wait for this rank in it
+         * (on node flags, which a give-up frame does not reach) learn it
+         * from this rank too. */
+        hcomm_status_t st = hc_coll_gave_up_error(cc, fn);
+        hc_coll_break(comm, st, hc_error_last());
+        return st;
+    }
+    return HCOMM_OK;
 }
 
 hcomm_status_t hc_coll_start(hc_coll_op_t *op)
@@ -412,7 +561,15 @@ static void hc_coll_conflict(uint32_t ctx_id, int32_t mine, int32_t theirs, int 
         snprintf(mine_s, sizeof(mine_s), "collective #%llu", (unsigned long long)seq);
     }
     int mk = (int)(((uint32_t)mine >> 16) & HC_COLL_SIG_KIND_MASK);
-    if ((int)their_kind != mk && their_kind < HC_COLL_KIND_COUNT)
+    uint16_t their_seq = (uint16_t)theirs;
+    if (their_seq != (uint16_t)seq)
+        snprintf(buf, len,
+                 "%s: communicator rank %d went past this collective without sending this rank "
+                 "its part (its next message is of a later %s, #%u): it called this one with "
+                 "other arguments (root, count, dtype or op, or an earlier collective on this "
+                 "communicator differed)",
+                 mine_s, peer, hc_coll_name(their_kind), (unsigned)their_seq);
+    else if ((int)their_kind != mk && their_kind < HC_COLL_KIND_COUNT)
         snprintf(buf, len,
                  "%s: communicator rank %d called %s at this point of the collective order "
                  "(a rank skipped or added a collective, or called another one)",
@@ -420,8 +577,9 @@ static void hc_coll_conflict(uint32_t ctx_id, int32_t mine, int32_t theirs, int 
     else
         snprintf(buf, len,
                  "%s: communicator rank %d called %s here with other arguments: its count, "
-                 "dtype, op or root differ from this call's (ranks compare a hash of the four, "
-                 "not which one); HCOMM_CHECK=1 names the field and both values",
+                 "dtype, op or root differ from this call's, or from an earlier collective's on "
+                 "this communicator (ranks compare a hash of the four, chained, not which one); "
+                 "HCOMM_CHECK=1 names the field and both values",
                  mine_s, peer, hc_coll_name(op ? op->kind : their_kind));
 }
 
@@ -449,6 +607,89 @@ static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status, bo
     comm->coll_priv = NULL;
 }
 
+/* A collective message no posted receive took (core/p2p.c, before it is
+ * queued as unexpected). Every collective message is taken by the
+ * collective it belongs to, so one of a collective this rank completed, or
+ * of the running one with another signature, proves the ranks disagree:
+ * recorded here (this runs inside a driver's progress), acted on by the
+ * engine (hc_coll_run, hc_coll_progress, hc_coll_comm_usable). A message
+ * of a later collective is the sender being ahead: normal. */
+static void hc_coll_stray(struct hcomm_comm *comm, int from, int32_t tag)
+{
+    hc_coll_comm_t *cc = hc_coll_comm(comm);
+    if (!cc || cc->broken || cc->mismatch_rank >= 0 || from < 0)
+        return;
+    const hc_coll_op_t *head = hc_list_empty(&comm->coll_queue)
+                                   ? NULL
+                                   : hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
+    uint64_t next = head ? head->seq : comm->coll_seq; /* the lowest not completed here */
+    uint16_t seq = (uint16_t)(uint32_t)tag;
+    int16_t d = (int16_t)(uint16_t)(seq - (uint16_t)next);
+    hc_coll_kind_t tk = (hc_coll_kind_t)(((uint32_t)tag >> 16) & HC_COLL_SIG_KIND_MASK);
+    if (d > 0 || (d == 0 && (!head || (((uint32_t)tag >> 16) & 0x7fff) == (head->sig & 0x7fff))))
+        return;
+    if (d == 0) /* in the words of a receive that meets it */
+        hc_coll_conflict(comm->ctx_id | HC_CTX_COLL, hc_coll_tag(head), tag, from,
+                         cc->mismatch_why, sizeof(cc->mismatch_why));
+    else
+        snprintf(cc->mismatch_why, sizeof(cc->mismatch_why),
+                 "collective #%u on this communicator: communicator rank %d sent this rank a "
+                 "message of it (%s) after this rank had completed it without that message: "
+                 "the ranks called it with other arguments (root, count, dtype or op, or an "
+                 "earlier collective differed)",
+                 (unsigned)seq, from, hc_coll_name(tk));
+    cc->mismatch_rank = from;
+    if (!cc->active) { /* the engine acts on it at the next progress pass */
+        cc->active = true;
+        hc_list_push_back(&hc_coll_active, &cc->active_link);
+    }
+}
+
+/* HC_FRAME_COLL_PROBE: comm rank `from` waits for this rank in its
+ * collective `tag`. This rank's own collective of that sequence (running,
+ * or one of the last eight completed) with another signature proves they
+ * disagree: recorded as hc_coll_stray records, and the communicator
+ * breaks, which tells the prober. Behind it, or in agreement: nothing. */
+static void hc_coll_probe(struct hcomm_comm *comm, int from, int32_t tag)
+{
+    hc_coll_comm_t *cc = hc_coll_comm(comm);
+    if (!cc || cc->broken || cc->mismatch_rank >= 0)
+        return;
+    uint16_t seq = (uint16_t)(uint32_t)tag;
+    uint32_t theirs = ((uint32_t)tag >> 16) & 0x7fff;
+    const hc_coll_op_t *head = hc_list_empty(&comm->coll_queue)
+                                   ? NULL
+                                   : hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
+    uint64_t next = head ? head->seq : comm->coll_seq;
+    int16_t d = (int16_t)(uint16_t)(seq - (uint16_t)next);
+    uint32_t mine;
+    hc_coll_kind_t mk;
+    if (d > 0 || (d == 0 && !head))
+        return; /* this rank has not reached it yet */
+    if (d == 0) {
+        mine = head->sig;
+    } else {
+        int k = seq & 7;
+        if ((uint16_t)cc->sig_hist[k].seq != seq || cc->sig_hist[k].seq >= next)
+            return; /* too old to tell */
+        mine = cc->sig_hist[k].sig;
+    }
+    if ((mine & 0x7fff) == theirs)
+        return;
+    mk = (hc_coll_kind_t)(mine & HC_COLL_SIG_KIND_MASK);
+    snprintf(cc->mismatch_why, sizeof(cc->mismatch_why),
+             "%s #%u: communicator rank %d waits for this rank in it, but called %s there with "
+             "other arguments (root, count, dtype or op, or an earlier collective on this "
+             "communicator differed)",
+             hc_coll_name(mk), (unsigned)seq, from,
+             hc_coll_name((hc_coll_kind_t)(theirs & HC_COLL_SIG_KIND_MASK)));
+    cc->mismatch_rank = from;
+    if (!cc->active) {
+        cc->active = true;
+        hc_list_push_back(&hc_coll_active, &cc->active_link);
+    }
+}
+
 /* HC_FRAME_GIVE_UP from communicator rank `from`: the queued collectives
  * fail at their next step (not here: this runs inside a driver's progress). */
 static void hc_coll_gave_up(struct hcomm_comm *comm, int from, hcomm_status_t status)
@@ -471,6 +712,8 @@ hcomm_status_t hc_coll_init(void)
                                       .cancel = hc_coll_cancel,
                                       .explain = hc_coll_explain,
                                       .conflict = hc_coll_conflict,
+                                      .stray = hc_coll_stray,
+                                      .probe = hc_coll_probe,
                                       .comm_free = hc_coll_comm_free,
                                       .gave_up = hc_coll_gave_up};
     hc_core_register_coll(&ops);
@@ -504,6 +747,9 @@ hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn)
     struct hcomm_comm *comm = op->comm;
     uint64_t deadline = 0, start = 0, next_warn = 0;
     hc_backoff_t backoff = {0};
+    hc_coll_comm_t *cc = comm->coll_priv;
+    if (cc && cc->node)
+        hc_coll_node_started(cc->node, op->seq);
     hc_wait_state_t outer = hc_ctx.waiting;
     for (unsigned it = 1;; it++) {
         hc_step_t rc = op->step(op);
@@ -534,6 +780,10 @@ hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn)
                 st = hc_error(HCOMM_ERR_ABORTED, "%s: communicator was aborted", fn);
             } else if (dead >= 0) {
                 st = hc_peer_error(dead, fn);
+            } else if (cc && cc->gave_up_rank >= 0) {
+                st = hc_coll_gave_up_error(cc, fn);
+            } else if (cc && cc->mismatch_rank >= 0) {
+                st = hc_error(HCOMM_ERR_INVALID, "%s", cc->mismatch_why);
             } else if (now > deadline) {
                 char why[2048];
                 hc_explain_t e = {.buf = why, .len = sizeof(why)};
@@ -554,10 +804,6 @@ hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn)
 
 /* ---- helpers for p2p algorithms ---------------------------------------------- */
 
-static inline int32_t hc_coll_tag(const hc_coll_op_t *op)
-{
-    return (int32_t)(((uint32_t)op->seq & HC_COLL_TAG_SEQ_MASK) | (op->sig & 0x7fff) << 16);
-}
 
 hcomm_status_t hc_coll_isend(hc_coll_op_t *op, const void *buf, size_t len, int peer)
 {
@@ -634,6 +880,10 @@ hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm
     const char *fn = hc_coll_name(parent->kind);
     hc_coll_comm_t *cc = hc_coll_comm(comm);
     if (!cc) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
+    if (cc->mismatch_rank >= 0 && !cc->broken) {
+        hc_error(HCOMM_ERR_INVALID, "%s", cc->mismatch_why);
+        hc_coll_break(comm, HCOMM_ERR_INVALID, hc_error_last());
+    }
     if (cc->broken)
         return hc_error(cc->broken_status, "%s (%s): its internal communicator broke earlier (%s)", fn,
                         parent->algo, cc->broken_why);

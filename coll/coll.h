@@ -107,6 +107,12 @@ struct hc_coll_op {
     const char *algo;
     const struct hc_coll_algo *entry; /* the registry entry chosen (NULL: local copy) */
     bool started;
+    /* Waiting on point-to-point messages of peers that share a node region:
+     * progress passes counted, and a peer seen ahead (in a later
+     * collective) at the last check, + 1 (hc_coll_check_ahead). */
+    uint32_t polls;
+    int ahead_suspect;
+    uint64_t probe_at; /* when to ask the peers it waits for (ns; 0: not waiting yet) */
     /* A failure the step found without returning it (node algorithms: the
      * ranks disagree on the collective): the engine ends the op with it. */
     int error;
@@ -144,6 +150,17 @@ typedef struct hc_coll_comm {
     char broken_why[512]; /* the whole last error (as long as hcomm_last_error may be) */
     int gave_up_rank;              /* >= 0: that member gave up on the comm (HC_FRAME_GIVE_UP) */
     hcomm_status_t gave_up_status;
+    /* >= 0: a message from that member proved the ranks disagree on a
+     * collective (hc_coll_stray); the running or next collective fails with
+     * mismatch_why and the communicator breaks (the others are told). */
+    int mismatch_rank;
+    char mismatch_why[400];
+    /* The signatures of the last collectives here, by seq % 8: a probe
+     * (HC_FRAME_COLL_PROBE) about one this rank completed is compared. */
+    struct {
+        uint64_t seq;
+        uint32_t sig;
+    } sig_hist[8];
     bool node_checked;
     struct hc_coll_node *node; /* NULL: no node-shared region for this comm */
     hc_list_t active_link;     /* in the list of comms with queued collectives */
@@ -168,6 +185,10 @@ hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm);
 const char *hc_coll_name(hc_coll_kind_t kind);
 /* The error for an op on cc after a member gave up on it (HC_FRAME_GIVE_UP). */
 hcomm_status_t hc_coll_gave_up_error(const hc_coll_comm_t *cc, const char *what);
+/* Can a new collective start on comm? OK, or the error that it may not
+ * (broken earlier, a failed member, a member gave up, a disagreement seen
+ * since the last one: that one breaks the communicator now). */
+hcomm_status_t hc_coll_comm_usable(struct hcomm_comm *comm, hc_coll_comm_t *cc, const char *fn);
 
 void hc_coll_op_init(hc_coll_op_t *op);
 /* Marks comm unusable for collectives, with the status and reason that
@@ -194,6 +215,10 @@ bool hc_coll_node_usable(struct hcomm_comm *comm);
  * "node-staged") that applies to allreduce. */
 
 void hc_coll_node_free(struct hc_coll_node *node);
+/* This rank started collective seq on the node's communicator (any path). */
+void hc_coll_node_started(struct hc_coll_node *node, uint64_t seq);
+/* Has comm rank j started a collective after seq? */
+bool hc_coll_node_ahead(const struct hc_coll_node *node, int j, uint64_t seq);
 /* This rank's communicator broke with status: tell the node's other ranks. */
 void hc_coll_node_give_up(struct hc_coll_node *node, hcomm_status_t status);
 

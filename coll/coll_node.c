@@ -7,6 +7,8 @@
  *   line[n]        one cache line per rank: `a` (tick whose data this rank
  *                  has published) + two inline payload slots (parity) for
  *                  messages of at most HC_NODE_INLINE bytes
+ *   started[n]     one cache line per rank: the collective it started last
+ *                  (any path), for hc_coll_node_ahead
  *   done[n]        one cache line per rank: `b` (tick this rank has finished
  *                  reading shared data of)
  *   stage[n][2][B] per rank, double-buffered staging blocks
@@ -76,6 +78,14 @@ typedef struct {
     int32_t gave_up;
 } HC_ALIGNED_CL hc_node_done_t;
 
+/* The collective this rank started last on the communicator, whatever its
+ * path: seq + 1 (hc_coll_node_started). Written by its owner only, read by
+ * a rank whose point-to-point collective waits for this one too long
+ * (hc_coll_node_ahead): a line of its own, so the store stays private. */
+typedef struct {
+    uint64_t seq;
+} HC_ALIGNED_CL hc_node_started_t;
+
 /* Single-copy descriptor of a rank's buffers for the current collective:
  * their addresses in its process (for the node driver's get and write) and
  * the node driver's packed remote keys for them (zero copy where a peer can
@@ -106,6 +116,7 @@ typedef struct hc_coll_node {
     hc_node_line_t *line;
     hc_node_done_t *done;
     hc_node_desc_t *desc;
+    hc_node_started_t *started;
     /* Peers' remote keys of the last zero-copy collective, held while their
      * mappings are in use (released when the next one starts, or at free). */
     hc_rkey_t *rkeys[128];
@@ -142,11 +153,11 @@ static HC_NOINLINE bool hc_node_sig_mismatch(hc_coll_op_t *op, int j, uint32_t t
          * root, or with arguments that did not need this rank) */
         op->error = hc_error(HCOMM_ERR_INVALID,
                              "%s (%zu elements of %s, op %s, root %d) #%llu: communicator rank %d "
-                             "went past this collective without this rank (it is in a later %s): "
-                             "it called this one with other arguments (root, count, dtype or op)",
+                             "went past this collective without this rank (it is in a later "
+                             "one): it called this one with other arguments (root, count, dtype "
+                             "or op, or an earlier collective on this communicator differed)",
                              hc_coll_name(op->kind), op->count, hc_dtype_name(op->dtype),
-                             hc_op_name(op->op), op->root, (unsigned long long)op->seq, j,
-                             hc_coll_name(tk));
+                             hc_op_name(op->op), op->root, (unsigned long long)op->seq, j);
     else if (tk != op->kind && tk < HC_COLL_KIND_COUNT)
         op->error = hc_error(HCOMM_ERR_INVALID,
                              "%s (%zu elements of %s, op %s, root %d) #%llu: communicator rank %d "
@@ -159,8 +170,9 @@ static HC_NOINLINE bool hc_node_sig_mismatch(hc_coll_op_t *op, int j, uint32_t t
         op->error = hc_error(HCOMM_ERR_INVALID,
                              "%s (%zu elements of %s, op %s, root %d) #%llu: communicator rank %d "
                              "called %s here with other arguments: its count, dtype, op or root "
-                             "differ from this call's (signature %08x, mine %08x: ranks compare a "
-                             "hash of the four, not which one); HCOMM_CHECK=1 names the field and "
+                             "differ from this call's, or from an earlier collective's on this "
+                             "communicator (signature %08x, mine %08x: ranks compare a hash of "
+                             "the four, chained, not which one); HCOMM_CHECK=1 names the field and "
                              "both values",
                              hc_coll_name(op->kind), op->count, hc_dtype_name(op->dtype),
                              hc_op_name(op->op), op->root, (unsigned long long)op->seq, j,
@@ -846,6 +858,19 @@ static hc_step_t hc_node_broadcast(hc_coll_op_t *op)
             if (hc_node_counting())
                 hc_node_count_bcast(op, nd, bb);
         } else {
+            if (t == op->tick && op->state == 0) {
+                /* A receiver publishes its signature too (no data: nobody
+                 * reads its block), first, so that a rank that takes it for
+                 * the root sees the disagreement (two ranks that each take
+                 * the other for the root would otherwise wait for ever),
+                 * and every later collective compares the chain
+                 * (hc_coll_number). Its sig slot is free once every rank
+                 * is past tick t-2, as the root's is. */
+                if (!hc_node_can_write(nd, op, t))
+                    return HC_STEP_PENDING;
+                hc_node_post_a(nd, op, t);
+                op->state = 1;
+            }
             if (__atomic_load_n(&nd->line[op->root].a, __ATOMIC_ACQUIRE) < t) {
                 op->round = op->root; /* whom we wait for, should it time out */
                 hc_node_gave_up(nd, op, op->root);
@@ -1012,7 +1037,7 @@ bool hc_coll_node_usable(struct hcomm_comm *comm)
     size_t block = HC_ALIGN_UP(HC_MAX(hc_cfg.coll_chunk, (size_t)4096), (size_t)4096);
     size_t size = sizeof(hc_node_ident_t) + sizeof(hc_node_line_t) * (size_t)n +
                   sizeof(hc_node_done_t) * (size_t)n + sizeof(hc_node_desc_t) * (size_t)n +
-                  block * 2 * (size_t)n + block * 2;
+                  sizeof(hc_node_started_t) * (size_t)n + block * 2 * (size_t)n + block * 2;
     uint64_t key = hc_node_key(comm);
     uint8_t *base = d->ops->shared_get(d, key, size, n);
     if (!base) {
@@ -1041,11 +1066,22 @@ bool hc_coll_node_usable(struct hcomm_comm *comm)
     nd->done = (hc_node_done_t *)(base + sizeof(hc_node_line_t) * (size_t)n);
     nd->desc = (hc_node_desc_t *)(base + (sizeof(hc_node_line_t) + sizeof(hc_node_done_t)) *
                                              (size_t)n);
-    nd->stage = (uint8_t *)(nd->desc + n);
+    nd->started = (hc_node_started_t *)(nd->desc + n);
+    nd->stage = (uint8_t *)(nd->started + n);
     nd->res = nd->stage + block * 2 * (size_t)n;
     nd->scratch = aligned_alloc(64, block); /* NULL: large outputs use plain stores */
     cc->node = nd;
     return true;
+}
+
+void hc_coll_node_started(struct hc_coll_node *nd, uint64_t seq)
+{
+    __atomic_store_n(&nd->started[nd->me].seq, seq + 1, __ATOMIC_RELEASE);
+}
+
+bool hc_coll_node_ahead(const struct hc_coll_node *nd, int j, uint64_t seq)
+{
+    return __atomic_load_n(&nd->started[j].seq, __ATOMIC_ACQUIRE) > seq + 1;
 }
 
 void hc_coll_node_give_up(struct hc_coll_node *nd, hcomm_status_t status)

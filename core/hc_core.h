@@ -222,6 +222,7 @@ struct hcomm_comm {
     hc_list_t unexpected;
     hc_list_t link;      /* in hc_ctx.comms */
     uint64_t coll_seq;   /* collectives issued on this comm */
+    uint64_t coll_chain; /* the signatures of all of them, chained (hc_coll_number) */
     hc_list_t coll_queue; /* active collective ops, in issue order */
     void *coll_priv;     /* coll/'s per-comm state (node regions, ...) */
     uint32_t split_seq;  /* splits done from this comm (for child ctx ids) */
@@ -233,14 +234,21 @@ struct hcomm_comm {
  * derived from their parent's, above every id hcomm_comm_split hands out. */
 #define HC_CTX_SUB 0x40000000u
 /* Tags on a collective context: the collective's sequence number in the low
- * 16 bits, a signature of its arguments (kind, count, dtype, op, root) in
- * the 15 above. A message whose sequence matches a receive's but whose
- * signature does not comes from a rank that called a different collective:
- * the receive fails at once (ERR_INVALID) instead of taking the wrong data. */
+ * 16 bits, a signature in the 15 above (coll/coll.c's hc_coll_number: the
+ * kind, and a hash of the arguments chained over every earlier collective
+ * of the communicator, so that a disagreement stays visible to every later
+ * one). A message from the peer a collective receive waits for proves the
+ * ranks disagree when it is of the same collective with another signature,
+ * or of a later collective: one context's frames arrive in the order they
+ * were sent, so that peer went past without sending what this rank waits
+ * for. The receive then fails at once (ERR_INVALID) instead of taking the
+ * wrong data or waiting for the timeout. */
 #define HC_COLL_TAG_SEQ_MASK 0xffff
-static inline bool hc_coll_tag_conflict(uint32_t ctx_id, int32_t a, int32_t b)
+static inline bool hc_coll_tag_conflict(uint32_t ctx_id, int32_t mine, int32_t theirs)
 {
-    return (ctx_id & HC_CTX_COLL) && a != b && ((a ^ b) & HC_COLL_TAG_SEQ_MASK) == 0;
+    if (!(ctx_id & HC_CTX_COLL) || mine == theirs)
+        return false;
+    return (int16_t)(uint16_t)((uint32_t)theirs - (uint32_t)mine) >= 0;
 }
 
 /* hcomm_comm_abort may set the flag from another thread. */
@@ -331,6 +339,15 @@ typedef struct {
      * with another signature: the error text naming both calls. */
     void (*conflict)(uint32_t ctx_id, int32_t mine, int32_t theirs, int peer, char *buf,
                      size_t len);
+    /* A message of a collective context that no posted receive took, from
+     * comm rank `from`, before it is queued as unexpected: coll/ checks
+     * that it is not of a collective this rank has completed or of the
+     * running one with another signature (records, never sends: this runs
+     * inside a driver's progress). */
+    void (*stray)(struct hcomm_comm *comm, int from, int32_t tag);
+    /* HC_FRAME_COLL_PROBE from comm rank `from`, whose collective `tag`
+     * waits for this rank: coll/ compares it with its own (records only). */
+    void (*probe)(struct hcomm_comm *comm, int from, int32_t tag);
 } hc_coll_ops_t;
 
 extern hc_coll_ops_t hc_coll_ops;
@@ -338,6 +355,9 @@ extern hc_coll_ops_t hc_coll_ops;
 void hc_core_register_coll(const hc_coll_ops_t *ops);
 /* Tells every other member of comm that this rank gave up on it (status). */
 void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status);
+/* Asks comm rank `peer` whether it agrees with this rank's collective of
+ * `tag` (HC_FRAME_COLL_PROBE), which waits for it. */
+void hc_p2p_coll_probe(struct hcomm_comm *comm, int peer, int32_t tag);
 /* hcomm_comm_abort's body: validates comm against the live list under a
  * lock (any thread), then raises the flag. */
 hcomm_status_t hc_comm_abort(struct hcomm_comm *comm);

@@ -451,6 +451,8 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
             }
             return;
         }
+        if ((hdr->ctx_id & HC_CTX_COLL) && hc_coll_ops.stray)
+            hc_coll_ops.stray(comm, src, hdr->tag);
         hc_p2p_unexpected(&comm->unexpected, wpeer, hdr, payload);
         return;
     }
@@ -466,6 +468,13 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
         if (hc_coll_ops.gave_up)
             hc_coll_ops.gave_up(comm, comm->comm_rank_of[wpeer],
                                  (hcomm_status_t)(-(int64_t)hdr->a));
+        return;
+    }
+    case HC_FRAME_COLL_PROBE: {
+        /* no communicator yet: this rank is behind the prober, nothing to say */
+        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
+        if (comm && hc_coll_ops.probe && comm->comm_rank_of[wpeer] >= 0)
+            hc_coll_ops.probe(comm, comm->comm_rank_of[wpeer], (int32_t)(uint32_t)hdr->a);
         return;
     }
     case HC_FRAME_CONT:
@@ -754,6 +763,14 @@ void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status)
             hc_p2p_control(&hc_ctx.peers[w], HC_FRAME_GIVE_UP, comm->ctx_id | HC_CTX_COLL,
                            (uint64_t)(-(int64_t)status), 0);
     }
+}
+
+void hc_p2p_coll_probe(struct hcomm_comm *comm, int peer, int32_t tag)
+{
+    int w = comm->world_ranks[peer];
+    if (w != hc_ctx.rank && !hc_ctx.peers[w].failed && hc_ctx.peers[w].conn)
+        hc_p2p_control(&hc_ctx.peers[w], HC_FRAME_COLL_PROBE, comm->ctx_id | HC_CTX_COLL,
+                       (uint64_t)(uint32_t)tag, 0);
 }
 
 void hc_p2p_fail_peer(int wpeer, hcomm_status_t status)
