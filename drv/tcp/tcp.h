@@ -1,14 +1,16 @@
 /*
  * tcp: the network driver of last resort, kernel sockets between nodes.
  * Internal header shared by tcp_setup.c (interface choice, listening,
- * connection establishment and handshake, failure handling, teardown) and
- * tcp_data.c (put, the send queues, MSG_ZEROCOPY completions, the receive
- * path, progress and heartbeats) and tcp_idle.c (closing idle connections).
- * See tcp_setup.c for the design.
+ * connection establishment, failure handling, teardown), tcp_hello.c (the
+ * authenticated handshake of a data socket, both sides), tcp_data.c (put,
+ * the send queues, MSG_ZEROCOPY completions, the receive path, progress and
+ * heartbeats) and tcp_idle.c (closing idle connections). See tcp_setup.c
+ * and tcp_hello.c for the design.
  */
 #ifndef HC_DRV_TCP_H
 #define HC_DRV_TCP_H
 
+#include "base/auth.h"
 #include "base/hc_base.h"
 #include "drv/drv.h"
 
@@ -22,9 +24,9 @@
 #define HC_TCP_INLINE 64               /* control payloads copied into the queue entry */
 #define HC_TCP_QUEUE_BYTES (16u << 20) /* per socket: bytes queued before ERR_AGAIN */
 #define HC_TCP_QUEUE_COPY (1u << 20)   /* per socket: copied bytes before ERR_AGAIN */
-#define HC_TCP_KEY_LEN 64
-#define HC_TCP_MAGIC 0x68637470u /* "hctp" */
-#define HC_TCP_VERSION 1
+#define HC_TCP_MAGIC 0x68637470u       /* "hctp" */
+#define HC_TCP_VERSION 2               /* 2: the key is proven (HMAC), never sent */
+#define HC_TCP_ANON_MAX 64             /* accepted sockets whose hello is not read yet */
 
 /* Driver-private frame types (never delivered to the core). */
 enum {
@@ -45,18 +47,23 @@ typedef struct {
     uint16_t port;   /* network order */
     uint8_t addr[16];
     uint32_t pid;
-    uint32_t pad;
-    uint64_t instance; /* random per process: a change means the peer restarted */
+    uint16_t nsocks;              /* sockets this rank opens per peer: the indexes it may connect */
+    uint16_t version;             /* HC_TCP_VERSION */
+    uint64_t instance;            /* random per process: a change means the peer restarted */
+    uint8_t nonce[HC_AUTH_NONCE]; /* random per process: every hello to it is signed over it */
 } hc_tcp_addr_t;
 
-/* First bytes a connector writes on a new socket. */
+/* First bytes a connector writes on a new socket (tcp_hello.c). No field
+ * is secret; mac proves the job key over all of them. */
 typedef struct {
     uint32_t magic;
     uint16_t version;
     uint16_t sock_idx;
     int32_t src_rank, dst_rank;
     uint64_t src_instance, dst_instance;
-    uint8_t key[HC_TCP_KEY_LEN]; /* job key, zero padded (hashed when longer) */
+    uint64_t counter;             /* per (acceptor, socket index): only grows */
+    uint8_t nonce[HC_AUTH_NONCE]; /* the connector's, fresh: the answer is signed over it */
+    uint8_t mac[HC_AUTH_MAC];     /* HMAC(key, "hcomm-tcp-hello", the above, acceptor's nonce) */
 } hc_tcp_hello_t;
 
 /* The acceptor's answer; anything but ACCEPT is followed by close. */
@@ -65,6 +72,7 @@ typedef struct {
     uint32_t magic;
     uint32_t verdict;
     uint64_t instance;
+    uint8_t mac[HC_AUTH_MAC]; /* HMAC(key, "hcomm-tcp-ack", the above, the hello less its mac) */
 } hc_tcp_ack_t;
 
 enum { HC_TCP_OBJ_LISTEN = 1, HC_TCP_OBJ_ANON, HC_TCP_OBJ_SLOT };
@@ -103,19 +111,24 @@ typedef struct hc_tcp_slot {
     bool want_write; /* on the driver's flush list */
     bool zc_on;      /* SO_ZEROCOPY set and not found useless */
     bool rx_bulk;    /* this read met a DATA frame: acknowledge at once (tcp_data.c) */
+    bool wr_shut;    /* the acceptor stopped reading before we read its verdict: wait for it */
     int err;         /* errno of a failed write/connect, acted on by progress */
     struct hc_tcp_conn *conn;
     struct hc_tcp_slot *flush_next;
-    hc_tcp_txq_t txq;    /* frames not fully written, in order */
-    hc_tcp_txq_t zcwait; /* written with MSG_ZEROCOPY, completions owed */
+    hc_tcp_txq_t txq;     /* frames not fully written, in order */
+    hc_tcp_txq_t zcwait;  /* written with MSG_ZEROCOPY, completions owed */
+    hc_tcp_txq_t unacked; /* written after our hello, before the verdict: kept until it */
     size_t q_bytes, q_copy;
     uint32_t zc_next;   /* next zerocopy id the kernel will assign */
     uint32_t zc_copied; /* completions the kernel reported as copied */
     uint32_t zc_real;
-    /* handshake */
-    uint8_t hs[sizeof(hc_tcp_hello_t)];
+    /* handshake (tcp_hello.c) */
+    hc_tcp_hello_t hello; /* the last one we sent: its verdict is signed over it */
+    uint8_t hs[sizeof(hc_tcp_ack_t)];
     size_t hs_got;
     uint64_t hs_deadline;
+    uint64_t ctr_out; /* counter of our last hello on this index */
+    uint64_t ctr_in;  /* highest counter of a genuine hello from the peer on this index */
     /* receive stream */
     uint8_t *rbuf;
     size_t rstart, rend, rcap;
@@ -124,7 +137,7 @@ typedef struct hc_tcp_slot {
 typedef struct hc_tcp_anon {
     int obj; /* HC_TCP_OBJ_ANON */
     int fd;
-    struct hc_tcp_anon *next;
+    struct hc_tcp_anon *next; /* newest first */
     uint64_t deadline;
     size_t got;
     hc_tcp_hello_t hello;
@@ -177,15 +190,19 @@ struct hc_tcp_drv {
     bool lanes;          /* env->lanes > 1 and nsocks > 1: lane l on socket l % n */
     size_t zc_threshold; /* SIZE_MAX: zerocopy off */
     int sockbuf;         /* SO_SNDBUF/SO_RCVBUF to set (0: leave to autotuning) */
-    uint8_t key[HC_TCP_KEY_LEN];
+    const char *key;     /* the job key (env->job_key): proven, never sent */
+    size_t key_len;
     hc_tcp_conn_t **conns; /* by world rank, NULL if not ours */
     hc_tcp_conn_t *active; /* conns with sockets, for heartbeats */
     hc_tcp_slot_t *flush;  /* slots with queued frames */
     hc_tcp_anon_t *anon;   /* accepted, hello pending */
+    int nanon;
     hc_tcp_tx_t *tx_free;
     uint64_t hb_period_ns, suspect_ns, fail_ns;
-    uint64_t idle_ns;     /* HCOMM_CONN_IDLE_TIMEOUT, 0: never close */
-    uint64_t idle_closed; /* connections closed for idleness (logged) */
+    uint64_t hs_ns;        /* a handshake step the peer's progress must take: HCOMM_TIMEOUT */
+    uint64_t last_poll_ns; /* our previous progress call: a long gap is ours, not the peers' */
+    uint64_t idle_ns;      /* HCOMM_CONN_IDLE_TIMEOUT, 0: never close */
+    uint64_t idle_closed;  /* connections closed for idleness (logged) */
     /* counters (HCOMM_STATS_LEVEL=2) */
     uint64_t n_hb_sent, n_hb_probes, n_hb_rx, n_suspects;
     hc_tcp_sock_stats_t sock[HC_TCP_MAX_SOCKS];
@@ -196,15 +213,31 @@ struct hc_tcp_drv {
 
 /* tcp_setup.c */
 hcomm_status_t hc_drv_tcp_slot_start(hc_tcp_conn_t *c, int idx);
-void hc_drv_tcp_accept(hc_tcp_drv_t *d);
-void hc_drv_tcp_anon_readable(hc_tcp_drv_t *d, hc_tcp_anon_t *a);
-void hc_drv_tcp_anon_expire(hc_tcp_drv_t *d, uint64_t now);
-void hc_drv_tcp_slot_handshake(hc_tcp_slot_t *s, uint32_t events);
 void hc_drv_tcp_conn_fail(hc_tcp_conn_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+void hc_drv_tcp_conn_activate(hc_tcp_conn_t *c);
 void hc_drv_tcp_slot_close(hc_tcp_slot_t *s, hcomm_status_t status);
 void hc_drv_tcp_slot_up(hc_tcp_slot_t *s);
 void hc_drv_tcp_slot_drop_fd(hc_tcp_slot_t *s);
+bool hc_drv_tcp_sock_opts(hc_tcp_drv_t *d, int fd);
+int hc_drv_tcp_ep(hc_tcp_drv_t *d, int op, int fd, uint32_t events, void *ptr);
+void hc_drv_tcp_sa_str(const struct sockaddr_storage *sa, char *buf, size_t len);
+
+/* tcp_hello.c: the handshake. The connector signs its hello with the job
+ * key over the acceptor's published nonce and writes it at once; the
+ * acceptor checks it, answers a verdict signed over the connector's nonce,
+ * which the connector checks before it reads a frame from the socket. */
+/* Connector: the socket connected (or failed): writes the hello. 0, or the
+ * errno that stopped it (the caller fails the peer, or leaves it to
+ * progress). */
+int hc_drv_tcp_hello_send(hc_tcp_slot_t *s);
+/* Connector, from progress: the connect completed, or the verdict arrived. */
+void hc_drv_tcp_slot_handshake(hc_tcp_slot_t *s, uint32_t events);
+/* Acceptor, from progress: the listener or an accepted socket is readable. */
+void hc_drv_tcp_accept(hc_tcp_drv_t *d);
+void hc_drv_tcp_anon_readable(hc_tcp_drv_t *d, hc_tcp_anon_t *a);
+void hc_drv_tcp_anon_expire(hc_tcp_drv_t *d, uint64_t now);
+void hc_drv_tcp_anon_free(hc_tcp_drv_t *d, hc_tcp_anon_t *a, bool close_fd);
 
 /* tcp_data.c */
 hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
@@ -215,6 +248,11 @@ void hc_drv_tcp_flush_mark(hc_tcp_slot_t *s);
 void hc_drv_tcp_txq_fail(hc_tcp_slot_t *s, hcomm_status_t status);
 /* Frees what s still queues, with no completion (the core is going away). */
 void hc_drv_tcp_txq_forget(hc_tcp_slot_t *s);
+/* The verdict accepted the socket: frames written before it are done. */
+void hc_drv_tcp_unacked_done(hc_tcp_slot_t *s);
+/* The socket is dropped before a verdict accepted it: what it carried goes
+ * again, first, on the socket that replaces it. */
+void hc_drv_tcp_unacked_rewind(hc_tcp_slot_t *s);
 hc_tcp_tx_t *hc_drv_tcp_tx_get(hc_tcp_drv_t *d);
 void hc_drv_tcp_tx_free_all(hc_tcp_drv_t *d);
 void hc_drv_tcp_ctrl(hc_tcp_conn_t *c, uint8_t type, uint8_t flags, uint64_t a, uint64_t b);

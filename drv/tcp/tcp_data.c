@@ -69,7 +69,8 @@
 #define HC_TCP_IOV 64
 #define HC_TCP_BATCH_BYTES (4u << 20)
 #define HC_TCP_TIMER_NS 10000000ull
-#define HC_TCP_ZC_GIVE_UP 64 /* copied completions, none real: stop asking */
+#define HC_TCP_ABSENT_NS 100000000ull /* a gap between our progress calls this long is ours */
+#define HC_TCP_ZC_GIVE_UP 64          /* copied completions, none real: stop asking */
 
 /* ---- queue entries ---------------------------------------------------------- */
 
@@ -129,6 +130,8 @@ static void hc_drv_tcp_tx_done(hc_tcp_slot_t *s, hc_tcp_tx_t *t, hcomm_status_t 
 void hc_drv_tcp_txq_fail(hc_tcp_slot_t *s, hcomm_status_t status)
 {
     hc_tcp_tx_t *t;
+    while ((t = hc_drv_tcp_q_pop(&s->unacked)))
+        hc_drv_tcp_tx_done(s, t, status);
     while ((t = hc_drv_tcp_q_pop(&s->txq)))
         hc_drv_tcp_tx_done(s, t, status);
     while ((t = hc_drv_tcp_q_pop(&s->zcwait)))
@@ -139,11 +142,35 @@ void hc_drv_tcp_txq_fail(hc_tcp_slot_t *s, hcomm_status_t status)
 void hc_drv_tcp_txq_forget(hc_tcp_slot_t *s)
 {
     hc_tcp_tx_t *t;
+    while ((t = hc_drv_tcp_q_pop(&s->unacked)))
+        hc_drv_tcp_tx_put(s->conn->drv, t);
     while ((t = hc_drv_tcp_q_pop(&s->txq)))
         hc_drv_tcp_tx_put(s->conn->drv, t);
     while ((t = hc_drv_tcp_q_pop(&s->zcwait)))
         hc_drv_tcp_tx_put(s->conn->drv, t);
     s->q_bytes = s->q_copy = 0;
+}
+
+void hc_drv_tcp_unacked_done(hc_tcp_slot_t *s)
+{
+    hc_tcp_tx_t *t;
+    while ((t = hc_drv_tcp_q_pop(&s->unacked))) {
+        s->q_bytes -= hc_drv_tcp_tx_total(t);
+        if (t->heap) s->q_copy -= t->hdr.len;
+        hc_drv_tcp_tx_done(s, t, HCOMM_OK);
+    }
+}
+
+void hc_drv_tcp_unacked_rewind(hc_tcp_slot_t *s)
+{
+    if (s->txq.head) s->txq.head->off = 0; /* half written on the dropped socket */
+    if (!s->unacked.head) return;
+    for (hc_tcp_tx_t *t = s->unacked.head; t; t = t->next)
+        t->off = 0;
+    s->unacked.tail->next = s->txq.head;
+    if (!s->txq.head) s->txq.tail = s->unacked.tail;
+    s->txq.head = s->unacked.head;
+    s->unacked.head = s->unacked.tail = NULL;
 }
 
 void hc_drv_tcp_flush_mark(hc_tcp_slot_t *s)
@@ -192,6 +219,11 @@ static int hc_drv_tcp_advance(hc_tcp_slot_t *s, size_t n)
         n -= take;
         if (t->off < total) break;
         hc_drv_tcp_q_pop(&s->txq);
+        if (HC_UNLIKELY(s->state != HC_TCP_S_UP)) {
+            /* Written before the verdict: kept (and counted) until it. */
+            hc_drv_tcp_q_push(&s->unacked, t);
+            continue;
+        }
         s->q_bytes -= total;
         if (t->heap) s->q_copy -= t->hdr.len;
         if (t->zc_left)
@@ -211,24 +243,25 @@ static void hc_drv_tcp_zc_used(hc_tcp_slot_t *s, hc_tcp_tx_t *t)
     s->zc_next++;
 }
 
-int hc_drv_tcp_flush(hc_tcp_slot_t *s)
+/* Writes what the queue holds, on an up socket or (frames kept until the
+ * verdict, no zero copy) one whose hello went out. A hard error is left in
+ * s->err: flush fails the peer, put leaves it to progress. */
+static int hc_drv_tcp_write(hc_tcp_slot_t *s)
 {
     hc_tcp_conn_t *c = s->conn;
-    if (HC_UNLIKELY(s->err)) {
-        hc_drv_tcp_conn_fail(c, "writing to %s failed: %s", c->name, strerror(s->err));
+    if (s->err || s->wr_shut || (s->state != HC_TCP_S_UP && s->state != HC_TCP_S_HELLO_SENT))
         return 0;
-    }
-    if (s->state != HC_TCP_S_UP) return 0;
+    bool zc_ok = s->zc_on && s->state == HC_TCP_S_UP;
     int done = 0;
     while (s->txq.head) {
         struct iovec iov[HC_TCP_IOV];
         int niov = 0;
         size_t bytes = 0;
         hc_tcp_tx_t *t = s->txq.head;
-        bool zc = t->zc && s->zc_on;
+        bool zc = t->zc && zc_ok;
         for (hc_tcp_tx_t *u = t; u && niov < HC_TCP_IOV - 1 && bytes < HC_TCP_BATCH_BYTES;
              u = u->next) {
-            if (u != t && (zc || (u->zc && s->zc_on)))
+            if (u != t && (zc || (u->zc && zc_ok)))
                 break; /* a zerocopy frame goes alone: its ids must be its own */
             if (HC_UNLIKELY(c->hold) && u->hdr.type < HC_FRAME_DRIVER)
                 break; /* an idle-close handshake is in flight: core frames wait */
@@ -251,8 +284,15 @@ int hc_drv_tcp_flush(hc_tcp_slot_t *s)
                 t->zc = false; /* optmem exhausted: this one goes by copy */
                 continue;
             }
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                hc_drv_tcp_conn_fail(c, "writing to %s failed: %s", c->name, strerror(errno));
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+            if (s->state == HC_TCP_S_HELLO_SENT) {
+                /* A socket that lost the tie-break is closed unread; the
+                 * verdict that says so is in our receive buffer: it, not
+                 * this error, decides (what this socket carried goes again). */
+                s->wr_shut = true;
+                break;
+            }
+            s->err = errno;
             break;
         }
         if (zc) hc_drv_tcp_zc_used(s, t);
@@ -260,6 +300,15 @@ int hc_drv_tcp_flush(hc_tcp_slot_t *s)
         done += hc_drv_tcp_advance(s, (size_t)n);
         if ((size_t)n < bytes) break;
     }
+    return done;
+}
+
+int hc_drv_tcp_flush(hc_tcp_slot_t *s)
+{
+    hc_tcp_conn_t *c = s->conn;
+    int done = hc_drv_tcp_write(s);
+    if (HC_UNLIKELY(s->err))
+        hc_drv_tcp_conn_fail(c, "writing to %s failed: %s", c->name, strerror(s->err));
     return done;
 }
 
@@ -364,7 +413,11 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
     }
     hc_drv_tcp_q_push(&s->txq, t);
     hc_drv_tcp_flush_mark(s);
-    return t->inprog ? HCOMM_IN_PROGRESS : HCOMM_OK;
+    bool inprog = t->inprog;
+    /* A socket whose hello went out takes the frame now, before the
+     * verdict: the caller may compute before it calls hcomm again. */
+    if (s->state == HC_TCP_S_HELLO_SENT && !held) hc_drv_tcp_write(s);
+    return inprog ? HCOMM_IN_PROGRESS : HCOMM_OK;
 }
 
 void hc_drv_tcp_ctrl(hc_tcp_conn_t *c, uint8_t type, uint8_t flags, uint64_t a, uint64_t b)
@@ -599,7 +652,13 @@ static void hc_drv_tcp_timers(hc_tcp_drv_t *d, uint64_t now)
         for (int i = 0; i < HC_TCP_MAX_SOCKS && !c->failed; i++) {
             hc_tcp_slot_t *s = &c->slots[i];
             if (s->state != HC_TCP_S_NONE && s->state != HC_TCP_S_UP && now > s->hs_deadline)
-                hc_drv_tcp_conn_fail(c, "socket %d to %s not established in time", i, c->name);
+                hc_drv_tcp_conn_fail(c,
+                                     "socket %d to %s not established within %.0f s "
+                                     "(HCOMM_TIMEOUT; %s)",
+                                     i, c->name, (double)d->hs_ns * 1e-9,
+                                     s->state == HC_TCP_S_CONNECTING ? "connecting"
+                                     : s->state == HC_TCP_S_WAIT     ? "waiting for its connect"
+                                                                     : "no verdict");
         }
         if (c->failed) continue;
         hc_drv_tcp_idle_timer(c, now);
@@ -632,6 +691,25 @@ static void hc_drv_tcp_timers(hc_tcp_drv_t *d, uint64_t now)
 
 /* ---- progress ------------------------------------------------------------------------ */
 
+/* We did not call progress for gap ns (the caller computed, or waited on
+ * something else): what the peers said meanwhile waits unread, so that time
+ * counts neither as their silence nor against their handshakes. */
+static void hc_drv_tcp_resume(hc_tcp_drv_t *d, uint64_t gap, uint64_t now)
+{
+    for (hc_tcp_conn_t *c = d->active; c; c = c->active_next) {
+        c->last_rx_ns = HC_MIN(c->last_rx_ns + gap, now);
+        for (int i = 0; i < HC_TCP_MAX_SOCKS; i++)
+            c->slots[i].hs_deadline += gap;
+    }
+    for (hc_tcp_anon_t *a = d->anon; a; a = a->next)
+        if (a->deadline) a->deadline += gap;
+}
+
+static inline bool hc_drv_tcp_writes(const hc_tcp_slot_t *s)
+{
+    return s->state == HC_TCP_S_UP || s->state == HC_TCP_S_HELLO_SENT;
+}
+
 int hc_drv_tcp_progress(hc_drv_t *drv)
 {
     hc_tcp_drv_t *d = (hc_tcp_drv_t *)drv;
@@ -658,17 +736,21 @@ int hc_drv_tcp_progress(hc_drv_t *drv)
     for (hc_tcp_slot_t **pp = &d->flush; *pp;) {
         hc_tcp_slot_t *s = *pp;
         if (HC_UNLIKELY(s->state == HC_TCP_S_NONE && s->txq.head)) hc_drv_tcp_idle_reopen(s);
-        if (s->err || (s->state == HC_TCP_S_UP && s->txq.head)) n += hc_drv_tcp_flush(s);
-        if (s->state == HC_TCP_S_UP && s->txq.head && !s->err &&
+        if (s->err || (hc_drv_tcp_writes(s) && s->txq.head)) n += hc_drv_tcp_flush(s);
+        if (hc_drv_tcp_writes(s) && s->txq.head && !s->err &&
             !(s->conn->hold && s->txq.head->hdr.type < HC_FRAME_DRIVER)) {
             pp = &s->flush_next;
         } else {
-            /* drained, not up or held: slot_up or the end of the idle close marks it again */
+            /* drained, not writable or held: the hello, slot_up or the end of the idle
+             * close marks it again */
             *pp = s->flush_next;
             s->want_write = false;
         }
     }
     uint64_t now = hc_time_ns();
+    if (HC_UNLIKELY(now - d->last_poll_ns > HC_TCP_ABSENT_NS) && d->last_poll_ns)
+        hc_drv_tcp_resume(d, now - d->last_poll_ns, now);
+    d->last_poll_ns = now;
     if (HC_UNLIKELY(now >= d->next_timer_ns)) {
         d->next_timer_ns = now + HC_TCP_TIMER_NS;
         hc_drv_tcp_timers(d, now);

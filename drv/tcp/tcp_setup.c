@@ -1,32 +1,45 @@
 /*
  * tcp driver, control path: interface choice, the listening socket,
- * connection establishment, the handshake, failure and teardown.
+ * connection establishment, failure and teardown (the handshake itself is
+ * tcp_hello.c).
  *
  * Each rank listens on one address (HCOMM_SOCKET_IFNAME, else the interface
  * that routes to the rendezvous host, else the first non-loopback interface
- * that is up, else loopback) and publishes {address, port, pid, instance} in
- * its address blob. Nothing is connected at init: a peer gets sockets on the
- * first frame sent to it, so a job whose ranks talk to few peers never holds
- * n^2 sockets. Socket i of a pair (0 <= i < HCOMM_CONN_PER_PEER) is set up
- * independently of the others. With lanes (docs/lanes.md) socket i carries
- * the frames of the lanes l with l % n == i; without, socket 0 carries every
- * ordered frame (EAGER, RTS, CTS, FIN, NACK), the others the DATA frames of
- * large messages (see tcp_data.c). The driver's own frames (heartbeats,
- * goodbye, idle close) always go on socket 0.
+ * that is up, else loopback) and publishes {address, port, pid, socket
+ * count, instance, nonce} in its address blob. Nothing is connected at
+ * init: a peer gets sockets on the first frame sent to it, so a job whose
+ * ranks talk to few peers never holds n^2 sockets. Socket i of a pair
+ * (0 <= i < HCOMM_CONN_PER_PEER) is set up independently of the others.
+ * With lanes (docs/lanes.md) socket i carries the frames of the lanes l
+ * with l % n == i; without, socket 0 carries every ordered frame (EAGER,
+ * RTS, CTS, FIN, NACK), the others the DATA frames of large messages (see
+ * tcp_data.c). The driver's own frames (heartbeats, goodbye, idle close)
+ * always go on socket 0.
  *
- * Either side may connect socket i. The connector writes a hello {job key,
- * ranks, socket index, both instance ids}; the acceptor answers with a
- * verdict and only then do frames flow, so a socket that loses a tie-break
- * has carried nothing. When both connect socket i at once, the lower rank's
- * socket wins: the lower rank rejects an incoming hello while its own
- * connect for that index is in flight (TIEBREAK), the higher rank drops its
- * own attempt when the lower rank's hello arrives and waits for it. Each
- * decision is local and one-shot, so simultaneous connects never deadlock.
+ * Either side may connect socket i. The connector writes a hello proving
+ * the job key (tcp_hello.c) and, before the put that opened the socket
+ * returns, its frames; the acceptor answers with a signed verdict, and the
+ * connector keeps those frames until it. When both connect socket i at
+ * once, the lower rank's socket wins: the lower rank rejects an incoming
+ * hello while its own connect for that index is in flight (TIEBREAK), the
+ * higher rank drops its own attempt when the lower rank's hello arrives and
+ * waits for it; the loser's frames were never read and go again on the
+ * winner. Each decision is local and one-shot, so simultaneous connects
+ * never deadlock.
  *
- * A hello with garbage, a wrong key or a wrong rank is logged with the remote
- * address and closed; a hello that names an instance we do not know means one
- * side restarted, and the connector fails the peer rather than write to a
- * stale address. A peer whose socket closes without the goodbye frame, or
+ * The connect itself is waited for a short while inside the put
+ * (HC_TCP_CONNECT_WAIT_MS: on a LAN it takes a round trip), so that a rank
+ * that sends and then computes has already written its hello and its eager
+ * frames: the acceptor never needs the connector to call hcomm again. Every
+ * wait that does depend on the other process calling hcomm lasts
+ * HCOMM_TIMEOUT (tcp_hello.c), and a gap between our own progress calls
+ * does not count against a peer (hc_drv_tcp_resume in tcp_data.c).
+ *
+ * A hello with garbage, without proof of the key, with a wrong rank or an
+ * index the peer does not open, or replayed, is logged with the remote
+ * address and closed; a hello that names an instance we do not know means
+ * one side restarted, and the connector fails the peer rather than write to
+ * a stale address. A peer whose socket closes without the goodbye frame, or
  * that is silent past HCOMM_CONN_FAIL_TIMEOUT, is reported to the core with
  * env->peer_failed, after every put still owed a completion is failed.
  * Idle connections are closed by a handshake of their own and reopened by
@@ -73,12 +86,15 @@ static const hc_config_knob_t hc_tcp_knobs[] = {
                    "tcp: seconds before an idle connection is closed"),
     HC_KNOB_DOUBLE(hc_tcp_cfg.half_open_timeout, "HCOMM_CONN_HALF_OPEN_TIMEOUT", "3",
                    "tcp: seconds of silence before a peer is suspect"),
-    HC_KNOB_DOUBLE(hc_tcp_cfg.fail_timeout, "HCOMM_CONN_FAIL_TIMEOUT", "30",
-                   "tcp: seconds of silence before a suspect peer is declared failed"),
+    HC_KNOB_DOUBLE(hc_tcp_cfg.fail_timeout, "HCOMM_CONN_FAIL_TIMEOUT", "0",
+                   "tcp: seconds of silence before a suspect peer is declared failed (0: "
+                   "HCOMM_TIMEOUT; a peer speaks only while its process calls hcomm)"),
 };
 HC_CONFIG_KNOBS("tcp", hc_tcp_knobs)
 
-#define HC_TCP_HELLO_TIMEOUT_NS (5ull * 1000000000ull)
+/* How long a put that opens a socket waits for the connect, so that the
+ * hello and the frame leave before it returns. */
+#define HC_TCP_CONNECT_WAIT_MS 500
 #define HC_TCP_SOCKBUF (4 << 20)
 
 /* ---- interface choice ----------------------------------------------------- */
@@ -197,7 +213,7 @@ static void hc_drv_tcp_addr_str(int family, const void *addr, uint16_t port_n, c
     snprintf(buf, len, family == AF_INET6 ? "[%s]:%u" : "%s:%u", ip, ntohs(port_n));
 }
 
-static void hc_drv_tcp_sa_str(const struct sockaddr_storage *sa, char *buf, size_t len)
+void hc_drv_tcp_sa_str(const struct sockaddr_storage *sa, char *buf, size_t len)
 {
     if (sa->ss_family == AF_INET) {
         const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
@@ -224,7 +240,7 @@ static int hc_drv_tcp_read_sysctl(const char *path)
 
 /* Returns whether MSG_ZEROCOPY may be used on fd: without SO_ZEROCOPY the
  * kernel ignores the flag and no completion would ever come. */
-static bool hc_drv_tcp_sock_opts(hc_tcp_drv_t *d, int fd)
+bool hc_drv_tcp_sock_opts(hc_tcp_drv_t *d, int fd)
 {
     int one = 1;
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
@@ -241,35 +257,10 @@ static bool hc_drv_tcp_sock_opts(hc_tcp_drv_t *d, int fd)
     return true;
 }
 
-static int hc_drv_tcp_ep(hc_tcp_drv_t *d, int op, int fd, uint32_t events, void *ptr)
+int hc_drv_tcp_ep(hc_tcp_drv_t *d, int op, int fd, uint32_t events, void *ptr)
 {
     struct epoll_event ev = {.events = events, .data.ptr = ptr};
     return epoll_ctl(d->epfd, op, fd, &ev);
-}
-
-/* The key travels in the hello: keys longer than the field are folded. */
-static void hc_drv_tcp_key_fold(const char *key, uint8_t out[HC_TCP_KEY_LEN])
-{
-    size_t n = key ? strlen(key) : 0;
-    memset(out, 0, HC_TCP_KEY_LEN);
-    if (n <= HC_TCP_KEY_LEN) {
-        memcpy(out, key, n);
-        return;
-    }
-    for (int w = 0; w < HC_TCP_KEY_LEN / 8; w++) {
-        uint64_t h = 1469598103934665603ull ^ (uint64_t)w * 0x9e3779b97f4a7c15ull;
-        for (size_t i = 0; i < n; i++)
-            h = (h ^ (uint8_t)key[i]) * 1099511628211ull;
-        memcpy(out + w * 8, &h, 8);
-    }
-}
-
-static bool hc_drv_tcp_key_equal(const uint8_t *a, const uint8_t *b)
-{
-    uint8_t diff = 0; /* constant time: a wrong key learns nothing from timing */
-    for (int i = 0; i < HC_TCP_KEY_LEN; i++)
-        diff |= a[i] ^ b[i];
-    return diff == 0;
 }
 
 /* ---- probe / open / addr ---------------------------------------------------- */
@@ -318,8 +309,12 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     }
     d->lanes = env->lanes > 1 && d->nsocks > 1;
     d->zc_threshold = hc_tcp_cfg.zcopy_threshold ? hc_tcp_cfg.zcopy_threshold : SIZE_MAX;
+    /* A wait on another process's progress lasts the job's timeout. */
+    double job = hc_cfg.timeout > 0 ? hc_cfg.timeout : 300;
     double half = hc_tcp_cfg.half_open_timeout > 0.05 ? hc_tcp_cfg.half_open_timeout : 0.05;
-    double fail = hc_tcp_cfg.fail_timeout > half ? hc_tcp_cfg.fail_timeout : half;
+    double fail = hc_tcp_cfg.fail_timeout > 0 ? hc_tcp_cfg.fail_timeout : job;
+    fail = fail > half ? fail : half;
+    d->hs_ns = (uint64_t)(job * 1e9);
     d->suspect_ns = (uint64_t)(half * 1e9);
     d->hb_period_ns = d->suspect_ns / 3;
     d->fail_ns = (uint64_t)(fail * 1e9);
@@ -329,7 +324,10 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     if (hc_drv_tcp_read_sysctl("/proc/sys/net/core/wmem_max") >= HC_TCP_SOCKBUF &&
         hc_drv_tcp_read_sysctl("/proc/sys/net/core/rmem_max") >= HC_TCP_SOCKBUF)
         d->sockbuf = HC_TCP_SOCKBUF;
-    hc_drv_tcp_key_fold(env->job_key, d->key);
+    d->key = env->job_key ? env->job_key : "";
+    d->key_len = strlen(d->key);
+    st = hc_auth_random(d->me.nonce, sizeof(d->me.nonce)); /* (hc_error says why) */
+    if (st != HCOMM_OK) goto err_free;
 
     if (!hc_drv_tcp_pick_if(env, &d->me_sa, &d->me_salen, d->ifname, sizeof(d->ifname), why,
                             sizeof(why))) {
@@ -363,6 +361,8 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
         goto err_listen;
     }
     d->me.magic = HC_TCP_MAGIC;
+    d->me.version = HC_TCP_VERSION;
+    d->me.nsocks = (uint16_t)d->nsocks;
     d->me.family = d->me_sa.ss_family;
     d->me.pid = (uint32_t)getpid();
     if (d->me_sa.ss_family == AF_INET) {
@@ -420,9 +420,15 @@ static hcomm_status_t hc_drv_tcp_connect(hc_drv_t *drv, int peer, const void *ad
                         "it run the tcp driver of this hcomm version?",
                         peer, addr_len, sizeof(a));
     memcpy(&a, addr, sizeof(a));
-    if (a.magic != HC_TCP_MAGIC || (a.family != AF_INET && a.family != AF_INET6))
+    bool family_ok = a.family == AF_INET || a.family == AF_INET6;
+    if (a.magic != HC_TCP_MAGIC || !family_ok || a.nsocks < 1 || a.nsocks > HC_TCP_MAX_SOCKS)
         return hc_error(HCOMM_ERR_BOOTSTRAP, "tcp connect: rank %d published a malformed address",
                         peer);
+    if (a.version != HC_TCP_VERSION)
+        return hc_error(HCOMM_ERR_BOOTSTRAP,
+                        "tcp connect: rank %d speaks tcp handshake version %u, this rank %u: every "
+                        "rank of a job must run the same hcomm",
+                        peer, a.version, HC_TCP_VERSION);
     if (d->conns[peer])
         return hc_error(HCOMM_ERR_INTERNAL, "tcp connect: rank %d connected twice", peer);
     hc_tcp_conn_t *c = calloc(1, sizeof(*c));
@@ -450,7 +456,7 @@ static hcomm_status_t hc_drv_tcp_connect(hc_drv_t *drv, int peer, const void *ad
 
 /* ---- connection establishment -------------------------------------------------- */
 
-static void hc_drv_tcp_conn_activate(hc_tcp_conn_t *c)
+void hc_drv_tcp_conn_activate(hc_tcp_conn_t *c)
 {
     if (c->active) return;
     c->active = true;
@@ -459,7 +465,9 @@ static void hc_drv_tcp_conn_activate(hc_tcp_conn_t *c)
     c->drv->active = c;
 }
 
-hcomm_status_t hc_drv_tcp_slot_start(hc_tcp_conn_t *c, int idx)
+/* Starts the connect of socket idx: the socket is CONNECTING, or s->err
+ * holds why not (reported by progress, never from inside a put). */
+static hcomm_status_t hc_drv_tcp_slot_connect(hc_tcp_conn_t *c, int idx)
 {
     hc_tcp_drv_t *d = c->drv;
     hc_tcp_slot_t *s = &c->slots[idx];
@@ -490,52 +498,52 @@ hcomm_status_t hc_drv_tcp_slot_start(hc_tcp_conn_t *c, int idx)
     s->outgoing = true;
     s->state = HC_TCP_S_CONNECTING;
     s->hs_got = 0;
-    s->hs_deadline = hc_time_ns() + HC_TCP_HELLO_TIMEOUT_NS + d->suspect_ns;
+    s->hs_deadline = hc_time_ns() + d->hs_ns;
     hc_drv_tcp_conn_activate(c);
     if (connect(fd, (struct sockaddr *)&sa, salen) != 0 && errno != EINPROGRESS) {
-        /* Reported by progress (EPOLLERR/HUP on this fd), never from inside a put. */
         s->err = errno;
         hc_log_debug("tcp: connect to %s: %s", c->name, strerror(errno));
     }
-    /* Socket 0 carries the driver's own frames (heartbeats, goodbye, the
-     * idle close): a peer reached on another socket (a lane's) has it too. */
-    if (idx != 0 && c->slots[0].state == HC_TCP_S_NONE) return hc_drv_tcp_slot_start(c, 0);
     return HCOMM_OK;
 }
 
-/* The connector's side: the socket connected, write the hello. */
-static void hc_drv_tcp_send_hello(hc_tcp_slot_t *s)
+/* Waits up to HC_TCP_CONNECT_WAIT_MS for the connects of c's CONNECTING
+ * sockets and writes each one's hello as it completes. What does not
+ * complete in time (or fails) is left to progress. */
+static void hc_drv_tcp_connect_wait(hc_tcp_conn_t *c)
 {
-    hc_tcp_conn_t *c = s->conn;
-    hc_tcp_drv_t *d = c->drv;
-    int err = 0;
-    socklen_t el = sizeof(err);
-    if (s->err)
-        err = s->err;
-    else if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
-        err = errno;
-    if (err) {
-        hc_drv_tcp_conn_fail(c, "cannot connect to %s: %s", c->name, strerror(err));
-        return;
+    uint64_t end = hc_time_ns() + HC_TCP_CONNECT_WAIT_MS * 1000000ull;
+    for (;;) {
+        struct pollfd p[HC_TCP_MAX_SOCKS];
+        hc_tcp_slot_t *ps[HC_TCP_MAX_SOCKS];
+        int n = 0;
+        for (int i = 0; i < HC_TCP_MAX_SOCKS; i++) {
+            hc_tcp_slot_t *s = &c->slots[i];
+            if (s->state != HC_TCP_S_CONNECTING || s->err) continue;
+            p[n] = (struct pollfd){.fd = s->fd, .events = POLLOUT};
+            ps[n++] = s;
+        }
+        uint64_t now = hc_time_ns();
+        if (n == 0 || now >= end) return;
+        int k = poll(p, (nfds_t)n, (int)((end - now + 999999) / 1000000));
+        if (k < 0 && errno != EINTR) return;
+        for (int j = 0; j < n && k > 0; j++) {
+            if (!p[j].revents) continue;
+            int err = hc_drv_tcp_hello_send(ps[j]);
+            if (err) ps[j]->err = err; /* its epoll event fails the peer, naming it */
+        }
     }
-    hc_tcp_hello_t h = {.magic = HC_TCP_MAGIC,
-                        .version = HC_TCP_VERSION,
-                        .sock_idx = (uint16_t)s->idx,
-                        .src_rank = d->env->rank,
-                        .dst_rank = c->base.peer,
-                        .src_instance = d->me.instance,
-                        .dst_instance = c->addr.instance};
-    memcpy(h.key, d->key, sizeof(h.key));
-    /* A fresh socket's buffer always takes these bytes at once. */
-    ssize_t n = send(s->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n != (ssize_t)sizeof(h)) {
-        hc_drv_tcp_conn_fail(c, "cannot send the hello to %s: %s", c->name,
-                             n < 0 ? strerror(errno) : "short write");
-        return;
-    }
-    s->state = HC_TCP_S_HELLO_SENT;
-    s->hs_got = 0;
-    hc_drv_tcp_ep(d, EPOLL_CTL_MOD, s->fd, EPOLLIN, s);
+}
+
+hcomm_status_t hc_drv_tcp_slot_start(hc_tcp_conn_t *c, int idx)
+{
+    hcomm_status_t st = hc_drv_tcp_slot_connect(c, idx);
+    /* Socket 0 carries the driver's own frames (heartbeats, goodbye, the
+     * idle close): a peer reached on another socket (a lane's) has it too. */
+    if (st == HCOMM_OK && idx != 0 && c->slots[0].state == HC_TCP_S_NONE)
+        st = hc_drv_tcp_slot_connect(c, 0);
+    if (st == HCOMM_OK) hc_drv_tcp_connect_wait(c);
+    return st;
 }
 
 void hc_drv_tcp_slot_drop_fd(hc_tcp_slot_t *s)
@@ -545,6 +553,7 @@ void hc_drv_tcp_slot_drop_fd(hc_tcp_slot_t *s)
         close(s->fd);
     }
     s->fd = -1;
+    s->wr_shut = false;
 }
 
 void hc_drv_tcp_slot_up(hc_tcp_slot_t *s)
@@ -564,217 +573,6 @@ void hc_drv_tcp_slot_up(hc_tcp_slot_t *s)
     hc_log_debug("tcp: socket %d to %s up (%s)", s->idx, c->name,
                  s->outgoing ? "connected" : "accepted");
     if (s->txq.head) hc_drv_tcp_flush_mark(s);
-}
-
-/* Connector: the acceptor's verdict arrives. */
-void hc_drv_tcp_slot_handshake(hc_tcp_slot_t *s, uint32_t events)
-{
-    hc_tcp_conn_t *c = s->conn;
-    if (s->state == HC_TCP_S_CONNECTING) {
-        if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) hc_drv_tcp_send_hello(s);
-        return;
-    }
-    hc_tcp_ack_t ack;
-    ssize_t n = recv(s->fd, s->hs + s->hs_got, sizeof(ack) - s->hs_got, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    if (n <= 0) {
-        hc_drv_tcp_conn_fail(c, "%s closed the connection during the handshake%s%s", c->name,
-                             n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
-        return;
-    }
-    s->hs_got += (size_t)n;
-    if (s->hs_got < sizeof(ack)) return;
-    memcpy(&ack, s->hs, sizeof(ack));
-    if (ack.magic != HC_TCP_MAGIC) {
-        hc_drv_tcp_conn_fail(c, "%s answered the handshake with garbage", c->name);
-        return;
-    }
-    switch (ack.verdict) {
-    case HC_TCP_ACCEPT:
-        /* The address table's instance, recorded at wireup, must still be the
-         * process that answers: a restarted rank (same address, new process)
-         * never gets a frame meant for its predecessor. */
-        if (ack.instance != c->addr.instance) {
-            hc_drv_tcp_conn_fail(c,
-                                 "%s answered as instance %016llx, not %016llx recorded at "
-                                 "wireup: it restarted, not writing to it",
-                                 c->name, (unsigned long long)ack.instance,
-                                 (unsigned long long)c->addr.instance);
-            return;
-        }
-        hc_drv_tcp_slot_up(s);
-        return;
-    case HC_TCP_REJ_TIEBREAK:
-        /* The peer's own connect for this socket wins; it is on its way. */
-        hc_drv_tcp_slot_drop_fd(s);
-        s->outgoing = false;
-        s->state = HC_TCP_S_WAIT;
-        s->hs_deadline = hc_time_ns() + HC_TCP_HELLO_TIMEOUT_NS + c->drv->suspect_ns;
-        return;
-    case HC_TCP_REJ_STALE:
-        hc_drv_tcp_conn_fail(c, "%s restarted (instance changed): not writing to a stale address",
-                             c->name);
-        return;
-    default:
-        hc_drv_tcp_conn_fail(c, "%s refused the connection (verdict %u)", c->name, ack.verdict);
-    }
-}
-
-/* ---- accepting ---------------------------------------------------------------- */
-
-void hc_drv_tcp_accept(hc_tcp_drv_t *d)
-{
-    for (int k = 0; k < 16; k++) {
-        struct sockaddr_storage sa;
-        socklen_t salen = sizeof(sa);
-        int fd =
-            accept4(d->listen.fd, (struct sockaddr *)&sa, &salen, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                hc_log_warn("tcp: accept on %s: %s", d->me_str, strerror(errno));
-            return;
-        }
-        hc_tcp_anon_t *a = calloc(1, sizeof(*a));
-        if (!a) {
-            close(fd);
-            continue;
-        }
-        a->obj = HC_TCP_OBJ_ANON;
-        a->fd = fd;
-        a->deadline = hc_time_ns() + HC_TCP_HELLO_TIMEOUT_NS;
-        hc_drv_tcp_sa_str(&sa, a->from, sizeof(a->from));
-        if (hc_drv_tcp_ep(d, EPOLL_CTL_ADD, fd, EPOLLIN, a) != 0) {
-            close(fd);
-            free(a);
-            continue;
-        }
-        a->next = d->anon;
-        d->anon = a;
-    }
-}
-
-static void hc_drv_tcp_anon_free(hc_tcp_drv_t *d, hc_tcp_anon_t *a, bool close_fd)
-{
-    for (hc_tcp_anon_t **pp = &d->anon; *pp; pp = &(*pp)->next)
-        if (*pp == a) {
-            *pp = a->next;
-            break;
-        }
-    if (close_fd) {
-        epoll_ctl(d->epfd, EPOLL_CTL_DEL, a->fd, NULL);
-        close(a->fd);
-    }
-    free(a);
-}
-
-static void hc_drv_tcp_anon_reject(hc_tcp_drv_t *d, hc_tcp_anon_t *a, uint32_t verdict)
-{
-    hc_tcp_ack_t ack = {.magic = HC_TCP_MAGIC, .verdict = verdict, .instance = d->me.instance};
-    if (send(a->fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-        hc_log_debug("tcp: verdict to %s: %s", a->from, strerror(errno));
-    hc_drv_tcp_anon_free(d, a, true);
-}
-
-/* A complete hello: check it, break a tie, hand the socket to its slot. */
-static void hc_drv_tcp_anon_hello(hc_tcp_drv_t *d, hc_tcp_anon_t *a)
-{
-    const hc_tcp_hello_t *h = &a->hello;
-    const hc_drv_env_t *env = d->env;
-    if (h->version != HC_TCP_VERSION || !hc_drv_tcp_key_equal(h->key, d->key) ||
-        h->dst_rank != env->rank || h->src_rank < 0 || h->src_rank >= env->size ||
-        h->src_rank == env->rank || h->sock_idx >= HC_TCP_MAX_SOCKS) {
-        hc_log_warn("tcp: dropped a connection from %s: bad hello (version %u, %s key, ranks "
-                    "%d -> %d)",
-                    a->from, h->version, hc_drv_tcp_key_equal(h->key, d->key) ? "right" : "wrong",
-                    h->src_rank, h->dst_rank);
-        hc_drv_tcp_anon_free(d, a, true);
-        return;
-    }
-    hc_tcp_conn_t *c = d->conns[h->src_rank];
-    if (!c || c->failed) {
-        hc_log_warn("tcp: dropped a connection from %s claiming to be rank %d: %s", a->from,
-                    h->src_rank, c ? "that rank failed" : "not a tcp peer of this rank");
-        hc_drv_tcp_anon_free(d, a, true);
-        return;
-    }
-    if (h->dst_instance != d->me.instance || h->src_instance != c->addr.instance) {
-        hc_log_warn("tcp: dropped a connection from %s claiming to be %s: instance ids do not "
-                    "match (a restarted process?)",
-                    a->from, c->name);
-        hc_drv_tcp_anon_reject(d, a, HC_TCP_REJ_STALE);
-        return;
-    }
-    hc_tcp_slot_t *s = &c->slots[h->sock_idx];
-    if (c->idle_mask & (1u << h->sock_idx)) {
-        /* We agreed to an idle close and the peer, which closes every socket
-         * before it reconnects, is back before we read this one's EOF. */
-        hc_drv_tcp_idle_eof(s);
-    }
-    if (s->state == HC_TCP_S_UP && s->outgoing && env->rank < h->src_rank) {
-        /* The peer's attempt that lost the tie-break, read after ours won. */
-        hc_drv_tcp_anon_reject(d, a, HC_TCP_REJ_TIEBREAK);
-        return;
-    }
-    if (s->state == HC_TCP_S_UP) {
-        hc_log_warn("tcp: %s opened socket %u twice: second one dropped", c->name, h->sock_idx);
-        hc_drv_tcp_anon_reject(d, a, HC_TCP_REJ_BUSY);
-        return;
-    }
-    if (s->fd >= 0 && s->outgoing) {
-        if (env->rank < h->src_rank) {
-            hc_drv_tcp_anon_reject(d, a, HC_TCP_REJ_TIEBREAK);
-            return;
-        }
-        hc_drv_tcp_slot_drop_fd(s); /* the lower rank's socket wins; ours carried nothing */
-    }
-    hc_tcp_ack_t ack = {
-        .magic = HC_TCP_MAGIC, .verdict = HC_TCP_ACCEPT, .instance = d->me.instance};
-    if (send(a->fd, &ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ack)) {
-        hc_log_debug("tcp: accept verdict to %s: %s", c->name, strerror(errno));
-        hc_drv_tcp_anon_free(d, a, true);
-        return;
-    }
-    int fd = a->fd;
-    hc_drv_tcp_anon_free(d, a, false);
-    s->fd = fd;
-    s->outgoing = false;
-    s->zc_on = hc_drv_tcp_sock_opts(d, fd);
-    hc_drv_tcp_ep(d, EPOLL_CTL_MOD, fd, EPOLLIN, s);
-    hc_drv_tcp_conn_activate(c);
-    hc_drv_tcp_slot_up(s);
-}
-
-void hc_drv_tcp_anon_readable(hc_tcp_drv_t *d, hc_tcp_anon_t *a)
-{
-    ssize_t n = recv(a->fd, (uint8_t *)&a->hello + a->got, sizeof(a->hello) - a->got, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    if (n <= 0) {
-        /* A connect that lost a tie-break closes before its hello is read. */
-        hc_log_debug("tcp: %s closed before its hello: %s", a->from,
-                     n < 0 ? strerror(errno) : "EOF");
-        hc_drv_tcp_anon_free(d, a, true);
-        return;
-    }
-    a->got += (size_t)n;
-    if (a->got >= sizeof(uint32_t) && a->hello.magic != HC_TCP_MAGIC) {
-        hc_log_warn("tcp: dropped a connection from %s: not an hcomm peer (bad magic)", a->from);
-        hc_drv_tcp_anon_free(d, a, true);
-        return;
-    }
-    if (a->got == sizeof(a->hello)) hc_drv_tcp_anon_hello(d, a);
-}
-
-void hc_drv_tcp_anon_expire(hc_tcp_drv_t *d, uint64_t now)
-{
-    hc_tcp_anon_t *a = d->anon, *next;
-    for (; a; a = next) {
-        next = a->next;
-        if (now > a->deadline) {
-            hc_log_warn("tcp: dropped a connection from %s: no hello within %llu s", a->from,
-                        HC_TCP_HELLO_TIMEOUT_NS / 1000000000ull);
-            hc_drv_tcp_anon_free(d, a, true);
-        }
-    }
 }
 
 /* ---- failure and teardown ------------------------------------------------------- */
@@ -814,14 +612,15 @@ static void hc_drv_tcp_conn_drain(hc_tcp_conn_t *c, uint64_t deadline)
 {
     hc_tcp_slot_t *s0 = &c->slots[0];
     c->hold = false; /* on the way out, frames held by an idle close go too */
-    if (!c->failed && s0->state == HC_TCP_S_UP) {
+    /* (a socket whose verdict we have not read yet takes frames too) */
+    if (!c->failed && (s0->state == HC_TCP_S_UP || s0->state == HC_TCP_S_HELLO_SENT)) {
         hc_frame_hdr_t bye = {.type = HC_TCP_FRAME_BYE};
         hc_drv_tcp_put(&c->base, &bye, NULL, NULL);
     }
     for (int i = 0; i < HC_TCP_MAX_SOCKS; i++) {
         hc_tcp_slot_t *s = &c->slots[i];
-        while (!c->failed && s->state == HC_TCP_S_UP && (s->txq.head || s->zcwait.head) &&
-               hc_time_ns() < deadline) {
+        while (!c->failed && (s->state == HC_TCP_S_UP || s->state == HC_TCP_S_HELLO_SENT) &&
+               (s->txq.head || s->zcwait.head) && hc_time_ns() < deadline) {
             hc_drv_tcp_flush(s);
             if (s->zcwait.head || s->txq.head) {
                 struct pollfd p = {.fd = s->fd, .events = POLLOUT};

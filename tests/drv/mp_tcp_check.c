@@ -7,6 +7,8 @@
  * is caught.
  *
  *   mp_tcp_check [--max BYTES] [--duration S] [--coll] [--until-fail S]
+ *                [--compute S] [--send-compute S [--idle-first S [--check-closed]]]
+ *                [--inject-wait S]
  *
  * --max         largest p2p message (default 64M)
  * --duration S  repeat the p2p rounds until S seconds have passed (used
@@ -19,6 +21,25 @@
  *               (sleeps) S seconds without calling hcomm, then answers; both
  *               must succeed (a driver whose peer acknowledges only while it
  *               polls must not declare a computing rank failed)
+ * --send-compute S  a sender that computes: rank 0 sends rank 1 a small
+ *               message on a connection nobody has opened yet (the send
+ *               opens it), computes (sleeps) S seconds without calling
+ *               hcomm, then waits for rank 1's answer. The handshake must not
+ *               need the computing sender: rank 1 must not drop the
+ *               connection, rank 0 must not fail rank 1 when it comes back
+ * --idle-first S  with --send-compute: a second round after both ranks
+ *               drove progress S seconds with no traffic, so that the
+ *               connection was idle-closed (HCOMM_CONN_IDLE_TIMEOUT below
+ *               S): the send reopens it, the sender computes again
+ * --check-closed  with --idle-first: the process's sockets (/proc/self/fd)
+ *               must have dropped during the idle phase (tcp closed them)
+ * --inject-wait S  the victim of a stranger (tests/netns/tcp_inject.py):
+ *               rank 0 sends rank 1 a message (tag 7), then both wait S
+ *               seconds with a receive of tag 99 from the other posted,
+ *               driving progress; nobody sends tag 99 meanwhile, so a
+ *               receive that completes got a frame a stranger injected
+ *               (reported: "INJECTED"). Then each sends the other its
+ *               real tag-99 message.
  * --coll-until-fail S  a training loop: allreduces on the world until one
  *               fails, then print its message and leave at once, as a user
  *               would (survivors then see each other go: each must still
@@ -33,6 +54,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <stdbool.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -368,6 +391,141 @@ static size_t parse_size(const char *s)
     return (size_t)v;
 }
 
+static int count_sockets(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (!d) return -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[300], target[64];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, target, sizeof(target) - 1);
+        if (k > 0) {
+            target[k] = 0;
+            n += !strncmp(target, "socket:", 7);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* Drives progress for secs with a receive pending (completed by the peer
+ * afterwards, tag 9) and no other traffic: the connection goes idle. With
+ * check_closed its sockets must go. */
+static hcomm_status_t idle_progress(double secs, bool check_closed, hcomm_request_t *req,
+                                    int32_t *in)
+{
+    int peer = 1 - rank, done = 0, busy = count_sockets(), fewest = busy;
+    hcomm_status_t st = hcomm_irecv(in, 1, HCOMM_INT32, peer, 9, world, req);
+    double end = mp_now() + secs;
+    while (st == HCOMM_OK && !done && mp_now() < end) {
+        st = hcomm_test(*req, &done);
+        int n = count_sockets();
+        fewest = n < fewest ? n : fewest;
+        usleep(2000);
+    }
+    if (st == HCOMM_OK && done) {
+        fprintf(stderr, "rank %d: idle phase: the peer's wake message came early\n", rank);
+        return HCOMM_ERR_INTERNAL;
+    }
+    if (st == HCOMM_OK && check_closed && !(fewest < busy)) {
+        fprintf(stderr,
+                "rank %d: idle phase: %d sockets before, never fewer in %.1f s: the "
+                "connection was not idle-closed\n",
+                rank, busy, secs);
+        return HCOMM_ERR_INTERNAL;
+    }
+    if (check_closed)
+        printf("rank %d: idle phase: sockets %d -> %d (idle-closed)\n", rank, busy, fewest);
+    return st;
+}
+
+/* --send-compute: rank 0 sends (opening the connection) and computes before
+ * it waits for the answer; with idle, once more after an idle close. */
+static void send_compute_gap(double secs, double idle, bool check_closed)
+{
+    hcomm_status_t st = HCOMM_OK;
+    hcomm_request_t wake = NULL;
+    int32_t in = 0, out = 77;
+    for (int round = 0; round < (idle > 0 ? 2 : 1) && st == HCOMM_OK; round++) {
+        if (round == 1) {
+            /* Together (rank 0 computed while rank 1 went on), then quiet. */
+            st = hcomm_barrier(world);
+            if (st == HCOMM_OK && rank <= 1) st = idle_progress(idle, check_closed, &wake, &in);
+        }
+        if (rank > 1) continue;
+        int64_t v = 100 * round + 41;
+        double t0 = mp_now();
+        if (st == HCOMM_OK && rank == 0) {
+            st = hcomm_send(&v, 1, HCOMM_INT64, 1, 7, world);
+            struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+            while (st == HCOMM_OK && nanosleep(&ts, &ts) != 0) /* computing: no hcomm call */
+                ;
+            if (st == HCOMM_OK) st = hcomm_recv(&v, 1, HCOMM_INT64, 1, 7, world);
+            if (st == HCOMM_OK && v != 100 * round + 42) {
+                fprintf(stderr, "rank 0: send-compute: the answer is %lld, want %d\n", (long long)v,
+                        100 * round + 42);
+                failures++;
+            }
+        } else if (st == HCOMM_OK) {
+            st = hcomm_recv(&v, 1, HCOMM_INT64, 0, 7, world);
+            v++;
+            if (st == HCOMM_OK) st = hcomm_send(&v, 1, HCOMM_INT64, 0, 7, world);
+        }
+        if (st == HCOMM_OK)
+            printf("rank %d: %s a %.0f s computation after a send: ok (%.1f s)\n", rank,
+                   round ? "after an idle close," : "on a new connection,", secs, mp_now() - t0);
+    }
+    if (st == HCOMM_OK && wake && rank <= 1) {
+        st = hcomm_send(&out, 1, HCOMM_INT32, 1 - rank, 9, world);
+        if (st == HCOMM_OK) st = hcomm_wait(wake);
+    }
+    if (st != HCOMM_OK) {
+        fprintf(stderr, "rank %d: send-compute gap of %.0f s: %s (%s)\n", rank, secs,
+                hcomm_strerror(st), hcomm_last_error());
+        failures++;
+    }
+}
+
+/* --inject-wait: a receive only a stranger can complete early. */
+static void inject_wait(double secs)
+{
+    if (rank > 1) return;
+    int64_t v = 0x1111111111111111ll, got = 0, real = 77;
+    int peer = 1 - rank, done = 0;
+    hcomm_request_t req = NULL;
+    hcomm_status_t st = rank == 0 ? hcomm_send(&v, 1, HCOMM_INT64, 1, 7, world)
+                                  : hcomm_recv(&v, 1, HCOMM_INT64, 0, 7, world);
+    if (st == HCOMM_OK) st = hcomm_irecv(&got, 1, HCOMM_INT64, peer, 99, world, &req);
+    double end = mp_now() + secs;
+    while (st == HCOMM_OK && !done && mp_now() < end) {
+        st = hcomm_test(req, &done);
+        usleep(2000);
+    }
+    if (done && st == HCOMM_OK) {
+        fprintf(stderr,
+                "rank %d: INJECTED: a message was delivered as from rank %d (tag 99, value "
+                "%016llx, status OK) though that rank sent none\n",
+                rank, peer, (unsigned long long)got);
+        failures++;
+    } else if (st == HCOMM_OK) {
+        printf("rank %d: nothing delivered from a stranger in %.0f s\n", rank, secs);
+    }
+    if (st == HCOMM_OK) st = hcomm_send(&real, 1, HCOMM_INT64, peer, 99, world);
+    if (st == HCOMM_OK && !done) st = hcomm_wait(req);
+    if (st == HCOMM_OK && !done && got != 77) {
+        fprintf(stderr, "rank %d: the real tag-99 message holds %lld, want 77\n", rank,
+                (long long)got);
+        failures++;
+    }
+    if (st != HCOMM_OK) {
+        fprintf(stderr, "rank %d: inject-wait: %s (%s)\n", rank, hcomm_strerror(st),
+                hcomm_last_error());
+        failures++;
+    }
+}
+
 /* --compute: rank 1 computes between a receive and its answer. */
 static void compute_gap(double secs)
 {
@@ -400,7 +558,9 @@ static void compute_gap(double secs)
 int main(int argc, char **argv)
 {
     size_t max = 64 << 20;
-    double duration = 0, fail_limit = 0, coll_fail_limit = 0, compute = 0;
+    double duration = 0, fail_limit = 0, coll_fail_limit = 0, compute = 0, send_compute = 0;
+    double idle_first = 0, inject = 0;
+    bool check_closed = false;
     int coll = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max") && i + 1 < argc)
@@ -413,10 +573,21 @@ int main(int argc, char **argv)
             coll_fail_limit = atof(argv[++i]);
         else if (!strcmp(argv[i], "--compute") && i + 1 < argc)
             compute = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--send-compute") && i + 1 < argc)
+            send_compute = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--idle-first") && i + 1 < argc)
+            idle_first = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--inject-wait") && i + 1 < argc)
+            inject = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--check-closed"))
+            check_closed = true;
         else if (!strcmp(argv[i], "--coll"))
             coll = 1;
         else {
-            fprintf(stderr, "usage: %s [--max BYTES] [--duration S] [--compute S] [--coll] [--until-fail S] [--coll-until-fail S]\n",
+            fprintf(stderr,
+                    "usage: %s [--max BYTES] [--duration S] [--compute S] [--send-compute S "
+                    "[--idle-first S [--check-closed]]] [--inject-wait S] [--coll] [--until-fail "
+                    "S] [--coll-until-fail S]\n",
                     argv[0]);
             return 2;
         }
@@ -429,6 +600,8 @@ int main(int argc, char **argv)
         int rc = fail_limit > 0 ? until_fail(fail_limit) : coll_until_fail(coll_fail_limit);
         _exit(rc); /* the job is broken: no finalize barrier */
     }
+    if (inject > 0 && size >= 2) inject_wait(inject);
+    if (send_compute > 0 && size >= 2) send_compute_gap(send_compute, idle_first, check_closed);
     if (compute > 0 && size >= 2) compute_gap(compute);
     double t0 = mp_now();
     uint64_t round = 0;

@@ -25,6 +25,10 @@
 #                and counted (foreign, stale session), the job passes
 #   compute_gap  2 x 1, rank 1 computes 35 s between a receive and its
 #                answer: nobody is declared failed (label slow)
+#   send_compute 2 x 1, rank 0 sends (the first packet to rank 1) and
+#                computes 8 s before it waits for the answer, then once
+#                more after 4 s without traffic: nobody is declared failed
+#   send_compute_gap  the same with 60 s of computation (label slow)
 #   sigstop      2 x 2, a rank stopped 5 s and continued: all pass
 #   sigkill      2 x 2: a rank killed mid-run, the others report
 #                HCOMM_ERR_PEER_FAILED
@@ -391,6 +395,20 @@ compute_gap)
     wait_all 150
     grep -q "35 s computation between a receive and its answer: ok" "$work/r0.log" ||
         fail "rank 0 did not get its answer"
+    ;;
+send_compute | send_compute_gap)
+    # Issue 30.3: a sender that computes right after a send, on first
+    # contact and after a stretch without traffic (dpdk has no connection
+    # to close; its peer timeout defaults to HCOMM_TIMEOUT, 90 here).
+    gap=8
+    [ "$case_" = send_compute_gap ] && gap=60
+    "$netns" up 2 || fail "netns setup"
+    launch 2 1 --max 64K --send-compute $gap --idle-first 4
+    wait_all $((2 * gap + 90))
+    for what in "on a new connection," "after an idle close,"; do
+        grep -q "rank 0: $what a $gap s computation after a send: ok" "$work/r0.log" ||
+            fail "rank 0 did not get its answer ($what)"
+    done
     ;;
 sigstop)
     # A rank stopped for 5 s mid-run, then continued: its peers retransmit

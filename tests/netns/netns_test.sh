@@ -24,6 +24,16 @@
 #             reopen, data intact; every rank logs idle closes
 #   garbage   2x1: junk and a silent client on rank 1's data port: both
 #             dropped and logged, job passes
+#   inject    3 nodes x 1 rank: node 2 only listens (a raw socket on the
+#             bridge port of node 0) while rank 0 opens a connection to
+#             rank 1, then, once it was idle-closed, replays the recorded
+#             hello with a forged message, the same hello on socket index
+#             9, and one with a higher counter: all refused and logged,
+#             nothing delivered
+#             (tcp_inject.py; mp_tcp_check --inject-wait)
+#   send_compute_gap  2x1: rank 0 sends on a new connection and computes
+#             60 s before it waits for the answer, then again after an idle
+#             close (HCOMM_CONN_IDLE_TIMEOUT=2): nobody is failed
 #   lanes     2x1: mp_coll_lanes (next to MP_TCP_CHECK) over the veth: a
 #             large allreduce on one communicator, small ones and p2p on
 #             another, every byte checked; the two communicators' lanes went
@@ -187,13 +197,15 @@ loss_nft)
     ;;
 garbage)
     "$netns" up 2 || fail "netns setup"
-    HCOMM_LOG=info launch 2 1 --max 4M --duration 10
+    # A socket waits for its hello HCOMM_TIMEOUT (a connector may compute
+    # before it writes one): 6 s here, so that the silent client is dropped.
+    HCOMM_TIMEOUT=6 HCOMM_LOG=info launch 2 1 --max 4M --duration 10
     wait_for_log "$work/r1.log" "tcp: listening on" 20 || fail "rank 1 never listened"
     port=$(sed -n 's/.*tcp: listening on 10\.77\.0\.2:\([0-9]*\).*/\1/p' "$work/r1.log" | head -1)
     [ -n "$port" ] || fail "no data port in rank 1's log"
     # junk right away, and a client that connects and says nothing
     "$netns" run 0 bash -c "exec 3<>/dev/tcp/10.77.0.2/$port; head -c 8192 /dev/urandom >&3; sleep 1" 2>/dev/null
-    "$netns" run 0 bash -c "exec 3<>/dev/tcp/10.77.0.2/$port; sleep 7" 2>/dev/null &
+    "$netns" run 0 bash -c "exec 3<>/dev/tcp/10.77.0.2/$port; sleep 9" 2>/dev/null &
     silent=$!
     wait_all 90
     wait "$silent" 2>/dev/null
@@ -213,6 +225,45 @@ lanes)
         echo "rank $r: $n sockets logged at finalize"
         [ "$n" -ge 2 ] || fail "rank $r logged $n sockets' counters, expected at least 2"
     done
+    ;;
+inject)
+    # Issue 30.5: the job key must not be a replayable password. The victim
+    # job runs on nodes 0 and 1; node 2 recorded the handshake bytes.
+    "$netns" up 3 || fail "netns setup"
+    py="$here/tcp_inject.py"
+    ip netns exec "hcn-$HCN_JOB-br" python3 "$py" sniff h0 10.77.0.1 10.77.0.2 "$work/cap.json" 30 \
+        >"$work/sniff.log" 2>&1 &
+    sniffer=$!
+    wait_for_log "$work/sniff.log" "ready" 10 || fail "the sniffer did not start"
+    job_env=(HCOMM_CONN_IDLE_TIMEOUT=2 HCOMM_TOPO_PROBE=0)
+    launch 2 1 --max 1K --inject-wait 20
+    wait "$sniffer" || fail "nothing recorded: $(cat "$work/sniff.log")"
+    sleep 5 # no traffic meanwhile: the connection idle-closes
+    "$netns" run 2 python3 "$py" attack "$work/cap.json" 10.77.0.2 >"$work/attack.log" 2>&1
+    cat "$work/sniff.log" "$work/attack.log"
+    wait_all 90
+    for a in replay index9; do
+        grep -q "attempt $a: refused" "$work/attack.log" || fail "the stranger's $a was accepted"
+    done
+    grep "tcp: dropped a connection from 10.77.0.3" "$work/r1.log"
+    grep -q "from 10\.77\.0\.3:.*a replayed hello" "$work/r1.log" || fail "rank 1 did not log the replay"
+    grep -q "from 10\.77\.0\.3:.*socket index 9" "$work/r1.log" ||
+        fail "rank 1 did not log the unconfigured socket index"
+    grep -q "attempt bumped: refused" "$work/attack.log" || fail "the stranger's bumped counter"
+    grep -q "from 10\.77\.0\.3:.*does not prove the job key" "$work/r1.log" ||
+        fail "rank 1 did not log the hello that failed its proof"
+    ;;
+send_compute_gap)
+    "$netns" up 2 || fail "netns setup"
+    job_env=(HCOMM_CONN_IDLE_TIMEOUT=2)
+    HCOMM_TIMEOUT=120 HCOMM_LOG=info launch 2 1 --max 64K --send-compute 60 --idle-first 5 \
+        --check-closed
+    wait_all 280
+    for what in "on a new connection," "after an idle close,"; do
+        grep -q "rank 0: $what a 60 s computation after a send: ok" "$work/r0.log" ||
+            fail "rank 0 did not get its answer ($what)"
+    done
+    grep -q "idle-closed" "$work/r0.log" || fail "rank 0 logged no idle close"
     ;;
 idle)
     idle_prog="$(dirname "$prog")/mp_tcp_idle"
