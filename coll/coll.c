@@ -24,6 +24,15 @@ const char *hc_coll_name(hc_coll_kind_t kind)
 
 hcomm_status_t hc_coll_gave_up_error(const hc_coll_comm_t *cc, const char *what)
 {
+    int c = cc->gave_up_cause;
+    if (c >= 0 && c < hc_ctx.size) {
+        const hc_peer_t *p = &hc_ctx.peers[c];
+        return hc_error(cc->gave_up_status,
+                        "%s: peer rank %d (world) failed%s%s (communicator rank %d gave up on "
+                        "this communicator because of it)",
+                        what, c, p->failed && p->fail_why[0] ? ": " : "",
+                        p->failed ? p->fail_why : "", cc->gave_up_rank);
+    }
     return hc_error(cc->gave_up_status,
                     "%s: communicator rank %d gave up on this communicator (%s there)", what,
                     cc->gave_up_rank, hcomm_strerror(cc->gave_up_status));
@@ -41,6 +50,7 @@ hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm)
         hc_list_init(&cc->active_link);
         cc->comm = comm;
         cc->gave_up_rank = -1;
+        cc->gave_up_cause = -1;
         cc->mismatch_rank = -1;
         comm->coll_priv = cc;
     }
@@ -128,10 +138,16 @@ int hc_coll_failed_member(struct hcomm_comm *comm)
 {
     if (HC_LIKELY(!hc_core_any_failed()))
         return -1;
-    for (int r = 0; r < comm->size; r++)
-        if (hc_core_peer_failed(comm->world_ranks[r]))
-            return comm->world_ranks[r];
-    return -1;
+    /* the member that failed first (the others may have left after it:
+     * hc_peer_error names the cause) */
+    int best = -1;
+    for (int r = 0; r < comm->size; r++) {
+        int w = comm->world_ranks[r];
+        if (hc_core_peer_failed(w) &&
+            (best < 0 || hc_ctx.peers[w].fail_ns < hc_ctx.peers[best].fail_ns))
+            best = w;
+    }
+    return best;
 }
 
 void hc_coll_break(struct hcomm_comm *comm, hcomm_status_t status, const char *why)
@@ -143,9 +159,9 @@ void hc_coll_break(struct hcomm_comm *comm, hcomm_status_t status, const char *w
         /* The other members' collectives cannot complete either: tell
          * them (a dead peer they see for themselves). */
         if (status != HCOMM_ERR_PEER_FAILED && cc->node)
-            hc_coll_node_give_up(cc->node, status);
+            hc_coll_node_give_up(cc->node, status, -1);
         if (status != HCOMM_ERR_PEER_FAILED && comm->size > 1)
-            hc_p2p_give_up(comm, status);
+            hc_p2p_give_up(comm, status, -1);
         snprintf(cc->broken_why, sizeof(cc->broken_why), "%s", why);
     }
 }
@@ -163,6 +179,17 @@ static bool hc_coll_op_inflight(const hc_coll_op_t *op)
 static void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status)
 {
     struct hcomm_request *req = op->req;
+    if (HC_UNLIKELY(status == HCOMM_ERR_PEER_FAILED) && !strstr(hc_error_last(), "peer rank ")) {
+        /* a driver's or a child's words without the rank that failed
+         * first: the caller must read which one */
+        int c = hc_core_first_failed();
+        if (c >= 0) {
+            char saved[400];
+            snprintf(saved, sizeof(saved), "%s", hc_error_last());
+            hc_peer_error(c, hc_coll_name(op->kind));
+            hc_error(status, "%s (%s)", hc_error_last(), saved);
+        }
+    }
     op->end_status = status; /* for the entry's release hook */
     hc_list_del(&op->link);
     if (status != HCOMM_OK)
@@ -175,6 +202,8 @@ static void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status)
 }
 
 static hcomm_status_t hc_coll_check_ahead(hc_coll_op_t *op, hc_coll_comm_t *cc);
+static void hc_coll_children_give_up(struct hcomm_comm *comm, int dead);
+static void hc_coll_check_failures(void);
 static void hc_coll_maybe_probe(hc_coll_op_t *op);
 
 /* Runs the head of comm's queue until it has to wait. */
@@ -264,6 +293,7 @@ static int hc_coll_run(struct hcomm_comm *comm)
 int hc_coll_progress(void)
 {
     int n = 0;
+    hc_coll_check_failures();
     hc_list_t *pos, *tmp;
     hc_list_foreach_safe(pos, tmp, &hc_coll_active)
     {
@@ -395,8 +425,12 @@ hcomm_status_t hc_coll_comm_usable(struct hcomm_comm *comm, hc_coll_comm_t *cc, 
         return hc_error(cc->broken_status, "%s: communicator unusable after an earlier "
                                            "collective failed (%s)", fn, cc->broken_why);
     int dead = hc_coll_failed_member(comm);
-    if (HC_UNLIKELY(dead >= 0))
+    if (HC_UNLIKELY(dead >= 0)) {
+        /* members may wait in its derived communicators for this rank's
+         * part of a collective it now refuses: they are told */
+        hc_coll_children_give_up(comm, dead);
         return hc_peer_error(dead, fn);
+    }
     if (HC_UNLIKELY(cc->gave_up_rank >= 0)) {
         /* Refused here: the members that may wait for this rank in it
          * (on node flags, which a give-up frame does not reach) learn it
@@ -692,7 +726,7 @@ static void hc_coll_probe(struct hcomm_comm *comm, int from, int32_t tag)
 
 /* HC_FRAME_GIVE_UP from communicator rank `from`: the queued collectives
  * fail at their next step (not here: this runs inside a driver's progress). */
-static void hc_coll_gave_up(struct hcomm_comm *comm, int from, hcomm_status_t status)
+static void hc_coll_gave_up(struct hcomm_comm *comm, int from, hcomm_status_t status, int cause)
 {
     hc_coll_comm_t *cc = hc_coll_comm(comm);
     if (!cc || cc->gave_up_rank >= 0 || from < 0)
@@ -701,6 +735,7 @@ static void hc_coll_gave_up(struct hcomm_comm *comm, int from, hcomm_status_t st
         status = HCOMM_ERR_PEER_FAILED;
     cc->gave_up_status = status;
     cc->gave_up_rank = from;
+    cc->gave_up_cause = cause >= 0 && cause < hc_ctx.size ? cause : -1;
 }
 
 
@@ -914,31 +949,95 @@ hcomm_status_t hc_coll_child_start(hc_coll_op_t *parent, struct hcomm_comm *comm
     return HCOMM_OK;
 }
 
+/* comm is a derived communicator (a hierarchical collective's node or
+ * rail communicator) whose parent failed with status, because of the world
+ * rank `cause` (or -1): it breaks, its members are told (with the cause: a
+ * dead peer that is no member here is not seen by them otherwise), and
+ * what is queued on it ends. */
+static void hc_coll_derived_fail(struct hcomm_comm *comm, hcomm_status_t status, int cause,
+                                 const char *why)
+{
+    hc_coll_comm_t *cc = hc_coll_comm(comm);
+    bool was_broken = cc && cc->broken;
+    hc_coll_break(comm, status, why);
+    if (cc && !was_broken && status == HCOMM_ERR_PEER_FAILED) {
+        if (cc->node)
+            hc_coll_node_give_up(cc->node, status, cause);
+        if (comm->size > 1)
+            hc_p2p_give_up(comm, status, cause);
+    }
+    while (!hc_list_empty(&comm->coll_queue)) {
+        hc_error(status, "%s", why);
+        hc_coll_finish(hc_container_of(comm->coll_queue.next, hc_coll_op_t, link), status);
+    }
+}
+
+/* The words for a derived communicator's failure: the parent's own error
+ * (what the caller reads), naming the failed peer when there is one. */
+static void hc_coll_derived_why(hcomm_status_t status, int cause, const char *parent_why,
+                                char *buf, size_t len)
+{
+    if (status == HCOMM_ERR_PEER_FAILED && cause >= 0 && !strstr(parent_why, "peer rank "))
+        snprintf(buf, len, "the collective it was part of failed: peer rank %d (world) failed (%s)",
+                 cause, parent_why);
+    else
+        snprintf(buf, len, "the collective it was part of failed: %s", parent_why);
+}
+
 void hc_coll_child_end(struct hcomm_request *req, hcomm_status_t status)
 {
     if (!req) return;
     if (!req->done && req->coll) {
         /* The parent failed with status (a dead peer elsewhere, a
          * timeout): the members of this child's comm learn it with that
-         * status, not a bare "aborted". */
+         * status and the parent's reason, not a bare "aborted". */
         if (status == HCOMM_OK || status == HCOMM_IN_PROGRESS) status = HCOMM_ERR_ABORTED;
-        struct hcomm_comm *comm = req->coll->comm;
-        char why[200];
-        snprintf(why, sizeof(why), "the collective it was part of failed (%s)", hcomm_strerror(status));
-        hc_coll_comm_t *cc = hc_coll_comm(comm);
-        bool was_broken = cc && cc->broken;
-        hc_coll_break(comm, status, why);
-        /* hc_coll_break does not relay a dead peer (every member sees it
-         * for itself): here the dead peer may be no member of this comm,
-         * so its members must be told. */
-        if (cc && !was_broken && status == HCOMM_ERR_PEER_FAILED) {
-            if (cc->node) hc_coll_node_give_up(cc->node, status);
-            if (comm->size > 1) hc_p2p_give_up(comm, status);
-        }
-        while (!hc_list_empty(&comm->coll_queue)) {
-            hc_error(status, "%s", why);
-            hc_coll_finish(hc_container_of(comm->coll_queue.next, hc_coll_op_t, link), status);
-        }
+        char saved[512], why[600];
+        snprintf(saved, sizeof(saved), "%s", hc_error_last());
+        int cause = status == HCOMM_ERR_PEER_FAILED ? hc_core_first_failed() : -1;
+        hc_coll_derived_why(status, cause, saved, why, sizeof(why));
+        hc_coll_derived_fail(req->coll->comm, status, cause, why);
+        hc_error(status, "%s", saved); /* the parent's error stays the caller's */
     }
     hc_request_free(req);
+}
+
+/* A member of comm has failed: its derived communicators (hier_node,
+ * hier_rail), whose members may not include the failed one, give up now,
+ * so that a member waiting in one of them (its part of a hierarchical
+ * collective this rank will never start: it refuses comm's collectives
+ * from now on) learns it at once instead of at the timeout. */
+static void hc_coll_children_give_up(struct hcomm_comm *comm, int dead)
+{
+    hc_coll_comm_t *cc = comm->coll_priv;
+    if (!cc || (!cc->hier_node && !cc->hier_rail))
+        return;
+    struct hcomm_comm *subs[2] = {cc->hier_node, cc->hier_rail};
+    char saved[512], why[600];
+    snprintf(saved, sizeof(saved), "%s", hc_error_last());
+    hcomm_status_t st = hc_peer_error(dead, "its parent communicator");
+    hc_coll_derived_why(HCOMM_ERR_PEER_FAILED, dead, hc_error_last(), why, sizeof(why));
+    for (int i = 0; i < 2; i++) {
+        hc_coll_comm_t *sc = subs[i] ? subs[i]->coll_priv : NULL;
+        if (subs[i] && !(sc && sc->broken))
+            hc_coll_derived_fail(subs[i], st, hc_core_first_failed(), why);
+    }
+    hc_error(st, "%s", saved);
+}
+
+/* Called from every progress pass: when a peer failed since the last
+ * look, every communicator with a failed member lets its derived ones go. */
+static void hc_coll_check_failures(void)
+{
+    static int seen;
+    if (HC_LIKELY(hc_ctx.nfailed == seen))
+        return;
+    seen = hc_ctx.nfailed;
+    hc_list_t *pos;
+    for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
+        struct hcomm_comm *c = hc_container_of(pos, struct hcomm_comm, link);
+        int dead = c->coll_priv ? hc_coll_failed_member(c) : -1;
+        if (dead >= 0)
+            hc_coll_children_give_up(c, dead);
+    }
 }

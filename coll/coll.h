@@ -150,6 +150,7 @@ typedef struct hc_coll_comm {
     char broken_why[512]; /* the whole last error (as long as hcomm_last_error may be) */
     int gave_up_rank;              /* >= 0: that member gave up on the comm (HC_FRAME_GIVE_UP) */
     hcomm_status_t gave_up_status;
+    int gave_up_cause; /* the world rank whose failure made it give up, or -1 */
     /* >= 0: a message from that member proved the ranks disagree on a
      * collective (hc_coll_stray); the running or next collective fails with
      * mismatch_why and the communicator breaks (the others are told). */
@@ -220,7 +221,7 @@ void hc_coll_node_started(struct hc_coll_node *node, uint64_t seq);
 /* Has comm rank j started a collective after seq? */
 bool hc_coll_node_ahead(const struct hc_coll_node *node, int j, uint64_t seq);
 /* This rank's communicator broke with status: tell the node's other ranks. */
-void hc_coll_node_give_up(struct hc_coll_node *node, hcomm_status_t status);
+void hc_coll_node_give_up(struct hc_coll_node *node, hcomm_status_t status, int cause);
 
 /* Lifecycle (coll.c), called by the API layer after and before the runtime's. */
 hcomm_status_t hc_coll_init(void);

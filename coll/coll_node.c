@@ -76,6 +76,7 @@ typedef struct {
      * collective failed here: mismatch, timeout): the others' waits on it
      * fail at once instead of running out their timeout. */
     int32_t gave_up;
+    int32_t gave_up_cause; /* + 1: the world rank whose failure made it give up (0: none) */
 } HC_ALIGNED_CL hc_node_done_t;
 
 /* The collective this rank started last on the communicator, whatever its
@@ -192,12 +193,20 @@ static inline bool hc_node_sig_check(hc_coll_node_t *nd, hc_coll_op_t *op, int j
  * communicator? Then op fails with its status (op->error). False always. */
 static inline bool hc_node_gave_up(hc_coll_node_t *nd, hc_coll_op_t *op, int j)
 {
-    int32_t st = __atomic_load_n(&nd->done[j].gave_up, __ATOMIC_RELAXED);
-    if (HC_UNLIKELY(st > 0))
-        op->error = hc_error((hcomm_status_t)-st,
-                             "%s: communicator rank %d gave up on this communicator (%s): an "
-                             "earlier or this collective failed there",
-                             hc_coll_name(op->kind), j, hcomm_strerror((hcomm_status_t)-st));
+    int32_t st = __atomic_load_n(&nd->done[j].gave_up, __ATOMIC_ACQUIRE);
+    if (HC_UNLIKELY(st > 0)) {
+        int cause = __atomic_load_n(&nd->done[j].gave_up_cause, __ATOMIC_RELAXED) - 1;
+        if (cause >= 0 && cause < hc_ctx.size)
+            op->error = hc_error((hcomm_status_t)-st,
+                                 "%s: peer rank %d (world) failed (communicator rank %d gave up "
+                                 "on this communicator because of it)",
+                                 hc_coll_name(op->kind), cause, j);
+        else
+            op->error = hc_error((hcomm_status_t)-st,
+                                 "%s: communicator rank %d gave up on this communicator (%s): an "
+                                 "earlier or this collective failed there",
+                                 hc_coll_name(op->kind), j, hcomm_strerror((hcomm_status_t)-st));
+    }
     return false;
 }
 
@@ -599,11 +608,24 @@ static uint8_t *hc_node_ptr(hc_coll_op_t *op, hc_coll_node_t *nd, int j, const u
  *     reduces it, and writes the result into its own output and every
  *     peer's; one barrier at the end. One copy per byte in and out.
  *   STAGE: the data ticks run the staged algorithms. */
+/* The node driver found comm rank j's process gone: that is its failure
+ * (recorded as any other, so the error names the rank that failed first,
+ * which may be another one j left after). */
+static HC_NOINLINE hcomm_status_t hc_node_peer_gone(hc_coll_op_t *op, int j, hcomm_status_t st)
+{
+    if (st != HCOMM_ERR_PEER_FAILED)
+        return st;
+    int w = op->comm->world_ranks[j];
+    hc_peer_fail(w, st, hc_error_last());
+    return hc_peer_error(w, hc_coll_name(op->kind));
+}
+
 static hcomm_status_t hc_node_get(hc_coll_op_t *op, int j, void *dst, uint64_t raddr, size_t len)
 {
     hc_conn_t *c = hc_core_conn(op->comm->world_ranks[j]);
     hc_rma_t rma = {.local = dst, .len = len, .remote_addr = raddr}; /* CMA: no keys, at once */
-    return len ? c->ops->get(c, &rma) : HCOMM_OK;
+    hcomm_status_t st = len ? c->ops->get(c, &rma) : HCOMM_OK;
+    return HC_LIKELY(st == HCOMM_OK) ? st : hc_node_peer_gone(op, j, st);
 }
 
 static hcomm_status_t hc_node_write(hc_coll_op_t *op, int j, uint64_t raddr, const void *src,
@@ -611,7 +633,8 @@ static hcomm_status_t hc_node_write(hc_coll_op_t *op, int j, uint64_t raddr, con
 {
     hc_conn_t *c = hc_core_conn(op->comm->world_ranks[j]);
     hc_rma_t rma = {.local = (void *)src, .len = len, .remote_addr = raddr};
-    return len ? c->ops->write(c, &rma) : HCOMM_OK;
+    hcomm_status_t st = len ? c->ops->write(c, &rma) : HCOMM_OK;
+    return HC_LIKELY(st == HCOMM_OK) ? st : hc_node_peer_gone(op, j, st);
 }
 
 static bool hc_node_can_get(hc_coll_op_t *op)
@@ -1084,10 +1107,12 @@ bool hc_coll_node_ahead(const struct hc_coll_node *nd, int j, uint64_t seq)
     return __atomic_load_n(&nd->started[j].seq, __ATOMIC_ACQUIRE) > seq + 1;
 }
 
-void hc_coll_node_give_up(struct hc_coll_node *nd, hcomm_status_t status)
+void hc_coll_node_give_up(struct hc_coll_node *nd, hcomm_status_t status, int cause)
 {
-    if (status < 0)
+    if (status < 0) {
+        __atomic_store_n(&nd->done[nd->me].gave_up_cause, cause + 1, __ATOMIC_RELAXED);
         __atomic_store_n(&nd->done[nd->me].gave_up, -(int32_t)status, __ATOMIC_RELEASE);
+    }
 }
 
 void hc_coll_node_free(hc_coll_node_t *node)

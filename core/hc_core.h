@@ -331,7 +331,7 @@ typedef struct {
      * state for it (the communicator is being destroyed). */
     void (*comm_free)(struct hcomm_comm *comm, hcomm_status_t status, bool release);
     /* Comm rank `from` gave up on comm (HC_FRAME_GIVE_UP). */
-    void (*gave_up)(struct hcomm_comm *comm, int from, hcomm_status_t status);
+    void (*gave_up)(struct hcomm_comm *comm, int from, hcomm_status_t status, int cause);
     /* Hang reports: what the collective of req (or the inline op) waits
      * for: the call, its algorithm and step, the ranks and what from them. */
     void (*explain)(struct hcomm_request *req, const struct hc_coll_op *op, hc_explain_t *e);
@@ -353,8 +353,9 @@ typedef struct {
 extern hc_coll_ops_t hc_coll_ops;
 /* ops NULL: clears the table. */
 void hc_core_register_coll(const hc_coll_ops_t *ops);
-/* Tells every other member of comm that this rank gave up on it (status). */
-void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status);
+/* Tells every other member of comm that this rank gave up on it (status;
+ * cause: the world rank whose failure made it give up, or -1). */
+void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status, int cause);
 /* Asks comm rank `peer` whether it agrees with this rank's collective of
  * `tag` (HC_FRAME_COLL_PROBE), which waits for it. */
 void hc_p2p_coll_probe(struct hcomm_comm *comm, int peer, int32_t tag);
@@ -379,6 +380,10 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
 void hc_peer_fail(int peer, hcomm_status_t status, const char *why);
 /* The status and message for an operation that needs a failed peer. */
 hcomm_status_t hc_peer_error(int wpeer, const char *what);
+/* The world rank whose failure came first, as far as this rank knows (a
+ * failed peer's cause when rank 0 judged it left after another's
+ * failure), or -1: what an error caused by a failure names. */
+int hc_core_first_failed(void);
 /* Rank 0's verdict on a peer (the bootstrap's notice function): recorded,
  * taken as a failure at the next slow poll. */
 void hc_peer_verdict(int peer, int cause, hcomm_status_t status, const char *why);

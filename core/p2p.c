@@ -382,8 +382,8 @@ static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr
             pp->len = dlen;
         }
     } else if (hdr->type == HC_FRAME_GIVE_UP) {
-        u->len = 0;
-        u->remote_id = hdr->a; /* -status */
+        u->len = (size_t)hdr->b; /* its cause + 1 */
+        u->remote_id = hdr->a;   /* -status */
     } else {
         (void)hc_rndv_offer_parse(hdr, payload, &u->offer); /* checked by the caller */
         u->len = hdr->a;
@@ -467,7 +467,7 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
         }
         if (hc_coll_ops.gave_up)
             hc_coll_ops.gave_up(comm, comm->comm_rank_of[wpeer],
-                                 (hcomm_status_t)(-(int64_t)hdr->a));
+                                 (hcomm_status_t)(-(int64_t)hdr->a), (int)hdr->b - 1);
         return;
     }
     case HC_FRAME_COLL_PROBE: {
@@ -665,7 +665,7 @@ void hc_p2p_adopt_orphans(struct hcomm_comm *comm)
         if (u->type == HC_FRAME_GIVE_UP) {
             if (hc_coll_ops.gave_up)
                 hc_coll_ops.gave_up(comm, comm->comm_rank_of[u->wpeer],
-                                    (hcomm_status_t)(-(int64_t)u->remote_id));
+                                    (hcomm_status_t)(-(int64_t)u->remote_id), (int)u->len - 1);
             hc_p2p_unexp_free(u);
             continue;
         }
@@ -755,13 +755,13 @@ void hc_p2p_fail_comm(struct hcomm_comm *comm, hcomm_status_t status)
 }
 
 
-void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status)
+void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status, int cause)
 {
     for (int r = 0; r < comm->size; r++) {
         int w = comm->world_ranks[r];
         if (w != hc_ctx.rank && !hc_ctx.peers[w].failed && hc_ctx.peers[w].conn)
             hc_p2p_control(&hc_ctx.peers[w], HC_FRAME_GIVE_UP, comm->ctx_id | HC_CTX_COLL,
-                           (uint64_t)(-(int64_t)status), 0);
+                           (uint64_t)(-(int64_t)status), (uint64_t)(cause + 1));
     }
 }
 

@@ -140,6 +140,29 @@ hcomm_status_t hc_peer_error(int wpeer, const char *what)
     return hc_error(p->fail_status, "%s: peer rank %d (world) failed: %s", what, wpeer, p->fail_why);
 }
 
+int hc_core_first_failed(void)
+{
+    if (HC_LIKELY(!hc_core_any_failed()))
+        return -1;
+    int best = -1;
+    uint64_t best_ns = UINT64_MAX;
+    for (int w = 0; w < hc_ctx.size; w++) {
+        const hc_peer_t *p = &hc_ctx.peers[w];
+        if (!p->failed)
+            continue;
+        /* a peer that left after another's failure: that one came first */
+        int c = p->cause >= 0 && p->cause < hc_ctx.size ? p->cause : w;
+        uint64_t t = p->fail_ns;
+        if (c != w)
+            t = hc_ctx.peers[c].failed ? HC_MIN(t, hc_ctx.peers[c].fail_ns) : t - 1;
+        if (t < best_ns || (t == best_ns && c < best)) {
+            best = c;
+            best_ns = t;
+        }
+    }
+    return best;
+}
+
 void hc_progress_slow(void)
 {
     uint64_t now = hc_time_ns();

@@ -49,7 +49,8 @@ enum {
                            sender id; sender's write done: receiver id) */
     HC_FRAME_NACK,      /* receiver failed the rendezvous: a = sender request id, b = -status */
     HC_FRAME_CONT,      /* next fragment of a multi-frame EAGER message */
-    HC_FRAME_GIVE_UP,   /* the sender's communicator ctx_id broke: a = -status */
+    HC_FRAME_GIVE_UP,   /* the sender's communicator ctx_id broke: a = -status, b = the world
+                           rank whose failure made it give up + 1 (0: none) */
     HC_FRAME_COLL_PROBE, /* a collective of ctx_id has waited long for the receiver:
                             a = its tag (sequence, signature); the receiver checks that it
                             agrees (and gives up on the communicator if it does not) */
