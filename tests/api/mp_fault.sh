@@ -162,6 +162,8 @@ garbage | garbage_flood)
     }
     connect 9 || fail "cannot connect to rank 0's rendezvous port $PORT"
     exec 9>&-
+    # The hellos below are bootstrap protocol 1's, which sent the key in the
+    # clear: rank 0 (protocol 2) answers each "protocol mismatch" and drops it.
     le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
     # hello header: magic "hcmb", version 1, type HELLO, rank, size, key_len, payload_len (u64)
     hello() { le32 0x68636d62; le32 1; le32 1; le32 $1; le32 $2; le32 $3; le32 $4; le32 0; }
