@@ -45,13 +45,23 @@ HC_EXPORT size_t hcomm_dtype_size(hcomm_dtype_t dtype)
     return (unsigned)dtype < HCOMM_DTYPE_COUNT ? hc_dtype_sizes[dtype] : 0;
 }
 
+/* hcomm_init's and hcomm_init_rank's failures, whatever the cause, are
+ * logged here and only here: once per rank, at error level (shown unless
+ * HCOMM_LOG silences errors), with exactly the text of hcomm_last_error().
+ * The layers below set the message and log nothing of it themselves. */
+static hcomm_status_t hc_api_init_failed(hcomm_status_t st)
+{
+    hc_log_error("%s", hc_error_last());
+    return st;
+}
+
 static hcomm_status_t hc_api_init(const hc_bootstrap_params_t *given)
 {
     if (hc_ctx.initialized)
-        return hc_error(HCOMM_ERR_ALREADY_INITIALIZED, "hcomm_init: already initialized");
+        return hc_api_init_failed(
+            hc_error(HCOMM_ERR_ALREADY_INITIALIZED, "hcomm_init: already initialized"));
     hcomm_status_t st = hc_ctx_init(given);
-    if (st != HCOMM_OK)
-        return st;
+    if (st != HCOMM_OK) return hc_api_init_failed(st);
     st = hc_coll_init();
     if (st == HCOMM_OK && ((st = hc_coll_api_init()) != HCOMM_OK || (st = hc_api_topo_probe()) != HCOMM_OK))
         hc_coll_fini();
@@ -59,7 +69,7 @@ static hcomm_status_t hc_api_init(const hc_bootstrap_params_t *given)
         char saved[512];
         snprintf(saved, sizeof(saved), "%s", hc_error_last());
         hc_ctx_finalize();
-        return hc_error(st, "%s", saved);
+        return hc_api_init_failed(hc_error(st, "%s", saved));
     }
     return HCOMM_OK;
 }
@@ -74,13 +84,12 @@ HC_EXPORT hcomm_status_t hcomm_init(int *argc, char ***argv)
 HC_EXPORT hcomm_status_t hcomm_init_rank(const hcomm_init_params_t *params)
 {
     if (!params)
-        return hc_error(HCOMM_ERR_INVALID, "hcomm_init_rank: params is NULL");
+        return hc_api_init_failed(hc_error(HCOMM_ERR_INVALID, "hcomm_init_rank: params is NULL"));
     hc_bootstrap_params_t p;
     hcomm_status_t st = hc_bootstrap_params_given(params->rank, params->size, params->local_rank,
                                                   params->local_size, params->bootstrap,
                                                   params->job_key, &p);
-    if (st != HCOMM_OK)
-        return st;
+    if (st != HCOMM_OK) return hc_api_init_failed(st);
     return hc_api_init(&p);
 }
 

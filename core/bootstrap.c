@@ -4,11 +4,14 @@
  * barriers and as a liveness signal (a closed socket = a dead rank).
  *
  * Rank 0's port is reachable by anything on the network, so rank 0 treats
- * every connection as hostile until its hello checks out: the header is
- * validated before any body is buffered (bounded memory per connection), the
- * key is compared in constant time, and a connection that is malformed,
- * mistaken (wrong rank/size/blob length, duplicate) or silent past
- * HC_BS_HELLO_SILENCE is closed and logged without affecting the others.
+ * every connection as hostile until it proves the job key (bootstrap_auth.c:
+ * HMACs over both sides' nonces; the key never travels): the header is
+ * validated before any body is buffered (bounded memory per connection), a
+ * PROOF's MAC is checked before its blob is read, and a connection that is
+ * malformed, fails the proof or is silent past HC_BS_HELLO_SILENCE is closed
+ * and logged without affecting the others. A peer that proves the key is a
+ * member: if it is misconfigured (its size, a duplicate rank, its blob
+ * length) rank 0 refuses it with the reason and fails the whole job at once.
  * When more connections wait for their hello than rank 0 keeps, the one that
  * has waited longest is dropped, never the newcomer, so a flood of idle
  * clients delays nobody's join; it is told BUSY, and a real rank that was
@@ -16,14 +19,14 @@
  * Nothing blocks: every socket is non-blocking and every wait is a poll()
  * bounded by the caller's deadline.
  *
- * Failures travel: when rank 0 gives up (a rank never came, a rank died
- * mid-allgather) it sends ABORT with the reason to the ranks that are still
- * connected, so each of them reports "rank 2 never joined" rather than a bare
- * timeout. Non-zero ranks therefore wait a short grace past their deadline
- * for rank 0's verdict while opening (their clocks started at slightly
- * different times).
+ * Failures travel: when rank 0 gives up (a rank never came, a member was
+ * refused, a rank died mid-allgather) it sends ABORT with the reason to the
+ * ranks that are still connected, so each of them reports "rank 2 never
+ * joined" rather than a bare timeout. Non-zero ranks therefore wait a short
+ * grace past their deadline for rank 0's verdict while opening (their clocks
+ * started at slightly different times).
  */
-#include "core/bootstrap.h"
+#include "core/bootstrap_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,7 +36,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,64 +44,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define HC_BS_HELLO_SILENCE 5.0   /* seconds a new connection may take to say hello */
 #define HC_BS_EXTRA_PENDING 64    /* connections beyond size-1 that may wait for hello */
 #define HC_BS_CONNECT_ATTEMPT 5.0 /* seconds one connect() may take before a retry */
 #define HC_BS_BACKOFF_MIN 0.001
 #define HC_BS_BACKOFF_MAX 0.100
-#define HC_BS_WELCOME_WAIT 2.0    /* port span: seconds a rank waits for WELCOME on a port */
 #define HC_BS_PORT_SPAN_MAX 256   /* ports a span may cover */
-
-typedef enum { HC_BS_RX_MORE, HC_BS_RX_DONE, HC_BS_RX_EOF, HC_BS_RX_BAD } hc_bs_rx_t;
-
-/* One socket and its receive state; messages are read header first, then
- * exactly the body the validated header announced, so a buffer never holds
- * more than one message. */
-typedef struct {
-    int fd;
-    int rank;      /* the peer's rank, -1 while its hello is pending */
-    double t_open; /* accept time: the hello silence limit counts from here */
-    uint64_t seq;  /* accept order (rank 0's pending list) */
-    char peer[80]; /* "addr:port" for the logs */
-    uint8_t *buf;
-    size_t have, need, cap;
-    bool closed; /* hc_bootstrap_poll: EOF seen, failure not yet noted */
-    bool gone;   /* closed or unreadable: nothing is sent to it any more */
-    const struct hc_bootstrap *bs; /* its bootstrap (the idle hook), NULL during open */
-} hc_bs_conn_t;
-
-/* What the receiver expects; the header is checked against it before the
- * body is buffered. ABORT is always accepted, FAILED notices where `notices`
- * (only from ranks that joined: never during the hello). */
-typedef struct {
-    uint32_t type, size;
-    uint64_t payload_len;
-    bool notices;
-} hc_bs_expect_t;
-
-struct hc_bootstrap {
-    int rank, size;
-    size_t blob_len;
-    uint8_t *table;
-    hc_bs_conn_t *conns; /* rank 0: conns[r], r in 1..size-1; others: conns[0] */
-    int nconns;
-    struct pollfd *pfds; /* hc_bootstrap_poll: one per kept connection */
-    hcomm_status_t dead; /* a failed collective leaves the star unusable */
-    char addr_file[640]; /* rank 0, file://: the published address */
-    /* Failure notices (see hc_bootstrap_poll): per rank, the cause of its
-     * failure once judged (-1 before); rank 0 also keeps, per rank, the
-     * first rank it reported gone (-1: none). */
-    int *verdict, *left_after;
-    int first_cause; /* the cause of the first verdict, -1 none */
-    int nverdicts;
-    hc_bootstrap_notice_fn notice;
-    void *notice_arg;
-    hc_bootstrap_relay_fn relay; /* relayed blobs (hc_bootstrap_relay) */
-    void *relay_arg;
-    int nrelayed;
-    void (*idle)(void *arg); /* hc_bootstrap_set_idle */
-    void *idle_arg;
-};
 
 /* A collective's wait sleeps at most this long between idle calls. */
 #define HC_BS_IDLE_MS 1
@@ -144,14 +93,14 @@ static void hc_bs_sleep(double sec)
         ;
 }
 
-static void hc_bs_conn_init(hc_bs_conn_t *c)
+void hc_bs_conn_init(hc_bs_conn_t *c)
 {
     memset(c, 0, sizeof(*c));
     c->fd = -1;
     c->rank = -1;
 }
 
-static void hc_bs_conn_close(hc_bs_conn_t *c)
+void hc_bs_conn_close(hc_bs_conn_t *c)
 {
     if (c->fd >= 0) close(c->fd);
     free(c->buf);
@@ -176,11 +125,10 @@ static void hc_bs_set_nodelay(int fd)
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* Sends header (+ key) then payload, non-blocking, until the deadline. */
-static hcomm_status_t hc_bs_send_msg(int fd, const hc_bootstrap_msg_t *m, double deadline,
-                                     const char *what, int peer)
+hcomm_status_t hc_bs_send_msg(int fd, const hc_bootstrap_msg_t *m, double deadline,
+                              const char *what, int peer)
 {
-    uint8_t hdr[HC_BOOTSTRAP_HDR_LEN + HC_BOOTSTRAP_MAX_KEY];
+    uint8_t hdr[HC_BOOTSTRAP_HDR_LEN + HC_BOOTSTRAP_MAX_AUTH];
     long hlen = hc_bootstrap_msg_pack_header(m, hdr, sizeof(hdr));
     if (hlen < 0)
         return hc_error(HCOMM_ERR_INTERNAL, "%s: cannot encode a message of type %u", what,
@@ -214,9 +162,7 @@ static hcomm_status_t hc_bs_send_msg(int fd, const hc_bootstrap_msg_t *m, double
     return HCOMM_OK;
 }
 
-/* Reads what is available without blocking; see hc_bs_conn_t. */
-static hc_bs_rx_t hc_bs_conn_read(hc_bs_conn_t *c, const hc_bs_expect_t *e, char *why,
-                                  size_t whycap)
+hc_bs_rx_t hc_bs_conn_read(hc_bs_conn_t *c, const hc_bs_expect_t *e, char *why, size_t whycap)
 {
     for (;;) {
         size_t need = c->have < HC_BOOTSTRAP_HDR_LEN ? HC_BOOTSTRAP_HDR_LEN : c->need;
@@ -245,36 +191,41 @@ static hc_bs_rx_t hc_bs_conn_read(hc_bs_conn_t *c, const hc_bs_expect_t *e, char
         hc_bootstrap_msg_t m;
         long total = hc_bootstrap_msg_parse_header(c->buf, c->have, &m);
         if (total < 0) {
-            snprintf(why, whycap, "malformed message header");
+            uint32_t v = hc_bootstrap_msg_version(c->buf, c->have);
+            if (v && v != HC_BOOTSTRAP_VERSION)
+                snprintf(why, whycap, "bootstrap protocol %u (this hcomm speaks %u)", v,
+                         HC_BOOTSTRAP_VERSION);
+            else
+                snprintf(why, whycap, "malformed message header");
             return HC_BS_RX_BAD;
         }
         if (c->have != HC_BOOTSTRAP_HDR_LEN || total == 0) continue;
         bool notice = e->notices && hc_bs_is_sideband(m.type);
-        /* Rank 0's verdicts (ABORT, and BUSY to a rank waiting for its table)
-         * may come in place of the expected message. */
-        bool verdict = m.type == HC_BOOTSTRAP_MSG_ABORT ||
-                       (m.type == HC_BOOTSTRAP_MSG_BUSY && (e->type == HC_BOOTSTRAP_MSG_TABLE ||
-                                                            e->type == HC_BOOTSTRAP_MSG_WELCOME));
+        /* Rank 0's verdicts (ABORT; BUSY and REFUSE to a rank in its
+         * handshake) may come in place of the expected message. */
+        bool handshake = e->type == HC_BOOTSTRAP_MSG_TABLE || e->type == HC_BOOTSTRAP_MSG_CHALLENGE;
+        bool verdict =
+            m.type == HC_BOOTSTRAP_MSG_ABORT ||
+            (handshake && (m.type == HC_BOOTSTRAP_MSG_BUSY || m.type == HC_BOOTSTRAP_MSG_REFUSE));
         if (m.type != e->type && !verdict && !notice) {
             snprintf(why, whycap, "message type %u where %u was expected", m.type, e->type);
             return HC_BS_RX_BAD;
         }
-        if (!verdict && m.size != e->size) {
+        if (!verdict && e->size && m.size != e->size) {
             snprintf(why, whycap, "job size %u, this job has %u ranks", m.size, e->size);
             return HC_BS_RX_BAD;
         }
-        if (!verdict && !notice && m.payload_len != e->payload_len) {
+        if (!verdict && !notice && !e->any_payload && m.payload_len != e->payload_len) {
             snprintf(why, whycap, "payload of %llu bytes, expected %llu",
                      (unsigned long long)m.payload_len, (unsigned long long)e->payload_len);
             return HC_BS_RX_BAD;
         }
-        c->need = (size_t)total;
+        c->need = e->auth_first && !verdict ? HC_BOOTSTRAP_HDR_LEN + m.auth_len : (size_t)total;
     }
 }
 
-/* Waits for one whole message on one connection until the deadline. */
-static hcomm_status_t hc_bs_conn_wait(hc_bs_conn_t *c, const hc_bs_expect_t *e, double deadline,
-                                      hc_bootstrap_msg_t *m_p, char *why, size_t whycap)
+hcomm_status_t hc_bs_conn_wait(hc_bs_conn_t *c, const hc_bs_expect_t *e, double deadline,
+                               hc_bootstrap_msg_t *m_p, char *why, size_t whycap)
 {
     for (;;) {
         hc_bs_rx_t r = hc_bs_conn_read(c, e, why, whycap);
@@ -297,9 +248,7 @@ static hcomm_status_t hc_bs_conn_wait(hc_bs_conn_t *c, const hc_bs_expect_t *e, 
     }
 }
 
-/* An ABORT from rank 0: the status it carries (one of ours, else BOOTSTRAP)
- * and its text with anything unprintable masked. */
-static hcomm_status_t hc_bs_abort_decode(const hc_bootstrap_msg_t *m, char *text, size_t cap)
+hcomm_status_t hc_bs_abort_decode(const hc_bootstrap_msg_t *m, char *text, size_t cap)
 {
     const uint8_t *p = m->payload;
     int32_t code = (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
@@ -322,7 +271,7 @@ static hcomm_status_t hc_bs_abort_decode(const hc_bootstrap_msg_t *m, char *text
 
 /* Rank 0 tells every connected rank why the job stops; best effort, one
  * non-blocking send each: a rank whose socket is full learns from EOF. */
-static void hc_bs_abort_all(hc_bootstrap_t *bs, hcomm_status_t st, const char *text)
+void hc_bs_abort_all(hc_bootstrap_t *bs, hcomm_status_t st, const char *text)
 {
     uint8_t payload[4 + HC_BOOTSTRAP_MAX_ABORT_TEXT];
     char saved[HC_BOOTSTRAP_MAX_ABORT_TEXT + 1];
@@ -371,22 +320,20 @@ static void hc_bs_rank_list(const bool *have, int size, char *out, size_t cap)
 
 /* ---- rank 0: listening and the address file ------------------------------- */
 
-static uint64_t hc_bs_key_hash(const char *key)
+/* DIR/hcomm-<tag>.addr: the tag says which job without saying anything
+ * about its key (bootstrap_auth.c). */
+static hcomm_status_t hc_bs_addr_file_path(const hc_bootstrap_url_t *u, const char *key, char *out,
+                                           size_t cap)
 {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (const char *c = key; *c; c++)
-        h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
-    return h;
+    char tag[24] = "nokey";
+    hcomm_status_t st = key[0] ? hc_bs_auth_file_tag(key, tag, sizeof(tag)) : HCOMM_OK;
+    if (st == HCOMM_OK) snprintf(out, cap, "%s/hcomm-%s.addr", u->dir, tag);
+    return st;
 }
 
-static void hc_bs_addr_file_path(const hc_bootstrap_url_t *u, const char *key, char *out,
-                                 size_t cap)
+const char *hc_bs_key_name(const hc_bootstrap_params_t *p)
 {
-    if (key[0])
-        snprintf(out, cap, "%s/hcomm-%016llx.addr", u->dir,
-                 (unsigned long long)hc_bs_key_hash(key));
-    else
-        snprintf(out, cap, "%s/hcomm-nokey.addr", u->dir);
+    return p->source && !strcmp(p->source, "hcomm_init_rank") ? "job_key" : "HCOMM_JOB_KEY";
 }
 
 /* Listens on host:port; *err_p (when not NULL): the errno of the failure,
@@ -450,7 +397,8 @@ static hcomm_status_t hc_bs_listen_file(hc_bootstrap_t *bs, const hc_bootstrap_p
         st = hc_bs_listen_on("127.0.0.1", "0", &fd, where, sizeof(where), NULL);
         if (st != HCOMM_OK) return st;
     }
-    hc_bs_addr_file_path(u, p->job_key, bs->addr_file, sizeof(bs->addr_file));
+    st = hc_bs_addr_file_path(u, p->job_key, bs->addr_file, sizeof(bs->addr_file));
+    if (st != HCOMM_OK) goto err_close_fd;
     snprintf(tmp, sizeof(tmp), "%s.%d.tmp", bs->addr_file, (int)getpid());
     int n = snprintf(line, sizeof(line), "tcp://%s\n", where);
     ffd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -482,18 +430,6 @@ err_close_fd:
 
 /* ---- rank 0: collecting hellos -------------------------------------------- */
 
-static bool hc_bs_key_equal(const char *a, size_t alen, const char *b, size_t blen)
-{
-    /* Constant time in the key contents: an attacker learns nothing from how
-     * fast a wrong key is refused. */
-    uint8_t diff = (uint8_t)(alen != blen);
-    for (size_t i = 0; i < HC_BOOTSTRAP_MAX_KEY; i++) {
-        uint8_t x = i < alen ? (uint8_t)a[i] : 0, y = i < blen ? (uint8_t)b[i] : 0;
-        diff |= (uint8_t)(x ^ y);
-    }
-    return diff == 0;
-}
-
 /* Rejections are logged one by one up to HC_BS_REJECT_LOG_MAX a second;
  * past that a flood is summed up once a second, so that it cannot flood the
  * log too. */
@@ -514,7 +450,7 @@ static void hc_bs_reject_summary(double now)
     hc_bs_rejects.quiet = 0;
 }
 
-static void hc_bs_reject(hc_bs_conn_t *c, const char *why)
+void hc_bs_reject(hc_bs_conn_t *c, const char *why)
 {
     double now = hc_time_sec();
     if (now - hc_bs_rejects.window >= 1.0) hc_bs_reject_summary(now);
@@ -525,54 +461,6 @@ static void hc_bs_reject(hc_bs_conn_t *c, const char *why)
         hc_bs_rejects.quiet++;
     }
     hc_bs_conn_close(c);
-}
-
-/* Checks a complete hello; on success moves the connection into its rank's
- * slot. */
-static void hc_bs_hello_accept(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p, hc_bs_conn_t *c,
-                               uint8_t *table, int *joined)
-{
-    hc_bootstrap_msg_t m;
-    char why[160];
-
-    if (hc_bootstrap_msg_parse(c->buf, c->have, &m) <= 0) {
-        hc_bs_reject(c, "malformed hello");
-        return;
-    }
-    if (m.type != HC_BOOTSTRAP_MSG_HELLO) {
-        hc_bs_reject(c, "message other than hello");
-        return;
-    }
-    if (!hc_bs_key_equal(m.key, m.key_len, p->job_key, strlen(p->job_key))) {
-        hc_bs_reject(c, "wrong job key (HCOMM_JOB_KEY)");
-        return;
-    }
-    if (m.rank == 0 || bs->conns[m.rank].fd >= 0) {
-        snprintf(why, sizeof(why), "duplicate rank %u", m.rank);
-        hc_bs_reject(c, why);
-        return;
-    }
-    if (p->port_span > 1) {
-        /* The rank may have found another job on a port of the span: tell it
-         * that this is its rank 0. A 32-byte message on a fresh socket; if it
-         * cannot go now the rank tries the span again and comes back. */
-        hc_bootstrap_msg_t w = {HC_BOOTSTRAP_MAGIC,       HC_BOOTSTRAP_VERSION,
-                                HC_BOOTSTRAP_MSG_WELCOME, m.rank,
-                                (uint32_t)bs->size,       0,
-                                NULL,                     0,
-                                NULL};
-        if (hc_bs_send_msg(c->fd, &w, 0.0, "welcome", -1) != HCOMM_OK) {
-            hc_bs_reject(c, "could not send WELCOME");
-            return;
-        }
-    }
-    memcpy(table + (size_t)m.rank * bs->blob_len, m.payload, bs->blob_len);
-    c->rank = (int)m.rank;
-    c->have = 0;
-    hc_log_debug("bootstrap: rank %u joined from %s", m.rank, c->peer);
-    bs->conns[m.rank] = *c;
-    hc_bs_conn_init(c);
-    (*joined)++;
 }
 
 /* The pending connection to drop when the list is full: the first accepted
@@ -596,47 +484,123 @@ static size_t hc_bs_pending_victim(const hc_bs_conn_t *pend, size_t npend, uint6
 
 /* Drops a pending connection to make room. A rank whose process was slow
  * to run between connect() and its hello looks exactly like a flood client,
- * so it is not simply closed: its socket is read once more (the hello may
- * have arrived since the last poll), and if it is still incomplete rank 0
+ * so it is not simply closed: its handshake is advanced once more (a message
+ * may have arrived since the last poll), and if it is still pending rank 0
  * says BUSY before closing, which a rank answers by connecting again. The
  * read also drains what is there, so the close is a FIN that lets BUSY
  * arrive, not a reset that could discard it. */
-static void hc_bs_evict(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p, hc_bs_conn_t *c,
-                        const hc_bs_expect_t *e, size_t npend, double now, int *joined)
+static void hc_bs_evict(hc_bs_gather_t *g, hc_bs_conn_t *c, size_t npend, double now)
 {
     char why[160];
-    hc_bs_rx_t r = hc_bs_conn_read(c, e, why, sizeof(why));
-    if (r == HC_BS_RX_DONE) {
-        hc_bs_hello_accept(bs, p, c, bs->table, joined); /* joins or is rejected */
-        return;
-    }
-    if (r == HC_BS_RX_MORE) {
-        hc_bootstrap_msg_t busy = {HC_BOOTSTRAP_MAGIC,    HC_BOOTSTRAP_VERSION,
-                                   HC_BOOTSTRAP_MSG_BUSY, 0,
-                                   (uint32_t)bs->size,    0,
-                                   NULL,                  0,
-                                   NULL};
-        (void)hc_bs_send_msg(c->fd, &busy, 0.0, "busy", -1); /* best effort */
-        snprintf(why, sizeof(why),
-                 "%zu connections waiting to say hello, this one the longest (%.1f s); told to "
-                 "connect again",
-                 npend, now - c->t_open);
-    }
+    if (!hc_bs_auth_root_step(g, c)) return; /* joined or refused meanwhile */
+    hc_bootstrap_msg_t busy = {HC_BOOTSTRAP_MAGIC,
+                               HC_BOOTSTRAP_VERSION,
+                               HC_BOOTSTRAP_MSG_BUSY,
+                               0,
+                               (uint32_t)g->bs->size,
+                               0,
+                               NULL,
+                               0,
+                               NULL};
+    (void)hc_bs_send_msg(c->fd, &busy, 0.0, "busy", -1); /* best effort */
+    snprintf(why, sizeof(why),
+             "%zu connections waiting to say hello, this one the longest (%.1f s); told to "
+             "connect again",
+             npend, now - c->t_open);
     hc_bs_reject(c, why);
 }
 
+/* The deadline passed: who never came, and the latest claim rank 0 refused
+ * (a rank whose key differs shows up there). */
+static hcomm_status_t hc_bs_gather_timeout(hc_bs_gather_t *g, double timeout)
+{
+    hc_bootstrap_t *bs = g->bs;
+    bool *have = calloc((size_t)bs->size, sizeof(bool));
+    char list[200] = "?", claims[400] = "";
+    if (have) {
+        have[0] = true;
+        for (int r = 1; r < bs->size; r++)
+            have[r] = bs->conns[r].fd >= 0;
+        hc_bs_rank_list(have, bs->size, list, sizeof(list));
+        free(have);
+    }
+    if (g->nclaims)
+        snprintf(claims, sizeof(claims), "; rank 0 refused %d connection(s), the latest %s",
+                 g->nclaims, g->claim_text);
+    hcomm_status_t st = hc_error(HCOMM_ERR_TIMEOUT,
+                                 "hc_bootstrap_open: rank(s) %s never joined the rendezvous within "
+                                 "%.1f s (%d of %d ranks joined)%s",
+                                 list, timeout, g->joined + 1, bs->size, claims);
+    hc_bs_abort_all(bs, st, hc_error_last());
+    return st;
+}
+
+/* Accepts what waits on the listening socket, at most max_pending per round,
+ * none that would evict a connection of this round: a client that connects
+ * faster than we accept must not keep us from reading the hellos already
+ * here, from the deadline check, nor push a rank out before its hello was
+ * read once. What is left waits in the listen backlog. */
+static void hc_bs_accept_round(hc_bs_gather_t *g, int lfd, hc_bs_conn_t *pend, size_t *npend_p,
+                               size_t max_pending, uint64_t *seq_p, bool *flooded_p, double now)
+{
+    uint64_t round_seq = *seq_p;
+    size_t npend = *npend_p;
+    for (size_t accepted = 0; accepted < max_pending; accepted++) {
+        if (npend == max_pending && hc_bs_pending_victim(pend, npend, round_seq) == npend) break;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                /* Out of descriptors or memory: the listening socket stays
+                 * readable, so pause rather than spin. */
+                hc_log_warn("bootstrap: accept: %s", strerror(errno));
+                hc_bs_sleep(0.01);
+            }
+            break;
+        }
+        hc_bs_conn_t c;
+        hc_bs_conn_init(&c);
+        c.fd = fd;
+        c.t_open = now;
+        c.seq = ++*seq_p;
+        hc_bs_sockaddr_str((struct sockaddr *)&ss, sl, c.peer, sizeof(c.peer));
+        hc_bs_set_nodelay(fd);
+        if (npend == max_pending) {
+            /* Full: make room by dropping the connection that has waited
+             * longest (a silent one before one mid-hello). A flood of idle
+             * clients thus cannot lock a real rank out: its hello arrives
+             * right after connect and is read first in the next round. */
+            if (!*flooded_p)
+                hc_log_warn("bootstrap: more than %zu connections waiting to say hello: "
+                            "dropping the longest-waiting first (a connection flood?)",
+                            max_pending);
+            *flooded_p = true;
+            size_t victim = hc_bs_pending_victim(pend, npend, round_seq);
+            hc_bs_evict(g, &pend[victim], npend, now);
+            pend[victim] = c;
+            continue;
+        }
+        pend[npend++] = c;
+    }
+    *npend_p = npend;
+}
+
+/* Rank 0 collects every other rank's proof and blob until all have joined,
+ * the deadline, or the job fails (then it keeps telling newcomers why for a
+ * while: see hc_bs_gather_t). */
 static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
                                                int lfd, double deadline, double timeout)
 {
     const size_t max_pending = (size_t)bs->size - 1 + HC_BS_EXTRA_PENDING;
     hc_bs_conn_t *pend = calloc(max_pending, sizeof(*pend));
     struct pollfd *pfds = calloc(max_pending + 1, sizeof(*pfds));
-    hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_HELLO, (uint32_t)bs->size, bs->blob_len};
+    hc_bs_gather_t g = {.bs = bs, .p = p, .deadline = deadline};
     hcomm_status_t st = HCOMM_OK;
     size_t npend = 0;
     uint64_t seq = 0;
     bool flooded = false;
-    int joined = 0;
     char why[160];
 
     if (pend == NULL || pfds == NULL) {
@@ -644,23 +608,12 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
                       max_pending);
         goto out;
     }
-    while (joined < bs->size - 1) {
-        double now = hc_time_sec(), wake = deadline;
+    for (;;) {
+        double now = hc_time_sec(), wake = g.fail ? g.fail_until : deadline;
+        if (g.fail ? g.told >= bs->size - 1 || now >= g.fail_until : g.joined == bs->size - 1)
+            break;
         if (now >= deadline) {
-            bool *have = calloc((size_t)bs->size, sizeof(bool));
-            char list[200] = "?";
-            if (have) {
-                have[0] = true;
-                for (int r = 1; r < bs->size; r++)
-                    have[r] = bs->conns[r].fd >= 0;
-                hc_bs_rank_list(have, bs->size, list, sizeof(list));
-                free(have);
-            }
-            st = hc_error(HCOMM_ERR_TIMEOUT,
-                          "hc_bootstrap_open: rank(s) %s never joined the rendezvous within "
-                          "%.1f s (%d of %d ranks joined)",
-                          list, timeout, joined + 1, bs->size);
-            hc_bs_abort_all(bs, st, hc_error_last());
+            st = hc_bs_gather_timeout(&g, timeout);
             goto out;
         }
         pfds[0] = (struct pollfd){lfd, POLLIN, 0};
@@ -673,14 +626,8 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
 
         /* Incoming data first: pfds[i + 1] matches pend[i] only until the
          * pending list is compacted below. */
-        for (size_t i = 0; i < npend; i++) {
-            if (pfds[i + 1].revents == 0) continue;
-            hc_bs_rx_t r = hc_bs_conn_read(&pend[i], &e, why, sizeof(why));
-            if (r == HC_BS_RX_DONE)
-                hc_bs_hello_accept(bs, p, &pend[i], bs->table, &joined);
-            else if (r != HC_BS_RX_MORE)
-                hc_bs_reject(&pend[i], why);
-        }
+        for (size_t i = 0; i < npend; i++)
+            if (pfds[i + 1].revents) (void)hc_bs_auth_root_step(&g, &pend[i]);
         for (size_t i = 0; i < npend; i++) {
             if (pend[i].fd >= 0 && now - pend[i].t_open > HC_BS_HELLO_SILENCE) {
                 snprintf(why, sizeof(why), "no complete hello within %.1f s", HC_BS_HELLO_SILENCE);
@@ -692,55 +639,9 @@ static hcomm_status_t hc_bs_root_gather_hellos(hc_bootstrap_t *bs, const hc_boot
             if (pend[i].fd >= 0) pend[k++] = pend[i];
         }
         npend = k;
-
-        /* At most max_pending accepts per round, and none that would evict
-         * a connection of this round: a client that connects faster than we
-         * accept must not keep us from reading the hellos already here,
-         * from the deadline check, nor push a rank out before its hello
-         * was read once. What is left waits in the listen backlog. */
-        uint64_t round_seq = seq;
-        for (size_t accepted = 0; accepted < max_pending; accepted++) {
-            if (npend == max_pending && hc_bs_pending_victim(pend, npend, round_seq) == npend)
-                break;
-            struct sockaddr_storage ss;
-            socklen_t sl = sizeof(ss);
-            int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd < 0) {
-                if (errno == EINTR || errno == ECONNABORTED) continue;
-                if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                    /* Out of descriptors or memory: the listening socket
-                     * stays readable, so pause rather than spin. */
-                    hc_log_warn("bootstrap: accept: %s", strerror(errno));
-                    hc_bs_sleep(0.01);
-                }
-                break;
-            }
-            hc_bs_conn_t c;
-            hc_bs_conn_init(&c);
-            c.fd = fd;
-            c.t_open = now;
-            c.seq = ++seq;
-            hc_bs_sockaddr_str((struct sockaddr *)&ss, sl, c.peer, sizeof(c.peer));
-            hc_bs_set_nodelay(fd);
-            if (npend == max_pending) {
-                /* Full: make room by dropping the connection that has
-                 * waited longest (a silent one before one mid-hello). A
-                 * flood of idle clients thus cannot lock a real rank out:
-                 * its hello arrives right after connect and is read first
-                 * in the next round. */
-                if (!flooded)
-                    hc_log_warn("bootstrap: more than %zu connections waiting to say hello: "
-                                "dropping the longest-waiting first (a connection flood?)",
-                                max_pending);
-                flooded = true;
-                size_t victim = hc_bs_pending_victim(pend, npend, round_seq);
-                hc_bs_evict(bs, p, &pend[victim], &e, npend, now, &joined);
-                pend[victim] = c;
-                continue;
-            }
-            pend[npend++] = c;
-        }
+        hc_bs_accept_round(&g, lfd, pend, &npend, max_pending, &seq, &flooded, now);
     }
+    if (g.fail) st = hc_error(g.fail, "hc_bootstrap_open: %s", g.fail_text);
 
 out:
     for (size_t i = 0; i < npend; i++)
@@ -768,7 +669,7 @@ static hcomm_status_t hc_bs_root_open(hc_bootstrap_t *bs, const hc_bootstrap_par
     if (p->job_key[0] == '\0' && p->key_expected)
         hc_log_warn("bootstrap: rendezvous is unauthenticated (no %s): any process that reaches "
                     "rank 0's port may join",
-                    strcmp(p->source, "hcomm_init_rank") ? "HCOMM_JOB_KEY" : "job_key");
+                    hc_bs_key_name(p));
     if (u->is_file) {
         st = hc_bs_listen_file(bs, p, u, &lfd);
     } else {
@@ -868,7 +769,10 @@ static bool hc_bs_read_addr_file(const hc_bootstrap_url_t *u, const char *key,
                                  hc_bootstrap_url_t *target, char *why, size_t wcap)
 {
     char path[640], line[600];
-    hc_bs_addr_file_path(u, key, path, sizeof(path));
+    if (hc_bs_addr_file_path(u, key, path, sizeof(path)) != HCOMM_OK) {
+        snprintf(why, wcap, "%s", hc_error_last());
+        return false;
+    }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         snprintf(why, wcap, "%.400s: %s", path, strerror(errno));
@@ -889,23 +793,52 @@ static bool hc_bs_read_addr_file(const hc_bootstrap_url_t *u, const char *key,
     return true;
 }
 
-/* Port span: after the hello, WELCOME (or BUSY, ABORT) within
- * HC_BS_WELCOME_WAIT says this port is the job's rank 0. Anything else (a
- * close: another job's rank 0 refused the key; silence: some other
- * service) says it is not: false, with the reason in why. */
-static bool hc_bs_welcomed(hc_bs_conn_t *c, const hc_bootstrap_params_t *p, double deadline,
-                           hc_bootstrap_msg_t *m, hcomm_status_t *st_p, char *why, size_t wcap)
+/* What a rank that joined learns from rank 0: the table, or why not. */
+static hcomm_status_t hc_bs_rank_result(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                                        const hc_bs_conn_t *c, hcomm_status_t st,
+                                        const hc_bootstrap_msg_t *m, const char *why,
+                                        double timeout)
 {
-    hc_bs_expect_t w = {HC_BOOTSTRAP_MSG_WELCOME, (uint32_t)p->size, 0};
-    char r[200];
-    *st_p = hc_bs_conn_wait(c, &w, HC_MIN(deadline, hc_time_sec() + HC_BS_WELCOME_WAIT), m, r,
-                            sizeof(r));
-    if (*st_p == HCOMM_OK) return true;
-    snprintf(why, wcap, "%s answered the hello with %s: not this job's rank 0", c->peer,
-             *st_p == HCOMM_ERR_PEER_FAILED ? "a close (another job's rank 0, or a rejected hello)"
-             : *st_p == HCOMM_ERR_TIMEOUT   ? "silence"
-                                            : r);
-    return false;
+    char text[HC_BOOTSTRAP_MAX_ABORT_TEXT + 1];
+    if (st == HCOMM_ERR_TIMEOUT)
+        return hc_error(st,
+                        "hc_bootstrap_open: rank %d joined rank 0 but got no table within %.1f s "
+                        "(rank 0's log names the missing ranks)",
+                        p->rank, timeout);
+    if (st == HCOMM_ERR_PEER_FAILED)
+        return hc_error(HCOMM_ERR_BOOTSTRAP,
+                        "hc_bootstrap_open: rank 0 (%s) closed rank %d's connection after both "
+                        "proved the job key (%s): rank 0 died or gave up; see its log",
+                        c->peer, p->rank, why);
+    if (st != HCOMM_OK) return hc_error(st, "hc_bootstrap_open: bad reply from rank 0: %s", why);
+    if (m->type == HC_BOOTSTRAP_MSG_ABORT) {
+        st = hc_bs_abort_decode(m, text, sizeof(text));
+        return hc_error(st, "hc_bootstrap_open: rank 0 stopped the job: %s", text);
+    }
+    if (m->type == HC_BOOTSTRAP_MSG_REFUSE) {
+        st = hc_bs_auth_refuse_decode(c, p, m, text, sizeof(text));
+        return hc_error(st, "hc_bootstrap_open: rank 0 refused this rank (%d): %s", p->rank, text);
+    }
+    memcpy(bs->table, m->payload, (size_t)m->payload_len);
+    return HCOMM_OK;
+}
+
+/* A handshake that found no rank 0 of this job where one was expected. */
+static hcomm_status_t hc_bs_rank_nobody(const hc_bootstrap_params_t *p, const char *where,
+                                        hcomm_status_t st, const char *why, double timeout)
+{
+    if (st == HCOMM_ERR_TIMEOUT)
+        return hc_error(st,
+                        "hc_bootstrap_open: rank %d got no answer to its hello from %s within "
+                        "%.1f s (is an hcomm rank 0 listening there?)",
+                        p->rank, where, timeout);
+    if (st == HCOMM_ERR_PEER_FAILED)
+        return hc_error(HCOMM_ERR_BOOTSTRAP,
+                        "hc_bootstrap_open: rank 0 at %s closed rank %d's connection without "
+                        "answering its hello: it runs an hcomm older than bootstrap protocol %d, "
+                        "or it gave up on the job (see its log)",
+                        where, p->rank, HC_BOOTSTRAP_VERSION);
+    return hc_error(HCOMM_ERR_BOOTSTRAP, "hc_bootstrap_open: rank %d: %s", p->rank, why);
 }
 
 static hcomm_status_t hc_bs_rank_open(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
@@ -914,11 +847,14 @@ static hcomm_status_t hc_bs_rank_open(hc_bootstrap_t *bs, const hc_bootstrap_par
 {
     hc_bs_conn_t *c = &bs->conns[0];
     double backoff = HC_BS_BACKOFF_MIN;
-    char why[600] = "no attempt yet", text[HC_BOOTSTRAP_MAX_ABORT_TEXT + 1];
+    char why[600] = "no attempt yet";
     hc_bootstrap_url_t target = *u;
-    hcomm_status_t st;
-    /* With a port span the ports are tried in turn, from the first. */
+    hcomm_status_t st = HCOMM_OK;
+    /* With a port span the ports are tried in turn, from the first. Where
+     * rank 0 may be in several places (a span; a file that may be stale), a
+     * key that differs there says "another job", not "this rank is wrong". */
     int span = hc_bs_port_span(p, u), k = 0;
+    bool probing = span > 1 || u->is_file;
 
     hc_bootstrap_msg_t m;
     for (unsigned busy = 0;; busy++) {
@@ -941,60 +877,47 @@ static hcomm_status_t hc_bs_rank_open(hc_bootstrap_t *bs, const hc_bootstrap_par
         c->rank = 0;
         snprintf(c->peer, sizeof(c->peer), "%.60s:%d", target.host, target.port + k);
 
-        hc_bootstrap_msg_t hello = {
-            HC_BOOTSTRAP_MAGIC, HC_BOOTSTRAP_VERSION, HC_BOOTSTRAP_MSG_HELLO,
-            (uint32_t)p->rank,  (uint32_t)p->size,    (uint32_t)strlen(p->job_key),
-            p->job_key,         bs->blob_len,         blob};
-        st = hc_bs_send_msg(c->fd, &hello, deadline, "hc_bootstrap_open", 0);
-        /* A reset while sending may follow a BUSY that is already here: the
-         * reply below tells. */
-        if (st != HCOMM_OK && st != HCOMM_ERR_PEER_FAILED) return st;
-
-        if (span > 1 && !hc_bs_welcomed(c, p, deadline, &m, &st, why, sizeof(why))) {
-            hc_log_debug("bootstrap: rank %d: %s; trying the next port", p->rank, why);
+        double until = span > 1 ? HC_MIN(deadline, hc_time_sec() + HC_BS_CHALLENGE_WAIT) : deadline;
+        hc_bs_hs_t hs = hc_bs_auth_rank_handshake(c, p, blob, bs->blob_len, until, deadline,
+                                                  probing, &st, why, sizeof(why));
+        if (hs == HC_BS_HS_FAILED) return st;
+        if (hs == HC_BS_HS_KEY)
+            return hc_error(HCOMM_ERR_BOOTSTRAP,
+                            "hc_bootstrap_open: job key mismatch: rank 0 at %s proved a job key "
+                            "other than this rank's %s (rank %d); keys never travel, compare %s "
+                            "on every rank",
+                            c->peer, hc_bs_key_name(p), p->rank, hc_bs_key_name(p));
+        if (hs == HC_BS_HS_ELSEWHERE) {
+            if (!probing) return hc_bs_rank_nobody(p, c->peer, st, why, timeout);
+            hc_log_debug("bootstrap: rank %d: %s; trying again", p->rank, why);
             hc_bs_conn_close(c);
             k = (k + 1) % span;
             if (hc_time_sec() >= deadline)
                 return hc_error(HCOMM_ERR_TIMEOUT,
-                                "hc_bootstrap_open: rank %d found no rank 0 of its job on %s or "
-                                "the %d ports after it within %.1f s: %s",
-                                p->rank, p->url, span - 1, timeout, why);
+                                "hc_bootstrap_open: rank %d found no rank 0 of its job on %s%s "
+                                "within %.1f s: %s",
+                                p->rank, p->url, span > 1 ? " or the ports after it" : "", timeout,
+                                why);
+            if (u->is_file) hc_bs_sleep(HC_MIN(HC_BS_BACKOFF_MAX, deadline - hc_time_sec()));
             continue;
         }
-        if (span == 1 || m.type == HC_BOOTSTRAP_MSG_WELCOME) {
+        if (hs == HC_BS_HS_PROVEN) {
             /* Rank 0 may still be deciding who is missing: give it a moment to say. */
             double grace = HC_MIN(0.25 * timeout, 2.0);
             hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_TABLE, (uint32_t)p->size,
                                 (uint64_t)bs->blob_len * (uint64_t)p->size};
             st = hc_bs_conn_wait(c, &e, deadline + grace, &m, why, sizeof(why));
+            if (st != HCOMM_OK || m.type != HC_BOOTSTRAP_MSG_BUSY) break;
         }
-        if (st != HCOMM_OK || m.type != HC_BOOTSTRAP_MSG_BUSY) break;
-        /* Rank 0 dropped this connection before reading the hello (a flood
-         * of connections, or this process was slow to send it): again. */
+        /* Rank 0 dropped this connection before it read the hello or the
+         * proof (a flood of connections, or this process was slow): again. */
         hc_log_debug("bootstrap: rank %d: rank 0 was busy (%u time(s)), connecting again",
                      p->rank, busy + 1);
         hc_bs_conn_close(c);
         hc_bs_sleep(HC_MIN(backoff, HC_MAX(deadline - hc_time_sec(), 0.0)));
         backoff = HC_MIN(backoff * 2, HC_BS_BACKOFF_MAX);
     }
-    if (st == HCOMM_ERR_TIMEOUT)
-        return hc_error(st,
-                        "hc_bootstrap_open: rank %d joined rank 0 but got no table within %.1f s "
-                        "(rank 0's log names the missing ranks)",
-                        p->rank, timeout);
-    if (st == HCOMM_ERR_PEER_FAILED)
-        return hc_error(HCOMM_ERR_BOOTSTRAP,
-                        "hc_bootstrap_open: rank 0 closed rank %d's connection (%s): a wrong "
-                        "HCOMM_JOB_KEY, a duplicate rank, a size or blob length mismatch, or rank "
-                        "0 died; see rank 0's log",
-                        p->rank, why);
-    if (st != HCOMM_OK) return hc_error(st, "hc_bootstrap_open: bad reply from rank 0: %s", why);
-    if (m.type == HC_BOOTSTRAP_MSG_ABORT) {
-        st = hc_bs_abort_decode(&m, text, sizeof(text));
-        return hc_error(st, "hc_bootstrap_open: rank 0 stopped the job: %s", text);
-    }
-    memcpy(bs->table, m.payload, (size_t)m.payload_len);
-    return HCOMM_OK;
+    return hc_bs_rank_result(bs, p, c, st, &m, why, timeout);
 }
 
 /* ---- public entry points --------------------------------------------------- */

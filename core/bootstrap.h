@@ -8,11 +8,16 @@
  * OMPI_COMM_WORLD_*, else Slurm's SLURM_PROCID/NTASKS/LOCALID; none: one rank.
  *
  * Rendezvous (tcp://HOST:PORT): rank 0 listens there; every other rank
- * connects (retrying until the deadline) and sends a hello carrying the job
- * key, its rank and its blob; rank 0 answers with the table of all blobs. A
- * connection that presents a wrong key or a malformed message is dropped and
- * logged. file:///DIR: rank 0 listens on an ephemeral port and publishes
- * "tcp://host:port" in DIR/hcomm-<key-hash>.addr, the others read it there.
+ * connects (retrying until the deadline) and the two prove the job key to
+ * each other without sending it (bootstrap_auth.c: HELLO with the rank's
+ * nonce, CHALLENGE with rank 0's nonce and its HMAC, PROOF with the rank's
+ * HMAC and its blob); rank 0 answers with the table of all blobs. A
+ * connection that fails the proof or sends a malformed message is dropped
+ * and logged; a member that proved the key but is misconfigured (its size,
+ * a duplicate rank, its blob length) is refused with the reason, and the
+ * whole job fails at once with it. file:///DIR: rank 0 listens on an
+ * ephemeral port and publishes "tcp://host:port" in DIR/hcomm-<tag>.addr
+ * (the tag an HMAC of a fixed label under the key), the others read it there.
  * The connections to rank 0 stay open: they carry later allgathers and
  * barriers, and their closing tells rank 0 (and the others, of rank 0) that a
  * rank died.
@@ -34,8 +39,8 @@ typedef struct {
     /* tcp:// only: rank 0 listens on the first free port of [port, port +
      * port_span) and the others look for it there: a port derived from the
      * launcher's ids (Slurm, torchrun) may be another job's or service's.
-     * Each rank then knows it reached its own rank 0 when a WELCOME answers
-     * its hello. 0 or 1: that port only. */
+     * Each rank then knows it reached its own rank 0 when the CHALLENGE that
+     * answers its hello proves the job key. 0 or 1: that port only. */
     int port_span;
 } hc_bootstrap_params_t;
 
@@ -123,22 +128,27 @@ void hc_bootstrap_close(hc_bootstrap_t *bs);
 
 /* ---- wire format, exposed for the unit tests and the fuzzer ---------------- */
 #define HC_BOOTSTRAP_MAGIC 0x68636d62u /* "hcmb" */
-#define HC_BOOTSTRAP_VERSION 1
+/* 2: the job key is proven by HMAC, never sent (protocol 1 sent it in HELLO). */
+#define HC_BOOTSTRAP_VERSION 2
 #define HC_BOOTSTRAP_MAX_BLOB (1u << 20)
 
 typedef struct {
     uint32_t magic, version, type, rank, size;
-    uint32_t key_len;
-    const char *key; /* points into the parsed buffer, not NUL terminated */
+    uint32_t auth_len;
+    const void *auth; /* nonces and MACs of the handshake; points into the parsed buffer */
     uint64_t payload_len;
     const void *payload; /* points into the parsed buffer */
 } hc_bootstrap_msg_t;
 
-/* Header: magic, version, type, rank, size, key_len (u32 each), payload_len
- * (u64), all little-endian; then key_len key bytes, then the payload. There
- * are no padding or reserved bytes, so pack(parse(x)) gives back x. */
+/* Header: magic, version, type, rank, size, auth_len (u32 each), payload_len
+ * (u64), all little-endian; then auth_len bytes of handshake proof, then the
+ * payload. There are no padding or reserved bytes, so pack(parse(x)) gives
+ * back x. */
 #define HC_BOOTSTRAP_HDR_LEN 32u
-#define HC_BOOTSTRAP_MAX_KEY 127u
+#define HC_BOOTSTRAP_MAX_KEY 127u /* bytes of a job key (it never travels) */
+#define HC_BOOTSTRAP_NONCE_LEN 16u
+#define HC_BOOTSTRAP_MAC_LEN 32u /* HMAC-SHA256 */
+#define HC_BOOTSTRAP_MAX_AUTH (HC_BOOTSTRAP_NONCE_LEN + HC_BOOTSTRAP_MAC_LEN)
 #define HC_BOOTSTRAP_MAX_SIZE (1u << 20)        /* ranks in one job */
 #define HC_BOOTSTRAP_MAX_PAYLOAD (256ull << 20) /* a whole table */
 #define HC_BOOTSTRAP_MAX_ABORT_TEXT 1024u
@@ -148,7 +158,7 @@ typedef struct {
 #define HC_BOOTSTRAP_MAX_RELAY 4096u /* bytes of one relayed blob */
 
 typedef enum {
-    HC_BOOTSTRAP_MSG_HELLO = 1,  /* rank -> 0: key, rank, size, blob */
+    HC_BOOTSTRAP_MSG_HELLO = 1,  /* rank -> 0: rank, size; auth: the rank's nonce */
     HC_BOOTSTRAP_MSG_TABLE = 2,  /* 0 -> rank: size blobs, rank order */
     HC_BOOTSTRAP_MSG_AG_IN = 3,  /* rank -> 0: one allgather contribution */
     HC_BOOTSTRAP_MSG_AG_OUT = 4, /* 0 -> rank: every contribution, rank order */
@@ -156,7 +166,10 @@ typedef enum {
     HC_BOOTSTRAP_MSG_FAILED = 6, /* either way: u32 rank, u32 cause, i32 status, text */
     HC_BOOTSTRAP_MSG_RELAY = 7,  /* either way: u32 to, u32 from, u32 channel, blob */
     HC_BOOTSTRAP_MSG_BUSY = 8,   /* 0 -> a connection it drops unread: connect again */
-    HC_BOOTSTRAP_MSG_WELCOME = 9, /* 0 -> rank: hello accepted (jobs with a port span) */
+    /* 9 was protocol 1's WELCOME: a valid CHALLENGE now says "your rank 0". */
+    HC_BOOTSTRAP_MSG_CHALLENGE = 10, /* 0 -> rank: auth: rank 0's nonce, its MAC */
+    HC_BOOTSTRAP_MSG_PROOF = 11,     /* rank -> 0: auth: the rank's MAC; the blob */
+    HC_BOOTSTRAP_MSG_REFUSE = 12,    /* 0 -> rank: like ABORT; auth: a MAC, or none */
 } hc_bootstrap_msg_type_t;
 
 /* Parses one message from buf. Returns the bytes consumed (> 0), 0 when more
@@ -164,15 +177,19 @@ typedef enum {
  * lengths beyond the limits). Never reads past buf+len. */
 long hc_bootstrap_msg_parse(const void *buf, size_t len, hc_bootstrap_msg_t *msg);
 /* Like parse, once the header is in: returns the length of the whole message
- * (> 0) and fills msg with key and payload NULL, 0 when fewer than
+ * (> 0) and fills msg with auth and payload NULL, 0 when fewer than
  * HC_BOOTSTRAP_HDR_LEN bytes are there (and the magic, if present, is right),
  * or -1. Lets a receiver reject a bad header before it buffers the body. */
 long hc_bootstrap_msg_parse_header(const void *buf, size_t len, hc_bootstrap_msg_t *msg);
-/* Serializes the header and the key only (the payload is sent from where it
- * lies); returns HC_BOOTSTRAP_HDR_LEN + key_len or -1. */
+/* Serializes the header and the auth bytes only (the payload is sent from
+ * where it lies); returns HC_BOOTSTRAP_HDR_LEN + auth_len or -1. */
 long hc_bootstrap_msg_pack_header(const hc_bootstrap_msg_t *msg, void *out, size_t cap);
 /* Serializes into out (capacity cap); returns bytes written or -1. */
 long hc_bootstrap_msg_pack(const hc_bootstrap_msg_t *msg, void *out, size_t cap);
+/* The protocol version a message says it speaks, once its first 8 bytes are
+ * in and start with the magic, whatever else is wrong with it; 0 otherwise.
+ * Lets rank 0 tell a peer of another protocol version why it is refused. */
+uint32_t hc_bootstrap_msg_version(const void *buf, size_t len);
 
 /* ---- rendezvous address, shared by the environment parser and open ------- */
 typedef struct {

@@ -22,6 +22,12 @@
 #                 connections hit rank 0's rendezvous port before rank 1 joins
 #   garbage_flood as garbage, plus more silent connections than rank 0 keeps
 #                 waiting for a hello
+#   misconfig_size 3 ranks, rank 2 says HCOMM_SIZE=4: every rank's hcomm_init
+#                 fails within 10 s (HCOMM_TIMEOUT=60), the refused rank naming
+#                 the cause, the others the cause and the rank; each rank logs
+#                 its failure once, at error level, as hcomm_last_error() says it
+#   misconfig_rank the same, two processes say HCOMM_RANK=1
+#   misconfig_key the same, rank 2 has another HCOMM_JOB_KEY
 #   region_leak   (not a fault) 40 comm_split/comm_free cycles on 4 ranks
 #                 under HCOMM_LOG=info: every communicator must still get a
 #                 node-shared region (freed communicators give theirs back),
@@ -162,6 +168,8 @@ garbage | garbage_flood)
     }
     connect 9 || fail "cannot connect to rank 0's rendezvous port $PORT"
     exec 9>&-
+    # The hellos below are bootstrap protocol 1's, which sent the key in the
+    # clear: rank 0 (protocol 2) answers each "protocol mismatch" and drops it.
     le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
     # hello header: magic "hcmb", version 1, type HELLO, rank, size, key_len, payload_len (u64)
     hello() { le32 0x68636d62; le32 1; le32 1; le32 $1; le32 $2; le32 $3; le32 $4; le32 0; }
@@ -220,6 +228,43 @@ garbage | garbage_flood)
     done
     ((SECONDS - t0 < 30)) || fail "job expected to finish within 30 s took $((SECONDS - t0)) s"
     ;;
+misconfig_size | misconfig_rank | misconfig_key)
+    case $CASE in
+    misconfig_size)
+        RANK_ENV_2="HCOMM_SIZE=4"
+        why="job size mismatch: rank 2 says the job has 4 ranks, rank 0 says 3"
+        refused="rank 0 refused this rank (2): $why"
+        ;;
+    misconfig_rank)
+        RANK_ENV_2="HCOMM_RANK=1"
+        why="duplicate rank 1: two processes say they are rank 1"
+        refused="rank 0 refused this rank (1): $why"
+        ;;
+    misconfig_key)
+        RANK_ENV_2="HCOMM_JOB_KEY=not-the-job-key"
+        why="job key mismatch: rank 2 (a process of this user on this host"
+        refused="job key mismatch: rank 0 at 127.0.0.1:$PORT proved a job key other than this rank's HCOMM_JOB_KEY (rank 2)"
+        ;;
+    esac
+    t0=$SECONDS
+    launch 3 "$BINDIR/mp_bootstrap_garbage"
+    collect 3
+    ((SECONDS - t0 < 10)) || fail "expected every rank to fail within 10 s, took $((SECONDS - t0)) s"
+    grep -qF "$refused" "$TMP"/out.[12] || fail "no rank says \"$refused\""
+    grep -qF "hc_bootstrap_open: $why" "$TMP/out.0" || fail "rank 0 expected \"$why\""
+    for r in 0 1 2; do
+        ((RC[r] != 0)) || fail "rank $r expected hcomm_init to fail"
+        # the refused rank names the cause; the others the cause and the rank
+        grep -qF "$refused" "$TMP/out.$r" || grep -qF "$why" "$TMP/out.$r" ||
+            fail "rank $r expected \"$why\""
+        # logged once, at error level, with exactly hcomm_last_error()'s text
+        n=$(grep -c '^\[hcomm r[0-9]*\] error: ' "$TMP/out.$r")
+        ((n == 1)) || fail "rank $r expected its failure logged once at error level, got $n"
+        text=$(sed -n 's/^\[hcomm r[0-9]*\] error: //p' "$TMP/out.$r")
+        grep -qF "expected OK got ERR_BOOTSTRAP ($text)" "$TMP/out.$r" ||
+            fail "rank $r: the logged error is not hcomm_last_error()'s text"
+    done
+    ;;
 region_leak)
     HCOMM_LOG=info HCOMM_TIMEOUT=60 "$HCOMMRUN" -n 4 --timeout 100 "$BINDIR/mp_coll_async" \
         --cycles-only >"$TMP/out.all" 2>&1
@@ -229,7 +274,7 @@ region_leak)
     ((n == 0)) || fail "expected every communicator to get a node-shared region, $n fell back to p2p (\"$(grep -m1 "no node-shared region" "$TMP/out.all")\")"
     ;;
 *)
-    echo "usage: mp_fault.sh killed|killed_root|killed_hcommrun|coll_killed|group_killed|node_map|garbage|garbage_flood|region_leak HCOMMRUN BINDIR" >&2
+    echo "usage: mp_fault.sh killed|killed_root|killed_hcommrun|coll_killed|group_killed|node_map|garbage|garbage_flood|misconfig_size|misconfig_rank|misconfig_key|region_leak HCOMMRUN BINDIR" >&2
     exit 2
     ;;
 esac

@@ -15,7 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static hc_bootstrap_msg_t mk(uint32_t type, uint32_t rank, uint32_t size, const char *key,
+/* Auth bytes of the lengths each handshake message carries. */
+#define NONCE "0123456789abcdef"
+#define MAC "MAC:0123456789abcdef0123456789ab"
+#define CHAL NONCE MAC
+
+static hc_bootstrap_msg_t mk(uint32_t type, uint32_t rank, uint32_t size, const char *auth,
                              const void *payload, uint64_t plen)
 {
     hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
@@ -23,8 +28,8 @@ static hc_bootstrap_msg_t mk(uint32_t type, uint32_t rank, uint32_t size, const 
                             type,
                             rank,
                             size,
-                            key ? (uint32_t)strlen(key) : 0,
-                            key,
+                            auth ? (uint32_t)strlen(auth) : 0,
+                            auth,
                             plen,
                             payload};
     return m;
@@ -33,7 +38,7 @@ static hc_bootstrap_msg_t mk(uint32_t type, uint32_t rank, uint32_t size, const 
 /* Packs m into an exact-size heap buffer; *len_p = its length. */
 static uint8_t *pack_exact(const hc_bootstrap_msg_t *m, size_t *len_p)
 {
-    size_t len = HC_BOOTSTRAP_HDR_LEN + m->key_len + (size_t)m->payload_len;
+    size_t len = HC_BOOTSTRAP_HDR_LEN + m->auth_len + (size_t)m->payload_len;
     uint8_t *b = malloc(len);
     assert_non_null(b);
     assert_int_equal(hc_bootstrap_msg_pack(m, b, len), (long)len);
@@ -64,19 +69,20 @@ static void test_roundtrip(void **state)
     memcpy(abort_pl, &code, 4);
     memcpy(abort_pl + 4, "hello", 5);
     hc_bootstrap_msg_t cases[] = {
-        mk(HC_BOOTSTRAP_MSG_HELLO, 3, 4, "job-key", blob, 24),
-        mk(HC_BOOTSTRAP_MSG_HELLO, 1, 2, NULL, NULL, 0),
+        mk(HC_BOOTSTRAP_MSG_HELLO, 3, 4, NONCE, NULL, 0),
+        mk(HC_BOOTSTRAP_MSG_CHALLENGE, 0, 4, CHAL, NULL, 0),
+        mk(HC_BOOTSTRAP_MSG_PROOF, 3, 4, MAC, blob, 24),
+        mk(HC_BOOTSTRAP_MSG_PROOF, 1, 2, MAC, NULL, 0),
         mk(HC_BOOTSTRAP_MSG_TABLE, 0, 4, NULL, blob, 96),
         mk(HC_BOOTSTRAP_MSG_AG_IN, 2, 3, NULL, blob, 7),
         mk(HC_BOOTSTRAP_MSG_AG_OUT, 0, 3, NULL, blob, 21),
         mk(HC_BOOTSTRAP_MSG_AG_OUT, 0, 3, NULL, NULL, 0),
         mk(HC_BOOTSTRAP_MSG_ABORT, 0, 3, NULL, abort_pl, sizeof(abort_pl)),
-        mk(HC_BOOTSTRAP_MSG_HELLO, HC_BOOTSTRAP_MAX_SIZE - 1, HC_BOOTSTRAP_MAX_SIZE,
-           "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234"
-           "567890123456789012345678901234567890123456",
-           blob, 1),
+        mk(HC_BOOTSTRAP_MSG_REFUSE, 0, 3, NULL, abort_pl, sizeof(abort_pl)),
+        mk(HC_BOOTSTRAP_MSG_REFUSE, 0, 3, MAC, abort_pl, sizeof(abort_pl)),
+        mk(HC_BOOTSTRAP_MSG_BUSY, 0, 3, NULL, NULL, 0),
+        mk(HC_BOOTSTRAP_MSG_PROOF, HC_BOOTSTRAP_MAX_SIZE - 1, HC_BOOTSTRAP_MAX_SIZE, MAC, blob, 1),
     };
-    assert_int_equal(cases[7].key_len, HC_BOOTSTRAP_MAX_KEY);
     for (size_t c = 0; c < HC_ARRAY_SIZE(cases); c++) {
         size_t len;
         uint8_t *b = pack_exact(&cases[c], &len);
@@ -86,9 +92,9 @@ static void test_roundtrip(void **state)
         assert_int_equal(m.type, cases[c].type);
         assert_int_equal(m.rank, cases[c].rank);
         assert_int_equal(m.size, cases[c].size);
-        assert_int_equal(m.key_len, cases[c].key_len);
+        assert_int_equal(m.auth_len, cases[c].auth_len);
         assert_int_equal(m.payload_len, cases[c].payload_len);
-        assert_memory_equal(m.key, cases[c].key ? cases[c].key : "", m.key_len);
+        assert_memory_equal(m.auth, cases[c].auth ? cases[c].auth : "", m.auth_len);
         if (m.payload_len) assert_memory_equal(m.payload, cases[c].payload, m.payload_len);
         /* Little-endian on the wire, whatever the host. */
         assert_int_equal(b[0], HC_BOOTSTRAP_MAGIC & 0xff);
@@ -102,24 +108,33 @@ static void test_pack_rejects(void **state)
 {
     (void)state;
     uint8_t out[256], blob[8] = {0};
-    hc_bootstrap_msg_t m = mk(HC_BOOTSTRAP_MSG_HELLO, 1, 2, "k", blob, 8);
-    assert_int_equal(hc_bootstrap_msg_pack(&m, out, HC_BOOTSTRAP_HDR_LEN + 8), -1); /* cap */
-    assert_int_equal(hc_bootstrap_msg_pack(&m, out, HC_BOOTSTRAP_HDR_LEN + 9), 41);
+    hc_bootstrap_msg_t m = mk(HC_BOOTSTRAP_MSG_PROOF, 1, 2, MAC, blob, 8);
+    assert_int_equal(hc_bootstrap_msg_pack(&m, out, HC_BOOTSTRAP_HDR_LEN + 32 + 7), -1); /* cap */
+    assert_int_equal(hc_bootstrap_msg_pack(&m, out, HC_BOOTSTRAP_HDR_LEN + 32 + 8), 72);
     assert_int_equal(hc_bootstrap_msg_pack(NULL, out, sizeof(out)), -1);
     assert_int_equal(hc_bootstrap_msg_pack(&m, NULL, sizeof(out)), -1);
     m.payload = NULL;
     assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
-    m = mk(HC_BOOTSTRAP_MSG_HELLO, 2, 2, "k", blob, 8); /* rank >= size */
+    m = mk(HC_BOOTSTRAP_MSG_PROOF, 1, 2, MAC, blob, 8);
+    m.auth = NULL;
+    assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
+    m = mk(HC_BOOTSTRAP_MSG_PROOF, 2, 2, MAC, blob, 8); /* rank >= size */
     assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
     m = mk(HC_BOOTSTRAP_MSG_TABLE, 0, 3, NULL, blob, 8); /* 8 % 3 != 0 */
     assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
-    m = mk(HC_BOOTSTRAP_MSG_TABLE, 0, 2, "k", blob, 8); /* key outside hello */
+    m = mk(HC_BOOTSTRAP_MSG_TABLE, 0, 2, MAC, blob, 8); /* auth outside the handshake */
     assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
-    m = mk(9, 0, 2, NULL, blob, 8);
+    m = mk(HC_BOOTSTRAP_MSG_HELLO, 1, 2, NONCE, blob, 8); /* the blob goes in PROOF */
+    assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
+    m = mk(HC_BOOTSTRAP_MSG_HELLO, 1, 2, "short nonce", NULL, 0);
+    assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
+    m = mk(HC_BOOTSTRAP_MSG_CHALLENGE, 0, 2, NONCE, NULL, 0); /* a nonce without its MAC */
+    assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
+    m = mk(9, 0, 2, NULL, NULL, 0); /* protocol 1's WELCOME */
     assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
 }
 
-/* Each case patches one field of a valid 4-rank hello into something the
+/* Each case patches one field of a valid 4-rank proof into something the
  * parser must refuse, from the header alone. */
 typedef struct {
     const char *what;
@@ -135,7 +150,8 @@ static void test_malformed(void **state)
         {"magic", 0, 4, 0x12345678},
         {"magic byte", 3, 1, 0},
         {"version 0", 4, 4, 0},
-        {"version 2", 4, 4, 2},
+        {"version 1 (the key in the clear)", 4, 4, 1},
+        {"version 3", 4, 4, 3},
         {"type 0", 8, 4, 0},
         {"type 6", 8, 4, 6},
         {"type max", 8, 4, 0xffffffffu},
@@ -143,18 +159,26 @@ static void test_malformed(void **state)
         {"rank huge", 12, 4, 0xffffffffu},
         {"size 0", 16, 4, 0},
         {"size > max", 16, 4, HC_BOOTSTRAP_MAX_SIZE + 1},
-        {"key_len 128", 20, 4, 128},
-        {"key_len huge", 20, 4, 0xffffffffu},
-        {"hello payload > max blob", 24, 8, HC_BOOTSTRAP_MAX_BLOB + 1},
+        {"type 9 (retired)", 8, 4, 9},
+        {"type 1 with a MAC", 8, 4, HC_BOOTSTRAP_MSG_HELLO},
+        {"auth_len 0", 20, 4, 0},
+        {"auth_len 31", 20, 4, 31},
+        {"auth_len 33", 20, 4, 33},
+        {"auth_len huge", 20, 4, 0xffffffffu},
+        {"proof payload > max blob", 24, 8, HC_BOOTSTRAP_MAX_BLOB + 1},
         {"payload > 256 MiB", 24, 8, HC_BOOTSTRAP_MAX_PAYLOAD + 1},
         {"payload 2^64-1", 24, 8, ~0ull},
     };
     uint8_t blob[16] = {1, 2, 3};
-    hc_bootstrap_msg_t good = mk(HC_BOOTSTRAP_MSG_HELLO, 1, 4, "key", blob, sizeof(blob));
+    hc_bootstrap_msg_t good = mk(HC_BOOTSTRAP_MSG_PROOF, 1, 4, MAC, blob, sizeof(blob));
     size_t len;
     uint8_t *ref = pack_exact(&good, &len);
     hc_bootstrap_msg_t m;
 
+    /* The version is readable even where nothing else is. */
+    assert_int_equal(hc_bootstrap_msg_version(ref, 8), HC_BOOTSTRAP_VERSION);
+    assert_int_equal(hc_bootstrap_msg_version(ref, 7), 0);
+    assert_int_equal(hc_bootstrap_msg_version("GET / HTTP", 10), 0);
     for (size_t i = 0; i < HC_ARRAY_SIZE(bad); i++) {
         uint8_t *b = malloc(len);
         memcpy(b, ref, len);
@@ -181,23 +205,28 @@ static void test_malformed(void **state)
     } tcase[] = {
         {mk(HC_BOOTSTRAP_MSG_TABLE, 0, 3, NULL, big, 10), "table not a multiple of size"},
         {mk(HC_BOOTSTRAP_MSG_AG_OUT, 0, 4, NULL, big, 6), "ag_out not a multiple of size"},
-        {mk(HC_BOOTSTRAP_MSG_TABLE, 0, 1, "k", big, 4), "key on a table"},
-        {mk(HC_BOOTSTRAP_MSG_AG_IN, 1, 2, "k", big, 4), "key on ag_in"},
+        {mk(HC_BOOTSTRAP_MSG_TABLE, 0, 1, MAC, big, 4), "auth on a table"},
+        {mk(HC_BOOTSTRAP_MSG_AG_IN, 1, 2, MAC, big, 4), "auth on ag_in"},
         {mk(HC_BOOTSTRAP_MSG_ABORT, 0, 2, NULL, big, 3), "abort shorter than its code"},
+        {mk(HC_BOOTSTRAP_MSG_REFUSE, 0, 2, MAC, big, 3), "refuse shorter than its code"},
+        {mk(HC_BOOTSTRAP_MSG_REFUSE, 0, 2, NONCE, big, 8), "refuse with a nonce for a MAC"},
+        {mk(HC_BOOTSTRAP_MSG_HELLO, 1, 2, NONCE, big, 8), "hello with a payload"},
+        {mk(HC_BOOTSTRAP_MSG_CHALLENGE, 0, 2, CHAL, big, 8), "challenge with a payload"},
     };
     for (size_t i = 0; i < HC_ARRAY_SIZE(tcase); i++) {
         /* pack refuses these too, so build them by hand. */
-        size_t l = HC_BOOTSTRAP_HDR_LEN + tcase[i].m.key_len + (size_t)tcase[i].m.payload_len;
+        size_t l = HC_BOOTSTRAP_HDR_LEN + tcase[i].m.auth_len + (size_t)tcase[i].m.payload_len;
         uint8_t *b = malloc(l);
         put32(b, HC_BOOTSTRAP_MAGIC);
         put32(b + 4, HC_BOOTSTRAP_VERSION);
         put32(b + 8, tcase[i].m.type);
         put32(b + 12, tcase[i].m.rank);
         put32(b + 16, tcase[i].m.size);
-        put32(b + 20, tcase[i].m.key_len);
+        put32(b + 20, tcase[i].m.auth_len);
         put64(b + 24, tcase[i].m.payload_len);
-        memcpy(b + HC_BOOTSTRAP_HDR_LEN, tcase[i].m.key ? tcase[i].m.key : "", tcase[i].m.key_len);
-        memcpy(b + HC_BOOTSTRAP_HDR_LEN + tcase[i].m.key_len, big, (size_t)tcase[i].m.payload_len);
+        memcpy(b + HC_BOOTSTRAP_HDR_LEN, tcase[i].m.auth ? tcase[i].m.auth : "",
+               tcase[i].m.auth_len);
+        memcpy(b + HC_BOOTSTRAP_HDR_LEN + tcase[i].m.auth_len, big, (size_t)tcase[i].m.payload_len);
         if (hc_bootstrap_msg_parse(b, l, &m) != -1) fail_msg("accepted %s", tcase[i].what);
         free(b);
     }
@@ -229,7 +258,7 @@ static void test_truncated(void **state)
     uint8_t blob[40];
     for (size_t i = 0; i < sizeof(blob); i++)
         blob[i] = (uint8_t)i;
-    hc_bootstrap_msg_t good = mk(HC_BOOTSTRAP_MSG_HELLO, 2, 5, "abc", blob, sizeof(blob));
+    hc_bootstrap_msg_t good = mk(HC_BOOTSTRAP_MSG_PROOF, 2, 5, MAC, blob, sizeof(blob));
     size_t len;
     uint8_t *ref = pack_exact(&good, &len);
     hc_bootstrap_msg_t m;
@@ -295,12 +324,15 @@ static void test_mutations(void **state)
         blob[i] = (uint8_t)(i ^ 0x5a);
     uint8_t abort_pl[12] = {0xfe, 0xff, 0xff, 0xff, 'x', 'y'};
     hc_bootstrap_msg_t seeds_m[] = {
-        mk(HC_BOOTSTRAP_MSG_HELLO, 1, 4, "secret", blob, 12),
+        mk(HC_BOOTSTRAP_MSG_HELLO, 1, 4, NONCE, NULL, 0),
+        mk(HC_BOOTSTRAP_MSG_CHALLENGE, 0, 4, CHAL, NULL, 0),
+        mk(HC_BOOTSTRAP_MSG_PROOF, 1, 4, MAC, blob, 12),
         mk(HC_BOOTSTRAP_MSG_TABLE, 0, 4, NULL, blob, 48),
         mk(HC_BOOTSTRAP_MSG_AG_IN, 2, 3, NULL, blob, 5),
         mk(HC_BOOTSTRAP_MSG_AG_OUT, 0, 3, NULL, blob, 15),
         mk(HC_BOOTSTRAP_MSG_ABORT, 0, 2, NULL, abort_pl, sizeof(abort_pl)),
-        mk(HC_BOOTSTRAP_MSG_HELLO, 0, 1, NULL, NULL, 0),
+        mk(HC_BOOTSTRAP_MSG_REFUSE, 0, 2, MAC, abort_pl, sizeof(abort_pl)),
+        mk(HC_BOOTSTRAP_MSG_PROOF, 0, 1, MAC, NULL, 0),
     };
     uint8_t *seeds[HC_ARRAY_SIZE(seeds_m)];
     size_t seed_len[HC_ARRAY_SIZE(seeds_m)];
@@ -346,9 +378,9 @@ static void test_mutations(void **state)
         if (r > 0) {
             accepted++;
             if ((size_t)r > len) fail_msg("iteration %d: consumed %ld of %zu bytes", iter, r, len);
-            if (m.key != (const char *)in + HC_BOOTSTRAP_HDR_LEN ||
+            if (m.auth != in + HC_BOOTSTRAP_HDR_LEN ||
                 (const uint8_t *)m.payload + m.payload_len != in + r)
-                fail_msg("iteration %d: key/payload outside the message", iter);
+                fail_msg("iteration %d: auth/payload outside the message", iter);
             long p = hc_bootstrap_msg_pack(&m, back, sizeof(back));
             if (p != r || memcmp(back, in, (size_t)r) != 0)
                 fail_msg("iteration %d: pack(parse(x)) != x", iter);

@@ -4,7 +4,8 @@
  * copied into an exact-size heap buffer so ASan catches a read past its end.
  * Properties: parse never reads out of bounds, returns -1, 0 or a length no
  * larger than the input; the header parser agrees with the full parser; and
- * a parsed message packs back to exactly the bytes it came from.
+ * a parsed message packs back to exactly the bytes it came from; the version
+ * reader agrees with the parser on what it accepts.
  */
 #include "core/bootstrap.h"
 
@@ -27,9 +28,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * the length the full parse consumes (or needs). */
     if ((r == -1) != (hr == -1)) abort();
     if (r > 0 && hr != r) abort();
+    if (r > 0 && hc_bootstrap_msg_version(in, size) != HC_BOOTSTRAP_VERSION) abort();
     if (r == 0 && hr > 0 && (size_t)hr <= size) abort();
     if (r > 0) {
-        if (m.key != (const char *)in + HC_BOOTSTRAP_HDR_LEN ||
+        if (m.auth != in + HC_BOOTSTRAP_HDR_LEN ||
             (const uint8_t *)m.payload + m.payload_len != in + r)
             abort();
         uint8_t *back = malloc((size_t)r);

@@ -193,7 +193,7 @@ run_job "srun -n 2 mp_p2p" "rank 0: mp_p2p: passed (0 failures on this rank, 0 i
 # The port derived from the job id held by something that accepts and never
 # answers (another job's rank 0 or a service would do the same): rank 0
 # listens on the next port of the span, the ranks pass the silent one (no
-# WELCOME) and find it. Job ids count up: the next job is this one's + 1.
+# CHALLENGE) and find it. Job ids count up: the next job is this one's + 1.
 last=$(timeout 30 srun -n 1 bash -c 'echo $SLURM_JOB_ID')
 if [[ $last =~ ^[0-9]+$ ]]; then
     dport=$((20000 + ((last + 1) * 64) % 40000))
