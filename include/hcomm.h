@@ -33,15 +33,16 @@
  *    hcomm_barrier: the threading contract (hcomm.h) allows one thread at a
  *    time ..."). It is still the program's bug: the refusal is local, and
  *    the ranks' collectives on a communicator must be issued in one order on
- *    every rank. A blocking call holds the process while it waits, so two
- *    threads that need each other's calls deadlock even when they take
- *    turns correctly. Exempt, from any thread at any time between
+ *    every rank. A blocking call keeps the process until it returns: it
+ *    must not wait for something only another thread of this process would
+ *    post (that thread is refused until then). Exempt, from any thread between
  *    hcomm_init() and hcomm_finalize(): hcomm_comm_abort() (a watchdog),
  *    hcomm_comm_rank(), hcomm_comm_size(), hcomm_comm_world(),
  *    hcomm_initialized(), hcomm_topology_hint_create/set_dim/set_size/free,
  *    the memory calls (hcomm_mem_alloc/free/deregister: the pool is
  *    thread-safe), hcomm_strerror(), hcomm_last_error() (per thread),
- *    hcomm_dtype_size() and hcomm_version_string().
+ *    hcomm_dtype_size(), hcomm_version_string() and (any time)
+ *    hcomm_bootstrap_address().
  *  - Request handles (hcomm_request_t) are opaque values, not pointers, and
  *    carry a generation: once its request completes (hcomm_wait(), a
  *    hcomm_test() that says done, hcomm_finalize()) a handle is stale, and
