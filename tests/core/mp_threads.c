@@ -236,21 +236,18 @@ static void refusal_prober(worker_t *w)
     long before = w->refused;
     int aborted = 0;
     while (w->refused == before && mp_now() - t0 < 10) {
-        if (!went_through(w, hcomm_group_start(), "hcomm_group_start"))
-            continue;
+        if (!went_through(w, hcomm_group_start(), "hcomm_group_start")) continue;
         /* The group is open; if closing it is refused, thread 0 is inside
          * its wait, which only the abort ends: abort first. */
         while (!went_through(w, hcomm_group_end(), "hcomm_group_end"))
-            if (!aborted++)
-                abort_self(w);
+            if (!aborted++) abort_self(w);
     }
     if (w->refused == before)
         fail(w, "no call refused in 10 s while the other thread waits inside hcomm_wait");
     else if (!strstr(hcomm_last_error(), "inside hcomm_wait"))
         fail(w, "the refusal expected to name hcomm_wait (the other thread's call) got \"%s\"",
              hcomm_last_error());
-    if (!aborted)
-        abort_self(w);
+    if (!aborted) abort_self(w);
 }
 
 static void *worker(void *arg)
