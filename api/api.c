@@ -55,6 +55,25 @@ static hcomm_status_t hc_api_init_failed(hcomm_status_t st)
     return st;
 }
 
+/* ---- the threading contract's entry check (api.h) ---------------------------- */
+
+uintptr_t hc_api_owner;
+const char *hc_api_owner_fn;
+
+HC_NOINLINE int hc_api_refuse(const char *fn)
+{
+    const char *other = __atomic_load_n(&hc_api_owner_fn, __ATOMIC_RELAXED);
+    hc_error(HCOMM_ERR_INVALID,
+             "%s: another thread of this process is inside %s: the threading contract "
+             "(hcomm.h) allows one thread at a time in hcomm's calls per process, whichever "
+             "communicators they use (one progress engine serves them all); serialize them "
+             "(e.g. with a mutex). hcomm_comm_abort, hcomm_comm_rank/size, hcomm_mem_* and "
+             "the few others hcomm.h lists may run alongside. Nothing was done: the call may "
+             "be retried",
+             fn, other ? other : "an hcomm call");
+    return -1;
+}
+
 static hcomm_status_t hc_api_init(const hc_bootstrap_params_t *given)
 {
     if (hc_ctx.initialized)
@@ -78,19 +97,33 @@ HC_EXPORT hcomm_status_t hcomm_init(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    return hc_api_init(NULL);
+    int g = hc_api_enter("hcomm_init");
+    if (g < 0)
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_api_init(NULL);
+    hc_api_leave(g);
+    return st;
 }
 
 HC_EXPORT hcomm_status_t hcomm_init_rank(const hcomm_init_params_t *params)
 {
-    if (!params)
-        return hc_api_init_failed(hc_error(HCOMM_ERR_INVALID, "hcomm_init_rank: params is NULL"));
+    int g = hc_api_enter("hcomm_init_rank");
+    if (g < 0)
+        return HCOMM_ERR_INVALID;
     hc_bootstrap_params_t p;
-    hcomm_status_t st = hc_bootstrap_params_given(params->rank, params->size, params->local_rank,
-                                                  params->local_size, params->bootstrap,
-                                                  params->job_key, &p);
-    if (st != HCOMM_OK) return hc_api_init_failed(st);
-    return hc_api_init(&p);
+    hcomm_status_t st = HCOMM_OK;
+    if (!params)
+        st = hc_error(HCOMM_ERR_INVALID, "hcomm_init_rank: params is NULL");
+    else
+        st = hc_bootstrap_params_given(params->rank, params->size, params->local_rank,
+                                       params->local_size, params->bootstrap, params->job_key,
+                                       &p);
+    if (st == HCOMM_OK)
+        st = hc_api_init(&p);
+    else
+        hc_api_init_failed(st);
+    hc_api_leave(g);
+    return st;
 }
 
 HC_EXPORT hcomm_status_t hcomm_bootstrap_address(char *url, size_t url_len, char *key,
@@ -107,16 +140,20 @@ HC_EXPORT hcomm_status_t hcomm_bootstrap_address(char *url, size_t url_len, char
 
 HC_EXPORT hcomm_status_t hcomm_finalize(void)
 {
+    int g = hc_api_enter("hcomm_finalize");
+    if (g < 0)
+        return HCOMM_ERR_INVALID;
     hcomm_status_t st = hc_check_init("hcomm_finalize");
-    if (st != HCOMM_OK)
-        return st;
-    hc_coll_group_fini();
-    hc_coll_fini();
-    hc_ctx_finalize();
-    return HCOMM_OK;
+    if (st == HCOMM_OK) {
+        hc_coll_group_fini();
+        hc_coll_fini();
+        hc_ctx_finalize();
+    }
+    hc_api_leave(g);
+    return st;
 }
 
-HC_EXPORT hcomm_status_t hcomm_stats_dump(hcomm_comm_t comm)
+static hcomm_status_t hc_api_stats_dump(hcomm_comm_t comm)
 {
     hcomm_status_t st = hc_check_init("hcomm_stats_dump");
     if (st != HCOMM_OK)
@@ -137,6 +174,16 @@ HC_EXPORT hcomm_status_t hcomm_stats_dump(hcomm_comm_t comm)
     return HCOMM_OK;
 }
 
+HC_EXPORT hcomm_status_t hcomm_stats_dump(hcomm_comm_t comm)
+{
+    int g = hc_api_enter("hcomm_stats_dump");
+    if (g < 0)
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_api_stats_dump(comm);
+    hc_api_leave(g);
+    return st;
+}
+
 HC_EXPORT int hcomm_initialized(void)
 {
     return hc_ctx.initialized;
@@ -147,17 +194,20 @@ HC_EXPORT hcomm_comm_t hcomm_comm_world(void)
     return hc_ctx.initialized ? hc_ctx.world : NULL;
 }
 
+/* Any thread (hcomm.h): read under the communicator list's lock. */
 HC_EXPORT int hcomm_comm_rank(hcomm_comm_t comm)
 {
-    return hc_check_comm("hcomm_comm_rank", comm) == HCOMM_OK ? comm->rank : -1;
+    int rank;
+    return hc_comm_shape("hcomm_comm_rank", comm, &rank, NULL) == HCOMM_OK ? rank : -1;
 }
 
 HC_EXPORT int hcomm_comm_size(hcomm_comm_t comm)
 {
-    return hc_check_comm("hcomm_comm_size", comm) == HCOMM_OK ? comm->size : -1;
+    int size;
+    return hc_comm_shape("hcomm_comm_size", comm, NULL, &size) == HCOMM_OK ? size : -1;
 }
 
-HC_EXPORT hcomm_status_t hcomm_comm_free(hcomm_comm_t comm)
+static hcomm_status_t hc_api_comm_free(hcomm_comm_t comm)
 {
     hcomm_status_t st = hc_check_init("hcomm_comm_free");
     if (st != HCOMM_OK)
@@ -170,6 +220,16 @@ HC_EXPORT hcomm_status_t hcomm_comm_free(hcomm_comm_t comm)
                                            "not a communicator", (void *)comm);
     hc_comm_destroy(comm);
     return HCOMM_OK;
+}
+
+HC_EXPORT hcomm_status_t hcomm_comm_free(hcomm_comm_t comm)
+{
+    int g = hc_api_enter("hcomm_comm_free");
+    if (g < 0)
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_api_comm_free(comm);
+    hc_api_leave(g);
+    return st;
 }
 
 HC_EXPORT hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm)
@@ -200,63 +260,72 @@ static hcomm_status_t hc_api_p2p_check(const char *fn, bool recv, const void *bu
     return hc_check_buf(fn, "buf", buf, count, dtype, 1, bytes_p);
 }
 
-HC_EXPORT hcomm_status_t hcomm_isend(const void *buf, size_t count, hcomm_dtype_t dtype, int peer,
-                                     int tag, hcomm_comm_t comm, hcomm_request_t *req_p)
+/* hcomm_isend, hcomm_irecv and hcomm_irecv_any (recv with source_p). */
+static hcomm_status_t hc_api_ipost(const char *fn, bool recv, const void *buf, size_t count,
+                                   hcomm_dtype_t dtype, int peer, int tag, hcomm_comm_t comm,
+                                   int *source_p, hcomm_request_t *req_p)
 {
     size_t bytes;
-    hcomm_status_t st =
-        hc_api_p2p_check("hcomm_isend", false, buf, count, dtype, peer, tag, comm, &bytes);
+    hcomm_status_t st = hc_api_p2p_check(fn, recv, buf, count, dtype, peer, tag, comm, &bytes);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     if (HC_UNLIKELY(!req_p))
-        return hc_error(HCOMM_ERR_INVALID, "hcomm_isend: req_p is NULL");
+        return hc_error(HCOMM_ERR_INVALID, "%s: req_p is NULL", fn);
     struct hcomm_request *req;
-    uint64_t t0 = hc_stats_begin(HC_STATS_SEND, bytes, comm, peer);
-    st = hc_p2p_isend(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
+    unsigned kind = recv ? HC_STATS_RECV : HC_STATS_SEND;
+    uint64_t t0 = hc_stats_begin(kind, bytes, comm, peer);
+    st = recv ? hc_p2p_irecv(comm, comm->ctx_id, (void *)buf, bytes, peer, tag, &req)
+              : hc_p2p_isend(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
-    hc_request_stat(req, HC_STATS_SEND, bytes, t0);
+    hc_request_stat(req, kind, bytes, t0);
+    if (source_p) {
+        if (req->peer == HCOMM_ANY_SOURCE)
+            req->source_out = source_p;
+        else /* matched at once (the message was already here) */
+            *source_p = req->peer;
+    }
     req->user = true;
-    *req_p = req;
+    *req_p = hc_request_handle(req);
     return HCOMM_OK;
+}
+
+HC_EXPORT hcomm_status_t hcomm_isend(const void *buf, size_t count, hcomm_dtype_t dtype, int peer,
+                                     int tag, hcomm_comm_t comm, hcomm_request_t *req_p)
+{
+    int g = hc_api_enter("hcomm_isend");
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st =
+        hc_api_ipost("hcomm_isend", false, buf, count, dtype, peer, tag, comm, NULL, req_p);
+    hc_api_leave(g);
+    return st;
 }
 
 HC_EXPORT hcomm_status_t hcomm_irecv(void *buf, size_t count, hcomm_dtype_t dtype, int peer,
                                      int tag, hcomm_comm_t comm, hcomm_request_t *req_p)
 {
-    size_t bytes;
+    int g = hc_api_enter("hcomm_irecv");
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
     hcomm_status_t st =
-        hc_api_p2p_check("hcomm_irecv", true, buf, count, dtype, peer, tag, comm, &bytes);
-    if (HC_UNLIKELY(st != HCOMM_OK))
-        return st;
-    if (HC_UNLIKELY(!req_p))
-        return hc_error(HCOMM_ERR_INVALID, "hcomm_irecv: req_p is NULL");
-    struct hcomm_request *req;
-    uint64_t t0 = hc_stats_begin(HC_STATS_RECV, bytes, comm, peer);
-    st = hc_p2p_irecv(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
-    if (HC_UNLIKELY(st != HCOMM_OK))
-        return st;
-    hc_request_stat(req, HC_STATS_RECV, bytes, t0);
-    req->user = true;
-    *req_p = req;
-    return HCOMM_OK;
+        hc_api_ipost("hcomm_irecv", true, buf, count, dtype, peer, tag, comm, NULL, req_p);
+    hc_api_leave(g);
+    return st;
 }
 
 HC_EXPORT hcomm_status_t hcomm_irecv_any(void *buf, size_t count, hcomm_dtype_t dtype, int tag,
                                          hcomm_comm_t comm, int *source_p, hcomm_request_t *req_p)
 {
+    int g = hc_api_enter("hcomm_irecv_any");
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
     if (source_p)
         *source_p = HCOMM_ANY_SOURCE;
-    hcomm_request_t req = NULL;
-    hcomm_status_t st = hcomm_irecv(buf, count, dtype, HCOMM_ANY_SOURCE, tag, comm, req_p ? &req : NULL);
-    if (st != HCOMM_OK)
-        return st;
-    if (req->peer == HCOMM_ANY_SOURCE)
-        req->source_out = source_p;
-    else if (source_p) /* matched at once (the message was already here) */
-        *source_p = req->peer;
-    *req_p = req;
-    return HCOMM_OK;
+    hcomm_status_t st = hc_api_ipost("hcomm_irecv_any", true, buf, count, dtype, HCOMM_ANY_SOURCE,
+                                     tag, comm, source_p, req_p);
+    hc_api_leave(g);
+    return st;
 }
 
 /* Blocking calls: the request never leaves the library. */
@@ -268,8 +337,8 @@ static hcomm_status_t hc_api_finish(struct hcomm_request *req, const char *what)
     return st;
 }
 
-HC_EXPORT hcomm_status_t hcomm_send(const void *buf, size_t count, hcomm_dtype_t dtype, int peer,
-                                    int tag, hcomm_comm_t comm)
+static hcomm_status_t hc_api_send(const void *buf, size_t count, hcomm_dtype_t dtype, int peer,
+                                  int tag, hcomm_comm_t comm)
 {
     size_t bytes;
     hcomm_status_t st =
@@ -298,12 +367,23 @@ HC_EXPORT hcomm_status_t hcomm_send(const void *buf, size_t count, hcomm_dtype_t
     return hc_api_finish(req, "hcomm_send");
 }
 
-HC_EXPORT hcomm_status_t hcomm_recv(void *buf, size_t count, hcomm_dtype_t dtype, int peer,
+HC_EXPORT hcomm_status_t hcomm_send(const void *buf, size_t count, hcomm_dtype_t dtype, int peer,
                                     int tag, hcomm_comm_t comm)
 {
+    int g = hc_api_enter("hcomm_send");
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_api_send(buf, count, dtype, peer, tag, comm);
+    hc_api_leave(g);
+    return st;
+}
+
+/* hcomm_recv and hcomm_recv_any (peer HCOMM_ANY_SOURCE, source_p). */
+static hcomm_status_t hc_api_recv(const char *fn, void *buf, size_t count, hcomm_dtype_t dtype,
+                                  int peer, int tag, hcomm_comm_t comm, int *source_p)
+{
     size_t bytes;
-    hcomm_status_t st =
-        hc_api_p2p_check("hcomm_recv", true, buf, count, dtype, peer, tag, comm, &bytes);
+    hcomm_status_t st = hc_api_p2p_check(fn, true, buf, count, dtype, peer, tag, comm, &bytes);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     struct hcomm_request *req;
@@ -312,59 +392,82 @@ HC_EXPORT hcomm_status_t hcomm_recv(void *buf, size_t count, hcomm_dtype_t dtype
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     hc_request_stat(req, HC_STATS_RECV, bytes, t0);
-    return hc_api_finish(req, "hcomm_recv");
+    if (source_p) {
+        if (req->peer == HCOMM_ANY_SOURCE)
+            req->source_out = source_p;
+        else
+            *source_p = req->peer;
+    }
+    return hc_api_finish(req, fn);
+}
+
+HC_EXPORT hcomm_status_t hcomm_recv(void *buf, size_t count, hcomm_dtype_t dtype, int peer,
+                                    int tag, hcomm_comm_t comm)
+{
+    int g = hc_api_enter("hcomm_recv");
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_api_recv("hcomm_recv", buf, count, dtype, peer, tag, comm, NULL);
+    hc_api_leave(g);
+    return st;
 }
 
 HC_EXPORT hcomm_status_t hcomm_recv_any(void *buf, size_t count, hcomm_dtype_t dtype, int tag,
                                         hcomm_comm_t comm, int *source_p)
 {
+    int g = hc_api_enter("hcomm_recv_any");
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
     if (source_p)
         *source_p = HCOMM_ANY_SOURCE;
-    size_t bytes;
-    hcomm_status_t st = hc_api_p2p_check("hcomm_recv_any", true, buf, count, dtype,
-                                         HCOMM_ANY_SOURCE, tag, comm, &bytes);
+    hcomm_status_t st = hc_api_recv("hcomm_recv_any", buf, count, dtype, HCOMM_ANY_SOURCE, tag,
+                                    comm, source_p);
+    hc_api_leave(g);
+    return st;
+}
+
+/* The live request a user handle names, or ERR_INVALID saying why not. */
+static hcomm_status_t hc_api_request(const char *fn, hcomm_request_t handle,
+                                     struct hcomm_request **req_p)
+{
+    hcomm_status_t st = hc_check_init(fn);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
+    struct hcomm_request *req = hc_request_from_handle(handle);
+    if (HC_UNLIKELY(!req)) {
+        char why[160];
+        hc_request_handle_explain(handle, why, sizeof(why));
+        return hc_error(HCOMM_ERR_INVALID, "%s: request %p is %s", fn, (void *)handle, why);
+    }
+    if (HC_UNLIKELY(req->deferred))
+        return hc_error(HCOMM_ERR_INVALID, "%s: the collective of request %p was posted inside "
+                        "a group that has not ended: call hcomm_group_end first", fn,
+                        (void *)handle);
+    *req_p = req;
+    return HCOMM_OK;
+}
+
+HC_EXPORT hcomm_status_t hcomm_wait(hcomm_request_t handle)
+{
+    int g = hc_api_enter("hcomm_wait");
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
     struct hcomm_request *req;
-    uint64_t t0 = hc_stats_begin(HC_STATS_RECV, bytes, comm, -1);
-    st = hc_p2p_irecv(comm, comm->ctx_id, buf, bytes, HCOMM_ANY_SOURCE, tag, &req);
-    if (HC_UNLIKELY(st != HCOMM_OK))
-        return st;
-    hc_request_stat(req, HC_STATS_RECV, bytes, t0);
-    if (req->peer == HCOMM_ANY_SOURCE)
-        req->source_out = source_p;
-    else if (source_p)
-        *source_p = req->peer;
-    return hc_api_finish(req, "hcomm_recv_any");
+    hcomm_status_t st = hc_api_request("hcomm_wait", handle, &req);
+    if (HC_LIKELY(st == HCOMM_OK))
+        st = hc_api_finish(req, req->kind == HC_REQ_SEND   ? "hcomm_wait(send)"
+                                : req->kind == HC_REQ_RECV ? "hcomm_wait(recv)"
+                                                           : "hcomm_wait(collective)");
+    hc_api_leave(g);
+    return st;
 }
 
-HC_EXPORT hcomm_status_t hcomm_wait(hcomm_request_t req)
+static hcomm_status_t hc_api_test(hcomm_request_t handle, int *done_p)
 {
-    hcomm_status_t st = hc_check_init("hcomm_wait");
+    struct hcomm_request *req;
+    hcomm_status_t st = hc_api_request("hcomm_test", handle, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
-    if (HC_UNLIKELY(!hc_request_valid(req) || !req->user))
-        return hc_error(HCOMM_ERR_INVALID, "hcomm_wait: request %p is NULL, already completed "
-                                           "or not a request", (void *)req);
-    if (HC_UNLIKELY(req->deferred))
-        return hc_error(HCOMM_ERR_INVALID, "hcomm_wait: the collective of request %p was posted inside "
-                        "a group that has not ended: call hcomm_group_end first", (void *)req);
-    return hc_api_finish(req, req->kind == HC_REQ_SEND   ? "hcomm_wait(send)"
-                              : req->kind == HC_REQ_RECV ? "hcomm_wait(recv)"
-                                                         : "hcomm_wait(collective)");
-}
-
-HC_EXPORT hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p)
-{
-    hcomm_status_t st = hc_check_init("hcomm_test");
-    if (HC_UNLIKELY(st != HCOMM_OK))
-        return st;
-    if (HC_UNLIKELY(!hc_request_valid(req) || !req->user))
-        return hc_error(HCOMM_ERR_INVALID, "hcomm_test: request %p is NULL, already completed "
-                                           "or not a request", (void *)req);
-    if (HC_UNLIKELY(req->deferred))
-        return hc_error(HCOMM_ERR_INVALID, "hcomm_test: the collective of request %p was posted inside "
-                        "a group that has not ended: call hcomm_group_end first", (void *)req);
     if (HC_UNLIKELY(!done_p))
         return hc_error(HCOMM_ERR_INVALID, "hcomm_test: done_p is NULL");
     if (!req->done) {
@@ -383,6 +486,16 @@ HC_EXPORT hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p)
     st = req->status;
     hc_request_stat_end(req);
     hc_request_free(req);
+    return st;
+}
+
+HC_EXPORT hcomm_status_t hcomm_test(hcomm_request_t handle, int *done_p)
+{
+    int g = hc_api_enter("hcomm_test");
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_api_test(handle, done_p);
+    hc_api_leave(g);
     return st;
 }
 

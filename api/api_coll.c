@@ -286,7 +286,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
         req->deferred = true;
         if (req_p) {
             req->user = true;
-            *req_p = req;
+            *req_p = hc_request_handle(req);
         } else {
             hc_group.blocking[hc_group.nblocking++] = req;
         }
@@ -303,7 +303,7 @@ static hcomm_status_t hc_coll_post(hc_coll_kind_t kind, const void *sbuf, void *
     }
     if (req_p) {
         req->user = true;
-        *req_p = req;
+        *req_p = hc_request_handle(req);
         return HCOMM_OK;
     }
     st = hc_request_wait(req, fn);
@@ -323,7 +323,7 @@ static hcomm_status_t hc_coll_noop(hcomm_request_t *req_p)
     req->user = true;
     req->peer = -1;
     hc_request_complete(req, HCOMM_OK);
-    *req_p = req;
+    *req_p = hc_request_handle(req);
     return HCOMM_OK;
 }
 
@@ -352,108 +352,155 @@ static hcomm_status_t hc_coll_check_root(const char *fn, hcomm_comm_t comm, int 
     return HCOMM_OK;
 }
 
+/* Each collective below runs between hc_api_enter and hc_api_leave (api.h:
+ * the threading contract), checks its arguments, then posts. */
+
 static hcomm_status_t hc_allreduce_impl(const char *fn, const void *sbuf, void *rbuf, size_t count,
                                         hcomm_dtype_t dtype, hcomm_op_t op, hcomm_comm_t comm,
                                         hcomm_request_t *req_p, bool nb)
 {
-    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, true, op, nb, req_p);
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
     size_t bytes;
-    if (st != HCOMM_OK || (st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes)) ||
-        (st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, 1, &bytes)))
-        return st;
-    if (count == 0)
-        return hc_coll_noop(req_p);
-    return hc_coll_post(HC_COLL_ALLREDUCE, sbuf, rbuf, count, bytes, dtype, op, 0, comm, req_p, NULL);
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, true, op, nb, req_p);
+    if (!st && !(st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes)) &&
+        !(st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, 1, &bytes)) &&
+        !(st = hc_check_overlap(fn, sbuf, bytes, rbuf, bytes, sbuf == rbuf,
+                                "in place means sendbuf == recvbuf")))
+        st = count == 0 ? hc_coll_noop(req_p)
+                        : hc_coll_post(HC_COLL_ALLREDUCE, sbuf, rbuf, count, bytes, dtype, op, 0,
+                                       comm, req_p, NULL);
+    hc_api_leave(g);
+    return st;
 }
 
 static hcomm_status_t hc_broadcast_impl(const char *fn, void *buf, size_t count, hcomm_dtype_t dtype,
                                         int root, hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
 {
-    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
     size_t bytes;
-    if (st != HCOMM_OK || (st = hc_coll_check_root(fn, comm, root)) ||
-        (st = hc_check_buf(fn, "buf", buf, count, dtype, 1, &bytes)))
-        return st;
-    if (count == 0)
-        return hc_coll_noop(req_p);
-    return hc_coll_post(HC_COLL_BROADCAST, buf, buf, count, bytes, dtype, 0, root, comm, req_p, NULL);
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    if (!st && !(st = hc_coll_check_root(fn, comm, root)) &&
+        !(st = hc_check_buf(fn, "buf", buf, count, dtype, 1, &bytes)))
+        st = count == 0 ? hc_coll_noop(req_p)
+                        : hc_coll_post(HC_COLL_BROADCAST, buf, buf, count, bytes, dtype, 0, root,
+                                       comm, req_p, NULL);
+    hc_api_leave(g);
+    return st;
 }
 
 static hcomm_status_t hc_reduce_impl(const char *fn, const void *sbuf, void *rbuf, size_t count,
                                      hcomm_dtype_t dtype, hcomm_op_t op, int root,
                                      hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
 {
-    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, true, op, nb, req_p);
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
     size_t bytes;
-    if (st != HCOMM_OK || (st = hc_coll_check_root(fn, comm, root)) ||
-        (st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes)))
-        return st;
-    if (comm->rank == root && (st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, 1, &bytes)))
-        return st;
-    if (count == 0)
-        return hc_coll_noop(req_p);
-    return hc_coll_post(HC_COLL_REDUCE, sbuf, comm->rank == root ? rbuf : NULL, count, bytes,
-                        dtype, op, root, comm, req_p, NULL);
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, true, op, nb, req_p);
+    if (!st && !(st = hc_coll_check_root(fn, comm, root)) &&
+        !(st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes))) {
+        bool at_root = comm->rank == root; /* recvbuf is ignored elsewhere */
+        if (at_root && !(st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, 1, &bytes)))
+            st = hc_check_overlap(fn, sbuf, bytes, rbuf, bytes, sbuf == rbuf,
+                                  "in place on the root means sendbuf == recvbuf");
+        if (!st)
+            st = count == 0 ? hc_coll_noop(req_p)
+                            : hc_coll_post(HC_COLL_REDUCE, sbuf, at_root ? rbuf : NULL, count,
+                                           bytes, dtype, op, root, comm, req_p, NULL);
+    }
+    hc_api_leave(g);
+    return st;
 }
 
 static hcomm_status_t hc_allgather_impl(const char *fn, const void *sbuf, void *rbuf, size_t count,
                                         hcomm_dtype_t dtype, hcomm_comm_t comm,
                                         hcomm_request_t *req_p, bool nb)
 {
-    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
     size_t bytes, total;
-    if (st != HCOMM_OK || (st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes)) ||
-        (st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, (size_t)comm->size, &total)))
-        return st;
-    if (count == 0)
-        return hc_coll_noop(req_p);
-    return hc_coll_post(HC_COLL_ALLGATHER, sbuf, rbuf, count, bytes, dtype, 0, 0, comm, req_p, NULL);
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    if (!st && !(st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes)) &&
+        !(st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, (size_t)comm->size, &total)) &&
+        !(st = hc_check_overlap(
+              fn, sbuf, bytes, rbuf, total,
+              (uintptr_t)sbuf == (uintptr_t)rbuf + (size_t)comm->rank * bytes,
+              "in place means sendbuf == recvbuf + rank * sendcount elements")))
+        st = count == 0 ? hc_coll_noop(req_p)
+                        : hc_coll_post(HC_COLL_ALLGATHER, sbuf, rbuf, count, bytes, dtype, 0, 0,
+                                       comm, req_p, NULL);
+    hc_api_leave(g);
+    return st;
 }
 
 static hcomm_status_t hc_reduce_scatter_impl(const char *fn, const void *sbuf, void *rbuf,
                                              size_t count, hcomm_dtype_t dtype, hcomm_op_t op,
                                              hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
 {
-    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, true, op, nb, req_p);
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
     size_t bytes, total;
-    if (st != HCOMM_OK ||
-        (st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, (size_t)comm->size, &total)) ||
-        (st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, 1, &bytes)))
-        return st;
-    if (count == 0)
-        return hc_coll_noop(req_p);
-    return hc_coll_post(HC_COLL_REDUCE_SCATTER, sbuf, rbuf, count, bytes, dtype, op, 0, comm,
-                        req_p, NULL);
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, true, op, nb, req_p);
+    if (!st &&
+        !(st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, (size_t)comm->size, &total)) &&
+        !(st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, 1, &bytes)) &&
+        !(st = hc_check_overlap(
+              fn, sbuf, total, rbuf, bytes,
+              (uintptr_t)rbuf == (uintptr_t)sbuf + (size_t)comm->rank * bytes,
+              "in place means recvbuf == sendbuf + rank * recvcount elements")))
+        st = count == 0 ? hc_coll_noop(req_p)
+                        : hc_coll_post(HC_COLL_REDUCE_SCATTER, sbuf, rbuf, count, bytes, dtype, op,
+                                       0, comm, req_p, NULL);
+    hc_api_leave(g);
+    return st;
 }
 
 static hcomm_status_t hc_alltoall_impl(const char *fn, const void *sbuf, void *rbuf, size_t count,
                                        hcomm_dtype_t dtype, hcomm_comm_t comm,
                                        hcomm_request_t *req_p, bool nb)
 {
-    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
     size_t bytes, total;
-    if (st != HCOMM_OK ||
-        (st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, (size_t)comm->size, &total)) ||
-        (st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, (size_t)comm->size, &total)))
-        return st;
-    if (count == 0)
-        return hc_coll_noop(req_p);
-    hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes);
-    return hc_coll_post(HC_COLL_ALLTOALL, sbuf, rbuf, count, bytes, dtype, 0, 0, comm, req_p, NULL);
+    hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
+    if (!st &&
+        !(st = hc_check_buf(fn, "sendbuf", sbuf, count, dtype, (size_t)comm->size, &total)) &&
+        !(st = hc_check_buf(fn, "recvbuf", rbuf, count, dtype, (size_t)comm->size, &total)) &&
+        !(st = hc_check_overlap(fn, sbuf, total, rbuf, total, sbuf == rbuf,
+                                "in place means sendbuf == recvbuf"))) {
+        hc_check_buf(fn, "sendbuf", sbuf, count, dtype, 1, &bytes);
+        st = count == 0 ? hc_coll_noop(req_p)
+                        : hc_coll_post(HC_COLL_ALLTOALL, sbuf, rbuf, count, bytes, dtype, 0, 0,
+                                       comm, req_p, NULL);
+    }
+    hc_api_leave(g);
+    return st;
 }
 
 static hcomm_status_t hc_barrier_impl(const char *fn, hcomm_comm_t comm, hcomm_request_t *req_p,
                                       bool nb)
 {
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
     hcomm_status_t st = hc_coll_check_common(fn, comm, HCOMM_UINT8, false, 0, nb, req_p);
-    if (st != HCOMM_OK)
-        return st;
-    return hc_coll_post(HC_COLL_BARRIER, NULL, NULL, 0, 0, HCOMM_UINT8, 0, 0, comm, req_p, NULL);
+    if (!st)
+        st = hc_coll_post(HC_COLL_BARRIER, NULL, NULL, 0, 0, HCOMM_UINT8, 0, 0, comm, req_p,
+                          NULL);
+    hc_api_leave(g);
+    return st;
 }
 
 /* ---- rooted and vector collectives ------------------------------------------------------- */
 
-static hcomm_status_t hc_gather_impl(const char *fn, bool scatter, const void *sbuf, void *rbuf,
+static hcomm_status_t hc_gather_args(const char *fn, bool scatter, const void *sbuf, void *rbuf,
                                      size_t count, hcomm_dtype_t dtype, int root,
                                      hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
 {
@@ -470,48 +517,38 @@ static hcomm_status_t hc_gather_impl(const char *fn, bool scatter, const void *s
     if (at_root && (st = hc_check_buf(fn, scatter ? "sendbuf" : "recvbuf", scatter ? sbuf : rbuf,
                                       count, dtype, (size_t)comm->size, &total)))
         return st;
+    if (at_root && !scatter &&
+        (st = hc_check_overlap(fn, sbuf, bytes, rbuf, total,
+                               (uintptr_t)sbuf == (uintptr_t)rbuf + (size_t)root * bytes,
+                               "in place on the root means sendbuf == recvbuf + root * count "
+                               "elements")))
+        return st;
+    if (at_root && scatter &&
+        (st = hc_check_overlap(fn, sbuf, total, rbuf, bytes,
+                               (uintptr_t)rbuf == (uintptr_t)sbuf + (size_t)root * bytes,
+                               "in place on the root means recvbuf == sendbuf + root * count "
+                               "elements")))
+        return st;
     if (count == 0)
         return hc_coll_noop(req_p);
     return hc_coll_post(scatter ? HC_COLL_SCATTER : HC_COLL_GATHER, sbuf, rbuf, count, bytes,
                         dtype, 0, root, comm, req_p, NULL);
 }
 
-/* Every count array: non-NULL, each count * element size representable,
- * and the sum too (total_p: elements). */
-static hcomm_status_t hc_check_counts(const char *fn, const char *name, const size_t *counts,
-                                      hcomm_comm_t comm, hcomm_dtype_t dtype, size_t *total_p)
+static hcomm_status_t hc_gather_impl(const char *fn, bool scatter, const void *sbuf, void *rbuf,
+                                     size_t count, hcomm_dtype_t dtype, int root,
+                                     hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
 {
-    if (!counts)
-        return hc_error(HCOMM_ERR_INVALID, "%s: %s is NULL (it needs %d entries)", fn, name,
-                        comm->size);
-    size_t es = hc_dtype_size(dtype), total = 0;
-    for (int r = 0; r < comm->size; r++) {
-        if (counts[r] > SIZE_MAX / es || total + counts[r] < total ||
-            (total + counts[r]) > SIZE_MAX / es)
-            return hc_error(HCOMM_ERR_INVALID, "%s: %s[%d] = %zu elements of %zu bytes overflows",
-                            fn, name, r, counts[r], es);
-        total += counts[r];
-    }
-    *total_p = total;
-    return HCOMM_OK;
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st =
+        hc_gather_args(fn, scatter, sbuf, rbuf, count, dtype, root, comm, req_p, nb);
+    hc_api_leave(g);
+    return st;
 }
 
-static hcomm_status_t hc_check_displs(const char *fn, const char *name, const size_t *displs,
-                                      const size_t *counts, hcomm_comm_t comm,
-                                      hcomm_dtype_t dtype)
-{
-    if (!displs)
-        return hc_error(HCOMM_ERR_INVALID, "%s: %s is NULL (it needs %d entries)", fn, name,
-                        comm->size);
-    size_t es = hc_dtype_size(dtype);
-    for (int r = 0; r < comm->size; r++)
-        if (displs[r] > SIZE_MAX / es - counts[r])
-            return hc_error(HCOMM_ERR_INVALID, "%s: %s[%d] = %zu overflows", fn, name, r,
-                            displs[r]);
-    return HCOMM_OK;
-}
-
-static hcomm_status_t hc_allgatherv_impl(const char *fn, const void *sbuf, size_t sendcount,
+static hcomm_status_t hc_allgatherv_args(const char *fn, const void *sbuf, size_t sendcount,
                                          void *rbuf, const size_t *rcounts, const size_t *rdispls,
                                          hcomm_dtype_t dtype, hcomm_comm_t comm,
                                          hcomm_request_t *req_p, bool nb)
@@ -519,13 +556,15 @@ static hcomm_status_t hc_allgatherv_impl(const char *fn, const void *sbuf, size_
     hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
     size_t total, bytes;
     if (st != HCOMM_OK || (st = hc_check_counts(fn, "recvcounts", rcounts, comm, dtype, &total)) ||
-        (st = hc_check_displs(fn, "displs", rdispls, rcounts, comm, dtype)))
+        (st = hc_check_displs(fn, "displs", rdispls, rcounts, "recvbuf", rbuf, comm, dtype)))
         return st;
     if (sendcount != rcounts[comm->rank])
         return hc_error(HCOMM_ERR_INVALID, "%s: sendcount %zu differs from recvcounts[%d] = %zu",
                         fn, sendcount, comm->rank, rcounts[comm->rank]);
     if ((st = hc_check_buf(fn, "sendbuf", sbuf, sendcount, dtype, 1, &bytes)) ||
-        (st = hc_check_buf(fn, "recvbuf", rbuf, total, dtype, 1, &bytes)))
+        (st = hc_check_buf(fn, "recvbuf", rbuf, total, dtype, 1, &bytes)) ||
+        (st = hc_check_allgatherv_overlap(fn, sbuf, sendcount, rbuf, rcounts, rdispls, comm,
+                                          dtype)))
         return st;
     if (total == 0)
         return hc_coll_noop(req_p);
@@ -534,17 +573,39 @@ static hcomm_status_t hc_allgatherv_impl(const char *fn, const void *sbuf, size_
                         dtype, 0, 0, comm, req_p, &v);
 }
 
-static hcomm_status_t hc_reduce_scatterv_impl(const char *fn, const void *sbuf, void *rbuf,
+static hcomm_status_t hc_allgatherv_impl(const char *fn, const void *sbuf, size_t sendcount,
+                                         void *rbuf, const size_t *rcounts, const size_t *rdispls,
+                                         hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                         hcomm_request_t *req_p, bool nb)
+{
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st =
+        hc_allgatherv_args(fn, sbuf, sendcount, rbuf, rcounts, rdispls, dtype, comm, req_p, nb);
+    hc_api_leave(g);
+    return st;
+}
+
+static hcomm_status_t hc_reduce_scatterv_args(const char *fn, const void *sbuf, void *rbuf,
                                               const size_t *rcounts, hcomm_dtype_t dtype,
                                               hcomm_op_t op, hcomm_comm_t comm,
                                               hcomm_request_t *req_p, bool nb)
 {
     hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, true, op, nb, req_p);
-    size_t total, bytes;
+    size_t total, bytes, es = hc_dtype_size(dtype);
     if (st != HCOMM_OK || (st = hc_check_counts(fn, "recvcounts", rcounts, comm, dtype, &total)))
         return st;
     if ((st = hc_check_buf(fn, "sendbuf", sbuf, total, dtype, 1, &bytes)) ||
         (st = hc_check_buf(fn, "recvbuf", rbuf, rcounts[comm->rank], dtype, 1, &bytes)))
+        return st;
+    size_t mine = 0; /* elements before this rank's block */
+    for (int r = 0; r < comm->rank; r++)
+        mine += rcounts[r];
+    if ((st = hc_check_overlap(fn, sbuf, total * es, rbuf, bytes,
+                               (uintptr_t)rbuf == (uintptr_t)sbuf + mine * es,
+                               "in place means recvbuf == sendbuf + recvcounts[0] + ... + "
+                               "recvcounts[rank - 1] elements")))
         return st;
     if (total == 0)
         return hc_coll_noop(req_p);
@@ -558,13 +619,27 @@ static hcomm_status_t hc_reduce_scatterv_impl(const char *fn, const void *sbuf, 
         acc += rcounts[r];
     }
     hc_coll_vec_t v = {NULL, off, rcounts, NULL};
-    st = hc_coll_post(HC_COLL_REDUCE_SCATTERV, sbuf, rbuf, total, total * hc_dtype_size(dtype),
-                      dtype, op, 0, comm, req_p, &v);
+    st = hc_coll_post(HC_COLL_REDUCE_SCATTERV, sbuf, rbuf, total, total * es, dtype, op, 0, comm,
+                      req_p, &v);
     free(off);
     return st;
 }
 
-static hcomm_status_t hc_alltoallv_impl(const char *fn, const void *sbuf, const size_t *scounts,
+static hcomm_status_t hc_reduce_scatterv_impl(const char *fn, const void *sbuf, void *rbuf,
+                                              const size_t *rcounts, hcomm_dtype_t dtype,
+                                              hcomm_op_t op, hcomm_comm_t comm,
+                                              hcomm_request_t *req_p, bool nb)
+{
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st =
+        hc_reduce_scatterv_args(fn, sbuf, rbuf, rcounts, dtype, op, comm, req_p, nb);
+    hc_api_leave(g);
+    return st;
+}
+
+static hcomm_status_t hc_alltoallv_args(const char *fn, const void *sbuf, const size_t *scounts,
                                         const size_t *sdispls, void *rbuf, const size_t *rcounts,
                                         const size_t *rdispls, hcomm_dtype_t dtype,
                                         hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
@@ -572,9 +647,9 @@ static hcomm_status_t hc_alltoallv_impl(const char *fn, const void *sbuf, const 
     hcomm_status_t st = hc_coll_check_common(fn, comm, dtype, false, 0, nb, req_p);
     size_t stotal, rtotal, bytes;
     if (st != HCOMM_OK || (st = hc_check_counts(fn, "sendcounts", scounts, comm, dtype, &stotal)) ||
-        (st = hc_check_displs(fn, "sdispls", sdispls, scounts, comm, dtype)) ||
+        (st = hc_check_displs(fn, "sdispls", sdispls, scounts, "sendbuf", sbuf, comm, dtype)) ||
         (st = hc_check_counts(fn, "recvcounts", rcounts, comm, dtype, &rtotal)) ||
-        (st = hc_check_displs(fn, "rdispls", rdispls, rcounts, comm, dtype)))
+        (st = hc_check_displs(fn, "rdispls", rdispls, rcounts, "recvbuf", rbuf, comm, dtype)))
         return st;
     if ((st = hc_check_buf(fn, "sendbuf", sbuf, stotal, dtype, 1, &bytes)) ||
         (st = hc_check_buf(fn, "recvbuf", rbuf, rtotal, dtype, 1, &bytes)))
@@ -586,12 +661,29 @@ static hcomm_status_t hc_alltoallv_impl(const char *fn, const void *sbuf, const 
         return hc_error(HCOMM_ERR_INVALID, "%s: sendcounts[%d] = %zu but recvcounts[%d] = %zu "
                                            "(the block this rank sends itself)", fn, comm->rank,
                         scounts[comm->rank], comm->rank, rcounts[comm->rank]);
+    if ((st = hc_check_alltoallv_overlap(fn, sbuf, scounts, sdispls, rbuf, rcounts, rdispls, comm,
+                                         dtype)))
+        return st;
     /* Every rank posts its messages, whatever the counts (zero: a zero-byte
      * message), so even a rank with nothing to send or receive takes part:
      * the signature's count is 0 (ranks' totals differ by design). */
     hc_coll_vec_t v = {scounts, sdispls, rcounts, rdispls};
     return hc_coll_post(HC_COLL_ALLTOALLV, sbuf, rbuf, 0, stotal * hc_dtype_size(dtype), dtype,
                         0, 0, comm, req_p, &v);
+}
+
+static hcomm_status_t hc_alltoallv_impl(const char *fn, const void *sbuf, const size_t *scounts,
+                                        const size_t *sdispls, void *rbuf, const size_t *rcounts,
+                                        const size_t *rdispls, hcomm_dtype_t dtype,
+                                        hcomm_comm_t comm, hcomm_request_t *req_p, bool nb)
+{
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_alltoallv_args(fn, sbuf, scounts, sdispls, rbuf, rcounts, rdispls,
+                                          dtype, comm, req_p, nb);
+    hc_api_leave(g);
+    return st;
 }
 
 HC_EXPORT hcomm_status_t hcomm_gather(const void *sendbuf, void *recvbuf, size_t count,
@@ -883,14 +975,17 @@ static hcomm_status_t hc_group_fuse(int i)
 
 HC_EXPORT hcomm_status_t hcomm_group_start(void)
 {
+    int g = hc_api_enter("hcomm_group_start");
+    if (g < 0)
+        return HCOMM_ERR_INVALID;
     hcomm_status_t st = hc_check_init("hcomm_group_start");
-    if (st != HCOMM_OK)
-        return st;
-    hc_ctx.group_depth++;
-    return HCOMM_OK;
+    if (st == HCOMM_OK)
+        hc_ctx.group_depth++;
+    hc_api_leave(g);
+    return st;
 }
 
-HC_EXPORT hcomm_status_t hcomm_group_end(void)
+static hcomm_status_t hc_group_end(void)
 {
     hcomm_status_t st = hc_check_init("hcomm_group_end");
     if (st != HCOMM_OK)
@@ -924,6 +1019,16 @@ HC_EXPORT hcomm_status_t hcomm_group_end(void)
     return first;
 }
 
+HC_EXPORT hcomm_status_t hcomm_group_end(void)
+{
+    int g = hc_api_enter("hcomm_group_end");
+    if (g < 0)
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_group_end();
+    hc_api_leave(g);
+    return st;
+}
+
 void hc_coll_group_fini(void)
 {
     free(hc_group.ops);
@@ -938,8 +1043,21 @@ typedef struct {
     uint32_t next_ctx;
 } hc_split_info_t;
 
+static hcomm_status_t hc_comm_split(hcomm_comm_t comm, int color, int key,
+                                    hcomm_comm_t *newcomm_p);
+
 HC_EXPORT hcomm_status_t hcomm_comm_split(hcomm_comm_t comm, int color, int key,
                                           hcomm_comm_t *newcomm_p)
+{
+    int g = hc_api_enter("hcomm_comm_split");
+    if (g < 0)
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_comm_split(comm, color, key, newcomm_p);
+    hc_api_leave(g);
+    return st;
+}
+
+static hcomm_status_t hc_comm_split(hcomm_comm_t comm, int color, int key, hcomm_comm_t *newcomm_p)
 {
     hcomm_status_t st = hc_check_comm("hcomm_comm_split", comm);
     if (st != HCOMM_OK)
@@ -1033,8 +1151,22 @@ static hcomm_status_t hc_group_xchg(hcomm_comm_t comm, int peer, bool send, uint
     return st;
 }
 
+static hcomm_status_t hc_comm_create_group(hcomm_comm_t comm, const int *ranks, int n, int tag,
+                                           hcomm_comm_t *newcomm_p);
+
 HC_EXPORT hcomm_status_t hcomm_comm_create_group(hcomm_comm_t comm, const int *ranks, int n,
                                                  int tag, hcomm_comm_t *newcomm_p)
+{
+    int g = hc_api_enter("hcomm_comm_create_group");
+    if (g < 0)
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_comm_create_group(comm, ranks, n, tag, newcomm_p);
+    hc_api_leave(g);
+    return st;
+}
+
+static hcomm_status_t hc_comm_create_group(hcomm_comm_t comm, const int *ranks, int n, int tag,
+                                           hcomm_comm_t *newcomm_p)
 {
     const char *fn = "hcomm_comm_create_group";
     hcomm_status_t st = hc_check_comm(fn, comm);

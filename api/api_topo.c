@@ -30,7 +30,8 @@ static hcomm_status_t hc_hint_check(const char *fn, hcomm_topology_hint_t hint)
 
 HC_EXPORT hcomm_status_t hcomm_topology_hint_create(hcomm_comm_t comm, hcomm_topology_hint_t *hint_p)
 {
-    hcomm_status_t st = hc_check_comm("hcomm_topology_hint_create", comm);
+    /* Any thread, like hcomm_comm_rank: comm is checked under the list's lock. */
+    hcomm_status_t st = hc_comm_shape("hcomm_topology_hint_create", comm, NULL, NULL);
     if (st != HCOMM_OK) return st;
     if (!hint_p) return hc_error(HCOMM_ERR_INVALID, "hcomm_topology_hint_create: hint_p is NULL");
     struct hcomm_topology_hint *h = calloc(1, sizeof(*h));
@@ -78,8 +79,21 @@ HC_EXPORT hcomm_status_t hcomm_topology_hint_free(hcomm_topology_hint_t hint)
     return HCOMM_OK;
 }
 
+static hcomm_status_t hc_comm_create_from_hint(hcomm_comm_t comm, hcomm_topology_hint_t hint,
+                                               hcomm_comm_t *newcomm_p);
+
 HC_EXPORT hcomm_status_t hcomm_comm_create_from_hint(hcomm_comm_t comm, hcomm_topology_hint_t hint,
                                                      hcomm_comm_t *newcomm_p)
+{
+    int g = hc_api_enter("hcomm_comm_create_from_hint");
+    if (g < 0) return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_comm_create_from_hint(comm, hint, newcomm_p);
+    hc_api_leave(g);
+    return st;
+}
+
+static hcomm_status_t hc_comm_create_from_hint(hcomm_comm_t comm, hcomm_topology_hint_t hint,
+                                               hcomm_comm_t *newcomm_p)
 {
     const char *fn = "hcomm_comm_create_from_hint";
     hcomm_status_t st = hc_check_comm(fn, comm);

@@ -108,6 +108,28 @@ hcomm_status_t hc_comm_abort(struct hcomm_comm *comm)
     return HCOMM_OK;
 }
 
+hcomm_status_t hc_comm_shape(const char *fn, struct hcomm_comm *comm, int *rank_p, int *size_p)
+{
+    hcomm_status_t st = hc_check_init(fn);
+    if (HC_UNLIKELY(st != HCOMM_OK))
+        return st;
+    pthread_mutex_lock(&hc_comm_list_lock);
+    bool ok = comm == hc_ctx.world || hc_comm_valid(comm);
+    bool aborted = ok && hc_comm_aborted(comm);
+    int rank = ok ? comm->rank : -1, size = ok ? comm->size : -1;
+    pthread_mutex_unlock(&hc_comm_list_lock);
+    if (HC_UNLIKELY(!ok))
+        return hc_error(HCOMM_ERR_INVALID, "%s: communicator %p is NULL, freed or not a "
+                                           "communicator", fn, (void *)comm);
+    if (HC_UNLIKELY(aborted))
+        return hc_error(HCOMM_ERR_ABORTED, "%s: communicator was aborted", fn);
+    if (rank_p)
+        *rank_p = rank;
+    if (size_p)
+        *size_p = size;
+    return HCOMM_OK;
+}
+
 void hc_comm_handle_abort(struct hcomm_comm *comm)
 {
     if (hc_coll_ops.comm_free)
@@ -160,6 +182,9 @@ hcomm_status_t hc_check_buf(const char *fn, const char *name, const void *buf, s
                         count, hc_dtype_name(dtype));
     if (HC_UNLIKELY(!buf && bytes))
         return hc_error(HCOMM_ERR_INVALID, "%s: %s is NULL with count %zu", fn, name, count);
+    if (HC_UNLIKELY((uintptr_t)buf > UINTPTR_MAX - bytes))
+        return hc_error(HCOMM_ERR_INVALID, "%s: %s %p + %zu bytes wraps around the address space",
+                        fn, name, buf, bytes);
     *bytes_p = bytes;
     return HCOMM_OK;
 }

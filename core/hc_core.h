@@ -111,8 +111,24 @@ static inline void hc_request_complete(struct hcomm_request *req, hcomm_status_t
     req->status = status;
     req->done = true;
 }
-/* Validates a user handle: NULL, never allocated or already freed -> false. */
-bool hc_request_valid(const struct hcomm_request *req);
+/* User handles (hcomm_request_t) are not pointers but (generation << 32) |
+ * (index << 1) | 1: a handle kept after its request completed names a slot
+ * whose generation has moved on and is refused, instead of reaching the
+ * request that reuses the slot. Generations also keep rising across
+ * hcomm_finalize/hcomm_init, so a handle of an earlier init matches nothing.
+ * (The low bit set: no pointer to a request or to the caller's memory
+ * passes for a handle.) */
+_Static_assert(sizeof(uintptr_t) == 8, "request handles carry a 32-bit generation");
+static inline hcomm_request_t hc_request_handle(const struct hcomm_request *req)
+{
+    return (hcomm_request_t)(uintptr_t)(((uint64_t)req->gen << 32) |
+                                        ((uint64_t)req->index << 1) | 1u);
+}
+/* The live request handed to the user that handle names, or NULL (NULL,
+ * not a handle, completed, stale, of an earlier init, not the user's). */
+struct hcomm_request *hc_request_from_handle(hcomm_request_t handle);
+/* Why hc_request_from_handle refused handle, in words, for a message. */
+void hc_request_handle_explain(hcomm_request_t handle, char *buf, size_t len);
 /* The operation req carries for the statistics begins (t0 from
  * hc_stats_begin) / completed for its caller. */
 static inline void hc_request_stat(struct hcomm_request *req, unsigned kind, size_t bytes,
@@ -258,6 +274,11 @@ static inline bool hc_comm_aborted(const struct hcomm_comm *comm)
 }
 
 bool hc_comm_valid(const struct hcomm_comm *comm);
+/* hcomm_comm_rank/size, callable from any thread (hcomm.h): comm checked as
+ * hc_check_comm does and its rank and size read under the list's lock, so a
+ * communicator freed meanwhile by the thread inside hcomm is refused, never
+ * read. rank_p, size_p may be NULL. */
+hcomm_status_t hc_comm_shape(const char *fn, struct hcomm_comm *comm, int *rank_p, int *size_p);
 hcomm_status_t hc_comm_create(uint32_t ctx_id, int size, const int *world_ranks,
                               struct hcomm_comm **comm_p);
 void hc_comm_destroy(struct hcomm_comm *comm);

@@ -1,17 +1,23 @@
 /*
  * Request pool. Requests live in slabs that are never returned to the system
- * while the library is initialized, so a freed or stale handle can be
- * recognised (magic) instead of crashing, and a rendezvous frame can name a
- * request by (index, generation): a frame for a request that completed and was
- * reused is dropped rather than written into someone else's buffer.
+ * while the library is initialized, and every slot counts its reuses (gen).
+ * Both the user's handles (hc_request_handle) and rendezvous frames name a
+ * request by (index, generation), so a handle kept after its request
+ * completed is refused instead of completing whichever request now uses the
+ * slot, and a frame for a request that completed and was reused is dropped
+ * rather than written into someone else's buffer. Generations never go back
+ * across finalize and init: a new pool's slots start above every generation
+ * the previous one handed out.
  */
 #include "core/hc_core.h"
 #include "mem/mem.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define HC_REQ_SLAB 256
+#define HC_REQ_MAX_SLOTS (1u << 31) /* a handle holds the index in 31 bits */
 
 static struct {
     struct hcomm_request **slabs;
@@ -19,6 +25,10 @@ static struct {
     uint32_t *free_idx; /* stack of free indices */
     uint32_t nfree, cap;
 } hc_reqs;
+
+/* The highest generation any slot reached, kept across finalize: slots of
+ * the next pool start there. */
+static uint32_t hc_req_gen_floor;
 
 static struct hcomm_request *hc_request_at(uint32_t idx)
 {
@@ -28,6 +38,8 @@ static struct hcomm_request *hc_request_at(uint32_t idx)
 static bool hc_request_pool_grow(void)
 {
     uint32_t n = hc_reqs.nslabs + 1;
+    if ((uint64_t)n * HC_REQ_SLAB > HC_REQ_MAX_SLOTS)
+        return false;
     struct hcomm_request **slabs = realloc(hc_reqs.slabs, n * sizeof(*slabs));
     if (!slabs)
         return false;
@@ -43,6 +55,7 @@ static bool hc_request_pool_grow(void)
     for (int i = HC_REQ_SLAB - 1; i >= 0; i--) {
         uint32_t idx = hc_reqs.nslabs * HC_REQ_SLAB + (uint32_t)i;
         slab[i].index = idx;
+        slab[i].gen = hc_req_gen_floor;
         slab[i].magic = HC_REQ_FREED;
         hc_reqs.free_idx[hc_reqs.nfree++] = idx;
     }
@@ -59,8 +72,11 @@ hcomm_status_t hc_request_pool_init(void)
 
 void hc_request_pool_fini(void)
 {
-    for (uint32_t i = 0; i < hc_reqs.nslabs; i++)
+    for (uint32_t i = 0; i < hc_reqs.nslabs; i++) {
+        for (uint32_t k = 0; k < HC_REQ_SLAB; k++)
+            hc_req_gen_floor = HC_MAX(hc_req_gen_floor, hc_reqs.slabs[i][k].gen);
         free(hc_reqs.slabs[i]);
+    }
     free(hc_reqs.slabs);
     free(hc_reqs.free_idx);
     memset(&hc_reqs, 0, sizeof(hc_reqs));
@@ -139,16 +155,40 @@ struct hcomm_request *hc_request_by_id(uint64_t id)
     return (req->magic == HC_REQ_MAGIC && req->gen == gen) ? req : NULL;
 }
 
-bool hc_request_valid(const struct hcomm_request *req)
+/* The slot a handle names, or NULL when it is not a handle of a slot that
+ * exists. */
+static struct hcomm_request *hc_request_slot(hcomm_request_t handle)
 {
-    if (!req)
-        return false;
-    /* Only pointers into our slabs are dereferenced. */
-    for (uint32_t i = 0; i < hc_reqs.nslabs; i++) {
-        const struct hcomm_request *s = hc_reqs.slabs[i];
-        if (req >= s && req < s + HC_REQ_SLAB)
-            return ((uintptr_t)req - (uintptr_t)s) % sizeof(*req) == 0 &&
-                   req->magic == HC_REQ_MAGIC;
-    }
-    return false;
+    uint64_t v = (uint64_t)(uintptr_t)handle;
+    uint32_t idx = (uint32_t)v >> 1;
+    if (!(v & 1) || idx >= hc_reqs.nslabs * HC_REQ_SLAB)
+        return NULL;
+    return hc_request_at(idx);
+}
+
+struct hcomm_request *hc_request_from_handle(hcomm_request_t handle)
+{
+    struct hcomm_request *req = hc_request_slot(handle);
+    if (HC_UNLIKELY(!req))
+        return NULL;
+    uint32_t gen = (uint32_t)((uint64_t)(uintptr_t)handle >> 32);
+    return HC_LIKELY(req->gen == gen && req->magic == HC_REQ_MAGIC && req->user) ? req : NULL;
+}
+
+void hc_request_handle_explain(hcomm_request_t handle, char *buf, size_t len)
+{
+    const struct hcomm_request *req = hc_request_slot(handle);
+    uint32_t gen = (uint32_t)((uint64_t)(uintptr_t)handle >> 32);
+    if (!handle)
+        snprintf(buf, len, "NULL");
+    else if (!req || gen > req->gen)
+        snprintf(buf, len, "not a request handle (never returned by hcomm, or of an earlier "
+                           "hcomm_init)");
+    else if (gen < req->gen)
+        snprintf(buf, len, "stale: its request already completed (hcomm_wait, a hcomm_test that "
+                           "said done, or hcomm_finalize) and its slot has served another since");
+    else if (req->magic != HC_REQ_MAGIC)
+        snprintf(buf, len, "already completed (by hcomm_wait or a hcomm_test that said done)");
+    else
+        snprintf(buf, len, "not a request handed out to the caller");
 }

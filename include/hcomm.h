@@ -19,10 +19,35 @@
  *    operation and the peer it was waiting for. A peer process that dies makes
  *    pending and later operations that need it return HCOMM_ERR_PEER_FAILED
  *    naming the rank, well before the timeout.
- *  - Thread safety: calls that communicate must be serialized by the caller
- *    (one thread at a time per process, like MPI_THREAD_SERIALIZED).
- *    hcomm_strerror(), hcomm_last_error() (per thread) and hcomm_comm_abort()
- *    may be called from any thread at any time.
+ *  - Threading contract (like MPI_THREAD_SERIALIZED, per process): a process
+ *    has one progress engine (one request pool, one set of connections and
+ *    queues, advanced by whichever thread waits), shared by all its
+ *    communicators. So at most one thread at a time may be inside hcomm,
+ *    whichever communicators the calls name: two threads on two different
+ *    communicators are as much a violation as two on one. Threads may take
+ *    turns (the caller's own lock or hand-off orders them). This is checked
+ *    (one compare-and-swap per call): a call made while another thread is
+ *    inside hcomm returns HCOMM_ERR_INVALID at once, having done nothing,
+ *    and hcomm_last_error() names the rule and the call the other thread is
+ *    in ("hcomm_allreduce: another thread of this process is inside
+ *    hcomm_barrier: the threading contract (hcomm.h) allows one thread at a
+ *    time ..."). It is still the program's bug: the refusal is local, and
+ *    the ranks' collectives on a communicator must be issued in one order on
+ *    every rank. A blocking call keeps the process until it returns: it
+ *    must not wait for something only another thread of this process would
+ *    post (that thread is refused until then). Exempt, from any thread between
+ *    hcomm_init() and hcomm_finalize(): hcomm_comm_abort() (a watchdog),
+ *    hcomm_comm_rank(), hcomm_comm_size(), hcomm_comm_world(),
+ *    hcomm_initialized(), hcomm_topology_hint_create/set_dim/set_size/free,
+ *    the memory calls (hcomm_mem_alloc/free/deregister: the pool is
+ *    thread-safe), hcomm_strerror(), hcomm_last_error() (per thread),
+ *    hcomm_dtype_size(), hcomm_version_string() and (any time)
+ *    hcomm_bootstrap_address().
+ *  - Request handles (hcomm_request_t) are opaque values, not pointers, and
+ *    carry a generation: once its request completes (hcomm_wait(), a
+ *    hcomm_test() that says done, hcomm_finalize()) a handle is stale, and
+ *    any later use of it returns ERR_INVALID ("... is stale"), never
+ *    another request's completion.
  *  - Non-blocking calls (hcomm_i*) return HCOMM_OK once the operation is
  *    posted; the buffers belong to the library until hcomm_wait() or a
  *    successful hcomm_test() completes the request.
@@ -90,6 +115,8 @@ typedef enum {
 } hcomm_op_t;
 
 typedef struct hcomm_comm *hcomm_comm_t;
+/* An opaque handle with a generation (see above): compare it with NULL
+ * only; it is not the address of anything. */
 typedef struct hcomm_request *hcomm_request_t;
 
 /* ---------------------------------------------------------------------------
@@ -101,7 +128,10 @@ typedef struct hcomm_request *hcomm_request_t;
  * SLURM_PROCID/...; none of them: a job of one rank), runs the rendezvous,
  * opens the transports and creates the world communicator. argc/argv may be
  * NULL; they are not modified. Errors: ERR_ALREADY_INITIALIZED, ERR_BOOTSTRAP,
- * ERR_TIMEOUT, ERR_NO_DEVICE, ERR_NO_MEMORY. Not thread-safe: call once. */
+ * ERR_TIMEOUT, ERR_NO_DEVICE, ERR_NO_MEMORY (the message of a pool that
+ * does not fit an address-space limit, ulimit -v, names the limit and the
+ * HCOMM_MEM_POOL_MAX_SIZE that fits). One thread: a call while another
+ * thread is inside hcomm fails with ERR_INVALID (threading contract). */
 hcomm_status_t hcomm_init(int *argc, char ***argv);
 
 /* A job from a rendezvous of the caller's own (a framework's key-value
@@ -133,10 +163,13 @@ int hcomm_initialized(void);
  * by the library: do not pass it to hcomm_comm_free(). */
 hcomm_comm_t hcomm_comm_world(void);
 
-/* This process's rank in comm, or -1 (and last_error set) for a bad comm. */
+/* This process's rank in comm, or -1 (and last_error set) for a bad comm.
+ * Any thread, also while another is inside hcomm (the communicator is
+ * looked up under a lock). */
 int hcomm_comm_rank(hcomm_comm_t comm);
 
-/* The number of ranks in comm, or -1 (and last_error set) for a bad comm. */
+/* The number of ranks in comm, or -1 (and last_error set) for a bad comm.
+ * Any thread, like hcomm_comm_rank(). */
 int hcomm_comm_size(hcomm_comm_t comm);
 
 /* Collective over comm: ranks passing the same color form a new
@@ -268,13 +301,16 @@ hcomm_status_t hcomm_irecv_any(void *buf, size_t count, hcomm_dtype_t dtype, int
                                hcomm_comm_t comm, int *source_p, hcomm_request_t *req_p);
 
 /* Waits for req to complete and frees it; returns the operation's status.
- * Errors: ERR_INVALID (NULL or already freed request), the operation's own
- * error, ERR_TIMEOUT (the request is then freed too). */
+ * Errors: ERR_INVALID (NULL, not a handle, or stale: its request already
+ * completed, even if its slot now serves another request, which is left
+ * alone), the operation's own error, ERR_TIMEOUT (the request is then freed
+ * too). */
 hcomm_status_t hcomm_wait(hcomm_request_t req);
 
 /* Makes progress without blocking. *done_p = 1 when req completed (it is then
  * freed and the operation's status returned), 0 otherwise (HCOMM_OK).
- * Errors: ERR_INVALID (NULL request or done_p). */
+ * Errors: ERR_INVALID (NULL, not a handle or stale, as hcomm_wait(); NULL
+ * done_p), and *done_p is then left alone. */
 hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p);
 
 /* ---------------------------------------------------------------------------
@@ -284,7 +320,8 @@ hcomm_status_t hcomm_test(hcomm_request_t req, int *done_p);
 /* Allocates bytes (> 0) of pool memory: on hugepages when reserved, bound to
  * the rank's NUMA node, registered with every transport, 64-byte aligned.
  * Tensors here travel with the fewest copies. Free with hcomm_mem_free().
- * Errors: ERR_INVALID (bytes 0, NULL ptr_p), ERR_NO_MEMORY. */
+ * These three memory calls may run on any thread, also while another is
+ * inside hcomm. Errors: ERR_INVALID (bytes 0, NULL ptr_p), ERR_NO_MEMORY. */
 hcomm_status_t hcomm_mem_alloc(size_t bytes, void **ptr_p);
 
 /* Frees memory from hcomm_mem_alloc(). NULL is a no-op. Errors: ERR_INVALID
@@ -302,7 +339,10 @@ hcomm_status_t hcomm_mem_deregister(void *ptr, size_t bytes);
  * Collectives. Every rank of comm calls them in the same order with the same
  * count, dtype, op and root. In place when sendbuf == recvbuf (allgather:
  * sendbuf == recvbuf + rank*sendcount*size; reduce_scatter: recvbuf ==
- * sendbuf + rank*recvcount*size). count == 0 is a valid no-op. fp16/bf16 are
+ * sendbuf + rank*recvcount*size). Send and receive buffers that share bytes
+ * in any other way (partly overlapping, or in place at the wrong offset)
+ * fail with ERR_INVALID naming both: the result would depend on the
+ * algorithm's order. count == 0 is a valid no-op. fp16/bf16 are
  * reduced with fp32 accumulation within each step and rounded to nearest
  * even; integer overflow wraps. Errors: ERR_INVALID (argument named in
  * last_error), ERR_PEER_FAILED, ERR_TIMEOUT, ERR_ABORTED, ERR_NO_MEMORY.
@@ -367,11 +407,19 @@ hcomm_status_t hcomm_ibarrier(hcomm_comm_t comm, hcomm_request_t *req_p);
  *   the same on every rank.
  * reduce_scatterv: sendbuf holds size blocks in rank order, block j of
  *   recvcounts[j] elements; recvbuf (recvcounts[rank] elements) = op over
- *   ranks of block `rank`. recvcounts must be the same on every rank.
+ *   ranks of block `rank`. recvcounts must be the same on every rank. In
+ *   place when recvbuf == sendbuf + recvcounts[0] + ... + recvcounts[rank-1]
+ *   elements (this rank's block).
  * alltoallv: sendcounts[j] elements at sendbuf + sdispls[j] go to rank j,
  *   landing at its recvbuf + rdispls[rank]; recvcounts[j] must equal rank
- *   j's sendcounts[rank] (a mismatch fails with ERR_TRUNCATED). Not in place.
- * Counts of zero are allowed anywhere; every rank must still call. */
+ *   j's sendcounts[rank] (a mismatch fails with ERR_TRUNCATED). Not in place:
+ *   no send block may overlap a receive block.
+ * Counts of zero are allowed anywhere; every rank must still call. Every
+ * block must lie in the address space: (displs[j] + counts[j]) * size at
+ * most PTRDIFF_MAX bytes, and the buffer plus that not wrapping around; the
+ * receive blocks must not overlap each other (allgatherv's sendbuf only at
+ * its in-place position). Errors name the array and the index
+ * ("hcomm_allgatherv: displs[0] = ... overflows"). */
 hcomm_status_t hcomm_gather(const void *sendbuf, void *recvbuf, size_t count, hcomm_dtype_t dtype,
                             int root, hcomm_comm_t comm);
 hcomm_status_t hcomm_scatter(const void *sendbuf, void *recvbuf, size_t count,
@@ -406,7 +454,9 @@ hcomm_status_t hcomm_ialltoallv(const void *sendbuf, const size_t *sendcounts,
  * dtype and op are fused into one). Blocking collectives inside a group
  * return HCOMM_OK at once and complete by hcomm_group_end(), which waits for
  * them; non-blocking ones complete through their requests. Groups nest; only
- * the outermost end launches. Errors: ERR_INVALID (end without start). */
+ * the outermost end launches. A group belongs to the process, not to the
+ * thread that started it (threads taking turns add to the same group).
+ * Errors: ERR_INVALID (end without start). */
 hcomm_status_t hcomm_group_start(void);
 hcomm_status_t hcomm_group_end(void);
 

@@ -44,6 +44,57 @@ static void hc_mem_check_memlock(size_t want)
                 (unsigned long long)rl.rlim_cur >> 10, want >> 10);
 }
 
+/* Address space the process maps now (VmSize), 0 if unknown. */
+static size_t hc_mem_vm_size(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%lu", &pages) != 1)
+        pages = 0;
+    fclose(f);
+    return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+hcomm_status_t hc_mem_reserve_error(int err, const char *what, size_t bytes)
+{
+    char hint[320];
+    struct rlimit rl;
+    size_t max = hc_cfg.mem_pool_max;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        size_t limit = (size_t)rl.rlim_cur, vm = hc_mem_vm_size();
+        size_t room = limit > vm ? limit - vm : 0;
+        /* Half the room: the pool's range plus its tables, and the rest of
+         * init (drivers' segments, threads' stacks) must fit. */
+        size_t suggest = (room / 2) & ~(((size_t)2 << 20) - 1);
+        int n = snprintf(hint, sizeof(hint),
+                         "the address-space limit RLIMIT_AS (ulimit -v) is %zu bytes (%zu kB), "
+                         "%zu of them mapped already; ",
+                         limit, limit >> 10, vm);
+        if (suggest >= ((size_t)2 << 20) && suggest < max)
+            snprintf(hint + n, sizeof(hint) - (size_t)n,
+                     "set HCOMM_MEM_POOL_MAX_SIZE=%zuM (now %zu bytes)%s or raise the limit",
+                     suggest >> 20, max,
+                     suggest < hc_cfg.mem_pool_initial ? " and HCOMM_MEM_POOL_INITIAL_SIZE to "
+                                                         "at most as much,"
+                                                       : "");
+        else
+            snprintf(hint + n, sizeof(hint) - (size_t)n,
+                     "raise the limit (`ulimit -v unlimited`): it leaves no room for a pool "
+                     "(HCOMM_MEM_POOL_MAX_SIZE=%zu)",
+                     max);
+    } else {
+        snprintf(hint, sizeof(hint),
+                 "no address-space limit (ulimit -v) is set; lower HCOMM_MEM_POOL_MAX_SIZE (now "
+                 "%zu bytes) or look at vm.overcommit_memory and vm.max_map_count",
+                 max);
+    }
+    return hc_error(HCOMM_ERR_NO_MEMORY, "hc_mem_init: reserving %zu bytes of address space for %s "
+                                         "failed (%s): %s",
+                    bytes, what, strerror(err), hint);
+}
+
 /* Reserves the pool's range, aligned to the hugepage size so that every pool
  * region can be mapped on hugepages at a fixed address. */
 static hcomm_status_t hc_mem_reserve(size_t bytes)
@@ -53,9 +104,7 @@ static hcomm_status_t hc_mem_reserve(size_t bytes)
     size_t len = bytes + align;
     uint8_t *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
-        return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
-                              "hc_mem_init: reserving %zu bytes of address space for the pool",
-                              len);
+        return hc_mem_reserve_error(errno, "the pool", len);
     uint8_t *base = (uint8_t *)HC_ALIGN_UP((uintptr_t)p, align);
     if (base > p) munmap(p, (size_t)(base - p));
     if (base + bytes < p + len) munmap(base + bytes, (size_t)(p + len - (base + bytes)));

@@ -87,6 +87,11 @@ unsigned hc_mem_pool_class_of(size_t bytes);
 
 /* Pool and registration cache parts of init/finalize/stats. */
 hcomm_status_t hc_mem_pool_init(void);
+/* Reserving bytes of address space for what failed with errno err: the
+ * message says so and, under an address-space limit (ulimit -v), names the
+ * limit, what the process maps already and the HCOMM_MEM_POOL_MAX_SIZE that
+ * fits (mem.c). */
+hcomm_status_t hc_mem_reserve_error(int err, const char *what, size_t bytes);
 void hc_mem_pool_finalize(void);
 void hc_mem_pool_stats_get(hc_mem_stats_t *s);
 

@@ -681,8 +681,7 @@ hcomm_status_t hc_mem_pool_init(void)
     void *st = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (st == MAP_FAILED)
-        return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
-                              "hc_mem_init: pool block state array (%zu bytes)", bytes);
+        return hc_mem_reserve_error(errno, "the pool's block state array", bytes);
     hc_mem_hot.state = (_Atomic uint8_t *)st + HC_MEM_ST_LINE_OFF;
     hc_mem_hot.state_bytes = bytes;
     hc_mem_hot.base = hc_mem_g.pool_base;

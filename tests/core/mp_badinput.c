@@ -3,7 +3,9 @@
  * negative status (the one hcomm.h names where it names one), leave output
  * arguments untouched, and set last_error to a message naming the function
  * and the argument. After each group of bad calls a valid allreduce must
- * still work. Also: calls before init and after finalize, double init,
+ * still work. Misuse too: stale request handles (of requests already
+ * completed, whose slot serves another), vector displacements that leave
+ * the address space, send and receive buffers that partly overlap. Also: calls before init and after finalize, double init,
  * init -> finalize -> init -> finalize.
  *
  *   mp_badinput          everything except the bad-pointer hcomm_mem_free
@@ -194,6 +196,149 @@ static void check_requests(hcomm_comm_t w)
     BAD(INV, hcomm_test(rr, &done), "hcomm_test", "request");
     BAD(INV, hcomm_wait(sr), "hcomm_wait", "request");
     still_ok("bad requests");
+}
+
+/* A completed request's handle is stale: it must not reach the request that
+ * reuses its slot (before generations in handles, hcomm_wait(stale)
+ * completed the new request and freed it under its owner). */
+static void check_stale_handles(hcomm_comm_t w)
+{
+    const hcomm_status_t INV = HCOMM_ERR_INVALID;
+    uint64_t v = 7 + (uint64_t)mp_rank, r = 0, r2 = 0;
+    hcomm_request_t stale, sr, fresh;
+    MP_OK(hcomm_irecv(&r, 1, HCOMM_UINT64, mp_rank, 20, w, &stale));
+    MP_OK(hcomm_isend(&v, 1, HCOMM_UINT64, mp_rank, 20, w, &sr));
+    MP_OK(hcomm_wait(sr));
+    MP_OK(hcomm_wait(stale));
+    /* The next request takes the slot stale named (the pool reuses the
+     * most recently freed one first), and completes at once. */
+    MP_OK(hcomm_irecv(&r2, 1, HCOMM_UINT64, mp_rank, 21, w, &fresh));
+    MP_OK(hcomm_isend(&v, 1, HCOMM_UINT64, mp_rank, 21, w, &sr));
+    BAD(INV, hcomm_wait(stale), "hcomm_wait", "stale");
+    int done = 7;
+    BAD(INV, hcomm_test(stale, &done), "hcomm_test", "stale");
+    if (done != 7) mp_fail("hcomm_test(stale): done_p expected untouched got %d", done);
+    MP_OK(hcomm_wait(fresh)); /* still the owner's to complete */
+    MP_OK(hcomm_wait(sr));
+    if (r2 != v)
+        mp_fail("receive whose slot a stale handle named: expected %llu got %llu",
+                (unsigned long long)v, (unsigned long long)r2);
+    /* The same for collectives. */
+    int64_t x = mp_rank + 1, y = 0, y2 = 0, want = (int64_t)mp_size * (mp_size + 1) / 2;
+    MP_OK(hcomm_iallreduce(&x, &y, 1, HCOMM_INT64, HCOMM_SUM, w, &stale));
+    MP_OK(hcomm_wait(stale));
+    MP_OK(hcomm_iallreduce(&x, &y2, 1, HCOMM_INT64, HCOMM_SUM, w, &fresh));
+    BAD(INV, hcomm_wait(stale), "hcomm_wait", "stale");
+    MP_OK(hcomm_wait(fresh));
+    if (y != want || y2 != want)
+        mp_fail("iallreduce next to a stale handle: expected %lld, %lld got %lld, %lld",
+                (long long)want, (long long)want, (long long)y, (long long)y2);
+    /* A pointer is never a handle (handles are not addresses). */
+    BAD(INV, hcomm_wait((hcomm_request_t)(void *)&x), "hcomm_wait", "request");
+    still_ok("stale request handles");
+}
+
+/* Displacements that put a block outside the address space: rbuf plus a
+ * displacement near SIZE_MAX / size wraps to just before rbuf (allgatherv
+ * wrote there and returned OK). Nothing may be written around the buffers. */
+static void check_vector_bounds(hcomm_comm_t w)
+{
+    const hcomm_status_t INV = HCOMM_ERR_INVALID;
+    enum { GUARD = 32 };
+    int n = mp_size, me = mp_rank;
+    double arena[GUARD + 64 + GUARD], src[64], *rb = arena + GUARD;
+    size_t rc[64], dsp[64];
+    for (int i = 0; i < GUARD + 64 + GUARD; i++) arena[i] = -1;
+    for (int j = 0; j < 64; j++) src[j] = me;
+    for (int j = 0; j < n; j++) {
+        rc[j] = 1;
+        dsp[j] = (size_t)j;
+    }
+    dsp[0] = SIZE_MAX / sizeof(double) - 1; /* (dsp + 1) * 8 fits size_t; rb + that is rb - 16 */
+    hcomm_request_t req;
+    BAD(INV, hcomm_allgatherv(src, 1, rb, rc, dsp, HCOMM_FLOAT64, w), "hcomm_allgatherv",
+        "displs[0]");
+    BAD_NB(INV, hcomm_iallgatherv(src, 1, rb, rc, dsp, HCOMM_FLOAT64, w, &req),
+           "hcomm_iallgatherv", "displs[0]");
+    dsp[0] = (size_t)PTRDIFF_MAX / sizeof(double); /* no wrap from rb, but no object is that big */
+    BAD(INV, hcomm_allgatherv(src, 1, rb, rc, dsp, HCOMM_FLOAT64, w), "hcomm_allgatherv",
+        "displs[0]");
+    dsp[0] = 0;
+    size_t sd[64];
+    for (int j = 0; j < n; j++) sd[j] = (size_t)j;
+    sd[n - 1] = SIZE_MAX / sizeof(double) - 1; /* reads before sendbuf */
+    BAD(INV, hcomm_alltoallv(src, rc, sd, rb, rc, dsp, HCOMM_FLOAT64, w), "hcomm_alltoallv",
+        "sdispls[");
+    sd[n - 1] = (size_t)(n - 1);
+    dsp[n - 1] = SIZE_MAX / sizeof(double) - 3;
+    BAD(INV, hcomm_alltoallv(src, rc, sd, rb, rc, dsp, HCOMM_FLOAT64, w), "hcomm_alltoallv",
+        "rdispls[");
+    for (int i = 0; i < GUARD + 64 + GUARD; i++)
+        if (arena[i] != -1) {
+            mp_fail("vector collectives with wild displacements wrote arena[%d] (recvbuf%+d) = %g",
+                    i, i - GUARD, arena[i]);
+            break;
+        }
+    still_ok("displacements outside the address space");
+}
+
+/* Send and receive buffers that partly overlap: only the documented
+ * in-place forms may share bytes (these returned OK with a wrong result). */
+static void check_overlap(hcomm_comm_t w)
+{
+    const hcomm_status_t INV = HCOMM_ERR_INVALID;
+    const hcomm_dtype_t D = HCOMM_FLOAT64;
+    const hcomm_op_t S = HCOMM_SUM;
+    int n = mp_size, me = mp_rank;
+    static double b[4096];
+    hcomm_request_t req;
+    BAD(INV, hcomm_allreduce(b, b + 1, 4, D, S, w), "hcomm_allreduce", "overlap");
+    BAD_NB(INV, hcomm_iallreduce(b + 3, b, 4, D, S, w, &req), "hcomm_iallreduce", "overlap");
+    BAD(INV, hcomm_reduce(b, b + 2, 4, D, S, me, w), "hcomm_reduce", "overlap");
+    /* allgather: in place is sendbuf == recvbuf + rank * count; one element off is not */
+    BAD(INV, hcomm_allgather(b + (size_t)me * 4 + 1, b, 4, D, w), "hcomm_allgather", "overlap");
+    BAD(INV, hcomm_reduce_scatter(b, b + (size_t)me * 4 + 1, 4, D, S, w), "hcomm_reduce_scatter",
+        "overlap");
+    BAD(INV, hcomm_alltoall(b, b + 1, 4, D, w), "hcomm_alltoall", "overlap");
+    BAD(INV, hcomm_gather(b + (size_t)me * 4 + 2, b, 4, D, me, w), "hcomm_gather", "overlap");
+    BAD(INV, hcomm_scatter(b, b + (size_t)me * 4 + 2, 4, D, me, w), "hcomm_scatter", "overlap");
+    size_t rc[64], dsp[64];
+    for (int j = 0; j < n; j++) {
+        rc[j] = 4;
+        dsp[j] = (size_t)j * 4;
+    }
+    /* allgatherv: sendbuf one element past this rank's block */
+    BAD(INV, hcomm_allgatherv(b + dsp[me] + 1, 4, b, rc, dsp, D, w), "hcomm_allgatherv",
+        "overlap");
+    BAD(INV, hcomm_reduce_scatterv(b, b + (size_t)me * 4 + 1, rc, D, S, w),
+        "hcomm_reduce_scatterv", "overlap");
+    /* alltoallv: a send block lands on a receive block */
+    size_t sd[64];
+    for (int j = 0; j < n; j++) sd[j] = 1024 + (size_t)j * 4;
+    sd[n - 1] = 2048 + 2; /* inside the receive blocks at 2048.. */
+    BAD(INV, hcomm_alltoallv(b, rc, sd, b + 2048, rc, dsp, D, w), "hcomm_alltoallv", "overlap");
+    if (n > 1) {
+        /* receive blocks of two ranks on the same bytes */
+        dsp[1] = 1;
+        BAD(INV, hcomm_allgatherv(b + 1024, 4, b, rc, dsp, D, w), "hcomm_allgatherv", "overlap");
+        for (int j = 0; j < n; j++) sd[j] = 1024 + (size_t)j * 4;
+        BAD(INV, hcomm_alltoallv(b, rc, sd, b + 2048, rc, dsp, D, w), "hcomm_alltoallv",
+            "overlap");
+        /* the same blocks out of order (sorted, not scanned) are fine */
+        for (int j = 0; j < n; j++) dsp[j] = (size_t)(n - 1 - j) * 4;
+        MP_OK(hcomm_alltoallv(b, rc, sd, b + 2048, rc, dsp, D, w));
+    }
+    /* Sharing that is the in-place form, and buffers side by side, are fine. */
+    for (int i = 0; i < 8; i++) b[i] = me + 1;
+    MP_OK(hcomm_allreduce(b, b, 4, D, S, w));
+    MP_OK(hcomm_allreduce(b, b + 4, 4, D, S, w)); /* adjacent, not overlapping */
+    if (b[0] != (double)n * (n + 1) / 2 || b[4] != (double)n * n * (n + 1) / 2)
+        mp_fail("in-place and adjacent allreduce expected %g, %g got %g, %g",
+                (double)n * (n + 1) / 2, (double)n * n * (n + 1) / 2, b[0], b[4]);
+    for (int j = 0; j < n; j++) dsp[j] = (size_t)j * 4;
+    MP_OK(hcomm_allgather(b + (size_t)me * 4, b, 4, D, w));
+    MP_OK(hcomm_allgatherv(b + dsp[me], 4, b, rc, dsp, D, w));
+    still_ok("overlapping buffers");
 }
 
 /* Each collective, blocking and non-blocking, with each bad argument. */
@@ -469,7 +614,10 @@ int main(int argc, char **argv)
         check_misc();
         check_p2p(w, freed);
         check_requests(w);
+        check_stale_handles(w);
         check_collectives(w, freed);
+        check_vector_bounds(w);
+        check_overlap(w);
         check_groups(w);
         check_comms(w, freed);
     }
