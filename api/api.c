@@ -241,6 +241,51 @@ HC_EXPORT hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm)
     return hc_comm_abort(comm);
 }
 
+/* The communicator for revoke and shrink: valid, and usable although
+ * aborted or revoked (that is what they are for). */
+static hcomm_status_t hc_api_comm_any(const char *fn, hcomm_comm_t comm)
+{
+    hcomm_status_t st = hc_check_init(fn);
+    if (st != HCOMM_OK)
+        return st;
+    if (comm != hc_ctx.world && !hc_comm_valid(comm))
+        return hc_error(HCOMM_ERR_INVALID, "%s: communicator %p is NULL, freed or not a "
+                                           "communicator", fn, (void *)comm);
+    return HCOMM_OK;
+}
+
+HC_EXPORT hcomm_status_t hcomm_comm_revoke(hcomm_comm_t comm)
+{
+    int g = hc_api_enter("hcomm_comm_revoke");
+    if (g < 0)
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_api_comm_any("hcomm_comm_revoke", comm);
+    if (st == HCOMM_OK)
+        st = hc_comm_revoke(comm);
+    hc_api_leave(g);
+    return st;
+}
+
+HC_EXPORT hcomm_status_t hcomm_comm_shrink(hcomm_comm_t comm, hcomm_comm_t *newcomm_p)
+{
+    int g = hc_api_enter("hcomm_comm_shrink");
+    if (g < 0)
+        return HCOMM_ERR_INVALID;
+    hcomm_status_t st = hc_api_comm_any("hcomm_comm_shrink", comm);
+    if (st == HCOMM_OK && !newcomm_p)
+        st = hc_error(HCOMM_ERR_INVALID, "hcomm_comm_shrink: newcomm_p is NULL");
+    if (st == HCOMM_OK && hc_ctx.group_depth)
+        st = hc_error(HCOMM_ERR_INVALID, "hcomm_comm_shrink: not allowed inside a group");
+    if (st == HCOMM_OK) {
+        struct hcomm_comm *nc = NULL;
+        st = hc_coll_shrink(comm, &nc);
+        if (st == HCOMM_OK)
+            *newcomm_p = nc;
+    }
+    hc_api_leave(g);
+    return st;
+}
+
 /* ---- point-to-point --------------------------------------------------------- */
 
 /* recv: a receive (HCOMM_ANY_SOURCE is a valid peer). */

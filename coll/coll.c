@@ -294,6 +294,7 @@ int hc_coll_progress(void)
 {
     int n = 0;
     hc_coll_check_failures();
+    hc_coll_shrink_progress();
     hc_list_t *pos, *tmp;
     hc_list_foreach_safe(pos, tmp, &hc_coll_active)
     {
@@ -624,18 +625,23 @@ static void hc_coll_comm_free(struct hcomm_comm *comm, hcomm_status_t status, bo
         return;
     while (!hc_list_empty(&comm->coll_queue)) {
         hc_coll_op_t *op = hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
-        hc_error(status, "hcomm collective: communicator was %s",
-                 status == HCOMM_ERR_ABORTED ? "aborted or freed" : "torn down");
+        if (status == HCOMM_ERR_REVOKED)
+            hc_comm_abort_error(comm, hc_coll_name(op->kind));
+        else
+            hc_error(status, "hcomm collective: communicator was %s",
+                     status == HCOMM_ERR_ABORTED ? "aborted or freed" : "torn down");
         hc_coll_finish(op, status);
     }
     if (!release) {
-        hc_coll_break(comm, HCOMM_ERR_ABORTED, "the communicator was aborted");
+        hc_coll_break(comm, status, status == HCOMM_ERR_REVOKED ? "the communicator was revoked"
+                                                                : "the communicator was aborted");
         return; /* the state stays until hcomm_comm_free destroys the comm */
     }
     if (cc->active)
         hc_list_del(&cc->active_link);
     if (cc->node)
         hc_coll_node_free(cc->node);
+    hc_coll_shrink_free(cc->shrink);
     hc_coll_topo_free(cc);
     free(cc);
     comm->coll_priv = NULL;
@@ -749,6 +755,7 @@ hcomm_status_t hc_coll_init(void)
                                       .conflict = hc_coll_conflict,
                                       .stray = hc_coll_stray,
                                       .probe = hc_coll_probe,
+                                      .shrink = hc_coll_shrink_frame,
                                       .comm_free = hc_coll_comm_free,
                                       .gave_up = hc_coll_gave_up};
     hc_core_register_coll(&ops);
@@ -812,7 +819,7 @@ hcomm_status_t hc_coll_run_inline(hc_coll_op_t *op, const char *fn)
             hc_hang_check(NULL, op, fn, start, now, &next_warn);
             if (hc_comm_aborted(comm)) {
                 hc_comm_handle_abort(comm);
-                st = hc_error(HCOMM_ERR_ABORTED, "%s: communicator was aborted", fn);
+                st = hc_comm_abort_error(comm, fn);
             } else if (dead >= 0) {
                 st = hc_peer_error(dead, fn);
             } else if (cc && cc->gave_up_rank >= 0) {

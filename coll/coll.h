@@ -179,6 +179,7 @@ typedef struct hc_coll_comm {
     uint64_t hier_decided, hier_yes; /* the model's choice per size class (net_hier.c) */
     void *hier_buf; /* hier's slices (pool memory), kept between calls */
     size_t hier_buf_bytes;
+    struct hc_coll_shrink *shrink; /* hcomm_comm_shrink's agreement state (coll_shrink.c) */
 } hc_coll_comm_t;
 
 hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm);
@@ -222,6 +223,16 @@ void hc_coll_node_started(struct hc_coll_node *node, uint64_t seq);
 bool hc_coll_node_ahead(const struct hc_coll_node *node, int j, uint64_t seq);
 /* This rank's communicator broke with status: tell the node's other ranks. */
 void hc_coll_node_give_up(struct hc_coll_node *node, hcomm_status_t status, int cause);
+
+/* ---- hcomm_comm_shrink (coll_shrink.c) ---------------------------------------- */
+/* The survivors of comm agree on who they are: a new communicator of them. */
+hcomm_status_t hc_coll_shrink(struct hcomm_comm *comm, struct hcomm_comm **newcomm_p);
+/* HC_FRAME_SHRINK (the runtime's hook: records only). */
+void hc_coll_shrink_frame(struct hcomm_comm *comm, int from, const hc_frame_hdr_t *hdr,
+                          const void *payload);
+/* Answers owed to later coordinators; every progress pass. */
+void hc_coll_shrink_progress(void);
+void hc_coll_shrink_free(struct hc_coll_shrink *s);
 
 /* Lifecycle (coll.c), called by the API layer after and before the runtime's. */
 hcomm_status_t hc_coll_init(void);

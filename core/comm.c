@@ -53,6 +53,7 @@ hcomm_status_t hc_comm_create(uint32_t ctx_id, int size, const int *world_ranks,
     c->ctx_id = ctx_id;
     c->size = size;
     c->rank = -1;
+    c->revoked_by = -1;
     for (int w = 0; w < hc_ctx.size; w++)
         c->comm_rank_of[w] = -1;
     for (int r = 0; r < size; r++) {
@@ -122,7 +123,7 @@ hcomm_status_t hc_comm_shape(const char *fn, struct hcomm_comm *comm, int *rank_
         return hc_error(HCOMM_ERR_INVALID, "%s: communicator %p is NULL, freed or not a "
                                            "communicator", fn, (void *)comm);
     if (HC_UNLIKELY(aborted))
-        return hc_error(HCOMM_ERR_ABORTED, "%s: communicator was aborted", fn);
+        return hc_comm_abort_error(comm, fn);
     if (rank_p)
         *rank_p = rank;
     if (size_p)
@@ -130,11 +131,43 @@ hcomm_status_t hc_comm_shape(const char *fn, struct hcomm_comm *comm, int *rank_
     return HCOMM_OK;
 }
 
+hcomm_status_t hc_comm_abort_error(const struct hcomm_comm *comm, const char *fn)
+{
+    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE) != 2)
+        return hc_error(HCOMM_ERR_ABORTED, "%s: communicator was aborted", fn);
+    int by = __atomic_load_n(&comm->revoked_by, __ATOMIC_RELAXED);
+    if (by < 0 || by == comm->rank)
+        return hc_error(HCOMM_ERR_REVOKED, "%s: this rank revoked the communicator "
+                                           "(hcomm_comm_revoke): shrink it or free it", fn);
+    return hc_error(HCOMM_ERR_REVOKED, "%s: communicator rank %d (world rank %d) revoked the "
+                                       "communicator (hcomm_comm_revoke): shrink it or free it",
+                    fn, by, comm->world_ranks[by]);
+}
+
 void hc_comm_handle_abort(struct hcomm_comm *comm)
 {
+    hcomm_status_t st = hc_comm_abort_error(comm, "hcomm");
     if (hc_coll_ops.comm_free)
-        hc_coll_ops.comm_free(comm, HCOMM_ERR_ABORTED, false);
-    hc_p2p_fail_comm(comm, hc_error(HCOMM_ERR_ABORTED, "hcomm: communicator was aborted"));
+        hc_coll_ops.comm_free(comm, st, false);
+    hc_p2p_fail_comm(comm, hc_comm_abort_error(comm, "hcomm"));
+}
+
+void hc_comm_revoked(struct hcomm_comm *comm, int by)
+{
+    int expect = -1;
+    __atomic_compare_exchange_n(&comm->revoked_by, &expect, by, false, __ATOMIC_RELAXED,
+                                __ATOMIC_RELAXED);
+    __atomic_store_n(&comm->aborted, 2, __ATOMIC_RELEASE);
+}
+
+hcomm_status_t hc_comm_revoke(struct hcomm_comm *comm)
+{
+    bool first = __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE) != 2;
+    hc_comm_revoked(comm, comm->rank);
+    if (first)
+        hc_p2p_revoke(comm);
+    hc_comm_handle_abort(comm); /* this rank's pending operations fail now */
+    return HCOMM_OK;
 }
 
 /* ---- argument checks ------------------------------------------------------ */
@@ -156,7 +189,7 @@ hcomm_status_t hc_check_comm(const char *fn, struct hcomm_comm *comm)
         return hc_error(HCOMM_ERR_INVALID, "%s: communicator %p is NULL, freed or not a "
                                            "communicator", fn, (void *)comm);
     if (HC_UNLIKELY(hc_comm_aborted(comm)))
-        return hc_error(HCOMM_ERR_ABORTED, "%s: communicator was aborted", fn);
+        return hc_comm_abort_error(comm, fn);
     return HCOMM_OK;
 }
 

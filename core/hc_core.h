@@ -233,7 +233,9 @@ struct hcomm_comm {
     int *world_ranks;    /* comm rank -> world rank */
     int *comm_rank_of;   /* world rank -> comm rank, -1 if absent */
     bool is_world;
-    int aborted;          /* set from any thread by hcomm_comm_abort (atomic) */
+    int aborted;          /* set from any thread by hcomm_comm_abort (atomic): 1 aborted,
+                             2 revoked (hcomm_comm_revoke here or by revoked_by) */
+    int revoked_by;       /* comm rank that revoked it first (this one's: its own) */
     hc_list_t posted;    /* posted receives, in posting order */
     hc_list_t unexpected;
     hc_list_t link;      /* in hc_ctx.comms */
@@ -369,6 +371,9 @@ typedef struct {
     /* HC_FRAME_COLL_PROBE from comm rank `from`, whose collective `tag`
      * waits for this rank: coll/ compares it with its own (records only). */
     void (*probe)(struct hcomm_comm *comm, int from, int32_t tag);
+    /* HC_FRAME_SHRINK from comm rank `from` (records only). */
+    void (*shrink)(struct hcomm_comm *comm, int from, const hc_frame_hdr_t *hdr,
+                   const void *payload);
 } hc_coll_ops_t;
 
 extern hc_coll_ops_t hc_coll_ops;
@@ -377,12 +382,26 @@ void hc_core_register_coll(const hc_coll_ops_t *ops);
 /* Tells every other member of comm that this rank gave up on it (status;
  * cause: the world rank whose failure made it give up, or -1). */
 void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status, int cause);
+/* Tells every other member that this rank revoked comm (HC_FRAME_REVOKE). */
+void hc_p2p_revoke(struct hcomm_comm *comm);
+/* A frame of hcomm_comm_shrink's agreement (HC_FRAME_SHRINK) to comm rank
+ * `peer`: tag, a, b and up to HC_FRAME_CTRL_MAX bytes of payload. */
+void hc_p2p_shrink_frame(struct hcomm_comm *comm, int peer, int32_t tag, uint64_t a, uint64_t b,
+                         const void *payload, uint32_t len);
 /* Asks comm rank `peer` whether it agrees with this rank's collective of
  * `tag` (HC_FRAME_COLL_PROBE), which waits for it. */
 void hc_p2p_coll_probe(struct hcomm_comm *comm, int peer, int32_t tag);
 /* hcomm_comm_abort's body: validates comm against the live list under a
  * lock (any thread), then raises the flag. */
 hcomm_status_t hc_comm_abort(struct hcomm_comm *comm);
+/* hcomm_comm_revoke's body (the caller's thread): the flag as abort's, and
+ * every other member is told (HC_FRAME_REVOKE). */
+hcomm_status_t hc_comm_revoke(struct hcomm_comm *comm);
+/* A member (comm rank `by`) revoked comm: recorded, acted on as an abort
+ * by the thread that notices (hc_comm_handle_abort). */
+void hc_comm_revoked(struct hcomm_comm *comm, int by);
+/* The error of an operation on an aborted or revoked comm. */
+hcomm_status_t hc_comm_abort_error(const struct hcomm_comm *comm, const char *fn);
 /* The thread that notices comm->aborted fails the comm's pending work. */
 void hc_comm_handle_abort(struct hcomm_comm *comm);
 /* One pass over every driver plus queued frames; returns events seen. */

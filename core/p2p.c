@@ -470,6 +470,18 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
                                  (hcomm_status_t)(-(int64_t)hdr->a), (int)hdr->b - 1);
         return;
     }
+    case HC_FRAME_REVOKE: {
+        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
+        if (comm && comm->comm_rank_of[wpeer] >= 0)
+            hc_comm_revoked(comm, comm->comm_rank_of[wpeer]);
+        return;
+    }
+    case HC_FRAME_SHRINK: {
+        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
+        if (comm && hc_coll_ops.shrink && comm->comm_rank_of[wpeer] >= 0)
+            hc_coll_ops.shrink(comm, comm->comm_rank_of[wpeer], hdr, payload);
+        return;
+    }
     case HC_FRAME_COLL_PROBE: {
         /* no communicator yet: this rank is behind the prober, nothing to say */
         struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
@@ -763,6 +775,28 @@ void hc_p2p_give_up(struct hcomm_comm *comm, hcomm_status_t status, int cause)
             hc_p2p_control(&hc_ctx.peers[w], HC_FRAME_GIVE_UP, comm->ctx_id | HC_CTX_COLL,
                            (uint64_t)(-(int64_t)status), (uint64_t)(cause + 1));
     }
+}
+
+void hc_p2p_revoke(struct hcomm_comm *comm)
+{
+    for (int r = 0; r < comm->size; r++) {
+        int w = comm->world_ranks[r];
+        if (w != hc_ctx.rank && !hc_ctx.peers[w].failed && hc_ctx.peers[w].conn)
+            hc_p2p_control(&hc_ctx.peers[w], HC_FRAME_REVOKE, comm->ctx_id | HC_CTX_COLL, 0, 0);
+    }
+}
+
+void hc_p2p_shrink_frame(struct hcomm_comm *comm, int peer, int32_t tag, uint64_t a, uint64_t b,
+                         const void *payload, uint32_t len)
+{
+    int w = comm->world_ranks[peer];
+    if (w == hc_ctx.rank || hc_ctx.peers[w].failed || !hc_ctx.peers[w].conn)
+        return;
+    hc_frame_hdr_t hdr = {.type = HC_FRAME_SHRINK, .ctx_id = comm->ctx_id | HC_CTX_COLL,
+                          .tag = tag, .a = a, .b = b, .len = len};
+    hcomm_status_t st = hc_p2p_put(&hc_ctx.peers[w], &hdr, payload, NULL);
+    if (st != HCOMM_OK)
+        hc_log_warn("cannot send a shrink frame to rank %d: %s", w, hcomm_strerror(st));
 }
 
 void hc_p2p_coll_probe(struct hcomm_comm *comm, int peer, int32_t tag)

@@ -51,6 +51,9 @@ enum {
     HC_FRAME_CONT,      /* next fragment of a multi-frame EAGER message */
     HC_FRAME_GIVE_UP,   /* the sender's communicator ctx_id broke: a = -status, b = the world
                            rank whose failure made it give up + 1 (0: none) */
+    HC_FRAME_REVOKE,    /* the sender revoked communicator ctx_id (hcomm_comm_revoke) */
+    HC_FRAME_SHRINK,    /* hcomm_comm_shrink's agreement on ctx_id (coll/coll_shrink.c): tag,
+                           a, b and a payload of one bitmap chunk */
     HC_FRAME_COLL_PROBE, /* a collective of ctx_id has waited long for the receiver:
                             a = its tag (sequence, signature); the receiver checks that it
                             agrees (and gives up on the communicator if it does not) */

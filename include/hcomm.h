@@ -83,7 +83,8 @@ extern "C" {
     X(ERR_NO_DEVICE, -11, "no usable transport")                                                   \
     X(ERR_AGAIN, -12, "resource temporarily unavailable, retry")                                   \
     X(ERR_ABORTED, -13, "communicator was aborted")                                                \
-    X(ERR_INTERNAL, -14, "internal error (a bug in hcomm)")
+    X(ERR_INTERNAL, -14, "internal error (a bug in hcomm)")                                        \
+    X(ERR_REVOKED, -15, "communicator was revoked (hcomm_comm_revoke): shrink or free it")
 
 typedef enum {
 #define HCOMM_STATUS_ENUM_(name, value, text) HCOMM_##name = value,
@@ -238,6 +239,38 @@ hcomm_status_t hcomm_comm_create_from_hint(hcomm_comm_t comm, hcomm_topology_hin
  * e.g. a watchdog; never ends the process. The communicator must still be
  * released with hcomm_comm_free() (world: by hcomm_finalize()). */
 hcomm_status_t hcomm_comm_abort(hcomm_comm_t comm);
+
+/* ---- surviving failures: revoke and shrink ------------------------------------
+ * After a member fails (ERR_PEER_FAILED naming it), the survivors can go on
+ * without restarting (MPI ULFM's MPI_Comm_revoke/MPI_Comm_shrink, NCCL's
+ * ncclCommRevoke/ncclCommShrink):
+ *
+ *     if (st == HCOMM_ERR_PEER_FAILED) {
+ *         hcomm_comm_revoke(comm);           // nobody stays blocked on comm
+ *         hcomm_comm_shrink(comm, &smaller); // the survivors, agreed
+ *         hcomm_comm_free(comm);             // (not world: it stays till finalize)
+ *         comm = smaller;                    // go on with it
+ *     }
+ *
+ * hcomm_comm_revoke: every member's pending and later operations on comm
+ * (point-to-point and collective) fail with ERR_REVOKED, at once, naming
+ * the rank that revoked it; this rank's now, the others' as soon as they
+ * poll. Local and non-blocking; idempotent. comm stays valid for
+ * hcomm_comm_shrink and hcomm_comm_free. Called from the thread that uses
+ * hcomm (hcomm_comm_abort is the any-thread, local variant).
+ *
+ * hcomm_comm_shrink: collective over the members of comm that are alive
+ * (every one of them must call it; the dead ones need not): a new
+ * communicator of exactly the members that the survivors agree are alive,
+ * in comm's rank order, with a context id every one of them agrees on. The
+ * agreement holds while more members fail during it (the survivors of
+ * those failures agree among themselves; coll/coll_shrink.c has the
+ * protocol). comm may be revoked, aborted or broken. Shrink a given
+ * communicator at most once; the next failure is shrunk on the new one.
+ * Errors: ERR_INVALID (bad arguments, inside a group), ERR_TIMEOUT (no
+ * agreement within HCOMM_TIMEOUT: the survivors cannot reach each other). */
+hcomm_status_t hcomm_comm_revoke(hcomm_comm_t comm);
+hcomm_status_t hcomm_comm_shrink(hcomm_comm_t comm, hcomm_comm_t *newcomm_p);
 
 /* ---------------------------------------------------------------------------
  * Errors
