@@ -330,6 +330,9 @@ void hc_ctx_teardown(void)
 {
     while (!hc_list_empty(&hc_ctx.comms) && hc_ctx.comms.next)
         hc_comm_destroy(hc_container_of(hc_ctx.comms.next, struct hcomm_comm, link));
+    /* drivers that drain their sockets below may still deliver frames */
+    hc_ctx.world = NULL;
+    hc_ctx.tearing_down = true;
     hc_p2p_orphans_cleanup();
     if (hc_ctx.peers) {
         for (int r = 0; r < hc_ctx.size; r++) {

@@ -317,6 +317,8 @@ typedef struct hc_ctx {
     hc_drv_t *flush[HC_DRV_MAX]; /* the open drivers that batch their puts (ops->flush) */
     int nflush;
     bool in_progress;            /* inside hc_progress: its end flushes the batches */
+    bool tearing_down;           /* the communicators are gone: frames a driver still
+                                    delivers (while it drains) are dropped */
     hc_peer_t *peers;
     struct hcomm_comm *world;
     hc_list_t comms;

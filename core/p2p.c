@@ -410,6 +410,8 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
     hc_peer_t *p = &hc_ctx.peers[wpeer];
     struct hcomm_request *req;
     p->rx_frames++;
+    if (HC_UNLIKELY(hc_ctx.tearing_down))
+        return;
 
     switch (hdr->type) {
     case HC_FRAME_EAGER:

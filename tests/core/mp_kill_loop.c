@@ -82,6 +82,8 @@ int main(int argc, char **argv)
         if (st == HCOMM_OK)
             continue;
         report(st, t0, call);
+        free(a);
+        free(b);
         if (!linger)
             exit(0);
         float x = 1, y = 0;

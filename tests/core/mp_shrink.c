@@ -138,5 +138,8 @@ int main(int argc, char **argv)
         printf("rank %d: hcomm_finalize: %s (%s)\n", mp_rank, mp_status_name(fst),
                hcomm_last_error());
     fflush(stdout);
+    free(in);
+    free(out);
+    free(members);
     return mp_failures ? 1 : 0;
 }

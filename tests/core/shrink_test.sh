@@ -5,9 +5,13 @@
 # with other seeds:
 #   one      a rank dies mid-step (each rank in turn): the 3 survivors agree
 #            on {the other 3} and finish every step with exact sums
-#   during   rank 3 dies mid-step, then rank 0 (which coordinates the
-#            agreement) or rank 2 dies during the shrink itself: the 2
-#            survivors agree on {1,2} or {0,1}
+#   during   a rank dies mid-step, then a second one during the shrink
+#            itself: rank 0 (which coordinates the agreement) after 3, 2 or
+#            1, or rank 2 after 3: the 2 survivors agree
+# Over mlx5 (as over verbs) two ranks that never talked connect through a
+# handshake relayed by rank 0's bootstrap: with rank 0 dead, ranks 1 and 2
+# (one on each fake node, not rail partners) cannot connect, so the cases
+# that need that pair are left out there (docs/faults.md says so).
 # Checks: the victims died by SIGKILL, every survivor exited 0 (its sums
 # and member lists held), printed the same member list and "finished".
 set -u
@@ -59,16 +63,24 @@ run() {
     fi
 }
 
+ones="0 1 2 3" durings="3:0 2:0 1:0 3:2"
+if [[ $NET == mlx5 ]]; then
+    ones="1 2 3" durings="2:0 1:0 3:2"
+fi
+njobs=0 ndur=0
 for ((i = 1; i <= RUNS; i++)); do
-    for v in 0 1 2 3; do
+    for v in $ones; do
         run one "$i" "$v"
+        njobs=$((njobs + 1))
     done
-    run during "$i" 3 0
-    run during "$i" 3 2
+    for d in $durings; do
+        run during "$i" "${d%:*}" "${d#*:}"
+        njobs=$((njobs + 1)) ndur=$((ndur + 1))
+    done
 done
 n=$(wc -l <"$TMP/times" 2>/dev/null || echo 0)
 max=$(sort -g "$TMP/times" 2>/dev/null | tail -1)
 during=$(grep -c during "$TMP/second" 2>/dev/null)
-echo "shrink_test ($NET): $((RUNS * 6)) jobs, $n shrinks, the longest ${max:-?} s; the second" \
-    "victim died inside the agreement in ${during:-0} of $((RUNS * 2)) jobs"
+echo "shrink_test ($NET): $njobs jobs, $n shrinks, the longest ${max:-?} s; the second" \
+    "victim died inside the agreement in ${during:-0} of $ndur jobs"
 exit $bad
