@@ -19,6 +19,7 @@
 #include "core/bootstrap.h"
 #include "core/stats.h"
 #include "base/config.h"
+#include "base/dtype.h"
 #include "base/hc_base.h"
 #include "base/list.h"
 #include "drv/drv.h"
@@ -508,15 +509,7 @@ void hc_p2p_comm_cleanup(struct hcomm_comm *comm);
 void hc_p2p_adopt_orphans(struct hcomm_comm *comm);
 void hc_p2p_orphans_cleanup(void);
 
-/* Element size without going through the exported symbol (no PLT). */
-extern const size_t hc_dtype_sizes[HCOMM_DTYPE_COUNT];
-/* "float32", "sum": for messages (never NULL, also out of range). */
-const char *hc_dtype_name(hcomm_dtype_t dtype);
-const char *hc_op_name(hcomm_op_t op);
-static inline size_t hc_dtype_size(hcomm_dtype_t dtype)
-{
-    return (unsigned)dtype < HCOMM_DTYPE_COUNT ? hc_dtype_sizes[dtype] : 0;
-}
+/* Element sizes and names: base/dtype.h. */
 
 /* ---- argument checks shared by the API --------------------------------------- */
 hcomm_status_t hc_check_init(const char *fn);
