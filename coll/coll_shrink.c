@@ -44,6 +44,7 @@
 #include <string.h>
 
 #define HC_SHRINK_CHUNK_BITS (HC_FRAME_CTRL_MAX * 8)
+#define HC_SH_RESEND_NS 1000000000ull /* a query or view sent again after a second unanswered */
 enum { HC_SH_QUERY = 1, HC_SH_VIEW, HC_SH_DECIDE, HC_SH_ACK, HC_SH_DONE };
 enum { HC_SH_LAST = 1u << 0, HC_SH_FINAL = 1u << 1 };
 
@@ -380,6 +381,7 @@ static hcomm_status_t hc_sh_coordinate(struct hcomm_comm *comm, hc_coll_shrink_t
     hc_sh_send_view(comm, s, k, me);
     bool deciding = false, sent = false, from_final = false;
     uint32_t ctx = 0;
+    uint64_t requery = hc_time_ns() + HC_SH_RESEND_NS;
     hc_backoff_t b = {0};
     for (;;) {
         hc_progress();
@@ -391,6 +393,14 @@ static hcomm_status_t hc_sh_coordinate(struct hcomm_comm *comm, hc_coll_shrink_t
         }
         if (hc_sh_lowest_alive(s) != me)
             return HCOMM_ERR_AGAIN; /* cannot happen: lower members were failed */
+        if (!deciding && hc_time_ns() > requery) {
+            /* ask again whoever has not answered (belt and braces: frames are
+             * not lost, but a member may have been slow to exist) */
+            requery = hc_time_ns() + HC_SH_RESEND_NS;
+            for (int r = 0; r < s->n; r++)
+                if (r != me && !hc_bit(s->failed, r) && !s->view_done[r])
+                    hc_sh_send(comm, r, k, HC_SH_QUERY, 0, epoch, 0, NULL, 0);
+        }
         if (deciding && s->final_seen && !from_final) {
             /* a member reports it returned with a decision: that one */
             deciding = false;
@@ -441,6 +451,7 @@ hcomm_status_t hc_coll_shrink(struct hcomm_comm *comm, struct hcomm_comm **newco
     hc_sh_refresh(comm, s);
     uint64_t deadline = hc_time_ns() + (uint64_t)(hc_cfg.timeout * 1e9);
     int coord = -1;
+    uint64_t resend = 0;
     hc_backoff_t b = {0};
     for (;;) {
         hc_progress();
@@ -464,9 +475,11 @@ hcomm_status_t hc_coll_shrink(struct hcomm_comm *comm, struct hcomm_comm **newco
             }
             continue;
         }
-        if (want != coord || s->query_seen) {
+        if (want != coord || s->query_seen ||
+            (!s->decided_complete && hc_time_ns() > resend)) {
             coord = want;
             s->query_seen = false;
+            resend = hc_time_ns() + HC_SH_RESEND_NS;
             if (s->epoch < coord + 1) {
                 s->epoch = coord + 1;
                 s->decided_complete = false;

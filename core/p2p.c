@@ -31,8 +31,9 @@ typedef struct {
     size_t len;       /* message bytes */
     size_t have;      /* EAGER bytes arrived so far (< len while fragments follow) */
     uint64_t remote_id;
+    uint64_t b;       /* SHRINK (an orphan): hdr.b */
     hc_rndv_offer_t offer; /* RTS */
-    uint8_t data[];   /* EAGER payload */
+    uint8_t data[];   /* EAGER payload; SHRINK's */
 } hc_unexp_t;
 
 static void hc_p2p_send_check_done(struct hcomm_request *req)
@@ -348,7 +349,9 @@ static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr
 {
     hc_stats.unexpected++;
     bool more = hdr->type == HC_FRAME_EAGER && (hdr->flags & HC_FRAME_FLAG_MORE);
-    size_t dlen = hdr->type == HC_FRAME_EAGER ? (more ? hdr->a : hdr->len) : 0;
+    size_t dlen = hdr->type == HC_FRAME_EAGER ? (more ? hdr->a : hdr->len)
+                  : hdr->type == HC_FRAME_SHRINK ? hdr->len
+                                                 : 0;
     hc_unexp_t *u = malloc(sizeof(*u) + dlen);
     hc_peer_t *p = &hc_ctx.peers[wpeer];
     hc_p2p_partial_t *pp = more ? hc_p2p_partial(p, wpeer, hdr->lane) : NULL;
@@ -384,6 +387,14 @@ static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr
     } else if (hdr->type == HC_FRAME_GIVE_UP) {
         u->len = (size_t)hdr->b; /* its cause + 1 */
         u->remote_id = hdr->a;   /* -status */
+    } else if (hdr->type == HC_FRAME_SHRINK) {
+        u->len = hdr->len;
+        u->remote_id = hdr->a;
+        u->b = hdr->b;
+        if (hdr->len)
+            memcpy(u->data, payload, hdr->len);
+    } else if (hdr->type == HC_FRAME_REVOKE) {
+        u->len = 0;
     } else {
         (void)hc_rndv_offer_parse(hdr, payload, &u->offer); /* checked by the caller */
         u->len = hdr->a;
@@ -472,15 +483,19 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
                                  (hcomm_status_t)(-(int64_t)hdr->a), (int)hdr->b - 1);
         return;
     }
-    case HC_FRAME_REVOKE: {
-        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
-        if (comm && comm->comm_rank_of[wpeer] >= 0)
-            hc_comm_revoked(comm, comm->comm_rank_of[wpeer]);
-        return;
-    }
+    case HC_FRAME_REVOKE:
     case HC_FRAME_SHRINK: {
+        /* For a communicator this rank has not created yet (a fast member
+         * made, used and revoked or shrank it): kept until it is, as
+         * give-ups are. */
         struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
-        if (comm && hc_coll_ops.shrink && comm->comm_rank_of[wpeer] >= 0)
+        if (!comm)
+            hc_p2p_unexpected(&hc_ctx.orphans, wpeer, hdr, payload);
+        else if (comm->comm_rank_of[wpeer] < 0)
+            return;
+        else if (hdr->type == HC_FRAME_REVOKE)
+            hc_comm_revoked(comm, comm->comm_rank_of[wpeer]);
+        else if (hc_coll_ops.shrink)
             hc_coll_ops.shrink(comm, comm->comm_rank_of[wpeer], hdr, payload);
         return;
     }
@@ -676,10 +691,22 @@ void hc_p2p_adopt_orphans(struct hcomm_comm *comm)
         if ((u->ctx_id & ~HC_CTX_COLL) != comm->ctx_id)
             continue;
         hc_list_del(&u->link);
+        int from = comm->comm_rank_of[u->wpeer];
         if (u->type == HC_FRAME_GIVE_UP) {
             if (hc_coll_ops.gave_up)
-                hc_coll_ops.gave_up(comm, comm->comm_rank_of[u->wpeer],
-                                    (hcomm_status_t)(-(int64_t)u->remote_id), (int)u->len - 1);
+                hc_coll_ops.gave_up(comm, from, (hcomm_status_t)(-(int64_t)u->remote_id),
+                                    (int)u->len - 1);
+            hc_p2p_unexp_free(u);
+            continue;
+        }
+        if (u->type == HC_FRAME_REVOKE || u->type == HC_FRAME_SHRINK) {
+            if (from >= 0 && u->type == HC_FRAME_REVOKE) {
+                hc_comm_revoked(comm, from);
+            } else if (from >= 0 && hc_coll_ops.shrink) {
+                hc_frame_hdr_t h = {.type = HC_FRAME_SHRINK, .ctx_id = u->ctx_id, .tag = u->tag,
+                                    .a = u->remote_id, .b = u->b, .len = (uint32_t)u->len};
+                hc_coll_ops.shrink(comm, from, &h, u->data);
+            }
             hc_p2p_unexp_free(u);
             continue;
         }
