@@ -109,7 +109,7 @@ def build_libhcomm():
     """libhcomm with CMake from SOURCE_DIR into BUNDLE_BUILD (incremental)."""
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
-    cfg = ["cmake", "-S", SOURCE_DIR, "-B", BUNDLE_BUILD, *gen, "-DCMAKE_BUILD_TYPE=Release",
+    cfg = ["cmake", "-S", SOURCE_DIR, "-B", BUNDLE_BUILD, *gen, "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
            "-DHCOMM_BUILD_TESTS=OFF"]
     print("hcomm setup: building libhcomm:", " ".join(cfg))
     try:

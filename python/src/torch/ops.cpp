@@ -403,7 +403,7 @@ c10::intrusive_ptr<c10d::Work> BackendHcomm::allgather_into_tensor_coalesced(std
   const char* fn = "allgather_into_tensor_coalesced";
   TORCH_CHECK(outputs.size() == inputs.size(), "hcomm ", fn, ": ", outputs.size(), " outputs for ", inputs.size(),
               " inputs");
-  auto w = make_work(OpType::ALLGATHER_INTO_TENSOR_COALESCED, fn, outputs, opts.timeout);
+  auto w = make_work(OpType::ALLGATHER_COALESCED, fn, outputs, opts.timeout);
   for (size_t j = 0; j < inputs.size(); j++) {
     check_whole(outputs[j], inputs[j], size_, fn, "output");
     w->parts.push_back(allgather_part(outputs[j], inputs[j]));
@@ -519,7 +519,7 @@ c10::intrusive_ptr<c10d::Work> BackendHcomm::reduce_scatter_tensor_coalesced(std
               " inputs");
   Red red = map_op(opts.reduceOp, fn);
   TORCH_CHECK(red.kind != Red::BITWISE, "hcomm ", fn, ": BAND/BOR/BXOR: use reduce_scatter per tensor");
-  auto w = make_work(OpType::REDUCE_SCATTER_TENSOR_COALESCED, fn, outputs, opts.timeout);
+  auto w = make_work(OpType::COALESCED, fn, outputs, opts.timeout);
   std::vector<at::Tensor> staged;
   for (size_t j = 0; j < inputs.size(); j++) {
     check_whole(inputs[j], outputs[j], size_, fn, "input");
