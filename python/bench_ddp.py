@@ -113,12 +113,17 @@ def worker(rank, a, store, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=a.n)
     groups = {"gloo": dist.group.WORLD, "hcomm": dist.new_group(backend="hcomm")}
-    sizes = [p.numel() for p in make_model(a.model).parameters()]
+    ref = make_model(a.model)
+    if a.fsdp:  # FSDP's units: one all-gather / reduce-scatter per Linear
+        sizes = [sum(p.numel() for p in m.parameters()) for m in ref if isinstance(m, nn.Linear)]
+    else:
+        sizes = [p.numel() for p in ref.parameters()]
     nparams = sum(sizes)
+    del ref
     models = {b: wrap(make_model(a.model), g, a.fsdp, a.n) for b, g in groups.items()}
-    local = make_model(a.model)  # compute only (FSDP)
+    local = make_model(a.model) if a.fsdp else None  # compute only (FSDP)
     opts = {b: torch.optim.SGD(m.parameters(), lr=1e-3) for b, m in models.items()}
-    lopt = torch.optim.SGD(local.parameters(), lr=1e-3)
+    lopt = torch.optim.SGD(local.parameters(), lr=1e-3) if a.fsdp else None
     comms = {b: comm_only(g, sizes, a.fsdp, a.n) for b, g in groups.items()}
     inp, _, outw = WIDTHS[a.model]
     x, y = torch.randn(8, inp), torch.randn(8, outw)

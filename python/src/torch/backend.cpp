@@ -444,10 +444,15 @@ void BackendHcomm::finish(const WorkPtr& w, std::exception_ptr e) {
   if (--parent->children_left == 0) parent->complete(parent->error);
 }
 
+// The worker's idle polling (loop): yield for kYieldUs after the last
+// completion or post, then poll every kSleepNs.
+static constexpr long kYieldUs = 2000, kSleepNs = 20000;
+
 void BackendHcomm::loop() {
   std::vector<WorkPtr> inflight, fresh;
   Done done;
   unsigned idle = 0;
+  Clock::time_point active = Clock::now();
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(qmu_);
@@ -483,13 +488,19 @@ void BackendHcomm::loop() {
     }
     if (posted) posted_.notify_all();
     for (auto& d : done) finish(d.first, d.second);
+    // Spin while the wait is young, then yield, then sleep between polls.
+    // The phases go by time since the last completion or post, not by
+    // count: under load a count of yields lasts long, and this thread then
+    // takes CPU from the training it overlaps with (DDP's backward pass).
+    auto now = Clock::now();
     if (!done.empty() || posted) {
       idle = 0;
-    } else if (++idle > 64) {  // spin while young, then yield, then sleep (as hcomm's waits do)
-      if (idle < 20000) {
+      active = now;
+    } else if (++idle > 64) {
+      if (now - active < std::chrono::microseconds(kYieldUs)) {
         sched_yield();
       } else {
-        struct timespec ts = {0, 50000};
+        struct timespec ts = {0, kSleepNs};
         nanosleep(&ts, nullptr);
       }
     }
