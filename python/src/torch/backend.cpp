@@ -147,7 +147,23 @@ static int creation_tag(const c10::intrusive_ptr<c10d::Store>& store, int rank) 
 static int join_world(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
   char msg[1024] = "";
   hcomm_status_t st;
-  if (capi->initialized()) {
+  // Every rank must agree on making a world or using the one it has: rank 0
+  // says which, a rank that differs fails here rather than in a rendezvous
+  // that never completes (a group of an earlier init_process_group still
+  // alive in some processes, not others).
+  bool have = capi->initialized();
+  if (rank == 0) {
+    std::string m = have ? "reuse" : "fresh";
+    store->set("hcomm/init", std::vector<uint8_t>(m.begin(), m.end()));
+  } else {
+    auto v = store->get("hcomm/init");
+    bool rank0_has = std::string(v.begin(), v.end()) == "reuse";
+    TORCH_CHECK(rank0_has == have, "hcomm: rank ", rank, (have ? " still has" : " has no"),
+                " hcomm world while rank 0 ", (rank0_has ? "has one" : "makes a new one"),
+                ": every process must drop its groups of an earlier job (destroy_process_group() and no "
+                "references left to them) before a new init_process_group, or keep them all");
+  }
+  if (have) {
     st = capi->world_acquire(nullptr, msg, sizeof(msg));
     TORCH_CHECK(st == HCOMM_OK, "hcomm: ", msg);
     int wsize;
@@ -330,7 +346,7 @@ c10::intrusive_ptr<c10d::Work> BackendHcomm::endCoalescing() {
     return w;
   }
   w->children_left = kids.size();
-  for (auto& k : kids) k->parent = w.get();
+  for (auto& k : kids) k->parent = w;
   w->children = std::move(kids);
   return enqueue(w);
 }
@@ -343,6 +359,14 @@ c10::intrusive_ptr<c10d::Backend> BackendHcomm::split(const c10::intrusive_ptr<c
                                                       const std::vector<int>& ranks,
                                                       const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
   (void)store;
+  // torch calls split once per device type of the group; "hcomm" serves
+  // cpu and cuda with one backend, which must give one new group (one
+  // communicator, one shutdown), not two.
+  std::string want = opts ? opts->group_name : std::string();
+  if (!want.empty() && want == last_split_name_ && last_split_ranks_ == ranks) {
+    if (last_split_none_) return nullptr;
+    if (auto b = last_split_.lock()) return b;
+  }
   auto it = std::find(ranks.begin(), ranks.end(), rank_);
   int color = HCOMM_UNDEFINED, key = 0;
   if (it != ranks.end()) {
@@ -358,10 +382,16 @@ c10::intrusive_ptr<c10d::Backend> BackendHcomm::split(const c10::intrusive_ptr<c
     return st;
   };
   enqueue(w)->wait();
+  last_split_name_ = want;
+  last_split_ranks_ = ranks;
+  last_split_none_ = it == ranks.end();
+  last_split_.reset();
   if (it == ranks.end()) return nullptr;
   TORCH_CHECK(*newcomm, "hcomm split: no communicator");
-  std::string name = opts ? opts->group_name : name_ + ":split";
-  return c10::make_intrusive<BackendHcomm>(*newcomm, (int)(it - ranks.begin()), (int)ranks.size(), t, name);
+  std::string name = want.empty() ? name_ + ":split" : want;
+  auto b = c10::make_intrusive<BackendHcomm>(*newcomm, (int)(it - ranks.begin()), (int)ranks.size(), t, name);
+  last_split_ = c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>(b));
+  return b;
 }
 
 // ---- the worker ------------------------------------------------------------------
@@ -437,11 +467,15 @@ bool BackendHcomm::poll(std::vector<WorkPtr>& inflight, Done& done) {
 
 // Completes w, and its parent when w was the parent's last child. No lock.
 void BackendHcomm::finish(const WorkPtr& w, std::exception_ptr e) {
-  WorkHcomm* parent = w->parent;
+  WorkPtr parent = std::move(w->parent);
+  w->parent.reset();
   w->complete(e);
   if (!parent) return;
   if (e && !parent->error) parent->error = e;
-  if (--parent->children_left == 0) parent->complete(parent->error);
+  if (--parent->children_left == 0) {
+    parent->children.clear();
+    parent->complete(parent->error);
+  }
 }
 
 // The worker's idle polling (loop): yield for kYieldUs after the last

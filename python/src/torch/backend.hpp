@@ -103,7 +103,7 @@ class WorkHcomm : public c10d::Work {
   // endCoalescing's work: its children are posted in one hcomm group; it
   // completes when they all have (with the first child's failure).
   std::vector<c10::intrusive_ptr<WorkHcomm>> children;
-  WorkHcomm* parent = nullptr; // kept alive by the parent's children list
+  c10::intrusive_ptr<WorkHcomm> parent; // until this child finishes (then reset: no cycle)
   size_t children_left = 0;
 
  private:
@@ -221,6 +221,11 @@ class BackendHcomm : public c10d::Backend {
   bool coalescing_ = false;
   std::vector<WorkPtr> coalesced_;
   std::thread worker_;
+  // the last split (torch calls split once per device type: see split())
+  std::string last_split_name_;
+  std::vector<int> last_split_ranks_;
+  bool last_split_none_ = false;
+  c10::weak_intrusive_ptr<c10d::Backend> last_split_{c10::intrusive_ptr<c10d::Backend>()};
 };
 
 // torch.distributed's creator (register_backend, extended API): the store,

@@ -36,7 +36,12 @@ timeout argument).)")
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("name") = "",
            py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("timeout", [](const BackendHcomm& b) { return std::chrono::duration<float>(b.timeout()); });
+      .def_property_readonly("timeout", [](const BackendHcomm& b) { return std::chrono::duration<float>(b.timeout()); })
+      // torch calls this on the non-members of a new group when the default
+      // group is bound to a device and its backend splits (ncclCommSplit's
+      // "no color"). hcomm makes a new group with the members alone
+      // (hcomm_comm_create_group), so the others have nothing to do.
+      .def("perform_nocolor_split", [](BackendHcomm&, const py::object&) {}, py::arg("device"));
 
   m.def(
       "create",
