@@ -28,23 +28,28 @@
 
 #include <hcomm.h>
 
-namespace hcomm {
+namespace hcomm
+{
 
 /* A failed hcomm call: status() and what() = "<hcomm_last_error()> [status text]". */
-class Error : public std::runtime_error {
+class Error : public std::runtime_error
+{
   public:
     Error(hcomm_status_t st, const std::string &msg) : std::runtime_error(msg), status_(st) {}
-    hcomm_status_t status() const noexcept { return status_; }
+    hcomm_status_t status() const noexcept
+    {
+        return status_;
+    }
 
   private:
     hcomm_status_t status_;
 };
 
-namespace detail {
+namespace detail
+{
 inline void check(hcomm_status_t st, const char *fn)
 {
-    if (st == HCOMM_OK)
-        return;
+    if (st == HCOMM_OK) return;
     const char *m = hcomm_last_error();
     std::string msg = (m && *m) ? std::string(m) : std::string(fn);
     throw Error(st, msg + " [" + hcomm_strerror(st) + "]");
@@ -77,17 +82,27 @@ HCOMM_HPP_DTYPE_(float16, HCOMM_FLOAT16)
 HCOMM_HPP_DTYPE_(bfloat16, HCOMM_BFLOAT16)
 #undef HCOMM_HPP_DTYPE_
 
-enum class Op { sum = HCOMM_SUM, prod = HCOMM_PROD, max = HCOMM_MAX, min = HCOMM_MIN, avg = HCOMM_AVG };
+enum class Op {
+    sum = HCOMM_SUM,
+    prod = HCOMM_PROD,
+    max = HCOMM_MAX,
+    min = HCOMM_MIN,
+    avg = HCOMM_AVG
+};
 
 /* A communicator. Comm() and world() are the world (owned by the library);
  * split() returns one this object owns and frees (move-only). */
-class Comm {
+class Comm
+{
   public:
     Comm() : c_(hcomm_comm_world()), owned_(false) {}
     explicit Comm(hcomm_comm_t c, bool owned) : c_(c), owned_(owned) {}
     Comm(const Comm &) = delete;
     Comm &operator=(const Comm &) = delete;
-    Comm(Comm &&o) noexcept : c_(o.c_), owned_(o.owned_) { o.c_ = nullptr, o.owned_ = false; }
+    Comm(Comm &&o) noexcept : c_(o.c_), owned_(o.owned_)
+    {
+        o.c_ = nullptr, o.owned_ = false;
+    }
     Comm &operator=(Comm &&o) noexcept
     {
         std::swap(c_, o.c_);
@@ -96,8 +111,7 @@ class Comm {
     }
     ~Comm()
     {
-        if (owned_ && c_ && hcomm_initialized())
-            hcomm_comm_free(c_);
+        if (owned_ && c_ && hcomm_initialized()) hcomm_comm_free(c_);
     }
     hcomm_comm_t get() const
     {
@@ -106,9 +120,18 @@ class Comm {
                                            "a moved-from Comm, or an UNDEFINED color)");
         return c_;
     }
-    explicit operator bool() const noexcept { return c_ != nullptr; }
-    int rank() const { return hcomm_comm_rank(get()); }
-    int size() const { return hcomm_comm_size(get()); }
+    explicit operator bool() const noexcept
+    {
+        return c_ != nullptr;
+    }
+    int rank() const
+    {
+        return hcomm_comm_rank(get());
+    }
+    int size() const
+    {
+        return hcomm_comm_size(get());
+    }
     /* hcomm_comm_split: collective; a negative color gives an empty Comm. */
     Comm split(int color, int key) const
     {
@@ -116,7 +139,10 @@ class Comm {
         detail::check(hcomm_comm_split(get(), color, key, &n), "hcomm_comm_split");
         return Comm(n, true);
     }
-    Comm split(int color) const { return split(color, rank()); }
+    Comm split(int color) const
+    {
+        return split(color, rank());
+    }
 
   private:
     hcomm_comm_t c_;
@@ -124,52 +150,67 @@ class Comm {
 };
 
 /* The job: hcomm_init (or hcomm_init_rank) here, hcomm_finalize at the end of scope. */
-class Session {
+class Session
+{
   public:
     Session() : Session(nullptr, nullptr) {}
-    Session(int *argc, char ***argv) { detail::check(hcomm_init(argc, argv), "hcomm_init"); }
-    explicit Session(const hcomm_init_params_t &p) { detail::check(hcomm_init_rank(&p), "hcomm_init_rank"); }
+    Session(int *argc, char ***argv)
+    {
+        detail::check(hcomm_init(argc, argv), "hcomm_init");
+    }
+    explicit Session(const hcomm_init_params_t &p)
+    {
+        detail::check(hcomm_init_rank(&p), "hcomm_init_rank");
+    }
     Session(const Session &) = delete;
     Session &operator=(const Session &) = delete;
     ~Session()
     {
-        if (hcomm_initialized())
-            hcomm_finalize();
+        if (hcomm_initialized()) hcomm_finalize();
     }
 };
 
-inline Comm world() { return Comm(); }
-inline int rank() { return Comm().rank(); }
-inline int size() { return Comm().size(); }
+inline Comm world()
+{
+    return Comm();
+}
+inline int rank()
+{
+    return Comm().rank();
+}
+inline int size()
+{
+    return Comm().size();
+}
 
 /* A non-blocking operation: wait() completes it (the destructor waits too,
  * ignoring a failure: call wait() to see it). Move-only. */
-class Request {
+class Request
+{
   public:
     explicit Request(hcomm_request_t r) : r_(r) {}
     Request(const Request &) = delete;
     Request &operator=(const Request &) = delete;
-    Request(Request &&o) noexcept : r_(o.r_) { o.r_ = nullptr; }
+    Request(Request &&o) noexcept : r_(o.r_)
+    {
+        o.r_ = nullptr;
+    }
     ~Request()
     {
-        if (r_ && hcomm_initialized())
-            hcomm_wait(r_);
+        if (r_ && hcomm_initialized()) hcomm_wait(r_);
     }
     void wait()
     {
         hcomm_request_t r = r_;
         r_ = nullptr;
-        if (r)
-            detail::check(hcomm_wait(r), "hcomm_wait");
+        if (r) detail::check(hcomm_wait(r), "hcomm_wait");
     }
     bool test()
     {
-        if (!r_)
-            return true;
+        if (!r_) return true;
         int done = 0;
         hcomm_status_t st = hcomm_test(r_, &done);
-        if (done || st != HCOMM_OK)
-            r_ = nullptr;
+        if (done || st != HCOMM_OK) r_ = nullptr;
         detail::check(st, "hcomm_test");
         return done != 0;
     }
@@ -180,9 +221,13 @@ class Request {
 
 /* hcomm_group_start now, hcomm_group_end at end() or the end of scope: the
  * collectives issued meanwhile are launched together (small allreduces fused). */
-class Group {
+class Group
+{
   public:
-    Group() { detail::check(hcomm_group_start(), "hcomm_group_start"); }
+    Group()
+    {
+        detail::check(hcomm_group_start(), "hcomm_group_start");
+    }
     Group(const Group &) = delete;
     Group &operator=(const Group &) = delete;
     void end()
@@ -194,8 +239,7 @@ class Group {
     }
     ~Group()
     {
-        if (open_ && hcomm_initialized())
-            hcomm_group_end();
+        if (open_ && hcomm_initialized()) hcomm_group_end();
     }
 
   private:
@@ -216,8 +260,7 @@ template <class T> void allreduce(std::vector<T> &v, Op op = Op::sum, const Comm
 {
     allreduce<T>(v.data(), v.data(), v.size(), op, c);
 }
-template <class T>
-Request iallreduce(T *buf, size_t n, Op op = Op::sum, const Comm &c = Comm())
+template <class T> Request iallreduce(T *buf, size_t n, Op op = Op::sum, const Comm &c = Comm())
 {
     hcomm_request_t r = nullptr;
     detail::check(hcomm_iallreduce(buf, buf, n, dtype_of<T>::value, (hcomm_op_t)op, c.get(), &r),
@@ -244,13 +287,17 @@ template <class T> std::vector<T> allgather(const std::vector<T> &send, const Co
     return out;
 }
 template <class T>
-void reduce_scatter(const T *send, T *recv, size_t recvcount, Op op = Op::sum, const Comm &c = Comm())
+void reduce_scatter(const T *send, T *recv, size_t recvcount, Op op = Op::sum,
+                    const Comm &c = Comm())
 {
-    detail::check(hcomm_reduce_scatter(send, recv, recvcount, dtype_of<T>::value, (hcomm_op_t)op,
-                                       c.get()),
-                  "hcomm_reduce_scatter");
+    detail::check(
+        hcomm_reduce_scatter(send, recv, recvcount, dtype_of<T>::value, (hcomm_op_t)op, c.get()),
+        "hcomm_reduce_scatter");
 }
-inline void barrier(const Comm &c = Comm()) { detail::check(hcomm_barrier(c.get()), "hcomm_barrier"); }
+inline void barrier(const Comm &c = Comm())
+{
+    detail::check(hcomm_barrier(c.get()), "hcomm_barrier");
+}
 template <class T> void send(const T *buf, size_t n, int peer, int tag = 0, const Comm &c = Comm())
 {
     detail::check(hcomm_send(buf, n, dtype_of<T>::value, peer, tag, c.get()), "hcomm_send");

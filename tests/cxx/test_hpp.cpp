@@ -15,7 +15,7 @@ static int failures, my_rank = -1;
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            std::fprintf(stderr, "rank %d: FAIL %s:%d: %s\n", my_rank, __FILE__, __LINE__, #cond);        \
+            std::fprintf(stderr, "rank %d: FAIL %s:%d: %s\n", my_rank, __FILE__, __LINE__, #cond); \
             failures++;                                                                            \
         }                                                                                          \
     } while (0)
