@@ -19,10 +19,11 @@
 #                            (tests/launchers: srun jobs on a private
 #                            single-node Slurm), mpich, openmpi-bin and
 #                            python3-torch (the launchers test: mpiexec.hydra,
-#                            mpirun and torchrun), libopenmpi-dev (mpicc for
+#                            mpirun and torchrun; the torch.distributed
+#                            backend's tests use torch 2.x from PyPI instead:
+#                            scripts/python-venv.sh), libopenmpi-dev (mpicc for
 #                            the Open MPI build of the mixed-load peer),
-#                            libtorch-dev + pybind11-dev (the torch.distributed
-#                            backend), python3-matplotlib (bench_plot),
+#                            python3-venv (those venvs), python3-matplotlib (bench_plot),
 #                            dpdk-dev (dpdk-testpmd, the
 #                            reference of tests/netns/bench_testpmd.sh)
 set -euo pipefail
@@ -31,7 +32,7 @@ pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       libibverbs-dev rdma-core iproute2 nftables procps libpmix-dev libdpdk-dev)
 test_pkgs=(bc cpio qemu-system-x86 linux-image-amd64 busybox-static
            perftest ibverbs-utils ucx-utils gdb slurm-wlm munge
-           mpich openmpi-bin libopenmpi-dev python3-torch libtorch-dev pybind11-dev python3-matplotlib dpdk-dev)
+           mpich openmpi-bin libopenmpi-dev python3-torch python3-venv python3-matplotlib dpdk-dev)
 missing() { # prints the packages among "$@" that are not installed
     local p
     for p in "$@"; do

@@ -14,6 +14,11 @@ scripts/install-deps.sh --test
 if [[ $(id -u) == 0 ]]; then
     hugepages/hcomm-hugepages -n "${HCOMM_HUGEPAGES:-1024}" || echo "test: could not reserve hugepages; tests run on regular pages"
 fi
+# The python tests' interpreters: venvs of the newest and the oldest torch
+# hcomm supports, from PyPI (made once; without them those tests skip).
+py_args=()
+if py=$(scripts/python-venv.sh 2.15.0); then py_args+=("-DHCOMM_PYTHON=$py"); fi
+if py=$(scripts/python-venv.sh 2.11.0); then py_args+=("-DHCOMM_PYTHON_OLDEST=$py"); fi
 jobs=$(nproc)
 status=0
 run() { # name, build dir, cmake args..., -- ctest args...
@@ -37,7 +42,7 @@ run() { # name, build dir, cmake args..., -- ctest args...
         status=1
     fi
 }
-run release build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -j 2
+run release build -DCMAKE_BUILD_TYPE=RelWithDebInfo "${py_args[@]}" -- -j 2
 if [[ -z ${HCOMM_TEST_QUICK:-} ]]; then
     run asan build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_SANITIZE=address,undefined -DHCOMM_MLX5_MODEL=ON -- -j 2 -L "unit|mp|tools" -LE "slow|tsan|fuzz|netns"
     run tsan build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_SANITIZE=thread -- -L tsan

@@ -7,15 +7,18 @@
     req = world.iallgather(x, out)        # non-blocking; req.wait() returns out
     hcomm.finalize()
 
-Buffers are numpy arrays (any object with the buffer protocol) or torch CPU
-tensors, used where they lie: never copied, so they must be contiguous. A
-non-blocking call's Request keeps its buffers alive until it completes.
+Buffers are numpy arrays (any object with the buffer protocol), torch CPU
+tensors or DLPack producers in host memory, used where they lie: never
+copied, so they must be contiguous. A non-blocking call's Request keeps its
+buffers alive until it completes. allreduce([a, b, ...]) reduces a list of
+buffers in place in one hcomm group (launched together, small ones fused).
 Every failure of the library raises hcomm.Error (.status, .status_name,
 .message = hcomm_last_error()); arguments hcomm cannot take (a
 non-contiguous array, sizes that do not match) raise TypeError/ValueError
 before anything is sent. See docs/python.md.
 
-`import hcomm.torch` registers the torch.distributed backend "hcomm".
+`import hcomm.torch` registers the torch.distributed backend "hcomm" (an
+installed hcomm is also found by torch itself, through its entry points).
 """
 import atexit as _atexit
 

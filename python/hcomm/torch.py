@@ -1,28 +1,63 @@
-"""The torch.distributed backend "hcomm".
+"""The torch.distributed backend "hcomm" (torch 2.11 to 2.15).
 
     import torch.distributed as dist
-    import hcomm.torch                     # registers the backend
-    dist.init_process_group("hcomm", init_method="env://", rank=r, world_size=n)
+    dist.init_process_group("hcomm")                 # CPU tensors (and CUDA: see below)
+    dist.init_process_group("cpu:hcomm,cuda:nccl")   # hcomm for one device, another for the other
 
-The process group (hcomm._torch_backend.ProcessGroupHcomm, a C++
-c10d::ProcessGroup) joins hcomm through the store torch passes it: rank 0
-calls hcomm_bootstrap_address() and sets "hcomm/bootstrap" and "hcomm/key"
-there, every rank gets them and calls hcomm_init_rank(). If hcomm is already
-initialized in the process (hcomm.init()), the group uses that world. It
-implements allreduce (every ReduceOp: SUM, AVG, PRODUCT, MIN, MAX natively;
-BAND, BOR, BXOR as an allgather and a local reduction; PREMUL_SUM),
-allreduce_coalesced, broadcast, reduce, allgather, _allgather_base, gather,
-scatter, reduce_scatter, _reduce_scatter_base, alltoall, alltoall_base,
-barrier, send and recv, on CPU tensors, with Works and futures.
-Groups may be of the whole world or of a subset of its ranks (new_group(ranks):
-the members make theirs with hcomm_comm_create_group, the others take no part).
+torch registers the backend itself through hcomm's entry points (torch 2.5
+and later load them at `import torch`); `import hcomm.torch` does it
+explicitly, loads the C++ backend and fails here, saying why, when the
+installed torch is out of the supported range or the backend was not built
+for it. A group (hcomm._torch_backend.BackendHcomm, a c10d::Backend) joins
+hcomm through the store torch passes it: rank 0 calls
+hcomm_bootstrap_address() and sets "hcomm/bootstrap" and "hcomm/key" there,
+every rank gets them and calls hcomm_init_rank(); no HCOMM_* variable is
+needed under torchrun, Slurm or env://. If hcomm is already initialized in
+the process (hcomm.init()), groups use that world. docs/python.md lists
+the operations; CUDA tensors are refused with a message until libhcomm has
+GPU memory support.
 """
+import torch as _torch
 import torch.distributed as _dist
 
-from . import _hcomm  # noqa: F401  (the shared lock and library holds)
-from ._torch_backend import ProcessGroupHcomm, create  # noqa: F401
+import hcomm_autoload as _autoload
 
-BACKEND = "hcomm"
+_why = _autoload.check(_torch.__version__)
+if _why:
+    raise ImportError(f"hcomm.torch: {_why}")
+try:
+    from . import _torch_backend
+except ImportError as _e:
+    raise ImportError(
+        "hcomm.torch: the torch backend (hcomm._torch_backend) is not built: reinstall with torch "
+        "installed (pip install --no-build-isolation ./python; its output says why it was left "
+        f"out): {_e}") from _e
+if _torch_backend.TORCH_BUILT_WITH != _autoload.parse(_torch.__version__):
+    _b = ".".join(map(str, _torch_backend.TORCH_BUILT_WITH))
+    raise ImportError(f"hcomm.torch: hcomm._torch_backend was built for torch {_b}, this is torch "
+                      f"{_torch.__version__}: reinstall hcomm (pip install --no-build-isolation ./python)")
 
-if BACKEND.upper() not in _dist.Backend._plugins:
-    _dist.Backend.register_backend(BACKEND, create)
+BackendHcomm = _torch_backend.BackendHcomm
+Options = _torch_backend.Options
+BACKEND = _autoload.BACKEND
+
+
+def create(store, rank, size, timeout, name=""):
+    """A group of hcomm on a store (what torch's creator does; for tests and
+    for groups made by hand): a BackendHcomm."""
+    return _torch_backend.create(store, rank, size, timeout, name)
+
+
+def _create(dist_opts, options):
+    """torch.distributed's creator (extended API): DistributedBackendOptions
+    and the pg_options given (an hcomm.torch.Options or None)."""
+    if options is not None and not isinstance(options, Options):
+        raise TypeError(f"hcomm: pg_options must be hcomm.torch.Options, not {type(options).__name__}")
+    timeout = dist_opts.timeout
+    if options is not None and options.timeout is not None:
+        timeout = options.timeout
+    return _torch_backend.create(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, timeout,
+                                 dist_opts.group_id)
+
+
+_autoload.register(_create)

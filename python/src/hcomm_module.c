@@ -283,6 +283,129 @@ static int resolve_tensor(PyObject *o, const char *fn, const char *arg, hbuf_t *
     return 0;
 }
 
+/* ---- DLPack (any producer: __dlpack__ / __dlpack_device__) ----------------- */
+
+typedef struct {
+    int32_t device_type, device_id;
+} hc_dl_device_t;
+typedef struct {
+    uint8_t code, bits;
+    uint16_t lanes;
+} hc_dl_dtype_t;
+typedef struct {
+    void *data;
+    hc_dl_device_t device;
+    int32_t ndim;
+    hc_dl_dtype_t dtype;
+    int64_t *shape, *strides;
+    uint64_t byte_offset;
+} hc_dl_tensor_t;
+typedef struct hc_dl_managed {
+    hc_dl_tensor_t t;
+    void *manager_ctx;
+    void (*deleter)(struct hc_dl_managed *self);
+} hc_dl_managed_t;
+
+enum { HC_DL_CPU = 1, HC_DL_CUDA = 2, HC_DL_CUDA_HOST = 3, HC_DL_CUDA_MANAGED = 13 };
+
+/* The capsule that owns a consumed DLManagedTensor: its deleter runs when
+ * the buffer is released. */
+static void dl_owner_free(PyObject *cap)
+{
+    hc_dl_managed_t *m = PyCapsule_GetPointer(cap, "hcomm.dltensor");
+    if (m && m->deleter)
+        m->deleter(m);
+}
+
+/* hcomm's dtype of a DLPack dtype, or -1 (moved as bytes). */
+static int dl_dtype(hc_dl_dtype_t d)
+{
+    if (d.lanes != 1)
+        return -1;
+    switch (d.code) {
+    case 0: /* kDLInt */
+        return d.bits == 8 ? HCOMM_INT8 : d.bits == 32 ? HCOMM_INT32 : d.bits == 64 ? HCOMM_INT64 : -1;
+    case 1: /* kDLUInt */
+        return d.bits == 8 ? HCOMM_UINT8 : d.bits == 32 ? HCOMM_UINT32 : d.bits == 64 ? HCOMM_UINT64 : -1;
+    case 2: /* kDLFloat */
+        return d.bits == 16 ? HCOMM_FLOAT16 : d.bits == 32 ? HCOMM_FLOAT32 : d.bits == 64 ? HCOMM_FLOAT64 : -1;
+    case 4: /* kDLBfloat */
+        return d.bits == 16 ? HCOMM_BFLOAT16 : -1;
+    }
+    return -1;
+}
+
+/* The device o's memory is on: host memory passes; GPU memory is refused
+ * with a message until libhcomm has GPU memory support. */
+static int dl_check_device(PyObject *o, const char *fn, const char *arg)
+{
+    PyObject *dev = PyObject_CallMethod(o, "__dlpack_device__", NULL);
+    if (!dev)
+        return -1;
+    long type = -1;
+    if (PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) >= 1)
+        type = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
+    Py_DECREF(dev);
+    if (PyErr_Occurred())
+        return -1;
+    if (type == HC_DL_CPU || type == HC_DL_CUDA_HOST)
+        return 0;
+    if (type == HC_DL_CUDA || type == HC_DL_CUDA_MANAGED)
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s is GPU memory (DLPack device type %ld): it needs libhcomm's GPU memory "
+                     "support, which this build of hcomm does not have yet; pass host memory",
+                     fn, arg, type);
+    else
+        PyErr_Format(PyExc_ValueError, "%s: %s is on DLPack device type %ld: hcomm takes host memory",
+                     fn, arg, type);
+    return -1;
+}
+
+/* An object with __dlpack__ (CuPy, JAX, TensorFlow, numpy...): consumes its
+ * capsule; the buffer holds it (and the producer's memory) until released. */
+static int resolve_dlpack(PyObject *o, const char *fn, const char *arg, hbuf_t *b)
+{
+    if (dl_check_device(o, fn, arg) < 0)
+        return -1;
+    PyObject *cap = PyObject_CallMethod(o, "__dlpack__", NULL);
+    if (!cap)
+        return -1;
+    hc_dl_managed_t *m = PyCapsule_GetPointer(cap, "dltensor");
+    if (!m || PyCapsule_SetName(cap, "used_dltensor") < 0) {
+        Py_DECREF(cap);
+        return -1;
+    }
+    Py_DECREF(cap); /* renamed: its destructor leaves m alone, the owner below frees it */
+    PyObject *owner = PyCapsule_New(m, "hcomm.dltensor", dl_owner_free);
+    if (!owner) {
+        if (m->deleter)
+            m->deleter(m);
+        return -1;
+    }
+    b->owner = owner;
+    const hc_dl_tensor_t *t = &m->t;
+    size_t itemsize = ((size_t)t->dtype.bits * t->dtype.lanes + 7) / 8, numel = 1;
+    int64_t expect = 1;
+    int contig = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->strides && t->shape[i] != 1 && t->strides[i] != expect)
+            contig = 0;
+        expect *= t->shape[i];
+        numel *= (size_t)t->shape[i];
+    }
+    if (!contig) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s is not C-contiguous: hcomm does not copy (pass a contiguous array)", fn, arg);
+        return -1;
+    }
+    b->ptr = (char *)t->data + t->byte_offset;
+    b->itemsize = itemsize ? itemsize : 1;
+    b->nbytes = numel * itemsize;
+    b->dtype = dl_dtype(t->dtype);
+    snprintf(b->desc, sizeof(b->desc), "DLPack code %u bits %u", t->dtype.code, t->dtype.bits);
+    return 0;
+}
+
 /* Fills b from o. writable: the call writes into it. dtype_override >= 0:
  * read the bytes as that hcomm dtype (e.g. bfloat16 data in a uint16 array). */
 static int resolve(PyObject *o, int writable, int dtype_override, const char *fn, const char *arg,
@@ -324,10 +447,16 @@ static int resolve(PyObject *o, int writable, int dtype_override, const char *fn
             hbuf_release(b);
             return -1;
         }
+    } else if (PyObject_HasAttrString(o, "__dlpack__") &&
+               PyObject_HasAttrString(o, "__dlpack_device__")) {
+        if (resolve_dlpack(o, fn, arg, b) < 0) {
+            hbuf_release(b);
+            return -1;
+        }
     } else {
         PyErr_Format(PyExc_TypeError,
-                     "%s: %s must be a numpy array, a torch CPU tensor or an object with the buffer "
-                     "protocol, not %.100s",
+                     "%s: %s must be a numpy array, a torch CPU tensor, a DLPack producer or an "
+                     "object with the buffer protocol, not %.100s",
                      fn, arg, Py_TYPE(o)->tp_name);
         return -1;
     }
@@ -1214,6 +1343,61 @@ static int ctx_reach(ctx_t *x, const hbuf_t *b, size_t scale, const size_t *coun
     return -1;
 }
 
+/* In-place allreduces of n buffers in one hcomm group (launched together;
+ * hcomm fuses the small ones). Under the lock. */
+static hcomm_status_t allreduce_group(hcomm_comm_t comm, const hbuf_t *b, Py_ssize_t n, hcomm_op_t op)
+{
+    hcomm_status_t st = hcomm_group_start(), end;
+    if (st != HCOMM_OK)
+        return st;
+    for (Py_ssize_t i = 0; i < n && st == HCOMM_OK; i++)
+        st = hcomm_allreduce(b[i].ptr, b[i].ptr, hbuf_count(&b[i]), (hcomm_dtype_t)b[i].dtype, op, comm);
+    end = hcomm_group_end(); /* waits for the ones posted */
+    return st != HCOMM_OK ? st : end;
+}
+
+/* allreduce(list_of_buffers, op=SUM, dtype=None): each buffer in place, all
+ * in one group (not a loop of calls); returns the list. */
+static PyObject *allreduce_many(CommObject *self, PyObject *lo, int op, int dtype)
+{
+    const char *fn = "hcomm.allreduce";
+    PyObject *seq = PySequence_Fast(lo, "hcomm.allreduce: a list or tuple of buffers");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
+    hbuf_t *b = calloc((size_t)(n ? n : 1), sizeof(*b));
+    PyObject *ret = NULL;
+    if (!b) {
+        PyErr_NoMemory();
+        goto cleanup;
+    }
+    for (; got < n; got++) {
+        char arg[32];
+        snprintf(arg, sizeof(arg), "buffer %zd", got);
+        if (resolve(PySequence_Fast_GET_ITEM(seq, got), 1, dtype, fn, arg, &b[got]) < 0)
+            goto cleanup;
+        if (need_reducible(&b[got], fn, arg) < 0) {
+            got++;
+            goto cleanup;
+        }
+    }
+    hcomm_status_t st = HCOMM_OK;
+    if (n)
+        HC_LOCKED(st, allreduce_group(self->comm, b, n, (hcomm_op_t)op));
+    if (st < 0) {
+        raise_status(st);
+        goto cleanup;
+    }
+    Py_INCREF(lo);
+    ret = lo;
+cleanup:
+    for (Py_ssize_t i = 0; i < got; i++)
+        hbuf_release(&b[i]);
+    free(b);
+    Py_DECREF(seq);
+    return ret;
+}
+
 static PyObject *impl_allreduce(CommObject *self, PyObject *args, PyObject *kw, int nb)
 {
     static char *kwl[] = {"sendbuf", "recvbuf", "op", "dtype", NULL};
@@ -1222,6 +1406,14 @@ static PyObject *impl_allreduce(CommObject *self, PyObject *args, PyObject *kw, 
     ctx_t x;
     if (!CTX_BEGIN(x, K_ALLREDUCE, dto, "O|OiO", &so, &ro, &op, &dto))
         return NULL;
+    if (PyList_Check(so) || PyTuple_Check(so)) {
+        if (nb || ro != Py_None) {
+            PyErr_Format(PyExc_TypeError, "%s: a list of buffers is reduced in place by the blocking "
+                         "allreduce (no recvbuf, not iallreduce)", x.fn);
+            return ctx_fail(&x);
+        }
+        return allreduce_many(self, so, op, x.dtype);
+    }
     int inplace = ro == Py_None || ro == so;
     hbuf_t *s = ctx_reducible(&x, so, inplace), *r = s;
     if (!s || (!inplace && !(r = ctx_recvbuf(&x, ro))))

@@ -1,17 +1,24 @@
-"""DDP training of a small model with backend="gloo" and backend="hcomm":
-the same seed and data must give bit-identical parameters.
+"""DDP training with backend="gloo" and backend="hcomm": the same seed and
+data must give the same parameters.
 
-    ddp_parity.py NRANKS [--steps N] [--dtype float32|float64|exact] [--rtol R]
+    ddp_parity.py NRANKS [--steps N] [--rtol R] CONFIG...
 
-float32/float64: an MLP on random data, SGD with momentum. At 2 ranks every
-sum is a+b, the same in either order, so the parameters must match bit for
-bit. At more ranks a float sum's rounding depends on the order of the
-additions, and gloo's ring adds each chunk in another order than hcomm's
-algorithms do: --rtol R then accepts a relative difference up to R (and
-says how far apart they are). exact: float64, weights rounded to a 2^-10
-grid after every step and data on a 2^-2 grid, so that every gradient and
-every sum of gradients is exact and no order of addition can change a bit:
-bit-identical at any number of ranks.
+CONFIG is model[:hook[:bucket_mb[:unused]]]:
+  model   mlp (a small float32 MLP), mlp10m (an MLP of ~10M parameters),
+          cnn (a small convolutional net), exact (float64, weights on a
+          2^-10 grid and data on 2^-2: every gradient and sum exact)
+  hook    none, or bf16 (torch's bf16_compress_hook)
+  bucket_mb  DDP's bucket_cap_mb (default 25)
+  unused  find_unused_parameters=True on a model with a branch the forward
+          pass skips
+At 2 ranks every sum is a+b, the same in either order, so the parameters
+must match bit for bit. At more ranks a float sum's rounding depends on the
+order of additions (gloo's ring and hcomm's algorithms differ): --rtol R
+then accepts a relative difference up to R of the largest parameter
+(--rtol-bf16, default 1e-2, with bf16_compress_hook, whose bf16 sums
+round at 2^-8 and compound over the steps); exact
+must match bit for bit at any number of ranks. SGD with momentum (exact:
+plain SGD).
 Exit 0: match, 1: mismatch, 77: torch or the backend unavailable.
 """
 import argparse
@@ -29,110 +36,146 @@ except ImportError as e:
     sys.exit(77)
 
 
-def make_model(kind):
+class Branchy(nn.Module):
+    """An MLP with a head the forward pass never uses (find_unused_parameters)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 8))
+        self.unused = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def make_model(kind, unused):
     torch.manual_seed(1234)
-    dt = torch.float64 if kind in ("float64", "exact") else torch.float32
     if kind == "exact":
-        m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(dt)
-        grid(m)
-    else:
-        m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).to(dt)
-    return m, dt
+        m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).double()
+        with torch.no_grad():
+            grid(m)
+        return m
+    if unused:
+        return Branchy()
+    if kind == "cnn":
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+                             nn.Flatten(), nn.Linear(64, 8))
+    if kind == "mlp10m":  # 10.5M parameters
+        return nn.Sequential(nn.Linear(16, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                             nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 1024), nn.ReLU(),
+                             nn.Linear(1024, 8))
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
 
 
 def grid(m):
-    with torch.no_grad():  # multiples of 2^-10
-        for p in m.parameters():
-            p.copy_(torch.round(p * 1024) / 1024)
+    for p in m.parameters():  # multiples of 2^-10
+        p.copy_(torch.round(p * 1024) / 1024)
 
 
-def batch(kind, dt, rank, step):
+def batch(kind, rank, step):
     g = torch.Generator().manual_seed(1000 * step + rank)
     if kind == "exact":
-        x = torch.randint(-4, 5, (4, 8), generator=g).to(dt) / 4
-        y = torch.randint(-4, 5, (4, 4), generator=g).to(dt) / 4
-    else:
-        x = torch.randn(8, 16, generator=g, dtype=dt)
-        y = torch.randn(8, 8, generator=g, dtype=dt)
-    return x, y
+        return (torch.randint(-4, 5, (4, 8), generator=g).double() / 4,
+                torch.randint(-4, 5, (4, 4), generator=g).double() / 4)
+    if kind == "cnn":
+        return torch.randn(4, 3, 8, 8, generator=g), torch.randn(4, 8, generator=g)
+    return torch.randn(8, 16, generator=g), torch.randn(8, 8, generator=g)
 
 
-def train(backend, rank, size, store, kind, steps):
+def train(backend, rank, size, store, cfg, steps):
+    kind, hook, mb, unused = cfg
     dist.init_process_group(backend, init_method="file://" + store, rank=rank, world_size=size)
-    model, dt = make_model(kind)
-    # small buckets (the first one too): from the second step on (DDP rebuilds
-    # its buckets then) two allreduces per step are in flight at once
-    dist._DEFAULT_FIRST_BUCKET_BYTES = 512
-    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=512 / 2**20)
+    model = make_model(kind, unused)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=mb, find_unused_parameters=unused)
+    if hook == "bf16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
     exact = kind == "exact"
-    opt = torch.optim.SGD(ddp.parameters(), lr=2.0 ** -6 if exact else 0.05,
-                          momentum=0 if exact else 0.9)
+    opt = torch.optim.SGD(ddp.parameters(), lr=2.0 ** -6 if exact else 0.05, momentum=0 if exact else 0.9)
     for step in range(steps):
-        x, y = batch(kind, dt, rank, step)
+        x, y = batch(kind, rank, step)
         opt.zero_grad()
-        loss = ((ddp(x) - y) ** 2).sum() if exact else nn.functional.mse_loss(ddp(x), y)
+        out = ddp(x)
+        loss = ((out - y) ** 2).sum() if exact else nn.functional.mse_loss(out, y)
         loss.backward()
         opt.step()
         if exact:
-            grid(model)
+            with torch.no_grad():
+                grid(model)
     params = [p.detach().clone() for p in model.parameters()]
     del ddp, opt
     dist.destroy_process_group()
     return params
 
 
-def worker(rank, size, tmp, kind, steps, out):
+def worker(rank, size, tmp, cfgs, steps):
     torch.set_num_threads(1)
     import hcomm.torch  # noqa: F401  registers "hcomm"
-    got = {}
-    for i, backend in enumerate(("gloo", "hcomm")):
-        got[backend] = train(backend, rank, size, os.path.join(tmp, f"store{i}"), kind, steps)
-    same = all(torch.equal(a, b) for a, b in zip(got["gloo"], got["hcomm"]))
-    diff = max(float((a - b).abs().max()) for a, b in zip(got["gloo"], got["hcomm"]))
-    scale = max(float(a.abs().max()) for a in got["gloo"])
-    init = [p.detach() for p in make_model(kind)[0].parameters()]
-    moved = sum(int((a != b).sum()) for a, b in zip(init, got["hcomm"]))
-    torch.save({"same": same, "rel": diff / scale, "moved": moved, "params": got},
-               os.path.join(out, f"r{rank}.pt"))
+    res = []
+    for i, cfg in enumerate(cfgs):
+        got = {be: train(be, rank, size, os.path.join(tmp, f"store{i}{be}"), cfg, steps) for be in ("gloo", "hcomm")}
+        res.append(got)
+    torch.save(res, os.path.join(tmp, f"r{rank}.pt"))
+
+
+def parse_cfg(s):
+    f = s.split(":") + [None] * 3
+    return (f[0], f[1] or "none", float(f[2] or 25), f[3] == "unused")
+
+
+def check(a, cfg, per_rank, rtol):
+    """Compares the backends' parameters of one config; returns ok."""
+    kind, hook, mb, unused = cfg
+    name = f"{kind} hook={hook} bucket_cap_mb={mb:g}{' find_unused' if unused else ''}"
+    ok = True
+    for r, got in enumerate(per_rank):  # DDP's contract: every rank holds the same
+        for be in ("gloo", "hcomm"):
+            if not all(torch.equal(p, q) for p, q in zip(got[be], per_rank[0][be])):
+                print(f"FAIL: {name}: rank {r}'s {be} parameters differ from rank 0's")
+                ok = False
+    g, h = per_rank[0]["gloo"], per_rank[0]["hcomm"]
+    same = all(torch.equal(p, q) for p, q in zip(g, h))
+    rel = max(float((p - q).abs().max()) for p, q in zip(g, h)) / max(float(p.abs().max()) for p in g)
+    init = list(make_model(kind, unused).parameters())
+    n = sum(p.numel() for p in h)
+    moved = sum(int((p != q).sum()) for p, q in zip(init, h))
+    if unused:  # the unused head must not move, the rest must
+        n -= sum(p.numel() for p in init[-2:])
+    if moved < n // 2:
+        print(f"FAIL: {name}: training moved only {moved} of {n} parameters: the check would be vacuous")
+        ok = False
+    tol = 0.0 if a.nranks == 2 or kind == "exact" else rtol
+    if hook == "bf16" and a.nranks > 2:  # sums of bf16 (8-bit mantissa) in another order
+        tol = max(tol, a.rtol_bf16)
+    verdict = "bit-identical" if same else f"differ by up to {rel:.3g} of the largest"
+    if not same and rel > tol:
+        ok = False
+        verdict += f" (FAIL: allowed {tol:g})"
+    print(f"{a.nranks} ranks, {a.steps} steps, {name}: {n} parameters ({moved} moved), gloo vs hcomm: {verdict}")
+    return ok
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("nranks", type=int)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "float64", "exact"])
-    ap.add_argument("--rtol", type=float, default=0.0,
-                    help="accept a difference up to this times the largest parameter (0: bit-identical)")
+    ap.add_argument("configs", nargs="*", default=["mlp"])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rtol", type=float, default=1e-5,
+                    help="above 2 ranks, accept a difference up to this times the largest parameter")
+    ap.add_argument("--rtol-bf16", type=float, default=1e-2,
+                    help="the same for bf16_compress_hook (its sums round at 2^-8)")
     a = ap.parse_args()
     try:
         import hcomm.torch  # noqa: F401
     except ImportError as e:
         print(f"SKIP: hcomm.torch unavailable: {e}")
         return 77
+    cfgs = [parse_cfg(s) for s in a.configs]
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(worker, args=(a.nranks, tmp, a.dtype, a.steps, tmp), nprocs=a.nranks)
+        mp.spawn(worker, args=(a.nranks, tmp, cfgs, a.steps), nprocs=a.nranks)
         res = [torch.load(os.path.join(tmp, f"r{r}.pt")) for r in range(a.nranks)]
-    ok = True
-    # every rank of one backend holds the same parameters (DDP's contract)
-    for r, x in enumerate(res):
-        for be in ("gloo", "hcomm"):
-            if not all(torch.equal(p, q) for p, q in zip(x["params"][be], res[0]["params"][be])):
-                print(f"FAIL: rank {r}'s {be} parameters differ from rank 0's")
-                ok = False
-    rel = max(x["rel"] for x in res)
-    same = all(x["same"] for x in res)
-    n = sum(p.numel() for p in res[0]["params"]["hcomm"])
-    moved = res[0]["moved"]
-    if moved < n // 2:
-        ok = False
-        print(f"FAIL: training moved only {moved} of {n} parameters: the check would be vacuous")
-    print(f"{a.nranks} ranks, {a.steps} steps, {a.dtype}, {n} parameters ({moved} trained away "
-          "from their initial value): "
-          f"{'bit-identical' if same else f'differ by up to {rel:.3g} of the largest'} "
-          "(gloo vs hcomm)")
-    if not same and rel > a.rtol:
-        ok = False
-        print(f"FAIL: not bit-identical" + (f", more than rtol {a.rtol}" if a.rtol else ""))
+    ok = all([check(a, cfg, [res[r][i] for r in range(a.nranks)], a.rtol) for i, cfg in enumerate(cfgs)])
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

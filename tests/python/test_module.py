@@ -408,6 +408,76 @@ def test_split():
     check("module-level allreduce", hcomm.allreduce(np.ones(3)), np.full(3, N))
 
 
+class DLPackOnly:
+    """A DLPack producer and nothing else (no buffer protocol, no data_ptr)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, *args, **kw):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+class OnGPU:
+    """A DLPack producer whose memory is on a CUDA device: refused, never consumed."""
+
+    def __dlpack__(self, *args, **kw):
+        raise AssertionError("hcomm consumed a GPU buffer")
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_lists_and_dlpack():
+    """allreduce of a list (one hcomm group), and buffers through DLPack."""
+    xs = [np.full(m, R + 1, dtype=np.int64) for m in (1, 0, 1000, 70000)] + \
+        [np.full(3, R + 0.5), np.full(5, R + 1, dtype=np.float32)]
+    got = hcomm.allreduce(xs)
+    check("list allreduce returns the list", [got is xs], [True])
+    s = N * (N + 1) // 2
+    for i, x in enumerate(xs[:4]):
+        check(f"list allreduce [{i}]", x, np.full(x.size, s))
+    check("list allreduce float64", xs[4], np.full(3, sum(r + 0.5 for r in range(N))))
+    check("list allreduce float32", xs[5], np.full(5, s))
+    ys = (np.arange(4.0) * (R + 1),)
+    w.allreduce(ys, op=hcomm.MAX)
+    check("tuple allreduce MAX", ys[0], np.arange(4.0) * N)
+    if torch is not None:
+        ts = [torch.full((7,), float(R)), torch.full((2,), R, dtype=torch.int32)]
+        hcomm.allreduce(ts)
+        check("list of tensors", ts[0].numpy(), np.full(7, sum(range(N))))
+        check("list of tensors int32", ts[1].numpy(), np.full(2, sum(range(N))))
+    check("empty list", [len(hcomm.allreduce([]))], [0])
+    for what, fn in (("iallreduce of a list", lambda: w.iallreduce([np.ones(2)])),
+                     ("a list with a recvbuf", lambda: w.allreduce([np.ones(2)], np.ones(2))),
+                     ("a list with a non-reducible buffer", lambda: w.allreduce([np.ones(2), np.ones(2, np.int16)]))):
+        try:
+            fn()
+            failures.append(f"rank {R}: {what}: no TypeError")
+        except TypeError:
+            check(what, [1], [1])
+    a = np.full(10, R + 1.0, dtype=np.float32)
+    w.allreduce(DLPackOnly(a))
+    check("DLPack allreduce in place", a, np.full(10, s))
+    b = np.arange(6, dtype=np.int32) + R
+    out = np.zeros(6 * N, dtype=np.int32)
+    w.allgather(DLPackOnly(b), DLPackOnly(out))
+    check("DLPack allgather", out, np.concatenate([np.arange(6) + r for r in range(N)]))
+    try:
+        w.allreduce(OnGPU())
+        failures.append(f"rank {R}: a GPU DLPack buffer was not refused")
+    except ValueError as e:
+        check("GPU DLPack refused: says why", ["GPU memory support" in str(e)], [True])
+    try:
+        w.allreduce(DLPackOnly(np.zeros((4, 4), dtype=np.float32).T))
+        failures.append(f"rank {R}: a non-contiguous DLPack buffer was not refused")
+    except ValueError as e:
+        check("non-contiguous DLPack refused", ["contiguous" in str(e)], [True])
+
+
 def test_torch_backend(store_dir):
     import torch.distributed as dist
     import hcomm.torch  # noqa: F401
@@ -433,6 +503,7 @@ for k in kits:
               test_nonblocking):
         t(k)
 test_split()
+test_lists_and_dlpack()
 if torch is not None and args.store_dir:
     test_torch_backend(args.store_dir)
 w.barrier()
