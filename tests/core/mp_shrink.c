@@ -15,8 +15,9 @@
  * the sum over the current members is checked exactly. Survivors print
  * "rank R: shrunk to N members {...} after X s" (a failure after an
  * agreement, the second victim's after one that still had it, is shrunk
- * again) and, at the end, "rank R: finished N steps"; exit 0 when every
- * check held (the driver,
+ * again; the survivors agree on the step to redo, since a step can fail on
+ * some of them only) and, at the end, "rank R: finished N steps"; exit 0
+ * when every check held (the driver,
  * tests/core/shrink_test.sh, checks the lines and the exit codes).
  */
 #include "mp_test.h"
@@ -110,6 +111,15 @@ int main(int argc, char **argv)
                 printf("rank %d: shrunk to %d members {%s} after %.3f s\n", mp_rank, n, list,
                        mp_now() - t0);
             }
+            /* A collective can fail on some members and succeed on others
+             * (it completed here before the failure reached the others):
+             * the survivors agree on the step to go on from, the lowest
+             * any of them failed, as a training loop agrees on its
+             * checkpoint. */
+            int64_t mine = s, from = s;
+            if (st == HCOMM_OK &&
+                (st = hcomm_allreduce(&mine, &from, 1, HCOMM_INT64, HCOMM_MIN, comm)) == HCOMM_OK)
+                s = (int)from;
             s--; /* the failed step again, on the survivors */
             continue;
         }

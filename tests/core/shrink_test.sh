@@ -17,7 +17,8 @@
 set -u
 HCOMMRUN=$1 BINDIR=$2 RUNS=${3:-1} NET=${4:-tcp}
 TMP=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$TMP"' EXIT
+[[ -n ${KEEP:-} ]] && echo "shrink_test: outputs in $TMP"
+trap 'kill $(jobs -p) 2>/dev/null; [[ -n ${KEEP:-} ]] || rm -rf "$TMP"' EXIT
 bad=0
 fail() { echo "shrink_test: FAIL: $*"; bad=1; }
 netenv=(HCOMM_NET=tcp)
