@@ -54,7 +54,7 @@ static hcomm_status_t hc_api_init(const hc_bootstrap_params_t *given)
     hcomm_status_t st = hc_ctx_init(given);
     if (st != HCOMM_OK) return hc_api_init_failed(st);
     st = hc_coll_init();
-    if (st == HCOMM_OK && ((st = hc_coll_api_init()) != HCOMM_OK || (st = hc_api_topo_probe()) != HCOMM_OK))
+    if (st == HCOMM_OK && ((st = hc_coll_post_init()) != HCOMM_OK || (st = hc_api_topo_probe()) != HCOMM_OK))
         hc_coll_fini();
     if (st != HCOMM_OK) {
         char saved[512];

@@ -305,10 +305,88 @@ void hc_coll_topo_recalibrated(void);
 /* Frees what coll_topo.c keeps in cc (before cc goes). */
 void hc_coll_topo_free(hc_coll_comm_t *cc);
 
+/* ---- the engine's own parts (coll.c, coll_fault.c, coll_explain.c) ------------- */
+
+/* Ends op with status: completes its request and drops it from its queue. */
+void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status);
+/* cc has work for the engine's progress pass (queued ops, a recorded
+ * disagreement to act on). */
+void hc_coll_activate(hc_coll_comm_t *cc);
+/* A collective's tag on its communicator's collective context. */
+static inline int32_t hc_coll_tag(const hc_coll_op_t *op)
+{
+    return (int32_t)(((uint32_t)op->seq & HC_COLL_TAG_SEQ_MASK) | (op->sig & 0x7fff) << 16);
+}
+/* coll_fault.c: a waiting p2p collective asks its peers (COLL_PROBE) and
+ * looks for a peer ahead on node flags; a member's failure gives up the
+ * derived communicators; the runtime's frame hooks. */
+void hc_coll_maybe_probe(hc_coll_op_t *op);
+hcomm_status_t hc_coll_check_ahead(hc_coll_op_t *op, hc_coll_comm_t *cc);
+void hc_coll_children_give_up(struct hcomm_comm *comm, int dead);
+void hc_coll_check_failures(void);
+void hc_coll_stray(struct hcomm_comm *comm, int from, int32_t tag);
+void hc_coll_probe(struct hcomm_comm *comm, int from, int32_t tag);
+void hc_coll_gave_up(struct hcomm_comm *comm, int from, hcomm_status_t status, int cause);
+/* coll_explain.c: the runtime's explain and conflict hooks. */
+void hc_coll_explain(struct hcomm_request *req, const struct hc_coll_op *op, hc_explain_t *e);
+void hc_coll_conflict(uint32_t ctx_id, int32_t mine, int32_t theirs, int peer, char *buf,
+                      size_t len);
+
+/* ---- the post path (coll_post.c, coll_group.c, coll_comm.c) ------------------- */
+
+/* What a collective is asked to do: count in elements (per rank block for
+ * allgather, reduce_scatter, alltoall), bytes = count * element size (the
+ * vector kinds: the totals), vec: a vector collective's per-rank counts
+ * and displacements (NULL otherwise). */
+typedef struct {
+    hc_coll_kind_t kind;
+    const void *sbuf;
+    void *rbuf;
+    size_t count, bytes;
+    hcomm_dtype_t dtype;
+    hcomm_op_t op;
+    int root;
+    const hc_coll_vec_t *vec;
+} hc_coll_args_t;
+
+/* Reads HCOMM_ALGO (after hc_coll_init): a name that is none fails init. */
+hcomm_status_t hc_coll_post_init(void);
+/* Decides and starts a collective (the user's, after the API's argument
+ * checks, or the library's own): req_p NULL is a blocking call (waited
+ * here); inside a group it is deferred to the group's end. */
+hcomm_status_t hc_coll_post(const hc_coll_args_t *a, struct hcomm_comm *comm,
+                            hcomm_request_t *req_p);
+/* Picks op's algorithm and starts it; on failure op is released (its
+ * request is the caller's: free or complete it). */
+hcomm_status_t hc_coll_launch(hc_coll_op_t *op);
+/* A request that is already complete (count 0 and the other no-op cases);
+ * nothing for a blocking call (req_p NULL). */
+hcomm_status_t hc_coll_noop(hcomm_request_t *req_p);
+/* The library's own allgather of `bytes` per rank on comm (comm split,
+ * HCOMM_CHECK): neither counted nor fingerprinted. */
+hcomm_status_t hc_coll_internal_allgather(const void *mine, void *all, size_t bytes,
+                                          struct hcomm_comm *comm);
+extern bool hc_coll_internal;
+/* Groups (coll_group.c). */
+void hc_coll_group_start(void);
+hcomm_status_t hc_coll_group_end(void);
+hcomm_status_t hc_coll_group_defer(hc_coll_op_t *op, hcomm_request_t *req_p);
+void hc_coll_group_fini(void);
+/* Communicators made by collectives (coll_comm.c); the arguments checked. */
+hcomm_status_t hc_coll_comm_split(struct hcomm_comm *comm, int color, int key,
+                                  struct hcomm_comm **newcomm_p);
+hcomm_status_t hc_coll_comm_create_group(struct hcomm_comm *comm, const int *ranks, int n,
+                                         int tag, struct hcomm_comm **newcomm_p);
+
+/* Ops from the cache (freed by hc_coll_op_release, which also drops the
+ * op's requests and scratch). */
+hc_coll_op_t *hc_coll_op_alloc(void);
+void hc_coll_op_release(hc_coll_op_t *op);
+/* Sets op's arguments (kind .. root, element size, bytes) from a. */
+void hc_coll_op_set(hc_coll_op_t *op, const hc_coll_args_t *a, struct hcomm_comm *comm);
 /* A new op with its request (req->coll, op->req), its arguments set. */
-hcomm_status_t hc_coll_op_create(hc_coll_kind_t kind, const void *sbuf, void *rbuf, size_t count,
-                                 size_t bytes, hcomm_dtype_t dtype, hcomm_op_t rop, int root,
-                                 struct hcomm_comm *comm, hc_coll_op_t **op_p);
+hcomm_status_t hc_coll_op_create(const hc_coll_args_t *a, struct hcomm_comm *comm,
+                                 hc_coll_op_t **op_p);
 /* A collective on an internal communicator, started from a step: the
  * request completes when it ends (hc_coll_child_end frees it, abandoning
  * the op and everything queued behind it on its comm with status if it

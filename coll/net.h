@@ -78,6 +78,33 @@ int hc_net_pop(hc_coll_op_t *op, int32_t *ids, int32_t *id_p);
 hcomm_status_t hc_net_post(hc_coll_op_t *op, int32_t *ids, int32_t id, bool send, const void *buf,
                            size_t len, int peer);
 
+/* A windowed pipeline of units (chunks): unit u is received from a peer
+ * (its request id 2u), processed once it arrived, in order, and sent on
+ * (id 2u + 1) once unit u - lag has been processed (units below lag need
+ * nothing: the first step's, sent from the caller's data). At most
+ * `window` receives ahead of processing and `window` sends in flight. The
+ * ring (reduce-scatter then allgather, lag = chunks per step) and the
+ * broadcast chain (lag 0: forward what arrived) are such pipelines; a
+ * unit range a rank has no part in starts at its end (the chain's root
+ * receives nothing: next_recv = next_proc = nunits). */
+typedef struct {
+    int nunits, window, lag;
+    int next_send, next_recv, next_proc, sends_inflight;
+    uint8_t rdone[HC_NET_WINDOW];
+    int32_t ids[HC_COLL_MAX_REQS];
+} hc_net_pipe_t;
+
+typedef struct {
+    hcomm_status_t (*post_send)(hc_coll_op_t *op, void *ctx, int u);
+    hcomm_status_t (*post_recv)(hc_coll_op_t *op, void *ctx, int u);
+    void (*process)(hc_coll_op_t *op, void *ctx, int u); /* NULL: nothing to do */
+} hc_net_pipe_ops_t;
+
+/* Advances the pipeline as far as completed requests allow: done when
+ * every unit was processed and sent and no send is in flight. */
+hc_step_t hc_net_pipe_run(hc_coll_op_t *op, hc_net_pipe_t *p, const hc_net_pipe_ops_t *ops,
+                          void *ctx);
+
 /* State sizes (the table's state_size), by family file. */
 size_t hc_net_rd_state(const hc_coll_op_t *op);             /* net_rd.c */
 size_t hc_net_tree_reduce_state(const hc_coll_op_t *op);    /* net_tree.c */

@@ -50,3 +50,47 @@ hcomm_status_t hc_net_post(hc_coll_op_t *op, int32_t *ids, int32_t id, bool send
     if (st == HCOMM_OK) ids[i] = id;
     return st;
 }
+
+hc_step_t hc_net_pipe_run(hc_coll_op_t *op, hc_net_pipe_t *p, const hc_net_pipe_ops_t *ops,
+                          void *ctx)
+{
+    for (;;) {
+        bool moved = false;
+        int32_t id;
+        int rc;
+        while ((rc = hc_net_pop(op, p->ids, &id)) == 1) {
+            moved = true;
+            if (id & 1)
+                p->sends_inflight--;
+            else
+                p->rdone[(id >> 1) % p->window] = 1;
+        }
+        if (rc < 0)
+            return hc_step_fail(rc);
+        while (p->next_proc < p->next_recv && p->rdone[p->next_proc % p->window]) {
+            p->rdone[p->next_proc % p->window] = 0;
+            if (ops->process)
+                ops->process(op, ctx, p->next_proc);
+            p->next_proc++;
+            moved = true;
+        }
+        while (p->next_send < p->nunits && p->sends_inflight < p->window &&
+               (p->next_send < p->lag || p->next_proc > p->next_send - p->lag)) {
+            if ((rc = ops->post_send(op, ctx, p->next_send)) != HCOMM_OK)
+                return hc_step_fail(rc);
+            p->next_send++;
+            p->sends_inflight++;
+            moved = true;
+        }
+        while (p->next_recv < p->nunits && p->next_recv < p->next_proc + p->window) {
+            if ((rc = ops->post_recv(op, ctx, p->next_recv)) != HCOMM_OK)
+                return hc_step_fail(rc);
+            p->next_recv++;
+            moved = true;
+        }
+        if (p->next_proc == p->nunits && p->next_send == p->nunits && p->sends_inflight == 0)
+            return HC_STEP_DONE;
+        if (!moved)
+            return HC_STEP_PENDING;
+    }
+}

@@ -23,8 +23,8 @@
 typedef struct {
     int n, me, left, right; /* me: this rank's ring position; left, right: comm ranks */
     const int *order;       /* ring position -> comm rank (hc_coll_ring_order) */
-    int rs_steps, nchunks, nunits, window;
-    int next_send, next_recv, next_proc, sends_inflight;
+    int rs_steps, nchunks;
+    hc_net_pipe_t pipe; /* units: (step, chunk), lag: a step's chunks */
     bool blocks; /* slices are whole rank blocks of ec elements */
     size_t ec;   /* elements: per block, or in all */
     size_t esize;
@@ -34,8 +34,6 @@ typedef struct {
     uint8_t *out;        /* allgather destination, in slice layout */
     uint8_t *slots;
     size_t slot_bytes;
-    uint8_t rdone[HC_NET_WINDOW];
-    int32_t ids[HC_COLL_MAX_REQS];
 } hc_net_ring_t;
 
 static void hc_net_slice(const hc_net_ring_t *rg, int j, size_t *lo, size_t *len)
@@ -90,13 +88,14 @@ static size_t hc_net_ring_geom(const hc_coll_op_t *op, bool blocks, int rs_steps
     }
     size_t per_chunk = HC_MAX((size_t)1, HC_NET_CHUNK_BYTES / op->esize);
     g->nchunks = (int)HC_MAX((size_t)1, (maxlen + per_chunk - 1) / per_chunk);
-    g->nunits = g->nchunks * (rs_steps + ag_steps);
-    g->window = HC_MIN(HC_NET_WINDOW, g->nunits);
+    g->pipe.nunits = g->nchunks * (rs_steps + ag_steps);
+    g->pipe.window = HC_MIN(HC_NET_WINDOW, g->pipe.nunits);
+    g->pipe.lag = g->nchunks; /* step k > 0 forwards what step k - 1 produced */
     g->slot_bytes = rs_steps ? HC_ALIGN_UP((maxlen + g->nchunks - 1) / g->nchunks * op->esize,
                                            (size_t)HC_CACHE_LINE)
                              : 0;
     *hdr_p = HC_ALIGN_UP(sizeof(*g), (size_t)HC_CACHE_LINE);
-    *slots_p = g->slot_bytes * (size_t)g->window;
+    *slots_p = g->slot_bytes * (size_t)g->pipe.window;
     return *hdr_p + *slots_p + extra;
 }
 
@@ -172,8 +171,9 @@ static int hc_net_ring_init(hc_coll_op_t *op, hc_net_ring_t **rg_p, uint8_t **ex
     return HCOMM_OK;
 }
 
-static hcomm_status_t hc_net_ring_post_send(hc_coll_op_t *op, hc_net_ring_t *rg, int u)
+static hcomm_status_t hc_net_ring_post_send(hc_coll_op_t *op, void *ctx, int u)
 {
+    hc_net_ring_t *rg = ctx;
     int k = u / rg->nchunks, c = u % rg->nchunks, j;
     const uint8_t *base;
     if (k < rg->rs_steps) {
@@ -185,27 +185,29 @@ static hcomm_status_t hc_net_ring_post_send(hc_coll_op_t *op, hc_net_ring_t *rg,
     }
     size_t soff, coff, cnt;
     hc_net_chunk(rg, j, c, &soff, &coff, &cnt);
-    return hc_net_post(op, rg->ids, u * 2 + 1, true, base + soff + coff, cnt * rg->esize,
+    return hc_net_post(op, rg->pipe.ids, u * 2 + 1, true, base + soff + coff, cnt * rg->esize,
                        rg->right);
 }
 
-static hcomm_status_t hc_net_ring_post_recv(hc_coll_op_t *op, hc_net_ring_t *rg, int u)
+static hcomm_status_t hc_net_ring_post_recv(hc_coll_op_t *op, void *ctx, int u)
 {
+    hc_net_ring_t *rg = ctx;
     int k = u / rg->nchunks, c = u % rg->nchunks;
     size_t soff, coff, cnt;
     uint8_t *dst;
     if (k < rg->rs_steps) {
         hc_net_chunk(rg, hc_net_mod(rg->me - k - 2, rg->n), c, &soff, &coff, &cnt);
-        dst = rg->slots + (size_t)(u % rg->window) * rg->slot_bytes;
+        dst = rg->slots + (size_t)(u % rg->pipe.window) * rg->slot_bytes;
     } else {
         hc_net_chunk(rg, hc_net_mod(rg->me - (k - rg->rs_steps) - 1, rg->n), c, &soff, &coff, &cnt);
         dst = rg->out + soff + coff;
     }
-    return hc_net_post(op, rg->ids, u * 2, false, dst, cnt * rg->esize, rg->left);
+    return hc_net_post(op, rg->pipe.ids, u * 2, false, dst, cnt * rg->esize, rg->left);
 }
 
-static void hc_net_ring_process(hc_coll_op_t *op, hc_net_ring_t *rg, int u)
+static void hc_net_ring_process(hc_coll_op_t *op, void *ctx, int u)
 {
+    hc_net_ring_t *rg = ctx;
     int k = u / rg->nchunks, c = u % rg->nchunks;
     if (k >= rg->rs_steps) return; /* allgather data landed in place */
     size_t soff, coff, cnt;
@@ -214,48 +216,16 @@ static void hc_net_ring_process(hc_coll_op_t *op, hc_net_ring_t *rg, int u)
     uint8_t *dst = last ? rg->fin + coff : rg->part + soff + coff;
     /* mine first: in place, dst is the caller's own data (hc_reduce allows dst == srcs[0]) */
     hc_net_reduce2(op, dst, rg->mine + soff + coff,
-                   rg->slots + (size_t)(u % rg->window) * rg->slot_bytes, cnt, last);
+                   rg->slots + (size_t)(u % rg->pipe.window) * rg->slot_bytes, cnt, last);
 }
+
+static const hc_net_pipe_ops_t hc_net_ring_ops = {
+    hc_net_ring_post_send, hc_net_ring_post_recv, hc_net_ring_process};
 
 /* Advances the ring as far as completed requests allow. */
 static hc_step_t hc_net_ring_run(hc_coll_op_t *op, hc_net_ring_t *rg)
 {
-    for (;;) {
-        bool moved = false;
-        int32_t id;
-        int rc;
-        while ((rc = hc_net_pop(op, rg->ids, &id)) == 1) {
-            moved = true;
-            if (id & 1)
-                rg->sends_inflight--;
-            else
-                rg->rdone[(id >> 1) % rg->window] = 1;
-        }
-        if (rc < 0) return hc_step_fail(rc);
-        while (rg->next_proc < rg->next_recv && rg->rdone[rg->next_proc % rg->window]) {
-            rg->rdone[rg->next_proc % rg->window] = 0;
-            hc_net_ring_process(op, rg, rg->next_proc++);
-            moved = true;
-        }
-        /* A unit of step k > 0 forwards what unit u - nchunks produced. */
-        while (rg->next_send < rg->nunits && rg->sends_inflight < rg->window &&
-               (rg->next_send < rg->nchunks || rg->next_proc > rg->next_send - rg->nchunks)) {
-            if ((rc = hc_net_ring_post_send(op, rg, rg->next_send)) != HCOMM_OK)
-                return hc_step_fail(rc);
-            rg->next_send++;
-            rg->sends_inflight++;
-            moved = true;
-        }
-        while (rg->next_recv < rg->nunits && rg->next_recv < rg->next_proc + rg->window) {
-            if ((rc = hc_net_ring_post_recv(op, rg, rg->next_recv)) != HCOMM_OK)
-                return hc_step_fail(rc);
-            rg->next_recv++;
-            moved = true;
-        }
-        if (rg->next_proc == rg->nunits && rg->next_send == rg->nunits && rg->sends_inflight == 0)
-            return HC_STEP_DONE;
-        if (!moved) return HC_STEP_PENDING;
-    }
+    return hc_net_pipe_run(op, &rg->pipe, &hc_net_ring_ops, rg);
 }
 
 hc_step_t hc_net_allreduce_ring(hc_coll_op_t *op)
@@ -352,14 +322,13 @@ hc_step_t hc_net_reduce_ring(hc_coll_op_t *op)
 /* ---- broadcast ------------------------------------------------------------------------ */
 
 /* Pipelined chain root -> root+1 -> ... -> root-1: chunk c is forwarded as
- * soon as it arrived, while later chunks are still in flight. */
+ * soon as it arrived, while later chunks are still in flight (a pipeline of
+ * lag 0: hc_net_pipe_run). */
 typedef struct {
     int prev, next; /* -1: none */
-    int nchunks, window;
-    int next_send, next_recv, next_proc, sends_inflight;
-    size_t chunk; /* elements */
-    uint8_t rdone[HC_NET_WINDOW];
-    int32_t ids[HC_COLL_MAX_REQS];
+    size_t chunk;   /* elements */
+    uint8_t *buf;
+    hc_net_pipe_t pipe;
 } hc_net_chain_t;
 
 size_t hc_net_chain_state(const hc_coll_op_t *op)
@@ -368,10 +337,29 @@ size_t hc_net_chain_state(const hc_coll_op_t *op)
     return sizeof(hc_net_chain_t);
 }
 
+static hcomm_status_t hc_net_chain_post(hc_coll_op_t *op, hc_net_chain_t *ch, int u, bool send)
+{
+    size_t lo = (size_t)u * ch->chunk, cnt = HC_MIN(ch->chunk, op->count - lo);
+    return hc_net_post(op, ch->pipe.ids, u * 2 + send, send, ch->buf + lo * op->esize,
+                       cnt * op->esize, send ? ch->next : ch->prev);
+}
+
+static hcomm_status_t hc_net_chain_post_send(hc_coll_op_t *op, void *ctx, int u)
+{
+    return hc_net_chain_post(op, ctx, u, true);
+}
+
+static hcomm_status_t hc_net_chain_post_recv(hc_coll_op_t *op, void *ctx, int u)
+{
+    return hc_net_chain_post(op, ctx, u, false);
+}
+
+static const hc_net_pipe_ops_t hc_net_chain_ops = {hc_net_chain_post_send,
+                                                   hc_net_chain_post_recv, NULL};
+
 hc_step_t hc_net_broadcast_chain(hc_coll_op_t *op)
 {
     hc_net_chain_t *ch = op->tmp;
-    uint8_t *buf = op->rbuf;
     if (!ch) {
         /* The chain follows the ring order from the root's position. */
         int n = op->comm->size, me, rootp = 0;
@@ -383,6 +371,7 @@ hc_step_t hc_net_broadcast_chain(hc_coll_op_t *op)
         if (rc != HCOMM_OK) return hc_step_fail(rc);
         ch = op->tmp;
         memset(ch, 0, sizeof(*ch));
+        ch->buf = op->rbuf;
         ch->prev = vr == 0 ? -1 : order[hc_net_mod(me - 1, n)];
         ch->next = vr == n - 1 ? -1 : order[hc_net_mod(me + 1, n)];
         /* Chunks small enough that the chain fills quickly, large enough to
@@ -390,47 +379,12 @@ hc_step_t hc_net_broadcast_chain(hc_coll_op_t *op)
         size_t cb = op->bytes >= 8 * HC_NET_CHUNK_BYTES ? HC_NET_CHUNK_BYTES
                                                         : HC_MAX(HC_NET_SMALL_BYTES, op->bytes / 8);
         ch->chunk = HC_MAX((size_t)1, cb / op->esize);
-        ch->nchunks = (int)((op->count + ch->chunk - 1) / ch->chunk);
-        ch->window = HC_MIN(HC_NET_WINDOW, ch->nchunks);
-        if (ch->prev < 0) ch->next_recv = ch->next_proc = ch->nchunks;
-        if (ch->next < 0) ch->next_send = ch->nchunks;
+        hc_net_pipe_t *p = &ch->pipe;
+        p->nunits = (int)((op->count + ch->chunk - 1) / ch->chunk);
+        p->window = HC_MIN(HC_NET_WINDOW, p->nunits);
+        p->lag = 0;
+        if (ch->prev < 0) p->next_recv = p->next_proc = p->nunits; /* the root sends only */
+        if (ch->next < 0) p->next_send = p->nunits;                /* the last receives only */
     }
-    for (;;) {
-        bool moved = false;
-        int32_t id;
-        int rc;
-        while ((rc = hc_net_pop(op, ch->ids, &id)) == 1) {
-            moved = true;
-            if (id & 1)
-                ch->sends_inflight--;
-            else
-                ch->rdone[(id >> 1) % ch->window] = 1;
-        }
-        if (rc < 0) return hc_step_fail(rc);
-        while (ch->next_proc < ch->next_recv && ch->rdone[ch->next_proc % ch->window]) {
-            ch->rdone[ch->next_proc++ % ch->window] = 0;
-            moved = true;
-        }
-        while (ch->next_send < ch->nchunks && ch->sends_inflight < ch->window &&
-               ch->next_send < ch->next_proc) {
-            size_t lo = (size_t)ch->next_send * ch->chunk, cnt = HC_MIN(ch->chunk, op->count - lo);
-            rc = hc_net_post(op, ch->ids, ch->next_send * 2 + 1, true, buf + lo * op->esize,
-                             cnt * op->esize, ch->next);
-            if (rc != HCOMM_OK) return hc_step_fail(rc);
-            ch->next_send++;
-            ch->sends_inflight++;
-            moved = true;
-        }
-        while (ch->next_recv < ch->nchunks && ch->next_recv < ch->next_proc + ch->window) {
-            size_t lo = (size_t)ch->next_recv * ch->chunk, cnt = HC_MIN(ch->chunk, op->count - lo);
-            rc = hc_net_post(op, ch->ids, ch->next_recv * 2, false, buf + lo * op->esize,
-                             cnt * op->esize, ch->prev);
-            if (rc != HCOMM_OK) return hc_step_fail(rc);
-            ch->next_recv++;
-            moved = true;
-        }
-        if (ch->next_proc == ch->nchunks && ch->next_send == ch->nchunks && ch->sends_inflight == 0)
-            return HC_STEP_DONE;
-        if (!moved) return HC_STEP_PENDING;
-    }
+    return hc_net_pipe_run(op, &ch->pipe, &hc_net_chain_ops, ch);
 }
