@@ -89,6 +89,12 @@ typedef struct hc_coll_shrink {
 
 static int hc_sh_owed; /* members owed a FINAL view (hc_coll_shrink_progress) */
 
+static const char *hc_sh_kind_name(int kind)
+{
+    static const char *const names[] = {"?", "QUERY", "VIEW", "DECIDE", "ACK", "DONE"};
+    return kind > 0 && kind <= HC_SH_DONE ? names[kind] : "?";
+}
+
 static inline bool hc_bit(const uint64_t *m, int i)
 {
     return (m[i >> 6] >> (i & 63)) & 1;
@@ -146,6 +152,9 @@ static void hc_sh_send(struct hcomm_comm *comm, int to, uint16_t k, int kind, un
                        int epoch, uint64_t b, const uint64_t *m, size_t words)
 {
     size_t per = HC_SHRINK_CHUNK_BITS / 64, nchunks = m ? (words + per - 1) / per : 1;
+    hc_log_debug("shrink 0x%x #%u: %s to communicator rank %d, epoch %d (word %#llx)",
+                 comm->ctx_id, (unsigned)k, hc_sh_kind_name(kind), to, epoch,
+                 m ? (unsigned long long)m[0] : 0ull);
     for (size_t c = 0; c < nchunks; c++) {
         size_t w0 = c * per, nw = m ? HC_MIN(per, words - w0) : 0;
         unsigned f = flags | (c + 1 == nchunks ? HC_SH_LAST : 0);
@@ -181,6 +190,11 @@ void hc_coll_shrink_frame(struct hcomm_comm *comm, int from, const hc_frame_hdr_
     int epoch = (int)(uint32_t)hdr->a;
     uint64_t chunk = hdr->a >> 32;
     bool last = flags & HC_SH_LAST;
+    hc_log_debug("shrink 0x%x #%u: %s%s from communicator rank %d, epoch %d (here: #%u done, "
+                 "epoch %d, coordinating %d%s)",
+                 comm->ctx_id, (unsigned)k, hc_sh_kind_name(kind),
+                 (flags & HC_SH_FINAL) ? " FINAL" : "", from, epoch, (unsigned)s->finished,
+                 s->epoch, s->coord_epoch, s->active ? "" : ", not in a shrink");
     if (k == s->finished && kind == HC_SH_QUERY && !s->active) {
         s->owe_final_to = from + 1; /* answered by hc_coll_shrink_progress */
         hc_sh_owed++;
