@@ -54,8 +54,10 @@ typedef struct __attribute__((packed)) {
 #define HC_DPDK_HDRS_LEN (HC_DPDK_L2L4_LEN + sizeof(hc_dpdk_hdr_t))
 
 typedef struct {
-    char port[512]; /* HCOMM_DPDK_PORT, %r and %l expanded, this rank's entry */
-    char eal_args[1024];
+    const char *port_list; /* HCOMM_DPDK_PORT as set: entries by local rank, %r and %l */
+    const char *args;      /* HCOMM_DPDK_ARGS */
+    char port[512];        /* HCOMM_DPDK_PORT, %r and %l expanded, this rank's entry */
+    char eal_args[1024];   /* the EAL command line (hcomm_info, logs) */
     int64_t udp_base;
     int64_t window;
     double rto_min, rto_max, peer_timeout;
@@ -109,16 +111,30 @@ typedef struct {
 } hc_dpdk_port_t;
 extern hc_dpdk_port_t hc_dpdk_port;
 
+/* dpdk_port.c */
 /* Starts EAL and the port (idempotent). why on failure. */
 hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_len);
 /* Starts the configured port (idempotent) and, with wait_link, waits up to
  * HCOMM_DPDK_LINK_WAIT for its link. */
 hcomm_status_t hc_dpdk_port_start(bool wait_link, char *why, size_t why_len);
-/* Expands HCOMM_DPDK_PORT for this rank into cfg.port; false when unset. */
-bool hc_dpdk_port_spec(const hc_drv_env_t *env, char *out, size_t cap);
-
-hcomm_status_t hc_dpdk_probe(const hc_drv_env_t *env, char *why, size_t why_len);
 void hc_dpdk_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg),
                       void *arg);
+
+/* dpdk_eal.c */
+/* Expands HCOMM_DPDK_PORT for this rank into out; false when unset. */
+bool hc_dpdk_port_spec(const hc_drv_env_t *env, char *out, size_t cap);
+/* A PCI address (dddd:bb:dd.f or bb:dd.f), as opposed to a vdev string. */
+bool hc_dpdk_is_pci(const char *spec);
+/* The value of key= in a vdev's argument list ("" when absent). */
+void hc_dpdk_vdev_arg(const char *spec, const char *key, char *out, size_t cap);
+/* The MTU asked for: HCOMM_DPDK_MTU, else on memif (a shared-memory link
+ * with no wire MTU) HC_DPDK_MEMIF_MTU, else 0 (the port's). */
+int64_t hc_dpdk_want_mtu(const char *spec);
+/* Starts EAL for port once per process; a failure is final (EAL cannot
+ * start again) and said again to every later call. */
+hcomm_status_t hc_dpdk_eal_start(const char *port, char *why, size_t why_len);
+/* EAL was started and runs. */
+bool hc_dpdk_eal_running(void);
+hcomm_status_t hc_dpdk_probe(const hc_drv_env_t *env, char *why, size_t why_len);
 
 #endif /* HC_DRV_DPDK_H */
