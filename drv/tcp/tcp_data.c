@@ -330,9 +330,8 @@ static size_t hc_drv_tcp_sent(hc_tcp_slot_t *s, ssize_t n, bool *zc)
     return 0;
 }
 
-/* The payload into queue entry t: kept by reference when the caller gave a
- * cookie (put_done releases it), else copied. False when the copy has no
- * memory. */
+/* The payload into queue entry t: by reference when the caller gave a
+ * cookie (put_done releases it), else copied; false without memory. */
 static bool hc_drv_tcp_tx_keep(hc_tcp_slot_t *s, hc_tcp_tx_t *t, const void *payload, size_t len,
                                void *cookie)
 {
@@ -352,11 +351,10 @@ static bool hc_drv_tcp_tx_keep(hc_tcp_slot_t *s, hc_tcp_tx_t *t, const void *pay
     return true;
 }
 
-/* The rest of a frame that did not go whole at once, sent bytes of it
- * already written: queued on s in a new entry (or t, which holds the
- * header of a zero-copy send), or refused with ERR_AGAIN when nothing was
- * written and the queue is full or the payload cannot be kept. held: an
- * idle-close handshake holds the frame back. */
+/* A frame not written whole at once (sent bytes of it were) queued on s in
+ * a new entry (or t, holding a zero-copy send's header), or refused with
+ * ERR_AGAIN when nothing was written and the queue is full or the payload
+ * cannot be kept. held: an idle-close handshake holds the frame back. */
 static HC_NOINLINE hcomm_status_t hc_drv_tcp_put_queue(hc_tcp_slot_t *s, const hc_frame_hdr_t *hdr,
                                                        const void *payload, void *cookie,
                                                        hc_tcp_tx_t *t, size_t sent, bool zc,
