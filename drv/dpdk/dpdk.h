@@ -1,13 +1,22 @@
 /*
  * dpdk: plain Ethernet without the kernel, through DPDK poll-mode drivers.
  * Internal header shared by
- *   dpdk_port.c  the knobs, EAL start (once per process), the port (a PCI
- *                device or a vdev such as net_af_packet), the mbuf pool,
- *                probe and hcomm_info's listing;
- *   dpdk_data.c  the driver: Ethernet + IPv4 + UDP framing, connections,
- *                put (copied, or zero copy from the caller's memory),
- *                progress (receive, acknowledgements, timers), failure;
- *   dpdk_rel.c   reliable delivery and congestion control (no DPDK types).
+ *   dpdk_eal.c    HCOMM_DPDK_PORT (this rank's entry), EAL's arguments and
+ *                 its start (once per process), the probe;
+ *   dpdk_port.c   the knobs, the port (a PCI device or a vdev such as
+ *                 net_af_packet): MTU, mbuf pool, queues and offloads,
+ *                 addresses, start and link; hcomm_info's listing;
+ *   dpdk_setup.c  the driver's control path: open, connect, memory
+ *                 registration, teardown, counters, the ops table;
+ *   dpdk_tx.c     transmit: Ethernet + IPv4 + UDP framing, put (copied, or
+ *                 zero copy from the caller's memory), the TX queue, the
+ *                 window's (re)transmissions and acknowledgement packets;
+ *   dpdk_rx.c     receive: progress (an RX burst, the acknowledgements
+ *                 owed after it), classifying packets, delivery;
+ *   dpdk_retx.c   the window's callbacks table, completions, the timers
+ *                 (retransmission, peer timeout), peer failure;
+ *   dpdk_rel.c    reliable delivery and congestion control (no DPDK types).
+ * dpdk_inl.h holds the static inlines the data path's files share.
  * The design is in docs/dpdk.md.
  */
 #ifndef HC_DRV_DPDK_H
@@ -54,8 +63,10 @@ typedef struct __attribute__((packed)) {
 #define HC_DPDK_HDRS_LEN (HC_DPDK_L2L4_LEN + sizeof(hc_dpdk_hdr_t))
 
 typedef struct {
-    char port[512]; /* HCOMM_DPDK_PORT, %r and %l expanded, this rank's entry */
-    char eal_args[1024];
+    const char *port_list; /* HCOMM_DPDK_PORT as set: entries by local rank, %r and %l */
+    const char *args;      /* HCOMM_DPDK_ARGS */
+    char port[512];        /* HCOMM_DPDK_PORT, %r and %l expanded, this rank's entry */
+    char eal_args[1024];   /* the EAL command line (hcomm_info, logs) */
     int64_t udp_base;
     int64_t window;
     double rto_min, rto_max, peer_timeout;
@@ -109,16 +120,116 @@ typedef struct {
 } hc_dpdk_port_t;
 extern hc_dpdk_port_t hc_dpdk_port;
 
+/* dpdk_port.c */
 /* Starts EAL and the port (idempotent). why on failure. */
 hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_len);
 /* Starts the configured port (idempotent) and, with wait_link, waits up to
  * HCOMM_DPDK_LINK_WAIT for its link. */
 hcomm_status_t hc_dpdk_port_start(bool wait_link, char *why, size_t why_len);
-/* Expands HCOMM_DPDK_PORT for this rank into cfg.port; false when unset. */
-bool hc_dpdk_port_spec(const hc_drv_env_t *env, char *out, size_t cap);
-
-hcomm_status_t hc_dpdk_probe(const hc_drv_env_t *env, char *why, size_t why_len);
 void hc_dpdk_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg),
                       void *arg);
+
+/* dpdk_eal.c */
+/* Expands HCOMM_DPDK_PORT for this rank into out; false when unset. */
+bool hc_dpdk_port_spec(const hc_drv_env_t *env, char *out, size_t cap);
+/* A PCI address (dddd:bb:dd.f or bb:dd.f), as opposed to a vdev string. */
+bool hc_dpdk_is_pci(const char *spec);
+/* The value of key= in a vdev's argument list ("" when absent). */
+void hc_dpdk_vdev_arg(const char *spec, const char *key, char *out, size_t cap);
+/* The MTU asked for: HCOMM_DPDK_MTU, else on memif (a shared-memory link
+ * with no wire MTU) HC_DPDK_MEMIF_MTU, else 0 (the port's). */
+int64_t hc_dpdk_want_mtu(const char *spec);
+/* Starts EAL for port once per process; a failure is final (EAL cannot
+ * start again) and said again to every later call. */
+hcomm_status_t hc_dpdk_eal_start(const char *port, char *why, size_t why_len);
+/* EAL was started and runs. */
+bool hc_dpdk_eal_running(void);
+hcomm_status_t hc_dpdk_probe(const hc_drv_env_t *env, char *why, size_t why_len);
+
+/* ---- the driver instance (dpdk_setup.c, dpdk_tx.c, dpdk_rx.c, dpdk_retx.c) ---------- */
+
+typedef struct hc_dpdk_drv hc_dpdk_drv_t;
+
+typedef struct {
+    uintptr_t lo, hi; /* hi 0: a free slot */
+    uint32_t refs;    /* registrations of exactly this range: the cache may hold an
+                         invalidated record, still referenced, beside its successor */
+    bool user;        /* registration-cache memory, not a library region */
+    bool owned;       /* we registered it with EAL (not already known to it) */
+} hc_dpdk_reg_t;
+
+typedef struct {
+    hc_conn_t base;
+    hc_dpdk_drv_t *d;
+    hc_dpdk_addr_t addr;
+    uint8_t l2l4[HC_DPDK_L2L4_LEN]; /* Ethernet + IPv4 + UDP to the peer, lengths 0 */
+    hc_rel_t rel;
+    bool failed;
+    bool touched;    /* on d->touched: owes an acknowledgement (sent once due, hc_rel_flush) */
+    bool busy;       /* in d->busy: has (or had, until the next tick) packets in flight */
+    bool stall_told; /* the warning about a packet retransmitted over and over went */
+} hc_dpdk_conn_t;
+
+struct hc_dpdk_drv {
+    hc_drv_t base;
+    uint64_t session;
+    uint16_t udp_port;
+    size_t max_payload;
+    hc_dpdk_conn_t **conns; /* by world rank, NULL until connect */
+    hc_dpdk_conn_t **touched;
+    int ntouched;
+    hc_dpdk_conn_t **busy; /* connections with packets in flight: what the timers visit */
+    int nbusy;
+    uint64_t t_tick;
+    uint64_t t_poll;     /* the last progress call that read the clock */
+    uint64_t t_clock;    /* the last clock reading (a poll or a send) */
+    uint64_t t_backlog;  /* 0, or the clock before a gap in polling: what the rings
+                            still hold may have waited since then (host delay) */
+    unsigned idle_polls; /* empty polls since the clock was last read */
+    bool rx_version_warned;
+    uint64_t rng;
+    struct rte_mbuf_ext_shared_info shinfo; /* of every zero-copy segment: never freed */
+    /* Packets sent but not yet handed to the PMD: one rte_eth_tx_burst per
+     * burst (on af_packet one sendto, on memif one ring update), flushed
+     * when full, at the start and end of progress and by ops->flush. */
+    struct rte_mbuf *txq[HC_DPDK_TXQ];
+    unsigned ntxq;
+    /* counters (HCOMM_STATS_LEVEL=2) */
+    uint64_t tx_pkts, rx_pkts, tx_bytes, rx_bytes, rx_foreign, rx_stale, rx_dropped_fault;
+    uint64_t rx_corrupted; /* fault injection */
+    uint64_t zcopy_puts, copy_puts, tx_full, tx_bursts, mbuf_short, rx_bad_cksum, rx_cksum_ok;
+    uint64_t zcopy_bytes, copy_bytes, copied_large_bytes; /* payload; large: >= the threshold */
+    uint64_t zcopy_user_bytes, user_regs, reg_failures;
+    uint64_t tx_reaps; /* empty bursts for a retransmission the PMD still held */
+    /* Memory registered with DPDK (a DMAing port): library regions and,
+     * through the registration cache, the buffers of large user sends. A
+     * key is its slot + 1, stable while registered. */
+    hc_dpdk_reg_t *regs;
+    int nregs, capregs, last_reg;
+};
+
+/* dpdk_tx.c: put, the TX queue, the packets the window sends */
+hcomm_status_t hc_dpdk_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
+                           void *cookie);
+/* Hands the queued packets to the PMD (which frees what it sent); what it
+ * refuses (its ring is full) stays queued, in order, for the next flush. */
+void hc_dpdk_tx_flush(hc_dpdk_drv_t *d);
+void hc_dpdk_flush(hc_drv_t *drv);
+int hc_dpdk_rel_xmit(void *arg, void *pkt, const hc_rel_wire_t *w);
+int hc_dpdk_rel_ack(void *arg, const hc_rel_wire_t *w);
+
+/* dpdk_rx.c: progress, receiving */
+int hc_dpdk_progress(hc_drv_t *drv);
+void hc_dpdk_rel_deliver(void *arg, void *pkt);
+void hc_dpdk_rel_discard(void *arg, void *pkt);
+
+/* dpdk_retx.c: the window's callbacks, timers, peer failure */
+extern const hc_rel_ops_t hc_dpdk_rel_ops;
+/* Runs the timers of the connections with packets in flight (retransmission,
+ * peer timeout); answers how many peers it failed. */
+int hc_dpdk_timers(hc_dpdk_drv_t *d, uint64_t now);
+/* hc_rel_drain's callback: a packet whose peer failed, its put failed. */
+void hc_dpdk_fail_one(void *arg, void *pkt, void *cookie);
+void hc_dpdk_peer_gone(hc_drv_t *drv, int peer);
 
 #endif /* HC_DRV_DPDK_H */

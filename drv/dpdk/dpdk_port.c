@@ -1,26 +1,19 @@
 /*
- * dpdk driver, setup: the knobs, EAL (once per process), the port and its
- * mbuf pool, the probe and hcomm_info's listing. See docs/dpdk.md.
+ * dpdk driver, setup: the knobs, the port (its MTU, its mbuf pool, its
+ * queues and offloads, its addresses, starting it and waiting for its link)
+ * and hcomm_info's listing. See docs/dpdk.md.
  *
- * EAL is started as a library inside an application has to be: in memory
- * only (no runtime files that two jobs on a host would share), no PCI scan
- * unless the port is a PCI address, no telemetry socket, on the CPU the
- * calling thread runs on (EAL pins its main thread to its first lcore: the
- * caller's affinity is restored right after), hugepages when some are free,
- * else plain memory. HCOMM_DPDK_ARGS replaces the defaults; the port's own
- * argument (--vdev= or -a) and -l are added unless the arguments name them.
+ * The port is the process's: EAL (dpdk_eal.c) cannot restart, so the port
+ * is configured by the first open and stays configured and started until
+ * exit; each driver instance (one at a time) uses it.
  */
 #include "drv/dpdk/dpdk.h"
 #include "base/config.h"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <ifaddrs.h>
-#include <limits.h>
-#include <net/if.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,13 +30,11 @@
 hc_dpdk_cfg_t hc_dpdk_cfg;
 hc_dpdk_port_t hc_dpdk_port = {.guard_fd = -1};
 
-static const char *hc_dpdk_port_knob, *hc_dpdk_args_knob;
-
 static const hc_config_knob_t hc_dpdk_knobs[] = {
-    HC_KNOB_STR(hc_dpdk_port_knob, "HCOMM_DPDK_PORT", "",
+    HC_KNOB_STR(hc_dpdk_cfg.port_list, "HCOMM_DPDK_PORT", "",
                 "dpdk: the port, a PCI address or a vdev (net_af_packet0,iface=eth1); %r = "
                 "rank, %l = local rank; entries separated by ';' are used one per local rank"),
-    HC_KNOB_STR(hc_dpdk_args_knob, "HCOMM_DPDK_ARGS", "",
+    HC_KNOB_STR(hc_dpdk_cfg.args, "HCOMM_DPDK_ARGS", "",
                 "dpdk: EAL arguments replacing the defaults (--in-memory --no-telemetry, "
                 "hugepages when free); the port's argument and -l are added unless given"),
     HC_KNOB_STR(hc_dpdk_cfg.ip, "HCOMM_DPDK_IP", "",
@@ -106,217 +97,6 @@ static const hc_config_knob_t hc_dpdk_knobs[] = {
                    "acknowledgements is dropped"),
 };
 HC_CONFIG_KNOBS("dpdk", hc_dpdk_knobs)
-
-/* ---- HCOMM_DPDK_PORT ----------------------------------------------------------- */
-
-bool hc_dpdk_port_spec(const hc_drv_env_t *env, char *out, size_t cap)
-{
-    const char *spec = hc_dpdk_port_knob ? hc_dpdk_port_knob : "";
-    if (spec[0] == '\0') return false;
-    /* Entry local_rank % entries of a ';' list. */
-    int entries = 1;
-    for (const char *p = spec; *p; p++)
-        entries += *p == ';';
-    int want = (env->local_rank > 0 ? env->local_rank : 0) % entries;
-    const char *start = spec;
-    for (int i = 0; i < want; i++)
-        start = strchr(start, ';') + 1;
-    size_t n = strcspn(start, ";"), o = 0;
-    for (size_t i = 0; i < n && o + 12 < cap; i++) {
-        if (start[i] == '%' && i + 1 < n && (start[i + 1] == 'r' || start[i + 1] == 'l')) {
-            o += (size_t)snprintf(out + o, cap - o, "%d",
-                                  start[i + 1] == 'r' ? env->rank : HC_MAX(env->local_rank, 0));
-            i++;
-        } else {
-            out[o++] = start[i];
-        }
-    }
-    out[o] = '\0';
-    return o > 0;
-}
-
-/* A PCI address (dddd:bb:dd.f or bb:dd.f), as opposed to a vdev string. */
-static bool hc_dpdk_is_pci(const char *s)
-{
-    unsigned a, b, c, d;
-    char tail;
-    return sscanf(s, "%x:%x:%x.%x%c", &a, &b, &c, &d, &tail) == 4 ||
-           sscanf(s, "%x:%x.%x%c", &b, &c, &d, &tail) == 3 ||
-           (sscanf(s, "%x:%x:%x.%x%c", &a, &b, &c, &d, &tail) == 5 && tail == ',');
-}
-
-/* The value of key= in a vdev's argument list ("" when absent). */
-static void hc_dpdk_vdev_arg(const char *spec, const char *key, char *out, size_t cap)
-{
-    size_t kl = strlen(key);
-    out[0] = '\0';
-    for (const char *p = strchr(spec, ','); p; p = strchr(p + 1, ',')) {
-        if (!strncmp(p + 1, key, kl) && p[1 + kl] == '=') {
-            size_t n = strcspn(p + 2 + kl, ",");
-            snprintf(out, cap, "%.*s", (int)HC_MIN(n, cap - 1), p + 2 + kl);
-            return;
-        }
-    }
-}
-
-/* hcomm's XDP program for af_xdp ports: hcomm/hcomm_xdp.o next to the
- * library (the build tree's lib/ and the installed libdir alike). */
-static bool hc_dpdk_xdp_prog(char *out, size_t cap)
-{
-    Dl_info di;
-    if (!dladdr((void *)hc_dpdk_xdp_prog, &di) || !di.dli_fname) return false;
-    const char *slash = strrchr(di.dli_fname, '/');
-    if (!slash) return false;
-    snprintf(out, cap, "%.*s/hcomm/hcomm_xdp.o", (int)(slash - di.dli_fname), di.dli_fname);
-    return access(out, R_OK) == 0;
-}
-
-/* The MTU asked for: HCOMM_DPDK_MTU, else on memif (a shared-memory link
- * with no wire MTU) HC_DPDK_MEMIF_MTU, else 0 (the port's). */
-static int64_t hc_dpdk_want_mtu(const char *spec)
-{
-    if (hc_dpdk_cfg.mtu != 0) return hc_dpdk_cfg.mtu;
-    return !strncmp(spec, "net_memif", 9) ? HC_DPDK_MEMIF_MTU : 0;
-}
-
-static long hc_dpdk_free_hugepages(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    long n = 0;
-    if (!f) return 0;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "HugePages_Free: %ld", &n) == 1) break;
-    fclose(f);
-    return n;
-}
-
-static bool hc_dpdk_args_have(char **argv, int argc, const char *const *names)
-{
-    for (int i = 0; i < argc; i++)
-        for (const char *const *n = names; *n; n++)
-            if (!strncmp(argv[i], *n, strlen(*n))) return true;
-    return false;
-}
-
-/* ---- EAL ------------------------------------------------------------------------- */
-
-static bool hc_dpdk_eal_done;
-static char hc_dpdk_eal_error[1600];
-
-static hcomm_status_t hc_dpdk_eal_start(const char *port, char *why, size_t why_len)
-{
-    if (hc_dpdk_eal_done) {
-        if (hc_dpdk_eal_error[0]) {
-            snprintf(why, why_len, "%s", hc_dpdk_eal_error);
-            return HCOMM_ERR_NO_DEVICE;
-        }
-        return HCOMM_OK;
-    }
-    hc_dpdk_eal_done = true;
-
-    char args[1024];
-    const char *user = hc_dpdk_args_knob ? hc_dpdk_args_knob : "";
-    if (user[0])
-        snprintf(args, sizeof(args), "%s", user);
-    else
-        /* --in-memory needs hugepages (it refuses --no-huge); without free
-         * ones, plain memory and no shared configuration (no mp socket). */
-        snprintf(args, sizeof(args), "%s --no-telemetry --log-level=*:error",
-                 hc_dpdk_free_hugepages() >= 64 ? "--in-memory" : "--no-huge -m 512 --no-shconf");
-    snprintf(hc_dpdk_cfg.eal_args, sizeof(hc_dpdk_cfg.eal_args), "%s", args);
-
-    char *argv[64], buf[1024], portarg[PATH_MAX + 1024], lcore[32];
-    int argc = 0;
-    argv[argc++] = "hcomm";
-    snprintf(buf, sizeof(buf), "%s", args);
-    for (char *tok = strtok(buf, " \t"); tok && argc < 56; tok = strtok(NULL, " \t"))
-        argv[argc++] = tok;
-    static const char *const lcore_opts[] = {"-l", "-c", "--lcores", NULL};
-    static const char *const dev_opts[] = {"-a", "--allow", "--vdev", "-b", "--block", NULL};
-    if (!hc_dpdk_args_have(argv, argc, lcore_opts)) {
-        int cpu = sched_getcpu();
-        snprintf(lcore, sizeof(lcore), "-l%d", cpu < 0 ? 0 : cpu);
-        argv[argc++] = lcore;
-    }
-    if (!hc_dpdk_args_have(argv, argc, dev_opts)) {
-        if (hc_dpdk_is_pci(port)) {
-            snprintf(portarg, sizeof(portarg), "-a%s", port);
-        } else {
-            /* af_packet: its default ring (512 frames) loses a third of a
-             * stream on a busy host (4096 frames lose none), and with its
-             * default qdisc bypass, full-size frames sent through a Linux
-             * bridge stopped reaching the receiving af_packet socket in
-             * our tests (a plain packet socket still saw them), so both
-             * are set unless the port string says otherwise. */
-            bool afp = !strncmp(port, "net_af_packet", 13);
-            /* memif: a ring buffer holds a whole frame (HCOMM_DPDK_MTU), so
-             * that a frame is one descriptor each way. */
-            char bsize[32] = "";
-            int64_t fmtu = hc_dpdk_want_mtu(port);
-            if (!strncmp(port, "net_memif", 9) && !strstr(port, "bsize=") && fmtu > RTE_ETHER_MTU &&
-                fmtu <= HC_DPDK_MTU_MAX)
-                snprintf(bsize, sizeof(bsize), ",bsize=%u",
-                         (unsigned)HC_MIN(65535, (fmtu + RTE_ETHER_HDR_LEN + 127) / 128 * 128));
-            /* af_xdp: DPDK's default XDP program sends every packet of
-             * the queue to the AF_XDP socket, the job's own bootstrap
-             * connection on that interface included (no job could start
-             * there); hcomm's sends only its own packets there. */
-            char xdp[PATH_MAX + 16] = "";
-            if (!strncmp(port, "net_af_xdp", 10) && !strstr(port, "xdp_prog=")) {
-                if (hc_dpdk_xdp_prog(xdp + 10, sizeof(xdp) - 10))
-                    memcpy(xdp, ",xdp_prog=", 10);
-                else
-                    hc_log_warn("dpdk: %s: hcomm's XDP program (hcomm/hcomm_xdp.o next to "
-                                "libhcomm) is missing: DPDK's default takes every packet of "
-                                "the queue, TCP on this interface (the bootstrap) stops",
-                                port);
-            }
-            /* af_xdp: no preferred busy polling. With it (DPDK's default,
-             * busy_budget=64) every receive poll that finds the ring empty
-             * is a recvfrom() into the kernel's NAPI, and the progress
-             * engine polls flat out: 8-byte ping-pong on a veth 3.81-3.98 us
-             * against 3.64-3.88 without (docs/dpdk.md). */
-            bool axdp = !strncmp(port, "net_af_xdp", 10);
-            int len =
-                snprintf(portarg, sizeof(portarg), "--vdev=%s%s%s%s%s%s", port,
-                         afp && !strstr(port, "framecnt=") ? ",framecnt=4096" : "",
-                         afp && !strstr(port, "qdisc_bypass=") ? ",qdisc_bypass=0" : "", bsize, xdp,
-                         axdp && !strstr(port, "busy_budget=") ? ",busy_budget=0" : "");
-            if (len < 0 || (size_t)len >= sizeof(portarg)) {
-                snprintf(hc_dpdk_eal_error, sizeof(hc_dpdk_eal_error),
-                         "dpdk: HCOMM_DPDK_PORT=%.200s: the device argument with hcomm's additions "
-                         "is %d bytes, more than %zu",
-                         port, len, sizeof(portarg) - 1);
-                snprintf(why, why_len, "%s", hc_dpdk_eal_error);
-                return HCOMM_ERR_NO_DEVICE;
-            }
-            argv[argc++] = "--no-pci";
-        }
-        argv[argc++] = portarg;
-    }
-    argv[argc] = NULL;
-    size_t o = 0;
-    for (int i = 1; i < argc && o < sizeof(hc_dpdk_cfg.eal_args) - 2; i++)
-        o += (size_t)snprintf(hc_dpdk_cfg.eal_args + o, sizeof(hc_dpdk_cfg.eal_args) - o, "%s%s",
-                              i > 1 ? " " : "", argv[i]);
-
-    cpu_set_t saved;
-    bool have_saved = sched_getaffinity(0, sizeof(saved), &saved) == 0;
-    /* rte_eal_init permutes argv: hand it a copy. */
-    char *copy[64];
-    memcpy(copy, argv, sizeof(char *) * (size_t)(argc + 1));
-    hc_log_debug("dpdk: rte_eal_init %s", hc_dpdk_cfg.eal_args);
-    int rc = rte_eal_init(argc, copy);
-    if (have_saved) (void)sched_setaffinity(0, sizeof(saved), &saved);
-    if (rc < 0) {
-        snprintf(hc_dpdk_eal_error, sizeof(hc_dpdk_eal_error), "rte_eal_init(%s) failed: %s",
-                 hc_dpdk_cfg.eal_args, rte_strerror(rte_errno));
-        snprintf(why, why_len, "%s", hc_dpdk_eal_error);
-        return HCOMM_ERR_NO_DEVICE;
-    }
-    return HCOMM_OK;
-}
 
 /* ---- the port -------------------------------------------------------------------- */
 
@@ -389,6 +169,224 @@ static hcomm_status_t hc_dpdk_guard_port(uint32_t ip, uint16_t port, char *why, 
     return HCOMM_OK;
 }
 
+/* A port's frame sizes: mtu, what the driver sends; eth_mtu, what ethdev
+ * is told; free_frames: memif, whose frames ethdev's MTU does not bound. */
+typedef struct {
+    uint16_t mtu, eth_mtu;
+    bool free_frames;
+} hc_dpdk_mtu_t;
+
+static hcomm_status_t hc_dpdk_port_mtu(uint16_t pid, const char *spec,
+                                       const struct rte_eth_dev_info *info, hc_dpdk_mtu_t *m,
+                                       char *why, size_t why_len)
+{
+    uint16_t mtu = RTE_ETHER_MTU;
+    (void)rte_eth_dev_get_mtu(pid, &mtu);
+    /* memif chains its ring buffers for a packet of any length and checks
+     * no MTU on its data path; ethdev still refuses an MTU above 1500 for
+     * it. So on memif, HCOMM_DPDK_MTU is the frame size the driver uses
+     * and the port keeps its ethdev MTU (up to an IPv4 datagram's 64 KiB). */
+    m->free_frames = !strncmp(spec, "net_memif", 9);
+    unsigned max_mtu = m->free_frames ? HC_DPDK_MTU_MAX : info->max_mtu;
+    int64_t want = hc_dpdk_want_mtu(spec);
+    if (want != 0) {
+        if (want < 576 || want > max_mtu) {
+            snprintf(why, why_len, "HCOMM_DPDK_MTU %lld outside [576, %u] (the port's maximum)",
+                     (long long)want, max_mtu);
+            return HCOMM_ERR_INVALID;
+        }
+        mtu = (uint16_t)want;
+    }
+    if (mtu < 576) mtu = 576;
+    m->mtu = m->eth_mtu = mtu;
+    if (m->free_frames &&
+        (uint32_t)mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN > info->max_rx_pktlen)
+        m->eth_mtu = (uint16_t)(info->max_rx_pktlen - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
+    return HCOMM_OK;
+}
+
+/* The knobs only the port uses, checked before anything is allocated. */
+static hcomm_status_t hc_dpdk_port_knobs(char *why, size_t why_len)
+{
+    if ((hc_dpdk_cfg.mbufs != 0 && hc_dpdk_cfg.mbufs < 1023) || hc_dpdk_cfg.ring < 64 ||
+        hc_dpdk_cfg.ring > 16384) {
+        snprintf(why, why_len,
+                 "HCOMM_DPDK_MBUFS %lld (0 or >= 1023) or HCOMM_DPDK_RING %lld "
+                 "(64..16384) out of range",
+                 (long long)hc_dpdk_cfg.mbufs, (long long)hc_dpdk_cfg.ring);
+        return HCOMM_ERR_INVALID;
+    }
+    const char *reg = hc_dpdk_cfg.reg ? hc_dpdk_cfg.reg : "auto";
+    if (strcmp(reg, "auto") && strcmp(reg, "all")) {
+        snprintf(why, why_len, "HCOMM_DPDK_REGISTER=\"%s\": auto or all", reg);
+        return HCOMM_ERR_INVALID;
+    }
+    if (!(hc_dpdk_cfg.link_wait >= 0 && hc_dpdk_cfg.link_wait <= 600)) {
+        snprintf(why, why_len, "HCOMM_DPDK_LINK_WAIT %g out of range (0..600 seconds)",
+                 hc_dpdk_cfg.link_wait);
+        return HCOMM_ERR_INVALID;
+    }
+    return HCOMM_OK;
+}
+
+/* The mbuf pool (hc_dpdk_port.pool): HCOMM_DPDK_MBUFS mbufs that hold a
+ * frame of mtu bytes each. */
+static hcomm_status_t hc_dpdk_pool_create(uint16_t pid, const char *spec, uint16_t mtu, char *why,
+                                          size_t why_len)
+{
+    /* On af_xdp the pool is the umem (unaligned chunks, one per mbuf): the
+     * kernel writes a frame XDP_PACKET_HEADROOM (256) bytes past the mbuf's
+     * own headroom and drops a larger one silently (the socket's
+     * rx_dropped: frames of 2150-2950 bytes at MTU 3000 never arrived and
+     * the job stalled), so the data room holds that too; and a chunk is at
+     * most a page. */
+    bool xdp = !strncmp(spec, "net_af_xdp", 10);
+    const unsigned xdp_headroom = 256, mbuf_overhead = (unsigned)sizeof(struct rte_mbuf) + 64;
+    unsigned room = HC_MAX((unsigned)mtu + RTE_ETHER_HDR_LEN + 64 + (xdp ? xdp_headroom : 0),
+                           (unsigned)RTE_MBUF_DEFAULT_DATAROOM);
+    unsigned page = (unsigned)getpagesize();
+    if (xdp && room + RTE_PKTMBUF_HEADROOM + mbuf_overhead > page) {
+        snprintf(
+            why, why_len,
+            "HCOMM_DPDK_MTU %u is too large for net_af_xdp: a frame, its headroom and its "
+            "mbuf must fit a %u-byte page (by that, MTU at most %u; the interface may allow less)",
+            mtu, page,
+            page - mbuf_overhead - RTE_PKTMBUF_HEADROOM - xdp_headroom - 64 - RTE_ETHER_HDR_LEN);
+        return HCOMM_ERR_INVALID;
+    }
+    char pool_name[32];
+    snprintf(pool_name, sizeof(pool_name), "hcomm_%u", pid);
+    unsigned mbufs = (unsigned)hc_dpdk_cfg.mbufs;
+    if (mbufs == 0) mbufs = HC_MIN(16383u, HC_MAX(4095u, (64u << 20) / room));
+    hc_dpdk_port.pool = rte_pktmbuf_pool_create(
+        pool_name, mbufs, 256, 0, (uint16_t)(room + RTE_PKTMBUF_HEADROOM),
+        (int)rte_eth_dev_socket_id(pid) < 0 ? SOCKET_ID_ANY : rte_eth_dev_socket_id(pid));
+    if (!hc_dpdk_port.pool) {
+        snprintf(why, why_len,
+                 "rte_pktmbuf_pool_create(%u mbufs of %u bytes): %s (HCOMM_DPDK_MBUFS)", mbufs,
+                 room, rte_strerror(rte_errno));
+        return HCOMM_ERR_NO_MEMORY;
+    }
+    return HCOMM_OK;
+}
+
+/* How sent packets get their UDP checksum (HCOMM_DPDK_UDP_CKSUM, what the
+ * port offloads): HC_DPDK_CKSUM_*, or -1 for a value it does not know. */
+static int hc_dpdk_cksum_mode(const char *spec, const struct rte_eth_dev_info *info)
+{
+    const char *ck = hc_dpdk_cfg.udp_cksum ? hc_dpdk_cfg.udp_cksum : "auto";
+    bool hw_ck = (info->tx_offload_capa & RTE_ETH_TX_OFFLOAD_UDP_CKSUM) != 0;
+    if (!strcmp(ck, "off")) return HC_DPDK_CKSUM_OFF;
+    if (strcmp(ck, "on") && strcmp(ck, "auto")) return -1;
+    return hw_ck                                       ? HC_DPDK_CKSUM_HW
+           : !strcmp(ck, "on") || hc_dpdk_is_pci(spec) ? HC_DPDK_CKSUM_SW
+                                                       : HC_DPDK_CKSUM_OFF;
+}
+
+/* One RX and one TX queue on the pool, chained TX and the checksum offload
+ * where the port has them, the MTU. */
+static hcomm_status_t hc_dpdk_port_configure(const hc_drv_env_t *env, uint16_t pid,
+                                             const char *name, const char *spec,
+                                             const struct rte_eth_dev_info *info,
+                                             const hc_dpdk_mtu_t *m, char *why, size_t why_len)
+{
+    hc_dpdk_port_t *P = &hc_dpdk_port;
+    struct rte_eth_conf conf;
+    memset(&conf, 0, sizeof(conf));
+    conf.rxmode.mtu = m->eth_mtu;
+    P->multi_seg = (info->tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+    if (P->multi_seg) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+    int cksum = hc_dpdk_cksum_mode(spec, info);
+    if (cksum < 0) {
+        snprintf(why, why_len, "HCOMM_DPDK_UDP_CKSUM=\"%s\": auto, on or off",
+                 hc_dpdk_cfg.udp_cksum);
+        return HCOMM_ERR_INVALID;
+    }
+    P->cksum = cksum;
+    if (P->cksum == HC_DPDK_CKSUM_HW) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_UDP_CKSUM;
+    int rc = rte_eth_dev_configure(pid, 1, 1, &conf);
+    uint16_t nrx = (uint16_t)hc_dpdk_cfg.ring, ntx = (uint16_t)hc_dpdk_cfg.ring;
+    if (rc == 0) rc = rte_eth_dev_adjust_nb_rx_tx_desc(pid, &nrx, &ntx);
+    int sock = rte_eth_dev_socket_id(pid);
+    unsigned socket = sock < 0 ? (unsigned)SOCKET_ID_ANY : (unsigned)sock;
+    if (rc == 0) rc = rte_eth_rx_queue_setup(pid, 0, nrx, socket, NULL, P->pool);
+    if (rc == 0) rc = rte_eth_tx_queue_setup(pid, 0, ntx, socket, NULL);
+    if (rc == 0 && hc_dpdk_cfg.mtu > 0 && !m->free_frames)
+        rc = rte_eth_dev_set_mtu(pid, m->eth_mtu);
+    if (rc == 0) return HCOMM_OK;
+    /* An AF_XDP socket owns its interface queue: ranks of one node on
+     * one interface need a queue each (or an interface each). */
+    bool xdp = !strncmp(spec, "net_af_xdp", 10);
+    char shared[300] = "";
+    if (xdp && env->local_size > 1 && !strstr(spec, "start_queue="))
+        snprintf(shared, sizeof(shared),
+                 "; %d ranks of this node: each needs its own interface queue "
+                 "(start_queue=%%l on a NIC that steers UDP port %lld+l to queue l) or its "
+                 "own interface (%%l in iface=)",
+                 env->local_size, (long long)hc_dpdk_cfg.udp_base);
+    snprintf(why, why_len, "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s%s%s",
+             name, nrx, ntx, m->mtu, rte_strerror(rc < 0 ? -rc : rc),
+             !xdp ? ""
+                  : " (is an XDP program already on the interface? A job that was killed "
+                    "leaves one: ip link set dev <iface> xdp off)",
+             shared);
+    return HCOMM_ERR_NO_DEVICE;
+}
+
+/* This rank's IPv4 address in the frames (HCOMM_DPDK_IP, the vdev's kernel
+ * interface's, else 169.254.<node>) and, on a kernel interface, its UDP
+ * port held by a kernel socket. */
+static hcomm_status_t hc_dpdk_port_addr(const hc_drv_env_t *env, char *why, size_t why_len)
+{
+    hc_dpdk_port_t *P = &hc_dpdk_port;
+    uint16_t udp = (uint16_t)(hc_dpdk_cfg.udp_base + HC_MAX(env->local_rank, 0));
+    if (hc_dpdk_cfg.ip && hc_dpdk_cfg.ip[0]) {
+        struct in_addr a;
+        if (inet_pton(AF_INET, hc_dpdk_cfg.ip, &a) != 1) {
+            snprintf(why, why_len, "HCOMM_DPDK_IP \"%s\" is not an IPv4 address", hc_dpdk_cfg.ip);
+            return HCOMM_ERR_INVALID;
+        }
+        P->ip = a.s_addr;
+    } else if ((P->ip = hc_dpdk_iface_ip(P->iface)) == 0) {
+        int node = env->node_of_rank ? env->node_of_rank[env->rank] : env->rank;
+        P->ip = htonl(0xa9fe0000u | (uint32_t)((node + 1) & 0xffff)); /* 169.254/16 */
+    }
+    if (P->iface[0]) return hc_dpdk_guard_port(P->ip, udp, why, why_len);
+    return HCOMM_OK;
+}
+
+/* The configured port started, except a memif client's, and told. */
+static hcomm_status_t hc_dpdk_port_go(const char *spec, char *why, size_t why_len)
+{
+    hc_dpdk_port_t *P = &hc_dpdk_port;
+    /* A memif client starts its port at wireup, after the address exchange,
+     * when its server (a rank of this job) has surely started its own: a
+     * client that connects between its server's EAL start (which makes the
+     * socket) and its server's port start is told "ID not found" and
+     * disconnected, and DPDK does not try again (2 of 8 runs failed so). */
+    P->memif_client = hc_dpdk_memif_client(spec);
+    if (!P->memif_client) {
+        /* A memif server's link comes up when its client connects, after
+         * this open: it waits for it at wireup. */
+        hcomm_status_t st = hc_dpdk_port_start(strncmp(spec, "net_memif", 9) != 0, why, why_len);
+        if (st != HCOMM_OK) return st;
+    }
+    hc_log_info("dpdk: port %s (%s) %02x:%02x:%02x:%02x:%02x:%02x MTU %u%s, UDP checksum %s, "
+                "EAL: %s",
+                P->name, P->driver, P->mac.addr_bytes[0], P->mac.addr_bytes[1],
+                P->mac.addr_bytes[2], P->mac.addr_bytes[3], P->mac.addr_bytes[4],
+                P->mac.addr_bytes[5], P->mtu,
+                P->multi_seg ? ", chained TX (zero copy)" : ", no chained TX (copies)",
+                P->cksum == HC_DPDK_CKSUM_HW   ? "offloaded"
+                : P->cksum == HC_DPDK_CKSUM_SW ? "computed"
+                                               : "none",
+                hc_dpdk_cfg.eal_args);
+    return HCOMM_OK;
+}
+
+/* Starts EAL and configures the port (HCOMM_DPDK_PORT, this rank's entry)
+ * in phases: its MTU, the mbuf pool, its queues and offloads, its
+ * addresses; then starts it, except a memif client (at wireup). */
 hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_len)
 {
     hc_dpdk_port_t *P = &hc_dpdk_port;
@@ -418,184 +416,36 @@ hcomm_status_t hc_dpdk_port_up(const hc_drv_env_t *env, char *why, size_t why_le
         snprintf(why, why_len, "rte_eth_dev_info_get(%s): %s", name, rte_strerror(-rc));
         return HCOMM_ERR_NO_DEVICE;
     }
-    uint16_t mtu = RTE_ETHER_MTU, eth_mtu;
-    (void)rte_eth_dev_get_mtu(pid, &mtu);
-    /* memif chains its ring buffers for a packet of any length and checks
-     * no MTU on its data path; ethdev still refuses an MTU above 1500 for
-     * it. So on memif, HCOMM_DPDK_MTU is the frame size the driver uses
-     * and the port keeps its ethdev MTU (up to an IPv4 datagram's 64 KiB). */
-    bool free_frames = !strncmp(spec, "net_memif", 9);
-    unsigned max_mtu = free_frames ? HC_DPDK_MTU_MAX : info.max_mtu;
-    int64_t want = hc_dpdk_want_mtu(spec);
-    if (want != 0) {
-        if (want < 576 || want > max_mtu) {
-            snprintf(why, why_len, "HCOMM_DPDK_MTU %lld outside [576, %u] (the port's maximum)",
-                     (long long)want, max_mtu);
-            return HCOMM_ERR_INVALID;
-        }
-        mtu = (uint16_t)want;
-    }
-    if (mtu < 576) mtu = 576;
-    eth_mtu = mtu;
-    if (free_frames && (uint32_t)mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN > info.max_rx_pktlen)
-        eth_mtu = (uint16_t)(info.max_rx_pktlen - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN);
-
-    if ((hc_dpdk_cfg.mbufs != 0 && hc_dpdk_cfg.mbufs < 1023) || hc_dpdk_cfg.ring < 64 ||
-        hc_dpdk_cfg.ring > 16384) {
-        snprintf(why, why_len,
-                 "HCOMM_DPDK_MBUFS %lld (0 or >= 1023) or HCOMM_DPDK_RING %lld "
-                 "(64..16384) out of range",
-                 (long long)hc_dpdk_cfg.mbufs, (long long)hc_dpdk_cfg.ring);
-        return HCOMM_ERR_INVALID;
-    }
-    const char *reg = hc_dpdk_cfg.reg ? hc_dpdk_cfg.reg : "auto";
-    if (strcmp(reg, "auto") && strcmp(reg, "all")) {
-        snprintf(why, why_len, "HCOMM_DPDK_REGISTER=\"%s\": auto or all", reg);
-        return HCOMM_ERR_INVALID;
-    }
-    if (!(hc_dpdk_cfg.link_wait >= 0 && hc_dpdk_cfg.link_wait <= 600)) {
-        snprintf(why, why_len, "HCOMM_DPDK_LINK_WAIT %g out of range (0..600 seconds)",
-                 hc_dpdk_cfg.link_wait);
-        return HCOMM_ERR_INVALID;
-    }
-    /* On af_xdp the pool is the umem (unaligned chunks, one per mbuf): the
-     * kernel writes a frame XDP_PACKET_HEADROOM (256) bytes past the mbuf's
-     * own headroom and drops a larger one silently (the socket's
-     * rx_dropped: frames of 2150-2950 bytes at MTU 3000 never arrived and
-     * the job stalled), so the data room holds that too; and a chunk is at
-     * most a page. */
-    bool xdp = !strncmp(spec, "net_af_xdp", 10);
-    const unsigned xdp_headroom = 256, mbuf_overhead = (unsigned)sizeof(struct rte_mbuf) + 64;
-    unsigned room = HC_MAX((unsigned)mtu + RTE_ETHER_HDR_LEN + 64 + (xdp ? xdp_headroom : 0),
-                           (unsigned)RTE_MBUF_DEFAULT_DATAROOM);
-    unsigned page = (unsigned)getpagesize();
-    if (xdp && room + RTE_PKTMBUF_HEADROOM + mbuf_overhead > page) {
-        snprintf(
-            why, why_len,
-            "HCOMM_DPDK_MTU %u is too large for net_af_xdp: a frame, its headroom and its "
-            "mbuf must fit a %u-byte page (by that, MTU at most %u; the interface may allow less)",
-            mtu, page,
-            page - mbuf_overhead - RTE_PKTMBUF_HEADROOM - xdp_headroom - 64 - RTE_ETHER_HDR_LEN);
-        return HCOMM_ERR_INVALID;
-    }
-    char pool_name[32];
-    snprintf(pool_name, sizeof(pool_name), "hcomm_%u", pid);
-    unsigned mbufs = (unsigned)hc_dpdk_cfg.mbufs;
-    if (mbufs == 0) mbufs = HC_MIN(16383u, HC_MAX(4095u, (64u << 20) / room));
-    P->pool = rte_pktmbuf_pool_create(
-        pool_name, mbufs, 256, 0, (uint16_t)(room + RTE_PKTMBUF_HEADROOM),
-        (int)rte_eth_dev_socket_id(pid) < 0 ? SOCKET_ID_ANY : rte_eth_dev_socket_id(pid));
-    if (!P->pool) {
-        snprintf(why, why_len,
-                 "rte_pktmbuf_pool_create(%u mbufs of %u bytes): %s (HCOMM_DPDK_MBUFS)", mbufs,
-                 room, rte_strerror(rte_errno));
-        return HCOMM_ERR_NO_MEMORY;
-    }
-
-    struct rte_eth_conf conf;
-    memset(&conf, 0, sizeof(conf));
-    conf.rxmode.mtu = eth_mtu;
-    P->multi_seg = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
-    if (P->multi_seg) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
-    const char *ck = hc_dpdk_cfg.udp_cksum ? hc_dpdk_cfg.udp_cksum : "auto";
-    bool hw_ck = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_UDP_CKSUM) != 0;
-    if (!strcmp(ck, "off"))
-        P->cksum = HC_DPDK_CKSUM_OFF;
-    else if (!strcmp(ck, "on") || !strcmp(ck, "auto"))
-        P->cksum = hw_ck                                       ? HC_DPDK_CKSUM_HW
-                   : !strcmp(ck, "on") || hc_dpdk_is_pci(spec) ? HC_DPDK_CKSUM_SW
-                                                               : HC_DPDK_CKSUM_OFF;
-    else {
-        snprintf(why, why_len, "HCOMM_DPDK_UDP_CKSUM=\"%s\": auto, on or off", ck);
-        return HCOMM_ERR_INVALID;
-    }
-    if (P->cksum == HC_DPDK_CKSUM_HW) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_UDP_CKSUM;
-    rc = rte_eth_dev_configure(pid, 1, 1, &conf);
-    uint16_t nrx = (uint16_t)hc_dpdk_cfg.ring, ntx = (uint16_t)hc_dpdk_cfg.ring;
-    if (rc == 0) rc = rte_eth_dev_adjust_nb_rx_tx_desc(pid, &nrx, &ntx);
-    int sock = rte_eth_dev_socket_id(pid);
-    unsigned socket = sock < 0 ? (unsigned)SOCKET_ID_ANY : (unsigned)sock;
-    if (rc == 0) rc = rte_eth_rx_queue_setup(pid, 0, nrx, socket, NULL, P->pool);
-    if (rc == 0) rc = rte_eth_tx_queue_setup(pid, 0, ntx, socket, NULL);
-    if (rc == 0 && hc_dpdk_cfg.mtu > 0 && !free_frames) rc = rte_eth_dev_set_mtu(pid, eth_mtu);
-    if (rc != 0) {
-        /* An AF_XDP socket owns its interface queue: ranks of one node on
-         * one interface need a queue each (or an interface each). */
-        char shared[300] = "";
-        if (xdp && env->local_size > 1 && !strstr(spec, "start_queue="))
-            snprintf(shared, sizeof(shared),
-                     "; %d ranks of this node: each needs its own interface queue "
-                     "(start_queue=%%l on a NIC that steers UDP port %lld+l to queue l) or its "
-                     "own interface (%%l in iface=)",
-                     env->local_size, (long long)hc_dpdk_cfg.udp_base);
-        snprintf(why, why_len,
-                 "configuring port %s (1 RX/TX queue, %u/%u descriptors, MTU %u): %s%s%s", name,
-                 nrx, ntx, mtu, rte_strerror(rc < 0 ? -rc : rc),
-                 !xdp ? ""
-                      : " (is an XDP program already on the interface? A job that was killed "
-                        "leaves one: ip link set dev <iface> xdp off)",
-                 shared);
-        return HCOMM_ERR_NO_DEVICE;
-    }
+    hc_dpdk_mtu_t m;
+    st = hc_dpdk_port_mtu(pid, spec, &info, &m, why, why_len);
+    if (st == HCOMM_OK) st = hc_dpdk_port_knobs(why, why_len);
+    if (st == HCOMM_OK) st = hc_dpdk_pool_create(pid, spec, m.mtu, why, why_len);
+    if (st == HCOMM_OK) st = hc_dpdk_port_configure(env, pid, name, spec, &info, &m, why, why_len);
+    if (st != HCOMM_OK) return st;
     /* At exit the port is closed: af_xdp then takes its XDP program off the
      * interface (left there, the next job could not attach its own). */
     static bool atexit_done;
     if (!atexit_done) atexit_done = atexit(hc_dpdk_port_exit) == 0;
-    if (!free_frames) (void)rte_eth_dev_get_mtu(pid, &mtu);
+    if (!m.free_frames) (void)rte_eth_dev_get_mtu(pid, &m.mtu);
     rte_eth_macaddr_get(pid, &P->mac);
     P->port_id = pid;
-    P->mtu = mtu;
+    P->mtu = m.mtu;
     snprintf(P->driver, sizeof(P->driver), "%s", info.driver_name ? info.driver_name : "?");
     snprintf(P->name, sizeof(P->name), "%s", name);
     /* Software PMDs on a kernel interface copy what they send: IO addresses
      * of the caller's memory do not matter to them. A PCI device DMAs, so
      * zero copy there needs memory DPDK knows (registered regions). */
-    P->ext_iova_ok = !hc_dpdk_is_pci(spec) && strcmp(reg, "all") != 0;
+    P->ext_iova_ok =
+        !hc_dpdk_is_pci(spec) && strcmp(hc_dpdk_cfg.reg ? hc_dpdk_cfg.reg : "auto", "all") != 0;
     if (!P->ext_iova_ok && P->multi_seg && rte_eal_iova_mode() != RTE_IOVA_VA)
         hc_log_info("dpdk: port %s DMAs but EAL runs IOVA as PA: payloads are copied (zero "
                     "copy needs --iova-mode=va, an IOMMU and vfio-pci)",
                     name);
     hc_dpdk_vdev_arg(spec, "iface", P->iface, sizeof(P->iface));
-
-    uint16_t udp = (uint16_t)(hc_dpdk_cfg.udp_base + HC_MAX(env->local_rank, 0));
-    if (hc_dpdk_cfg.ip && hc_dpdk_cfg.ip[0]) {
-        struct in_addr a;
-        if (inet_pton(AF_INET, hc_dpdk_cfg.ip, &a) != 1) {
-            snprintf(why, why_len, "HCOMM_DPDK_IP \"%s\" is not an IPv4 address", hc_dpdk_cfg.ip);
-            return HCOMM_ERR_INVALID;
-        }
-        P->ip = a.s_addr;
-    } else if ((P->ip = hc_dpdk_iface_ip(P->iface)) == 0) {
-        int node = env->node_of_rank ? env->node_of_rank[env->rank] : env->rank;
-        P->ip = htonl(0xa9fe0000u | (uint32_t)((node + 1) & 0xffff)); /* 169.254/16 */
-    }
-    if (P->iface[0]) {
-        st = hc_dpdk_guard_port(P->ip, udp, why, why_len);
-        if (st != HCOMM_OK) return st;
-    }
+    st = hc_dpdk_port_addr(env, why, why_len);
+    if (st != HCOMM_OK) return st;
     P->up = true;
-    /* A memif client starts its port at wireup, after the address exchange,
-     * when its server (a rank of this job) has surely started its own: a
-     * client that connects between its server's EAL start (which makes the
-     * socket) and its server's port start is told "ID not found" and
-     * disconnected, and DPDK does not try again (2 of 8 runs failed so). */
-    P->memif_client = hc_dpdk_memif_client(spec);
-    if (!P->memif_client) {
-        /* A memif server's link comes up when its client connects, after
-         * this open: it waits for it at wireup. */
-        st = hc_dpdk_port_start(strncmp(spec, "net_memif", 9) != 0, why, why_len);
-        if (st != HCOMM_OK) return st;
-    }
-    hc_log_info("dpdk: port %s (%s) %02x:%02x:%02x:%02x:%02x:%02x MTU %u%s, UDP checksum %s, "
-                "EAL: %s",
-                name, P->driver, P->mac.addr_bytes[0], P->mac.addr_bytes[1], P->mac.addr_bytes[2],
-                P->mac.addr_bytes[3], P->mac.addr_bytes[4], P->mac.addr_bytes[5], P->mtu,
-                P->multi_seg ? ", chained TX (zero copy)" : ", no chained TX (copies)",
-                P->cksum == HC_DPDK_CKSUM_HW   ? "offloaded"
-                : P->cksum == HC_DPDK_CKSUM_SW ? "computed"
-                                               : "none",
-                hc_dpdk_cfg.eal_args);
-    return HCOMM_OK;
+    return hc_dpdk_port_go(spec, why, why_len);
 }
 
 hcomm_status_t hc_dpdk_port_start(bool wait_link, char *why, size_t why_len)
@@ -628,50 +478,6 @@ hcomm_status_t hc_dpdk_port_start(bool wait_link, char *why, size_t why_len)
                     P->name, P->driver, hc_dpdk_cfg.link_wait);
     return HCOMM_OK;
 }
-
-/* Without starting EAL: it cannot be started twice, nor survive a fork
- * (the conformance suite probes before it forks its ranks), so the probe
- * checks only what it can see from outside: the port is named, a vdev's
- * kernel interface exists, a PCI device is there. */
-hcomm_status_t hc_dpdk_probe(const hc_drv_env_t *env, char *why, size_t why_len)
-{
-    char spec[sizeof(hc_dpdk_cfg.port)], iface[64], path[600];
-    if (hc_dpdk_port.up) return HCOMM_OK;
-    if (hc_dpdk_eal_done && hc_dpdk_eal_error[0]) {
-        snprintf(why, why_len, "%s", hc_dpdk_eal_error);
-        return HCOMM_ERR_NO_DEVICE;
-    }
-    if (!hc_dpdk_port_spec(env, spec, sizeof(spec))) {
-        snprintf(why, why_len,
-                 "HCOMM_DPDK_PORT is not set (a PCI address or a vdev such as "
-                 "net_af_packet0,iface=eth1)");
-        return HCOMM_ERR_NO_DEVICE;
-    }
-    if (hc_dpdk_is_pci(spec)) {
-        char addr[64];
-        snprintf(addr, sizeof(addr), "%.*s", (int)strcspn(spec, ","), spec);
-        snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s%s",
-                 strchr(addr, ':') == strrchr(addr, ':') ? "0000:" : "", addr);
-        if (access(path, F_OK) != 0) {
-            snprintf(why, why_len, "HCOMM_DPDK_PORT=%s: no PCI device %s", spec, path);
-            return HCOMM_ERR_NO_DEVICE;
-        }
-        return HCOMM_OK;
-    }
-    if (strncmp(spec, "net_", 4) != 0) {
-        snprintf(why, why_len, "HCOMM_DPDK_PORT=%s is neither a PCI address nor a vdev (net_...)",
-                 spec);
-        return HCOMM_ERR_NO_DEVICE;
-    }
-    hc_dpdk_vdev_arg(spec, "iface", iface, sizeof(iface));
-    if (iface[0] && if_nametoindex(iface) == 0) {
-        snprintf(why, why_len, "HCOMM_DPDK_PORT=%s: no interface %s in this network namespace",
-                 spec, iface);
-        return HCOMM_ERR_NO_DEVICE;
-    }
-    return HCOMM_OK;
-}
-
 void hc_dpdk_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg), void *arg)
 {
     char text[1400], why[512];
@@ -681,7 +487,7 @@ void hc_dpdk_describe(const hc_drv_env_t *env, void (*line)(const char *text, vo
     if (hc_dpdk_port_up(env, why, sizeof(why)) != HCOMM_OK) {
         snprintf(text, sizeof(text), "  port not usable: %s", why);
         line(text, arg);
-        if (!hc_dpdk_eal_done || hc_dpdk_eal_error[0]) return;
+        if (!hc_dpdk_eal_running()) return;
     }
     snprintf(text, sizeof(text), "  EAL: %s", hc_dpdk_cfg.eal_args);
     line(text, arg);

@@ -312,6 +312,127 @@ int hc_drv_tcp_flush(hc_tcp_slot_t *s)
     return done;
 }
 
+/* What a sendmsg of a whole frame left to queue: the bytes it wrote (0 when
+ * none). ENOBUFS on a zero-copy send turns the frame into a copied one;
+ * a hard error is left in s->err, for progress to fail the peer. */
+static size_t hc_drv_tcp_sent(hc_tcp_slot_t *s, ssize_t n, bool *zc)
+{
+    if (n > 0) {
+        s->conn->last_tx_ns = hc_time_ns();
+        return (size_t)n;
+    }
+    if (n < 0 && errno == ENOBUFS && *zc) {
+        *zc = false; /* optmem exhausted: queued, goes by copy */
+    } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        s->err = errno; /* failed by progress, not inside the caller's put */
+        hc_drv_tcp_flush_mark(s);
+    }
+    return 0;
+}
+
+/* The payload into queue entry t: by reference when the caller gave a
+ * cookie (put_done releases it), else copied; false without memory. */
+static bool hc_drv_tcp_tx_keep(hc_tcp_slot_t *s, hc_tcp_tx_t *t, const void *payload, size_t len,
+                               void *cookie)
+{
+    if (cookie) {
+        t->payload = payload;
+        t->inprog = true;
+    } else if (len <= HC_TCP_INLINE) {
+        if (len) memcpy(t->inline_buf, payload, len);
+        t->payload = t->inline_buf;
+    } else {
+        t->heap = malloc(len);
+        if (!t->heap) return false;
+        memcpy(t->heap, payload, len);
+        t->payload = t->heap;
+        s->q_copy += len;
+    }
+    return true;
+}
+
+/* A frame not written whole at once (sent bytes of it were) queued on s in
+ * a new entry (or t, holding a zero-copy send's header), or refused with
+ * ERR_AGAIN when nothing was written and the queue is full or the payload
+ * cannot be kept. held: an idle-close handshake holds the frame back. */
+static HC_NOINLINE hcomm_status_t hc_drv_tcp_put_queue(hc_tcp_slot_t *s, const hc_frame_hdr_t *hdr,
+                                                       const void *payload, void *cookie,
+                                                       hc_tcp_tx_t *t, size_t sent, bool zc,
+                                                       bool held)
+{
+    hc_tcp_conn_t *c = s->conn;
+    hc_tcp_drv_t *d = c->drv;
+    size_t len = hdr->len, total = HC_TCP_HDR + len;
+    bool core = hdr->type < HC_FRAME_DRIVER;
+    if (sent == 0) {
+        /* Without a cookie the payload cannot be kept: small ones are
+         * copied into the entry, larger ones refused (the core queues). */
+        bool refuse = !cookie && len > HC_TCP_INLINE;
+        refuse |= s->txq.head && s->q_bytes + total > HC_TCP_QUEUE_BYTES && core;
+        refuse |= !cookie && len > HC_TCP_INLINE && s->q_copy + len > HC_TCP_QUEUE_COPY;
+        if (refuse) {
+            if (t) hc_drv_tcp_tx_put(d, t);
+            return HCOMM_ERR_AGAIN;
+        }
+    }
+    if (!t) t = hc_drv_tcp_tx_get(d);
+    if (!t || !hc_drv_tcp_tx_keep(s, t, payload, len, cookie)) {
+        if (t) hc_drv_tcp_tx_put(d, t);
+        if (sent) {
+            s->err = ENOMEM; /* half a frame is on the wire: the stream is lost */
+            hc_drv_tcp_flush_mark(s);
+        }
+        return t ? hc_error(HCOMM_ERR_NO_MEMORY, "tcp put to %s: %zu-byte copy", c->name, len)
+                 : hc_error(HCOMM_ERR_NO_MEMORY, "tcp put to %s: queue entry", c->name);
+    }
+    if (hdr != &t->hdr) t->hdr = *hdr;
+    t->off = sent;
+    t->cookie = cookie;
+    t->zc = zc;
+    if (zc && sent) hc_drv_tcp_zc_used(s, t);
+    s->q_bytes += total;
+    c->n_tx += core;
+    if (core) hc_drv_tcp_count_tx(d, s, &t->hdr);
+    if (sent == total) {
+        hc_drv_tcp_q_push(&s->zcwait, t); /* all written with MSG_ZEROCOPY */
+        return HCOMM_IN_PROGRESS;
+    }
+    hc_drv_tcp_q_push(&s->txq, t);
+    hc_drv_tcp_flush_mark(s);
+    bool inprog = t->inprog;
+    /* A socket whose hello went out takes the frame now, before the
+     * verdict: the caller may compute before it calls hcomm again. */
+    if (s->state == HC_TCP_S_HELLO_SENT && !held) hc_drv_tcp_write(s);
+    return inprog ? HCOMM_IN_PROGRESS : HCOMM_OK;
+}
+
+/* put's cases other than a copied frame written whole at once: a zero-copy
+ * send (its header must outlive the call), a socket to open, a queue. */
+static HC_NOINLINE hcomm_status_t hc_drv_tcp_put_slow(hc_tcp_slot_t *s, const hc_frame_hdr_t *hdr,
+                                                      const void *payload, void *cookie, bool zc,
+                                                      bool held)
+{
+    hc_tcp_conn_t *c = s->conn;
+    size_t sent = 0;
+    hc_tcp_tx_t *t = NULL;
+    if (s->state == HC_TCP_S_UP && !s->txq.head && !s->err && !held) {
+        /* Zero copy: the kernel reads the header after we return: it must
+         * live in the entry, not in the caller's (reused) header. */
+        if (!(t = hc_drv_tcp_tx_get(c->drv)))
+            return hc_error(HCOMM_ERR_NO_MEMORY, "tcp put to %s: queue entry", c->name);
+        t->hdr = *hdr;
+        hdr = &t->hdr;
+        struct iovec iov[2] = {{(void *)hdr, HC_TCP_HDR}, {(void *)payload, hdr->len}};
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = hdr->len ? 2 : 1};
+        ssize_t n = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT | (zc ? MSG_ZEROCOPY : 0));
+        sent = hc_drv_tcp_sent(s, n, &zc);
+    } else if (s->state == HC_TCP_S_NONE && !held) {
+        hcomm_status_t st = hc_drv_tcp_slot_start(c, s->idx);
+        if (st != HCOMM_OK) return st;
+    }
+    return hc_drv_tcp_put_queue(s, hdr, payload, cookie, t, sent, zc, held);
+}
+
 hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload,
                               void *cookie)
 {
@@ -327,97 +448,19 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
     bool zc = cookie && len > d->zc_threshold && s->zc_on;
     bool core = hdr->type < HC_FRAME_DRIVER;
     bool held = c->hold && core; /* queued until the idle-close handshake ends */
-    size_t sent = 0;
-    hc_tcp_tx_t *t = NULL;
-    if (HC_LIKELY(s->state == HC_TCP_S_UP && !s->txq.head && !s->err && !held)) {
-        if (zc) {
-            /* The kernel reads a zerocopy header after we return: it must
-             * live in the entry, not in the caller's (reused) header. */
-            if (!(t = hc_drv_tcp_tx_get(d)))
-                return hc_error(HCOMM_ERR_NO_MEMORY, "tcp put to %s: queue entry", c->name);
-            t->hdr = *hdr;
-            hdr = &t->hdr;
-        }
-        struct iovec iov[2] = {{(void *)hdr, HC_TCP_HDR}, {(void *)payload, len}};
-        struct msghdr m = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
-        ssize_t n = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT | (zc ? MSG_ZEROCOPY : 0));
-        if (HC_LIKELY(n == (ssize_t)total && !zc)) {
-            c->last_tx_ns = hc_time_ns();
-            c->n_tx += core;
-            if (core) hc_drv_tcp_count_tx(d, s, hdr);
-            return HCOMM_OK;
-        }
-        if (n > 0) {
-            sent = (size_t)n;
-            c->last_tx_ns = hc_time_ns();
-        } else if (n < 0 && errno == ENOBUFS && zc) {
-            zc = false; /* optmem exhausted: queued, goes by copy */
-        } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            s->err = errno; /* failed by progress, not inside the caller's put */
-            hc_drv_tcp_flush_mark(s);
-        }
-    } else if (s->state == HC_TCP_S_NONE && !held) {
-        hcomm_status_t st = hc_drv_tcp_slot_start(c, s->idx);
-        if (st != HCOMM_OK) return st;
-    }
-    if (sent == 0) {
-        /* Without a cookie the payload cannot be kept: small ones are
-         * copied into the entry, larger ones refused (the core queues). */
-        bool refuse = !cookie && len > HC_TCP_INLINE;
-        refuse |= s->txq.head && s->q_bytes + total > HC_TCP_QUEUE_BYTES && core;
-        refuse |= !cookie && len > HC_TCP_INLINE && s->q_copy + len > HC_TCP_QUEUE_COPY;
-        if (refuse) {
-            if (t) hc_drv_tcp_tx_put(d, t);
-            return HCOMM_ERR_AGAIN;
-        }
-    }
-    if (!t) t = hc_drv_tcp_tx_get(d);
-    if (!t) {
-        if (sent) {
-            s->err = ENOMEM; /* half a frame is on the wire: the stream is lost */
-            hc_drv_tcp_flush_mark(s);
-        }
-        return hc_error(HCOMM_ERR_NO_MEMORY, "tcp put to %s: queue entry", c->name);
-    }
-    if (hdr != &t->hdr) t->hdr = *hdr;
-    t->off = sent;
-    t->cookie = cookie;
-    t->zc = zc;
-    if (zc && sent) hc_drv_tcp_zc_used(s, t);
-    if (cookie) {
-        t->payload = payload;
-        t->inprog = true;
-    } else if (len <= HC_TCP_INLINE) {
-        if (len) memcpy(t->inline_buf, payload, len);
-        t->payload = t->inline_buf;
-    } else {
-        t->heap = malloc(len);
-        if (!t->heap) {
-            hc_drv_tcp_tx_put(d, t);
-            if (sent) {
-                s->err = ENOMEM;
-                hc_drv_tcp_flush_mark(s);
-            }
-            return hc_error(HCOMM_ERR_NO_MEMORY, "tcp put to %s: %zu-byte copy", c->name, len);
-        }
-        memcpy(t->heap, payload, len);
-        t->payload = t->heap;
-        s->q_copy += len;
-    }
-    s->q_bytes += total;
+    if (HC_UNLIKELY(zc || s->state != HC_TCP_S_UP || s->txq.head || s->err || held))
+        return hc_drv_tcp_put_slow(s, hdr, payload, cookie, zc, held);
+    /* The common case: the socket is up and idle, the frame goes whole. */
+    struct iovec iov[2] = {{(void *)hdr, HC_TCP_HDR}, {(void *)payload, len}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
+    ssize_t n = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (HC_UNLIKELY(n != (ssize_t)total))
+        return hc_drv_tcp_put_queue(s, hdr, payload, cookie, NULL, hc_drv_tcp_sent(s, n, &zc),
+                                    false, false);
+    c->last_tx_ns = hc_time_ns();
     c->n_tx += core;
-    if (core) hc_drv_tcp_count_tx(d, s, &t->hdr);
-    if (sent == total) {
-        hc_drv_tcp_q_push(&s->zcwait, t); /* all written with MSG_ZEROCOPY */
-        return HCOMM_IN_PROGRESS;
-    }
-    hc_drv_tcp_q_push(&s->txq, t);
-    hc_drv_tcp_flush_mark(s);
-    bool inprog = t->inprog;
-    /* A socket whose hello went out takes the frame now, before the
-     * verdict: the caller may compute before it calls hcomm again. */
-    if (s->state == HC_TCP_S_HELLO_SENT && !held) hc_drv_tcp_write(s);
-    return inprog ? HCOMM_IN_PROGRESS : HCOMM_OK;
+    if (core) hc_drv_tcp_count_tx(d, s, hdr);
+    return HCOMM_OK;
 }
 
 void hc_drv_tcp_ctrl(hc_tcp_conn_t *c, uint8_t type, uint8_t flags, uint64_t a, uint64_t b)

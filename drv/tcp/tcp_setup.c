@@ -278,35 +278,20 @@ static hcomm_status_t hc_drv_tcp_probe(const hc_drv_env_t *env, char *why, size_
     return HCOMM_OK;
 }
 
-static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
+/* The knobs, checked, into d: sockets per peer and their use, zero copy,
+ * the timeouts, socket buffers. */
+static hcomm_status_t hc_drv_tcp_open_cfg(hc_tcp_drv_t *d, const hc_drv_env_t *env)
 {
-    hcomm_status_t st;
-    char why[160];
-    hc_tcp_drv_t *d = calloc(1, sizeof(*d));
-    if (!d) return hc_error(HCOMM_ERR_NO_MEMORY, "tcp driver");
-    d->env = env;
-    d->epfd = -1;
-    d->listen.obj = HC_TCP_OBJ_LISTEN;
-    d->listen.fd = -1;
-    d->conns = calloc((size_t)env->size, sizeof(*d->conns));
-    if (!d->conns) {
-        st = hc_error(HCOMM_ERR_NO_MEMORY, "tcp driver: table of %d peers", env->size);
-        goto err_free;
-    }
-    if (hc_tcp_cfg.conn_per_peer < 1 || hc_tcp_cfg.conn_per_peer > HC_TCP_MAX_SOCKS) {
-        st = hc_error(HCOMM_ERR_INVALID, "HCOMM_CONN_PER_PEER must be in [1, %d] (got %lld)",
-                      HC_TCP_MAX_SOCKS, (long long)hc_tcp_cfg.conn_per_peer);
-        goto err_free;
-    }
+    if (hc_tcp_cfg.conn_per_peer < 1 || hc_tcp_cfg.conn_per_peer > HC_TCP_MAX_SOCKS)
+        return hc_error(HCOMM_ERR_INVALID, "HCOMM_CONN_PER_PEER must be in [1, %d] (got %lld)",
+                        HC_TCP_MAX_SOCKS, (long long)hc_tcp_cfg.conn_per_peer);
     d->nsocks = (int)hc_tcp_cfg.conn_per_peer;
-    if (!strcmp(hc_tcp_cfg.sched, "round_robin")) {
+    if (!strcmp(hc_tcp_cfg.sched, "round_robin"))
         d->rr_all = true;
-    } else if (strcmp(hc_tcp_cfg.sched, "priority")) {
-        st =
-            hc_error(HCOMM_ERR_INVALID, "HCOMM_CONN_SCHED must be priority or round_robin (got %s)",
-                     hc_tcp_cfg.sched);
-        goto err_free;
-    }
+    else if (strcmp(hc_tcp_cfg.sched, "priority"))
+        return hc_error(HCOMM_ERR_INVALID,
+                        "HCOMM_CONN_SCHED must be priority or round_robin (got %s)",
+                        hc_tcp_cfg.sched);
     d->lanes = env->lanes > 1 && d->nsocks > 1;
     d->zc_threshold = hc_tcp_cfg.zcopy_threshold ? hc_tcp_cfg.zcopy_threshold : SIZE_MAX;
     /* A wait on another process's progress lasts the job's timeout. */
@@ -324,26 +309,22 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     if (hc_drv_tcp_read_sysctl("/proc/sys/net/core/wmem_max") >= HC_TCP_SOCKBUF &&
         hc_drv_tcp_read_sysctl("/proc/sys/net/core/rmem_max") >= HC_TCP_SOCKBUF)
         d->sockbuf = HC_TCP_SOCKBUF;
-    d->key = env->job_key ? env->job_key : "";
-    d->key_len = strlen(d->key);
-    st = hc_auth_random(d->me.nonce, sizeof(d->me.nonce)); /* (hc_error says why) */
-    if (st != HCOMM_OK) goto err_free;
+    return HCOMM_OK;
+}
 
+/* The epoll set and the listening socket in it, on the chosen interface
+ * (d->me_sa, its port filled in). What it opened is in d->epfd and
+ * d->listen.fd, closed by the caller on failure. */
+static hcomm_status_t hc_drv_tcp_listen(hc_tcp_drv_t *d, const hc_drv_env_t *env)
+{
+    char why[160];
     if (!hc_drv_tcp_pick_if(env, &d->me_sa, &d->me_salen, d->ifname, sizeof(d->ifname), why,
-                            sizeof(why))) {
-        st = hc_error(HCOMM_ERR_NO_DEVICE, "tcp driver: %s", why);
-        goto err_free;
-    }
+                            sizeof(why)))
+        return hc_error(HCOMM_ERR_NO_DEVICE, "tcp driver: %s", why);
     d->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (d->epfd < 0) {
-        st = hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: epoll_create1");
-        goto err_free;
-    }
+    if (d->epfd < 0) return hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: epoll_create1");
     d->listen.fd = socket(d->me_sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (d->listen.fd < 0) {
-        st = hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: socket");
-        goto err_epoll;
-    }
+    if (d->listen.fd < 0) return hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: socket");
     int one = 1;
     setsockopt(d->listen.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     ((struct sockaddr_in *)&d->me_sa)->sin_port = 0; /* same offset for in6 */
@@ -352,14 +333,18 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
         getsockname(d->listen.fd, (struct sockaddr *)&d->me_sa, &d->me_salen) != 0) {
         char a[64];
         hc_drv_tcp_sa_str(&d->me_sa, a, sizeof(a));
-        st = hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: cannot listen on %s (%s)", a,
-                            d->ifname);
-        goto err_listen;
+        return hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: cannot listen on %s (%s)", a,
+                              d->ifname);
     }
-    if (hc_drv_tcp_ep(d, EPOLL_CTL_ADD, d->listen.fd, EPOLLIN, &d->listen) != 0) {
-        st = hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: epoll_ctl");
-        goto err_listen;
-    }
+    if (hc_drv_tcp_ep(d, EPOLL_CTL_ADD, d->listen.fd, EPOLLIN, &d->listen) != 0)
+        return hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: epoll_ctl");
+    return HCOMM_OK;
+}
+
+/* This rank's address blob: the listening address, socket count, instance
+ * (the nonce is drawn before). */
+static void hc_drv_tcp_me_fill(hc_tcp_drv_t *d)
+{
     d->me.magic = HC_TCP_MAGIC;
     d->me.version = HC_TCP_VERSION;
     d->me.nsocks = (uint16_t)d->nsocks;
@@ -377,6 +362,26 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     if (getrandom(&d->me.instance, sizeof(d->me.instance), 0) != sizeof(d->me.instance))
         d->me.instance = hc_time_ns() ^ ((uint64_t)getpid() << 32);
     hc_drv_tcp_sa_str(&d->me_sa, d->me_str, sizeof(d->me_str));
+}
+
+static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
+{
+    hc_tcp_drv_t *d = calloc(1, sizeof(*d));
+    if (!d) return hc_error(HCOMM_ERR_NO_MEMORY, "tcp driver");
+    d->env = env;
+    d->epfd = -1;
+    d->listen.obj = HC_TCP_OBJ_LISTEN;
+    d->listen.fd = -1;
+    d->conns = calloc((size_t)env->size, sizeof(*d->conns));
+    hcomm_status_t st = HCOMM_OK;
+    if (!d->conns) st = hc_error(HCOMM_ERR_NO_MEMORY, "tcp driver: table of %d peers", env->size);
+    if (st == HCOMM_OK) st = hc_drv_tcp_open_cfg(d, env);
+    d->key = env->job_key ? env->job_key : "";
+    d->key_len = strlen(d->key);
+    if (st == HCOMM_OK) st = hc_auth_random(d->me.nonce, sizeof(d->me.nonce)); /* (says why) */
+    if (st == HCOMM_OK) st = hc_drv_tcp_listen(d, env);
+    if (st != HCOMM_OK) goto err_free;
+    hc_drv_tcp_me_fill(d);
     hc_log_info("tcp: listening on %s (%s), %d sockets per peer (%s), zerocopy above %zu bytes",
                 d->me_str, d->ifname, d->nsocks,
                 d->lanes ? "lanes: lane l on socket l % n"
@@ -386,11 +391,9 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     *drv_p = &d->base;
     return HCOMM_OK;
 
-err_listen:
-    close(d->listen.fd);
-err_epoll:
-    close(d->epfd);
 err_free:
+    if (d->listen.fd >= 0) close(d->listen.fd);
+    if (d->epfd >= 0) close(d->epfd);
     free(d->conns);
     free(d);
     return st;
