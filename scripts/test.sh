@@ -24,7 +24,8 @@ run() { # name, build dir, cmake args..., -- ctest args...
     targs=("$@")
     echo "=== $name: configure + build ($dir)"
     mkdir -p "$dir"
-    if ! cmake -S . -B "$dir" -G Ninja "${cargs[@]}" >"$dir/configure.log" 2>&1 ||
+    # Warnings are errors here (HCOMM_WERROR): CI chooses the compilers.
+    if ! cmake -S . -B "$dir" -G Ninja -DHCOMM_WERROR=ON "${cargs[@]}" >"$dir/configure.log" 2>&1 ||
         ! cmake --build "$dir" -j "$jobs" >"$dir/build.log" 2>&1; then
         echo "=== $name: BUILD FAILED"
         tail -40 "$dir/configure.log" "$dir/build.log" 2>/dev/null
