@@ -1444,7 +1444,6 @@ static void hc_fake_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
 }
 
 static const struct hc_drv_ops hc_fake_ops = {
-    .size = sizeof(struct hc_drv_ops),
     .name = "fake",
     .scope = HC_DRV_SCOPE_NET,
     .priority = 0,
