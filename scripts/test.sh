@@ -8,7 +8,8 @@
 #   build-tsan/  ThreadSanitizer: pool and progress tests (label tsan)
 #   build-fuzz/  clang + libFuzzer: short fuzz runs (label fuzz)
 #   build-release-gcc/, build-release-clang/  Release (-O3) with gcc and
-#                with clang: built (every target, tests included), then a
+#                with clang, the test drivers and the mlx5 model included
+#                (-DHCOMM_MLX5_MODEL=ON): built (every target), then a
 #                smoke run: the registry, the release library's symbols, a
 #                2-rank job (users build Release with their compiler, so its
 #                warnings are ours to fix)
@@ -60,9 +61,11 @@ if [[ -z ${HCOMM_TEST_QUICK:-} ]]; then
     smoke='^(test_drv|release_no_test_drivers|mp_p2p_np2)$'
     for cc in gcc clang; do
         command -v $cc >/dev/null || { echo "=== release-$cc: no $cc"; status=1; continue; }
-        run release-$cc build-release-$cc -DCMAKE_C_COMPILER=$cc -DCMAKE_BUILD_TYPE=Release -- -R "$smoke"
+        run release-$cc build-release-$cc -DCMAKE_C_COMPILER=$cc -DCMAKE_BUILD_TYPE=Release \
+            -DHCOMM_MLX5_MODEL=ON -- -R "$smoke"
         for type in ${HCOMM_TEST_BUILD_TYPES:-}; do
-            run "$type-$cc" "build-$type-$cc" -DCMAKE_C_COMPILER=$cc -DCMAKE_BUILD_TYPE="$type" --
+            run "$type-$cc" "build-$type-$cc" -DCMAKE_C_COMPILER=$cc -DCMAKE_BUILD_TYPE="$type" \
+                -DHCOMM_MLX5_MODEL=ON --
         done
     done
 fi
