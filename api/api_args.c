@@ -139,8 +139,8 @@ static hcomm_status_t hc_check_rblocks(const char *fn, const void *rbuf, const s
             prev_end = rdispls[r] + rcounts[r];
         }
     if (linear) return HCOMM_OK;
-    hc_block_t *b;
-    int n;
+    hc_block_t *b = NULL;
+    int n = 0;
     hcomm_status_t st = hc_blocks_sorted(fn, rbuf, rcounts, rdispls, size, es, &b, &n);
     if (st != HCOMM_OK) return st;
     for (int i = 1; i < n; i++)

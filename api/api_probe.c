@@ -276,8 +276,8 @@ static void hc_probe_cache_write(const char *path, const hc_topo_map_t *map,
                                  const hc_topo_meas_t *e, int n)
 {
     if (!path[0]) return;
-    char dir[600];
-    snprintf(dir, sizeof(dir), "%s", path);
+    char dir[1024];
+    if ((size_t)snprintf(dir, sizeof(dir), "%s", path) >= sizeof(dir)) return;
     char *slash = strrchr(dir, '/');
     if (slash) {
         *slash = '\0';
@@ -289,8 +289,8 @@ static void hc_probe_cache_write(const char *path, const hc_topo_map_t *map,
             }
         (void)mkdir(dir, 0700);
     }
-    char tmp[700];
-    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+    char tmp[1100];
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= sizeof(tmp)) return;
     FILE *f = fopen(tmp, "w");
     if (!f) {
         hc_log_info("topology probe: cannot write the cache %s: %s", tmp, strerror(errno));

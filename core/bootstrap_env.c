@@ -135,7 +135,7 @@ static hcomm_status_t hc_bootstrap_env_launcher(const hc_bootstrap_launcher_t *l
                                                 hc_bootstrap_params_t *p)
 {
     hcomm_status_t st;
-    long size, rank, v;
+    long size = 0, rank = 0, v = 0;
 
     st = hc_bootstrap_env_int(l->size, 1, HC_BOOTSTRAP_MAX_SIZE, &size);
     if (st != HCOMM_OK) return st;

@@ -163,7 +163,6 @@ static void hc_drv_noop_close(hc_drv_t *drv)
 }
 
 static const struct hc_drv_ops hc_drv_base = {
-    .size = sizeof(struct hc_drv_ops),
     .probe = hc_drv_unsup_probe,
     .open = hc_drv_unsup_open,
     .addr_pack = hc_drv_empty_addr,
@@ -206,12 +205,20 @@ void hc_drv_register(const struct hc_drv_ops *ops)
                      ops->name ? ops->name : "(unnamed)", HC_DRV_MAX);
         return;
     }
-    /* Copy what the driver knows (its size), default the rest: an older
-     * driver keeps working when ops are appended. */
-    struct hc_drv_ops *t = &hc_drv_table[hc_drv_n++];
-    *t = hc_drv_base;
-    memcpy(t, ops, HC_MIN(ops->size, sizeof(*t)));
-    t->size = sizeof(*t);
+    /* The registry is kept in ladder order (scope, then priority, highest
+     * first; equal ones in registration order), whatever order the linker
+     * put the drivers' constructors in. */
+    int i = hc_drv_n++;
+    while (i > 0 && (hc_drv_table[i - 1].scope > ops->scope ||
+                     (hc_drv_table[i - 1].scope == ops->scope &&
+                      hc_drv_table[i - 1].priority < ops->priority))) {
+        hc_drv_table[i] = hc_drv_table[i - 1];
+        i--;
+    }
+    /* Drivers are built with the library (drv/<name>/): a NULL op is one
+     * the driver does not have, filled from the base table. */
+    struct hc_drv_ops *t = &hc_drv_table[i];
+    *t = *ops;
 #define HC_DRV_FILL_(f)                                                                            \
     if (!t->f)                                                                                     \
         t->f = hc_drv_base.f;

@@ -217,8 +217,11 @@ struct hc_conn {
     void *core_priv;   /* the core's per-peer state */
 };
 
+/* A driver's table. Drivers are built with the library, one folder each
+ * (drv/<name>/, docs/drivers.md); this is an internal interface, changed
+ * with its drivers, not an ABI: libhcomm exports only hcomm_* and loads no
+ * outside driver (docs/interface.md, "No out-of-tree drivers"). */
 struct hc_drv_ops {
-    size_t size;      /* sizeof(struct hc_drv_ops) the driver was built with: append-only */
     const char *name; /* "shm", "tcp", ... as HCOMM_NET names it */
     int scope;        /* HC_DRV_SCOPE_* */
     int priority;     /* ladder order inside a scope: higher is tried first */
@@ -318,13 +321,15 @@ void hc_drv_register(const struct hc_drv_ops *ops);
     }
 
 /* ---- used by the core ---------------------------------------------------- */
-/* Registered drivers (a ninth registration is refused with an error at init)
- * and so at most this many open ones, each with a key slot in every region. */
+/* Registered drivers (one more registration is refused, and init fails
+ * naming it) and so at most this many open ones, each with a key slot in
+ * every region: HC_MAX_DRIVERS (base/hc_base.h). */
 #define HC_DRV_MAX HC_MAX_DRIVERS
-/* Why the ninth registration was refused, or NULL. */
+/* Why a registration past HC_DRV_MAX was refused, or NULL. */
 const char *hc_drv_registry_error(void);
 
-/* Registered drivers, after default-filling missing ops. */
+/* Registered drivers in ladder order (scope, then priority), missing ops
+ * default-filled. */
 int hc_drv_count(void);
 const struct hc_drv_ops *hc_drv_at(int i);
 const struct hc_drv_ops *hc_drv_find(const char *name);

@@ -7,7 +7,16 @@
 #                drv/mlx5's data path runs its tests (label mlx5) here
 #   build-tsan/  ThreadSanitizer: pool and progress tests (label tsan)
 #   build-fuzz/  clang + libFuzzer: short fuzz runs (label fuzz)
-# Set HCOMM_TEST_QUICK=1 to skip the sanitizer and fuzz builds.
+#   build-release-gcc/, build-release-clang/  Release (-O3) with gcc and
+#                with clang, the test drivers and the mlx5 model included
+#                (-DHCOMM_MLX5_MODEL=ON): built (every target), then a
+#                smoke run: the registry, the release library's symbols, a
+#                2-rank job (users build Release with their compiler, so its
+#                warnings are ours to fix)
+# Every build has warnings as errors (-DHCOMM_WERROR=ON). Set
+# HCOMM_TEST_QUICK=1 to skip the sanitizer, fuzz and Release builds, and
+# HCOMM_TEST_BUILD_TYPES="Debug MinSizeRel ..." to build (no tests) more
+# build types with both compilers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
@@ -29,11 +38,16 @@ run() { # name, build dir, cmake args..., -- ctest args...
     targs=("$@")
     echo "=== $name: configure + build ($dir)"
     mkdir -p "$dir"
-    if ! cmake -S . -B "$dir" -G Ninja "${cargs[@]}" >"$dir/configure.log" 2>&1 ||
+    # Warnings are errors here (HCOMM_WERROR): CI chooses the compilers.
+    if ! cmake -S . -B "$dir" -G Ninja -DHCOMM_WERROR=ON "${cargs[@]}" >"$dir/configure.log" 2>&1 ||
         ! cmake --build "$dir" -j "$jobs" >"$dir/build.log" 2>&1; then
         echo "=== $name: BUILD FAILED"
         tail -40 "$dir/configure.log" "$dir/build.log" 2>/dev/null
         status=1
+        return
+    fi
+    if ((${#targs[@]} == 0)); then
+        echo "=== $name: built (no tests)"
         return
     fi
     echo "=== $name: ctest ${targs[*]}"
@@ -49,5 +63,15 @@ if [[ -z ${HCOMM_TEST_QUICK:-} ]]; then
     if command -v clang >/dev/null; then
         run fuzz build-fuzz -DCMAKE_C_COMPILER=clang -DHCOMM_BUILD_FUZZ=ON -- -L fuzz
     fi
+    smoke='^(test_drv|release_no_test_drivers|mp_p2p_np2)$'
+    for cc in gcc clang; do
+        command -v $cc >/dev/null || { echo "=== release-$cc: no $cc"; status=1; continue; }
+        run release-$cc build-release-$cc -DCMAKE_C_COMPILER=$cc -DCMAKE_BUILD_TYPE=Release \
+            -DHCOMM_MLX5_MODEL=ON -- -R "$smoke"
+        for type in ${HCOMM_TEST_BUILD_TYPES:-}; do
+            run "$type-$cc" "build-$type-$cc" -DCMAKE_C_COMPILER=$cc -DCMAKE_BUILD_TYPE="$type" \
+                -DHCOMM_MLX5_MODEL=ON --
+        done
+    done
 fi
 exit $status

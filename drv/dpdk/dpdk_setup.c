@@ -405,7 +405,6 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
 }
 
 static const struct hc_drv_ops hc_dpdk_ops = {
-    .size = sizeof(struct hc_drv_ops),
     .name = "dpdk",
     .scope = HC_DRV_SCOPE_NET,
     .priority = 20,

@@ -7,9 +7,12 @@
  *                 polled by their owner bit, the CQ's consumer-index
  *                 doorbell record;
  *   mlx5_dev.c    the queue backend (hc_verbs_dp_t) for a device (QPs and
- *                 CQs made by ibverbs, then mlx5dv_init_obj) and for the
- *                 model, the probe, hcomm_info's lines, the ops table;
- *   mlx5_model.c  the model of the queues (only with -DHCOMM_MLX5_MODEL=ON).
+ *                 CQs made by ibverbs, then mlx5dv_init_obj), the probe,
+ *                 hcomm_info's lines, the ops table;
+ *   mlx5_model*.c the model of the queues and its backend: test machinery,
+ *                 in the test objects only (-DHCOMM_MLX5_MODEL=ON), never
+ *                 in libhcomm.so or libhcomm.a; it plugs in through
+ *                 hc_mlx5_model_glue (below).
  * Layouts come from rdma-core's mlx5dv.h; what it lacks and the barriers are
  * in mlx5_layout.h. The design is in docs/mlx5.md.
  */
@@ -54,7 +57,7 @@ typedef struct hc_mlx5_qp {
     uint32_t rq_cnt, rq_mask, rq_stride;
     uint32_t rq_pi, rq_ci; /* receives posted / completed */
     uint64_t *rq_wrid;
-    struct hc_mlx5_model *model; /* model queues: told of each doorbell (model builds only) */
+    struct hc_mlx5_model *model; /* model queues: told of each doorbell (NULL on a device) */
     struct hc_mlx5_cq *cq;       /* where its completions go */
     uint64_t n_db, n_bf, n_wqe;  /* doorbells, BlueFlame copies, WQEs */
 } hc_mlx5_qp_t;
@@ -94,5 +97,44 @@ int hc_mlx5_post_recv(hc_mlx5_qp_t *q, uint64_t addr, uint32_t len, uint32_t lke
 int hc_mlx5_poll(hc_mlx5_cq_t *cq, struct ibv_wc *wc, int n);
 /* ibverbs' status for an error CQE's syndrome. */
 enum ibv_wc_status hc_mlx5_syndrome_status(uint8_t syndrome);
+
+/* ---- mlx5_dev.c, shared with the model's backend (mlx5_model_dp.c) ---- */
+
+typedef struct {
+    const char *mmio; /* HCOMM_MLX5_MMIO */
+    bool model;       /* HCOMM_MLX5_MODEL */
+} hc_mlx5_cfg_t;
+extern hc_mlx5_cfg_t hc_mlx5_cfg;
+
+/* A backend's device state (hc_verbs_drv_t.bdev). */
+typedef struct {
+    int mmio; /* HCOMM_MLX5_MMIO (0: auto) */
+    struct hc_mlx5_model *model;
+} hc_mlx5_dev_t;
+
+/* HCOMM_MLX5_MMIO (and drv/verbs' knobs) checked: *mmio_p HC_MLX5_MMIO_* or 0 (auto). */
+hcomm_status_t hc_mlx5_check_knobs(int *mmio_p);
+/* The data path's state for a QP / CQ a backend made (q->bq, cq->bq), and its end. */
+hcomm_status_t hc_mlx5_qp_wrap(hc_verbs_drv_t *d, hc_verbs_cq_t *cq, hc_verbs_qp_t *q,
+                               const struct mlx5dv_qp *dv, uint32_t max_inline);
+void hc_mlx5_qp_unwrap(hc_verbs_qp_t *q);
+hcomm_status_t hc_mlx5_cq_wrap(hc_verbs_drv_t *d, hc_verbs_cq_t *cq, const struct mlx5dv_cq *dv);
+void hc_mlx5_cq_unwrap(hc_verbs_cq_t *cq);
+/* hc_verbs_dp_t's post_send, post_recv and poll_cq over the data path. */
+int hc_mlx5_post_send(hc_verbs_qp_t *q, const hc_verbs_wr_t *wr, int n, int *posted);
+int hc_mlx5_recv(hc_verbs_qp_t *q, uint64_t addr, uint32_t len, uint32_t lkey, uint64_t wr_id);
+int hc_mlx5_poll_cq(hc_verbs_cq_t *cq, struct ibv_wc *wc, int n);
+
+/* The model of the queues, where it is linked in (the test library): its
+ * queue backend for HCOMM_MLX5_MODEL=1, and what the data path tells it
+ * (a QP's doorbell rung, a CQ about to be polled) for queues it made
+ * (q->model, cq->model set). Set by the model's constructor; NULL in
+ * libhcomm.so and libhcomm.a, where HCOMM_MLX5_MODEL=1 is refused. */
+typedef struct {
+    const hc_verbs_dp_t *dp;
+    void (*kick)(struct hc_mlx5_model *m, uint32_t qpn);
+    int (*progress)(struct hc_mlx5_model *m);
+} hc_mlx5_model_glue_t;
+extern const hc_mlx5_model_glue_t *hc_mlx5_model_glue;
 
 #endif /* HC_DRV_MLX5_H */

@@ -10,29 +10,22 @@
  * device that is not mlx5 or whose queues it cannot drive is skipped with
  * the reason, and drv/verbs (below on the ladder) serves it.
  *
- * On the model (HCOMM_MLX5_MODEL=1, builds with -DHCOMM_MLX5_MODEL=ON): no
- * device; mlx5_model.c makes the queues and executes what the data path
- * posts. Its ranks talk only to each other (the address says "model").
+ * On the model (HCOMM_MLX5_MODEL=1): no device; the model of the queues
+ * makes them and executes what the data path posts. It is test machinery,
+ * in the test library only (mlx5_model*.c, built into the test objects with
+ * -DHCOMM_MLX5_MODEL=ON): it registers its queue backend here
+ * (hc_mlx5_model_glue), and a library without it refuses the variable.
  */
 #include "drv/mlx5/mlx5.h"
 #include "base/config.h"
-#ifdef HCOMM_MLX5_MODEL_BUILD
-#include "drv/mlx5/mlx5_model.h"
-#endif
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The link layer a model address carries: no device talks to it. */
-#define HC_MLX5_MODEL_LINK 0x4d
-
-static struct {
-    const char *mmio;
-    bool model;
-    const char *fault;
-} hc_mlx5_cfg;
+hc_mlx5_cfg_t hc_mlx5_cfg;
+const hc_mlx5_model_glue_t *hc_mlx5_model_glue;
 
 static const hc_config_knob_t hc_mlx5_knobs[] = {
     HC_KNOB_STR(hc_mlx5_cfg.mmio, "HCOMM_MLX5_MMIO", "auto",
@@ -40,15 +33,12 @@ static const hc_config_knob_t hc_mlx5_knobs[] = {
                 "NIC's register), db (the 8-byte doorbell; the NIC reads the WQEs), auto (bf "
                 "when the QP has a BlueFlame register)"),
     HC_KNOB_BOOL(hc_mlx5_cfg.model, "HCOMM_MLX5_MODEL", "0",
-                 "mlx5: run over the model of the mlx5 queues instead of a device (tests; "
-                 "only in builds configured with -DHCOMM_MLX5_MODEL=ON)"),
-    HC_KNOB_STR(hc_mlx5_cfg.fault, "HCOMM_MLX5_MODEL_FAULT", "",
-                "mlx5 model: KIND@N[,...]: the N-th WQE this process's model runs fails with "
-                "KIND (remote_access, local_prot, length, retry, flush)"),
+                 "mlx5: run over the model of the mlx5 queues instead of a device (tests: only "
+                 "the test library has the model, with -DHCOMM_MLX5_MODEL=ON)"),
 };
 HC_CONFIG_KNOBS("mlx5", hc_mlx5_knobs)
 
-static hcomm_status_t hc_mlx5_check_knobs(int *mmio_p)
+hcomm_status_t hc_mlx5_check_knobs(int *mmio_p)
 {
     const char *m = hc_mlx5_cfg.mmio;
     if (!strcmp(m, "bf"))
@@ -71,29 +61,24 @@ static int hc_mlx5_mode(int want, const struct mlx5dv_qp *dv)
 
 /* ---- common to both backends ------------------------------------------------------------------ */
 
-typedef struct {
-    int mmio; /* HCOMM_MLX5_MMIO (0: auto) */
-    struct hc_mlx5_model *model;
-} hc_mlx5_dev_t;
-
-static int hc_mlx5_post_send(hc_verbs_qp_t *q, const hc_verbs_wr_t *wr, int n, int *posted)
+int hc_mlx5_post_send(hc_verbs_qp_t *q, const hc_verbs_wr_t *wr, int n, int *posted)
 {
     return hc_mlx5_post(q->bq, wr, n, posted);
 }
 
-static int hc_mlx5_recv(hc_verbs_qp_t *q, uint64_t addr, uint32_t len, uint32_t lkey, uint64_t wr_id)
+int hc_mlx5_recv(hc_verbs_qp_t *q, uint64_t addr, uint32_t len, uint32_t lkey, uint64_t wr_id)
 {
     return hc_mlx5_post_recv(q->bq, addr, len, lkey, wr_id);
 }
 
-static int hc_mlx5_poll_cq(hc_verbs_cq_t *cq, struct ibv_wc *wc, int n)
+int hc_mlx5_poll_cq(hc_verbs_cq_t *cq, struct ibv_wc *wc, int n)
 {
     return hc_mlx5_poll(cq->bq, wc, n);
 }
 
 /* The data path's state of a QP the backend just made. */
-static hcomm_status_t hc_mlx5_qp_wrap(hc_verbs_drv_t *d, hc_verbs_cq_t *cq, hc_verbs_qp_t *q,
-                                      const struct mlx5dv_qp *dv, uint32_t max_inline)
+hcomm_status_t hc_mlx5_qp_wrap(hc_verbs_drv_t *d, hc_verbs_cq_t *cq, hc_verbs_qp_t *q,
+                               const struct mlx5dv_qp *dv, uint32_t max_inline)
 {
     hc_mlx5_dev_t *dev = d->bdev;
     hc_mlx5_qp_t *mq = calloc(1, sizeof(*mq));
@@ -111,7 +96,7 @@ static hcomm_status_t hc_mlx5_qp_wrap(hc_verbs_drv_t *d, hc_verbs_cq_t *cq, hc_v
     return HCOMM_OK;
 }
 
-static void hc_mlx5_qp_unwrap(hc_verbs_qp_t *q)
+void hc_mlx5_qp_unwrap(hc_verbs_qp_t *q)
 {
     hc_mlx5_qp_t *mq = q->bq;
     if (!mq) return;
@@ -121,7 +106,7 @@ static void hc_mlx5_qp_unwrap(hc_verbs_qp_t *q)
     q->bq = NULL;
 }
 
-static hcomm_status_t hc_mlx5_cq_wrap(hc_verbs_drv_t *d, hc_verbs_cq_t *cq, const struct mlx5dv_cq *dv)
+hcomm_status_t hc_mlx5_cq_wrap(hc_verbs_drv_t *d, hc_verbs_cq_t *cq, const struct mlx5dv_cq *dv)
 {
     hc_mlx5_dev_t *dev = d->bdev;
     hc_mlx5_cq_t *mcq = calloc(1, sizeof(*mcq));
@@ -136,7 +121,7 @@ static hcomm_status_t hc_mlx5_cq_wrap(hc_verbs_drv_t *d, hc_verbs_cq_t *cq, cons
     return HCOMM_OK;
 }
 
-static void hc_mlx5_cq_unwrap(hc_verbs_cq_t *cq)
+void hc_mlx5_cq_unwrap(hc_verbs_cq_t *cq)
 {
     if (!cq->bq) return;
     hc_mlx5_cq_cleanup(cq->bq);
@@ -274,156 +259,6 @@ static hcomm_status_t hc_mlx5_hw_check(hc_verbs_pick_t *pick, int mmio, char *wh
     return st;
 }
 
-/* ---- the model -------------------------------------------------------------------------------- */
-
-#ifdef HCOMM_MLX5_MODEL_BUILD
-static uint32_t hc_mlx5_pow2_up(uint32_t v)
-{
-    uint32_t p = 1;
-    while (p < v)
-        p <<= 1;
-    return p;
-}
-
-static hcomm_status_t hc_mlx5_model_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
-{
-    (void)env;
-    hc_mlx5_dev_t *dev = calloc(1, sizeof(*dev));
-    if (!dev) return hc_error(HCOMM_ERR_NO_MEMORY, "mlx5: model state");
-    d->bdev = dev;
-    hcomm_status_t st = hc_mlx5_check_knobs(&dev->mmio);
-    if (st != HCOMM_OK) return st;
-    st = hc_mlx5_model_open(&dev->model, hc_mlx5_cfg.fault);
-    if (st != HCOMM_OK) return st;
-    snprintf(d->dev_name, sizeof(d->dev_name), "mlx5 model");
-    d->me.link_layer = HC_MLX5_MODEL_LINK;
-    d->me.port = 1;
-    d->me.mtu = IBV_MTU_4096;
-    hc_mlx5_model_id(dev->model, d->me.gid);
-    d->max_msg = 1u << 30;
-    d->dev_attr.max_cqe = 1 << 16;
-    d->dev_attr.max_qp_rd_atom = d->dev_attr.max_qp_init_rd_atom = 16;
-    hc_log_info("mlx5: the model of the mlx5 queues (HCOMM_MLX5_MODEL=1), doorbell %s",
-                dev->mmio == HC_MLX5_MMIO_DB ? "by 8-byte write" : "by BlueFlame for single WQEs");
-    return HCOMM_OK;
-}
-
-static void hc_mlx5_model_dev_close(hc_verbs_drv_t *d)
-{
-    hc_mlx5_dev_t *dev = d->bdev;
-    if (dev && dev->model) {
-        hc_mlx5_model_stats_t s;
-        hc_mlx5_model_stats(dev->model, &s);
-        hc_log_info("mlx5 model: %llu WQEs run, %llu CQEs (%llu errors), %llu bytes, %llu RNR waits, "
-                    "%llu doorbells that did not match their WQE",
-                    (unsigned long long)s.wqes, (unsigned long long)s.cqes,
-                    (unsigned long long)s.err_cqes, (unsigned long long)s.bytes,
-                    (unsigned long long)s.rnr_waits, (unsigned long long)s.bad_doorbells);
-        if (s.bad_doorbells)
-            hc_log_warn("mlx5 model: %llu doorbells did not match the WQEs they published",
-                        (unsigned long long)s.bad_doorbells);
-        hc_mlx5_model_close(dev->model);
-    }
-    free(dev);
-    d->bdev = NULL;
-}
-
-static hcomm_status_t hc_mlx5_model_mr_reg(hc_verbs_drv_t *d, void *addr, size_t len, int access,
-                                           hc_verbs_mr_t *mr)
-{
-    hc_mlx5_dev_t *dev = d->bdev;
-    uint32_t key;
-    hcomm_status_t st = hc_mlx5_model_reg(dev->model, addr, len, access, &key);
-    if (st != HCOMM_OK) return st;
-    *mr = (hc_verbs_mr_t){.lkey = key, .rkey = key, .handle = 1};
-    return HCOMM_OK;
-}
-
-static void hc_mlx5_model_mr_dereg(hc_verbs_drv_t *d, hc_verbs_mr_t *mr)
-{
-    hc_mlx5_dev_t *dev = d->bdev;
-    if (!mr->handle) return;
-    hc_mlx5_model_dereg(dev->model, mr->lkey);
-    mr->handle = 0;
-}
-
-static hcomm_status_t hc_mlx5_model_cq_make(hc_verbs_drv_t *d, int cqe, hc_verbs_cq_t *cq)
-{
-    hc_mlx5_dev_t *dev = d->bdev;
-    struct mlx5dv_cq dv;
-    hcomm_status_t st = hc_mlx5_model_cq_create(dev->model, (uint32_t)cqe, &dv);
-    if (st != HCOMM_OK) return st;
-    st = hc_mlx5_cq_wrap(d, cq, &dv);
-    if (st != HCOMM_OK) hc_mlx5_model_cq_destroy(dev->model, dv.cqn);
-    return st;
-}
-
-static void hc_mlx5_model_cq_free(hc_verbs_drv_t *d, hc_verbs_cq_t *cq)
-{
-    hc_mlx5_dev_t *dev = d->bdev;
-    hc_mlx5_cq_t *mcq = cq->bq;
-    if (!mcq) return;
-    uint32_t cqn = mcq->cqn;
-    hc_mlx5_cq_unwrap(cq);
-    hc_mlx5_model_cq_destroy(dev->model, cqn);
-}
-
-static hcomm_status_t hc_mlx5_model_qp_make(hc_verbs_drv_t *d, hc_verbs_cq_t *cq, uint32_t max_recv,
-                                            hc_verbs_qp_t *q, uint32_t *max_inline)
-{
-    hc_mlx5_dev_t *dev = d->bdev;
-    hc_mlx5_cq_t *mcq = cq->bq;
-    struct mlx5dv_qp dv;
-    uint32_t qpn = 0;
-    hcomm_status_t st = hc_mlx5_model_qp_create(dev->model, mcq->cqn,
-                                                hc_mlx5_pow2_up(HC_VERBS_SQ_DEPTH * HC_MLX5_MAX_WQE_BBS),
-                                                hc_mlx5_pow2_up(max_recv), HC_VERBS_INLINE, &dv, &qpn);
-    if (st != HCOMM_OK) return st;
-    q->qp = NULL;
-    q->qpn = qpn;
-    q->live = true;
-    *max_inline = HC_VERBS_INLINE;
-    st = hc_mlx5_qp_wrap(d, cq, q, &dv, HC_VERBS_INLINE);
-    if (st != HCOMM_OK) {
-        hc_mlx5_model_qp_destroy(dev->model, qpn);
-        q->live = false;
-    }
-    return st;
-}
-
-static hcomm_status_t hc_mlx5_model_qp_rts(hc_verbs_conn_t *c, hc_verbs_qp_t *q, uint32_t dest_qpn,
-                                           uint32_t rq_psn)
-{
-    (void)rq_psn;
-    hc_mlx5_dev_t *dev = c->d->bdev;
-    return hc_mlx5_model_qp_connect(dev->model, q->qpn, c->addr.gid, dest_qpn);
-}
-
-static void hc_mlx5_model_qp_free(hc_verbs_drv_t *d, hc_verbs_qp_t *q)
-{
-    hc_mlx5_dev_t *dev = d->bdev;
-    hc_mlx5_qp_unwrap(q);
-    if (q->live) hc_mlx5_model_qp_destroy(dev->model, q->qpn);
-    q->live = false;
-}
-
-static const hc_verbs_dp_t hc_mlx5_dp_model = {
-    .name = "mlx5 direct, on the model",
-    .dev_open = hc_mlx5_model_dev_open,
-    .dev_close = hc_mlx5_model_dev_close,
-    .mr_reg = hc_mlx5_model_mr_reg,
-    .mr_dereg = hc_mlx5_model_mr_dereg,
-    .cq_create = hc_mlx5_model_cq_make,
-    .cq_destroy = hc_mlx5_model_cq_free,
-    .qp_create = hc_mlx5_model_qp_make,
-    .qp_connect = hc_mlx5_model_qp_rts,
-    .qp_destroy = hc_mlx5_model_qp_free,
-    .post_send = hc_mlx5_post_send,
-    .post_recv = hc_mlx5_recv,
-    .poll_cq = hc_mlx5_poll_cq,
-};
-#endif /* HCOMM_MLX5_MODEL_BUILD */
-
 /* ---- the driver ------------------------------------------------------------------------------- */
 
 static hcomm_status_t hc_mlx5_probe(const hc_drv_env_t *env, char *why, size_t why_len)
@@ -435,15 +270,14 @@ static hcomm_status_t hc_mlx5_probe(const hc_drv_env_t *env, char *why, size_t w
         return HCOMM_ERR_INVALID;
     }
     if (hc_mlx5_cfg.model) {
-#ifdef HCOMM_MLX5_MODEL_BUILD
-        snprintf(why, why_len, "the model of the mlx5 queues (HCOMM_MLX5_MODEL=1), doorbell %s",
-                 mmio == HC_MLX5_MMIO_DB ? "by 8-byte write" : "by BlueFlame for single WQEs");
-        return HCOMM_OK;
-#else
-        snprintf(why, why_len, "HCOMM_MLX5_MODEL=1, but this build has no model of the queues "
-                 "(configure with -DHCOMM_MLX5_MODEL=ON)");
+        if (hc_mlx5_model_glue) {
+            snprintf(why, why_len, "the model of the mlx5 queues (HCOMM_MLX5_MODEL=1), doorbell %s",
+                     mmio == HC_MLX5_MMIO_DB ? "by 8-byte write" : "by BlueFlame for single WQEs");
+            return HCOMM_OK;
+        }
+        snprintf(why, why_len, "HCOMM_MLX5_MODEL=1, but this library has no model of the queues "
+                 "(test machinery: only the test library of a -DHCOMM_MLX5_MODEL=ON build has it)");
         return HCOMM_ERR_UNSUPPORTED;
-#endif
     }
     hc_verbs_pick_t pick;
     hcomm_status_t st = hc_verbs_choose(&pick, why, why_len);
@@ -460,9 +294,8 @@ static hcomm_status_t hc_mlx5_probe(const hc_drv_env_t *env, char *why, size_t w
 
 static hcomm_status_t hc_mlx5_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
 {
-#ifdef HCOMM_MLX5_MODEL_BUILD
-    if (hc_mlx5_cfg.model) return hc_verbs_open_dp(env, &hc_mlx5_dp_model, drv_p);
-#endif
+    if (hc_mlx5_cfg.model && hc_mlx5_model_glue)
+        return hc_verbs_open_dp(env, hc_mlx5_model_glue->dp, drv_p);
     return hc_verbs_open_dp(env, &hc_mlx5_dp_hw, drv_p);
 }
 
@@ -479,11 +312,9 @@ static void hc_mlx5_describe(const hc_drv_env_t *env, void (*line)(const char *t
         line(t, arg);
     }
     if (list) ibv_free_device_list(list);
-#ifdef HCOMM_MLX5_MODEL_BUILD
-    line("  mlx5: this build has the model of the queues (HCOMM_MLX5_MODEL=1)", arg);
-#else
-    line("  mlx5: no model of the queues in this build", arg);
-#endif
+    line(hc_mlx5_model_glue ? "  mlx5: this library has the model of the queues"
+                            : "  mlx5: no model of the queues in this library",
+         arg);
 }
 
 static struct hc_drv_ops hc_mlx5_ops = {

@@ -17,9 +17,6 @@
  * reads are done, so the NIC never overwrites a CQE being read.
  */
 #include "drv/mlx5/mlx5.h"
-#ifdef HCOMM_MLX5_MODEL_BUILD
-#include "drv/mlx5/mlx5_model.h"
-#endif
 
 #include <errno.h>
 #include <stdlib.h>
@@ -232,9 +229,7 @@ void hc_mlx5_ring(hc_mlx5_qp_t *q, int nwqe)
     hc_mlx5_mmio_flush();
     q->bf_off ^= q->bf_size;
     q->n_db++;
-#ifdef HCOMM_MLX5_MODEL_BUILD
-    if (q->model) hc_mlx5_model_kick(q->model, q->qpn);
-#endif
+    if (HC_UNLIKELY(q->model)) hc_mlx5_model_glue->kick(q->model, q->qpn); /* test library */
 }
 
 int hc_mlx5_post(hc_mlx5_qp_t *q, const hc_verbs_wr_t *wr, int n, int *posted)
@@ -314,9 +309,7 @@ static enum ibv_wc_opcode hc_mlx5_wc_op(uint8_t op)
 
 int hc_mlx5_poll(hc_mlx5_cq_t *cq, struct ibv_wc *wc, int n)
 {
-#ifdef HCOMM_MLX5_MODEL_BUILD
-    if (cq->model) (void)hc_mlx5_model_progress(cq->model);
-#endif
+    if (HC_UNLIKELY(cq->model)) (void)hc_mlx5_model_glue->progress(cq->model); /* test library */
     int k = 0;
     while (k < n) {
         uint8_t *slot = cq->buf + (size_t)(cq->ci & cq->mask) * cq->cqe_size;

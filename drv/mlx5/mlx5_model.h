@@ -1,8 +1,13 @@
 /*
  * mlx5 model: what a ConnectX NIC does with the queues drv/mlx5 writes,
  * modelled in software so the mlx5 data path runs (and is tested) on
- * machines without one. Compiled only with -DHCOMM_MLX5_MODEL=ON
- * (HCOMM_MLX5_MODEL_BUILD defined); release builds contain none of it.
+ * machines without one. Test machinery: built with -DHCOMM_MLX5_MODEL=ON
+ * into the test objects only (the test library, lib/test/libhcomm.so, and
+ * the tests), never into libhcomm.so or libhcomm.a; the files:
+ * mlx5_model.c (this design, open/close, peers, execution), _res.c (CQs,
+ * QPs, keys), _wqe.c (parsing, the doorbell check), _exec.c (running
+ * WQEs), _cq.c (CQEs, data movement), _dp.c (drv/mlx5's queue backend on
+ * it), mlx5_model_int.h (what they share).
  *
  * Each process that opens the model gets a "NIC": one memfd segment holding
  * its QPs (send and receive rings, doorbell records, a fake UAR page for the

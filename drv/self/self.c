@@ -87,7 +87,6 @@ static void hc_drv_self_close(hc_drv_t *drv)
 }
 
 static const struct hc_drv_ops hc_drv_self_ops = {
-    .size = sizeof(struct hc_drv_ops),
     .name = "self",
     .scope = HC_DRV_SCOPE_SELF,
     .priority = 0,

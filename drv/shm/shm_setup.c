@@ -141,7 +141,6 @@ static void hc_drv_shm_close(hc_drv_t *drv)
 }
 
 static const struct hc_drv_ops hc_drv_shm_ops = {
-    .size = sizeof(struct hc_drv_ops),
     .name = "shm",
     .scope = HC_DRV_SCOPE_NODE,
     .priority = 100,

@@ -734,7 +734,6 @@ static void hc_drv_tcp_counters(hc_drv_t *drv,
 }
 
 static const struct hc_drv_ops hc_drv_tcp_ops = {
-    .size = sizeof(struct hc_drv_ops),
     .name = "tcp",
     .scope = HC_DRV_SCOPE_NET,
     .priority = 10,

@@ -514,7 +514,6 @@ static void hc_verbs_counters(hc_drv_t *drv,
 
 void hc_verbs_fill_ops(struct hc_drv_ops *o)
 {
-    o->size = sizeof(struct hc_drv_ops);
     o->scope = HC_DRV_SCOPE_NET;
     o->caps = HC_DRV_CAP_USER_REG;
     o->addr_pack = hc_verbs_addr_pack;

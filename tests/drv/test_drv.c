@@ -50,9 +50,8 @@ static hcomm_status_t fake_lo_open(const hc_drv_env_t *env, hc_drv_t **d)
     return HCOMM_OK;
 }
 
-/* An old driver built against a shorter table: only the fields it knew. */
+/* A driver with only probe and open: every other op from the base table. */
 static const struct hc_drv_ops fake_hi_ops = {
-    .size = offsetof(struct hc_drv_ops, connect),
     .name = "fakehi",
     .scope = HC_DRV_SCOPE_NET,
     .priority = 90,
@@ -62,7 +61,6 @@ static const struct hc_drv_ops fake_hi_ops = {
 HC_DRV_REGISTER(fake_hi_ops)
 
 static const struct hc_drv_ops fake_lo_ops = {
-    .size = sizeof(struct hc_drv_ops),
     .name = "fakelo",
     .scope = HC_DRV_SCOPE_NET,
     .priority = 1,
@@ -89,8 +87,7 @@ static void test_defaults_filled(void **state)
     (void)state;
     const struct hc_drv_ops *o = hc_drv_find("fakehi");
     assert_non_null(o);
-    assert_int_equal(o->size, sizeof(struct hc_drv_ops));
-    /* Everything past what the driver knew comes from the base table. */
+    /* Every op the driver left NULL comes from the base table. */
     assert_non_null(o->connect);
     assert_non_null(o->put);
     assert_non_null(o->get);
@@ -102,6 +99,32 @@ static void test_defaults_filled(void **state)
     assert_non_null(hc_drv_find("self"));
     assert_non_null(hc_drv_find("SHM")); /* names are case-insensitive */
     assert_null(hc_drv_find("nosuch"));
+}
+
+/* The registry is in ladder order whatever the link order: self, node,
+ * net; inside a scope by priority, highest first. This test's own drivers
+ * register after the library's (its constructors run last) and still land
+ * in place: fakehi (90) first of the network drivers, fakelo (1) after tcp
+ * (10). */
+static void test_registry_in_ladder_order(void **state)
+{
+    (void)state;
+    int n = hc_drv_count(), hi = -1, lo = -1, tcp = -1;
+    assert_true(n >= 5);
+    for (int i = 0; i < n; i++) {
+        const struct hc_drv_ops *o = hc_drv_at(i);
+        if (i > 0) {
+            const struct hc_drv_ops *p = hc_drv_at(i - 1);
+            assert_true(p->scope <= o->scope);
+            if (p->scope == o->scope) assert_true(p->priority >= o->priority);
+        }
+        if (!strcmp(o->name, "fakehi")) hi = i;
+        if (!strcmp(o->name, "fakelo")) lo = i;
+        if (!strcmp(o->name, "tcp")) tcp = i;
+    }
+    assert_true(hi >= 0 && tcp > hi && lo > tcp);
+    assert_string_equal(hc_drv_at(0)->name, "self");
+    assert_int_equal(hc_drv_at(hi - 1)->scope, HC_DRV_SCOPE_NODE);
 }
 
 static void test_ladder_picks_best_usable(void **state)
@@ -195,7 +218,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_filled), cmocka_unit_test(test_ladder_picks_best_usable),
         cmocka_unit_test(test_forced),          cmocka_unit_test(test_single_node_needs_no_net),
-        cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_describe),        cmocka_unit_test(test_registry_in_ladder_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
