@@ -137,3 +137,48 @@ void hc_p2p_fail_peer(int wpeer, hcomm_status_t status)
     hc_p2p_fail_list(&hc_ctx.rndv_active, NULL, wpeer, status);
     hc_p2p_fail_pending(NULL, wpeer, status);
 }
+
+/* ---- communicator control frames, received ------------------------------- */
+
+/* GIVE_UP, REVOKE, SHRINK and COLL_PROBE frames from world rank wpeer
+ * (hc_p2p_deliver): handed to the communicator and coll/. */
+void hc_p2p_comm_frame_deliver(int wpeer, const hc_frame_hdr_t *hdr, const void *payload)
+{
+    switch (hdr->type) {
+    case HC_FRAME_GIVE_UP: {
+        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
+        if (!comm) {
+            /* The sender created, used and gave up on a communicator this
+             * rank has not created yet (a fast rank right after a split):
+             * kept until it is, or its collectives would wait for ever. */
+            hc_p2p_unexpected(&hc_ctx.orphans, wpeer, hdr, payload);
+            return;
+        }
+        if (hc_coll_ops.gave_up)
+            hc_coll_ops.gave_up(comm, comm->comm_rank_of[wpeer], (hcomm_status_t)(-(int64_t)hdr->a),
+                                (int)hdr->b - 1);
+        return;
+    }
+    case HC_FRAME_REVOKE: {
+        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
+        if (comm && comm->comm_rank_of[wpeer] >= 0)
+            hc_comm_revoked(comm, comm->comm_rank_of[wpeer]);
+        return;
+    }
+    case HC_FRAME_SHRINK: {
+        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
+        if (comm && hc_coll_ops.shrink && comm->comm_rank_of[wpeer] >= 0)
+            hc_coll_ops.shrink(comm, comm->comm_rank_of[wpeer], hdr, payload);
+        return;
+    }
+    case HC_FRAME_COLL_PROBE: {
+        /* no communicator yet: this rank is behind the prober, nothing to say */
+        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
+        if (comm && hc_coll_ops.probe && comm->comm_rank_of[wpeer] >= 0)
+            hc_coll_ops.probe(comm, comm->comm_rank_of[wpeer], (int32_t)(uint32_t)hdr->a);
+        return;
+    }
+    default:
+        break;
+    }
+}

@@ -32,6 +32,16 @@ typedef struct {
     uint8_t data[];        /* EAGER payload */
 } hc_unexp_t;
 
+/* The communicator of a frame's context (its collective context included);
+ * NULL when this rank has not created it yet. */
+static inline struct hcomm_comm *hc_p2p_comm_of(uint32_t ctx_id)
+{
+    uint32_t base = ctx_id & ~HC_CTX_COLL;
+    struct hcomm_comm *w = hc_ctx.world;
+    if (HC_LIKELY(w && w->ctx_id == base)) return w;
+    return hc_comm_by_ctx(base);
+}
+
 /* p2p.c */
 hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *payload,
                           struct hcomm_request *req);
@@ -39,6 +49,13 @@ void hc_p2p_control(hc_peer_t *p, uint8_t type, uint32_t ctx_id, uint64_t a, uin
 
 /* p2p_recv.c */
 void hc_p2p_size_mismatch(struct hcomm_request *req, size_t msg_len);
+/* Keeps a frame no receive took (EAGER, RTS, or a GIVE_UP for a
+ * communicator not created yet) on q, with its fragments' state. */
+void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr, const void *payload);
+
+/* p2p_fail.c */
+/* GIVE_UP, REVOKE, SHRINK and COLL_PROBE frames (hc_p2p_deliver). */
+void hc_p2p_comm_frame_deliver(int wpeer, const hc_frame_hdr_t *hdr, const void *payload);
 
 /* rndv.c */
 /* Sends the RTS of req (len > the connection's eager limit). */

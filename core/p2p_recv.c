@@ -118,16 +118,7 @@ static void hc_p2p_eager_cont(hc_peer_t *p, int wpeer, uint8_t lane, const void 
         hc_p2p_size_mismatch(req, req->msg_len);
 }
 
-static struct hcomm_comm *hc_p2p_comm_of(uint32_t ctx_id)
-{
-    uint32_t base = ctx_id & ~HC_CTX_COLL;
-    struct hcomm_comm *w = hc_ctx.world;
-    if (HC_LIKELY(w && w->ctx_id == base)) return w;
-    return hc_comm_by_ctx(base);
-}
-
-static void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr,
-                              const void *payload)
+void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr, const void *payload)
 {
     hc_stats.unexpected++;
     bool more = hdr->type == HC_FRAME_EAGER && (hdr->flags & HC_FRAME_FLAG_MORE);
@@ -184,91 +175,69 @@ static void hc_p2p_bind_source(struct hcomm_request *req, int src, int wpeer)
     hc_stats_peer_rx(wpeer, req->len);
 }
 
+/* An EAGER or RTS frame from p (world rank wpeer): the first posted receive
+ * of its communicator that matches takes it, or it waits as unexpected. */
+static void hc_p2p_deliver_msg(hc_peer_t *p, int wpeer, const hc_frame_hdr_t *hdr,
+                               const void *payload)
+{
+    struct hcomm_request *req;
+    hc_rndv_offer_t offer;
+    if (HC_UNLIKELY(hdr->type == HC_FRAME_RTS && !hc_rndv_offer_parse(hdr, payload, &offer))) {
+        hc_log_warn("malformed RTS from rank %d dropped", wpeer);
+        return;
+    }
+    struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
+    if (HC_UNLIKELY(!comm)) {
+        hc_p2p_unexpected(&hc_ctx.orphans, wpeer, hdr, payload);
+        return;
+    }
+    int src = comm->comm_rank_of[wpeer];
+    hc_list_t *pos, *tmp;
+    hc_list_foreach_safe(pos, tmp, &comm->posted)
+    {
+        req = hc_container_of(pos, struct hcomm_request, link);
+        if ((req->peer != src && req->peer != HCOMM_ANY_SOURCE) || req->ctx_id != hdr->ctx_id)
+            continue;
+        if (HC_UNLIKELY(hc_coll_tag_conflict(hdr->ctx_id, req->tag, hdr->tag))) {
+            hc_list_del(&req->link);
+            hc_p2p_coll_conflict(req, hdr->tag);
+            break; /* the message stays unexpected; the collective fails */
+        }
+        if (req->tag != hdr->tag) continue;
+        hc_list_del(&req->link);
+        if (req->peer == HCOMM_ANY_SOURCE) hc_p2p_bind_source(req, src, wpeer);
+        if (hdr->type == HC_FRAME_EAGER && (hdr->flags & HC_FRAME_FLAG_MORE)) {
+            hc_p2p_eager_first(req, hc_p2p_partial(p, wpeer, hdr->lane), hdr->a, payload, hdr->len);
+        } else if (hdr->type == HC_FRAME_EAGER) {
+            hc_p2p_eager_recv(req, payload, hdr->len);
+        } else {
+            hc_rndv_matched(req, p, hdr->a, hdr->b, &offer);
+        }
+        return;
+    }
+    if ((hdr->ctx_id & HC_CTX_COLL) && hc_coll_ops.stray) hc_coll_ops.stray(comm, src, hdr->tag);
+    hc_p2p_unexpected(&comm->unexpected, wpeer, hdr, payload);
+}
+
 void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload)
 {
     (void)core;
     int wpeer = conn->peer;
     hc_peer_t *p = &hc_ctx.peers[wpeer];
-    struct hcomm_request *req;
     p->rx_frames++;
     if (HC_UNLIKELY(hc_ctx.tearing_down)) return;
 
     switch (hdr->type) {
     case HC_FRAME_EAGER:
-    case HC_FRAME_RTS: {
-        hc_rndv_offer_t offer;
-        if (HC_UNLIKELY(hdr->type == HC_FRAME_RTS && !hc_rndv_offer_parse(hdr, payload, &offer))) {
-            hc_log_warn("malformed RTS from rank %d dropped", wpeer);
-            return;
-        }
-        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
-        if (HC_UNLIKELY(!comm)) {
-            hc_p2p_unexpected(&hc_ctx.orphans, wpeer, hdr, payload);
-            return;
-        }
-        int src = comm->comm_rank_of[wpeer];
-        hc_list_t *pos, *tmp;
-        hc_list_foreach_safe(pos, tmp, &comm->posted)
-        {
-            req = hc_container_of(pos, struct hcomm_request, link);
-            if ((req->peer != src && req->peer != HCOMM_ANY_SOURCE) || req->ctx_id != hdr->ctx_id)
-                continue;
-            if (HC_UNLIKELY(hc_coll_tag_conflict(hdr->ctx_id, req->tag, hdr->tag))) {
-                hc_list_del(&req->link);
-                hc_p2p_coll_conflict(req, hdr->tag);
-                break; /* the message stays unexpected; the collective fails */
-            }
-            if (req->tag != hdr->tag) continue;
-            hc_list_del(&req->link);
-            if (req->peer == HCOMM_ANY_SOURCE) hc_p2p_bind_source(req, src, wpeer);
-            if (hdr->type == HC_FRAME_EAGER && (hdr->flags & HC_FRAME_FLAG_MORE)) {
-                hc_p2p_eager_first(req, hc_p2p_partial(p, wpeer, hdr->lane), hdr->a, payload,
-                                   hdr->len);
-            } else if (hdr->type == HC_FRAME_EAGER) {
-                hc_p2p_eager_recv(req, payload, hdr->len);
-            } else {
-                hc_rndv_matched(req, p, hdr->a, hdr->b, &offer);
-            }
-            return;
-        }
-        if ((hdr->ctx_id & HC_CTX_COLL) && hc_coll_ops.stray)
-            hc_coll_ops.stray(comm, src, hdr->tag);
-        hc_p2p_unexpected(&comm->unexpected, wpeer, hdr, payload);
+    case HC_FRAME_RTS:
+        hc_p2p_deliver_msg(p, wpeer, hdr, payload);
         return;
-    }
-    case HC_FRAME_GIVE_UP: {
-        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
-        if (!comm) {
-            /* The sender created, used and gave up on a communicator this
-             * rank has not created yet (a fast rank right after a split):
-             * kept until it is, or its collectives would wait for ever. */
-            hc_p2p_unexpected(&hc_ctx.orphans, wpeer, hdr, payload);
-            return;
-        }
-        if (hc_coll_ops.gave_up)
-            hc_coll_ops.gave_up(comm, comm->comm_rank_of[wpeer], (hcomm_status_t)(-(int64_t)hdr->a),
-                                (int)hdr->b - 1);
+    case HC_FRAME_GIVE_UP:
+    case HC_FRAME_REVOKE:
+    case HC_FRAME_SHRINK:
+    case HC_FRAME_COLL_PROBE:
+        hc_p2p_comm_frame_deliver(wpeer, hdr, payload);
         return;
-    }
-    case HC_FRAME_REVOKE: {
-        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
-        if (comm && comm->comm_rank_of[wpeer] >= 0)
-            hc_comm_revoked(comm, comm->comm_rank_of[wpeer]);
-        return;
-    }
-    case HC_FRAME_SHRINK: {
-        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
-        if (comm && hc_coll_ops.shrink && comm->comm_rank_of[wpeer] >= 0)
-            hc_coll_ops.shrink(comm, comm->comm_rank_of[wpeer], hdr, payload);
-        return;
-    }
-    case HC_FRAME_COLL_PROBE: {
-        /* no communicator yet: this rank is behind the prober, nothing to say */
-        struct hcomm_comm *comm = hc_p2p_comm_of(hdr->ctx_id);
-        if (comm && hc_coll_ops.probe && comm->comm_rank_of[wpeer] >= 0)
-            hc_coll_ops.probe(comm, comm->comm_rank_of[wpeer], (int32_t)(uint32_t)hdr->a);
-        return;
-    }
     case HC_FRAME_CONT:
         hc_p2p_eager_cont(p, wpeer, hdr->lane, payload, hdr->len);
         return;
