@@ -91,13 +91,12 @@ static double hc_probe_us_since(uint64_t t0)
     return (double)(hc_time_ns() - t0) / 1e3;
 }
 
-/* The client's side of a pair: pings, then chunks, each only when the
- * slice (us; HUGE_VAL: no limit) leaves room for it by what the pair has
- * measured so far; the first two pings and the first two chunks always go. */
-static hcomm_status_t hc_probe_client(hcomm_comm_t pc, int peer, int tag, uint8_t *buf,
-                                      double slice_us, hc_topo_meas_t *out, size_t *bytes_p)
+/* The client's pings: one more while it and the next fit in a quarter of
+ * the slice (us; HUGE_VAL: no limit), the first two always; *rt_p: the
+ * median round trip (us) after the warmup. t0: when the pair began. */
+static hcomm_status_t hc_probe_pings(hcomm_comm_t pc, int peer, int tag, double slice_us,
+                                     uint64_t t0, double *rt_p)
 {
-    uint64_t t0 = hc_time_ns();
     double rtt[HC_PROBE_WARMUP + HC_PROBE_PINGS];
     int n = 0;
     hcomm_status_t st = HCOMM_OK;
@@ -113,22 +112,33 @@ static hcomm_status_t hc_probe_client(hcomm_comm_t pc, int peer, int tag, uint8_
     if (st != HCOMM_OK) return st;
     int skip = n > HC_PROBE_WARMUP ? HC_PROBE_WARMUP : 1;
     qsort(rtt + skip, (size_t)(n - skip), sizeof(double), hc_probe_cmp_double);
-    double rt = rtt[skip + (n - skip) / 2];
-    /* Bandwidth. Two chunks of 4 KiB, each acknowledged before the next,
-     * show roughly what the link does. A link that at that rate moves the
-     * whole measurement in half of what is left of the slice gets it at
-     * once, as 2 x 256 KiB and one acknowledgement (round trips are then
-     * small beside the transfer, and only one is counted out). A slower one
-     * goes on chunk by chunk, stop-and-wait (as many bytes as so far, up to
-     * 256 KiB): a chunk goes when it and the one before could both still be
-     * on their way at the rate seen so far and end inside the slice; a
-     * token-bucket shaper lets a chunk through at once and holds what
-     * follows until its bytes are paid, so a chunk's round trip may show
-     * the one before it. The rate is the bytes before the last chunk over
-     * the time since the first, less the round trips: right for such a
-     * shaper, half the rate on a plain link. A header of 0 and its acknowledgement close the pair,
-     * so that the client's clock covers every byte. A header is a chunk's size and, above bit 32,
-     * how many chunks follow it. */
+    *rt_p = rtt[skip + (n - skip) / 2];
+    return HCOMM_OK;
+}
+
+/* Bandwidth. Two chunks of 4 KiB, each acknowledged before the next, show
+ * roughly what the link does. A link that at that rate moves the whole
+ * measurement in half of what is left of the slice gets it at once, as 2 x
+ * 256 KiB and one acknowledgement (round trips are then small beside the
+ * transfer, and only one is counted out). A slower one goes on chunk by
+ * chunk, stop-and-wait (as many bytes as so far, up to 256 KiB): a chunk
+ * goes when it and the one before could both still be on their way at the
+ * rate seen so far and end inside the slice; a token-bucket shaper lets a
+ * chunk through at once and holds what follows until its bytes are paid, so
+ * a chunk's round trip may show the one before it. The rate is the bytes
+ * before the last chunk over the time since the first, less the round
+ * trips: right for such a shaper, half the rate on a plain link. A header
+ * of 0 and its acknowledgement close the pair, so that the client's clock
+ * covers every byte. A header is a chunk's size and, above bit 32, how many
+ * chunks follow it.
+ *
+ * out->gbps and *bytes_p: the bandwidth and the bytes measured; t0: when
+ * the pair began; rt: the round trip (us). */
+static hcomm_status_t hc_probe_chunks(hcomm_comm_t pc, int peer, int tag, uint8_t *buf,
+                                      double slice_us, uint64_t t0, double rt, hc_topo_meas_t *out,
+                                      size_t *bytes_p)
+{
+    hcomm_status_t st = HCOMM_OK;
     size_t sent = 0, last_b = 0;
     int acks = 0;
     double burst_us = 0;
@@ -177,10 +187,24 @@ static hcomm_status_t hc_probe_client(hcomm_comm_t pc, int peer, int tag, uint8_
     double bytes = burst_us > 0 ? (double)HC_PROBE_BW_BYTES : (double)sent;
     double total = burst_us > 0 ? burst_us : hc_probe_us_since(t_bw);
     double move = HC_MAX(total - (burst_us > 0 ? 1 : acks + 1) * rt, total / 4);
-    out->lat_us = (float)(rt / 2);
     out->gbps = (float)(bytes / (HC_MAX(move, 0.001) * 1e3));
     *bytes_p = burst_us > 0 ? HC_PROBE_BW_BYTES : sent;
     return HCOMM_OK;
+}
+
+/* The client's side of a pair: pings, then chunks, each only when the
+ * slice (us; HUGE_VAL: no limit) leaves room for it by what the pair has
+ * measured so far; the first two pings and the first two chunks always go. */
+static hcomm_status_t hc_probe_client(hcomm_comm_t pc, int peer, int tag, uint8_t *buf,
+                                      double slice_us, hc_topo_meas_t *out, size_t *bytes_p)
+{
+    uint64_t t0 = hc_time_ns();
+    double rt;
+    hcomm_status_t st = hc_probe_pings(pc, peer, tag, slice_us, t0, &rt);
+    if (st != HCOMM_OK) return st;
+    st = hc_probe_chunks(pc, peer, tag, buf, slice_us, t0, rt, out, bytes_p);
+    if (st == HCOMM_OK) out->lat_us = (float)(rt / 2);
+    return st;
 }
 
 /* The server's side: it echoes pings until one says it is the last, then
@@ -330,125 +354,175 @@ static void hc_probe_report(const hc_topo_map_t *map, const char *how, double ms
     }
 }
 
-hcomm_status_t hc_api_topo_probe(void)
+/* One probe's state (hc_api_topo_probe). */
+typedef struct {
+    hc_topo_map_t *map;
+    hcomm_comm_t pc;     /* the probe's communicator of every rank */
+    hc_topo_meas_t *all; /* the pairs' measurements, cap at most */
+    int cap;
+    hc_probe_row_t *rows; /* every rank's measurements (allgathered) */
+    uint8_t *buf;         /* a chunk */
+    char path[1024];      /* the cache file, "" (none) */
+    hc_probe_plan_t plan;
+    int rounds, done;        /* rounds planned, rounds run */
+    uint64_t t_start, t_all; /* this rank came; every rank had come (the budget's clock) */
+} hc_probe_t;
+
+/* The probe's own communicator of every rank, made locally (no collective
+ * on world: world's state, its ring, its hierarchy, must not exist before
+ * the costs do). Its context id is one no parent's internal communicator
+ * can have (coll_topo.c), and it never runs a hierarchical algorithm (an
+ * internal id). */
+static hcomm_status_t hc_probe_comm_create(hcomm_comm_t *pc_p)
 {
-    hc_topo_map_t *map = hc_ctx.topo;
-    if (!hc_cfg.topo_probe || !map || map->nnodes < 2 || hc_ctx.topo_mode != HC_TOPO_MODE_FULL)
-        return HCOMM_OK;
-    uint64_t t_start = hc_time_ns();
-    int N = map->nnodes, M = N + (N & 1);
-    int rounds = N <= HC_PROBE_ALL_PAIRS ? M - 1 : HC_PROBE_ROUNDS_BIG;
-    /* The probe's own communicator of every rank, made locally (no
-     * collective on world: world's state, its ring, its hierarchy, must
-     * not exist before the costs do). Its context id is one no parent's
-     * internal communicator can have (coll_topo.c), and it never runs a
-     * hierarchical algorithm (an internal id). */
-    hcomm_comm_t pc = NULL;
+    int *all_ranks = malloc(sizeof(int) * (size_t)hc_ctx.size);
+    if (!all_ranks) return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: topology probe");
+    for (int r = 0; r < hc_ctx.size; r++)
+        all_ranks[r] = r;
+    uint32_t saved = hc_ctx.next_ctx_id;
+    hcomm_status_t st = hc_comm_create(HC_CTX_SUB | 0x3fffffffu, hc_ctx.size, all_ranks, pc_p);
+    hc_ctx.next_ctx_id = saved;
+    free(all_ranks);
+    return st;
+}
+
+/* Every rank: the costs of rank 0's cache. */
+static hcomm_status_t hc_probe_from_cache(hc_probe_t *pr)
+{
     hcomm_status_t st;
-    {
-        int *all_ranks = malloc(sizeof(int) * (size_t)hc_ctx.size);
-        if (!all_ranks) return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: topology probe");
-        for (int r = 0; r < hc_ctx.size; r++)
-            all_ranks[r] = r;
-        uint32_t saved = hc_ctx.next_ctx_id;
-        st = hc_comm_create(HC_CTX_SUB | 0x3fffffffu, hc_ctx.size, all_ranks, &pc);
-        hc_ctx.next_ctx_id = saved;
-        free(all_ranks);
-        if (st != HCOMM_OK) return st;
+    if ((st = hcomm_broadcast(pr->all, (size_t)pr->plan.cached * sizeof(*pr->all), HCOMM_UINT8, 0,
+                              pr->pc)) != HCOMM_OK)
+        return st;
+    if ((st = hc_topo_map_calibrate(pr->map, pr->all, pr->plan.cached)) != HCOMM_OK) return st;
+    hc_coll_topo_recalibrated();
+    char how[1100];
+    snprintf(how, sizeof(how), "from the cache %s in ", pr->path);
+    hc_probe_report(pr->map, how, (double)(hc_time_ns() - pr->t_start) / 1e6, pr->plan.budget_s);
+    return HCOMM_OK;
+}
+
+/* A leader's pair of round r with node pn: the lower node measures (the
+ * client, into *mine), the other serves. */
+static hcomm_status_t hc_probe_pair(hc_probe_t *pr, int my_node, int pn, int r, double slice_us,
+                                    hc_probe_row_t *mine)
+{
+    int peer = 0;
+    while (pr->map->node[peer] != pn)
+        peer++; /* its leader */
+    if (my_node > pn) return hc_probe_server(pr->pc, peer, HC_PROBE_TAG + 4 * r, pr->buf);
+    hc_topo_meas_t m = {.a = my_node, .b = pn};
+    size_t bytes = 0;
+    hcomm_status_t st =
+        hc_probe_client(pr->pc, peer, HC_PROBE_TAG + 4 * r, pr->buf, slice_us, &m, &bytes);
+    if (st == HCOMM_OK && mine->n < HC_PROBE_MAX_ENTRIES) {
+        mine->e[mine->n++] = m;
+        mine->shrunk += bytes < HC_PROBE_BW_BYTES;
+        if (bytes < HC_PROBE_BW_BYTES)
+            hc_log_debug(
+                "topology probe: nodes %d-%d measured with %zu of %zu bytes (slice %.1f ms)",
+                my_node, pn, bytes, HC_PROBE_BW_BYTES, slice_us / 1e3);
     }
-    int cap = rounds * N + 1;
-    hc_topo_meas_t *all = calloc((size_t)cap, sizeof(*all));
-    hc_probe_row_t *rows = calloc((size_t)hc_ctx.size, sizeof(*rows));
-    uint8_t *buf = malloc(HC_PROBE_CHUNK_MAX);
-    char path[1024];
-    hc_probe_cache_path(map, path, sizeof(path));
-    if (!all || !rows || !buf) {
-        st = hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: topology probe");
-        goto out;
-    }
-    hc_probe_plan_t plan = {.budget_s = hc_cfg.topo_probe_budget};
-    if (hc_ctx.rank == 0) plan.cached = hc_probe_cache_read(path, map, all, cap);
-    if ((st = hcomm_broadcast(&plan, sizeof(plan), HCOMM_UINT8, 0, pc)) != HCOMM_OK) goto out;
-    if (plan.cached > 0) {
-        if ((st = hcomm_broadcast(all, (size_t)plan.cached * sizeof(*all), HCOMM_UINT8, 0, pc)) !=
-            HCOMM_OK)
-            goto out;
-        if ((st = hc_topo_map_calibrate(map, all, plan.cached)) != HCOMM_OK) goto out;
-        hc_coll_topo_recalibrated();
-        char how[1100];
-        snprintf(how, sizeof(how), "from the cache %s in ", path);
-        hc_probe_report(map, how, (double)(hc_time_ns() - t_start) / 1e6, plan.budget_s);
-        goto out;
-    }
+    return st;
+}
+
+/* The rounds (see the top of this file): before each, every rank learns
+ * whether time is left; then each leader measures or serves its pair. */
+static hcomm_status_t hc_probe_rounds(hc_probe_t *pr, hc_probe_row_t *mine)
+{
+    const hc_topo_map_t *map = pr->map;
+    int N = map->nnodes, M = N + (N & 1);
+    hcomm_status_t st = HCOMM_OK;
     /* Leaders: the lowest rank of each node. */
     int my_node = map->node[hc_ctx.rank];
     bool leader = true;
     for (int r = 0; r < hc_ctx.rank && leader; r++)
         leader = map->node[r] != my_node;
-    hc_probe_row_t mine = {0};
-    int done = 0;       /* rounds run */
-    uint64_t t_all = 0; /* every rank is in the probe: the budget's clock starts */
-    for (int r = 0; r < rounds && st == HCOMM_OK; r++) {
+    for (int r = 0; r < pr->rounds && st == HCOMM_OK; r++) {
         /* Every rank, every round: the longest time in the probe so far. */
-        double mine_s = r ? (double)(hc_time_ns() - t_all) / 1e9 : 0, most_s;
-        if ((st = hcomm_allreduce(&mine_s, &most_s, 1, HCOMM_FLOAT64, HCOMM_MAX, pc)) != HCOMM_OK)
+        double mine_s = r ? (double)(hc_time_ns() - pr->t_all) / 1e9 : 0, most_s;
+        if ((st = hcomm_allreduce(&mine_s, &most_s, 1, HCOMM_FLOAT64, HCOMM_MAX, pr->pc)) !=
+            HCOMM_OK)
             break;
-        if (!r) t_all = hc_time_ns();
-        double left_s = plan.budget_s - most_s;
-        if (plan.budget_s > 0 && left_s <= 0) break;
-        double slice_us = plan.budget_s > 0 ? left_s / (rounds - r) * 1e6 : HUGE_VAL;
-        done = r + 1;
+        if (!r) pr->t_all = hc_time_ns();
+        double left_s = pr->plan.budget_s - most_s;
+        if (pr->plan.budget_s > 0 && left_s <= 0) break;
+        double slice_us = pr->plan.budget_s > 0 ? left_s / (pr->rounds - r) * 1e6 : HUGE_VAL;
+        pr->done = r + 1;
         int pn = leader ? hc_probe_partner(my_node, r, M, N) : -1;
-        if (pn < 0) continue;
-        int peer = 0;
-        while (map->node[peer] != pn)
-            peer++; /* its leader */
-        if (my_node > pn) {
-            st = hc_probe_server(pc, peer, HC_PROBE_TAG + 4 * r, buf);
-            continue;
-        }
-        hc_topo_meas_t m = {.a = my_node, .b = pn};
-        size_t bytes = 0;
-        st = hc_probe_client(pc, peer, HC_PROBE_TAG + 4 * r, buf, slice_us, &m, &bytes);
-        if (st == HCOMM_OK && mine.n < HC_PROBE_MAX_ENTRIES) {
-            mine.e[mine.n++] = m;
-            mine.shrunk += bytes < HC_PROBE_BW_BYTES;
-            if (bytes < HC_PROBE_BW_BYTES)
-                hc_log_debug(
-                    "topology probe: nodes %d-%d measured with %zu of %zu bytes (slice %.1f ms)",
-                    my_node, pn, bytes, HC_PROBE_BW_BYTES, slice_us / 1e3);
-        }
+        if (pn >= 0) st = hc_probe_pair(pr, my_node, pn, r, slice_us, mine);
     }
-    if (st != HCOMM_OK) {
-        st = hc_error(st, "hcomm_init: topology probe (HCOMM_TOPO_PROBE=0 skips it): %s",
-                      hcomm_last_error());
-        goto out;
-    }
-    if ((st = hcomm_allgather(&mine, rows, sizeof(mine), HCOMM_UINT8, pc)) != HCOMM_OK) goto out;
+    return st;
+}
+
+/* Every rank's measurements to every rank: the costs installed, rank 0's
+ * cache written, the report. */
+static hcomm_status_t hc_probe_install(hc_probe_t *pr, const hc_probe_row_t *mine)
+{
+    hcomm_status_t st;
+    if ((st = hcomm_allgather(mine, pr->rows, sizeof(*mine), HCOMM_UINT8, pr->pc)) != HCOMM_OK)
+        return st;
     int n = 0, shrunk = 0;
     for (int r = 0; r < hc_ctx.size; r++) {
-        shrunk += rows[r].shrunk;
-        for (int i = 0; i < rows[r].n && i < HC_PROBE_MAX_ENTRIES && n < cap; i++)
-            all[n++] = rows[r].e[i];
+        shrunk += pr->rows[r].shrunk;
+        for (int i = 0; i < pr->rows[r].n && i < HC_PROBE_MAX_ENTRIES && n < pr->cap; i++)
+            pr->all[n++] = pr->rows[r].e[i];
     }
-    if ((st = hc_topo_map_calibrate(map, all, n)) != HCOMM_OK) goto out;
+    if ((st = hc_topo_map_calibrate(pr->map, pr->all, n)) != HCOMM_OK) return st;
     hc_coll_topo_recalibrated();
-    if (hc_ctx.rank == 0) hc_probe_cache_write(path, map, all, n);
-    if (hc_ctx.rank == 0 && t_all - t_start > 1000000)
+    if (hc_ctx.rank == 0) hc_probe_cache_write(pr->path, pr->map, pr->all, n);
+    if (hc_ctx.rank == 0 && pr->t_all - pr->t_start > 1000000)
         hc_log_info(
             "topology probe: rank 0 waited %.0f ms for every rank to come (not counted below)",
-            (double)(t_all - t_start) / 1e6);
-    hc_probe_report(map, "measured in ", (double)(hc_time_ns() - t_all) / 1e6, plan.budget_s);
-    if (hc_ctx.rank == 0 && (shrunk || done < rounds))
+            (double)(pr->t_all - pr->t_start) / 1e6);
+    hc_probe_report(pr->map, "measured in ", (double)(hc_time_ns() - pr->t_all) / 1e6,
+                    pr->plan.budget_s);
+    if (hc_ctx.rank == 0 && (shrunk || pr->done < pr->rounds))
         hc_log_info(
             "topology probe: within HCOMM_TOPO_PROBE_BUDGET=%g s: %d of %d rounds run, %d pairs "
             "measured with fewer than %zu KiB (slow, or little time left); pairs not measured "
             "take their class's mean",
-            plan.budget_s, done, rounds, shrunk, HC_PROBE_BW_BYTES >> 10);
+            pr->plan.budget_s, pr->done, pr->rounds, shrunk, HC_PROBE_BW_BYTES >> 10);
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_api_topo_probe(void)
+{
+    hc_topo_map_t *map = hc_ctx.topo;
+    if (!hc_cfg.topo_probe || !map || map->nnodes < 2 || hc_ctx.topo_mode != HC_TOPO_MODE_FULL)
+        return HCOMM_OK;
+    hc_probe_t pr = {.map = map, .t_start = hc_time_ns()};
+    int N = map->nnodes, M = N + (N & 1);
+    pr.rounds = N <= HC_PROBE_ALL_PAIRS ? M - 1 : HC_PROBE_ROUNDS_BIG;
+    hcomm_status_t st = hc_probe_comm_create(&pr.pc);
+    if (st != HCOMM_OK) return st;
+    pr.cap = pr.rounds * N + 1;
+    pr.all = calloc((size_t)pr.cap, sizeof(*pr.all));
+    pr.rows = calloc((size_t)hc_ctx.size, sizeof(*pr.rows));
+    pr.buf = malloc(HC_PROBE_CHUNK_MAX);
+    hc_probe_cache_path(map, pr.path, sizeof(pr.path));
+    if (!pr.all || !pr.rows || !pr.buf) {
+        st = hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: topology probe");
+        goto out;
+    }
+    pr.plan.budget_s = hc_cfg.topo_probe_budget;
+    if (hc_ctx.rank == 0) pr.plan.cached = hc_probe_cache_read(pr.path, map, pr.all, pr.cap);
+    if ((st = hcomm_broadcast(&pr.plan, sizeof(pr.plan), HCOMM_UINT8, 0, pr.pc)) != HCOMM_OK)
+        goto out;
+    if (pr.plan.cached > 0) {
+        st = hc_probe_from_cache(&pr);
+        goto out;
+    }
+    hc_probe_row_t mine = {0};
+    if ((st = hc_probe_rounds(&pr, &mine)) != HCOMM_OK) {
+        st = hc_error(st, "hcomm_init: topology probe (HCOMM_TOPO_PROBE=0 skips it): %s",
+                      hcomm_last_error());
+        goto out;
+    }
+    st = hc_probe_install(&pr, &mine);
 out:
-    free(all);
-    free(rows);
-    free(buf);
-    if (pc) hc_comm_destroy(pc);
+    free(pr.all);
+    free(pr.rows);
+    free(pr.buf);
+    if (pr.pc) hc_comm_destroy(pr.pc);
     return st;
 }

@@ -92,7 +92,7 @@ void hc_bootstrap_set_idle(hc_bootstrap_t *bs, void (*fn)(void *arg), void *arg)
 /* Failure notices: rank 0 judges who failed and why (it alone sees every
  * rank's connection), ranks report to it what they see themselves, and its
  * verdicts ("rank X failed; the cause is rank C", C != X when X left after
- * C failed) reach every rank still connected. See bootstrap.c. */
+ * C failed) reach every rank still connected. See bootstrap_notice.c. */
 typedef void (*hc_bootstrap_notice_fn)(void *arg, int rank, int cause, hcomm_status_t status,
                                        const char *why);
 /* fn is called from hc_bootstrap_poll/report_failure/allgather for each

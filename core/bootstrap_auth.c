@@ -447,6 +447,33 @@ bool hc_bs_auth_root_step(hc_bs_gather_t *g, hc_bs_conn_t *c)
 
 /* ---- a rank ------------------------------------------------------------------ */
 
+/* A rank whose rank 0 proved another key tells it so (rank 0 cannot know
+ * otherwise): a PROOF under this rank's key, without the blob (it is for
+ * this job's rank 0 only); best effort. */
+static void hc_bs_auth_tell_key(hc_bs_conn_t *c, const hc_bootstrap_params_t *p, double deadline)
+{
+    hc_bootstrap_msg_t m;
+    uint8_t mac[HC_AUTH_MAC];
+    char r[200];
+    if (hc_bs_mac(p->job_key, HC_BS_MAC_PROOF, c, (uint32_t)p->rank, (uint32_t)p->size, 0, NULL, 0,
+                  mac) == HCOMM_OK) {
+        hc_bootstrap_msg_t pr = {HC_BOOTSTRAP_MAGIC,
+                                 HC_BOOTSTRAP_VERSION,
+                                 HC_BOOTSTRAP_MSG_PROOF,
+                                 (uint32_t)p->rank,
+                                 (uint32_t)p->size,
+                                 HC_AUTH_MAC,
+                                 mac,
+                                 0,
+                                 NULL};
+        /* Until rank 0 answers (briefly): it asks the kernel whose
+         * socket this is while the connection is still open. */
+        hc_bs_expect_t re = {HC_BOOTSTRAP_MSG_REFUSE, 0, 0, false, true, false};
+        if (hc_bs_send_msg(c->fd, &pr, deadline, "hc_bootstrap_open", 0) == HCOMM_OK)
+            (void)hc_bs_conn_wait(c, &re, HC_MIN(deadline, hc_time_sec() + 1.0), &m, r, sizeof(r));
+    }
+}
+
 hc_bs_hs_t hc_bs_auth_rank_handshake(hc_bs_conn_t *c, const hc_bootstrap_params_t *p,
                                      const void *blob, size_t blob_len, double challenge_until,
                                      double deadline, bool probing, hcomm_status_t *st_p, char *why,
@@ -494,26 +521,7 @@ hc_bs_hs_t hc_bs_auth_rank_handshake(hc_bs_conn_t *c, const hc_bootstrap_params_
         snprintf(why, wcap, "%s proved a job key other than this rank's: another job's rank 0",
                  c->peer);
         if (probing) return HC_BS_HS_ELSEWHERE;
-        /* Rank 0 cannot know otherwise: a PROOF under this rank's key, without
-         * the blob (it is for this job's rank 0 only). */
-        if (hc_bs_mac(p->job_key, HC_BS_MAC_PROOF, c, (uint32_t)p->rank, (uint32_t)p->size, 0, NULL,
-                      0, mac) == HCOMM_OK) {
-            hc_bootstrap_msg_t pr = {HC_BOOTSTRAP_MAGIC,
-                                     HC_BOOTSTRAP_VERSION,
-                                     HC_BOOTSTRAP_MSG_PROOF,
-                                     (uint32_t)p->rank,
-                                     (uint32_t)p->size,
-                                     HC_AUTH_MAC,
-                                     mac,
-                                     0,
-                                     NULL};
-            /* Until rank 0 answers (briefly): it asks the kernel whose
-             * socket this is while the connection is still open. */
-            hc_bs_expect_t re = {HC_BOOTSTRAP_MSG_REFUSE, 0, 0, false, true, false};
-            if (hc_bs_send_msg(c->fd, &pr, deadline, "hc_bootstrap_open", 0) == HCOMM_OK)
-                (void)hc_bs_conn_wait(c, &re, HC_MIN(deadline, hc_time_sec() + 1.0), &m, r,
-                                      sizeof(r));
-        }
+        hc_bs_auth_tell_key(c, p, deadline);
         return HC_BS_HS_KEY;
     }
     *st_p = hc_bs_mac(p->job_key, HC_BS_MAC_PROOF, c, (uint32_t)p->rank, (uint32_t)p->size,

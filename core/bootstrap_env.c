@@ -320,6 +320,85 @@ static hcomm_status_t hc_bootstrap_env_slurm(hc_bootstrap_params_t *p)
     return hc_bootstrap_url_parse(p->url, HC_BS_ENV_FN ": the Slurm-derived address", &u);
 }
 
+/* Which launcher started this rank (the first whose rank and size are both
+ * set) and what its variables say; *l_p NULL: none, a single rank. */
+static hcomm_status_t hc_bootstrap_env_who(hc_bootstrap_params_t *p,
+                                           const hc_bootstrap_launcher_t **l_p)
+{
+    const hc_bootstrap_launcher_t *l = NULL;
+    for (size_t i = 0; i < HC_ARRAY_SIZE(hc_bootstrap_launchers) && l == NULL; i++) {
+        const hc_bootstrap_launcher_t *c = &hc_bootstrap_launchers[i];
+        bool has_rank = getenv(c->rank) != NULL, has_size = getenv(c->size) != NULL;
+        if (has_rank != has_size)
+            return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": %s is set but %s is not (%s)",
+                            has_rank ? c->rank : c->size, has_rank ? c->size : c->rank, c->source);
+        if (has_rank) l = c;
+    }
+    *l_p = l;
+    if (l) return hc_bootstrap_env_launcher(l, p);
+    p->rank = 0;
+    p->size = 1;
+    p->local_rank = 0;
+    p->local_size = 1;
+    p->source = "single";
+    return HCOMM_OK;
+}
+
+/* HCOMM_JOB_KEY, and HCOMM_BOOTSTRAP or else the url torchrun's variables
+ * imply. */
+static hcomm_status_t hc_bootstrap_env_given(hc_bootstrap_params_t *p, const char *key,
+                                             const char *url, const hc_bootstrap_launcher_t *l)
+{
+    hcomm_status_t st;
+    if (key) {
+        if (strlen(key) > HC_BOOTSTRAP_MAX_KEY)
+            return hc_error(HCOMM_ERR_INVALID,
+                            HC_BS_ENV_FN ": HCOMM_JOB_KEY is %zu characters, at most %u allowed",
+                            strlen(key), HC_BOOTSTRAP_MAX_KEY);
+        strcpy(p->job_key, key);
+    }
+
+    if (url && url[0]) {
+        hc_bootstrap_url_t u;
+        if (strlen(url) >= sizeof(p->url))
+            return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": HCOMM_BOOTSTRAP too long (%zu)",
+                            strlen(url));
+        st = hc_bootstrap_url_parse(url, HC_BS_ENV_FN ": HCOMM_BOOTSTRAP", &u);
+        if (st != HCOMM_OK) return st;
+        strcpy(p->url, url);
+        p->key_expected = true;
+    } else if (l && !l->needs_url) {
+        st = hc_bootstrap_env_torch_url(p);
+        if (st != HCOMM_OK) return st;
+    }
+    return HCOMM_OK;
+}
+
+/* PMI-1 on PMI_FD (hydra). srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE/PMI_FD
+ * too, but speaks PMI-2: the step's own variables describe the job as well
+ * (then *l_p becomes slurm's entry). */
+static hcomm_status_t hc_bootstrap_env_pmi1(hc_bootstrap_params_t *p,
+                                            const hc_bootstrap_launcher_t **l_p)
+{
+    hcomm_status_t st = hc_bootstrap_pmi(p, hc_cfg.timeout > 0 ? hc_cfg.timeout : 60.0);
+    if (st != HCOMM_OK && getenv("SLURM_STEP_ID") && getenv("SLURM_PROCID")) {
+        hc_log_info("bootstrap: PMI-1 on PMI_FD failed (%s): using srun's variables",
+                    hc_error_last());
+        hc_bootstrap_params_t q;
+        memset(&q, 0, sizeof(q));
+        const hc_bootstrap_launcher_t *sl = NULL;
+        for (size_t i = 0; i < HC_ARRAY_SIZE(hc_bootstrap_launchers); i++)
+            if (!strcmp(hc_bootstrap_launchers[i].source, "slurm"))
+                sl = &hc_bootstrap_launchers[i];
+        if ((st = hc_bootstrap_env_launcher(sl, &q)) != HCOMM_OK) return st;
+        strcpy(q.job_key, p->job_key);
+        *p = q;
+        *l_p = sl;
+        return hc_bootstrap_env_slurm(p);
+    }
+    return st;
+}
+
 hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p_p)
 {
     hc_bootstrap_params_t p;
@@ -329,46 +408,8 @@ hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p_p)
 
     if (p_p == NULL) return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": argument p is NULL");
     memset(&p, 0, sizeof(p));
-    for (size_t i = 0; i < HC_ARRAY_SIZE(hc_bootstrap_launchers) && l == NULL; i++) {
-        const hc_bootstrap_launcher_t *c = &hc_bootstrap_launchers[i];
-        bool has_rank = getenv(c->rank) != NULL, has_size = getenv(c->size) != NULL;
-        if (has_rank != has_size)
-            return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": %s is set but %s is not (%s)",
-                            has_rank ? c->rank : c->size, has_rank ? c->size : c->rank, c->source);
-        if (has_rank) l = c;
-    }
-    if (l) {
-        st = hc_bootstrap_env_launcher(l, &p);
-        if (st != HCOMM_OK) return st;
-    } else {
-        p.rank = 0;
-        p.size = 1;
-        p.local_rank = 0;
-        p.local_size = 1;
-        p.source = "single";
-    }
-
-    if (key) {
-        if (strlen(key) > HC_BOOTSTRAP_MAX_KEY)
-            return hc_error(HCOMM_ERR_INVALID,
-                            HC_BS_ENV_FN ": HCOMM_JOB_KEY is %zu characters, at most %u allowed",
-                            strlen(key), HC_BOOTSTRAP_MAX_KEY);
-        strcpy(p.job_key, key);
-    }
-
-    if (url && url[0]) {
-        hc_bootstrap_url_t u;
-        if (strlen(url) >= sizeof(p.url))
-            return hc_error(HCOMM_ERR_INVALID, HC_BS_ENV_FN ": HCOMM_BOOTSTRAP too long (%zu)",
-                            strlen(url));
-        st = hc_bootstrap_url_parse(url, HC_BS_ENV_FN ": HCOMM_BOOTSTRAP", &u);
-        if (st != HCOMM_OK) return st;
-        strcpy(p.url, url);
-        p.key_expected = true;
-    } else if (l && !l->needs_url) {
-        st = hc_bootstrap_env_torch_url(&p);
-        if (st != HCOMM_OK) return st;
-    }
+    if ((st = hc_bootstrap_env_who(&p, &l)) != HCOMM_OK) return st;
+    if ((st = hc_bootstrap_env_given(&p, key, url, l)) != HCOMM_OK) return st;
     /* PMIx when the launcher serves it (mpirun/prterun, srun --mpi=pmix) */
     if (p.size > 1 && p.url[0] == '\0' && l &&
         (!strcmp(l->source, "openmpi") || !strcmp(l->source, "slurm")) &&
@@ -381,26 +422,8 @@ hcomm_status_t hc_bootstrap_params_from_env(hc_bootstrap_params_t *p_p)
         if (st != HCOMM_OK) return st;
     }
     if (p.size > 1 && p.url[0] == '\0' && l && l->pmi) {
-        st = hc_bootstrap_pmi(&p, hc_cfg.timeout > 0 ? hc_cfg.timeout : 60.0);
-        if (st != HCOMM_OK && getenv("SLURM_STEP_ID") && getenv("SLURM_PROCID")) {
-            /* srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE/PMI_FD too, but speaks
-             * PMI-2: the step's own variables describe the job as well */
-            hc_log_info("bootstrap: PMI-1 on PMI_FD failed (%s): using srun's variables",
-                        hc_error_last());
-            hc_bootstrap_params_t q;
-            memset(&q, 0, sizeof(q));
-            const hc_bootstrap_launcher_t *sl = NULL;
-            for (size_t i = 0; i < HC_ARRAY_SIZE(hc_bootstrap_launchers); i++)
-                if (!strcmp(hc_bootstrap_launchers[i].source, "slurm"))
-                    sl = &hc_bootstrap_launchers[i];
-            if ((st = hc_bootstrap_env_launcher(sl, &q)) != HCOMM_OK) return st;
-            strcpy(q.job_key, p.job_key);
-            p = q;
-            l = sl;
-            if ((st = hc_bootstrap_env_slurm(&p)) != HCOMM_OK) return st;
-        } else if (st != HCOMM_OK) {
-            return st;
-        }
+        st = hc_bootstrap_env_pmi1(&p, &l);
+        if (st != HCOMM_OK) return st;
     }
     if (p.size > 1 && p.url[0] == '\0')
         return hc_error(HCOMM_ERR_INVALID,

@@ -1,20 +1,25 @@
 /*
  * Internals shared by the bootstrap's own files, not by other modules:
- * bootstrap.c (sockets, rank 0's listener, the ranks' connect loop,
- * collectives, failure notices, relay) and bootstrap_auth.c (the handshake
- * that proves the job key without sending it, and what rank 0 does with a
- * peer that fails it or proves it but is misconfigured).
+ * bootstrap.c (the connections and their messages, opening, polling and
+ * closing the star), bootstrap_root.c (rank 0's listener and the hellos it
+ * collects), bootstrap_rank.c (a rank reaching rank 0), bootstrap_auth.c
+ * (the handshake that proves the job key without sending it, and what rank
+ * 0 does with a peer that fails it or proves it but is misconfigured),
+ * bootstrap_allgather.c (the collectives), bootstrap_notice.c (failure
+ * notices) and bootstrap_relay.c (blobs from rank to rank through rank 0).
  */
 #ifndef HC_BOOTSTRAP_INT_H
 #define HC_BOOTSTRAP_INT_H
 
 #include "core/bootstrap.h"
 
+#include <math.h>
 #include <poll.h>
 
 #define HC_BS_HELLO_SILENCE 5.0  /* seconds a new connection may take to complete its hello */
 #define HC_BS_CHALLENGE_WAIT 2.0 /* port span: seconds a rank waits for a CHALLENGE on a port */
 #define HC_BS_FAIL_LINGER 5.0    /* rank 0, job failed: seconds it keeps telling newcomers why */
+#define HC_BS_IDLE_MS 1 /* a collective's wait sleeps at most this long between idle calls */
 
 typedef enum { HC_BS_RX_MORE, HC_BS_RX_DONE, HC_BS_RX_EOF, HC_BS_RX_BAD } hc_bs_rx_t;
 
@@ -100,7 +105,40 @@ typedef struct {
     char claim_text[300];
 } hc_bs_gather_t;
 
+/* Milliseconds poll() may wait until the deadline (0: passed). */
+static inline int hc_bs_poll_ms(double deadline)
+{
+    double left = deadline - hc_time_sec();
+    if (left <= 0) return 0;
+    return left > 3600.0 ? 3600000 : (int)ceil(left * 1000.0);
+}
+
+/* Messages that may come between allgathers or inside one (failure notices,
+ * relayed blobs): taken wherever the star is read, never by the hello. */
+static inline bool hc_bs_is_sideband(uint32_t type)
+{
+    return type == HC_BOOTSTRAP_MSG_FAILED || type == HC_BOOTSTRAP_MSG_RELAY;
+}
+
+/* Connection i (rank 0: rank i; others: 0) can still be written to. */
+static inline bool hc_bs_conn_up(const hc_bootstrap_t *bs, int i)
+{
+    return i >= 0 && i < bs->nconns && bs->conns[i].fd >= 0 && !bs->conns[i].gone;
+}
+
 /* ---- bootstrap.c ---------------------------------------------------------- */
+void hc_bs_sleep(double sec);
+/* TCP_NODELAY, best effort (a control path: only latency is at stake). */
+void hc_bs_set_nodelay(int fd);
+/* A sideband message (hc_bs_is_sideband) from connection `from`. */
+void hc_bs_sideband(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m);
+/* "2, 5, 7" of the ranks whose flag is false, truncated to fit. */
+void hc_bs_rank_list(const bool *have, int size, char *out, size_t cap);
+/* file://: the path of the file where rank 0 publishes its address. */
+hcomm_status_t hc_bs_addr_file_path(const hc_bootstrap_url_t *u, const char *key, char *out,
+                                    size_t cap);
+/* Ports of the span that exist (1 without a span). */
+int hc_bs_port_span(const hc_bootstrap_params_t *p, const hc_bootstrap_url_t *u);
 void hc_bs_conn_init(hc_bs_conn_t *c);
 void hc_bs_conn_close(hc_bs_conn_t *c);
 /* Sends header (+ auth) then payload, non-blocking, until the deadline. */
@@ -121,6 +159,24 @@ void hc_bs_abort_all(hc_bootstrap_t *bs, hcomm_status_t st, const char *text);
 void hc_bs_reject(hc_bs_conn_t *c, const char *why);
 /* "HCOMM_JOB_KEY", or hcomm_init_rank's "job_key": where the key came from. */
 const char *hc_bs_key_name(const hc_bootstrap_params_t *p);
+
+/* ---- bootstrap_root.c, bootstrap_rank.c ----------------------------------- */
+/* Rank 0: listens, collects every rank's proof and blob, sends the table. */
+hcomm_status_t hc_bs_root_open(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                               const hc_bootstrap_url_t *u, double deadline, double timeout);
+/* Other ranks: reach rank 0 and join; the table is in bs->table on success. */
+hcomm_status_t hc_bs_rank_open(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                               const hc_bootstrap_url_t *u, const void *blob, double deadline,
+                               double timeout);
+
+/* ---- bootstrap_notice.c, bootstrap_relay.c -------------------------------- */
+/* A FAILED message: on rank 0 a rank's report, elsewhere rank 0's verdict. */
+void hc_bs_notice_msg(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m);
+/* A bootstrap connection closed (hc_bootstrap_poll): a verdict follows. */
+void hc_bs_closed(hc_bootstrap_t *bs, int peer);
+/* A RELAY message: forwarded by rank 0, handed to the relay callback at its
+ * destination. */
+void hc_bs_relay_msg(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m);
 
 /* ---- bootstrap_auth.c ----------------------------------------------------- */
 /* The 16 hex digits that name a job's address file under file:// (an HMAC

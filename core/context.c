@@ -395,18 +395,11 @@ static void hc_ctx_control_open(void)
     (void)send(fd, "hcomm-up", 8, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
+/* Init, first phase: the configuration and who this rank is (the launcher's
+ * or the caller's parameters). Nothing to undo when it fails. */
+static hcomm_status_t hc_ctx_init_config(const hc_bootstrap_params_t *given)
 {
     hcomm_status_t st;
-    uint8_t *blobs = NULL, *table2 = NULL;
-
-    memset(&hc_ctx, 0, sizeof(hc_ctx));
-    hc_list_init(&hc_ctx.comms);
-    hc_list_init(&hc_ctx.rndv_active);
-    hc_list_init(&hc_ctx.orphans);
-    hc_ctx.next_ctx_id = 1;
-    hc_ctx.control_fd = -1;
-
     if ((st = hc_config_load()) != HCOMM_OK)
         return st;
     if ((st = hc_rndv_init()) != HCOMM_OK || (st = hc_p2p_lanes_init()) != HCOMM_OK)
@@ -420,21 +413,31 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
     hc_log_set_rank(hc_ctx.size > 1 ? hc_ctx.rank : -1);
     hc_log_configure(hc_cfg.log_file, hc_cfg.log_subsys);
     hc_config_check_unknown(hc_ctx.rank == 0); /* one warning per job, not per rank */
+    return HCOMM_OK;
+}
+
+/* The request pool, the peer table and mem/. */
+static hcomm_status_t hc_ctx_init_peers(void)
+{
+    hcomm_status_t st;
     if ((st = hc_request_pool_init()) != HCOMM_OK)
-        goto err;
+        return st;
     hc_ctx.peers = calloc((size_t)hc_ctx.size, sizeof(hc_peer_t));
-    if (!hc_ctx.peers) {
-        st = hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: peer table for %d ranks", hc_ctx.size);
-        goto err;
-    }
+    if (!hc_ctx.peers)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: peer table for %d ranks", hc_ctx.size);
     for (int r = 0; r < hc_ctx.size; r++) {
         hc_ctx.peers[r].pidfd = -1;
         hc_list_init(&hc_ctx.peers[r].pending);
     }
-    if ((st = hc_mem_init()) != HCOMM_OK)
-        goto err;
+    return hc_mem_init();
+}
 
-    /* Round 1: who runs where. */
+/* Rendezvous round 1: who runs where (pid, node identity, topology); every
+ * rank derives the same node map and topology from it. *info_p: the table,
+ * the bootstrap's (valid until it closes). */
+static hcomm_status_t hc_ctx_round_ranks(const hc_rank_info_t **info_p)
+{
+    hcomm_status_t st;
     hc_rank_info_t me = {.pid = (uint32_t)getpid(),
                          .launcher_local_rank = hc_ctx.bs_params.local_rank,
                          .launcher_local_size = hc_ctx.bs_params.local_size};
@@ -443,21 +446,29 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
     snprintf(hc_ctx.node_id, sizeof(hc_ctx.node_id), "%s", me.node_id);
     if ((st = hc_topo_mode_parse(hc_cfg.topo, &hc_ctx.topo_mode)) != HCOMM_OK ||
         (st = hc_topo_self(hc_cfg.topo_file, me.node_id, &me.topo)) != HCOMM_OK)
-        goto err; /* the message names the variable (and the file and line) */
+        return st; /* the message names the variable (and the file and line) */
     const void *table = NULL;
     st = hc_bootstrap_open(&hc_ctx.bs_params, &me, sizeof(me), hc_cfg.timeout, &hc_ctx.bs, &table);
     if (st != HCOMM_OK)
-        goto err;
+        return st;
     const hc_rank_info_t *info = table;
     hc_bootstrap_set_notice(hc_ctx.bs, hc_ctx_verdict, NULL);
     hc_bootstrap_set_relay(hc_ctx.bs, hc_ctx_ep_recv, NULL);
     if ((st = hc_ctx_build_nodes(info)) != HCOMM_OK)
-        goto err;
+        return st;
     if ((st = hc_ctx_build_topo(info)) != HCOMM_OK)
-        goto err;
+        return st;
     for (int r = 0; r < hc_ctx.size; r++)
         hc_ctx.peers[r].pid = (pid_t)info[r].pid;
+    *info_p = info;
+    return HCOMM_OK;
+}
 
+/* The drivers the node map calls for, with what they are told of the job;
+ * then the lists of those to poll and to flush. */
+static hcomm_status_t hc_ctx_open_drivers(void)
+{
+    hcomm_status_t st;
     /* The network driver picks the interface that routes to the rendezvous
      * host (file:// rendezvous: no host, the driver chooses). */
     hc_bootstrap_url_t url;
@@ -484,21 +495,27 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
         .lanes = hc_ctx.lanes ? HC_FRAME_LANES : 1,
     };
     if ((st = hc_drv_select_open(&hc_ctx.env, hc_ctx.drvs, &hc_ctx.ndrvs)) != HCOMM_OK)
-        goto err;
+        return st;
     for (int i = 0; i < hc_ctx.ndrvs; i++)
         if (!hc_drv_progress_is_noop(hc_ctx.drvs[i]->ops))
             hc_ctx.poll[hc_ctx.npoll++] = hc_ctx.drvs[i];
     for (int i = 0; i < hc_ctx.ndrvs; i++)
         if (hc_ctx.drvs[i]->ops->flush)
             hc_ctx.flush[hc_ctx.nflush++] = hc_ctx.drvs[i];
+    return HCOMM_OK;
+}
 
-    /* Round 2: driver addresses. */
+/* Rendezvous round 2: every driver's address blob; then every peer is
+ * connected. */
+static hcomm_status_t hc_ctx_round_addrs(void)
+{
+    hcomm_status_t st;
     size_t stride = (size_t)HC_DRV_MAX * HC_DRV_ADDR_MAX;
-    blobs = calloc(1, stride);
-    table2 = malloc(stride * (size_t)hc_ctx.size);
+    uint8_t *blobs = calloc(1, stride);
+    uint8_t *table2 = malloc(stride * (size_t)hc_ctx.size);
     if (!blobs || !table2) {
         st = hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: address table");
-        goto err;
+        goto out;
     }
     for (int i = 0; i < hc_ctx.ndrvs; i++) {
         hc_drv_t *d = hc_ctx.drvs[i];
@@ -508,23 +525,27 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
         uint8_t *slot = blobs + (size_t)d->ops->scope * HC_DRV_ADDR_MAX;
         size_t len = HC_DRV_ADDR_MAX - sizeof(uint32_t);
         if ((st = d->ops->addr_pack(d, slot + sizeof(uint32_t), &len)) != HCOMM_OK)
-            goto err;
+            goto out;
         uint32_t len32 = (uint32_t)len;
         memcpy(slot, &len32, sizeof(len32));
     }
     if (hc_ctx.size > 1) {
         st = hc_bootstrap_allgather(hc_ctx.bs, blobs, stride, table2, hc_cfg.timeout);
         if (st != HCOMM_OK)
-            goto err;
+            goto out;
     } else {
         memcpy(table2, blobs, stride);
     }
-    if ((st = hc_ctx_connect_all(table2)) != HCOMM_OK)
-        goto err;
+    st = hc_ctx_connect_all(table2);
+out:
     free(blobs);
     free(table2);
-    blobs = table2 = NULL;
+    return st;
+}
 
+/* Local peers are watched through pidfds: their death is seen at once. */
+static void hc_ctx_watch_local(void)
+{
     for (int i = 0; i < hc_ctx.local_size; i++) {
         int r = hc_ctx.local_ranks[i];
         if (r == hc_ctx.rank)
@@ -533,22 +554,44 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
         if (hc_ctx.peers[r].pidfd < 0)
             hc_log_debug("pidfd_open(%d) for rank %d: %s", hc_ctx.peers[r].pid, r, strerror(errno));
     }
-    hc_mem_set_reg_hooks(hc_ctx_mem_reg, hc_ctx_mem_dereg, NULL);
-    hc_ctx_tune_backoff(info);
+}
 
+static hcomm_status_t hc_ctx_world_create(void)
+{
     int *all = malloc(sizeof(int) * (size_t)hc_ctx.size);
-    if (!all) {
-        st = hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: world communicator");
-        goto err;
-    }
+    if (!all)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: world communicator");
     for (int r = 0; r < hc_ctx.size; r++)
         all[r] = r;
-    st = hc_comm_create(1, hc_ctx.size, all, &hc_ctx.world);
+    hcomm_status_t st = hc_comm_create(1, hc_ctx.size, all, &hc_ctx.world);
     free(all);
     if (st != HCOMM_OK)
-        goto err;
+        return st;
     hc_ctx.world->is_world = true;
-    if ((st = hc_stats_init()) != HCOMM_OK)
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
+{
+    hcomm_status_t st;
+    const hc_rank_info_t *info = NULL;
+
+    memset(&hc_ctx, 0, sizeof(hc_ctx));
+    hc_list_init(&hc_ctx.comms);
+    hc_list_init(&hc_ctx.rndv_active);
+    hc_list_init(&hc_ctx.orphans);
+    hc_ctx.next_ctx_id = 1;
+    hc_ctx.control_fd = -1;
+
+    if ((st = hc_ctx_init_config(given)) != HCOMM_OK)
+        return st;
+    if ((st = hc_ctx_init_peers()) != HCOMM_OK || (st = hc_ctx_round_ranks(&info)) != HCOMM_OK ||
+        (st = hc_ctx_open_drivers()) != HCOMM_OK || (st = hc_ctx_round_addrs()) != HCOMM_OK)
+        goto err;
+    hc_ctx_watch_local();
+    hc_mem_set_reg_hooks(hc_ctx_mem_reg, hc_ctx_mem_dereg, NULL);
+    hc_ctx_tune_backoff(info);
+    if ((st = hc_ctx_world_create()) != HCOMM_OK || (st = hc_stats_init()) != HCOMM_OK)
         goto err;
     hc_ctx_control_open();
     hc_ctx.initialized = true;
@@ -557,8 +600,6 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
                 hc_ctx.bs_params.source);
     return HCOMM_OK;
 err:
-    free(blobs);
-    free(table2);
     {
         char saved[512];
         snprintf(saved, sizeof(saved), "%s", hc_error_last());

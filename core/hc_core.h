@@ -4,7 +4,7 @@
  * failure state and the frames waiting for credit), the communicators and
  * the request pool.
  *
- * Point-to-point protocol (p2p.c), carried by any driver as frames:
+ * Point-to-point protocol (p2p*.c, rndv.c), carried by any driver as frames:
  *   size <= conn->eager_max: one EAGER frame; the send completes at once.
  *   larger: RTS {size, sender request, sender address}. When the receive is
  *   matched: with HC_CONN_CAP_GET the receiver reads the data itself and
@@ -162,7 +162,7 @@ void hc_explain_add(hc_explain_t *e, const char *fmt, ...) __attribute__((format
 /* Notes that the wait needs world rank w (listed once). */
 void hc_explain_wait(hc_explain_t *e, int wrank);
 /* What req (a p2p send or receive) waits for: "a message from rank 3 with
- * tag 7 (none has arrived)", ... (p2p.c); comm ranks of req->comm. */
+ * tag 7 (none has arrived)", ... (p2p_explain.c); comm ranks of req->comm. */
 void hc_p2p_explain(const struct hcomm_request *req, hc_explain_t *e);
 /* The wait in progress (hc_ctx.waiting), or req/op given: the whole story,
  * then one line per rank waited for (last heard, process state). */
@@ -431,7 +431,7 @@ int hc_core_first_failed(void);
  * taken as a failure at the next slow poll. */
 void hc_peer_verdict(int peer, int cause, hcomm_status_t status, const char *why);
 
-/* ---- p2p (p2p.c) ------------------------------------------------------------ */
+/* ---- p2p (p2p.c, p2p_recv.c, p2p_fail.c) ----------------------------------- */
 /* The lane of every frame of context ctx_id (docs/lanes.md): frames of one
  * context share it, so a driver that keeps each lane in order keeps the
  * order matching needs (per context and source); frames of different

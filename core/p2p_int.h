@@ -1,5 +1,7 @@
 /*
- * Inside the p2p protocol: what p2p.c (matching, eager) and rndv.c (the
+ * Inside the p2p protocol: what p2p.c (the send path), p2p_recv.c
+ * (matching, unexpected messages, reassembly), p2p_fail.c (failures and
+ * communicator control frames), p2p_explain.c (hang reports) and rndv.c (the
  * rendezvous state machine) share. Not for the rest of the core.
  */
 #ifndef HC_P2P_INT_H
@@ -15,11 +17,46 @@ typedef struct {
     uint8_t rkey[HC_RKEY_MAX];
 } hc_rndv_offer_t;
 
+/* A message that arrived before its receive was posted (p2p_recv.c). */
+typedef struct {
+    hc_list_t link;
+    int wpeer;
+    uint32_t ctx_id;
+    int32_t tag;
+    uint8_t type; /* EAGER or RTS; orphans: GIVE_UP, REVOKE, SHRINK too */
+    uint8_t lane; /* hdr.lane: where its fragments' state is while they arrive */
+    size_t len;   /* message bytes */
+    size_t have;  /* EAGER bytes arrived so far (< len while fragments follow) */
+    uint64_t remote_id;
+    uint64_t b;            /* SHRINK (an orphan): hdr.b */
+    hc_rndv_offer_t offer; /* RTS */
+    uint8_t data[];        /* EAGER payload; SHRINK's */
+} hc_unexp_t;
+
+/* The communicator of a frame's context (its collective context included);
+ * NULL when this rank has not created it yet. */
+static inline struct hcomm_comm *hc_p2p_comm_of(uint32_t ctx_id)
+{
+    uint32_t base = ctx_id & ~HC_CTX_COLL;
+    struct hcomm_comm *w = hc_ctx.world;
+    if (HC_LIKELY(w && w->ctx_id == base)) return w;
+    return hc_comm_by_ctx(base);
+}
+
 /* p2p.c */
 hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr, const void *payload,
                           struct hcomm_request *req);
 void hc_p2p_control(hc_peer_t *p, uint8_t type, uint32_t ctx_id, uint64_t a, uint64_t b);
+
+/* p2p_recv.c */
 void hc_p2p_size_mismatch(struct hcomm_request *req, size_t msg_len);
+/* Keeps a frame no receive took (EAGER, RTS, or a GIVE_UP for a
+ * communicator not created yet) on q, with its fragments' state. */
+void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr, const void *payload);
+
+/* p2p_fail.c */
+/* GIVE_UP, REVOKE, SHRINK and COLL_PROBE frames (hc_p2p_deliver). */
+void hc_p2p_comm_frame_deliver(int wpeer, const hc_frame_hdr_t *hdr, const void *payload);
 
 /* rndv.c */
 /* Sends the RTS of req (len > the connection's eager limit). */

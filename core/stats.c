@@ -404,18 +404,11 @@ static void hc_stats_drv_line(const char *name, uint64_t value, void *arg)
     }
 }
 
-static void hc_stats_table(FILE *f, const char *why)
+/* One row per operation kind that was called. */
+static void hc_stats_table_ops(FILE *f)
 {
-    double since = (double)(hc_time_ns() - hc_st.init_ns) * 1e-9;
-    hc_stats_out(f, "statistics (%s, %.3f s after init, HCOMM_STATS level %d%s):", why, since,
-                 hc_stats_level,
-                 hc_stats_level >= 2 ? ", every call timed"
-                                     : ", calls under 64 KiB timed one in HCOMM_STATS_SAMPLE");
     hc_stats_out(f, "  %-14s %10s %14s %11s %9s %9s %9s %9s %9s %10s", "op", "calls", "bytes",
                  "total_ms", "mean_us", "p50_us", "p99_us", "max_us", "timed", "wait_ms");
-    double all_ns = 0;
-    for (unsigned k = 0; k < HC_STATS_KINDS; k++)
-        all_ns += hc_stats_total_ns(&hc_stats_ops[k]);
     for (unsigned k = 0; k < HC_STATS_KINDS; k++) {
         const hc_stats_op_t *s = &hc_stats_ops[k];
         if (!s->calls)
@@ -437,6 +430,15 @@ static void hc_stats_table(FILE *f, const char *why)
                      hc_stats_percentile_ns(s, 50) * 1e-3, hc_stats_percentile_ns(s, 99) * 1e-3,
                      (double)s->max_ns * 1e-3, (unsigned long long)hc_stats_timed(s), wait);
     }
+}
+
+/* Per operation kind: its share of the time in hcomm calls and its size
+ * classes (calls, algorithm, drivers). */
+static void hc_stats_table_sizes(FILE *f)
+{
+    double all_ns = 0;
+    for (unsigned k = 0; k < HC_STATS_KINDS; k++)
+        all_ns += hc_stats_total_ns(&hc_stats_ops[k]);
     for (unsigned k = 0; k < HC_STATS_KINDS; k++) {
         const hc_stats_op_t *s = &hc_stats_ops[k];
         if (!s->calls)
@@ -457,19 +459,11 @@ static void hc_stats_table(FILE *f, const char *why)
                          drv);
         }
     }
-    hc_stats_out(f, "  p2p protocol: sent %llu msgs / %llu B, received %llu msgs / %llu B; "
-                    "eager %llu, fragmented %llu, rendezvous get %llu, write %llu, stream %llu; "
-                    "unexpected %llu; credit waits %llu; collectives by node algorithms %llu, "
-                    "by p2p %llu",
-                 (unsigned long long)hc_stats.send_msgs, (unsigned long long)hc_stats.send_bytes,
-                 (unsigned long long)hc_stats.recv_msgs, (unsigned long long)hc_stats.recv_bytes,
-                 (unsigned long long)hc_stats.eager, (unsigned long long)hc_stats.fragmented,
-                 (unsigned long long)hc_stats.rndv_get, (unsigned long long)hc_stats.rndv_write,
-                 (unsigned long long)hc_stats.rndv_stream, (unsigned long long)hc_stats.unexpected,
-                 (unsigned long long)hc_stats.credit_waits, (unsigned long long)hc_stats.coll_node,
-                 (unsigned long long)hc_stats.coll_p2p);
-    if (hc_stats_level < 2)
-        return;
+}
+
+/* Level 2: per communicator, per peer, the drivers' counters and mem/'s. */
+static void hc_stats_table_detail(FILE *f)
+{
     hc_stats_out(f, "  per communicator (calls / bytes / ms by op):");
     for (const hc_stats_comm_t *c = hc_st.comms; c; c = c->next) {
         char line[768];
@@ -499,6 +493,31 @@ static void hc_stats_table(FILE *f, const char *why)
             hc_stats_out(f, "  driver %s:%s", d->ops->name, acc.line);
     }
     hc_mem_stats_print(hc_stats_mem_line, f);
+}
+
+static void hc_stats_table(FILE *f, const char *why)
+{
+    double since = (double)(hc_time_ns() - hc_st.init_ns) * 1e-9;
+    hc_stats_out(f, "statistics (%s, %.3f s after init, HCOMM_STATS level %d%s):", why, since,
+                 hc_stats_level,
+                 hc_stats_level >= 2 ? ", every call timed"
+                                     : ", calls under 64 KiB timed one in HCOMM_STATS_SAMPLE");
+    hc_stats_table_ops(f);
+    hc_stats_table_sizes(f);
+    hc_stats_out(f, "  p2p protocol: sent %llu msgs / %llu B, received %llu msgs / %llu B; "
+                    "eager %llu, fragmented %llu, rendezvous get %llu, write %llu, stream %llu; "
+                    "unexpected %llu; credit waits %llu; collectives by node algorithms %llu, "
+                    "by p2p %llu",
+                 (unsigned long long)hc_stats.send_msgs, (unsigned long long)hc_stats.send_bytes,
+                 (unsigned long long)hc_stats.recv_msgs, (unsigned long long)hc_stats.recv_bytes,
+                 (unsigned long long)hc_stats.eager, (unsigned long long)hc_stats.fragmented,
+                 (unsigned long long)hc_stats.rndv_get, (unsigned long long)hc_stats.rndv_write,
+                 (unsigned long long)hc_stats.rndv_stream, (unsigned long long)hc_stats.unexpected,
+                 (unsigned long long)hc_stats.credit_waits, (unsigned long long)hc_stats.coll_node,
+                 (unsigned long long)hc_stats.coll_p2p);
+    if (hc_stats_level < 2)
+        return;
+    hc_stats_table_detail(f);
 }
 
 /* ---- JSON lines -------------------------------------------------------------------- */
@@ -538,9 +557,9 @@ static void hc_stats_json_drv_cb(const char *name, uint64_t value, void *arg)
     hc_stats_json_drv(a->f, name, value, &a->first);
 }
 
-static void hc_stats_json(FILE *f, const char *why)
+/* The "rank" line: who, where, when. */
+static void hc_stats_json_rank(FILE *f, unsigned rep, const char *why)
 {
-    unsigned rep = hc_st.reports;
     double since = (double)(hc_time_ns() - hc_st.init_ns) * 1e-9;
     char host[256] = "";
     gethostname(host, sizeof(host) - 1);
@@ -556,42 +575,48 @@ static void hc_stats_json(FILE *f, const char *why)
     for (int r = 0; r < hc_ctx.size; r++)
         fprintf(f, "%s%d", r ? "," : "", hc_ctx.node_of_rank[r]);
     fprintf(f, "]}\n");
-    for (unsigned k = 0; k < HC_STATS_KINDS; k++) {
-        const hc_stats_op_t *s = &hc_stats_ops[k];
-        if (!s->calls)
+}
+
+/* An "op" line: operation kind k (called), its times and size classes. */
+static void hc_stats_json_op(FILE *f, unsigned rep, unsigned k)
+{
+    const hc_stats_op_t *s = &hc_stats_ops[k];
+    double tot = hc_stats_total_ns(s);
+    fprintf(f,
+            "{\"type\":\"op\",\"report\":%u,\"rank\":%d,\"op\":\"%s\",\"calls\":%llu,"
+            "\"bytes\":%llu,\"timed\":%llu,\"time_s\":%.9f,\"mean_us\":%.3f,\"p50_us\":%.3f,"
+            "\"p99_us\":%.3f,\"max_us\":%.3f",
+            rep, hc_ctx.rank, hc_stats_kind_names[k], (unsigned long long)s->calls,
+            (unsigned long long)s->bytes, (unsigned long long)hc_stats_timed(s), tot * 1e-9,
+            tot / (double)s->calls * 1e-3, hc_stats_percentile_ns(s, 50) * 1e-3,
+            hc_stats_percentile_ns(s, 99) * 1e-3, (double)s->max_ns * 1e-3);
+    if (hc_stats_level >= 2)
+        fprintf(f, ",\"wait_s\":%.9f", (double)s->wait_ns * 1e-9);
+    fprintf(f, ",\"sizes\":[");
+    int first = 1;
+    for (unsigned c = 0; c < HC_STATS_SIZE_CLASSES; c++) {
+        if (!s->sizes[c])
             continue;
-        double tot = hc_stats_total_ns(s);
-        fprintf(f,
-                "{\"type\":\"op\",\"report\":%u,\"rank\":%d,\"op\":\"%s\",\"calls\":%llu,"
-                "\"bytes\":%llu,\"timed\":%llu,\"time_s\":%.9f,\"mean_us\":%.3f,\"p50_us\":%.3f,"
-                "\"p99_us\":%.3f,\"max_us\":%.3f",
-                rep, hc_ctx.rank, hc_stats_kind_names[k], (unsigned long long)s->calls,
-                (unsigned long long)s->bytes, (unsigned long long)hc_stats_timed(s), tot * 1e-9,
-                tot / (double)s->calls * 1e-3, hc_stats_percentile_ns(s, 50) * 1e-3,
-                hc_stats_percentile_ns(s, 99) * 1e-3, (double)s->max_ns * 1e-3);
-        if (hc_stats_level >= 2)
-            fprintf(f, ",\"wait_s\":%.9f", (double)s->wait_ns * 1e-9);
-        fprintf(f, ",\"sizes\":[");
-        int first = 1;
-        for (unsigned c = 0; c < HC_STATS_SIZE_CLASSES; c++) {
-            if (!s->sizes[c])
-                continue;
-            char drv[64];
-            hc_stats_drv_names(s->drvs[c], drv, sizeof(drv));
-            fprintf(f, "%s{\"from\":%llu,\"calls\":%llu,\"algo\":", first ? "" : ",",
-                    c ? 1ull << (c - 1) : 0ull, (unsigned long long)s->sizes[c]);
-            first = 0;
-            char algo[96];
-            snprintf(algo, sizeof(algo), "%s%s%s",
-                     s->algo[c][0] ? s->algo[c][0] : (k >= HC_STATS_SEND ? "p2p" : ""),
-                     s->algo[c][1] ? "," : "", s->algo[c][1] ? s->algo[c][1] : "");
-            hc_json_str(f, algo);
-            fprintf(f, ",\"drivers\":");
-            hc_json_str(f, drv);
-            fprintf(f, "}");
-        }
-        fprintf(f, "]}\n");
+        char drv[64];
+        hc_stats_drv_names(s->drvs[c], drv, sizeof(drv));
+        fprintf(f, "%s{\"from\":%llu,\"calls\":%llu,\"algo\":", first ? "" : ",",
+                c ? 1ull << (c - 1) : 0ull, (unsigned long long)s->sizes[c]);
+        first = 0;
+        char algo[96];
+        snprintf(algo, sizeof(algo), "%s%s%s",
+                 s->algo[c][0] ? s->algo[c][0] : (k >= HC_STATS_SEND ? "p2p" : ""),
+                 s->algo[c][1] ? "," : "", s->algo[c][1] ? s->algo[c][1] : "");
+        hc_json_str(f, algo);
+        fprintf(f, ",\"drivers\":");
+        hc_json_str(f, drv);
+        fprintf(f, "}");
     }
+    fprintf(f, "]}\n");
+}
+
+/* The "p2p" line: the protocol's counters. */
+static void hc_stats_json_p2p(FILE *f, unsigned rep)
+{
     fprintf(f,
             "{\"type\":\"p2p\",\"report\":%u,\"rank\":%d,\"send_msgs\":%llu,\"send_bytes\":%llu,"
             "\"recv_msgs\":%llu,\"recv_bytes\":%llu,\"eager\":%llu,\"fragmented\":%llu,"
@@ -604,8 +629,11 @@ static void hc_stats_json(FILE *f, const char *why)
             (unsigned long long)hc_stats.rndv_write, (unsigned long long)hc_stats.rndv_stream,
             (unsigned long long)hc_stats.unexpected, (unsigned long long)hc_stats.credit_waits,
             (unsigned long long)hc_stats.coll_node, (unsigned long long)hc_stats.coll_p2p);
-    if (hc_stats_level < 2)
-        return;
+}
+
+/* Level 2: a "comm" line per communicator. */
+static void hc_stats_json_comms(FILE *f, unsigned rep)
+{
     for (const hc_stats_comm_t *c = hc_st.comms; c; c = c->next) {
         fprintf(f, "{\"type\":\"comm\",\"report\":%u,\"rank\":%d,\"ctx_id\":%u,\"size\":%d,"
                    "\"world\":%s,\"freed\":%s,\"ops\":{",
@@ -622,6 +650,11 @@ static void hc_stats_json(FILE *f, const char *why)
         }
         fprintf(f, "}}\n");
     }
+}
+
+/* Level 2: a "peer" line per peer that carried messages. */
+static void hc_stats_json_peers(FILE *f, unsigned rep)
+{
     char drv[64];
     const hc_stats_peer_t *p;
     for (int r = -1; (p = hc_stats_peer_next(&r, drv, sizeof(drv))) != NULL;) {
@@ -632,6 +665,12 @@ static void hc_stats_json(FILE *f, const char *why)
                 (unsigned long long)p->tx_msgs, (unsigned long long)p->tx_bytes,
                 (unsigned long long)p->rx_msgs, (unsigned long long)p->rx_bytes);
     }
+}
+
+/* Level 2: the "counters" line: the drivers', the pool's, the registration
+ * cache's. */
+static void hc_stats_json_counters(FILE *f, unsigned rep)
+{
     fprintf(f, "{\"type\":\"counters\",\"report\":%u,\"rank\":%d,\"drivers\":{", rep, hc_ctx.rank);
     int firstd = 1;
     for (int i = 0; i < hc_ctx.ndrvs; i++) {
@@ -657,6 +696,23 @@ static void hc_stats_json(FILE *f, const char *why)
             (unsigned long long)m.cache_hits, (unsigned long long)m.cache_misses,
             (unsigned long long)m.cache_evictions, (unsigned long long)m.cache_uncached,
             (unsigned long long)m.cache_entries, (unsigned long long)m.cache_bytes);
+}
+
+static void hc_stats_json(FILE *f, const char *why)
+{
+    unsigned rep = hc_st.reports;
+    hc_stats_json_rank(f, rep, why);
+    for (unsigned k = 0; k < HC_STATS_KINDS; k++) {
+        if (!hc_stats_ops[k].calls)
+            continue;
+        hc_stats_json_op(f, rep, k);
+    }
+    hc_stats_json_p2p(f, rep);
+    if (hc_stats_level < 2)
+        return;
+    hc_stats_json_comms(f, rep);
+    hc_stats_json_peers(f, rep);
+    hc_stats_json_counters(f, rep);
 }
 
 void hc_stats_report(const char *why)

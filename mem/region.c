@@ -270,11 +270,9 @@ void hc_mem_set_reg_hooks(hc_mem_reg_fn reg, hc_mem_dereg_fn dereg, void *arg)
 
 /* ---- create / attach / destroy ------------------------------------------ */
 
-hcomm_status_t hc_mem_region_create_kind(size_t size, unsigned flags, int numa_node,
-                                         const char *name, void *addr, uint32_t kind,
-                                         hc_mem_region_t **region_p)
+static hcomm_status_t hc_mem_region_check_args(size_t size, unsigned flags, int numa_node,
+                                               hc_mem_region_t **region_p)
 {
-    hcomm_status_t st;
     if (!hc_mem_g.initialized)
         return hc_error(HCOMM_ERR_NOT_INITIALIZED, "hc_mem_region_create: hc_mem_init not called");
     if (size == 0 || size > ((size_t)1 << 46))
@@ -289,11 +287,15 @@ hcomm_status_t hc_mem_region_create_kind(size_t size, unsigned flags, int numa_n
                         hc_mem_g.numa_ok ? numa_max_node() : -1);
     if (!region_p)
         return hc_error(HCOMM_ERR_INVALID, "hc_mem_region_create: argument region_p is NULL");
-    if (!name) name = "hcomm";
+    return HCOMM_OK;
+}
 
-    hc_mem_region_t *r = calloc(1, sizeof(*r));
-    if (!r) return hc_error(HCOMM_ERR_NO_MEMORY, "hc_mem_region_create: region record");
-    int node = hc_mem_node_resolve(numa_node);
+/* Maps r's pages: hugepages first (not for HC_MEM_INT_PLAIN), else base
+ * pages after a warning; sets r's base, fd, size, page size, node and
+ * flags. */
+static hcomm_status_t hc_mem_region_map(hc_mem_region_t *r, size_t size, unsigned flags, int node,
+                                        const char *name, void *addr)
+{
     size_t hlen = HC_ALIGN_UP(size, hc_mem_g.hugepage_size);
     void *p = NULL;
     int fd = -1;
@@ -310,12 +312,10 @@ hcomm_status_t hc_mem_region_create_kind(size_t size, unsigned flags, int numa_n
         if (can_huge) hc_mem_warn_no_huge(hlen, err);
         size_t len = HC_ALIGN_UP(size, hc_mem_g.base_page);
         err = hc_mem_map_try(len, flags, node, name, addr, false, &p, &fd);
-        if (err) {
-            st = hc_error_errno(err == ENOMEM || err == EFAULT ? HCOMM_ERR_NO_MEMORY : HCOMM_ERR_IO,
-                                err, "hc_mem_region_create: mapping %zu bytes for \"%s\"", len,
-                                name);
-            goto err_free;
-        }
+        if (err)
+            return hc_error_errno(
+                err == ENOMEM || err == EFAULT ? HCOMM_ERR_NO_MEMORY : HCOMM_ERR_IO, err,
+                "hc_mem_region_create: mapping %zu bytes for \"%s\"", len, name);
         r->size = len;
         r->page_size = hc_mem_g.base_page;
     }
@@ -323,9 +323,13 @@ hcomm_status_t hc_mem_region_create_kind(size_t size, unsigned flags, int numa_n
     r->fd = fd;
     r->numa_node = node;
     r->flags = flags;
-    r->owner = true;
-    r->kind = kind;
-    if (mlock(p, r->size) != 0) {
+    return HCOMM_OK;
+}
+
+/* Pins r's pages; a failure is counted, and warned about once. */
+static void hc_mem_region_lock_pages(hc_mem_region_t *r)
+{
+    if (mlock(r->base, r->size) != 0) {
         atomic_fetch_add(&hc_mem_g.mlock_failures, 1);
         if (!atomic_exchange(&hc_mem_warned_mlock, true))
             hc_log_warn("mem: mlock of %zu bytes failed (%s): memory may be swapped or moved; "
@@ -333,6 +337,24 @@ hcomm_status_t hc_mem_region_create_kind(size_t size, unsigned flags, int numa_n
                         "failures are only counted.",
                         r->size, strerror(errno));
     }
+}
+
+hcomm_status_t hc_mem_region_create_kind(size_t size, unsigned flags, int numa_node,
+                                         const char *name, void *addr, uint32_t kind,
+                                         hc_mem_region_t **region_p)
+{
+    hcomm_status_t st = hc_mem_region_check_args(size, flags, numa_node, region_p);
+    if (st != HCOMM_OK) return st;
+    if (!name) name = "hcomm";
+
+    hc_mem_region_t *r = calloc(1, sizeof(*r));
+    if (!r) return hc_error(HCOMM_ERR_NO_MEMORY, "hc_mem_region_create: region record");
+    int node = hc_mem_node_resolve(numa_node);
+    st = hc_mem_region_map(r, size, flags, node, name, addr);
+    if (st != HCOMM_OK) goto err_free;
+    r->owner = true;
+    r->kind = kind;
+    hc_mem_region_lock_pages(r);
 
     pthread_mutex_lock(&hc_mem_g.lock);
     st = hc_mem_table_insert_locked(r);
@@ -342,8 +364,9 @@ hcomm_status_t hc_mem_region_create_kind(size_t size, unsigned flags, int numa_n
     pthread_mutex_unlock(&hc_mem_g.lock);
     atomic_fetch_add(&hc_mem_g.regions_created, 1);
     atomic_fetch_add(r->huge ? &hc_mem_g.bytes_huge : &hc_mem_g.bytes_regular, r->size);
-    hc_log_debug("mem: region %u \"%s\" %p %zu bytes, %s pages, node %d%s", r->id, name, p, r->size,
-                 r->huge ? "huge" : "regular", node, (flags & HC_MEM_SHARED) ? ", shared" : "");
+    hc_log_debug("mem: region %u \"%s\" %p %zu bytes, %s pages, node %d%s", r->id, name, r->base,
+                 r->size, r->huge ? "huge" : "regular", node,
+                 (r->flags & HC_MEM_SHARED) ? ", shared" : "");
     *region_p = r;
     return HCOMM_OK;
 
@@ -355,8 +378,8 @@ err_unlock:
         mmap(addr, r->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
              0);
     else
-        munmap(p, r->size);
-    if (fd >= 0) close(fd);
+        munmap(r->base, r->size);
+    if (r->fd >= 0) close(r->fd);
 err_free:
     free(r);
     return st;

@@ -396,46 +396,38 @@ void hc_xml_free(hc_xml_t *doc)
     free(doc);
 }
 
-hcomm_status_t hc_xml_read(const char *path, hc_xml_t **doc_p, const hc_xml_elem_t **root_p)
+/* Reads the whole file f into d->text (at most HC_XML_MAX_BYTES, no NUL
+ * byte), NUL-terminated. */
+static hcomm_status_t hc_xml_load(FILE *f, const char *path, hc_xml_t *d)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return hc_error_errno(HCOMM_ERR_INVALID, errno, "HCOMM_TOPO_FILE: cannot open %s", path);
-    hc_xml_t *d = calloc(1, sizeof(*d));
-    hcomm_status_t st = HCOMM_OK;
-    if (!d) {
-        st = hc_error(HCOMM_ERR_NO_MEMORY, "%s: reading the XML file", path);
-        goto close;
-    }
     for (size_t cap = 0; d->len <= HC_XML_MAX_BYTES;) {
         if (d->len == cap) {
             cap = HC_MIN(cap ? 2 * cap : (size_t)65536, (size_t)HC_XML_MAX_BYTES + 1);
             char *t = realloc(d->text, cap + 1);
-            if (!t) {
-                st = hc_error(HCOMM_ERR_NO_MEMORY, "%s: reading the XML file", path);
-                goto close;
-            }
+            if (!t) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: reading the XML file", path);
             d->text = t;
         }
         size_t got = fread(d->text + d->len, 1, cap - d->len, f);
         if (got == 0) break;
         d->len += got;
     }
-    if (ferror(f)) {
-        st = hc_error_errno(HCOMM_ERR_INVALID, errno, "HCOMM_TOPO_FILE: reading %s", path);
-        goto close;
-    }
-    if (d->len > HC_XML_MAX_BYTES) {
-        st = hc_error(HCOMM_ERR_INVALID, "%s: larger than %d bytes (HCOMM_TOPO_FILE, XML)", path,
-                      HC_XML_MAX_BYTES);
-        goto close;
-    }
+    if (ferror(f))
+        return hc_error_errno(HCOMM_ERR_INVALID, errno, "HCOMM_TOPO_FILE: reading %s", path);
+    if (d->len > HC_XML_MAX_BYTES)
+        return hc_error(HCOMM_ERR_INVALID, "%s: larger than %d bytes (HCOMM_TOPO_FILE, XML)", path,
+                        HC_XML_MAX_BYTES);
     d->text[d->len] = '\0';
-    if (memchr(d->text, '\0', d->len)) {
-        st = hc_error(HCOMM_ERR_INVALID, "%s: a NUL byte: not a text file (HCOMM_TOPO_FILE, XML)",
-                      path);
-        goto close;
-    }
+    if (memchr(d->text, '\0', d->len))
+        return hc_error(HCOMM_ERR_INVALID, "%s: a NUL byte: not a text file (HCOMM_TOPO_FILE, XML)",
+                        path);
+    return HCOMM_OK;
+}
+
+/* The element, attribute and string tables, sized from the text: at most
+ * one element per '<', one attribute per '=' (both capped), and the text's
+ * strings twice over. */
+static hcomm_status_t hc_xml_alloc(hc_xml_t *d, const char *path)
+{
     size_t lt = hc_xml_count(d->text, d->len, '<'), eq = hc_xml_count(d->text, d->len, '=');
     d->elem_cap = (int)HC_MIN(lt, (size_t)HC_XML_MAX_ELEMS);
     d->attr_cap = (int)HC_MIN(eq, (size_t)HC_XML_MAX_ELEMS * HC_XML_MAX_ATTRS);
@@ -443,38 +435,55 @@ hcomm_status_t hc_xml_read(const char *path, hc_xml_t **doc_p, const hc_xml_elem
     d->elems = malloc(sizeof(*d->elems) * (size_t)HC_MAX(d->elem_cap, 1));
     d->attrs = malloc(sizeof(*d->attrs) * (size_t)HC_MAX(d->attr_cap, 1));
     d->arena = malloc(d->arena_cap);
-    if (!d->elems || !d->attrs || !d->arena) {
-        st = hc_error(HCOMM_ERR_NO_MEMORY, "%s: parsing the XML file", path);
-        goto close;
-    }
+    if (!d->elems || !d->attrs || !d->arena)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: parsing the XML file", path);
+    return HCOMM_OK;
+}
+
+/* The document: an optional byte order mark and declaration, one root
+ * element, comments and space around it. */
+static hcomm_status_t hc_xml_document(hc_xml_t *d, const char *path, const hc_xml_elem_t **root_p)
+{
+    hcomm_status_t st;
     hc_xml_parser_t x = {.doc = d, .path = path, .p = d->text, .end = d->text + d->len, .line = 1};
     if (hc_xml_at(&x, "\xef\xbb\xbf")) x.p += 3; /* a UTF-8 byte order mark */
     hc_xml_skip_space(&x);
     if (hc_xml_at(&x, "<?xml") && x.p + 5 < x.end && hc_xml_space(x.p[5])) {
         int line = x.line;
         const char *q = strstr(x.p, "?>");
-        if (!q) {
-            st = hc_xml_fail(&x, line, "<?xml declaration not closed by ?>");
-            goto close;
-        }
+        if (!q) return hc_xml_fail(&x, line, "<?xml declaration not closed by ?>");
         hc_xml_skip(&x, (size_t)(q + 2 - x.p));
     }
     const hc_xml_elem_t *root = NULL;
-    if ((st = hc_xml_misc(&x, "before the root element")) != HCOMM_OK) goto close;
-    if (x.p >= x.end) {
-        st = hc_xml_fail(&x, x.line, "no root element");
-        goto close;
-    }
+    if ((st = hc_xml_misc(&x, "before the root element")) != HCOMM_OK) return st;
+    if (x.p >= x.end) return hc_xml_fail(&x, x.line, "no root element");
     hc_xml_elem_t *r = NULL;
-    if ((st = hc_xml_element(&x, &r)) != HCOMM_OK) goto close;
+    if ((st = hc_xml_element(&x, &r)) != HCOMM_OK) return st;
     root = r;
-    if ((st = hc_xml_misc(&x, "after the root element")) != HCOMM_OK) goto close;
-    if (x.p < x.end) {
-        st = hc_xml_fail(
+    if ((st = hc_xml_misc(&x, "after the root element")) != HCOMM_OK) return st;
+    if (x.p < x.end)
+        return hc_xml_fail(
             &x, x.line, "%s after the root element <%s> of line %d ended: an XML file has one root",
             hc_xml_at(&x, "</") ? "an end tag" : "a second element", root->name, root->line);
+    *root_p = root;
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_xml_read(const char *path, hc_xml_t **doc_p, const hc_xml_elem_t **root_p)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return hc_error_errno(HCOMM_ERR_INVALID, errno, "HCOMM_TOPO_FILE: cannot open %s", path);
+    hc_xml_t *d = calloc(1, sizeof(*d));
+    const hc_xml_elem_t *root = NULL;
+    hcomm_status_t st = HCOMM_OK;
+    if (!d) {
+        st = hc_error(HCOMM_ERR_NO_MEMORY, "%s: reading the XML file", path);
         goto close;
     }
+    if ((st = hc_xml_load(f, path, d)) != HCOMM_OK || (st = hc_xml_alloc(d, path)) != HCOMM_OK ||
+        (st = hc_xml_document(d, path, &root)) != HCOMM_OK)
+        goto close;
     *doc_p = d;
     *root_p = root;
     fclose(f);
