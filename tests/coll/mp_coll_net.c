@@ -451,7 +451,11 @@ static int bench(size_t bytes)
 static int die_test(void)
 {
     hcomm_status_t st = hcomm_barrier(world);
-    if (st != HCOMM_OK) {
+    /* Rank n-1 leaves once its own barrier is done: a survivor may see it
+     * vanish before reading its last barrier message (its bootstrap
+     * connection closes first), and then fails the barrier, for the same
+     * reason and as promptly as the allreduce below. */
+    if (st != HCOMM_OK && !(st == HCOMM_ERR_PEER_FAILED && me != n - 1)) {
         fprintf(stderr, "rank %d: barrier: %s\n", me, hcomm_last_error());
         return 1;
     }

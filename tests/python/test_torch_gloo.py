@@ -10,7 +10,8 @@ coalescing (batch_isend_irecv, _coalescing_manager), split_group.
 Values are small integers so that every sum and product is exact in every
 dtype and any order of addition: bit-identical results are required.
 Phase 2: init_process_group("hcomm") itself: the backend's name and
-options, DeviceMesh 2x2 (4 ranks) with DTensor, a group that mixes hcomm
+options, float32 sums of random values against float64 within the rounding
+bound (several large ones in flight), DeviceMesh 2x2 (4 ranks) with DTensor, a group that mixes hcomm
 for the CPU with gloo for CUDA, wait(timeout), abort.
 Exit 0: pass, 1: a mismatch, 77: torch or the backend unavailable.
 """
@@ -264,6 +265,29 @@ def split(c, rank, n, parent):
         c.same("split_group of some: allreduce", t, sum(data(r, 5, torch.float32) for r in range(1, n)))
 
 
+def noise(rank, m, seed):
+    g = torch.Generator().manual_seed(1000 * seed + rank)
+    return torch.randn(m, generator=g) * (1 + rank)
+
+
+def float_sums(c, rank, n):
+    """float32 sums of random values, DDP's way (buckets of 1M to 4M
+    elements, several in flight): each element within n * 2^-24 of the sum
+    of the magnitudes of the exact (float64) sum. Any order of addition
+    keeps to that bound; a lost, doubled or misplaced chunk does not."""
+    sizes = (1 << 20, 4_000_000, 2048, (1 << 20) + 7, 8)
+    ts = [noise(rank, m, i) for i, m in enumerate(sizes)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    for w in works:
+        w.wait()
+    for i, (m, t) in enumerate(zip(sizes, ts)):
+        parts = [noise(r, m, i).double() for r in range(n)]
+        want = sum(parts)
+        scale = sum(p.abs() for p in parts).clamp_min(1e-300)
+        err = float(((t.double() - want).abs() / scale).max())
+        c.true(f"float32 allreduce of {m} elements within {n} * 2^-24 (got {err:.3g})", err <= n * 2.0 ** -24)
+
+
 def phase2(c, rank, n, store):
     import hcomm.torch as ht
     kw = dict(init_method="file://" + store, rank=rank, world_size=n, timeout=timedelta(seconds=120))
@@ -282,6 +306,7 @@ def phase2(c, rank, n, store):
     t = data(rank, 10, torch.float32)
     dist.all_reduce(t)
     c.same("allreduce on the default group", t, sum(data(r, 10, torch.float32) for r in range(n)))
+    float_sums(c, rank, n)
     if n == 4:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor import Replicate, Shard, distribute_tensor
