@@ -21,6 +21,11 @@
  *          the context id; each answers ACK
  *   DONE   coordinator -> the members, once every one acknowledged: final
  *
+ * A member that finished shrink k answers what later comes for k with the
+ * decision it returned with: a QUERY with a FINAL VIEW; a VIEW (a member
+ * whose coordinator died between this rank's DONE and its own now takes
+ * this rank for the coordinator) with that decision's DECIDE and DONE.
+ *
  * The coordinator waits for a VIEW from every member it does not see failed
  * (failures during the wait are added), then decides: a FINAL decision if
  * any member reports one (someone already returned with it: everybody must
@@ -84,6 +89,8 @@ typedef struct hc_coll_shrink {
     uint64_t *last_set;
     uint32_t last_ctx;
     int owe_final_to;      /* comm rank + 1 that asked after this rank finished */
+    int owe_decide_to;     /* comm rank + 1 that sent this rank a VIEW after it finished */
+    int owe_decide_epoch;  /* that VIEW's epoch */
     uint64_t *scratch;     /* a bitmap being assembled from chunks */
 } hc_coll_shrink_t;
 
@@ -200,6 +207,18 @@ void hc_coll_shrink_frame(struct hcomm_comm *comm, int from, const hc_frame_hdr_
         hc_sh_owed++;
         return;
     }
+    if (k == s->finished && kind == HC_SH_VIEW && !(flags & HC_SH_FINAL) && last) {
+        /* A member still in shrink k takes this rank for its coordinator:
+         * the one it followed died after this rank's DONE and before its
+         * own. This rank returned with a decision: the member must get
+         * it, so it is sent as a DECIDE and a DONE of the member's epoch
+         * (hc_coll_shrink_progress). Dropping the view left the member
+         * waiting for the timeout. */
+        s->owe_decide_to = from + 1;
+        s->owe_decide_epoch = epoch;
+        hc_sh_owed++;
+        return;
+    }
     if (k != (uint16_t)(s->finished + 1))
         return; /* an older shrink's, or one two ahead: nothing to do with it */
     switch (kind) {
@@ -277,12 +296,21 @@ void hc_coll_shrink_progress(void)
         struct hcomm_comm *comm = hc_container_of(pos, struct hcomm_comm, link);
         hc_coll_comm_t *cc = comm->coll_priv;
         hc_coll_shrink_t *s = cc ? cc->shrink : NULL;
-        if (!s || !s->owe_final_to)
+        if (!s)
             continue;
-        int to = s->owe_final_to - 1;
-        s->owe_final_to = 0;
-        hc_sh_send(comm, to, s->finished, HC_SH_VIEW, HC_SH_FINAL, to + 1, s->last_ctx,
-                   s->last_set, s->words);
+        if (s->owe_final_to) {
+            int to = s->owe_final_to - 1;
+            s->owe_final_to = 0;
+            hc_sh_send(comm, to, s->finished, HC_SH_VIEW, HC_SH_FINAL, to + 1, s->last_ctx,
+                       s->last_set, s->words);
+        }
+        if (s->owe_decide_to) {
+            int to = s->owe_decide_to - 1;
+            s->owe_decide_to = 0;
+            hc_sh_send(comm, to, s->finished, HC_SH_DECIDE, 0, s->owe_decide_epoch, s->last_ctx,
+                       s->last_set, s->words);
+            hc_sh_send(comm, to, s->finished, HC_SH_DONE, 0, s->owe_decide_epoch, 0, NULL, 0);
+        }
     }
 }
 

@@ -140,6 +140,7 @@ typedef struct hc_tcp_anon {
     struct hc_tcp_anon *next; /* newest first */
     uint64_t deadline;
     size_t got;
+    bool parked; /* a complete hello from a rank this one has not connected to yet */
     hc_tcp_hello_t hello;
     char from[64];
 } hc_tcp_anon_t;
@@ -237,6 +238,8 @@ void hc_drv_tcp_slot_handshake(hc_tcp_slot_t *s, uint32_t events);
 void hc_drv_tcp_accept(hc_tcp_drv_t *d);
 void hc_drv_tcp_anon_readable(hc_tcp_drv_t *d, hc_tcp_anon_t *a);
 void hc_drv_tcp_anon_expire(hc_tcp_drv_t *d, uint64_t now);
+/* connect(peer) made its connection: hellos parked for it are taken now. */
+void hc_drv_tcp_anon_unpark(hc_tcp_drv_t *d, int peer);
 void hc_drv_tcp_anon_free(hc_tcp_drv_t *d, hc_tcp_anon_t *a, bool close_fd);
 
 /* tcp_data.c */

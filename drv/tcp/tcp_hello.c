@@ -242,9 +242,17 @@ static hc_tcp_conn_t *hc_drv_tcp_anon_check(hc_tcp_drv_t *d, hc_tcp_anon_t *a)
         hc_log_warn("tcp: dropped a connection from %s: a hello for ranks %d -> %d (this is rank "
                     "%d of %d)",
                     a->from, h->src_rank, h->dst_rank, env->rank, env->size);
-    } else if (!(c = d->conns[h->src_rank]) || c->failed) {
-        hc_log_warn("tcp: dropped a connection from %s claiming to be rank %d: %s", a->from,
-                    h->src_rank, c ? "that rank failed" : "not a tcp peer of this rank");
+    } else if (!(c = d->conns[h->src_rank])) {
+        /* A peer that connected before this rank's connect to it (both
+         * come out of the same address exchange, in any order): parked
+         * until connect, or until its handshake deadline. */
+        a->parked = true;
+        hc_log_debug("tcp: a hello from %s claiming to be rank %d waits for the connection to it",
+                     a->from, h->src_rank);
+        return NULL;
+    } else if (!c || c->failed) {
+        hc_log_warn("tcp: dropped a connection from %s claiming to be rank %d: that rank failed",
+                    a->from, h->src_rank);
     } else if (h->sock_idx >= c->addr.nsocks) {
         hc_log_warn("tcp: dropped a connection from %s claiming to be %s: socket index %u, but it "
                     "opens %u per peer",
@@ -333,6 +341,18 @@ static void hc_drv_tcp_anon_hello(hc_tcp_drv_t *d, hc_tcp_anon_t *a)
     hc_drv_tcp_ep(d, EPOLL_CTL_MOD, fd, EPOLLIN, s);
     hc_drv_tcp_conn_activate(c);
     hc_drv_tcp_slot_up(s);
+}
+
+void hc_drv_tcp_anon_unpark(hc_tcp_drv_t *d, int peer)
+{
+    hc_tcp_anon_t *a = d->anon, *next;
+    for (; a; a = next) {
+        next = a->next; /* a may be freed */
+        if (a->parked && a->hello.src_rank == peer) {
+            a->parked = false;
+            hc_drv_tcp_anon_hello(d, a);
+        }
+    }
 }
 
 void hc_drv_tcp_anon_readable(hc_tcp_drv_t *d, hc_tcp_anon_t *a)
@@ -428,6 +448,11 @@ void hc_drv_tcp_anon_expire(hc_tcp_drv_t *d, uint64_t now)
             hc_log_warn("tcp: dropped a connection from %s: no hello yet, and more than %d "
                         "connections wait for one (the oldest goes)",
                         a->from, HC_TCP_ANON_MAX);
+        else if (now > a->deadline && a->parked)
+            hc_log_warn("tcp: dropped a connection from %s claiming to be rank %d: this rank did "
+                        "not connect to it within %.0f s (HCOMM_TIMEOUT): not a tcp peer of this "
+                        "rank",
+                        a->from, a->hello.src_rank, (double)d->hs_ns * 1e-9);
         else if (now > a->deadline)
             hc_log_warn("tcp: dropped a connection from %s: no hello within %.0f s (HCOMM_TIMEOUT)",
                         a->from, (double)d->hs_ns * 1e-9);

@@ -454,6 +454,7 @@ static hcomm_status_t hc_drv_tcp_connect(hc_drv_t *drv, int peer, const void *ad
     }
     d->conns[peer] = c;
     *conn_p = &c->base;
+    hc_drv_tcp_anon_unpark(d, peer);
     return HCOMM_OK;
 }
 
