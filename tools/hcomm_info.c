@@ -8,7 +8,7 @@
  * It initializes nothing: it reads the configuration and probes the drivers
  * with a one-rank environment, as a job's init would.
  */
-#include "coll/reduce.h"
+#include "base/reduce.h"
 #include "base/config.h"
 #include "drv/drv.h"
 #include "mem/mem.h"
