@@ -224,6 +224,7 @@ static void *hc_gm_worker(void *arg)
 
 static hcomm_status_t hc_gm_enqueue(struct hc_gpu_stream *s, hc_gm_op_t *o, const char *what)
 {
+    if (s) hc_gpu_model_count_op(); /* toward lost:N: the (N+1)th operation finds it lost */
     hcomm_status_t st = !s ? hc_error(HCOMM_ERR_INVALID, "model %s: NULL stream", what)
                            : hc_gpu_model_check_lost(what);
     if (st != HCOMM_OK) {
@@ -233,7 +234,6 @@ static hcomm_status_t hc_gm_enqueue(struct hc_gpu_stream *s, hc_gm_op_t *o, cons
         free(o);
         return st;
     }
-    hc_gpu_model_count_op();
     pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = o;
