@@ -83,8 +83,7 @@ hcomm_status_t hc_gpu_fail(hcomm_status_t st, int device, const char *fmt, ...)
     snprintf(last, sizeof(last), "%s", hc_error_last());
     const hc_gpu_ops_t *ops = hc_gpu_backend();
     const char *name = ops ? ops->name : "none";
-    if (device >= 0)
-        return hc_error(st, "gpu %s device %d: %s: %s", name, device, what, last);
+    if (device >= 0) return hc_error(st, "gpu %s device %d: %s: %s", name, device, what, last);
     return hc_error(st, "gpu %s: %s: %s", name, what, last);
 }
 
@@ -197,10 +196,11 @@ static hcomm_status_t hc_gpu_dev_get(const hc_gpu_ops_t *ops, int d, hc_gpu_dev_
 {
     if (!ops)
         return hc_error(HCOMM_ERR_INVALID,
-                        "gpu: a buffer is device memory (device %d) but no GPU backend is active", d);
+                        "gpu: a buffer is device memory (device %d) but no GPU backend is active",
+                        d);
     if (d < 0 || d >= HC_GPU_MAX_DEVICES || d >= ops->device_count())
-        return hc_error(HCOMM_ERR_INVALID, "gpu %s: device %d out of range (%d devices)",
-                        ops->name, d, ops->device_count());
+        return hc_error(HCOMM_ERR_INVALID, "gpu %s: device %d out of range (%d devices)", ops->name,
+                        d, ops->device_count());
     hc_gpu_dev_t *dv = &hc_gpu.dev[d];
     hcomm_status_t st;
     if (!dv->stream && (st = ops->stream_create(d, &dv->stream)) != HCOMM_OK)
@@ -262,9 +262,8 @@ out:
 /* dst (device) op= src (host): src through the device scratch, chunk by
  * chunk; stream order keeps a chunk's copy behind the previous kernel. */
 static hcomm_status_t hc_gpu_reduce_to_device(const hc_gpu_ops_t *ops, hc_gpu_dev_t *dv, int d,
-                                              char *dst, const char *src, size_t count,
-                                              size_t es, hcomm_dtype_t dtype, hcomm_op_t op,
-                                              int avg_div)
+                                              char *dst, const char *src, size_t count, size_t es,
+                                              hcomm_dtype_t dtype, hcomm_op_t op, int avg_div)
 {
     hcomm_status_t st;
     if (!dv->scratch && (st = ops->alloc(d, HC_GPU_SCRATCH, HC_MEM_DEVICE, &dv->scratch)))
@@ -313,7 +312,9 @@ hcomm_status_t hc_gpu_reduce(void *dst, const hc_mem_attr_t *dst_attr, const voi
     if (count == 0) return HCOMM_OK;
     if (!dst || !src || hc_mul_overflows(count, es, &bytes))
         return hc_error(HCOMM_ERR_INVALID, "gpu reduce of %zu %s: %s", count, hc_dtype_name(dtype),
-                        !dst ? "dst is NULL" : !src ? "src is NULL" : "the byte count overflows");
+                        !dst   ? "dst is NULL"
+                        : !src ? "src is NULL"
+                               : "the byte count overflows");
     bool dst_host = hc_gpu_is_host(dst_attr), src_host = hc_gpu_is_host(src_attr);
     if (dst_host && src_host) {
         const void *in[2] = {dst, src};
@@ -334,7 +335,8 @@ hcomm_status_t hc_gpu_reduce(void *dst, const hc_mem_attr_t *dst_attr, const voi
         st = hc_gpu_dev_wait(ops, dv);
     if (st != HCOMM_OK)
         st = hc_gpu_fail(st, d, "%s reduction of %zu %s %s into %s", hc_op_name(op), count,
-                         hc_dtype_name(dtype), hc_mem_type_name(src_host ? HC_MEM_HOST : src_attr->type),
+                         hc_dtype_name(dtype),
+                         hc_mem_type_name(src_host ? HC_MEM_HOST : src_attr->type),
                          hc_mem_type_name(dst_host ? HC_MEM_HOST : dst_attr->type));
 out:
     pthread_mutex_unlock(&hc_gpu.lock);

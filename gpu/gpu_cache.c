@@ -133,8 +133,7 @@ hcomm_status_t hc_gpu_mem_type(const void *ptr, size_t len, hc_mem_attr_t *attr_
     uint64_t gen;
     if (!hc_gpu_cache_lookup(p, &a, &gen)) {
         hcomm_status_t st = ops->query(ptr, &a);
-        if (st != HCOMM_OK)
-            return hc_gpu_fail(st, -1, "pointer query of %p", ptr);
+        if (st != HCOMM_OK) return hc_gpu_fail(st, -1, "pointer query of %p", ptr);
         if (a.type != HC_MEM_HOST) hc_gpu_cache_insert(&a, gen);
     }
     if (a.type != HC_MEM_HOST && (len > a.length || p - a.base > a.length - len))

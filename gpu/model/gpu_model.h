@@ -25,15 +25,15 @@
  * done (the program's address is gone at once). */
 typedef struct hc_gpu_model_alloc {
     struct hc_gpu_model_alloc *next;
-    uintptr_t base;  /* the program's PROT_NONE mapping (RW for managed) */
-    size_t len;      /* bytes asked for */
-    size_t map_len;  /* len rounded up to pages: the memfd's size */
-    char *alias;     /* the model's read-write mapping of the same memfd */
-    int fd;          /* the memfd */
-    uint64_t id;     /* allocation id, unique in this process */
+    uintptr_t base; /* the program's PROT_NONE mapping (RW for managed) */
+    size_t len;     /* bytes asked for */
+    size_t map_len; /* len rounded up to pages: the memfd's size */
+    char *alias;    /* the model's read-write mapping of the same memfd */
+    int fd;         /* the memfd */
+    uint64_t id;    /* allocation id, unique in this process */
     int device;
     hc_mem_type_t type;
-    bool imported;   /* mapped from a peer's handle (ipc_close, not free) */
+    bool imported; /* mapped from a peer's handle (ipc_close, not free) */
     atomic_int refs;
 } hc_gpu_model_alloc_t;
 
@@ -41,8 +41,8 @@ typedef struct hc_gpu_model_alloc {
 typedef struct {
     long copy_at, reduce_at, lost_after; /* 0: no such fault */
     bool ipc;
-    int64_t delay_us;                    /* HCOMM_GPU_MODEL_DELAY */
-    atomic_long copies, reduces, ops;    /* enqueued so far */
+    int64_t delay_us;                 /* HCOMM_GPU_MODEL_DELAY */
+    atomic_long copies, reduces, ops; /* enqueued so far */
     atomic_bool lost;
     atomic_ullong done_copies, done_bytes, done_kernels, allocs, frees, imports;
 } hc_gpu_model_state_t;

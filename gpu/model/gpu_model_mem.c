@@ -192,8 +192,8 @@ static void *hc_gm_map_user(int fd, size_t len, int prot)
  * oldest one given back when they are too many). Lock held. */
 static void hc_gm_reserve(uintptr_t base, size_t len)
 {
-    void *p = mmap((void *)base, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
-                   MAP_NORESERVE, -1, 0);
+    void *p = mmap((void *)base, len, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         munmap((void *)base, len);
         return;
@@ -231,9 +231,15 @@ static hcomm_status_t hc_gm_install(int fd, size_t len, size_t map_len, hc_mem_t
         close(fd);
         return hc_error_errno(HCOMM_ERR_NO_MEMORY, e, "model: mapping %zu bytes", map_len);
     }
-    *a = (hc_gpu_model_alloc_t){.next = hc_gm.allocs, .base = (uintptr_t)user, .len = len,
-                                .map_len = map_len, .alias = alias, .fd = fd,
-                                .id = ++hc_gm.next_id, .type = type, .imported = imported};
+    *a = (hc_gpu_model_alloc_t){.next = hc_gm.allocs,
+                                .base = (uintptr_t)user,
+                                .len = len,
+                                .map_len = map_len,
+                                .alias = alias,
+                                .fd = fd,
+                                .id = ++hc_gm.next_id,
+                                .type = type,
+                                .imported = imported};
     atomic_init(&a->refs, 1);
     hc_gm.allocs = a;
     pthread_mutex_unlock(&hc_gm.lock);
@@ -273,7 +279,8 @@ static hcomm_status_t hc_gm_alloc(int device, size_t len, hc_mem_type_t type, vo
     hcomm_status_t st = hc_gpu_model_check_lost("model alloc");
     if (st != HCOMM_OK) return st;
     if (device != 0 || len == 0 || (type != HC_MEM_DEVICE && type != HC_MEM_MANAGED))
-        return hc_error(HCOMM_ERR_INVALID, "model alloc: device %d (the model has device 0), "
+        return hc_error(HCOMM_ERR_INVALID,
+                        "model alloc: device %d (the model has device 0), "
                         "%zu bytes (> 0), type %s (device or managed)",
                         device, len, hc_mem_type_name(type));
     size_t map_len = HC_ALIGN_UP(len, (size_t)hc_gm.page);
@@ -324,9 +331,10 @@ static hcomm_status_t hc_gm_host_register(void *ptr, size_t len)
     pthread_mutex_lock(&hc_gm.lock);
     for (int i = 0; i < hc_gm.nreg; i++)
         if (u < hc_gm.reg[i].base + hc_gm.reg[i].len && hc_gm.reg[i].base < u + len) {
-            st = hc_error(HCOMM_ERR_INVALID, "model host_register [%p, +%zu): already registered "
-                          "(overlaps [%#lx, +%zu))", ptr, len, (unsigned long)hc_gm.reg[i].base,
-                          hc_gm.reg[i].len);
+            st = hc_error(HCOMM_ERR_INVALID,
+                          "model host_register [%p, +%zu): already registered "
+                          "(overlaps [%#lx, +%zu))",
+                          ptr, len, (unsigned long)hc_gm.reg[i].base, hc_gm.reg[i].len);
             goto out;
         }
     if (hc_gm_find(u) || hc_gm_find(u + len - 1)) {
@@ -343,7 +351,8 @@ out:
 
 static hcomm_status_t hc_gm_host_unregister(void *ptr)
 {
-    hcomm_status_t st = hc_error(HCOMM_ERR_INVALID, "model host_unregister(%p): not registered", ptr);
+    hcomm_status_t st =
+        hc_error(HCOMM_ERR_INVALID, "model host_unregister(%p): not registered", ptr);
     pthread_mutex_lock(&hc_gm.lock);
     for (int i = 0; i < hc_gm.nreg; i++)
         if (hc_gm.reg[i].base == (uintptr_t)ptr) {
@@ -384,8 +393,11 @@ static hcomm_status_t hc_gm_ipc_export(const void *ptr, hc_gpu_ipc_handle_t *h_p
     int fd;
     hcomm_status_t st = hc_gm_share(ptr, 1, "ipc_export", &fd, &at);
     if (st != HCOMM_OK) return st;
-    hc_gpu_ipc_handle_t h = {.fd = fd, .device = at.device, .alloc_id = at.alloc_id,
-                             .offset = (uintptr_t)ptr - at.base, .length = at.length};
+    hc_gpu_ipc_handle_t h = {.fd = fd,
+                             .device = at.device,
+                             .alloc_id = at.alloc_id,
+                             .offset = (uintptr_t)ptr - at.base,
+                             .length = at.length};
     memcpy(h.bytes, hc_gm_magic, sizeof(hc_gm_magic));
     *h_p = h;
     return HCOMM_OK;
@@ -396,15 +408,18 @@ static hcomm_status_t hc_gm_ipc_import(const hc_gpu_ipc_handle_t *h, void **ptr_
     hcomm_status_t st = hc_gpu_model_check_lost("model ipc_import");
     if (st != HCOMM_OK) return st;
     if (hc_gpu_model.ipc)
-        return hc_error(HCOMM_ERR_INVALID, "model ipc_import: invalid handle (allocation %llu "
-                        "of the peer; HCOMM_GPU_MODEL_FAULT=ipc)", (unsigned long long)h->alloc_id);
+        return hc_error(HCOMM_ERR_INVALID,
+                        "model ipc_import: invalid handle (allocation %llu "
+                        "of the peer; HCOMM_GPU_MODEL_FAULT=ipc)",
+                        (unsigned long long)h->alloc_id);
     struct stat sb;
-    if (memcmp(h->bytes, hc_gm_magic, sizeof(hc_gm_magic)) || h->fd < 0 ||
-        fstat(h->fd, &sb) != 0 || (size_t)sb.st_size < h->length || h->length == 0 ||
-        h->offset >= h->length || h->length % (size_t)hc_gm.page)
-        return hc_error(HCOMM_ERR_INVALID, "model ipc_import: invalid handle (fd %d, %zu bytes, "
-                        "offset %zu: not a model memfd export of that size)", h->fd, h->length,
-                        h->offset);
+    if (memcmp(h->bytes, hc_gm_magic, sizeof(hc_gm_magic)) || h->fd < 0 || fstat(h->fd, &sb) != 0 ||
+        (size_t)sb.st_size < h->length || h->length == 0 || h->offset >= h->length ||
+        h->length % (size_t)hc_gm.page)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "model ipc_import: invalid handle (fd %d, %zu bytes, "
+                        "offset %zu: not a model memfd export of that size)",
+                        h->fd, h->length, h->offset);
     int fd = fcntl(h->fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) return hc_error_errno(HCOMM_ERR_IO, errno, "model ipc_import: dup");
     hc_gpu_model_alloc_t *a;
@@ -475,8 +490,9 @@ static int hc_gm_device_count(void)
 
 static void hc_gm_device_describe(int device, char *buf, size_t len)
 {
-    snprintf(buf, len, "model%d (memfd device memory, PROT_NONE to the CPU; streams are threads%s%s)",
-             device, hc_gpu_model.delay_us ? "; random delays" : "",
+    snprintf(buf, len,
+             "model%d (memfd device memory, PROT_NONE to the CPU; streams are threads%s%s)", device,
+             hc_gpu_model.delay_us ? "; random delays" : "",
              hc_gpu_model.copy_at || hc_gpu_model.reduce_at || hc_gpu_model.ipc ||
                      hc_gpu_model.lost_after
                  ? "; faults on"

@@ -37,8 +37,14 @@ typedef struct {
     char msg[256];
 } hc_gm_marker_t;
 
-typedef enum { HC_GM_COPY, HC_GM_REDUCE, HC_GM_RECORD, HC_GM_WAIT_EVENT, HC_GM_WAIT_VALUE,
-               HC_GM_WRITE_VALUE } hc_gm_kind_t;
+typedef enum {
+    HC_GM_COPY,
+    HC_GM_REDUCE,
+    HC_GM_RECORD,
+    HC_GM_WAIT_EVENT,
+    HC_GM_WAIT_VALUE,
+    HC_GM_WRITE_VALUE
+} hc_gm_kind_t;
 
 typedef struct hc_gm_op {
     struct hc_gm_op *next;
@@ -284,9 +290,10 @@ hcomm_status_t hc_gpu_model_reduce_async(void *dst, const void *src, size_t coun
 {
     size_t es = hc_dtype_size(dtype), n;
     if (!es || (unsigned)op >= HCOMM_OP_COUNT || avg_div < 0 || hc_mul_overflows(count, es, &n))
-        return hc_error(HCOMM_ERR_INVALID, "model reduce: dtype %d, op %d, avg_div %d, count %zu "
-                        "(not a dtype, an op, >= 0, or too many)", (int)dtype, (int)op, avg_div,
-                        count);
+        return hc_error(HCOMM_ERR_INVALID,
+                        "model reduce: dtype %d, op %d, avg_div %d, count %zu "
+                        "(not a dtype, an op, >= 0, or too many)",
+                        (int)dtype, (int)op, avg_div, count);
     if (count == 0) return hc_gpu_model_check_lost("model reduce");
     if (!dst || !src) return hc_error(HCOMM_ERR_INVALID, "model reduce: NULL pointer");
     hc_gm_op_t *o;
@@ -306,8 +313,10 @@ static hcomm_status_t hc_gm_word_op(hc_gpu_stream_t s, hc_gm_kind_t kind, uint32
                                     uint32_t value, const char *what)
 {
     if (!addr || ((uintptr_t)addr & 3) || !hc_gpu_model_memop_ok(addr))
-        return hc_error(HCOMM_ERR_INVALID, "model %s(%p): the word must be 4-byte aligned device "
-                        "memory or host_register'ed host memory", what, (void *)addr);
+        return hc_error(HCOMM_ERR_INVALID,
+                        "model %s(%p): the word must be 4-byte aligned device "
+                        "memory or host_register'ed host memory",
+                        what, (void *)addr);
     hc_gm_op_t *o = calloc(1, sizeof(*o));
     if (!o) return hc_error(HCOMM_ERR_NO_MEMORY, "model %s", what);
     char *w;
@@ -339,8 +348,10 @@ hcomm_status_t hc_gpu_model_stream_create(int device, hc_gpu_stream_t *s_p)
     hcomm_status_t st = hc_gpu_model_check_lost("model stream_create");
     if (st != HCOMM_OK) return st;
     if (device != 0)
-        return hc_error(HCOMM_ERR_INVALID, "model stream_create: device %d (the model has "
-                        "device 0)", device);
+        return hc_error(HCOMM_ERR_INVALID,
+                        "model stream_create: device %d (the model has "
+                        "device 0)",
+                        device);
     struct hc_gpu_stream *s = calloc(1, sizeof(*s));
     if (!s) return hc_error(HCOMM_ERR_NO_MEMORY, "model stream_create");
     pthread_mutex_init(&s->lock, NULL);
@@ -387,7 +398,8 @@ hcomm_status_t hc_gpu_model_stream_destroy(hc_gpu_stream_t s)
     if (found) *pp = s->next_stream;
     pthread_mutex_unlock(&hc_gm_streams_lock);
     if (!found)
-        return hc_error(HCOMM_ERR_INVALID, "model stream_destroy(%p): not a live stream", (void *)s);
+        return hc_error(HCOMM_ERR_INVALID, "model stream_destroy(%p): not a live stream",
+                        (void *)s);
     hc_gm_stream_stop(s);
     return HCOMM_OK;
 }

@@ -8,8 +8,10 @@
 static hcomm_status_t hc_gm_test_active(const char *what)
 {
     if (hc_gpu_backend() == &hc_gpu_model_ops) return HCOMM_OK;
-    return hc_error(HCOMM_ERR_UNSUPPORTED, "%s: the GPU model is not the active backend "
-                    "(HCOMM_GPU_MODEL=1, then hc_gpu_init)", what);
+    return hc_error(HCOMM_ERR_UNSUPPORTED,
+                    "%s: the GPU model is not the active backend "
+                    "(HCOMM_GPU_MODEL=1, then hc_gpu_init)",
+                    what);
 }
 
 hcomm_status_t hc_gpu_model_test_alloc(size_t len, void **ptr_p)

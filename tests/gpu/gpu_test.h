@@ -21,9 +21,18 @@
 static inline hcomm_status_t gpu_test_start(const char *model, const char *fault, const char *delay)
 {
     hc_gpu_fini();
-    if (model) setenv("HCOMM_GPU_MODEL", model, 1); else unsetenv("HCOMM_GPU_MODEL");
-    if (fault) setenv("HCOMM_GPU_MODEL_FAULT", fault, 1); else unsetenv("HCOMM_GPU_MODEL_FAULT");
-    if (delay) setenv("HCOMM_GPU_MODEL_DELAY", delay, 1); else unsetenv("HCOMM_GPU_MODEL_DELAY");
+    if (model)
+        setenv("HCOMM_GPU_MODEL", model, 1);
+    else
+        unsetenv("HCOMM_GPU_MODEL");
+    if (fault)
+        setenv("HCOMM_GPU_MODEL_FAULT", fault, 1);
+    else
+        unsetenv("HCOMM_GPU_MODEL_FAULT");
+    if (delay)
+        setenv("HCOMM_GPU_MODEL_DELAY", delay, 1);
+    else
+        unsetenv("HCOMM_GPU_MODEL_DELAY");
     return hc_gpu_init();
 }
 

@@ -37,8 +37,8 @@ static void test_host_dispatch(void **state)
             gpu_test_random(b, N * es, (unsigned)(dt * 17 + op + 5));
             const void *in[2] = {a, b};
             hc_reduce_scalar(ref, in, 2, N, (hcomm_dtype_t)dt, (hcomm_op_t)op, 3);
-            assert_int_equal(hc_gpu_reduce(a, NULL, b, NULL, N, (hcomm_dtype_t)dt, (hcomm_op_t)op, 3),
-                             HCOMM_OK);
+            assert_int_equal(
+                hc_gpu_reduce(a, NULL, b, NULL, N, (hcomm_dtype_t)dt, (hcomm_op_t)op, 3), HCOMM_OK);
             assert_memory_equal(a, ref, N * es);
         }
     char s[100], d[100];

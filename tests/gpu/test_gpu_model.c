@@ -205,8 +205,8 @@ static void send_handle(int sock, const hc_gpu_ipc_handle_t *h)
 {
     char cbuf[CMSG_SPACE(sizeof(int))] = {0};
     struct iovec iov = {(void *)h, sizeof(*h)};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                       .msg_controllen = sizeof(cbuf)};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
@@ -219,8 +219,8 @@ static bool recv_handle(int sock, hc_gpu_ipc_handle_t *h)
 {
     char cbuf[CMSG_SPACE(sizeof(int))] = {0};
     struct iovec iov = {h, sizeof(*h)};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                       .msg_controllen = sizeof(cbuf)};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
     if (recvmsg(sock, &m, 0) != (ssize_t)sizeof(*h)) return false;
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
     if (!c || c->cmsg_type != SCM_RIGHTS) return false;

@@ -115,8 +115,8 @@ static void test_fault_copy(void **state)
     char x[32] = "abc", *d;
     assert_int_equal(hc_gpu_model_test_alloc(sizeof(x), (void **)&d), HCOMM_OK);
     hc_mem_attr_t a = gpu_test_attr(d, sizeof(x));
-    assert_int_equal(hc_gpu_model_test_fill(d, x, sizeof(x)), HCOMM_OK);   /* copy 1 */
-    assert_int_equal(hc_gpu_copy(x, NULL, d, &a, sizeof(x)), HCOMM_OK);    /* copy 2 */
+    assert_int_equal(hc_gpu_model_test_fill(d, x, sizeof(x)), HCOMM_OK);    /* copy 1 */
+    assert_int_equal(hc_gpu_copy(x, NULL, d, &a, sizeof(x)), HCOMM_OK);     /* copy 2 */
     assert_int_equal(hc_gpu_copy(d, &a, x, NULL, sizeof(x)), HCOMM_ERR_IO); /* copy 3 */
     gpu_test_contains(hc_error_last(), "gpu model device 0: copy of 32 bytes host->device");
     gpu_test_contains(hc_error_last(), "copy number 3 failed");
@@ -167,8 +167,8 @@ static void test_fault_lost(void **state)
     hc_gpu_stream_t s, t;
     assert_int_equal(ops->stream_create(0, &s), HCOMM_OK);
     assert_int_equal(ops->stream_create(0, &t), HCOMM_OK);
-    assert_int_equal(ops->wait_value32(s, &flag, 1), HCOMM_OK);   /* operation 1: waits */
-    assert_int_equal(ops->write_value32(t, &flag, 0), HCOMM_OK);  /* operation 2 */
+    assert_int_equal(ops->wait_value32(s, &flag, 1), HCOMM_OK);  /* operation 1: waits */
+    assert_int_equal(ops->write_value32(t, &flag, 0), HCOMM_OK); /* operation 2 */
     char x[8] = {0};
     assert_int_equal(ops->write_value32(t, &flag, 0), HCOMM_ERR_IO); /* lost */
     gpu_test_contains(hc_error_last(), "model device 0 is lost");
