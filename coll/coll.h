@@ -25,7 +25,7 @@
 #ifndef HC_COLL_H
 #define HC_COLL_H
 
-#include "coll/reduce.h"
+#include "base/reduce.h"
 #include "core/hc_core.h"
 
 typedef enum {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # check-layers.sh [ROOT]: fails when a library source includes a header of a
 # layer above its own. The layers, bottom up (docs/architecture.md):
-#   base  helpers every layer may use: status, log, config, lists, clocks
+#   base  helpers every layer may use: status, log, config, lists, clocks,
+#         the reduction kernels
+#   gpu   memory types, the GPU ops table and the copy/reduce dispatch
 #   mem   memory regions, pools, registration cache (registers through hooks)
 #   topo  node identity and the hardware description
 #   drv   transports (one folder per driver)
@@ -12,7 +14,7 @@
 # are not part of the library and are not checked.
 set -u
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
-order=(base mem topo drv core coll api)
+order=(base gpu mem topo drv core coll api)
 rank() { local i; for i in "${!order[@]}"; do [ "${order[$i]}" = "$1" ] && { echo "$i"; return; }; done; echo -1; }
 bad=0 files=0
 for layer in "${order[@]}"; do

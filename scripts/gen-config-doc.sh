@@ -10,8 +10,9 @@ info=${1:-build/bin/hcomm_info}
     echo "the output of \`hcomm_info -c\` with no \`HCOMM_*\` variable set; the test"
     echo "\`config_doc\` fails when it drifts from the code (regenerate with"
     echo "\`scripts/gen-config-doc.sh\`). The test drivers' knobs (\`HCOMM_FAKE_*\`,"
-    echo "\`HCOMM_MLX5_MODEL_FAULT\`) belong to the test library, not to what ships: see"
-    echo "docs/drivers.md and docs/mlx5.md."
+    echo "\`HCOMM_MLX5_MODEL_FAULT\`, \`HCOMM_GPU_MODEL_FAULT\`, \`HCOMM_GPU_MODEL_DELAY\`)"
+    echo "belong to the test library, not to what ships: see docs/drivers.md, docs/mlx5.md"
+    echo "and docs/gpu.md."
     echo
     echo '```'
     env -i "$info" -c

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The README's second command (and what .ci/run calls): installs the
 # dependencies, reserves hugepages, then builds and runs the whole suite:
-#   build/       RelWithDebInfo: every test (unit, mp, tools, netns, slow)
+#   build/       RelWithDebInfo: every test (unit, mp, tools, netns, slow),
+#                with the model of a GPU built in (-DHCOMM_GPU_MODEL=ON, so
+#                that gpu/ runs its tests, label gpu)
 #   build-asan/  ASan+UBSan: unit and mp tests (not slow), with the model of
 #                the mlx5 queues built in (-DHCOMM_MLX5_MODEL=ON), so that
-#                drv/mlx5's data path runs its tests (label mlx5) here
-#   build-tsan/  ThreadSanitizer: pool and progress tests (label tsan)
+#                drv/mlx5's data path runs its tests (label mlx5) here, and
+#                the GPU model's
+#   build-tsan/  ThreadSanitizer: pool, progress and GPU model tests (label
+#                tsan)
 #   build-fuzz/  clang + libFuzzer: short fuzz runs (label fuzz)
 #   build-release-gcc/, build-release-clang/  Release (-O3) with gcc and
 #                with clang, the test drivers and the mlx5 model included
@@ -56,10 +60,10 @@ run() { # name, build dir, cmake args..., -- ctest args...
         status=1
     fi
 }
-run release build -DCMAKE_BUILD_TYPE=RelWithDebInfo "${py_args[@]}" -- -j 2
+run release build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_GPU_MODEL=ON "${py_args[@]}" -- -j 2
 if [[ -z ${HCOMM_TEST_QUICK:-} ]]; then
-    run asan build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_SANITIZE=address,undefined -DHCOMM_MLX5_MODEL=ON -- -j 2 -L "unit|mp|tools" -LE "slow|tsan|fuzz|netns"
-    run tsan build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_SANITIZE=thread -- -L tsan
+    run asan build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_SANITIZE=address,undefined -DHCOMM_MLX5_MODEL=ON -DHCOMM_GPU_MODEL=ON -- -j 2 -L "unit|mp|tools" -LE "slow|tsan|fuzz|netns"
+    run tsan build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCOMM_SANITIZE=thread -DHCOMM_GPU_MODEL=ON -- -L tsan
     if command -v clang >/dev/null; then
         run fuzz build-fuzz -DCMAKE_C_COMPILER=clang -DHCOMM_BUILD_FUZZ=ON -- -L fuzz
     fi
@@ -67,10 +71,10 @@ if [[ -z ${HCOMM_TEST_QUICK:-} ]]; then
     for cc in gcc clang; do
         command -v $cc >/dev/null || { echo "=== release-$cc: no $cc"; status=1; continue; }
         run release-$cc build-release-$cc -DCMAKE_C_COMPILER=$cc -DCMAKE_BUILD_TYPE=Release \
-            -DHCOMM_MLX5_MODEL=ON -- -R "$smoke"
+            -DHCOMM_MLX5_MODEL=ON -DHCOMM_GPU_MODEL=ON -- -R "$smoke"
         for type in ${HCOMM_TEST_BUILD_TYPES:-}; do
             run "$type-$cc" "build-$type-$cc" -DCMAKE_C_COMPILER=$cc -DCMAKE_BUILD_TYPE="$type" \
-                -DHCOMM_MLX5_MODEL=ON --
+                -DHCOMM_MLX5_MODEL=ON -DHCOMM_GPU_MODEL=ON --
         done
     done
 fi

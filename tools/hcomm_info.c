@@ -1,15 +1,17 @@
 /*
  * hcomm_info: what hcomm sees on this machine.
  *
- *   hcomm_info        version, drivers (usable or why skipped), hugepages,
+ *   hcomm_info        version, drivers (usable or why skipped), the GPU layer
+ *                     (backend and devices, or why none), hugepages,
  *                     NUMA nodes, the machine's topology, memory counters
  *   hcomm_info -c     every HCOMM_* knob with its current value, default, help
  *
  * It initializes nothing: it reads the configuration and probes the drivers
  * with a one-rank environment, as a job's init would.
  */
-#include "coll/reduce.h"
+#include "base/reduce.h"
 #include "base/config.h"
+#include "gpu/gpu.h"
 #include "drv/drv.h"
 #include "mem/mem.h"
 #include "topo/topo.h"
@@ -264,6 +266,13 @@ int main(int argc, char **argv)
 
     hc_reduce_init();
     printf("reduction kernels: %s\n", hc_reduce_isa_name(hc_reduce_isa()));
+    /* The GPU layer: its backend and devices, or why there is none (a
+     * refused HCOMM_GPU_MODEL=1 is said there, not an error here). */
+    char gpu[512];
+    (void)hc_gpu_init();
+    hc_gpu_describe(gpu, sizeof(gpu));
+    printf("%s\n", gpu);
+    hc_gpu_fini();
     printf("hugepages:\n");
     print_hugepages();
     if (numa_available() >= 0)

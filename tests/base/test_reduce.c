@@ -1,5 +1,5 @@
 /*
- * Tests of coll/reduce: the scalar reference against hand-computed results
+ * Tests of base/reduce: the scalar reference against hand-computed results
  * (wrapping, truncating AVG, rounding ties, NaN and signed-zero rules), the
  * fp16/bf16 conversions (exhaustively over 16-bit inputs, and against F16C
  * when the CPU has it), and every ISA against the scalar reference bit for bit
@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "coll/reduce.h"
+#include "base/reduce.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

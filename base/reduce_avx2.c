@@ -12,7 +12,7 @@
  * compare (unsigned: with the sign bits flipped) and a blend; 64-bit PROD
  * stays scalar.
  */
-#include "coll/reduce_impl.h"
+#include "base/reduce_impl.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -2,12 +2,12 @@
  * Internals shared by the reduction kernels of each ISA (reduce.c,
  * reduce_avx2.c, reduce_avx512.c): the kernel signature, the per-ISA table
  * fillers and the scalar helpers vector code uses for tails and for the
- * integer AVG division. Not for use outside coll/reduce*.c and their tests.
+ * integer AVG division. Not for use outside base/reduce*.c and their tests.
  */
-#ifndef HC_COLL_REDUCE_IMPL_H
-#define HC_COLL_REDUCE_IMPL_H
+#ifndef HC_BASE_REDUCE_IMPL_H
+#define HC_BASE_REDUCE_IMPL_H
 
-#include "coll/reduce.h"
+#include "base/reduce.h"
 
 #include <string.h>
 
@@ -51,4 +51,4 @@ static inline float hc_f32_from_bits(uint32_t u)
     return f;
 }
 
-#endif /* HC_COLL_REDUCE_IMPL_H */
+#endif /* HC_BASE_REDUCE_IMPL_H */

@@ -23,8 +23,8 @@
  *    on operand order, which compilers do not preserve. This holds for nsrc == 1
  *    too (a copy, except that NaNs become canonical).
  */
-#ifndef HC_COLL_REDUCE_H
-#define HC_COLL_REDUCE_H
+#ifndef HC_BASE_REDUCE_H
+#define HC_BASE_REDUCE_H
 
 #include "base/hc_base.h"
 
@@ -66,4 +66,4 @@ uint16_t hc_float_to_half(float f);
 float hc_bf16_to_float(uint16_t b);
 uint16_t hc_float_to_bf16(float f);
 
-#endif /* HC_COLL_REDUCE_H */
+#endif /* HC_BASE_REDUCE_H */

@@ -16,7 +16,7 @@
  * typed access is undefined behaviour. Integer arithmetic is done in the
  * unsigned type of the same width (wrapping without UB).
  */
-#include "coll/reduce_impl.h"
+#include "base/reduce_impl.h"
 #include "base/config.h"
 
 #include <math.h>

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/reduce.h"
+#include "base/reduce.h"
 
 int main(int argc, char **argv)
 {

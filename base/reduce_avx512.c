@@ -15,7 +15,7 @@
  * match the scalar reference bit for bit. NaNs are made canonical before the store (reduce.h), so
  * the bf16 rounding never sees a NaN payload.
  */
-#include "coll/reduce_impl.h"
+#include "base/reduce_impl.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
