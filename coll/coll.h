@@ -169,14 +169,14 @@ typedef struct hc_coll_comm {
     /* The ring order (coll_topo.c): ring[p] = the comm rank at position p. */
     int *ring;
     int ring_pos; /* this rank's position */
-    /* Hierarchical algorithms (net_hier.c): the internal communicators of
+    /* Hierarchical algorithms (net_hier*.c): the internal communicators of
      * this rank's node and of its rail (the ranks of its local index on
      * every node, in ring order); hier_ok false: not regular, or not
      * spanning nodes. */
     bool hier_checked, hier_ok;
     int hier_L, hier_N, hier_i; /* ranks per node, nodes, this rank's local index */
     struct hcomm_comm *hier_node, *hier_rail;
-    uint64_t hier_decided, hier_yes; /* the model's choice per size class (net_hier.c) */
+    uint64_t hier_decided, hier_yes; /* the model's choice per size class (net_hier_model.c) */
     void *hier_buf; /* hier's slices (pool memory), kept between calls */
     size_t hier_buf_bytes;
     struct hc_coll_shrink *shrink; /* hcomm_comm_shrink's agreement state (coll_shrink.c) */

@@ -330,7 +330,7 @@ out:
     free(r);
 }
 
-/* The hierarchical pipelines (coll/net_hier.c) cut the vector, or every
+/* The hierarchical pipelines (coll/net_hier*.c) cut the vector, or every
  * rank's block, into pieces of which a rank's share is at least 1 MiB.
  * K pieces here (the vectors' fewer on 4 ranks a node), the last one half as
  * long, and for the vectors a count that the ranks per node (2 or 4) do
