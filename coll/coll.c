@@ -182,9 +182,10 @@ static void hc_coll_op_drain(struct hcomm_comm *comm, hc_coll_op_t *op, hcomm_st
     op->drain_status = st;
 }
 
-/* A step that has to wait: whether it may (a member died, a member gave up,
- * or the periodic look ahead failed: *rc_p then fails with why). */
-static bool hc_coll_op_may_wait(struct hcomm_comm *comm, hc_coll_op_t *op, hc_step_t *rc_p)
+/* A step that has to wait (rc pending): rc again if it may, else rc failed
+ * with why (a member died, a member gave up, or the periodic look ahead
+ * failed). */
+static hc_step_t hc_coll_op_wait_check(struct hcomm_comm *comm, hc_coll_op_t *op, hc_step_t rc)
 {
     /* An op made of child collectives (hier) waits only on the
      * members of its children's comms, which check them: a member
@@ -195,19 +196,19 @@ static bool hc_coll_op_may_wait(struct hcomm_comm *comm, hc_coll_op_t *op, hc_st
         hc_coll_maybe_probe(op);
         hcomm_status_t ast = cc->node ? hc_coll_check_ahead(op, cc) : HCOMM_OK;
         if (ast != HCOMM_OK)
-            *rc_p = hc_step_fail(ast);
+            rc = hc_step_fail(ast);
     }
-    if (HC_LIKELY(dead < 0 && cc->gave_up_rank < 0 && rc_p->st == HCOMM_OK))
-        return true;
+    if (HC_LIKELY(dead < 0 && cc->gave_up_rank < 0 && rc.st == HCOMM_OK))
+        return rc;
     char what[64];
     snprintf(what, sizeof(what), "hcomm collective (%s)", op->algo);
-    if (rc_p->st != HCOMM_OK)
+    if (rc.st != HCOMM_OK)
         ; /* hc_coll_check_ahead's */
     else if (dead >= 0)
-        *rc_p = hc_step_fail(hc_peer_error(dead, what));
+        rc = hc_step_fail(hc_peer_error(dead, what));
     else
-        *rc_p = hc_step_fail(hc_coll_gave_up_error(cc, what));
-    return false;
+        rc = hc_step_fail(hc_coll_gave_up_error(cc, what));
+    return rc;
 }
 
 /* Runs the head of comm's queue until it has to wait. */
@@ -248,8 +249,9 @@ static int hc_coll_run(struct hcomm_comm *comm)
         if (!rc.done) {
             /* A step that moved counts as an event: the wait stays hot. */
             done += op->phase * 8 + op->state != before;
-            if (hc_coll_op_may_wait(comm, op, &rc))
-                break;
+            rc = hc_coll_op_wait_check(comm, op, rc);
+            if (HC_LIKELY(rc.st == HCOMM_OK))
+                break; /* still pending: it waits */
         }
         if (HC_UNLIKELY(rc.st != HCOMM_OK) && hc_coll_op_inflight(op)) {
             hc_coll_op_drain(comm, op, rc.st);
