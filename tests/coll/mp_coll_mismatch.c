@@ -19,7 +19,7 @@
  *                             Y on rank R (HCOMM_CHECK)"); the communicator
  *                             stays usable.
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdio.h>
 #include <stdlib.h>

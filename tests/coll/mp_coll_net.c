@@ -18,7 +18,7 @@
  *     --die   the last rank exits after a barrier; the others' allreduce must
  *             fail promptly with ERR_PEER_FAILED and a message
  */
-#include "api/mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdint.h>
 #include <stdio.h>

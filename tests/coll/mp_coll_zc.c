@@ -2,7 +2,7 @@
  * zero-copy path; any rank with malloc'ed input or output makes all ranks
  * fall back to staging together. Every combination, in and out of place,
  * several repetitions (the handshake must not leak state between calls). */
-#include "api/mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
