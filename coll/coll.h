@@ -10,7 +10,7 @@
  * different communicators advance independently, from any wait.
  *
  * Algorithm families:
- *   node (coll_node.c): all ranks of the communicator share a node and a
+ *   node (node_*.c, node.h): all ranks of the communicator share a node and a
  *     node-shared region: small messages through cache-line flagged slots,
  *     large ones pipelined through double-buffered staging blocks, each rank
  *     reducing its slice straight out of shared memory.
@@ -211,7 +211,7 @@ void hc_coll_number(hc_coll_op_t *op);
 hcomm_status_t hc_coll_start(hc_coll_op_t *op);
 int hc_coll_progress(void);
 
-/* ---- node algorithms (coll_node.c) ----------------------------------------- */
+/* ---- node algorithms (node_*.c) ------------------------------------------- */
 bool hc_coll_node_usable(struct hcomm_comm *comm);
 /* forced: NULL, "node", or a node sub-algorithm ("node-direct",
  * "node-staged") that applies to allreduce. */
@@ -274,7 +274,7 @@ typedef struct hc_coll_algo {
     void (*release)(hc_coll_op_t *op);
 } hc_coll_algo_t;
 
-extern const hc_coll_algo_t hc_coll_node_algos[]; /* coll_node.c; ends with name NULL */
+extern const hc_coll_algo_t hc_coll_node_algos[]; /* node_region.c; ends with name NULL */
 extern const hc_coll_algo_t hc_coll_net_algos[];  /* coll_net.c; ends with name NULL */
 
 /* The step for op from the tables (op->algo set), or NULL when nothing
