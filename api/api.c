@@ -307,42 +307,43 @@ static hcomm_status_t hc_api_ipost(const char *fn, bool recv, const void *buf, s
     return HCOMM_OK;
 }
 
+/* hcomm_isend, hcomm_irecv and hcomm_irecv_any: one entry point, the
+ * direction (recv) and the source's output (irecv_any) its arguments;
+ * inlined into each, so each costs what it did written out. */
+static HC_ALWAYS_INLINE hcomm_status_t hc_api_ipost_entry(const char *fn, bool recv, const void *buf,
+                                                          size_t count, hcomm_dtype_t dtype,
+                                                          int peer, int tag, hcomm_comm_t comm,
+                                                          int *source_p, hcomm_request_t *req_p)
+{
+    int g = hc_api_enter(fn);
+    if (HC_UNLIKELY(g < 0))
+        return HCOMM_ERR_INVALID;
+    if (source_p)
+        *source_p = HCOMM_ANY_SOURCE;
+    hcomm_status_t st = hc_api_ipost(fn, recv, buf, count, dtype, peer, tag, comm, source_p, req_p);
+    hc_api_leave(g);
+    return st;
+}
+
 HC_EXPORT hcomm_status_t hcomm_isend(const void *buf, size_t count, hcomm_dtype_t dtype, int peer,
                                      int tag, hcomm_comm_t comm, hcomm_request_t *req_p)
 {
-    int g = hc_api_enter("hcomm_isend");
-    if (HC_UNLIKELY(g < 0))
-        return HCOMM_ERR_INVALID;
-    hcomm_status_t st =
-        hc_api_ipost("hcomm_isend", false, buf, count, dtype, peer, tag, comm, NULL, req_p);
-    hc_api_leave(g);
-    return st;
+    return hc_api_ipost_entry("hcomm_isend", false, buf, count, dtype, peer, tag, comm, NULL,
+                              req_p);
 }
 
 HC_EXPORT hcomm_status_t hcomm_irecv(void *buf, size_t count, hcomm_dtype_t dtype, int peer,
                                      int tag, hcomm_comm_t comm, hcomm_request_t *req_p)
 {
-    int g = hc_api_enter("hcomm_irecv");
-    if (HC_UNLIKELY(g < 0))
-        return HCOMM_ERR_INVALID;
-    hcomm_status_t st =
-        hc_api_ipost("hcomm_irecv", true, buf, count, dtype, peer, tag, comm, NULL, req_p);
-    hc_api_leave(g);
-    return st;
+    return hc_api_ipost_entry("hcomm_irecv", true, buf, count, dtype, peer, tag, comm, NULL,
+                              req_p);
 }
 
 HC_EXPORT hcomm_status_t hcomm_irecv_any(void *buf, size_t count, hcomm_dtype_t dtype, int tag,
                                          hcomm_comm_t comm, int *source_p, hcomm_request_t *req_p)
 {
-    int g = hc_api_enter("hcomm_irecv_any");
-    if (HC_UNLIKELY(g < 0))
-        return HCOMM_ERR_INVALID;
-    if (source_p)
-        *source_p = HCOMM_ANY_SOURCE;
-    hcomm_status_t st = hc_api_ipost("hcomm_irecv_any", true, buf, count, dtype, HCOMM_ANY_SOURCE,
-                                     tag, comm, source_p, req_p);
-    hc_api_leave(g);
-    return st;
+    return hc_api_ipost_entry("hcomm_irecv_any", true, buf, count, dtype, HCOMM_ANY_SOURCE, tag,
+                              comm, source_p, req_p);
 }
 
 /* Blocking calls: the request never leaves the library. */

@@ -18,6 +18,9 @@
 #define HC_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HC_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define HC_NOINLINE __attribute__((noinline))
+/* Inlined even where a function has several callers: a shared entry point
+ * that must cost its callers nothing over writing it out in each. */
+#define HC_ALWAYS_INLINE inline __attribute__((always_inline))
 #define HC_CACHE_LINE 64
 #define HC_ALIGNED_CL __attribute__((aligned(HC_CACHE_LINE)))
 /* Drivers one process can register and open: each open driver has a key slot

@@ -1,6 +1,6 @@
 /*
  * The collective algorithm registry: selection from the family tables
- * (coll_node.c, coll_net.c) as coll.h describes.
+ * (node_region.c, coll_net.c) as coll.h describes.
  */
 #include "coll/coll.h"
 

@@ -162,20 +162,63 @@ void hc_coll_finish(hc_coll_op_t *op, hcomm_status_t status)
 }
 
 
+/* The head op's first turn: every earlier collective here has completed,
+ * so its messages are out (hc_coll_check_ahead relies on it). */
+static void hc_coll_op_first_turn(struct hcomm_comm *comm, hc_coll_op_t *op)
+{
+    op->started = true;
+    hc_coll_comm_t *ccs = comm->coll_priv;
+    if (ccs->node)
+        hc_coll_node_started(ccs->node, op->seq);
+}
+
+/* op failed with st while a driver still holds some of its sends, which
+ * point into the user's buffers and the op's scratch: the op ends when they
+ * are out (the peers learn of the failure now). */
+static void hc_coll_op_drain(struct hcomm_comm *comm, hc_coll_op_t *op, hcomm_status_t st)
+{
+    hc_coll_break(comm, st, hc_error_last());
+    op->draining = true;
+    op->drain_status = st;
+}
+
+/* A step that has to wait (rc pending): rc again if it may, else rc failed
+ * with why (a member died, a member gave up, or the periodic look ahead
+ * failed). */
+static hc_step_t hc_coll_op_wait_check(struct hcomm_comm *comm, hc_coll_op_t *op, hc_step_t rc)
+{
+    /* An op made of child collectives (hier) waits only on the
+     * members of its children's comms, which check them: a member
+     * that finished its part and left must not fail the others'. */
+    int dead = op->entry && op->entry->release ? -1 : hc_coll_failed_member(comm);
+    hc_coll_comm_t *cc = comm->coll_priv;
+    if (op->nreqs && (++op->polls & 1023) == 0) {
+        hc_coll_maybe_probe(op);
+        hcomm_status_t ast = cc->node ? hc_coll_check_ahead(op, cc) : HCOMM_OK;
+        if (ast != HCOMM_OK)
+            rc = hc_step_fail(ast);
+    }
+    if (HC_LIKELY(dead < 0 && cc->gave_up_rank < 0 && rc.st == HCOMM_OK))
+        return rc;
+    char what[64];
+    snprintf(what, sizeof(what), "hcomm collective (%s)", op->algo);
+    if (rc.st != HCOMM_OK)
+        ; /* hc_coll_check_ahead's */
+    else if (dead >= 0)
+        rc = hc_step_fail(hc_peer_error(dead, what));
+    else
+        rc = hc_step_fail(hc_coll_gave_up_error(cc, what));
+    return rc;
+}
+
 /* Runs the head of comm's queue until it has to wait. */
 static int hc_coll_run(struct hcomm_comm *comm)
 {
     int done = 0;
     while (!hc_list_empty(&comm->coll_queue)) {
         hc_coll_op_t *op = hc_container_of(comm->coll_queue.next, hc_coll_op_t, link);
-        if (HC_UNLIKELY(!op->started)) {
-            /* every earlier collective here has completed: its messages
-             * are out (hc_coll_check_ahead relies on it) */
-            op->started = true;
-            hc_coll_comm_t *ccs = comm->coll_priv;
-            if (ccs->node)
-                hc_coll_node_started(ccs->node, op->seq);
-        }
+        if (HC_UNLIKELY(!op->started))
+            hc_coll_op_first_turn(comm, op);
         if (HC_UNLIKELY(op->draining)) {
             if (hc_coll_op_inflight(op))
                 break;
@@ -191,9 +234,7 @@ static int hc_coll_run(struct hcomm_comm *comm)
              * an earlier one): it fails whatever its step would say */
             hcomm_status_t st = hc_error(HCOMM_ERR_INVALID, "%s", ccm->mismatch_why);
             if (hc_coll_op_inflight(op)) {
-                hc_coll_break(comm, st, hc_error_last());
-                op->draining = true;
-                op->drain_status = st;
+                hc_coll_op_drain(comm, op, st);
                 done++;
                 break;
             }
@@ -208,35 +249,12 @@ static int hc_coll_run(struct hcomm_comm *comm)
         if (!rc.done) {
             /* A step that moved counts as an event: the wait stays hot. */
             done += op->phase * 8 + op->state != before;
-            /* An op made of child collectives (hier) waits only on the
-             * members of its children's comms, which check them: a member
-             * that finished its part and left must not fail the others'. */
-            int dead = op->entry && op->entry->release ? -1 : hc_coll_failed_member(comm);
-            hc_coll_comm_t *cc = comm->coll_priv;
-            if (op->nreqs && (++op->polls & 1023) == 0) {
-                hc_coll_maybe_probe(op);
-                hcomm_status_t ast = cc->node ? hc_coll_check_ahead(op, cc) : HCOMM_OK;
-                if (ast != HCOMM_OK)
-                    rc = hc_step_fail(ast);
-            }
-            if (HC_LIKELY(dead < 0 && cc->gave_up_rank < 0 && rc.st == HCOMM_OK))
-                break;
-            char what[64];
-            snprintf(what, sizeof(what), "hcomm collective (%s)", op->algo);
-            if (rc.st != HCOMM_OK)
-                ; /* hc_coll_check_ahead's */
-            else if (dead >= 0)
-                rc = hc_step_fail(hc_peer_error(dead, what));
-            else
-                rc = hc_step_fail(hc_coll_gave_up_error(cc, what));
+            rc = hc_coll_op_wait_check(comm, op, rc);
+            if (HC_LIKELY(rc.st == HCOMM_OK))
+                break; /* still pending: it waits */
         }
         if (HC_UNLIKELY(rc.st != HCOMM_OK) && hc_coll_op_inflight(op)) {
-            /* Failed while a driver still holds some of its sends, which
-             * point into the user's buffers and the op's scratch: the op
-             * ends when they are out (the peers learn of the failure now). */
-            hc_coll_break(comm, rc.st, hc_error_last());
-            op->draining = true;
-            op->drain_status = rc.st;
+            hc_coll_op_drain(comm, op, rc.st);
             done++;
             break;
         }

@@ -10,7 +10,7 @@
  * different communicators advance independently, from any wait.
  *
  * Algorithm families:
- *   node (coll_node.c): all ranks of the communicator share a node and a
+ *   node (node_*.c, node.h): all ranks of the communicator share a node and a
  *     node-shared region: small messages through cache-line flagged slots,
  *     large ones pipelined through double-buffered staging blocks, each rank
  *     reducing its slice straight out of shared memory.
@@ -169,14 +169,14 @@ typedef struct hc_coll_comm {
     /* The ring order (coll_topo.c): ring[p] = the comm rank at position p. */
     int *ring;
     int ring_pos; /* this rank's position */
-    /* Hierarchical algorithms (net_hier.c): the internal communicators of
+    /* Hierarchical algorithms (net_hier*.c): the internal communicators of
      * this rank's node and of its rail (the ranks of its local index on
      * every node, in ring order); hier_ok false: not regular, or not
      * spanning nodes. */
     bool hier_checked, hier_ok;
     int hier_L, hier_N, hier_i; /* ranks per node, nodes, this rank's local index */
     struct hcomm_comm *hier_node, *hier_rail;
-    uint64_t hier_decided, hier_yes; /* the model's choice per size class (net_hier.c) */
+    uint64_t hier_decided, hier_yes; /* the model's choice per size class (net_hier_model.c) */
     void *hier_buf; /* hier's slices (pool memory), kept between calls */
     size_t hier_buf_bytes;
     struct hc_coll_shrink *shrink; /* hcomm_comm_shrink's agreement state (coll_shrink.c) */
@@ -211,7 +211,7 @@ void hc_coll_number(hc_coll_op_t *op);
 hcomm_status_t hc_coll_start(hc_coll_op_t *op);
 int hc_coll_progress(void);
 
-/* ---- node algorithms (coll_node.c) ----------------------------------------- */
+/* ---- node algorithms (node_*.c) ------------------------------------------- */
 bool hc_coll_node_usable(struct hcomm_comm *comm);
 /* forced: NULL, "node", or a node sub-algorithm ("node-direct",
  * "node-staged") that applies to allreduce. */
@@ -274,7 +274,7 @@ typedef struct hc_coll_algo {
     void (*release)(hc_coll_op_t *op);
 } hc_coll_algo_t;
 
-extern const hc_coll_algo_t hc_coll_node_algos[]; /* coll_node.c; ends with name NULL */
+extern const hc_coll_algo_t hc_coll_node_algos[]; /* node_region.c; ends with name NULL */
 extern const hc_coll_algo_t hc_coll_net_algos[];  /* coll_net.c; ends with name NULL */
 
 /* The step for op from the tables (op->algo set), or NULL when nothing

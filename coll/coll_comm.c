@@ -4,7 +4,7 @@
  * hcomm_comm_create_group (its members alone, over the parent's
  * point-to-point context). A new communicator's context id is above every
  * id any of its members has used (core/comm.c), so every rank's ids grow
- * and two communicators with one id share no member (coll_node.c's region
+ * and two communicators with one id share no member (node_region.c's region
  * keys rely on it). The API layer checked the arguments.
  */
 #include "coll/coll.h"

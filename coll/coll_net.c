@@ -13,16 +13,16 @@
  *
  *   allreduce       hier  across nodes of equal rank counts: reduce-scatter in
  *                         the node, allreduce across (rails), allgather in the
- *                         node (net_hier.c; auto: by its cost model)
+ *                         node (net_hier*.c; auto: by its cost model)
  *                   rd    recursive doubling; non-power-of-two counts fold
  *                         the extra ranks into a partner first (auto: <= 64 KiB)
  *                   ring  pipelined ring reduce-scatter + ring allgather
  *   broadcast,      hier  the root's rail across nodes, then each node
- *   barrier               (net_hier.c; auto: small, by the model)
+ *   barrier               (net_hier*.c; auto: small, by the model)
  *   reduce          hier  node reduce-scatter, rails reduce to the root's node,
- *                         node gather to the root (net_hier.c; auto: the allreduce model)
+ *                         node gather to the root (net_hier*.c; auto: the allreduce model)
  *   allgather,      hier  rails then node (allgather), node then rails
- *   reduce_scatter        (reduce_scatter), by the model (net_hier.c); hier's
+ *   reduce_scatter        (reduce_scatter), by the model (net_hier*.c); hier's
  *                         allreduce, reduce, allgather and reduce_scatter are
  *                         pipelined over pieces of the vector
  *   reduce          tree  binomial tree to the root (auto: <= 64 KiB)

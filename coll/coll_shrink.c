@@ -183,6 +183,59 @@ static void hc_sh_chunk_or(uint64_t *m, size_t words, uint64_t c, const void *pa
         m[w0 + i] |= tmp[i];
 }
 
+/* A VIEW chunk (the coordinator's inbox): the members `from` sees failed,
+ * or, FINAL, the decision it returned with. */
+static void hc_sh_on_view(hc_coll_shrink_t *s, int from, unsigned flags, int epoch, uint64_t chunk,
+                          const hc_frame_hdr_t *hdr, const void *payload)
+{
+    bool last = flags & HC_SH_LAST;
+    if (epoch != s->coord_epoch) {
+        /* the first view of a new epoch here: the inbox starts again */
+        if (epoch < s->coord_epoch)
+            return;
+        s->coord_epoch = epoch;
+        memset(s->view_done, 0, (size_t)s->n);
+        memset(s->view_failed, 0, s->words * sizeof(uint64_t));
+        s->view_ctx = 0;
+    }
+    if (flags & HC_SH_FINAL) {
+        if (chunk == 0)
+            memset(s->final_set, 0, s->words * sizeof(uint64_t));
+        hc_sh_chunk_or(s->final_set, s->words, chunk, payload, hdr->len);
+        if (last) {
+            s->final_seen = true;
+            s->final_ctx = (uint32_t)hdr->b;
+        }
+    } else {
+        hc_sh_chunk_or(s->view_failed, s->words, chunk, payload, hdr->len);
+        s->view_ctx = HC_MAX(s->view_ctx, (uint32_t)hdr->b);
+    }
+    if (last)
+        s->view_done[from] = (flags & HC_SH_FINAL) ? 2 : HC_MAX(s->view_done[from], 1);
+}
+
+/* A DECIDE chunk of epoch `epoch`: the survivors, complete at the last. */
+static void hc_sh_on_decide(struct hcomm_comm *comm, hc_coll_shrink_t *s, int epoch,
+                            uint64_t chunk, bool last, const hc_frame_hdr_t *hdr,
+                            const void *payload)
+{
+    if (epoch < s->epoch)
+        return;
+    if (epoch > s->epoch || chunk == 0) {
+        s->epoch = epoch;
+        memset(s->scratch, 0, s->words * sizeof(uint64_t));
+        s->decided_complete = false;
+    }
+    hc_sh_chunk_or(s->scratch, s->words, chunk, payload, hdr->len);
+    if (last) {
+        memcpy(s->decided, s->scratch, s->words * sizeof(uint64_t));
+        s->decided_ctx = (uint32_t)hdr->b;
+        s->decided_complete = true;
+        s->done = false;             /* a later DECIDE of the epoch replaces the last */
+        s->acked[comm->rank] = 0;    /* and is acknowledged again */
+    }
+}
+
 /* The frame handler (inside a driver's progress): records only. */
 void hc_coll_shrink_frame(struct hcomm_comm *comm, int from, const hc_frame_hdr_t *hdr,
                           const void *payload)
@@ -229,46 +282,10 @@ void hc_coll_shrink_frame(struct hcomm_comm *comm, int from, const hc_frame_hdr_
         }
         return;
     case HC_SH_VIEW:
-        if (epoch != s->coord_epoch) {
-            /* the first view of a new epoch here: the inbox starts again */
-            if (epoch < s->coord_epoch)
-                return;
-            s->coord_epoch = epoch;
-            memset(s->view_done, 0, (size_t)s->n);
-            memset(s->view_failed, 0, s->words * sizeof(uint64_t));
-            s->view_ctx = 0;
-        }
-        if (flags & HC_SH_FINAL) {
-            if (chunk == 0)
-                memset(s->final_set, 0, s->words * sizeof(uint64_t));
-            hc_sh_chunk_or(s->final_set, s->words, chunk, payload, hdr->len);
-            if (last) {
-                s->final_seen = true;
-                s->final_ctx = (uint32_t)hdr->b;
-            }
-        } else {
-            hc_sh_chunk_or(s->view_failed, s->words, chunk, payload, hdr->len);
-            s->view_ctx = HC_MAX(s->view_ctx, (uint32_t)hdr->b);
-        }
-        if (last)
-            s->view_done[from] = (flags & HC_SH_FINAL) ? 2 : HC_MAX(s->view_done[from], 1);
+        hc_sh_on_view(s, from, flags, epoch, chunk, hdr, payload);
         return;
     case HC_SH_DECIDE:
-        if (epoch < s->epoch)
-            return;
-        if (epoch > s->epoch || chunk == 0) {
-            s->epoch = epoch;
-            memset(s->scratch, 0, s->words * sizeof(uint64_t));
-            s->decided_complete = false;
-        }
-        hc_sh_chunk_or(s->scratch, s->words, chunk, payload, hdr->len);
-        if (last) {
-            memcpy(s->decided, s->scratch, s->words * sizeof(uint64_t));
-            s->decided_ctx = (uint32_t)hdr->b;
-            s->decided_complete = true;
-            s->done = false;             /* a later DECIDE of the epoch replaces the last */
-            s->acked[comm->rank] = 0;    /* and is acknowledged again */
-        }
+        hc_sh_on_decide(comm, s, epoch, chunk, last, hdr, payload);
         return;
     case HC_SH_ACK:
         if (epoch == s->coord_epoch && epoch == s->epoch)

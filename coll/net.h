@@ -114,7 +114,7 @@ size_t hc_net_reduce_scatter_ring_state(const hc_coll_op_t *op);
 size_t hc_net_allgather_ring_state(const hc_coll_op_t *op);
 size_t hc_net_reduce_ring_state(const hc_coll_op_t *op);
 size_t hc_net_chain_state(const hc_coll_op_t *op);
-/* net_hier.c: the pipelines (allreduce, reduce, allgather, reduce_scatter) */
+/* net_hier*.c (net_hier.h): the pipelines (allreduce, reduce, allgather, reduce_scatter) */
 size_t hc_net_hier_state(const hc_coll_op_t *op);
 bool hc_net_hier_applies(const hc_coll_op_t *op);
 bool hc_net_hier_auto(const hc_coll_op_t *op);
@@ -146,7 +146,7 @@ size_t hc_net_reduce_scatterv_state(const hc_coll_op_t *op);
 hc_step_t hc_net_reduce_scatterv(hc_coll_op_t *op);
 hc_step_t hc_net_alltoallv(hc_coll_op_t *op);
 hc_step_t hc_net_barrier(hc_coll_op_t *op);
-hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op); /* net_hier.c */
+hc_step_t hc_net_allreduce_hier(hc_coll_op_t *op); /* net_hier_slices.c, net_hier_seq.c */
 hc_step_t hc_net_broadcast_hier(hc_coll_op_t *op);
 hc_step_t hc_net_barrier_hier(hc_coll_op_t *op);
 hc_step_t hc_net_reduce_hier(hc_coll_op_t *op);

@@ -153,54 +153,189 @@ static hcomm_status_t hc_node_get_phase(hc_coll_op_t *op, hc_coll_node_t *nd)
     return st;
 }
 
+/* State 0: this rank's buffers and keys into its descriptor. */
+static void hc_node_1copy_publish(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_desc_t *me)
+{
+    hc_node_rkeys_release(nd);
+    me->saddr = (uint64_t)(uintptr_t)op->sbuf;
+    me->raddr = (uint64_t)(uintptr_t)op->rbuf;
+    me->skey_len = hc_node_pack(nd, op->sbuf, op->bytes, me->skey);
+    me->rkey_len = me->skey_len ? hc_node_pack(nd, op->rbuf, op->bytes, me->rkey) : 0;
+}
+
+/* State 1: this rank's vote, from every rank's descriptor (MAP: every
+ * buffer mapped here, into nd->zs/zr; GET; out of place). */
+static void hc_node_1copy_vote(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_desc_t *me)
+{
+    bool map = op->kind == HC_COLL_ALLREDUCE;
+    for (int j = 0; j < nd->n && map; j++) {
+        hc_node_desc_t *d = &nd->desc[j];
+        if (!d->skey_len || !d->rkey_len) {
+            map = false;
+        } else if (j == nd->me) {
+            nd->zs[j] = op->sbuf;
+            nd->zr[j] = op->rbuf;
+        } else {
+            uint8_t *sb = hc_node_ptr(op, nd, j, d->skey, d->skey_len, d->saddr);
+            uint8_t *rb = sb ? hc_node_ptr(op, nd, j, d->rkey, d->rkey_len, d->raddr) : NULL;
+            map = sb && rb;
+            if (map) {
+                nd->zs[j] = sb;
+                nd->zr[j] = rb;
+            }
+        }
+    }
+    const uint8_t *sb = op->sbuf, *rb = op->rbuf;
+    bool apart = sb + op->bytes <= rb || rb + op->bytes <= sb;
+    me->vote = (map ? HC_NODE_CAN_MAP : 0u) | (hc_node_can_get(op) ? HC_NODE_CAN_GET : 0u) |
+               (apart ? HC_NODE_OUT_OF_PLACE : 0u);
+}
+
+/* Some rank can neither map nor get: the op goes on as node-staged, from
+ * the next tick. */
+static hc_step_t hc_node_1copy_fall_back(hc_coll_op_t *op, uint64_t t0)
+{
+    op->tick = t0 + 1;
+    op->state = op->phase = op->round = 0;
+    op->step = op->fallback;
+    op->algo = "node-staged";
+    return op->step(op);
+}
+
+/* allgather, alltoall, reduce_scatter by GET (hc_node_get_phase). */
+static hcomm_status_t hc_node_1copy_blocks(hc_coll_op_t *op, hc_coll_node_t *nd)
+{
+    size_t es = op->esize;
+    hcomm_status_t st = hc_node_get_phase(op, nd);
+    if (st != HCOMM_OK)
+        return st;
+    if (hc_node_counting()) {
+        /* reduce_scatter pulls in chunks (hc_node_get_phase) */
+        size_t chunk = nd->block / (size_t)nd->n / es, count = op->bytes / es;
+        hc_node_count_each(op, nd,
+                           op->kind == HC_COLL_REDUCE_SCATTER ? (count + chunk - 1) / chunk : 1,
+                           op->bytes);
+    }
+    return HCOMM_OK;
+}
+
+/* allreduce by MAP: elements [lo, hi) of every input reduced into every
+ * output. */
+static void hc_node_1copy_map(hc_coll_op_t *op, hc_coll_node_t *nd, size_t lo, size_t hi)
+{
+    size_t es = op->esize;
+    const void *srcs[64];
+    size_t chunk = nd->block / es;
+    for (size_t e = lo; e < hi; e += chunk) {
+        size_t m = HC_MIN(chunk, hi - e);
+        for (int j = 0; j < nd->n; j++)
+            srcs[j] = nd->zs[j] + e * es;
+        hc_reduce(nd->scratch, srcs, nd->n, m, op->dtype, op->op, nd->n);
+        for (int j = 0; j < nd->n; j++)
+            hc_copy_nt(nd->zr[j] + e * es, nd->scratch, m * es);
+    }
+    if (hc_node_counting())
+        hc_node_count_sliced(op, nd, chunk);
+}
+
+/* allreduce by GET. Outputs that fit the caches: my slice of every peer's
+ * input is pulled next to mine, reduced, written into my output and pushed
+ * into every peer's; one barrier. Larger outputs with few ranks are
+ * memory bound: each rank pulls every peer's whole input and reduces
+ * it into its own output (streaming stores), touching exactly its
+ * inputs once and its output once, like `c = a + b`; no remote
+ * writes (each would pay a read for ownership of the line). All
+ * ranks reduce in rank order, so results are bit-identical. Only when
+ * no rank works in place: a peer may still be pulling the input I
+ * would overwrite. */
+static hcomm_status_t hc_node_1copy_get(hc_coll_op_t *op, hc_coll_node_t *nd, uint32_t mode,
+                                        size_t lo, size_t hi)
+{
+    size_t es = op->esize;
+    const void *srcs[64];
+    bool full =
+        op->bytes >= HC_COPY_NT_THRESHOLD && nd->n <= 3 && (mode & HC_NODE_OUT_OF_PLACE);
+    size_t chunk = nd->block / (size_t)nd->n / es;
+    uint8_t *res = nd->scratch + (size_t)(nd->n - 1) * chunk * es;
+    size_t from = full ? 0 : lo, to = full ? op->count : hi;
+    for (size_t e = from; e < to; e += chunk) {
+        size_t m = HC_MIN(chunk, to - e);
+        for (int j = 0, k = 0; j < nd->n; j++) {
+            if (j == nd->me) {
+                srcs[j] = (const uint8_t *)op->sbuf + e * es;
+                continue;
+            }
+            uint8_t *tmp = nd->scratch + (size_t)k++ * chunk * es;
+            hcomm_status_t st = hc_node_get(op, j, tmp, nd->desc[j].saddr + e * es, m * es);
+            if (st != HCOMM_OK)
+                return st;
+            srcs[j] = tmp;
+        }
+        hc_reduce(res, srcs, nd->n, m, op->dtype, op->op, nd->n);
+        if (full) {
+            hc_copy_nt((uint8_t *)op->rbuf + e * es, res, m * es);
+            continue;
+        }
+        memcpy((uint8_t *)op->rbuf + e * es, res, m * es);
+        for (int j = 0; j < nd->n; j++) {
+            if (j == nd->me)
+                continue;
+            hcomm_status_t st = hc_node_write(op, j, nd->desc[j].raddr + e * es, res, m * es);
+            if (st != HCOMM_OK)
+                return st;
+        }
+    }
+    if (hc_node_counting()) {
+        if (full) /* every rank pulls every peer's whole input */
+            hc_node_count_each(op, nd, (op->count + chunk - 1) / chunk, op->bytes);
+        else
+            hc_node_count_sliced(op, nd, chunk);
+    }
+    return HCOMM_OK;
+}
+
+/* State 2: the data moves as the lowest vote says (MAP or GET; every rank
+ * decides alike), then this rank posts the last tick. */
+static hcomm_status_t hc_node_1copy_move(hc_coll_op_t *op, hc_coll_node_t *nd, uint32_t mode)
+{
+    uint64_t last = op->tick_end - 1;
+    size_t lo, hi;
+    hc_node_slice(op->count, nd->n, nd->me, &lo, &hi);
+    hcomm_status_t st = HCOMM_OK;
+    if (op->kind != HC_COLL_ALLREDUCE)
+        st = hc_node_1copy_blocks(op, nd);
+    else if (mode & HC_NODE_CAN_MAP)
+        hc_node_1copy_map(op, nd, lo, hi);
+    else
+        st = hc_node_1copy_get(op, nd, mode, lo, hi);
+    if (st != HCOMM_OK)
+        return st;
+    /* b before a: seeing a(t) must keep implying b >= t-1. */
+    hc_node_post_b(nd, last);
+    hc_node_post_a(nd, op, last);
+    op->state = 4;
+    return HCOMM_OK;
+}
+
 hc_step_t hc_node_1copy(hc_coll_op_t *op)
 {
     hc_coll_node_t *nd = hc_node_of(op);
     uint64_t t0 = op->tick, last = op->tick_end - 1;
     hc_node_desc_t *me = &nd->desc[nd->me];
-    size_t es = op->esize, lo, hi;
-    const void *srcs[64];
-    hc_node_slice(op->count, nd->n, nd->me, &lo, &hi);
     switch (op->state) {
     case 0: /* publish: descriptors are read up to the vote, so wait b >= t0-1 */
         if (!hc_node_wait_b(nd, op, t0 - 1))
             return HC_STEP_PENDING;
-        hc_node_rkeys_release(nd);
-        me->saddr = (uint64_t)(uintptr_t)op->sbuf;
-        me->raddr = (uint64_t)(uintptr_t)op->rbuf;
-        me->skey_len = hc_node_pack(nd, op->sbuf, op->bytes, me->skey);
-        me->rkey_len = me->skey_len ? hc_node_pack(nd, op->rbuf, op->bytes, me->rkey) : 0;
+        hc_node_1copy_publish(op, nd, me);
         hc_node_post_a(nd, op, t0);
         op->state = 1;
         /* fallthrough */
-    case 1: { /* vote */
+    case 1: /* vote */
         if (!hc_node_wait_a(nd, op, t0))
             return HC_STEP_PENDING;
-        bool map = op->kind == HC_COLL_ALLREDUCE;
-        for (int j = 0; j < nd->n && map; j++) {
-            hc_node_desc_t *d = &nd->desc[j];
-            if (!d->skey_len || !d->rkey_len) {
-                map = false;
-            } else if (j == nd->me) {
-                nd->zs[j] = op->sbuf;
-                nd->zr[j] = op->rbuf;
-            } else {
-                uint8_t *sb = hc_node_ptr(op, nd, j, d->skey, d->skey_len, d->saddr);
-                uint8_t *rb = sb ? hc_node_ptr(op, nd, j, d->rkey, d->rkey_len, d->raddr) : NULL;
-                map = sb && rb;
-                if (map) {
-                    nd->zs[j] = sb;
-                    nd->zr[j] = rb;
-                }
-            }
-        }
-        const uint8_t *sb = op->sbuf, *rb = op->rbuf;
-        bool apart = sb + op->bytes <= rb || rb + op->bytes <= sb;
-        me->vote = (map ? HC_NODE_CAN_MAP : 0u) | (hc_node_can_get(op) ? HC_NODE_CAN_GET : 0u) |
-                   (apart ? HC_NODE_OUT_OF_PLACE : 0u);
+        hc_node_1copy_vote(op, nd, me);
         hc_node_post_b(nd, t0); /* publishes the vote */
         op->state = 2;
-    }
         /* fallthrough */
     case 2: {
         if (!hc_node_wait_b(nd, op, t0))
@@ -208,99 +343,11 @@ hc_step_t hc_node_1copy(hc_coll_op_t *op)
         uint32_t mode = HC_NODE_CAN_GET | HC_NODE_CAN_MAP | HC_NODE_OUT_OF_PLACE;
         for (int j = 0; j < nd->n; j++)
             mode &= nd->desc[j].vote;
-        if (!(mode & (HC_NODE_CAN_GET | HC_NODE_CAN_MAP))) {
-            op->tick = t0 + 1;
-            op->state = op->phase = op->round = 0;
-            op->step = op->fallback;
-            op->algo = "node-staged";
-            return op->step(op);
-        }
-        if (op->kind != HC_COLL_ALLREDUCE) {
-            hcomm_status_t st = hc_node_get_phase(op, nd);
-            if (st != HCOMM_OK)
-                return hc_step_fail(st);
-            if (hc_node_counting()) {
-                /* reduce_scatter pulls in chunks (hc_node_get_phase) */
-                size_t chunk = nd->block / (size_t)nd->n / es, count = op->bytes / es;
-                hc_node_count_each(op, nd,
-                                   op->kind == HC_COLL_REDUCE_SCATTER ? (count + chunk - 1) / chunk
-                                                                      : 1,
-                                   op->bytes);
-            }
-            hc_node_post_b(nd, last);
-            hc_node_post_a(nd, op, last);
-            op->state = 4;
-            return hc_node_wait_b(nd, op, last) ? HC_STEP_DONE : HC_STEP_PENDING;
-        }
-        if (mode & HC_NODE_CAN_MAP) {
-            size_t chunk = nd->block / es;
-            for (size_t e = lo; e < hi; e += chunk) {
-                size_t m = HC_MIN(chunk, hi - e);
-                for (int j = 0; j < nd->n; j++)
-                    srcs[j] = nd->zs[j] + e * es;
-                hc_reduce(nd->scratch, srcs, nd->n, m, op->dtype, op->op, nd->n);
-                for (int j = 0; j < nd->n; j++)
-                    hc_copy_nt(nd->zr[j] + e * es, nd->scratch, m * es);
-            }
-            if (hc_node_counting())
-                hc_node_count_sliced(op, nd, chunk);
-            /* b before a: seeing a(t) must keep implying b >= t-1. */
-            hc_node_post_b(nd, last);
-            hc_node_post_a(nd, op, last);
-            op->state = 4;
-            return hc_node_wait_b(nd, op, last) ? HC_STEP_DONE : HC_STEP_PENDING;
-        }
-        /* GET. Outputs that fit the caches: my slice of every peer's input
-         * is pulled next to mine, reduced, written into my output and pushed
-         * into every peer's; one barrier. Larger outputs with few ranks are
-         * memory bound: each rank pulls every peer's whole input and reduces
-         * it into its own output (streaming stores), touching exactly its
-         * inputs once and its output once, like `c = a + b`; no remote
-         * writes (each would pay a read for ownership of the line). All
-         * ranks reduce in rank order, so results are bit-identical. Only when
-         * no rank works in place: a peer may still be pulling the input I
-         * would overwrite. */
-        bool full = op->bytes >= HC_COPY_NT_THRESHOLD && nd->n <= 3 &&
-                    (mode & HC_NODE_OUT_OF_PLACE);
-        size_t chunk = nd->block / (size_t)nd->n / es;
-        uint8_t *res = nd->scratch + (size_t)(nd->n - 1) * chunk * es;
-        size_t from = full ? 0 : lo, to = full ? op->count : hi;
-        for (size_t e = from; e < to; e += chunk) {
-            size_t m = HC_MIN(chunk, to - e);
-            for (int j = 0, k = 0; j < nd->n; j++) {
-                if (j == nd->me) {
-                    srcs[j] = (const uint8_t *)op->sbuf + e * es;
-                    continue;
-                }
-                uint8_t *tmp = nd->scratch + (size_t)k++ * chunk * es;
-                hcomm_status_t st = hc_node_get(op, j, tmp, nd->desc[j].saddr + e * es, m * es);
-                if (st != HCOMM_OK)
-                    return hc_step_fail(st);
-                srcs[j] = tmp;
-            }
-            hc_reduce(res, srcs, nd->n, m, op->dtype, op->op, nd->n);
-            if (full) {
-                hc_copy_nt((uint8_t *)op->rbuf + e * es, res, m * es);
-                continue;
-            }
-            memcpy((uint8_t *)op->rbuf + e * es, res, m * es);
-            for (int j = 0; j < nd->n; j++) {
-                if (j == nd->me)
-                    continue;
-                hcomm_status_t st = hc_node_write(op, j, nd->desc[j].raddr + e * es, res, m * es);
-                if (st != HCOMM_OK)
-                    return hc_step_fail(st);
-            }
-        }
-        if (hc_node_counting()) {
-            if (full) /* every rank pulls every peer's whole input */
-                hc_node_count_each(op, nd, (op->count + chunk - 1) / chunk, op->bytes);
-            else
-                hc_node_count_sliced(op, nd, chunk);
-        }
-        hc_node_post_b(nd, last);
-        hc_node_post_a(nd, op, last);
-        op->state = 4;
+        if (!(mode & (HC_NODE_CAN_GET | HC_NODE_CAN_MAP)))
+            return hc_node_1copy_fall_back(op, t0);
+        hcomm_status_t st = hc_node_1copy_move(op, nd, mode);
+        if (st != HCOMM_OK)
+            return hc_step_fail(st);
     }
         /* fallthrough */
     case 4: /* nobody returns while others may still read its buffers */

@@ -136,7 +136,7 @@ static inline void hc_stats_wait(unsigned kind, uint64_t ns)
 
 /* Level 2: messages to and from world rank wpeer (any communicator): the
  * p2p path's (p2p.c, p2p_recv.c) and the data the node collectives move through the
- * node's shared memory (coll/coll_node.c: its blocks and buffers, CMA). A
+ * node's shared memory (coll/node_stats.c: its blocks and buffers, CMA). A
  * peer's record is reported under the driver of its connection, which for
  * every rank of this node is the node driver (shm). */
 typedef struct {

@@ -18,7 +18,7 @@
  *                          collectives; the others must get ERR_PEER_FAILED
  *                          naming it within 10 s (driver: tests/api/mp_fault.sh)
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <pthread.h>
 #include <signal.h>

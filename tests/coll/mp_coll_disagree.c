@@ -20,7 +20,7 @@
  *
  *   mp_coll_disagree [--case NAME]
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 typedef enum { BCAST, REDUCE, GATHER, SCATTER, ALLTOALL, ALLGATHERV, REDUCE_SCATTERV, ALLGATHER } kind_t;
 

@@ -25,7 +25,7 @@
  *       allreduces (between) or right before hcomm_group_end (end). The
  *       survivors' group must fail with ERR_PEER_FAILED naming rank 1.
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <pthread.h>
 #include <signal.h>

@@ -29,7 +29,7 @@
  *           lane did overtake frames of another (in the job as a whole).
  *   none    no check (any driver).
  */
-#include "api/mp_test.h"
+#include "common/mp_test.h"
 #include "core/hc_core.h"
 
 #define TAG_ANY 5

@@ -21,7 +21,7 @@
  *   --groups: the allreduces (with a broadcast and a reduce among them)
  *     posted inside hcomm_group_start/end instead of one by one
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <math.h>
 

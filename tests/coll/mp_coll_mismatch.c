@@ -15,11 +15,11 @@
  *                             mismatches fail on every rank with ERR_INVALID
  *                             and a message naming the field, this rank's
  *                             value and the value on a rank that called
- *                             with another (api/api_coll.c's "FIELD X here,
+ *                             with another (coll/coll_post.c's "FIELD X here,
  *                             Y on rank R (HCOMM_CHECK)"); the communicator
  *                             stays usable.
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,7 +122,7 @@ static int bad_message(const mcase_t *c, int check, int me, int n, const char *m
 {
     int last = me == n - 1;
     if (check) {
-        /* api/api_coll.c compares count, dtype, op, root in this order and
+        /* coll/coll_post.c compares count, dtype, op, root in this order and
          * names the first that differs: "FIELD MINE here, THEIRS on rank R" */
         char want[96];
         if (c->count != c->count_l)

@@ -18,7 +18,7 @@
  *     --die   the last rank exits after a barrier; the others' allreduce must
  *             fail promptly with ERR_PEER_FAILED and a message
  */
-#include "api/mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -330,7 +330,7 @@ out:
     free(r);
 }
 
-/* The hierarchical pipelines (coll/net_hier.c) cut the vector, or every
+/* The hierarchical pipelines (coll/net_hier*.c) cut the vector, or every
  * rank's block, into pieces of which a rank's share is at least 1 MiB.
  * K pieces here (the vectors' fewer on 4 ranks a node), the last one half as
  * long, and for the vectors a count that the ranks per node (2 or 4) do

@@ -12,7 +12,7 @@
  *
  *   mp_coll_vector [--big]   (--big: counts up to ~256 Ki elements)
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdbool.h>
 

@@ -1,8 +1,8 @@
-/* Zero-copy node allreduce (coll_node.c): pool buffers on every rank take the
+/* Zero-copy node allreduce (coll/node_1copy.c): pool buffers on every rank take the
  * zero-copy path; any rank with malloc'ed input or output makes all ranks
  * fall back to staging together. Every combination, in and out of place,
  * several repetitions (the handshake must not leak state between calls). */
-#include "api/mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@
  *
  *   mp_comm_identity [--rounds N]
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #define MAXC 24
 

@@ -1,7 +1,7 @@
 /* hcomm_comm_abort from another thread: a receive that can never match and a
  * collective one rank never joins both return HCOMM_ERR_ABORTED promptly; the
  * aborted communicator can be freed locally; world keeps working. 2 ranks. */
-#include "api/mp_test.h"
+#include "common/mp_test.h"
 
 #include <pthread.h>
 #include <stdio.h>

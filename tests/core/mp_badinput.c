@@ -16,7 +16,7 @@
  * Every rank makes the same calls; a bad call fails locally before any
  * communication, so the ranks stay in step.
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdint.h>
 

@@ -7,7 +7,7 @@
  * so the driver can say exactly when its flood is in place.
  * Prints "rank R: job ok" on success.
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 int main(void)
 {

@@ -6,7 +6,7 @@
  * after the other (rank 1 is in both: distinct context ids), collectives
  * on both interleaved; then the argument errors.
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 static void check_group(hcomm_comm_t g, const int *ranks, int n, const char *what)
 {

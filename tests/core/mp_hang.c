@@ -16,7 +16,7 @@
  * Every failure is printed as "rank R: CALL: <hcomm_last_error()>" on
  * stderr; the exit status is 1 when a call failed.
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <signal.h>
 #include <stdbool.h>

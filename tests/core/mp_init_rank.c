@@ -5,7 +5,7 @@
  * DIR; rank and size come from hcommrun's variables, read by the program.
  * Then an allreduce checks the job, and the argument errors are checked.
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdbool.h>
 

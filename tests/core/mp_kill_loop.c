@@ -22,7 +22,7 @@
  * (world) failed") and came within its bound. Exit 3: the loop ran out
  * without a failure (the victim did not die?).
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <signal.h>
 

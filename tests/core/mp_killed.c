@@ -10,7 +10,7 @@
  * driver (tests/api/mp_fault.sh) launches the ranks itself, since hcommrun
  * would terminate the survivors as soon as the victim dies.
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <signal.h>
 

@@ -22,7 +22,7 @@
  * they arrived, and checks each against the pattern of the source it was
  * told, and that each source's two messages came in the order sent.
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <signal.h>
 

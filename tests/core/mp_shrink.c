@@ -20,7 +20,7 @@
  * when every check held (the driver,
  * tests/core/shrink_test.sh, checks the lines and the exit codes).
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <signal.h>
 #include <sys/time.h>

@@ -12,7 +12,7 @@
  * pool memory when M ends in p (`4194304p`: the mapped single copy), then
  * finalize: for the per-peer counts of the node algorithms.
  */
-#include "mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

@@ -33,7 +33,7 @@
  *   mp_threads [--iters N]   N blocking allreduces per thread (default 2000;
  *                            the other phases scale from it)
  */
-#include "api/mp_test.h"
+#include "common/mp_test.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -13,7 +13,7 @@
 #     HCOMM_STATS=1 with HCOMM_STATS_LEVEL=2 (level 2), HCOMM_STATS=0 with
 #     HCOMM_STATS_LEVEL=2 (off, said at info);
 #   - level 2's per-peer counts of what the node algorithms move through
-#     shared memory (coll/coll_node.c), rank a's tx to b equal to b's rx
+#     shared memory (coll/node_stats.c), rank a's tx to b equal to b's rx
 #     from a: a one-node 2-rank job of allreduces of known sizes (every node
 #     allreduce algorithm), mp_stats on one node (node-staged 1 MiB) and on
 #     two fake nodes (hierarchical: MiB inside each node);

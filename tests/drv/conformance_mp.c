@@ -29,7 +29,7 @@
  * short at eager, fragmented and rendezvous sizes; the connection works
  * afterwards).
  */
-#include "api/mp_test.h"
+#include "common/mp_test.h"
 
 #include <signal.h>
 #include <stdbool.h>

@@ -12,7 +12,7 @@
  *
  *   mp_stale_reg [--bytes N] [--rounds R]
  */
-#include "../api/mp_test.h"
+#include "common/mp_test.h"
 
 #include <sys/mman.h>
 

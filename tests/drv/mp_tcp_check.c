@@ -48,7 +48,7 @@
  * Exit 0 on success, 1 on a wrong result or error; prints one line per
  * failure naming the check.
  */
-#include "api/mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdint.h>
 #include <stdio.h>

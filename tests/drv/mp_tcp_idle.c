@@ -19,7 +19,7 @@
  *
  * Exit 0 on success, 1 on a wrong result or error, one line per failure.
  */
-#include "api/mp_test.h"
+#include "common/mp_test.h"
 
 #include <dirent.h>
 #include <stdint.h>

@@ -8,7 +8,7 @@
  * along each row (a split by row) works, and that bad hints are refused
  * with messages naming the argument.
  */
-#include "api/mp_test.h"
+#include "common/mp_test.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -1,6 +1,8 @@
 /*
  * Helpers shared by the multi-process API tests (tests/core/mp_*.c,
- * tests/coll/mp_coll_*.c). They use only the public API.
+ * tests/coll/mp_coll_*.c, tests/drv/, tests/topo/: tests/README.md). They
+ * use only the public API. Include as "common/mp_test.h" with tests/ on
+ * the include path.
  *
  * Every failure prints one line "rank R: <what> expected X got Y" on stderr
  * and is counted; a failed call that leaves the test unable to go on exits
