@@ -393,6 +393,7 @@ hcomm_status_t hc_coll_init(void)
 {
     hc_reduce_init();
     hc_list_init(&hc_coll_active);
+    hc_coll_heard_cause = -1; /* a failure of an earlier hcomm_init's job */
     static const hc_coll_ops_t ops = {.progress = hc_coll_progress,
                                       .cancel = hc_coll_cancel,
                                       .explain = hc_coll_explain,

@@ -187,6 +187,16 @@ hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm);
 const char *hc_coll_name(hc_coll_kind_t kind);
 /* The error for an op on cc after a member gave up on it (HC_FRAME_GIVE_UP). */
 hcomm_status_t hc_coll_gave_up_error(const hc_coll_comm_t *cc, const char *what);
+/* The world rank whose failure is known here, from this rank's own
+ * detection or from a give-up that named it (a give-up reaches a rank
+ * before its own detection does): what a failure passed on without a
+ * cause names. -1 when none. */
+extern int hc_coll_heard_cause;
+static inline int hc_coll_known_cause(void)
+{
+    int c = hc_core_first_failed();
+    return c >= 0 ? c : hc_coll_heard_cause;
+}
 /* Can a new collective start on comm? OK, or the error that it may not
  * (broken earlier, a failed member, a member gave up, a disagreement seen
  * since the last one: that one breaks the communicator now). */

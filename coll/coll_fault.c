@@ -17,9 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+int hc_coll_heard_cause = -1;
+
 hcomm_status_t hc_coll_gave_up_error(const hc_coll_comm_t *cc, const char *what)
 {
-    int c = cc->gave_up_cause;
+    int c = cc->gave_up_cause >= 0 ? cc->gave_up_cause : hc_coll_known_cause();
     if (c >= 0 && c < hc_ctx.size) {
         const hc_peer_t *p = &hc_ctx.peers[c];
         return hc_error(cc->gave_up_status,
@@ -242,6 +244,8 @@ void hc_coll_gave_up(struct hcomm_comm *comm, int from, hcomm_status_t status, i
     cc->gave_up_status = status;
     cc->gave_up_rank = from;
     cc->gave_up_cause = cause >= 0 && cause < hc_ctx.size ? cause : -1;
+    if (cc->gave_up_cause >= 0 && hc_coll_heard_cause < 0)
+        hc_coll_heard_cause = cc->gave_up_cause;
 }
 
 /* comm is a derived communicator (a hierarchical collective's node or
@@ -289,7 +293,7 @@ void hc_coll_child_end(struct hcomm_request *req, hcomm_status_t status)
         if (status == HCOMM_OK || status == HCOMM_IN_PROGRESS) status = HCOMM_ERR_ABORTED;
         char saved[512], why[600];
         snprintf(saved, sizeof(saved), "%s", hc_error_last());
-        int cause = status == HCOMM_ERR_PEER_FAILED ? hc_core_first_failed() : -1;
+        int cause = status == HCOMM_ERR_PEER_FAILED ? hc_coll_known_cause() : -1;
         hc_coll_derived_why(status, cause, saved, why, sizeof(why));
         hc_coll_derived_fail(req->coll->comm, status, cause, why);
         hc_error(status, "%s", saved); /* the parent's error stays the caller's */

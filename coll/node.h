@@ -181,6 +181,10 @@ static inline bool hc_node_gave_up(hc_coll_node_t *nd, hc_coll_op_t *op, int j)
     int32_t st = __atomic_load_n(&nd->done[j].gave_up, __ATOMIC_ACQUIRE);
     if (HC_UNLIKELY(st > 0)) {
         int cause = __atomic_load_n(&nd->done[j].gave_up_cause, __ATOMIC_RELAXED) - 1;
+        if (cause >= 0 && cause < hc_ctx.size && hc_coll_heard_cause < 0)
+            hc_coll_heard_cause = cause;
+        if (cause < 0 && -st == HCOMM_ERR_PEER_FAILED)
+            cause = hc_coll_known_cause();
         if (cause >= 0 && cause < hc_ctx.size)
             op->error = hc_error((hcomm_status_t)-st,
                                  "%s: peer rank %d (world) failed (communicator rank %d gave up "
