@@ -179,7 +179,7 @@ def torch_extension():
     if why:
         return None, why
     HcommBuildExt.torch_builder = BuildExtension
-    src = [os.path.join("src", "torch", f) for f in ("backend.cpp", "ops.cpp", "module.cpp")]
+    src = [os.path.join("src", "torch", f) for f in ("backend.cpp", "fault.cpp", "ops.cpp", "module.cpp")]
     ext = CppExtension(
         "hcomm._torch_backend",
         **linked_to_hcomm(src, ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers", "-fvisibility=hidden",

@@ -40,7 +40,7 @@ from ._hcomm import (  # noqa: F401  (the public names)
     SUM, PROD, MAX, MIN, AVG, UNDEFINED, ANY_SOURCE,
     OK, IN_PROGRESS, ERR_INVALID, ERR_TIMEOUT, ERR_PEER_FAILED, ERR_NO_MEMORY,
     ERR_NOT_INITIALIZED, ERR_ALREADY_INITIALIZED, ERR_UNSUPPORTED, ERR_TRUNCATED, ERR_IO,
-    ERR_BOOTSTRAP, ERR_NO_DEVICE, ERR_AGAIN, ERR_ABORTED, ERR_INTERNAL,
+    ERR_BOOTSTRAP, ERR_NO_DEVICE, ERR_AGAIN, ERR_ABORTED, ERR_INTERNAL, ERR_REVOKED,
 )
 
 __version__ = "0.1.0"
@@ -51,6 +51,11 @@ dtypes = {"int8": INT8, "uint8": UINT8, "int32": INT32, "uint32": UINT32, "int64
           "float64": FLOAT64}
 #: reduction ops by name
 ops = {"sum": SUM, "prod": PROD, "max": MAX, "min": MIN, "avg": AVG}
+#: every hcomm_status_t by name ("ERR_REVOKED": -15), as hcomm._hcomm defines
+#: them from include/hcomm.h's HCOMM_STATUS_MAP (tests/python/test_status.py
+#: checks that this list and the header agree)
+statuses = {n: v for n, v in vars(_hcomm).items()
+            if isinstance(v, int) and (n in ("OK", "IN_PROGRESS") or n.startswith("ERR_"))}
 
 STORE_PREFIX = "hcomm"
 

@@ -61,3 +61,44 @@ def _create(dist_opts, options):
 
 
 _autoload.register(_create)
+
+
+def shrink_group(group=None, pg_options=None):
+    """The survivors of a failure go on: a new process group of the members of
+    `group` (default: the default group) that are alive, agreed among them.
+
+    Every surviving member calls it (the dead need not); it revokes `group`
+    (every member's pending operations on it end with ERR_REVOKED), runs
+    hcomm_comm_shrink, then hands the failed ranks it agreed on to
+    torch.distributed.shrink_group(), which destroys `group` and returns the
+    new group (the new default group when `group` was the default; group
+    ranks renumbered in the old order). Unlike torch's shrink_group, the
+    caller need not know who failed.
+
+        try:
+            dist.all_reduce(grad)
+        except dist.DistBackendError as e:     # names the failed rank
+            pg = hcomm.torch.shrink_group()    # the survivors, agreed
+            dist.all_reduce(grad)              # on the new default group
+
+    Raises RuntimeError (DistBackendError) when the agreement fails (no
+    agreement within HCOMM_TIMEOUT; a member that fails during the shrink
+    is left out, one that fails right after it is an ordinary failure of the
+    new group: shrink that one). A group shrinks once; shrink the new one
+    after the next failure.
+    """
+    pg = group if group is not None else _dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(_torch.device("cpu"))
+    if not isinstance(backend, BackendHcomm):
+        raise TypeError(f"hcomm.torch.shrink_group: the group's CPU backend is {backend.name()}, not hcomm")
+    excluded = backend._agree_shrink()
+    if excluded:
+        return _dist.shrink_group(excluded, group=group, pg_options=pg_options)
+    # Nobody failed (a revoke or abort() of a live member): torch's
+    # shrink_group refuses an empty list, so its own steps, around the
+    # same new group of every member.
+    c10d = _dist.distributed_c10d
+    info = c10d._prepare_shrink_target_group(group)
+    new_backend = backend.shrink([], 0, pg_options)
+    info["pg_options_override"] = pg_options
+    return c10d._finalize_shrunk_group(info, set(), new_backend)

@@ -21,7 +21,7 @@ std::string hcomm_message(hcomm_status_t st) {
   return std::string(m && *m ? m : hcomm_strerror(st)) + " [" + hcpy_status_name(st) + "]";
 }
 
-static std::exception_ptr dist_error(const std::string& msg) {
+std::exception_ptr dist_error(const std::string& msg) {
   return std::make_exception_ptr(c10::DistBackendError(c10::SourceLocation{__func__, __FILE__, __LINE__}, msg));
 }
 
@@ -57,8 +57,10 @@ bool WorkHcomm::wait(ms t) {
 }
 
 void WorkHcomm::fail(hcomm_status_t st, const std::string& msg) {
-  (void)st;
-  if (!error) error = dist_error(std::string("hcomm ") + name + ": " + msg);
+  if (error) return;
+  status = st;
+  message = msg;
+  error = dist_error(std::string("hcomm ") + name + ": " + msg);
 }
 
 void WorkHcomm::complete(std::exception_ptr e) {
@@ -197,7 +199,7 @@ static int join_world(const c10::intrusive_ptr<c10d::Store>& store, int rank, in
 
 BackendHcomm::BackendHcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, ms timeout,
                            const std::string& name)
-    : Backend(rank, size), timeout_(timeout) {
+    : Backend(rank, size), timeout_(timeout), store_(store) {
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "hcomm: rank ", rank, " of a group of ", size);
   int wsize = join_world(store, rank, size);
   held_ = true;
@@ -233,8 +235,9 @@ BackendHcomm::BackendHcomm(const c10::intrusive_ptr<c10d::Store>& store, int ran
   start(name);
 }
 
-BackendHcomm::BackendHcomm(hcomm_comm_t comm, int rank, int size, ms timeout, const std::string& name)
-    : Backend(rank, size), comm_(comm), timeout_(timeout) {
+BackendHcomm::BackendHcomm(hcomm_comm_t comm, int rank, int size, ms timeout, const std::string& name,
+                           c10::intrusive_ptr<c10d::Store> store)
+    : Backend(rank, size), comm_(comm), timeout_(timeout), store_(std::move(store)) {
   char msg[1024] = "";
   hcomm_status_t st = capi->world_acquire(nullptr, msg, sizeof(msg));
   if (st != HCOMM_OK) {
@@ -285,18 +288,16 @@ void BackendHcomm::shutdown() {
       worker_.join();
     }
   }
-  if (comm_) {
+  {
+    std::lock_guard<std::mutex> ck(comm_mu_);  // abort() reads comm_ from any thread
     LibLock l;
-    hcomm_comm_free(comm_);
+    if (comm_) hcomm_comm_free(comm_);
     comm_ = nullptr;
+    if (agreed_.comm) hcomm_comm_free(agreed_.comm);  // agree_shrink()'s, not taken
+    agreed_.comm = nullptr;
   }
   if (held_) capi->world_release();
   held_ = false;
-}
-
-// Any thread, no lock: pending and later operations fail with ERR_ABORTED.
-void BackendHcomm::abort() {
-  if (comm_) hcomm_comm_abort(comm_);
 }
 
 // ---- queueing ------------------------------------------------------------------
@@ -306,10 +307,16 @@ WorkPtr BackendHcomm::make_work(OpType type, const char* name, std::vector<at::T
                                         timeout == c10d::kUnsetTimeout ? timeout_ : timeout);
 }
 
-c10::intrusive_ptr<c10d::Work> BackendHcomm::enqueue(WorkPtr w) {
+c10::intrusive_ptr<c10d::Work> BackendHcomm::enqueue(WorkPtr w, bool despite_failure) {
   {
     std::lock_guard<std::mutex> lk(qmu_);
     TORCH_CHECK(!stop_, "hcomm ", w->name, ": the process group was shut down");
+    if (!failure_.empty() && !despite_failure)
+      C10_THROW_ERROR(DistBackendError,
+                      c10::str("hcomm ", w->name, ": the process group failed earlier and was revoked (",
+                               failure_,
+                               "); shrink it (hcomm.torch.shrink_group, torch.distributed.shrink_group) or "
+                               "destroy it"));
     if (coalescing_) {
       coalesced_.push_back(w);
       return w;
@@ -358,7 +365,6 @@ c10::intrusive_ptr<c10d::Work> BackendHcomm::endCoalescing() {
 c10::intrusive_ptr<c10d::Backend> BackendHcomm::split(const c10::intrusive_ptr<c10d::Store>& store,
                                                       const std::vector<int>& ranks,
                                                       const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
-  (void)store;
   // torch calls split once per device type of the group; "hcomm" serves
   // cpu and cuda with one backend, which must give one new group (one
   // communicator, one shutdown), not two.
@@ -389,7 +395,8 @@ c10::intrusive_ptr<c10d::Backend> BackendHcomm::split(const c10::intrusive_ptr<c
   if (it == ranks.end()) return nullptr;
   TORCH_CHECK(*newcomm, "hcomm split: no communicator");
   std::string name = want.empty() ? name_ + ":split" : want;
-  auto b = c10::make_intrusive<BackendHcomm>(*newcomm, (int)(it - ranks.begin()), (int)ranks.size(), t, name);
+  auto b = c10::make_intrusive<BackendHcomm>(*newcomm, (int)(it - ranks.begin()), (int)ranks.size(), t, name,
+                                            store);
   last_split_ = c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>(b));
   return b;
 }
@@ -490,11 +497,13 @@ void BackendHcomm::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(qmu_);
-      if (inflight.empty()) qcv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty() && inflight.empty() && stop_) return;
+      auto revoke = [&] { return revoke_asked_ && !revoked_; };
+      if (inflight.empty()) qcv_.wait(lk, [&] { return stop_ || !queue_.empty() || revoke(); });
+      if (queue_.empty() && inflight.empty() && stop_ && !revoke()) return;
       fresh.swap(queue_);
       if (!fresh.empty()) taken_++;
     }
+    revoke_if_asked();  // before posting: an op after abort() is refused at once
     bool posted = !fresh.empty();
     for (auto& w : fresh) {  // staging copies, outside the lock
       for (auto& k : w->children)
@@ -521,7 +530,20 @@ void BackendHcomm::loop() {
       if (poll(inflight, done)) posted = true;
     }
     if (posted) posted_.notify_all();
+    explain_revoked(done);
+    bool failed_before = error_type_.load() != 0;
+    for (auto& d : done)
+      if (d.second)
+        failed(d.first->status, d.first->message,
+               d.first->timed_out ? c10d::ErrorType::TIMEOUT
+               : d.first->status == HCOMM_ERR_PEER_FAILED || d.first->status == HCOMM_ERR_REVOKED
+                   ? c10d::ErrorType::REMOTE_ERROR
+                   : c10d::ErrorType::COMM_ERROR);
     for (auto& d : done) finish(d.first, d.second);
+    if (!failed_before && error_type_.load() != 0) {
+      revoke_if_asked();  // the others first, then this rank's hooks
+      run_abort_hooks();
+    }
     // Spin while the wait is young, then yield, then sleep between polls.
     // The phases go by time since the last completion or post, not by
     // count: under load a count of yields lasts long, and this thread then

@@ -27,9 +27,11 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/headeronly/version.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -66,6 +68,9 @@ struct LibLock {
 // "<hcomm_last_error()> [ERR_...]".
 std::string hcomm_message(hcomm_status_t st);
 
+// The error torch raises ("DistBackendError: <msg>").
+std::exception_ptr dist_error(const std::string& msg);
+
 // Posts one hcomm request of an operation (worker thread, under the lock).
 using PostFn = std::function<hcomm_status_t(hcomm_comm_t, hcomm_request_t*)>;
 
@@ -97,6 +102,8 @@ class WorkHcomm : public c10d::Work {
   std::vector<at::Tensor> keep; // what the requests read or write, alive until done
   std::vector<hcomm_request_t> reqs;
   std::exception_ptr error;     // the first failure
+  hcomm_status_t status = HCOMM_OK; // its hcomm status (fail())
+  std::string message;          // its text, without "hcomm <name>: "
   Clock::time_point deadline;
   bool timed_out = false;
   int src_rank = -1;
@@ -126,8 +133,11 @@ class BackendHcomm : public c10d::Backend {
   // the group is the whole world, else hcomm_comm_create_group).
   BackendHcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, ms timeout,
                const std::string& name);
-  // A group on a communicator made already (split()): takes it and a hold.
-  BackendHcomm(hcomm_comm_t comm, int rank, int size, ms timeout, const std::string& name);
+  // A group on a communicator made already (split(), shrink()): takes it
+  // and a hold; store (may be null): where it leaves the causes of its
+  // revokes (fault.cpp).
+  BackendHcomm(hcomm_comm_t comm, int rank, int size, ms timeout, const std::string& name,
+               c10::intrusive_ptr<c10d::Store> store = nullptr);
   ~BackendHcomm() override;
 
   const std::string getBackendName() const override { return "hcomm"; }
@@ -139,8 +149,30 @@ class BackendHcomm : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  // Fault tolerance (fault.cpp, docs/python.md "When a rank fails").
+  // abort: any thread; pending work fails at once, later operations are
+  // refused, the other members' operations on the group fail with
+  // ERR_REVOKED naming this rank and why.
   void abort() override;
   void shutdown() override;
+  c10d::ErrorType getError() override;
+  bool supportsShrinking() const override { return true; }
+  // torch.distributed.shrink_group: revokes this group, the survivors agree
+  // (hcomm_comm_shrink) and get a group of themselves, which must be exactly
+  // the ranks not in ranks_to_exclude.
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags = 0,
+                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts_override =
+                                               nullptr) override;
+  // hcomm.torch.shrink_group's first step: revoke, agree, keep the new
+  // communicator for shrink(); returns the group ranks that are out.
+  std::vector<int64_t> agree_shrink();
+  // The first failure of the group ("" while none), as raised.
+  std::string failure();
+#ifdef C10D_BACKEND_HAS_HOOKS
+  bool supportsAbortHooks() const override { return true; }
+  void registerAbortHook(int64_t hook_id, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t hook_id) override;
+#endif
   void setTimeout(ms timeout) override { timeout_ = timeout; }
   ms timeout() const { return timeout_; }
 
@@ -190,13 +222,25 @@ class BackendHcomm : public c10d::Backend {
  private:
   void start(const std::string& name);
   WorkPtr make_work(OpType type, const char* name, std::vector<at::Tensor> outputs, ms timeout);
-  c10::intrusive_ptr<c10d::Work> enqueue(WorkPtr w);
+  // Refused once the group failed (failure_), unless despite_failure (shrink).
+  c10::intrusive_ptr<c10d::Work> enqueue(WorkPtr w, bool despite_failure = false);
   void wait_posted();
   void loop();
   void post(const WorkPtr& w, std::vector<WorkPtr>& inflight,
             std::vector<std::pair<WorkPtr, std::exception_ptr>>& done);
   bool poll(std::vector<WorkPtr>& inflight, std::vector<std::pair<WorkPtr, std::exception_ptr>>& done);
   void finish(const WorkPtr& w, std::exception_ptr e);
+  // fault.cpp
+  void failed(hcomm_status_t st, const std::string& cause, c10d::ErrorType type);
+  void revoke_if_asked();
+  void explain_revoked(std::vector<std::pair<WorkPtr, std::exception_ptr>>& done);
+  std::string peer_cause(int grank);
+  void run_abort_hooks();
+  struct Agreed {
+    hcomm_comm_t comm = nullptr;
+    std::vector<int> members;  // their ranks in this group, in order
+  };
+  Agreed agree(const char* why);
 
   // ops.cpp helpers
   void check_root(int root, const char* fn) const;
@@ -209,6 +253,7 @@ class BackendHcomm : public c10d::Backend {
   friend struct OpBuilder;
 
   hcomm_comm_t comm_ = nullptr;
+  std::mutex comm_mu_;  // comm_ for abort() (any thread) against its free (shutdown)
   bool held_ = false; // a hold on hcomm's world (capi->world_acquire)
   ms timeout_;
   std::string name_;
@@ -219,6 +264,20 @@ class BackendHcomm : public c10d::Backend {
   size_t taken_ = 0, posted_n_ = 0; // batches the worker took / finished posting
   bool stop_ = false, shut_ = false;
   bool coalescing_ = false;
+  // fault.cpp: the first failure (under qmu_): later operations are refused
+  // with it; the worker then revokes the communicator (revoke_asked_),
+  // leaving the cause in the store under fault_key(rank) first.
+  std::string failure_;
+  std::atomic<int> error_type_{0};  // c10d::ErrorType of failure_
+  bool revoke_asked_ = false, revoked_ = false;
+  std::string revoke_cause_;
+  std::map<int, std::string> peer_causes_;  // read from the store (worker)
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string fault_key(int grank) const { return "hcomm/fault/" + name_ + "/" + std::to_string(grank); }
+  Agreed agreed_;  // agree_shrink()'s, until shrink() takes it
+  bool shrunk_ = false;
+  std::mutex hooks_mu_;
+  std::map<int64_t, std::function<void()>> abort_hooks_;
   std::vector<WorkPtr> coalesced_;
   std::thread worker_;
   // the last split (torch calls split once per device type: see split())

@@ -37,6 +37,16 @@ timeout argument).)")
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("name") = "",
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("timeout", [](const BackendHcomm& b) { return std::chrono::duration<float>(b.timeout()); })
+      // fault tolerance (fault.cpp; hcomm.torch.shrink_group uses _agree_shrink)
+      .def_property_readonly("failure", &BackendHcomm::failure,
+                             "the group's first failure as raised (\"\" while none): later operations are "
+                             "refused with it")
+      .def("get_error", &BackendHcomm::getError,
+           "c10d ErrorType: SUCCESS, TIMEOUT, COMM_ERROR (this rank's failure or abort), REMOTE_ERROR (a peer "
+           "failed or revoked the group)")
+      .def("_agree_shrink", &BackendHcomm::agree_shrink, py::call_guard<py::gil_scoped_release>(),
+           "revoke this group, agree with the survivors (hcomm_comm_shrink) and keep the new communicator for "
+           "shrink(); returns the group ranks that are out")
       // torch calls this on the non-members of a new group when the default
       // group is bound to a device and its backend splits (ncclCommSplit's
       // "no color"). hcomm makes a new group with the members alone
