@@ -501,7 +501,7 @@ static hcomm_status_t hc_api_test(hcomm_request_t handle, int *done_p)
         return HCOMM_OK;
     }
     *done_p = 1;
-    st = req->status;
+    st = hc_request_result(req);
     hc_request_stat_end(req);
     hc_request_free(req);
     return st;

@@ -90,6 +90,10 @@ struct hcomm_request {
     uint8_t stat_kind;
     size_t stat_bytes;
     uint64_t stat_t0;
+    /* its failure's words, kept at completion (malloc'd; NULL: none): the
+     * thread's last error may have moved on to another failure by the time
+     * the caller reads this request's status */
+    char *error;
 };
 
 hcomm_status_t hc_request_pool_init(void);
@@ -107,10 +111,21 @@ static inline uint64_t hc_request_id(const struct hcomm_request *req)
 {
     return (uint64_t)req->index | ((uint64_t)req->gen << 32);
 }
+void hc_request_keep_error(struct hcomm_request *req);
 static inline void hc_request_complete(struct hcomm_request *req, hcomm_status_t status)
 {
     req->status = status;
     req->done = true;
+    if (HC_UNLIKELY(status < 0))
+        hc_request_keep_error(req);
+}
+/* A completed request's status, its own failure's words made the thread's
+ * last error again (hcomm_last_error() describes this status). */
+static inline hcomm_status_t hc_request_result(const struct hcomm_request *req)
+{
+    if (HC_UNLIKELY(req->status < 0 && req->error))
+        hc_error(req->status, "%s", req->error);
+    return req->status;
 }
 /* User handles (hcomm_request_t) are not pointers but (generation << 32) |
  * (index << 1) | 1: a handle kept after its request completed names a slot

@@ -254,7 +254,7 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
                                      uint64_t *deadline_p)
 {
     if (req->done)
-        return req->status;
+        return hc_request_result(req);
     /* The deadline is taken at the first slow check, not here: a wait that
      * ends within a few polls never reads the clock. */
     uint64_t deadline = *deadline_p;
@@ -313,6 +313,7 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
      * the same deadline. */
     if (HC_UNLIKELY(req->kind == HC_REQ_SEND && req->inflight > 0))
         hc_request_drain(req, deadline_p);
+    (void)hc_request_result(req);
     /* Requests failed in bulk (a peer died) carry no message of their own:
      * name the peer for this caller. */
     if (req->status == HCOMM_ERR_PEER_FAILED && req->kind != HC_REQ_COLL && req->wpeer >= 0 &&

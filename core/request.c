@@ -73,8 +73,11 @@ hcomm_status_t hc_request_pool_init(void)
 void hc_request_pool_fini(void)
 {
     for (uint32_t i = 0; i < hc_reqs.nslabs; i++) {
-        for (uint32_t k = 0; k < HC_REQ_SLAB; k++)
+        for (uint32_t k = 0; k < HC_REQ_SLAB; k++) {
             hc_req_gen_floor = HC_MAX(hc_req_gen_floor, hc_reqs.slabs[i][k].gen);
+            if (hc_reqs.slabs[i][k].magic != HC_REQ_FREED)
+                free(hc_reqs.slabs[i][k].error); /* a failed request never waited for */
+        }
         free(hc_reqs.slabs[i]);
     }
     free(hc_reqs.slabs);
@@ -108,14 +111,25 @@ struct hcomm_request *hc_request_alloc(hc_req_kind_t kind)
     req->source_out = NULL;
     req->stat_kind = HC_STATS_NONE;
     req->stat_t0 = 0;
+    req->error = NULL;
     req->kind = (uint8_t)kind;
     req->status = HCOMM_IN_PROGRESS;
     hc_list_init(&req->link);
     return req;
 }
 
+void hc_request_keep_error(struct hcomm_request *req)
+{
+    free(req->error);
+    req->error = strdup(hc_error_last()); /* NULL when out of memory: the last error stays */
+}
+
 void hc_request_free(struct hcomm_request *req)
 {
+    if (HC_UNLIKELY(req->error)) {
+        free(req->error);
+        req->error = NULL;
+    }
     /* A driver still holds payloads of it (puts that returned IN_PROGRESS:
      * the request failed before they went out). Its slot must not be
      * reused under their put_done, nor the memory they point into freed:

@@ -68,16 +68,23 @@ int main(int argc, char **argv)
             raise(SIGKILL);
         }
         st = hcomm_allreduce(in, out, count, HCOMM_INT64, HCOMM_SUM, comm);
-        int n = hcomm_comm_size(comm);
         int32_t me = mp_rank;
         if (st == HCOMM_OK)
             st = hcomm_allgather(&me, members, 1, HCOMM_INT32, comm);
+        char err[512];
+        snprintf(err, sizeof(err), "%s", st == HCOMM_OK ? "" : hcomm_last_error());
+        int n = hcomm_comm_size(comm);
         if (st != HCOMM_OK) {
             /* a failure (the victim, or the second one after an agreement
              * that still had it): revoke, shrink, the step again */
             if (st != HCOMM_ERR_PEER_FAILED && st != HCOMM_ERR_REVOKED)
                 mp_fail("step %d: expected PEER_FAILED or REVOKED got %s (%s)", s,
-                        mp_status_name(st), hcomm_last_error());
+                        mp_status_name(st), err);
+            /* the words describe this status, not a later failure's (a
+             * revoke that arrived after the collective had failed) */
+            if ((st == HCOMM_ERR_PEER_FAILED) == (strstr(err, "revoked the") != NULL))
+                mp_fail("step %d: %s with the words of another failure: %s", s,
+                        mp_status_name(st), err);
             double t0 = mp_now();
             MP_OK(hcomm_comm_revoke(comm));
             if (mp_rank == second && shrinks == 0) {

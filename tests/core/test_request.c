@@ -1,6 +1,7 @@
 /* core/request.c: reuse bumps the generation so stale rendezvous ids are
  * refused, user handles that are not live requests (stale, foreign, of an
- * earlier pool) are recognised, the pool grows past one slab. */
+ * earlier pool) are recognised, the pool grows past one slab, a failed
+ * request keeps its own words. */
 #include "core/hc_core.h"
 
 #include <setjmp.h>
@@ -116,6 +117,30 @@ static void test_handle_across_pools(void **state)
         hc_request_free(fresh[i]);
 }
 
+/* The words of a request's failure come back with its status, whatever
+ * failed after it (a revoke processed before the caller waited). */
+static void test_own_error(void **state)
+{
+    (void)state;
+    struct hcomm_request *a = hc_request_alloc(HC_REQ_COLL), *b = hc_request_alloc(HC_REQ_RECV);
+    hc_error(HCOMM_ERR_PEER_FAILED, "allreduce: peer rank 2 (world) failed");
+    hc_request_complete(a, HCOMM_ERR_PEER_FAILED);
+    hc_error(HCOMM_ERR_REVOKED, "recv: communicator rank 1 revoked the communicator");
+    hc_request_complete(b, HCOMM_ERR_REVOKED);
+    assert_int_equal(hc_request_result(a), HCOMM_ERR_PEER_FAILED);
+    assert_string_equal(hc_error_last(), "allreduce: peer rank 2 (world) failed");
+    assert_int_equal(hc_request_result(b), HCOMM_ERR_REVOKED);
+    assert_string_equal(hc_error_last(), "recv: communicator rank 1 revoked the communicator");
+    hc_request_free(a);
+    struct hcomm_request *c = hc_request_alloc(HC_REQ_SEND); /* a's slot, no words of a's */
+    assert_ptr_equal(c, a);
+    hc_request_complete(c, HCOMM_OK);
+    assert_int_equal(hc_request_result(c), HCOMM_OK);
+    assert_string_equal(hc_error_last(), "recv: communicator rank 1 revoked the communicator");
+    hc_request_free(c);
+    /* b is never freed: the pool's teardown frees its words (ASan's leak check) */
+}
+
 static void test_growth(void **state)
 {
     (void)state;
@@ -145,6 +170,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_handle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_handle_across_pools, setup, teardown),
         cmocka_unit_test_setup_teardown(test_growth, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_own_error, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
