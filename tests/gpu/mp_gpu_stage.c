@@ -2,9 +2,9 @@
  * Device buffers through the public API, staged at the entry points
  * (api/api_stage.c, docs/gpu.md), on the GPU model (HCOMM_GPU_MODEL=1):
  *
- *   mp_gpu_stage p2p [--big]   send/recv, isend/irecv (completed by
+ *   mp_gpu_stage p2p   send/recv, isend/irecv (completed by
  *       hcomm_test), irecv_any, device to device, host to device and device
- *       to host, sizes 0 B .. 4 MiB (--big: .. 64 MiB), every byte checked
+ *       to host, sizes 0 B .. 64 MiB, every byte checked
  *       and the guard bytes past each receive buffer intact
  *   mp_gpu_stage realloc   a device buffer freed and another allocated at
  *       the same address between two allreduces: the memory-type cache
@@ -116,10 +116,10 @@ static void p2p_one(size_t n, int sdev, int rdev, int mode)
     free(h);
 }
 
-static int run_p2p(int big)
+static int run_p2p(void)
 {
     size_t sizes[] = {0, 1, 7, 4096, 65537, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
-    int nsizes = big ? 9 : 7;
+    int nsizes = (int)(sizeof(sizes) / sizeof(sizes[0]));
     for (int k = 0; k < nsizes; k++)
         for (int c = 0; c < 3; c++) { /* dev->dev, host->dev, dev->host */
             int sdev = c != 1, rdev = c != 2;
@@ -273,17 +273,16 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *what = argc > 1 ? argv[1] : "";
-    int big = argc > 2 && !strcmp(argv[2], "--big");
     if (!strcmp(what, "nostage")) return run_nostage();
     if (!strcmp(what, "nostage-child") && argc > 2) /* one child, by hand */
         return nostage_child(atoi(argv[2]));
     if (!strcmp(what, "fault-in") || !strcmp(what, "fault-out"))
         return run_fault(!strcmp(what, "fault-in"));
     if (strcmp(what, "p2p") && strcmp(what, "realloc")) {
-        fprintf(stderr, "usage: mp_gpu_stage p2p [--big] | realloc | nostage | fault-in | "
+        fprintf(stderr, "usage: mp_gpu_stage p2p | realloc | nostage | fault-in | "
                         "fault-out\n");
         return 2;
     }
     mp_init();
-    return !strcmp(what, "p2p") ? run_p2p(big) : run_realloc();
+    return !strcmp(what, "p2p") ? run_p2p() : run_realloc();
 }
