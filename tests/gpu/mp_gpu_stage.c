@@ -9,7 +9,8 @@
  *   mp_gpu_stage realloc   a device buffer freed and another allocated at
  *       the same address between two allreduces: the memory-type cache
  *       looks the address up anew (a new allocation id) and both results
- *       are right
+ *       are right; the staging counters show one copy in and one back of
+ *       each byte of an in-place allreduce
  *   mp_gpu_stage nostage   (one process, no launcher) a child with
  *       HCOMM_GPU_MODEL_NO_STAGE=1 whose device-buffer allreduce reaches the
  *       CPU must die by SIGSEGV; a child with staging on passes
@@ -20,6 +21,7 @@
  *       the right result (copy back), never a wrong one
  */
 #include "api/mp_test.h"
+#include "api/api_stage.h"
 #include "gpu/gpu.h"
 #include "gpu/model/gpu_model_test.h"
 
@@ -155,7 +157,16 @@ static int run_realloc(void)
     void *a = dev_alloc(count * 4);
     hc_mem_attr_t at, bt;
     MP_OK(hc_gpu_mem_type(a, count * 4, &at));
+    hc_api_stage_counters_t c0, c1;
+    hc_api_stage_counters(&c0);
     allreduce_check(a, count, 1, "first buffer");
+    hc_api_stage_counters(&c1); /* in place: one copy in and one back, of every byte */
+    if (c1.calls != c0.calls + 1 || c1.bytes_in != c0.bytes_in + count * 4 ||
+        c1.bytes_out != c0.bytes_out + count * 4)
+        mp_fail("staging counters: expected 1 call, %zu bytes in and out; got %llu, %llu, %llu",
+                count * 4, (unsigned long long)(c1.calls - c0.calls),
+                (unsigned long long)(c1.bytes_in - c0.bytes_in),
+                (unsigned long long)(c1.bytes_out - c0.bytes_out));
     MP_OK(hc_gpu_model_test_free(a));
     void *b = dev_alloc(count * 4);
     if (b != a)
