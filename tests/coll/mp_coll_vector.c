@@ -301,8 +301,7 @@ static void gpu_mirror_bufs(bufs_t *b, const bufs_t *h, size_t es, bool inplace,
     };
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
         if (back) {
-            if (!m[i].outer_host)
-                gpu_unmirror(m[i].host, *m[i].dev, m[i].bytes);
+            if (!m[i].outer_host) gpu_unmirror(m[i].host, *m[i].dev, m[i].bytes);
             *m[i].dev = m[i].host;
         } else {
             *m[i].dev = m[i].outer_host ? inner(*m[i].outer_dev, m[i].outer_host, m[i].host)
@@ -318,8 +317,7 @@ static void run(hcomm_comm_t w, hcomm_dtype_t d, int s, bool nb, bool inplace, h
     setup(&b, d, s, inplace);
 #ifdef HC_TEST_GPU
     bufs_t h = b;
-    if (g_dev)
-        gpu_mirror_bufs(&b, &h, esz(d), inplace, false);
+    if (g_dev) gpu_mirror_bufs(&b, &h, esz(d), inplace, false);
 #endif
     if (!nb) {
         MP_OK(hcomm_gather(b.gs, b.gr, b.gc, d, b.root, w));
@@ -344,8 +342,7 @@ static void run(hcomm_comm_t w, hcomm_dtype_t d, int s, bool nb, bool inplace, h
             MP_OK(hcomm_wait(r[k]));
     }
 #ifdef HC_TEST_GPU
-    if (g_dev)
-        gpu_mirror_bufs(&b, &h, esz(d), inplace, true);
+    if (g_dev) gpu_mirror_bufs(&b, &h, esz(d), inplace, true);
 #endif
     check(&b, d, s, rop);
     teardown(&b, inplace);
