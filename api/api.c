@@ -4,6 +4,7 @@
  * and the blocking wrappers. The collectives' API lives in api/api_coll.c.
  */
 #include "api/api.h"
+#include "api/api_stage.h"
 #include "coll/coll.h"
 #include "core/hc_core.h"
 #include "mem/mem.h"
@@ -117,6 +118,7 @@ HC_EXPORT hcomm_status_t hcomm_finalize(void)
         return HCOMM_ERR_INVALID;
     hcomm_status_t st = hc_check_init("hcomm_finalize");
     if (st == HCOMM_OK) {
+        hc_api_stage_fini();
         hc_coll_group_fini();
         hc_coll_fini();
         hc_ctx_finalize();
@@ -289,12 +291,17 @@ static hcomm_status_t hc_api_ipost(const char *fn, bool recv, const void *buf, s
     if (HC_UNLIKELY(!req_p))
         return hc_error(HCOMM_ERR_INVALID, "%s: req_p is NULL", fn);
     struct hcomm_request *req;
+    hc_api_stage_t *stg = NULL;
+    if (HC_UNLIKELY(hc_gpu_on) &&
+        (st = hc_api_stage_p2p(fn, recv, (void **)&buf, bytes, comm, &stg)) != HCOMM_OK)
+        return st;
     unsigned kind = recv ? HC_STATS_RECV : HC_STATS_SEND;
     uint64_t t0 = hc_stats_begin(kind, bytes, comm, peer);
     st = recv ? hc_p2p_irecv(comm, comm->ctx_id, (void *)buf, bytes, peer, tag, &req)
               : hc_p2p_isend(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
-        return st;
+        return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;
+    req->stage = stg;
     hc_request_stat(req, kind, bytes, t0);
     if (source_p) {
         if (req->peer == HCOMM_ANY_SOURCE)
@@ -349,7 +356,7 @@ HC_EXPORT hcomm_status_t hcomm_irecv_any(void *buf, size_t count, hcomm_dtype_t 
 /* Blocking calls: the request never leaves the library. */
 static hcomm_status_t hc_api_finish(struct hcomm_request *req, const char *what)
 {
-    hcomm_status_t st = hc_request_wait(req, what);
+    hcomm_status_t st = hc_api_stage_check(req, hc_request_wait(req, what));
     hc_request_stat_end(req);
     hc_request_free(req);
     return st;
@@ -364,20 +371,25 @@ static hcomm_status_t hc_api_send(const void *buf, size_t count, hcomm_dtype_t d
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     bool sent;
+    hc_api_stage_t *stg = NULL;
+    if (HC_UNLIKELY(hc_gpu_on) &&
+        (st = hc_api_stage_p2p("hcomm_send", false, (void **)&buf, bytes, comm, &stg)) != HCOMM_OK)
+        return st;
     uint64_t t0 = hc_stats_begin(HC_STATS_SEND, bytes, comm, peer);
     st = hc_p2p_send_eager_now(comm, buf, bytes, peer, tag, &sent);
     if (HC_LIKELY(sent) || HC_UNLIKELY(st != HCOMM_OK)) {
         if (HC_UNLIKELY(t0 != 0))
             hc_stats_end(HC_STATS_SEND, bytes, comm, t0);
-        return st;
+        return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;
     }
     struct hcomm_request *req;
     st = hc_p2p_isend(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
-        return st;
+        return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;
+    req->stage = stg;
     hc_request_stat(req, HC_STATS_SEND, bytes, t0);
     if (HC_LIKELY(req->done)) {
-        st = req->status;
+        st = hc_api_stage_check(req, hc_request_result(req));
         hc_request_stat_end(req);
         hc_request_free(req);
         return st;
@@ -405,10 +417,15 @@ static hcomm_status_t hc_api_recv(const char *fn, void *buf, size_t count, hcomm
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
     struct hcomm_request *req;
+    hc_api_stage_t *stg = NULL;
+    if (HC_UNLIKELY(hc_gpu_on) &&
+        (st = hc_api_stage_p2p(fn, true, &buf, bytes, comm, &stg)) != HCOMM_OK)
+        return st;
     uint64_t t0 = hc_stats_begin(HC_STATS_RECV, bytes, comm, peer);
     st = hc_p2p_irecv(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
-        return st;
+        return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;
+    req->stage = stg;
     hc_request_stat(req, HC_STATS_RECV, bytes, t0);
     if (source_p) {
         if (req->peer == HCOMM_ANY_SOURCE)
@@ -501,7 +518,7 @@ static hcomm_status_t hc_api_test(hcomm_request_t handle, int *done_p)
         return HCOMM_OK;
     }
     *done_p = 1;
-    st = hc_request_result(req);
+    st = hc_api_stage_check(req, hc_request_result(req));
     hc_request_stat_end(req);
     hc_request_free(req);
     return st;

@@ -5,6 +5,7 @@
  * coll/'s: hc_coll_post (coll/coll_post.c) decides and posts.
  */
 #include "api/api.h"
+#include "api/api_stage.h"
 #include "coll/coll.h"
 #include "core/stats.h"
 
@@ -28,6 +29,8 @@ static inline hcomm_status_t hc_api_post(hc_coll_kind_t kind, const void *sbuf, 
 {
     hc_coll_args_t a = {.kind = kind, .sbuf = sbuf, .rbuf = rbuf, .count = count, .bytes = bytes,
                         .dtype = dtype, .op = op, .root = root, .vec = vec};
+    if (HC_UNLIKELY(hc_gpu_on)) /* device buffers staged through host (api_stage.c) */
+        return hc_api_stage_coll(&a, comm, req_p);
     return hc_coll_post(&a, comm, req_p);
 }
 
@@ -571,6 +574,7 @@ HC_EXPORT hcomm_status_t hcomm_group_end(void)
     hcomm_status_t st = hc_check_init("hcomm_group_end");
     if (st == HCOMM_OK)
         st = hc_coll_group_end();
+    if (HC_UNLIKELY(hc_gpu_on)) st = hc_api_stage_group_end(st);
     hc_api_leave(g);
     return st;
 }

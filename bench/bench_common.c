@@ -133,8 +133,8 @@ static void hb_usage_print(FILE *f)
                 "  -a, --average 0|1|2|3   time of rank 0 (0), mean over ranks (1), min (2), "
                 "max (3) (default 3: the slowest rank, as the peers report)\n",
                 hb_prog_tool == HB_TOOL_COLL);
-    fprintf(f, "  -m, --mem malloc|hcomm  buffers from aligned_alloc (default) or "
-               "hcomm_mem_alloc\n"
+    fprintf(f, "  -m, --mem malloc|hcomm|device  buffers from aligned_alloc (default), "
+               "hcomm_mem_alloc or the GPU backend (hcomm_mem_alloc_device)\n"
                "  -J, --json FILE         also write one JSON object per result to FILE "
                "(rank 0)\n"
                "      --csv               comma-separated output\n"
@@ -432,8 +432,10 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
                 o.mem_hcomm = 0;
             else if (!strcmp(optarg, "hcomm"))
                 o.mem_hcomm = 1;
+            else if (!strcmp(optarg, "device"))
+                o.mem_hcomm = HB_MEM_DEVICE;
             else
-                hb_usage_error("-m: bad memory kind '%s' (malloc or hcomm)", optarg);
+                hb_usage_error("-m: bad memory kind '%s' (malloc, hcomm or device)", optarg);
             break;
         case 'J':
             if (!optarg[0]) hb_usage_error("-J: empty file name");
@@ -478,12 +480,21 @@ int hb_size_next(const struct hb_opts *opts, size_t *size_p)
  * Buffers
  * ---------------------------------------------------------------------- */
 
+const char *hb_mem_name(int mem)
+{
+    return mem == HB_MEM_DEVICE ? "device" : mem ? "hcomm" : "malloc";
+}
+
 void *hb_buf_alloc(size_t bytes, int mem_hcomm)
 {
     size_t rounded;
     void *buf = NULL;
 
     if (bytes == 0) bytes = 1;
+    if (mem_hcomm == HB_MEM_DEVICE) { /* refused by name where no GPU backend is active */
+        hb_check(hcomm_mem_alloc_device(0, bytes, &buf), "-m device: hcomm_mem_alloc_device");
+        return buf;
+    }
     if (mem_hcomm) {
         hb_check(hcomm_mem_alloc(bytes, &buf), "hcomm_mem_alloc");
         return buf;
@@ -499,6 +510,10 @@ void *hb_buf_alloc(size_t bytes, int mem_hcomm)
 void hb_buf_free(void *buf, size_t bytes, int mem_hcomm)
 {
     if (!buf) return;
+    if (mem_hcomm == HB_MEM_DEVICE) {
+        hb_check(hcomm_mem_free_device(buf), "hcomm_mem_free_device");
+        return;
+    }
     if (mem_hcomm) {
         hb_check(hcomm_mem_free(buf), "hcomm_mem_free");
         return;
@@ -1094,6 +1109,27 @@ void hb_coll_call(const struct hb_coll *coll, const struct hb_coll_ctx *c, int i
  * calls, then -a over ranks); the percentiles are those of the iterations
  * after reducing each iteration over the ranks.
  */
+/* -m device: to 1, the host copies' bytes to the device buffers, which the
+ * calls then get; to 0, the device bytes back into the host copies, which
+ * fill and check get again; -1: the host copies again, nothing moved. */
+static void hb_dev_move(struct hb_coll_ctx *c, int to_device)
+{
+    if (!c->dsend && !c->drecv) return;
+    if (to_device == 1) {
+        if (c->dsend) hb_check(hcomm_memcpy(c->dsend, c->hsend, c->send_bytes), "hcomm_memcpy");
+        if (c->drecv) hb_check(hcomm_memcpy(c->drecv, c->hrecv, c->recv_bytes), "hcomm_memcpy");
+        c->sendbuf = c->dsend;
+        c->recvbuf = c->drecv;
+        return;
+    }
+    if (to_device == 0) {
+        if (c->dsend) hb_check(hcomm_memcpy(c->hsend, c->dsend, c->send_bytes), "hcomm_memcpy");
+        if (c->drecv) hb_check(hcomm_memcpy(c->hrecv, c->drecv, c->recv_bytes), "hcomm_memcpy");
+    }
+    c->sendbuf = c->hsend;
+    c->recvbuf = c->hrecv;
+}
+
 static void hb_coll_phase(const struct hb_coll *coll, struct hb_coll_ctx *c,
                           const struct hb_opts *o, int in_place, int iters, int warmup,
                           double busbw_factor, size_t bytes, double *lat, struct hb_phase *ph)
@@ -1112,6 +1148,7 @@ static void hb_coll_phase(const struct hb_coll *coll, struct hb_coll_ctx *c,
 
     /* defined inputs: garbage could hold NaNs or denormals that slow floats */
     coll->fill(c, in_place);
+    hb_dev_move(c, 1);
     for (int i = 0; i < warmup; i++)
         hb_coll_call(coll, c, in_place, o->blocking);
     hb_check(hcomm_barrier(c->comm), "hcomm_barrier");
@@ -1131,9 +1168,12 @@ static void hb_coll_phase(const struct hb_coll *coll, struct hb_coll_ctx *c,
     ph->algbw = bytes && ph->us > 0 ? (double)bytes / ph->us / 1e3 : 0;
     ph->busbw = ph->algbw * busbw_factor;
     ph->wrong = -1;
+    hb_dev_move(c, -1);
     if (!o->check) return;
     coll->fill(c, in_place);
+    hb_dev_move(c, 1);
     hb_coll_call(coll, c, in_place, o->blocking);
+    hb_dev_move(c, 0);
     wrong = (int64_t)coll->check(c, in_place);
     hb_check(hcomm_allreduce(&wrong, &total, 1, HCOMM_INT64, HCOMM_SUM, c->comm),
              "hcomm_allreduce");
@@ -1151,7 +1191,7 @@ static void hb_coll_header(const struct hb_coll *coll, const struct hb_opts *o)
     printf("# %s_bw: %s\n", coll->name, hcomm_version_string());
     printf("# ranks %d  iters %s  warmup %s  check %d  mem %s  blocking %d  average %d (%s)\n",
            hb_nranks, o->iters < 0 ? "auto" : "fixed", o->warmup < 0 ? "auto" : "fixed", o->check,
-           o->mem_hcomm ? "hcomm" : "malloc", o->blocking, o->average, hb_average_name(o->average));
+           hb_mem_name(o->mem_hcomm), o->blocking, o->average, hb_average_name(o->average));
     printf("#\n");
     /* p50/p99 follow #wrong, so the columns of time (6) and busbw (8)
      * stay where scripts read them */
@@ -1227,7 +1267,7 @@ static void hb_coll_json(FILE *f, const struct hb_coll *coll, const struct hb_op
     hb_json_int(&j, "call_count", (long long)c->count);
     hb_json_int(&j, "iters", iters);
     hb_json_str(&j, "average", hb_average_name(o->average));
-    hb_json_str(&j, "mem", o->mem_hcomm ? "hcomm" : "malloc");
+    hb_json_str(&j, "mem", hb_mem_name(o->mem_hcomm));
     hb_json_write(&j, f);
 }
 
@@ -1253,6 +1293,14 @@ static int64_t hb_coll_dtype(const struct hb_coll *coll, const struct hb_opts *o
     coll->buf_elems(max_elems, c.nranks, &send_elems, &recv_elems);
     c.sendbuf = send_elems ? hb_buf_alloc(send_elems * c.esize, o->mem_hcomm) : NULL;
     c.recvbuf = recv_elems ? hb_buf_alloc(recv_elems * c.esize, o->mem_hcomm) : NULL;
+    if (o->mem_hcomm == HB_MEM_DEVICE) { /* fill and check work on host copies */
+        c.dsend = c.sendbuf;
+        c.drecv = c.recvbuf;
+        c.send_bytes = send_elems * c.esize;
+        c.recv_bytes = recv_elems * c.esize;
+        c.sendbuf = c.hsend = send_elems ? hb_buf_alloc(c.send_bytes, 0) : NULL;
+        c.recvbuf = c.hrecv = recv_elems ? hb_buf_alloc(c.recv_bytes, 0) : NULL;
+    }
 
     size = o->min_bytes;
     do {
@@ -1287,6 +1335,12 @@ static int64_t hb_coll_dtype(const struct hb_coll *coll, const struct hb_opts *o
         }
     } while (hb_size_next(o, &size));
 
+    if (o->mem_hcomm == HB_MEM_DEVICE) {
+        hb_buf_free(c.hsend, c.send_bytes, 0);
+        hb_buf_free(c.hrecv, c.recv_bytes, 0);
+        c.sendbuf = c.dsend;
+        c.recvbuf = c.drecv;
+    }
     hb_buf_free(c.sendbuf, send_elems * c.esize, o->mem_hcomm);
     hb_buf_free(c.recvbuf, recv_elems * c.esize, o->mem_hcomm);
     return total_wrong;

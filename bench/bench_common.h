@@ -64,7 +64,7 @@ struct hb_opts {
     int op;        /* hcomm_op_t or HB_OP_ALL */
     int root;
     int check;
-    int mem_hcomm; /* buffers from hcomm_mem_alloc() instead of malloc */
+    int mem_hcomm; /* 0: malloc; 1: hcomm_mem_alloc(); HB_MEM_DEVICE: device memory */
     int csv;
     int blocking;             /* -z: 1 blocking calls, 0 hcomm_i* then hcomm_wait */
     int average;              /* -a: enum hb_average */
@@ -94,6 +94,10 @@ int hb_size_next(const struct hb_opts *opts, size_t *size_p);
 
 /* Page-aligned buffer of at least bytes (malloc, or hcomm pool memory with
  * -m hcomm); exits 1 when out of memory. Free with hb_buf_free(). */
+/* -m device: buffers from the active GPU backend (hcomm_mem_alloc_device);
+ * the tools fill and check host copies and move them with hcomm_memcpy. */
+#define HB_MEM_DEVICE 2
+const char *hb_mem_name(int mem); /* "malloc", "hcomm", "device" */
 void *hb_buf_alloc(size_t bytes, int mem_hcomm);
 void hb_buf_free(void *buf, size_t bytes, int mem_hcomm);
 
@@ -182,6 +186,10 @@ struct hb_coll_ctx {
     size_t count;            /* the count argument of the call */
     size_t first;            /* index of element 0 in the reference pattern (hb_fill) */
     char *sendbuf, *recvbuf; /* allocated for the largest size */
+    /* -m device: sendbuf/recvbuf are host copies that fill and check use;
+     * the calls get these device buffers (hb_coll_phase moves the bytes) */
+    char *dsend, *drecv, *hsend, *hrecv;
+    size_t send_bytes, recv_bytes;
     const char *what;        /* for check messages about the result */
     const char *what_input;  /* ... about an input the call must not change */
 };

@@ -29,6 +29,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* -m device: the device buffers the calls get; sbuf and rbuf are then host
+ * copies that the stamps and checks use, moved with hcomm_memcpy outside
+ * the timed region. */
+static uint8_t *pp_dsbuf, *pp_drbuf;
+
+static uint8_t *pp_s(uint8_t *sbuf)
+{
+    return pp_dsbuf ? pp_dsbuf : sbuf;
+}
+
+static uint8_t *pp_r(uint8_t *rbuf)
+{
+    return pp_drbuf ? pp_drbuf : rbuf;
+}
+
+/* host copy to device (push) or back (pull) */
+static void pp_move(uint8_t *host, uint8_t *dev, size_t n, int push)
+{
+    if (!dev || !n) return;
+    hb_check(push ? hcomm_memcpy(dev, host, n) : hcomm_memcpy(host, dev, n), "hcomm_memcpy");
+}
+
 #define PP_STAMP_STRIDE 1024
 #define PP_SMALL 16 /* below this every byte carries the iteration */
 
@@ -130,7 +152,7 @@ static void pp_print_header(const struct hb_opts *o)
         return;
     }
     printf("# pingpong: %s\n# ranks %d  mem %s  mode %s", hcomm_version_string(), hb_nranks,
-           o->mem_hcomm ? "hcomm" : "malloc", pp_mode_name(o->mode));
+           hb_mem_name(o->mem_hcomm), pp_mode_name(o->mode));
     if (o->mode != HB_PP_LAT)
         printf("  window %d: msg_us = window time / %d messages, MB/s = %d x bytes / window time",
                o->window, pp_msgs_per_sample(o), pp_msgs_per_sample(o));
@@ -161,7 +183,7 @@ static void pp_print_row(const struct hb_opts *o, const struct pp_row *r, FILE *
     hb_json_int(&j, "window", o->mode == HB_PP_LAT ? 1 : o->window);
     hb_json_int(&j, "iters", r->iters);
     hb_json_int(&j, "wrong", (long long)r->wrong);
-    hb_json_str(&j, "mem", o->mem_hcomm ? "hcomm" : "malloc");
+    hb_json_str(&j, "mem", hb_mem_name(o->mem_hcomm));
     hb_json_write(&j, json);
 }
 
@@ -201,17 +223,20 @@ static size_t pp_run_lat(const struct hb_opts *o, hcomm_comm_t pair, size_t n, u
             uint64_t t0, t1;
 
             pp_stamp(sbuf, n, (uint64_t)i);
+            pp_move(sbuf, pp_dsbuf, n, 1);
             t0 = hb_now_ns();
-            hb_check(hcomm_send(sbuf, n, HCOMM_UINT8, 1, 0, comm), "hcomm_send");
-            hb_check(hcomm_recv(rbuf, n, HCOMM_UINT8, 1, 0, comm), "hcomm_recv");
+            hb_check(hcomm_send(pp_s(sbuf), n, HCOMM_UINT8, 1, 0, comm), "hcomm_send");
+            hb_check(hcomm_recv(pp_r(rbuf), n, HCOMM_UINT8, 1, 0, comm), "hcomm_recv");
             t1 = hb_now_ns();
             if (i >= warmup) lat[i - warmup] = (double)(t1 - t0) / 2e3;
+            pp_move(rbuf, pp_drbuf, n, 0);
             wrong += pp_compare(rbuf, sbuf, n, 1, i);
         } else {
-            hb_check(hcomm_recv(rbuf, n, HCOMM_UINT8, 0, 0, comm), "hcomm_recv");
-            hb_check(hcomm_send(rbuf, n, HCOMM_UINT8, 0, 0, comm), "hcomm_send");
+            hb_check(hcomm_recv(pp_r(rbuf), n, HCOMM_UINT8, 0, 0, comm), "hcomm_recv");
+            hb_check(hcomm_send(pp_r(rbuf), n, HCOMM_UINT8, 0, 0, comm), "hcomm_send");
         }
     }
+    if (hb_rank != 0) pp_move(rbuf, pp_drbuf, n, 0);
     if (n) {
         /* sbuf holds exactly what rank 0 sent last */
         if (hb_rank == 0) {
@@ -255,15 +280,18 @@ static size_t pp_run_bw(const struct hb_opts *o, hcomm_comm_t pair, size_t n, ui
         uint64_t t0, t1;
 
         if (sends) pp_stamp(sbuf, n, (uint64_t)i);
+        if (sends) pp_move(sbuf, pp_dsbuf, n, 1);
         if (recvs) pp_stamp(want, n, (uint64_t)i);
         t0 = hb_now_ns();
         if (recvs)
             for (int k = 0; k < w; k++)
-                hb_check(hcomm_irecv(rbuf, n, HCOMM_UINT8, peer, 1, comm, &reqs[k]), "hcomm_irecv");
+                hb_check(hcomm_irecv(pp_r(rbuf), n, HCOMM_UINT8, peer, 1, comm, &reqs[k]),
+                         "hcomm_irecv");
         if (sends)
             for (int k = 0; k < w; k++)
-                hb_check(hcomm_isend(sbuf, n, HCOMM_UINT8, peer, 1, comm, &reqs[nreq - w + k]),
-                         "hcomm_isend");
+                hb_check(
+                    hcomm_isend(pp_s(sbuf), n, HCOMM_UINT8, peer, 1, comm, &reqs[nreq - w + k]),
+                    "hcomm_isend");
         for (int k = 0; k < nreq; k++)
             hb_check(hcomm_wait(reqs[k]), "hcomm_wait");
         if (!bibw && hb_rank == 0)
@@ -272,6 +300,7 @@ static size_t pp_run_bw(const struct hb_opts *o, hcomm_comm_t pair, size_t n, ui
             hb_check(hcomm_send(&ack, 1, HCOMM_UINT8, 0, 2, comm), "hcomm_send");
         t1 = hb_now_ns();
         if (hb_rank == 0 && i >= warmup) lat[i - warmup] = (double)(t1 - t0) / 1e3;
+        if (recvs) pp_move(rbuf, pp_drbuf, n, 0);
         if (recvs) wrong += pp_compare(rbuf, want, n, 1, i);
     }
     if (recvs && n) wrong += pp_compare(rbuf, want, n, 0, total - 1);
@@ -317,6 +346,12 @@ int main(int argc, char **argv)
     max_iters = o.iters >= 0 ? o.iters : 10000;
     sbuf = hb_buf_alloc(bytes, o.mem_hcomm);
     rbuf = hb_buf_alloc(bytes, o.mem_hcomm);
+    if (o.mem_hcomm == HB_MEM_DEVICE) { /* stamps and checks on host copies */
+        pp_dsbuf = sbuf;
+        pp_drbuf = rbuf;
+        sbuf = hb_buf_alloc(bytes, 0);
+        rbuf = hb_buf_alloc(bytes, 0);
+    }
     want = malloc(bytes ? bytes : 1);
     lat = malloc(sizeof(double) * (size_t)max_iters);
     reqs = malloc(sizeof(*reqs) * 2 * (size_t)o.window);
@@ -339,6 +374,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: pingpong: %zu wrong bytes or words received: FAILED\n", hb_rank,
                 wrong);
     hb_json_close(json, o.json);
+    if (o.mem_hcomm == HB_MEM_DEVICE) {
+        hb_buf_free(sbuf, bytes, 0);
+        hb_buf_free(rbuf, bytes, 0);
+        sbuf = pp_dsbuf;
+        rbuf = pp_drbuf;
+    }
     hb_buf_free(sbuf, bytes, o.mem_hcomm);
     hb_buf_free(rbuf, bytes, o.mem_hcomm);
     free(want);

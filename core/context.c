@@ -12,6 +12,7 @@
  */
 #include "core/hc_core.h"
 #include "core/stats.h"
+#include "gpu/gpu.h"
 #include "mem/mem.h"
 #include "topo/topo.h"
 
@@ -358,6 +359,7 @@ void hc_ctx_teardown(void)
     for (int i = hc_ctx.ndrvs - 1; i >= 0; i--)
         hc_ctx.drvs[i]->ops->close(hc_ctx.drvs[i]);
     hc_mem_finalize();
+    hc_gpu_fini(); /* after mem/: staging chunks are pool memory */
     if (hc_ctx.bs)
         hc_bootstrap_close(hc_ctx.bs);
     free(hc_ctx.peers);
@@ -428,6 +430,13 @@ static hcomm_status_t hc_ctx_init_peers(void)
     for (int r = 0; r < hc_ctx.size; r++) {
         hc_ctx.peers[r].pidfd = -1;
         hc_list_init(&hc_ctx.peers[r].pending);
+    }
+    /* The GPU layer below mem/: HCOMM_GPU_MODEL=1 where the model is not
+     * built in fails here, by name (docs/gpu.md). */
+    if ((st = hc_gpu_init()) != HCOMM_OK) {
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", hc_error_last());
+        return hc_error(st, "hcomm_init: %s", saved);
     }
     return hc_mem_init();
 }

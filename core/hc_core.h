@@ -85,6 +85,9 @@ struct hcomm_request {
     hc_list_t link;     /* posted-receive queue or a peer's pending list */
     /* collectives */
     struct hc_coll_op *coll;
+    /* device buffers staged through host memory (api/api_stage.c): copied
+     * back when the request is retired to the user (hcomm_wait/test) */
+    void *stage;
     /* statistics (core/stats.h): the operation's kind (HC_STATS_NONE:
      * internal), its bytes and its begin time stamp (0: not timed) */
     uint8_t stat_kind;

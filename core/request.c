@@ -108,6 +108,7 @@ struct hcomm_request *hc_request_alloc(hc_req_kind_t kind)
     req->put_held = NULL;
     req->drain = NULL;
     req->coll = NULL;
+    req->stage = NULL;
     req->source_out = NULL;
     req->stat_kind = HC_STATS_NONE;
     req->stat_t0 = 0;

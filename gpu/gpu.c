@@ -33,6 +33,8 @@
 #define HC_GPU_SCRATCH (4u << 20) /* bytes of a reduction's staging chunk */
 
 const hc_gpu_ops_t *hc_gpu_model_glue;
+bool hc_gpu_on;
+bool hc_gpu_no_stage;
 
 /* HCOMM_GPU_MODEL is read by hc_gpu_init itself (hc_config_env), so that
  * the layer works before hcomm_init; the table lists it for hcomm_info -c
@@ -135,6 +137,7 @@ hcomm_status_t hc_gpu_init(void)
         goto out;
     }
     atomic_store_explicit(&hc_gpu.ops, hc_gpu_model_glue, memory_order_release);
+    hc_gpu_on = true;
     hc_gpu.inited = true;
     hc_log_info("gpu: backend %s, %d device(s)", hc_gpu_model_glue->name,
                 hc_gpu_model_glue->device_count());
@@ -157,6 +160,8 @@ void hc_gpu_fini(void)
     free(hc_gpu.host_scratch);
     hc_gpu.host_scratch = NULL;
     atomic_store_explicit(&hc_gpu.ops, NULL, memory_order_release);
+    hc_gpu_on = false;
+    hc_gpu_no_stage = false;
     if (ops) ops->fini();
     hc_gpu_cache_clear();
     hc_gpu.inited = false;

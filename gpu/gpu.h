@@ -167,6 +167,15 @@ hcomm_status_t hc_gpu_init(void);
 void hc_gpu_fini(void);
 /* The active backend, NULL when every buffer is host memory. */
 const hc_gpu_ops_t *hc_gpu_backend(void);
+/* True while a backend is active (set by hc_gpu_init, cleared by
+ * hc_gpu_fini): the engine's entry points test it, one well-predicted
+ * branch, before they look up any memory type (api/api_stage.c). */
+extern bool hc_gpu_on;
+/* Test machinery only: the model sets it under HCOMM_GPU_MODEL_NO_STAGE=1
+ * (a knob of the test library, never of libhcomm), and the entry points
+ * then pass device buffers on unstaged, so that a test proves the model
+ * catches a path that touches device memory with the CPU. */
+extern bool hc_gpu_no_stage;
 
 /* One line for hcomm_info: the backend and its devices, or why none. */
 void hc_gpu_describe(char *buf, size_t len);

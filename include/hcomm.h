@@ -368,6 +368,20 @@ hcomm_status_t hcomm_mem_free(void *ptr);
  * cache. */
 hcomm_status_t hcomm_mem_deregister(void *ptr, size_t bytes);
 
+/* Device memory, for benchmarks and tests (`-m device`): bytes (> 0) on
+ * device `device` of the active GPU backend (docs/gpu.md; the model of a GPU
+ * in the test library, HCOMM_GPU_MODEL=1), and its free. Every call of this
+ * API accepts device buffers (staged through host memory for now). A CUDA
+ * program allocates with cudaMalloc as ever. Errors: ERR_UNSUPPORTED naming
+ * why when no GPU backend is active, ERR_INVALID (bytes 0, NULL ptr_p, a
+ * device out of range, a pointer not from here), ERR_NOT_INITIALIZED. */
+hcomm_status_t hcomm_mem_alloc_device(int device, size_t bytes, void **ptr_p);
+hcomm_status_t hcomm_mem_free_device(void *ptr);
+/* Copies n bytes from src to dst, each host or device memory, through the
+ * active GPU backend (memmove for host to host): how a program without its
+ * own GPU runtime fills and reads device buffers. Synchronous. */
+hcomm_status_t hcomm_memcpy(void *dst, const void *src, size_t n);
+
 /* ---------------------------------------------------------------------------
  * Collectives. Every rank of comm calls them in the same order with the same
  * count, dtype, op and root. In place when sendbuf == recvbuf (allgather:

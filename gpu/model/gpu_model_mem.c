@@ -41,6 +41,7 @@ static const char hc_gm_magic[8] = "hcgpumdl";
 hc_gpu_model_state_t hc_gpu_model;
 
 static const char *hc_gm_fault_knob, *hc_gm_delay_knob;
+static bool hc_gm_no_stage_knob;
 static const hc_config_knob_t hc_gm_knobs[] = {
     HC_KNOB_STR(hc_gm_fault_knob, "HCOMM_GPU_MODEL_FAULT", "",
                 "gpu model: faults on demand, comma separated: copy:N (the Nth copy fails), "
@@ -49,6 +50,9 @@ static const hc_config_knob_t hc_gm_knobs[] = {
     HC_KNOB_STR(hc_gm_delay_knob, "HCOMM_GPU_MODEL_DELAY", "",
                 "gpu model: each stream operation first waits a random 0..N microseconds, so "
                 "that completions across streams come out of order"),
+    HC_KNOB_BOOL(hc_gm_no_stage_knob, "HCOMM_GPU_MODEL_NO_STAGE", "0",
+                 "gpu model: the entry points leave device buffers unstaged, so that a test "
+                 "proves a CPU access to device memory faults (api/api_stage.c)"),
 };
 HC_CONFIG_KNOBS("gpu model", hc_gm_knobs)
 
@@ -462,6 +466,10 @@ static hcomm_status_t hc_gm_init(char *why, size_t why_len)
                           "HCOMM_GPU_MODEL_DELAY=%s must be microseconds, 0..1000000", d);
         hc_gpu_model.delay_us = v;
     }
+    /* Test knob: the engine's entry points leave device buffers unstaged
+     * (docs/gpu.md: the test that proves a missed site faults). */
+    const char *ns = hc_config_env("HCOMM_GPU_MODEL_NO_STAGE");
+    hc_gpu_no_stage = ns && !strcmp(ns, "1");
     if (st != HCOMM_OK) snprintf(why, why_len, "%s", hc_error_last());
     return st;
 }

@@ -24,6 +24,9 @@
 #include "common/mp_test.h"
 
 #include <math.h>
+#ifdef HC_TEST_GPU /* mp_gpu_matrix: --device (tests/gpu/mp_gpu_mirror.h) */
+#include "gpu/mp_gpu_mirror.h"
+#endif
 
 enum { C_ALLREDUCE, C_BROADCAST, C_REDUCE, C_ALLGATHER, C_REDUCE_SCATTER, C_ALLTOALL, C_NCOLL };
 static const char *const coll_names[C_NCOLL] = {"allreduce", "broadcast",      "reduce",
@@ -482,6 +485,7 @@ static void *alloc_buf(size_t bytes, int fill)
 typedef struct {
     case_t c;
     uint8_t *sb, *rb, *copy;
+    uint8_t *dsb, *drb; /* --device: their device mirrors */
     size_t sbytes, rbytes;
     hcomm_request_t req;
 } call_t;
@@ -565,6 +569,12 @@ static hcomm_status_t call_post(call_t *k, hcomm_comm_t w, hcomm_request_t *req_
     hcomm_dtype_t d = c->d;
     hcomm_op_t op = c->op;
     const int me = mp_rank;
+#ifdef HC_TEST_GPU
+    if (g_dev) { /* in place: the one buffer follows the receive side */
+        sb = k->dsb = gpu_mirror(sb, k->sbytes + GUARD, gpu_dev_side(!c->inplace ? 0 : 1));
+        rb = k->drb = gpu_mirror(rb, k->rbytes + GUARD, gpu_dev_side(1));
+    }
+#endif
     switch (c->coll) {
     case C_ALLREDUCE:
         return req_p ? hcomm_iallreduce(sb, c->inplace ? sb : rb, cnt, d, op, w, req_p)
@@ -608,6 +618,10 @@ static void call_check(call_t *k)
     const int n = g_n, me = mp_rank;
     const size_t blk = c->count * hcomm_dtype_size(c->d);
     uint8_t *sb = k->sb, *rb = k->rb;
+#ifdef HC_TEST_GPU
+    gpu_unmirror(sb, k->dsb, k->sbytes + GUARD);
+    gpu_unmirror(rb, k->drb, k->rbytes + GUARD);
+#endif
     const uint8_t *res =
         c->inplace ? (c->coll == C_BROADCAST || c->coll == C_ALLGATHER ? rb : sb) : rb;
     switch (c->coll) {
@@ -775,6 +789,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--pool")) {
             g_pool = 1;
             bad = 0;
+#ifdef HC_TEST_GPU
+        } else if (!bad && !strcmp(argv[i], "--device")) {
+            bad = gpu_dev_mode(argv[++i]);
+#endif
         } else if (!strcmp(argv[i], "--groups")) {
             groups = 1;
             bad = 0;

@@ -15,6 +15,9 @@
 #include "common/mp_test.h"
 
 #include <stdbool.h>
+#ifdef HC_TEST_GPU
+#include "gpu/mp_gpu_mirror.h"
+#endif
 
 static int me, n;
 static size_t scale = 1;
@@ -261,10 +264,61 @@ static void check(bufs_t *b, hcomm_dtype_t d, int s, hcomm_op_t rop)
     }
 }
 
+#ifdef HC_TEST_GPU /* mp_gpu_vector: --device (tests/gpu/mp_gpu_mirror.h) */
+static void *mir(void *p, size_t bytes, int recv)
+{
+    return gpu_mirror(p, bytes, gpu_dev_side(recv));
+}
+
+/* inner lies in host outer ho; its place in outer's mirror o */
+static void *inner(void *o, void *ho, void *in)
+{
+    return (uint8_t *)o + ((uint8_t *)in - (uint8_t *)ho);
+}
+
+/* b's buffers replaced by their mirrors (h: the host ones); in place, the
+ * inner buffer is a part of its outer one's mirror. */
+static void gpu_mirror_bufs(bufs_t *b, const bufs_t *h, size_t es, bool inplace, bool back)
+{
+    size_t nn = (size_t)n;
+    bool ipr = inplace && me == b->root;
+    struct {
+        void **dev, *host;
+        size_t bytes;
+        int recv;
+        void *outer_host, **outer_dev;
+    } m[] = {
+        {&b->gr, h->gr, b->gc * nn * es + 1, 1, NULL, NULL},
+        {&b->gs, h->gs, b->gc * es + 1, 0, ipr ? h->gr : NULL, &b->gr},
+        {&b->ss, h->ss, b->gc * nn * es + 1, 0, NULL, NULL},
+        {&b->sr, h->sr, b->gc * es + 1, 1, ipr ? h->ss : NULL, &b->ss},
+        {&b->ar, h->ar, b->atot * es + 1, 1, NULL, NULL},
+        {&b->as, h->as, b->acnt[me] * es + 1, 0, inplace ? h->ar : NULL, &b->ar},
+        {&b->rs, h->rs, b->rtot * es + 1, 0, NULL, NULL},
+        {&b->rr, h->rr, b->rcnt[me] * es + 1, 1, inplace ? h->rs : NULL, &b->rs},
+        {&b->ts, h->ts, b->tstot * es + 1, 0, NULL, NULL},
+        {&b->tr, h->tr, b->trtot * es + 1, 1, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        if (back) {
+            if (!m[i].outer_host) gpu_unmirror(m[i].host, *m[i].dev, m[i].bytes);
+            *m[i].dev = m[i].host;
+        } else {
+            *m[i].dev = m[i].outer_host ? inner(*m[i].outer_dev, m[i].outer_host, m[i].host)
+                                        : mir(m[i].host, m[i].bytes, m[i].recv);
+        }
+    }
+}
+#endif
+
 static void run(hcomm_comm_t w, hcomm_dtype_t d, int s, bool nb, bool inplace, hcomm_op_t rop)
 {
     bufs_t b;
     setup(&b, d, s, inplace);
+#ifdef HC_TEST_GPU
+    bufs_t h = b;
+    if (g_dev) gpu_mirror_bufs(&b, &h, esz(d), inplace, false);
+#endif
     if (!nb) {
         MP_OK(hcomm_gather(b.gs, b.gr, b.gc, d, b.root, w));
         MP_OK(hcomm_scatter(b.ss, b.sr, b.gc, d, b.root, w));
@@ -287,6 +341,9 @@ static void run(hcomm_comm_t w, hcomm_dtype_t d, int s, bool nb, bool inplace, h
         for (int k = 4; k >= 0; k--) /* waited in another order than posted */
             MP_OK(hcomm_wait(r[k]));
     }
+#ifdef HC_TEST_GPU
+    if (g_dev) gpu_mirror_bufs(&b, &h, esz(d), inplace, true);
+#endif
     check(&b, d, s, rop);
     teardown(&b, inplace);
 }
@@ -342,6 +399,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--big"))
             scale = 2048;
+#ifdef HC_TEST_GPU
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc && !gpu_dev_mode(argv[i + 1]))
+            i++;
+#endif
     hcomm_comm_t w = hcomm_comm_world();
     me = hcomm_comm_rank(w);
     n = hcomm_comm_size(w);

@@ -1,0 +1,67 @@
+/*
+ * Whole-buffer staging of device memory at the entry points (issue 32's
+ * first engine slice, docs/gpu.md "The staged path"). Every collective and
+ * p2p call finds the memory type of each user buffer it reads or writes,
+ * once, over the exact extent the call touches. All host: the call goes on
+ * as before. Any device (or managed) buffer: its bytes go through a host
+ * staging chunk from the pool (hc_mem_alloc), copied in with hc_gpu_copy
+ * before the host operation is posted and copied back, when it completes,
+ * before the user can see it complete. Nothing below api/ ever sees a
+ * device pointer, so no CPU access reaches device memory.
+ *
+ * It lives in api/ because it wraps whole calls (their extents are the
+ * API's arguments, and a staged request is retired where the API retires
+ * requests: hcomm_wait, hcomm_test, the blocking calls, hcomm_group_end);
+ * the pipelined staging to come belongs in coll/ and core/, per chunk.
+ */
+#ifndef HC_API_STAGE_H
+#define HC_API_STAGE_H
+
+#include "api/api.h"
+#include "coll/coll.h"
+#include "gpu/gpu.h"
+
+typedef struct hc_api_stage hc_api_stage_t;
+
+/* A collective with its arguments checked: hc_coll_post, staged where a
+ * buffer is device memory. The caller tests hc_gpu_on first. */
+hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *comm,
+                                 hcomm_request_t *req_p);
+
+/* p2p: *buf_p (bytes) is looked up; device memory is replaced by a host
+ * staging buffer (a send's bytes copied in) and *stg_p set, else *stg_p is
+ * NULL and nothing changes. A failed copy revokes comm (the peer fails at
+ * once instead of waiting for a message that will not come). */
+hcomm_status_t hc_api_stage_p2p(const char *fn, bool recv, void **buf_p, size_t bytes,
+                                struct hcomm_comm *comm, hc_api_stage_t **stg_p);
+
+/* Ends a staged call whose host operation ended with st: on success the
+ * outputs are copied back (a receive: only the `received` bytes), then the
+ * staging is freed. Returns st, or the copy-back's failure naming the device
+ * and the call. */
+hcomm_status_t hc_api_stage_end(hc_api_stage_t *stg, hcomm_status_t st, size_t received);
+
+/* A request being retired to the user (hcomm_wait, hcomm_test that says
+ * done, a blocking call's own request) with status st: its staging ended. */
+hcomm_status_t hc_api_stage_retire(struct hcomm_request *req, hcomm_status_t st);
+static inline hcomm_status_t hc_api_stage_check(struct hcomm_request *req, hcomm_status_t st)
+{
+    return HC_UNLIKELY(req->stage != NULL) ? hc_api_stage_retire(req, st) : st;
+}
+
+/* hcomm_group_end: the staged blocking collectives of the group that ended
+ * with st (copied back when st is OK). Returns st or the first copy-back
+ * failure. */
+hcomm_status_t hc_api_stage_group_end(hcomm_status_t st);
+
+/* hcomm_finalize: frees the staging of requests never retired. */
+void hc_api_stage_fini(void);
+
+/* Bytes copied into and out of staging, and the staged calls, since
+ * hcomm_init (tests, HCOMM_STATS). */
+typedef struct {
+    uint64_t calls, bytes_in, bytes_out;
+} hc_api_stage_counters_t;
+void hc_api_stage_counters(hc_api_stage_counters_t *c_p);
+
+#endif /* HC_API_STAGE_H */
