@@ -11,7 +11,8 @@
 #   - bad values fail hcomm_init naming the variable (HCOMM_ALGO=bogus);
 #   - HCOMM_LOG_FILE=dir/log.%r: each rank's lines in its file, none on stderr;
 #   - HCOMM_LOG_SUBSYS=tcp shows tcp's info lines and no others; ^tcp the reverse;
-#   - hcomm_info -c lists the variables the bootstrap and the kernels read;
+#   - hcomm_info -c lists the variables the bootstrap and the kernels read,
+#     and flags HCOMM_TIMOUT as hcomm_init does; hcomm_info --version;
 #   - allreduce_bw -h prints its usage with no warning.
 set -u
 run=${1:?hcommrun} prog=${2:?mp_p2p} info=${3:?hcomm_info} arbw=${4:?allreduce_bw}
@@ -70,6 +71,11 @@ for v in HCOMM_BOOTSTRAP HCOMM_JOB_KEY HCOMM_RANK HCOMM_SIZE HCOMM_LOCAL_RANK HC
     HCOMM_REDUCE_ISA HCOMM_LOG_FILE HCOMM_LOG_SUBSYS HCOMM_CONTROL_FD; do
     env -i "$info" -c | grep -q "^$v " || fail "hcomm_info -c does not list $v"
 done
+# hcomm_info flags what hcomm_init would, and says its version
+out=$(env HCOMM_TIMOUT=5 "$info" -c 2>&1 >/dev/null) || fail "hcomm_info -c with HCOMM_TIMOUT failed"
+echo "$out" | grep -q "HCOMM_TIMOUT is not an hcomm variable (ignored): did you mean HCOMM_TIMEOUT?" ||
+    fail "hcomm_info -c does not flag HCOMM_TIMOUT: $out"
+"$info" --version | grep -Eq '^hcomm [0-9]+\.[0-9]+\.[0-9]+ \(drivers:' || fail "hcomm_info --version: $("$info" --version 2>&1)"
 out=$("$arbw" -h 2>&1 >/dev/null)
 [ -z "$out" ] || fail "allreduce_bw -h wrote to stderr: $out"
 "$arbw" -h | grep -q "^usage:" || fail "allreduce_bw -h printed no usage"
