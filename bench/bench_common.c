@@ -11,9 +11,9 @@
  * reference computed in int64 and converted once.
  *
  * Timing follows nccl-tests: warmup, barrier, a loop of back-to-back calls,
- * the per-call average, reduced over the ranks as -a says (rank 0, mean,
- * min, max). Each call of the loop is also timed on its own (one clock read
- * between calls) for the p50/p99 columns. The check runs outside the timed
+ * each timed on its own (one clock read between calls); each iteration's
+ * time is reduced over the ranks as -a says (rank 0, mean, min, max) and
+ * time is the mean of that series, p50/p99 its percentiles. The check runs outside the timed
  * loop, on a fresh run with freshly written inputs and sentinel-filled
  * outputs, so stale data cannot pass for a result.
  */
@@ -47,23 +47,36 @@ void hb_check(hcomm_status_t status, const char *what)
     exit(1);
 }
 
+/* Before hcomm_init: the rank as the launcher gave it (hcommrun, torchrun,
+ * PMI, Open MPI, Slurm), so that a usage error is printed once per job. */
+static int hb_env_rank(void)
+{
+    static const char *const vars[] = {"HCOMM_RANK", "RANK", "PMI_RANK", "PMIX_RANK",
+                                       "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
 void hb_init(int *argc, char ***argv)
 {
-    hcomm_comm_t world;
-
     if (*argc > 0 && (*argv)[0]) {
         const char *slash = strrchr((*argv)[0], '/');
         hb_prog = slash ? slash + 1 : (*argv)[0];
     }
-    /* -h/--help prints the usage and exits: no job for it (and none of
-     * hcomm_init's warnings on a help screen) */
-    for (int i = 1; i < *argc; i++)
-        if (!strcmp((*argv)[i], "-h") || !strcmp((*argv)[i], "--help")) {
-            hb_rank = 0;
-            hb_nranks = 1;
-            return;
-        }
-    hb_check(hcomm_init(argc, argv), "hcomm_init");
+    /* the options are parsed before the job starts: a typo or -h costs no
+     * hcomm_init (no rendezvous, no warnings on a help screen) */
+    hb_rank = hb_env_rank();
+    hb_nranks = 0;
+}
+
+void hb_start(const struct hb_opts *opts)
+{
+    hcomm_comm_t world;
+
+    hb_check(hcomm_init(NULL, NULL), "hcomm_init");
     world = hcomm_comm_world();
     hb_rank = hcomm_comm_rank(world);
     hb_nranks = hcomm_comm_size(world);
@@ -72,6 +85,8 @@ void hb_init(int *argc, char ***argv)
                 hcomm_last_error());
         exit(1);
     }
+    if (opts && opts->root >= hb_nranks)
+        hb_usage_error("-r: root %d out of range for a job of %d ranks", opts->root, hb_nranks);
 }
 
 uint64_t hb_now_ns(void)
@@ -152,6 +167,12 @@ void hb_usage_error(const char *fmt, ...)
         va_end(ap);
         fputc('\n', stderr);
         hb_usage_print(stderr);
+    } else if (!hcomm_initialized()) {
+        /* before the job: every rank fails alike and at once, and a
+         * launcher ends the job at its first failed rank; the others give
+         * rank 0 a moment to say why */
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
     }
     if (hcomm_initialized()) hcomm_finalize();
     exit(2);
@@ -385,8 +406,6 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
         case 'r':
             if (hb_parse_int(optarg, 0, INT_MAX, &l))
                 hb_usage_error("-r: bad root '%s' (a rank >= 0)", optarg);
-            if (l >= hb_nranks)
-                hb_usage_error("-r: root %ld out of range for a job of %d ranks", l, hb_nranks);
             o.root = (int)l;
             break;
         case 'c':
@@ -1088,18 +1107,18 @@ void hb_coll_call(const struct hb_coll *coll, const struct hb_coll_ctx *c, int i
 /*
  * One block (out-of-place or in-place) of a row. Each iteration is timed on
  * its own, one clock read between calls, so the loop costs what the
- * back-to-back loop of nccl-tests costs. lat has iters + 1 slots: the
- * per-iteration times and, last, this rank's mean, reduced over the ranks
- * in one call. The mean is nccl-tests' time (the average of a rank's
- * calls, then -a over ranks); the percentiles are those of the iterations
- * after reducing each iteration over the ranks.
+ * back-to-back loop of nccl-tests costs. Each iteration's time is reduced
+ * over the ranks (-a), and time, p50, p99, min and max all come from that
+ * one series: time is its mean. (nccl-tests' time is the slowest rank's
+ * mean, the mean of each rank's own series: at most ours, and it can fall
+ * below the p50 of the slowest-per-iteration series, which read as a
+ * contradiction; docs/bench.md, "Columns".)
  */
 static void hb_coll_phase(const struct hb_coll *coll, struct hb_coll_ctx *c,
                           const struct hb_opts *o, int in_place, int iters, int warmup,
                           double busbw_factor, size_t bytes, double *lat, struct hb_phase *ph)
 {
     char what[160], what_input[192];
-    double sum = 0;
     int64_t wrong, total;
     uint64_t t0, t1;
 
@@ -1122,12 +1141,12 @@ static void hb_coll_phase(const struct hb_coll *coll, struct hb_coll_ctx *c,
         lat[i] = (double)(t1 - t0) / 1e3;
         t0 = t1;
     }
-    for (int i = 0; i < iters; i++)
-        sum += lat[i];
-    lat[iters] = sum / iters;
-    hb_times_reduce(lat, (size_t)iters + 1, o->average, c->comm);
-    ph->us = lat[iters];
+    /* one series: each iteration's time reduced over the ranks (-a; the
+     * slowest rank's by default); time is its mean, p50/p99/min/max its
+     * order statistics, so min <= time <= max and min <= p50 <= p99 <= max */
+    hb_times_reduce(lat, (size_t)iters, o->average, c->comm);
     hb_stats_compute(lat, (size_t)iters, &ph->iter);
+    ph->us = ph->iter.mean;
     ph->algbw = bytes && ph->us > 0 ? (double)bytes / ph->us / 1e3 : 0;
     ph->busbw = ph->algbw * busbw_factor;
     ph->wrong = -1;
@@ -1309,6 +1328,7 @@ int hb_coll_main(int argc, char **argv, const struct hb_coll *coll)
 
     hb_init(&argc, &argv);
     hb_opts_parse(argc, argv, HB_TOOL_COLL, &o);
+    hb_start(&o);
     json = hb_json_open(o.json, hcomm_comm_world());
 
     if (!coll->reduces)
