@@ -10,6 +10,9 @@
 #              allreduce_bw -> hcomm-allreduce-bw): the build tree keeps the
 #              short names that tests and scripts use
 #   share/doc/hcomm/  README.md and docs/
+# The build tree itself serves as a prefix too: hcommConfig.cmake with its
+# hcommTargets.cmake (-Dhcomm_DIR=build) and hcomm-uninstalled.pc
+# (PKG_CONFIG_PATH=build).
 # Included at the end of the root CMakeLists.txt, after every target exists.
 include(CMakePackageConfigHelpers)
 
@@ -92,6 +95,16 @@ foreach(d LIBDIR INCLUDEDIR)
 endforeach()
 configure_file(${PROJECT_SOURCE_DIR}/hcomm.pc.in ${PROJECT_BINARY_DIR}/hcomm.pc @ONLY)
 
+# The build tree used as installed, without installing (docs/install.md,
+# "From the build tree"): hcomm-uninstalled.pc, which pkg-config takes
+# before hcomm.pc from the same folder (PKG_CONFIG_PATH=build), names the
+# build's lib/ and the source's include/; and hcommTargets.cmake below
+# (-Dhcomm_DIR=build).
+set(HCOMM_PC_PREFIX "${PROJECT_BINARY_DIR}")
+set(HCOMM_PC_LIBDIR "${CMAKE_LIBRARY_OUTPUT_DIRECTORY}")
+set(HCOMM_PC_INCLUDEDIR "${PROJECT_SOURCE_DIR}/include")
+configure_file(${PROJECT_SOURCE_DIR}/hcomm.pc.in ${PROJECT_BINARY_DIR}/hcomm-uninstalled.pc @ONLY)
+
 # Libraries and headers. The archive is exported as hcomm::hcomm_archive;
 # hcommConfig.cmake wraps it into hcomm::hcomm_static (whole archive + deps).
 set_target_properties(hcomm_static PROPERTIES EXPORT_NAME hcomm_archive)
@@ -117,6 +130,7 @@ install(CODE "
 
 # The CMake package.
 install(EXPORT hcommTargets NAMESPACE hcomm:: DESTINATION ${HCOMM_CMAKE_DIR})
+export(EXPORT hcommTargets NAMESPACE hcomm:: FILE ${PROJECT_BINARY_DIR}/hcommTargets.cmake)
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/hcommConfig.cmake.in
   ${PROJECT_BINARY_DIR}/hcommConfig.cmake INSTALL_DESTINATION ${HCOMM_CMAKE_DIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/hcommConfigVersion.cmake

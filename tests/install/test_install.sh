@@ -9,6 +9,10 @@
 #     tools      the installed tools run from the prefix (RUNPATH, hcomm- names)
 #     deb        cpack -G DEB: the package's metadata and contents (dpkg-deb),
 #                then dpkg -x into a scratch root and build against that
+#     buildtree  nothing installed: the CMake project with -Dhcomm_DIR=BUILD
+#                (hcommTargets.cmake exported there), and both pkg-config
+#                recipes with PKG_CONFIG_PATH=BUILD (hcomm-uninstalled.pc:
+#                the build's lib/, the source's include/)
 # Every program built here runs without LD_LIBRARY_PATH (1 rank: hcomm_init,
 # an allreduce, hcomm_finalize; the tools under the installed hcommrun).
 # Environment: CC (the build's compiler), CMAKE, CPACK, HCOMM_TEST_CFLAGS
@@ -47,18 +51,20 @@ install_prefix() { # PREFIX
 }
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-# cmake_consumer PREFIX: configures, builds and runs tests/install/consumer
+# cmake_consumer PREFIX [-Dhcomm_DIR=DIR]: configures, builds and runs
+# tests/install/consumer
 cmake_consumer() {
     local b=$tmp/consumer
     rm -rf "$b"
-    if ! "$CMAKE" -S "$consumer" -B "$b" "${generator[@]}" -DCMAKE_PREFIX_PATH="$1" \
+    if ! "$CMAKE" -S "$consumer" -B "$b" "${generator[@]}" -DCMAKE_PREFIX_PATH="$1" ${2:+"$2"} \
         -DCMAKE_C_COMPILER="$CC" -DCMAKE_C_FLAGS="$HCOMM_TEST_CFLAGS" \
         -DCMAKE_EXE_LINKER_FLAGS="$HCOMM_TEST_CFLAGS" >"$tmp/consumer.log" 2>&1 ||
         ! "$CMAKE" --build "$b" >>"$tmp/consumer.log" 2>&1; then
         cat "$tmp/consumer.log" >&2
         fail "the CMake consumer does not build"
     fi
-    grep -q "hcomm_DIR:PATH=$1/" "$b/CMakeCache.txt" || fail "find_package found another hcomm"
+    grep -Eq "hcomm_DIR:(PATH=$1/|[A-Z]+=${2#-Dhcomm_DIR=}\$)" "$b/CMakeCache.txt" ||
+        fail "find_package found another hcomm: $(grep hcomm_DIR "$b/CMakeCache.txt")"
     run "$b/app"
     run "$b/app_static"
     needs_no_libhcomm "$b/app_static"
@@ -87,6 +93,20 @@ pc_static() {
 }
 
 case $case in
+buildtree)
+    for f in hcommConfig.cmake hcommTargets.cmake hcomm-uninstalled.pc lib/libhcomm.a; do
+        [[ -e $build/$f ]] || fail "the build tree has no $f"
+    done
+    step "find_package(hcomm) with -Dhcomm_DIR=$build"
+    cmake_consumer "$tmp/nothing-here" "-Dhcomm_DIR=$build"
+    step "pkg-config with PKG_CONFIG_PATH=$build (hcomm-uninstalled.pc)"
+    export PKG_CONFIG_PATH=$build
+    inc=$(pkg-config --variable=includedir hcomm)
+    [[ -f $inc/hcomm.h ]] || fail "pkg-config's includedir $inc has no hcomm.h"
+    [[ $(pkg-config --variable=libdir hcomm) == "$build/lib" ]] || fail "pkg-config's libdir is not $build/lib"
+    pc_shared "$build"
+    pc_static "$build"
+    ;;
 cmake)
     p=$tmp/prefix
     install_prefix "$p"
