@@ -148,6 +148,7 @@ else()
   set(_rpath "$ORIGIN/${_rel}")
 endif()
 set(_renames "")
+set(_man "")
 foreach(dir tools bench)
   get_property(_targets DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} PROPERTY BUILDSYSTEM_TARGETS)
   foreach(t ${_targets})
@@ -157,6 +158,9 @@ foreach(dir tools bench)
       if(dir STREQUAL "bench")
         string(REPLACE "_" "-" _dashed ${t})
         list(APPEND _renames "$<TARGET_FILE_NAME:${t}>" "hcomm-${_dashed}")
+        list(APPEND _man "$<TARGET_FILE:${t}>" "hcomm-${_dashed}")
+      else()
+        list(APPEND _man "$<TARGET_FILE:${t}>" "${t}")
       endif()
     endif()
   endforeach()
@@ -184,6 +188,10 @@ install(CODE "
   endwhile()
 ")
 
+# Man pages from each installed program's --help (cmake/HcommMan.cmake).
+include(HcommMan)
+hcomm_install_man(${_man} ${PROJECT_BINARY_DIR}/bin/hcomm_stats hcomm_stats)
+
 # `cmake --install --strip` and the package strip the binaries; the archive
 # keeps its symbols and loses only its debug sections.
 install(CODE "
@@ -199,6 +207,19 @@ install(CODE "
 
 # Documentation: the README and docs/ keep their layout, so the links between
 # them still work under share/doc/hcomm.
-install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/CHANGELOG.md
+              ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# Debian's copyright file (machine-readable format), with the license text.
+file(READ ${PROJECT_SOURCE_DIR}/LICENSE _license)
+string(REGEX REPLACE "\n\n" "\n.\n" _license_deb "${_license}")
+string(REGEX REPLACE "\n" "\n " _license_deb "${_license_deb}")
+file(WRITE ${PROJECT_BINARY_DIR}/copyright
+  "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
+  "Upstream-Name: hcomm\n"
+  "Source: the hcomm source tree (CMakeLists.txt, version ${PROJECT_VERSION})\n\n"
+  "Files: *\nCopyright: the hcomm authors\nLicense: Apache-2.0\n\n"
+  "License: Apache-2.0\n On Debian systems the full text is also in\n"
+  " /usr/share/common-licenses/Apache-2.0.\n .\n${_license_deb}\n")
+install(FILES ${PROJECT_BINARY_DIR}/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
         FILES_MATCHING PATTERN "*.md" PATTERN "*.png" PATTERN "*.svg")

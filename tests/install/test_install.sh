@@ -63,7 +63,9 @@ cmake_consumer() {
         cat "$tmp/consumer.log" >&2
         fail "the CMake consumer does not build"
     fi
-    grep -Eq "hcomm_DIR:(PATH=$1/|[A-Z]+=${2#-Dhcomm_DIR=}\$)" "$b/CMakeCache.txt" ||
+    local want="hcomm_DIR:PATH=$1/" dir=${2:-}
+    [[ -z $dir ]] || want="hcomm_DIR:[A-Z]+=${dir#-Dhcomm_DIR=}\$"
+    grep -Eq "$want" "$b/CMakeCache.txt" ||
         fail "find_package found another hcomm: $(grep hcomm_DIR "$b/CMakeCache.txt")"
     run "$b/app"
     run "$b/app_static"
@@ -184,13 +186,28 @@ deb)
     if readelf -d "$build/lib/libhcomm.so" | grep -q 'NEEDED.*libibverbs'; then
         grep -q "\blibibverbs1\b" <<<"$depends" || fail "Depends lacks libibverbs1: $depends"
     fi
+    # Suggests: a -dev package for every library the static recipe names
+    suggests=$(dpkg-deb -f "$deb" Suggests)
+    echo "  Suggests: $suggests"
+    static=$(sed -n 's/^static_libs=//p' "$build/hcomm.pc")
+    for pair in "-lhwloc libhwloc-dev" "-lnuma libnuma-dev" "-lcrypto libssl-dev" \
+        "-libverbs libibverbs-dev" "-lmlx5 libibverbs-dev" "-lrte_eal libdpdk-dev" "-lpmix libpmix-dev"; do
+        flag=${pair% *} pkg=${pair#* }
+        if grep -q -- "$flag\b" <<<"$static"; then
+            grep -q "\b$pkg\b" <<<"$suggests" || fail "static_libs has $flag but Suggests lacks $pkg: $suggests"
+        fi
+    done
     dpkg-deb -c "$deb" | awk '{print $6}' >"$tmp/contents"
     l=./usr/$libdir
     for f in $l/libhcomm.so.0 $l/libhcomm.so $l/libhcomm.a ./usr/include/hcomm.h \
         $l/cmake/hcomm/hcommConfig.cmake $l/cmake/hcomm/hcommConfigVersion.cmake \
         $l/cmake/hcomm/hcommTargets.cmake $l/pkgconfig/hcomm.pc \
         ./usr/bin/hcommrun ./usr/bin/hcomm_info ./usr/bin/hcomm_stats ./usr/bin/hcomm-allreduce-bw \
-        ./usr/bin/hcomm-pingpong ./usr/share/doc/hcomm/README.md; do
+        ./usr/bin/hcomm-pingpong ./usr/share/doc/hcomm/README.md ./usr/share/doc/hcomm/copyright \
+        ./usr/share/doc/hcomm/LICENSE ./usr/share/doc/hcomm/CHANGELOG.md \
+        ./usr/share/man/man1/hcommrun.1 ./usr/share/man/man1/hcomm_info.1 \
+        ./usr/share/man/man1/hcomm_stats.1 ./usr/share/man/man1/hcomm-allreduce-bw.1 \
+        ./usr/share/man/man1/hcomm-pingpong.1 ./usr/share/man/man1/hcomm-mixed-load.1; do
         grep -qx "$f" "$tmp/contents" || fail "the package lacks $f"
     done
     ! grep -qx "./usr/bin/pingpong" "$tmp/contents" || fail "the package has ./usr/bin/pingpong"
@@ -198,6 +215,20 @@ deb)
     step "dpkg -x into $tmp/root"
     dpkg -x "$deb" "$tmp/root"
     "$tmp/root/usr/bin/hcomm_info" >/dev/null 2>&1 || fail "the packaged hcomm_info does not run"
+    # every installed program has its page, made of its --help
+    for t in "$tmp"/root/usr/bin/*; do
+        n=$(basename "$t")
+        [[ $n == hcomm-hugepages ]] && continue
+        m=$tmp/root/usr/share/man/man1/$n.1
+        [[ -f $m ]] || fail "no man page for $n"
+        head -1 "$m" | grep -q "^\.TH \"$n\" 1 .*\"hcomm $version\"" || fail "$n.1: $(head -1 "$m")"
+        grep -q "usage" "$m" || fail "$n.1 does not hold its --help"
+    done
+    if command -v groff >/dev/null; then
+        groff -man -Tutf8 -ww "$tmp/root/usr/share/man/man1/hcommrun.1" 2>"$tmp/groff.err" >/dev/null
+        [[ ! -s $tmp/groff.err ]] || fail "groff warns on hcommrun.1: $(head -3 "$tmp/groff.err")"
+    fi
+    grep -q "^License: Apache-2.0" "$tmp/root/usr/share/doc/hcomm/copyright" || fail "copyright names no license"
     "$tmp/root/usr/bin/hcommrun" -n 1 --timeout 20 "$tmp/root/usr/bin/hcomm-allreduce-bw" -b 8 -e 1K -n 2 -w 1 \
         >"$tmp/bw.txt" 2>&1 || { cat "$tmp/bw.txt" >&2; fail "the packaged hcomm-allreduce-bw"; }
     cmake_consumer "$tmp/root/usr"
