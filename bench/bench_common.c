@@ -148,6 +148,17 @@ static void hb_usage_print(FILE *f)
                 "  -a, --average 0|1|2|3   time of rank 0 (0), mean over ranks (1), min (2), "
                 "max (3) (default 3: the slowest rank, as the peers report)\n",
                 hb_prog_tool == HB_TOOL_COLL);
+    if (hb_prog_tool != HB_TOOL_MIXED)
+        fprintf(f, "  -i, --stepbytes BYTES   add BYTES to the size at each step instead of -f\n");
+    if (hb_prog_tool == HB_TOOL_COLL)
+        fprintf(f, "  -N, --run_cycles N      run the whole sweep N times (default 1)\n");
+    fprintf(f, "  -T, --timeout S         seconds any wait may last (sets HCOMM_TIMEOUT)\n"
+               "nccl-tests options refused (each says why): -g/--ngpus (CPU memory only for\n"
+               "now: one process per device), -t/--nthreads (one thread at a time in hcomm\n"
+               "per process: run more processes)%s\n",
+            hb_prog_tool == HB_TOOL_COLL
+                ? ", -C (no device time), -R (registration\nis automatic), -G (no CUDA graphs)"
+                : "");
     fprintf(f, "  -m, --mem malloc|hcomm  buffers from aligned_alloc (default) or "
                "hcomm_mem_alloc\n"
                "  -J, --json FILE         also write one JSON object per result to FILE "
@@ -325,14 +336,23 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
         {"json", required_argument, NULL, 'J'},
         {"csv", no_argument, NULL, HB_OPT_CSV},
         {"help", no_argument, NULL, 'h'},
+        /* nccl-tests' names */
+        {"stepbytes", required_argument, NULL, 'i'},
+        {"run_cycles", required_argument, NULL, 'N'},
+        {"timeout", required_argument, NULL, 'T'},
+        {"ngpus", required_argument, NULL, 'g'},
+        {"nthreads", required_argument, NULL, 't'},
+        {"report_cputime", required_argument, NULL, 'C'},
+        {"local_register", required_argument, NULL, 'R'},
+        {"cudagraph", required_argument, NULL, 'G'},
         {NULL, 0, NULL, 0},
     };
     /* the letters each tool takes; a long option is accepted when its
      * letter is (the option-less ones are checked below) */
     static const char *const shortopts[] = {
-        [HB_TOOL_PINGPONG] = ":b:e:f:n:w:M:W:m:J:h",
-        [HB_TOOL_COLL] = ":b:e:f:n:w:d:o:r:c:z:a:m:J:h",
-        [HB_TOOL_MIXED] = ":p:P:n:w:c:z:a:m:J:h",
+        [HB_TOOL_PINGPONG] = ":b:e:f:i:n:w:M:W:m:J:T:g:t:h",
+        [HB_TOOL_COLL] = ":b:e:f:i:n:w:d:o:r:c:z:a:m:J:N:T:g:t:C:R:G:h",
+        [HB_TOOL_MIXED] = ":p:P:n:w:c:z:a:m:J:T:g:t:h",
     };
     struct hb_opts o = {
         .min_bytes = 8,
@@ -348,8 +368,9 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
         .average = HB_AVG_MAX, /* the slowest rank, as the peers' mpi_bench.c reports */
         .mode = HB_PP_LAT,
         .window = 64,
+        .cycles = 1,
     };
-    int ch, v, idx = -1;
+    int ch, v, idx = -1, factor_given = 0;
     long l;
 
     hb_prog_tool = tool;
@@ -377,6 +398,7 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
             if (hb_parse_int(optarg, 2, INT_MAX, &l))
                 hb_usage_error("-f: bad step factor '%s' (an integer >= 2)", optarg);
             o.factor = (size_t)l;
+            factor_given = 1;
             break;
         case 'n':
             if (hb_parse_int(optarg, 1, INT_MAX / 2, &l))
@@ -461,6 +483,43 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
         case HB_OPT_CSV:
             o.csv = 1;
             break;
+        case 'i':
+            if (hb_parse_size(optarg, &o.step_bytes) || !o.step_bytes)
+                hb_usage_error("-i: bad step '%s' (BYTES >= 1 added to each size, K/M/G "
+                               "suffixes allowed)", optarg);
+            break;
+        case 'N':
+            if (hb_parse_int(optarg, 1, 1000000, &l))
+                hb_usage_error("-N: bad run count '%s' (1 to 1000000; nccl-tests' 0, forever, "
+                               "is refused: every run of hcomm's tools ends)", optarg);
+            o.cycles = (int)l;
+            break;
+        case 'T': {
+            char *end;
+            double t = strtod(optarg, &end);
+            if (end == optarg || *end || !(t > 0) || t > 1e9)
+                hb_usage_error("-T: bad timeout '%s' (seconds > 0)", optarg);
+            /* the limit of every wait of the job, read by hcomm_init */
+            setenv("HCOMM_TIMEOUT", optarg, 1);
+            break;
+        }
+        case 'g':
+            hb_usage_error("-g: GPUs per process: hcomm runs on CPU memory for now (GPU "
+                           "buffers come with the GPU work); run one process per device "
+                           "instead (hcommrun -n N)");
+        case 't':
+            hb_usage_error("-t: threads per process: hcomm's calls are serialized per process "
+                           "(one progress engine; the threading contract in hcomm.h), so threads "
+                           "would measure a lock; run more processes instead (hcommrun -n N)");
+        case 'C':
+            hb_usage_error("-C: there is no device time to report: the time columns are "
+                           "already the host's wall-clock time");
+        case 'R':
+            hb_usage_error("-R: buffers need no registering by hand: hcomm registers them "
+                           "through its registration cache; -m hcomm takes them from hcomm's "
+                           "pool, registered up front");
+        case 'G':
+            hb_usage_error("-G: CUDA graphs: no GPU support yet (the GPU work)");
         case 'h':
             if (hb_rank == 0) hb_usage_print(stdout);
             if (hcomm_initialized()) hcomm_finalize();
@@ -475,6 +534,8 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
     if (optind < argc) hb_usage_error("unexpected argument '%s'", argv[optind]);
     if (o.min_bytes > o.max_bytes)
         hb_usage_error("-b %zu is larger than -e %zu", o.min_bytes, o.max_bytes);
+    if (o.step_bytes && factor_given)
+        hb_usage_error("-i and -f: give one (-i adds BYTES to each size, -f multiplies it)");
     *opts_p = o;
 }
 
@@ -482,6 +543,11 @@ int hb_size_next(const struct hb_opts *opts, size_t *size_p)
 {
     size_t s = *size_p;
 
+    if (opts->step_bytes) {
+        if (s > opts->max_bytes - opts->step_bytes) return 0;
+        *size_p = s + opts->step_bytes;
+        return 1;
+    }
     if (s == 0)
         s = 1;
     else if (s > opts->max_bytes / opts->factor)
@@ -1167,7 +1233,12 @@ static void hb_coll_header(const struct hb_coll *coll, const struct hb_opts *o)
                "p50_us,p99_us,ip_p50_us,ip_p99_us\n");
         return;
     }
-    printf("# %s_bw: %s\n", coll->name, hcomm_version_string());
+    char own[64];
+    snprintf(own, sizeof(own), "%s_bw", coll->name);
+    /* under an nccl-tests name (all_reduce_perf): say so, after what
+     * scripts read */
+    printf("# %s: %s\n", own, hcomm_version_string());
+    if (strcmp(hb_prog, own)) printf("# run as %s, nccl-tests' name of %s\n", hb_prog, own);
     printf("# ranks %d  iters %s  warmup %s  check %d  mem %s  blocking %d  average %d (%s)\n",
            hb_nranks, o->iters < 0 ? "auto" : "fixed", o->warmup < 0 ? "auto" : "fixed", o->check,
            o->mem_hcomm ? "hcomm" : "malloc", o->blocking, o->average, hb_average_name(o->average));
@@ -1346,9 +1417,10 @@ int hb_coll_main(int argc, char **argv, const struct hb_coll *coll)
     }
 
     if (hb_rank == 0) hb_coll_header(coll, &o);
-    for (int d = 0; d < ndtypes; d++)
-        total_wrong += hb_coll_dtype(coll, &o, o.dtype_all ? all_dtypes[d] : o.dtype, ops, nops,
-                                     lat, json, &bw_sum, &bw_count);
+    for (int cycle = 0; cycle < o.cycles; cycle++) /* -N: the whole sweep again */
+        for (int d = 0; d < ndtypes; d++)
+            total_wrong += hb_coll_dtype(coll, &o, o.dtype_all ? all_dtypes[d] : o.dtype, ops,
+                                         nops, lat, json, &bw_sum, &bw_count);
 
     if (hb_rank == 0) {
         if (!o.csv) {

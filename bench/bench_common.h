@@ -82,6 +82,8 @@ struct hb_opts {
     const char *profile_file; /* mixed_load -p */
     const char *profile_name; /* mixed_load -P */
     int show_profile;         /* mixed_load --show-profile */
+    size_t step_bytes;        /* -i: add this to the size instead of -f (0: -f) */
+    int cycles;               /* -N: the sweep this many times (collective tools) */
 };
 
 /* Parses argv (after hb_init(), before hb_start()) for the given tool. Bad arguments: rank 0

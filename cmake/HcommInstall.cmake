@@ -188,6 +188,32 @@ install(CODE "
   endwhile()
 ")
 
+# nccl-tests' names (bench/CMakeLists.txt): links to the hcomm-* programs.
+if(HCOMM_NCCL_TESTS_NAMES)
+  set(_links "")
+  set(_aliases ${HCOMM_NCCL_TESTS_ALIASES})
+  while(_aliases)
+    list(POP_FRONT _aliases _alias _tool)
+    string(REPLACE "_" "-" _dashed ${_tool})
+    list(APPEND _links ${_alias} hcomm-${_dashed})
+  endwhile()
+  install(CODE "
+    set(_bindir \"${CMAKE_INSTALL_BINDIR}\")
+    if(NOT IS_ABSOLUTE \"\${_bindir}\")
+      set(_bindir \"\${CMAKE_INSTALL_PREFIX}/\${_bindir}\")
+    endif()
+    set(_links \"${_links}\")
+    while(_links)
+      list(POP_FRONT _links _alias _to)
+      if(EXISTS \"\$ENV{DESTDIR}\${_bindir}/\${_to}\")
+        message(STATUS \"Linking: \${_bindir}/\${_alias} -> \${_to}\")
+        file(CREATE_LINK \"\${_to}\" \"\$ENV{DESTDIR}\${_bindir}/\${_alias}\" SYMBOLIC)
+        list(APPEND CMAKE_INSTALL_MANIFEST_FILES \"\$ENV{DESTDIR}\${_bindir}/\${_alias}\")
+      endif()
+    endwhile()
+  ")
+endif()
+
 # Man pages from each installed program's --help (cmake/HcommMan.cmake).
 include(HcommMan)
 hcomm_install_man(${_man} ${PROJECT_BINARY_DIR}/bin/hcomm_stats hcomm_stats)

@@ -453,6 +453,38 @@ def check_bad_options():
             tool, args, err.count(msg)))
 
 
+def check_nccl_tests():
+    """nccl-tests' names and flags: all_reduce_perf (a link in the build
+    tree) is allreduce_bw; -i steps linearly; -N repeats the sweep; -T is
+    accepted; -g/-t/-C/-R/-G are refused saying why; -i with -f refused;
+    sendrecv_perf is pingpong; --help lists what is refused."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ar.json")
+        out, err, _ = run(2, "all_reduce_perf", "-b", 8, "-e", 40, "-i", 8, "-N", 2, "-T", 20,
+                          "-n", 3, "-w", 1, "-J", path)
+        rows = read_json(path)
+    want = [8, 16, 24, 32, 40]
+    got = [r["bytes"] for r in rows if r["in_place"] == 0]
+    expect(got == want * 2, "-i 8 -N 2: sizes %s, expected %s twice" % (got, want))
+    expect(all(r["tool"] == "allreduce_bw" and r["wrong"] == 0 for r in rows),
+           "all_reduce_perf rows: %s" % rows[:1])
+    expect("all_reduce_perf" in out, "the header does not name all_reduce_perf")
+    for args, msg in ((["-g", 1], "-g: GPUs per process"), (["-t", 2], "-t: threads per process"),
+                      (["-C", 1], "-C: there is no device time"),
+                      (["-R", 1], "-R: buffers need no registering"),
+                      (["-G", 1], "-G: CUDA graphs"), (["-N", 0], "-N: bad run count '0'"),
+                      (["-T", 0], "-T: bad timeout '0'"),
+                      (["-i", 8, "-f", 4], "-i and -f: give one")):
+        _, err, _ = run(2, "all_reduce_perf", *args, rc=2)
+        expect(msg in err, "all_reduce_perf %s: stderr does not say %r: %s" % (args, msg, err))
+    out, _, _ = run(2, "sendrecv_perf", "-b", 8, "-e", 8, "-n", 5, "-w", 1)
+    expect("# pingpong:" in out, "sendrecv_perf is not pingpong: %s" % out[:200])
+    p = subprocess.run([os.path.join(ARGS.bindir, "all_reduce_perf"), "--help"],
+                       stdout=subprocess.PIPE, universal_newlines=True, timeout=20)
+    expect("nccl-tests options refused" in p.stdout and "-g/--ngpus" in p.stdout,
+           "--help does not say which nccl-tests options are refused")
+
+
 def check_options_before_init():
     """Options are parsed before hcomm_init: a typo exits 2 at once, with no
     rendezvous. Rank 0 of a 2-rank job whose other rank never comes would
