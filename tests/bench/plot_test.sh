@@ -175,6 +175,23 @@ rc=$?
 ((rc == 2)) && grep -q "no row of the 150 read matches" "$t/err" && pass "a filter matching nothing: exit 2" ||
     fail "a filter matching nothing: exit $rc, '$(cat "$t/err")'"
 
+# --- the comparison scripts are self-contained -------------------------------
+# everything peers-json.sh and compare-peers.sh run lives in the repository
+for f in mpi_bench.c gloo_bench.py run.sh compare.sh mixed_load_mpi.c mixed_load_gloo.py; do
+    [[ -f $src/bench/peers/$f ]] || fail "bench/peers/$f is missing"
+done
+if grep -n "shared/peers\|\.\./shared" "$src"/scripts/*.sh "$src"/bench/peers/* >"$t/outside"; then
+    fail "a script reaches outside the repository: $(head -3 "$t/outside")"
+else
+    pass "peers-json.sh, compare-peers.sh and bench/peers name nothing outside the repository"
+fi
+if command -v mpicc.openmpi >/dev/null; then
+    mpicc.openmpi -fsyntax-only "$src/bench/peers/mpi_bench.c" 2>"$t/err" &&
+        pass "bench/peers/mpi_bench.c compiles" || fail "bench/peers/mpi_bench.c: $(head -3 "$t/err")"
+fi
+$py -m py_compile "$src/bench/peers/gloo_bench.py" 2>"$t/err" && pass "gloo_bench.py compiles" ||
+    fail "gloo_bench.py: $(cat "$t/err")"
+
 # --- peers-json.sh convert: peer text -> rows plot-bench.py accepts ----------
 cat >"$t/peer.txt" <<'EOF'
 ## Open MPI
