@@ -583,6 +583,11 @@ HC_EXPORT hcomm_status_t hcomm_mem_deregister(void *ptr, size_t bytes)
     return HCOMM_OK;
 }
 
+HC_EXPORT const char *hcomm_version(void)
+{
+    return HCOMM_VERSION_STRING;
+}
+
 HC_EXPORT const char *hcomm_version_string(void)
 {
     static char buf[256];

@@ -19,7 +19,8 @@
       "log to this file instead of stderr (%r rank, %h host, %p pid, %% a percent sign)")         \
     X(log_subsys, "HCOMM_LOG_SUBSYS", STR, "",                                                     \
       "info/debug/trace messages only of these subsystems, comma separated: base core mem topo "  \
-      "coll api self shm tcp verbs fake (^ first: all but these); warnings and errors always")     \
+      "coll api drv self shm tcp verbs mlx5 dpdk fake (^ first: all but these; another name is "  \
+      "refused); warnings and errors always")                                                     \
     X(rank, "HCOMM_RANK", STR, "",                                                                 \
       "this rank (set by hcommrun; read and checked by the bootstrap, docs/launchers.md)")        \
     X(size, "HCOMM_SIZE", STR, "", "the job's ranks (set by hcommrun)")                            \

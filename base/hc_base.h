@@ -49,8 +49,11 @@ typedef enum { HC_LOG_ERROR, HC_LOG_WARN, HC_LOG_INFO, HC_LOG_DEBUG, HC_LOG_TRAC
 extern int hc_log_level_current;                /* set from HCOMM_LOG at init */
 void hc_log_set_rank(int rank);                 /* prefix "[hcomm r3]"; -1 = none */
 /* Once the rank is known: HCOMM_LOG_FILE (pattern: %r %h %p) and
- * HCOMM_LOG_SUBSYS (comma list, ^ excludes); NULL or "": unchanged. */
-void hc_log_configure(const char *file_pattern, const char *subsys);
+ * HCOMM_LOG_SUBSYS (comma list, ^ excludes); NULL or "": unchanged.
+ * HCOMM_ERR_INVALID (nothing changed) when subsys names a subsystem that is
+ * not one of hc_log_subsystems (NULL-terminated). */
+hcomm_status_t hc_log_configure(const char *file_pattern, const char *subsys);
+extern const char *const hc_log_subsystems[];
 /* A condition of the whole job (a limit every rank shares): a warning on
  * rank 0 (or before the rank is known), info elsewhere. */
 #define hc_log_warn_job(...) hc_log(hc_log_job_level(), __VA_ARGS__)

@@ -58,9 +58,44 @@ bool hc_path_expand(const char *pattern, int rank, char *out, size_t len)
     return true;
 }
 
-void hc_log_configure(const char *file_pattern, const char *subsys)
+/* The subsystems HCOMM_LOG_SUBSYS may name: the library's folders and the
+ * drivers' (drv/<name>/, hc_log_subsys_shown). */
+const char *const hc_log_subsystems[] = {"api",   "base", "coll", "core", "drv",
+                                         "mem",   "topo", "self", "shm",  "tcp",
+                                         "verbs", "mlx5", "dpdk", "fake", NULL};
+
+static bool hc_log_subsys_known(const char *name, size_t len)
+{
+    for (int i = 0; hc_log_subsystems[i]; i++)
+        if (strlen(hc_log_subsystems[i]) == len && !strncmp(hc_log_subsystems[i], name, len))
+            return true;
+    return false;
+}
+
+static hcomm_status_t hc_log_subsys_check(const char *list)
+{
+    char valid[160];
+    size_t n = 0;
+    for (int i = 0; hc_log_subsystems[i]; i++)
+        n += (size_t)snprintf(valid + n, sizeof(valid) - n, "%s%s", i ? " " : "",
+                              hc_log_subsystems[i]);
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        if (!hc_log_subsys_known(p, len))
+            return hc_error(HCOMM_ERR_INVALID,
+                            "hcomm_init: HCOMM_LOG_SUBSYS=\"%s\": \"%.*s\" is not a subsystem; "
+                            "the subsystems are %s (comma separated; ^ first: all but these)",
+                            list, (int)len, p, valid);
+        p += len + (p[len] == ',');
+    }
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_log_configure(const char *file_pattern, const char *subsys)
 {
     if (subsys && subsys[0]) {
+        hcomm_status_t st = hc_log_subsys_check(subsys + (subsys[0] == '^'));
+        if (st != HCOMM_OK) return st;
         hc_log_subsys_exclude = subsys[0] == '^';
         snprintf(hc_log_subsys, sizeof(hc_log_subsys), ",%s,", subsys + hc_log_subsys_exclude);
     } else {
@@ -74,12 +109,13 @@ void hc_log_configure(const char *file_pattern, const char *subsys)
         if (fd < 0) {
             hc_log_warn("HCOMM_LOG_FILE=%s: cannot open it (%s): logging to stderr", file_pattern,
                         strerror(errno));
-            return;
+            return HCOMM_OK;
         }
         if (hc_log_fd != STDERR_FILENO)
             close(hc_log_fd);
         hc_log_fd = fd;
     }
+    return HCOMM_OK;
 }
 
 /* The subsystem of a source file: drv/<name>/ -> name, else its folder. */

@@ -11,9 +11,9 @@
  * reference computed in int64 and converted once.
  *
  * Timing follows nccl-tests: warmup, barrier, a loop of back-to-back calls,
- * the per-call average, reduced over the ranks as -a says (rank 0, mean,
- * min, max). Each call of the loop is also timed on its own (one clock read
- * between calls) for the p50/p99 columns. The check runs outside the timed
+ * each timed on its own (one clock read between calls); each iteration's
+ * time is reduced over the ranks as -a says (rank 0, mean, min, max) and
+ * time is the mean of that series, p50/p99 its percentiles. The check runs outside the timed
  * loop, on a fresh run with freshly written inputs and sentinel-filled
  * outputs, so stale data cannot pass for a result.
  */
@@ -47,23 +47,36 @@ void hb_check(hcomm_status_t status, const char *what)
     exit(1);
 }
 
+/* Before hcomm_init: the rank as the launcher gave it (hcommrun, torchrun,
+ * PMI, Open MPI, Slurm), so that a usage error is printed once per job. */
+static int hb_env_rank(void)
+{
+    static const char *const vars[] = {"HCOMM_RANK", "RANK", "PMI_RANK", "PMIX_RANK",
+                                       "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
 void hb_init(int *argc, char ***argv)
 {
-    hcomm_comm_t world;
-
     if (*argc > 0 && (*argv)[0]) {
         const char *slash = strrchr((*argv)[0], '/');
         hb_prog = slash ? slash + 1 : (*argv)[0];
     }
-    /* -h/--help prints the usage and exits: no job for it (and none of
-     * hcomm_init's warnings on a help screen) */
-    for (int i = 1; i < *argc; i++)
-        if (!strcmp((*argv)[i], "-h") || !strcmp((*argv)[i], "--help")) {
-            hb_rank = 0;
-            hb_nranks = 1;
-            return;
-        }
-    hb_check(hcomm_init(argc, argv), "hcomm_init");
+    /* the options are parsed before the job starts: a typo or -h costs no
+     * hcomm_init (no rendezvous, no warnings on a help screen) */
+    hb_rank = hb_env_rank();
+    hb_nranks = 0;
+}
+
+void hb_start(const struct hb_opts *opts)
+{
+    hcomm_comm_t world;
+
+    hb_check(hcomm_init(NULL, NULL), "hcomm_init");
     world = hcomm_comm_world();
     hb_rank = hcomm_comm_rank(world);
     hb_nranks = hcomm_comm_size(world);
@@ -72,6 +85,8 @@ void hb_init(int *argc, char ***argv)
                 hcomm_last_error());
         exit(1);
     }
+    if (opts && opts->root >= hb_nranks)
+        hb_usage_error("-r: root %d out of range for a job of %d ranks", opts->root, hb_nranks);
 }
 
 uint64_t hb_now_ns(void)
@@ -133,6 +148,17 @@ static void hb_usage_print(FILE *f)
                 "  -a, --average 0|1|2|3   time of rank 0 (0), mean over ranks (1), min (2), "
                 "max (3) (default 3: the slowest rank, as the peers report)\n",
                 hb_prog_tool == HB_TOOL_COLL);
+    if (hb_prog_tool != HB_TOOL_MIXED)
+        fprintf(f, "  -i, --stepbytes BYTES   add BYTES to the size at each step instead of -f\n");
+    if (hb_prog_tool == HB_TOOL_COLL)
+        fprintf(f, "  -N, --run_cycles N      run the whole sweep N times (default 1)\n");
+    fprintf(f, "  -T, --timeout S         seconds any wait may last (sets HCOMM_TIMEOUT)\n"
+               "nccl-tests options refused (each says why): -g/--ngpus (one device per\n"
+               "process: run one process per device, -m device for its memory), -t/--nthreads\n"
+               "(one thread at a time in hcomm per process: run more processes)%s\n",
+            hb_prog_tool == HB_TOOL_COLL
+                ? ", -C (no device time), -R (registration\nis automatic), -G (no CUDA graphs)"
+                : "");
     fprintf(f, "  -m, --mem malloc|hcomm|device  buffers from aligned_alloc (default), "
                "hcomm_mem_alloc or the GPU backend (hcomm_mem_alloc_device)\n"
                "  -J, --json FILE         also write one JSON object per result to FILE "
@@ -152,6 +178,12 @@ void hb_usage_error(const char *fmt, ...)
         va_end(ap);
         fputc('\n', stderr);
         hb_usage_print(stderr);
+    } else if (!hcomm_initialized()) {
+        /* before the job: every rank fails alike and at once, and a
+         * launcher ends the job at its first failed rank; the others give
+         * rank 0 a moment to say why */
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
     }
     if (hcomm_initialized()) hcomm_finalize();
     exit(2);
@@ -304,14 +336,23 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
         {"json", required_argument, NULL, 'J'},
         {"csv", no_argument, NULL, HB_OPT_CSV},
         {"help", no_argument, NULL, 'h'},
+        /* nccl-tests' names */
+        {"stepbytes", required_argument, NULL, 'i'},
+        {"run_cycles", required_argument, NULL, 'N'},
+        {"timeout", required_argument, NULL, 'T'},
+        {"ngpus", required_argument, NULL, 'g'},
+        {"nthreads", required_argument, NULL, 't'},
+        {"report_cputime", required_argument, NULL, 'C'},
+        {"local_register", required_argument, NULL, 'R'},
+        {"cudagraph", required_argument, NULL, 'G'},
         {NULL, 0, NULL, 0},
     };
     /* the letters each tool takes; a long option is accepted when its
      * letter is (the option-less ones are checked below) */
     static const char *const shortopts[] = {
-        [HB_TOOL_PINGPONG] = ":b:e:f:n:w:M:W:m:J:h",
-        [HB_TOOL_COLL] = ":b:e:f:n:w:d:o:r:c:z:a:m:J:h",
-        [HB_TOOL_MIXED] = ":p:P:n:w:c:z:a:m:J:h",
+        [HB_TOOL_PINGPONG] = ":b:e:f:i:n:w:M:W:m:J:T:g:t:h",
+        [HB_TOOL_COLL] = ":b:e:f:i:n:w:d:o:r:c:z:a:m:J:N:T:g:t:C:R:G:h",
+        [HB_TOOL_MIXED] = ":p:P:n:w:c:z:a:m:J:T:g:t:h",
     };
     struct hb_opts o = {
         .min_bytes = 8,
@@ -327,8 +368,9 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
         .average = HB_AVG_MAX, /* the slowest rank, as the peers' mpi_bench.c reports */
         .mode = HB_PP_LAT,
         .window = 64,
+        .cycles = 1,
     };
-    int ch, v, idx = -1;
+    int ch, v, idx = -1, factor_given = 0;
     long l;
 
     hb_prog_tool = tool;
@@ -356,6 +398,7 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
             if (hb_parse_int(optarg, 2, INT_MAX, &l))
                 hb_usage_error("-f: bad step factor '%s' (an integer >= 2)", optarg);
             o.factor = (size_t)l;
+            factor_given = 1;
             break;
         case 'n':
             if (hb_parse_int(optarg, 1, INT_MAX / 2, &l))
@@ -385,8 +428,6 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
         case 'r':
             if (hb_parse_int(optarg, 0, INT_MAX, &l))
                 hb_usage_error("-r: bad root '%s' (a rank >= 0)", optarg);
-            if (l >= hb_nranks)
-                hb_usage_error("-r: root %ld out of range for a job of %d ranks", l, hb_nranks);
             o.root = (int)l;
             break;
         case 'c':
@@ -444,6 +485,43 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
         case HB_OPT_CSV:
             o.csv = 1;
             break;
+        case 'i':
+            if (hb_parse_size(optarg, &o.step_bytes) || !o.step_bytes)
+                hb_usage_error("-i: bad step '%s' (BYTES >= 1 added to each size, K/M/G "
+                               "suffixes allowed)", optarg);
+            break;
+        case 'N':
+            if (hb_parse_int(optarg, 1, 1000000, &l))
+                hb_usage_error("-N: bad run count '%s' (1 to 1000000; nccl-tests' 0, forever, "
+                               "is refused: every run of hcomm's tools ends)", optarg);
+            o.cycles = (int)l;
+            break;
+        case 'T': {
+            char *end;
+            double t = strtod(optarg, &end);
+            if (end == optarg || *end || !(t > 0) || t > 1e9)
+                hb_usage_error("-T: bad timeout '%s' (seconds > 0)", optarg);
+            /* the limit of every wait of the job, read by hcomm_init */
+            setenv("HCOMM_TIMEOUT", optarg, 1);
+            break;
+        }
+        case 'g':
+            hb_usage_error("-g: GPUs per process: hcomm runs on CPU memory for now (GPU "
+                           "buffers come with the GPU work); run one process per device "
+                           "instead (hcommrun -n N)");
+        case 't':
+            hb_usage_error("-t: threads per process: hcomm's calls are serialized per process "
+                           "(one progress engine; the threading contract in hcomm.h), so threads "
+                           "would measure a lock; run more processes instead (hcommrun -n N)");
+        case 'C':
+            hb_usage_error("-C: there is no device time to report: the time columns are "
+                           "already the host's wall-clock time");
+        case 'R':
+            hb_usage_error("-R: buffers need no registering by hand: hcomm registers them "
+                           "through its registration cache; -m hcomm takes them from hcomm's "
+                           "pool, registered up front");
+        case 'G':
+            hb_usage_error("-G: CUDA graphs: no GPU support yet (the GPU work)");
         case 'h':
             if (hb_rank == 0) hb_usage_print(stdout);
             if (hcomm_initialized()) hcomm_finalize();
@@ -458,6 +536,8 @@ void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opt
     if (optind < argc) hb_usage_error("unexpected argument '%s'", argv[optind]);
     if (o.min_bytes > o.max_bytes)
         hb_usage_error("-b %zu is larger than -e %zu", o.min_bytes, o.max_bytes);
+    if (o.step_bytes && factor_given)
+        hb_usage_error("-i and -f: give one (-i adds BYTES to each size, -f multiplies it)");
     *opts_p = o;
 }
 
@@ -465,6 +545,11 @@ int hb_size_next(const struct hb_opts *opts, size_t *size_p)
 {
     size_t s = *size_p;
 
+    if (opts->step_bytes) {
+        if (s > opts->max_bytes - opts->step_bytes) return 0;
+        *size_p = s + opts->step_bytes;
+        return 1;
+    }
     if (s == 0)
         s = 1;
     else if (s > opts->max_bytes / opts->factor)
@@ -1103,11 +1188,12 @@ void hb_coll_call(const struct hb_coll *coll, const struct hb_coll_ctx *c, int i
 /*
  * One block (out-of-place or in-place) of a row. Each iteration is timed on
  * its own, one clock read between calls, so the loop costs what the
- * back-to-back loop of nccl-tests costs. lat has iters + 1 slots: the
- * per-iteration times and, last, this rank's mean, reduced over the ranks
- * in one call. The mean is nccl-tests' time (the average of a rank's
- * calls, then -a over ranks); the percentiles are those of the iterations
- * after reducing each iteration over the ranks.
+ * back-to-back loop of nccl-tests costs. Each iteration's time is reduced
+ * over the ranks (-a), and time, p50, p99, min and max all come from that
+ * one series: time is its mean. (nccl-tests' time is the slowest rank's
+ * mean, the mean of each rank's own series: at most ours, and it can fall
+ * below the p50 of the slowest-per-iteration series, which read as a
+ * contradiction; docs/bench.md, "Columns".)
  */
 /* -m device: to 1, the host copies' bytes to the device buffers, which the
  * calls then get; to 0, the device bytes back into the host copies, which
@@ -1135,7 +1221,6 @@ static void hb_coll_phase(const struct hb_coll *coll, struct hb_coll_ctx *c,
                           double busbw_factor, size_t bytes, double *lat, struct hb_phase *ph)
 {
     char what[160], what_input[192];
-    double sum = 0;
     int64_t wrong, total;
     uint64_t t0, t1;
 
@@ -1159,12 +1244,12 @@ static void hb_coll_phase(const struct hb_coll *coll, struct hb_coll_ctx *c,
         lat[i] = (double)(t1 - t0) / 1e3;
         t0 = t1;
     }
-    for (int i = 0; i < iters; i++)
-        sum += lat[i];
-    lat[iters] = sum / iters;
-    hb_times_reduce(lat, (size_t)iters + 1, o->average, c->comm);
-    ph->us = lat[iters];
+    /* one series: each iteration's time reduced over the ranks (-a; the
+     * slowest rank's by default); time is its mean, p50/p99/min/max its
+     * order statistics, so min <= time <= max and min <= p50 <= p99 <= max */
+    hb_times_reduce(lat, (size_t)iters, o->average, c->comm);
     hb_stats_compute(lat, (size_t)iters, &ph->iter);
+    ph->us = ph->iter.mean;
     ph->algbw = bytes && ph->us > 0 ? (double)bytes / ph->us / 1e3 : 0;
     ph->busbw = ph->algbw * busbw_factor;
     ph->wrong = -1;
@@ -1188,7 +1273,12 @@ static void hb_coll_header(const struct hb_coll *coll, const struct hb_opts *o)
                "p50_us,p99_us,ip_p50_us,ip_p99_us\n");
         return;
     }
-    printf("# %s_bw: %s\n", coll->name, hcomm_version_string());
+    char own[64];
+    snprintf(own, sizeof(own), "%s_bw", coll->name);
+    /* under an nccl-tests name (all_reduce_perf): say so, after what
+     * scripts read */
+    printf("# %s: %s\n", own, hcomm_version_string());
+    if (strcmp(hb_prog, own)) printf("# run as %s, nccl-tests' name of %s\n", hb_prog, own);
     printf("# ranks %d  iters %s  warmup %s  check %d  mem %s  blocking %d  average %d (%s)\n",
            hb_nranks, o->iters < 0 ? "auto" : "fixed", o->warmup < 0 ? "auto" : "fixed", o->check,
            hb_mem_name(o->mem_hcomm), o->blocking, o->average, hb_average_name(o->average));
@@ -1363,6 +1453,7 @@ int hb_coll_main(int argc, char **argv, const struct hb_coll *coll)
 
     hb_init(&argc, &argv);
     hb_opts_parse(argc, argv, HB_TOOL_COLL, &o);
+    hb_start(&o);
     json = hb_json_open(o.json, hcomm_comm_world());
 
     if (!coll->reduces)
@@ -1380,9 +1471,10 @@ int hb_coll_main(int argc, char **argv, const struct hb_coll *coll)
     }
 
     if (hb_rank == 0) hb_coll_header(coll, &o);
-    for (int d = 0; d < ndtypes; d++)
-        total_wrong += hb_coll_dtype(coll, &o, o.dtype_all ? all_dtypes[d] : o.dtype, ops, nops,
-                                     lat, json, &bw_sum, &bw_count);
+    for (int cycle = 0; cycle < o.cycles; cycle++) /* -N: the whole sweep again */
+        for (int d = 0; d < ndtypes; d++)
+            total_wrong += hb_coll_dtype(coll, &o, o.dtype_all ? all_dtypes[d] : o.dtype, ops,
+                                         nops, lat, json, &bw_sum, &bw_count);
 
     if (hb_rank == 0) {
         if (!o.csv) {

@@ -11,12 +11,20 @@
 
 #include <hcomm.h>
 
-/* Set by hb_init(): this process's rank and the job size. */
+/* This process's rank and the job size: set by hb_start(); before it, the
+ * rank the launcher's variables give (usage errors print on rank 0 only)
+ * and 0. */
 extern int hb_rank;
 extern int hb_nranks;
 
-/* hcomm_init(), then rank and size of the world communicator. */
+struct hb_opts;
+/* The program's name; starts no job. Then hb_opts_parse(), then hb_start():
+ * the options are checked before the job starts, so a bad one exits 2 at
+ * once on every rank without a rendezvous. */
 void hb_init(int *argc, char ***argv);
+/* hcomm_init(), then rank and size of the world communicator; checks the
+ * options that depend on the job size (-r). */
+void hb_start(const struct hb_opts *opts);
 
 /* On failure prints "rank R: WHAT failed: <strerror>: <last_error>" and
  * exits 1; returns on HCOMM_OK. */
@@ -74,9 +82,11 @@ struct hb_opts {
     const char *profile_file; /* mixed_load -p */
     const char *profile_name; /* mixed_load -P */
     int show_profile;         /* mixed_load --show-profile */
+    size_t step_bytes;        /* -i: add this to the size instead of -f (0: -f) */
+    int cycles;               /* -N: the sweep this many times (collective tools) */
 };
 
-/* Parses argv (after hb_init()) for the given tool. Bad arguments: rank 0
+/* Parses argv (after hb_init(), before hb_start()) for the given tool. Bad arguments: rank 0
  * prints the reason and the usage, every rank exits 2. -h/--help: usage on
  * stdout, exit 0. */
 void hb_opts_parse(int argc, char **argv, enum hb_tool tool, struct hb_opts *opts_p);

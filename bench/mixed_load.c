@@ -389,7 +389,7 @@ int main(int argc, char **argv)
     struct ml_msg *msgs;
     struct hb_stats st;
     hcomm_request_t *reqs;
-    double *lat, sum = 0, mean_us, eff;
+    double *lat, mean_us, eff;
     int64_t wrong = 0;
     size_t step_bytes = 0;
     int nmsgs, steps, warmup;
@@ -402,6 +402,7 @@ int main(int argc, char **argv)
     if (o.mem_hcomm == HB_MEM_DEVICE)
         hb_usage_error("-m device: not in mixed_load yet (it fills and checks its buffers in "
                        "place; allreduce_bw, the other *_bw tools and pingpong take it)");
+    hb_start(&o);
     ml_profile_load(&o, &prof);
     if (o.show_profile) {
         if (hb_rank == 0) fputs(prof.text, stdout);
@@ -443,12 +444,11 @@ int main(int argc, char **argv)
         }
         t0 = t1;
     }
-    for (int i = 0; i < steps; i++)
-        sum += lat[i];
-    lat[steps] = sum / steps;
-    hb_times_reduce(lat, (size_t)steps + 1, o.average, hcomm_comm_world());
-    mean_us = lat[steps];
+    /* one series, as the collective tools: each step reduced over the ranks,
+     * the mean and the percentiles of it (min <= mean, p50 <= p99 <= max) */
+    hb_times_reduce(lat, (size_t)steps, o.average, hcomm_comm_world());
     hb_stats_compute(lat, (size_t)steps, &st);
+    mean_us = st.mean;
     eff = mean_us > 0 ? (double)step_bytes / mean_us / 1e3 : 0;
 
     if (hb_rank == 0) {

@@ -118,7 +118,8 @@ static size_t pp_compare(const uint8_t *got, const uint8_t *want, size_t n, int 
 }
 
 /* One row: mean, percentiles and bandwidth of a size. lat holds the
- * samples: one-way latencies (lat mode) or window times (bw modes). */
+ * samples: one-way latencies (lat mode) or window times (bw modes), divided
+ * by the messages of a window before the statistics. */
 struct pp_row {
     size_t bytes;
     int iters;
@@ -144,8 +145,8 @@ static void pp_print_header(const struct hb_opts *o)
 
     if (o->mode != HB_PP_LAT) {
         cols[0] = "msg_us";
-        cols[1] = "win_p50_us";
-        cols[2] = "win_p99_us";
+        cols[1] = "msg_p50_us";
+        cols[2] = "msg_p99_us";
     }
     if (o->csv) {
         printf("bytes,%s,%s,%s,%s\n", cols[0], cols[1], cols[2], cols[3]);
@@ -154,7 +155,8 @@ static void pp_print_header(const struct hb_opts *o)
     printf("# pingpong: %s\n# ranks %d  mem %s  mode %s", hcomm_version_string(), hb_nranks,
            hb_mem_name(o->mem_hcomm), pp_mode_name(o->mode));
     if (o->mode != HB_PP_LAT)
-        printf("  window %d: msg_us = window time / %d messages, MB/s = %d x bytes / window time",
+        printf("  window %d: msg_us (mean, p50, p99) = window time / %d messages, MB/s = %d x "
+               "bytes / window time",
                o->window, pp_msgs_per_sample(o), pp_msgs_per_sample(o));
     printf("\n# %10s %12s %10s %10s %12s\n", "bytes", cols[0], cols[1], cols[2], cols[3]);
 }
@@ -198,9 +200,13 @@ static void pp_finish_row(const struct hb_opts *o, hcomm_comm_t pair, size_t n, 
 
     hb_check(hcomm_allreduce(&mine, &r.wrong, 1, HCOMM_INT64, HCOMM_SUM, pair), "hcomm_allreduce");
     if (hb_rank != 0) return;
+    /* a sample times msgs messages (a window): every column is per message,
+     * so that min <= lat <= max and min <= p50 <= p99 <= max */
+    for (int i = 0; i < iters; i++)
+        lat[i] /= msgs;
     hb_stats_compute(lat, (size_t)iters, &r.s);
-    r.lat_us = r.s.mean / msgs;
-    r.mbps = r.s.mean > 0 ? (double)n * msgs / r.s.mean : 0;
+    r.lat_us = r.s.mean;
+    r.mbps = r.s.mean > 0 ? (double)n / r.s.mean : 0;
     pp_print_row(o, &r, json);
 }
 
@@ -321,6 +327,7 @@ int main(int argc, char **argv)
 
     hb_init(&argc, &argv);
     hb_opts_parse(argc, argv, HB_TOOL_PINGPONG, &o);
+    hb_start(&o);
     if (hb_nranks < 2) {
         if (hb_rank == 0)
             fprintf(stderr,

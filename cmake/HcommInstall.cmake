@@ -10,6 +10,9 @@
 #              allreduce_bw -> hcomm-allreduce-bw): the build tree keeps the
 #              short names that tests and scripts use
 #   share/doc/hcomm/  README.md and docs/
+# The build tree itself serves as a prefix too: hcommConfig.cmake with its
+# hcommTargets.cmake (-Dhcomm_DIR=build) and hcomm-uninstalled.pc
+# (PKG_CONFIG_PATH=build).
 # Included at the end of the root CMakeLists.txt, after every target exists.
 include(CMakePackageConfigHelpers)
 
@@ -92,6 +95,16 @@ foreach(d LIBDIR INCLUDEDIR)
 endforeach()
 configure_file(${PROJECT_SOURCE_DIR}/hcomm.pc.in ${PROJECT_BINARY_DIR}/hcomm.pc @ONLY)
 
+# The build tree used as installed, without installing (docs/install.md,
+# "From the build tree"): hcomm-uninstalled.pc, which pkg-config takes
+# before hcomm.pc from the same folder (PKG_CONFIG_PATH=build), names the
+# build's lib/ and the source's include/; and hcommTargets.cmake below
+# (-Dhcomm_DIR=build).
+set(HCOMM_PC_PREFIX "${PROJECT_BINARY_DIR}")
+set(HCOMM_PC_LIBDIR "${CMAKE_LIBRARY_OUTPUT_DIRECTORY}")
+set(HCOMM_PC_INCLUDEDIR "${PROJECT_SOURCE_DIR}/include")
+configure_file(${PROJECT_SOURCE_DIR}/hcomm.pc.in ${PROJECT_BINARY_DIR}/hcomm-uninstalled.pc @ONLY)
+
 # Libraries and headers. The archive is exported as hcomm::hcomm_archive;
 # hcommConfig.cmake wraps it into hcomm::hcomm_static (whole archive + deps).
 set_target_properties(hcomm_static PROPERTIES EXPORT_NAME hcomm_archive)
@@ -117,6 +130,7 @@ install(CODE "
 
 # The CMake package.
 install(EXPORT hcommTargets NAMESPACE hcomm:: DESTINATION ${HCOMM_CMAKE_DIR})
+export(EXPORT hcommTargets NAMESPACE hcomm:: FILE ${PROJECT_BINARY_DIR}/hcommTargets.cmake)
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/hcommConfig.cmake.in
   ${PROJECT_BINARY_DIR}/hcommConfig.cmake INSTALL_DESTINATION ${HCOMM_CMAKE_DIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/hcommConfigVersion.cmake
@@ -134,6 +148,7 @@ else()
   set(_rpath "$ORIGIN/${_rel}")
 endif()
 set(_renames "")
+set(_man "")
 foreach(dir tools bench)
   get_property(_targets DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} PROPERTY BUILDSYSTEM_TARGETS)
   foreach(t ${_targets})
@@ -143,6 +158,9 @@ foreach(dir tools bench)
       if(dir STREQUAL "bench")
         string(REPLACE "_" "-" _dashed ${t})
         list(APPEND _renames "$<TARGET_FILE_NAME:${t}>" "hcomm-${_dashed}")
+        list(APPEND _man "$<TARGET_FILE:${t}>" "hcomm-${_dashed}")
+      else()
+        list(APPEND _man "$<TARGET_FILE:${t}>" "${t}")
       endif()
     endif()
   endforeach()
@@ -170,6 +188,36 @@ install(CODE "
   endwhile()
 ")
 
+# nccl-tests' names (bench/CMakeLists.txt): links to the hcomm-* programs.
+if(HCOMM_NCCL_TESTS_NAMES)
+  set(_links "")
+  set(_aliases ${HCOMM_NCCL_TESTS_ALIASES})
+  while(_aliases)
+    list(POP_FRONT _aliases _alias _tool)
+    string(REPLACE "_" "-" _dashed ${_tool})
+    list(APPEND _links ${_alias} hcomm-${_dashed})
+  endwhile()
+  install(CODE "
+    set(_bindir \"${CMAKE_INSTALL_BINDIR}\")
+    if(NOT IS_ABSOLUTE \"\${_bindir}\")
+      set(_bindir \"\${CMAKE_INSTALL_PREFIX}/\${_bindir}\")
+    endif()
+    set(_links \"${_links}\")
+    while(_links)
+      list(POP_FRONT _links _alias _to)
+      if(EXISTS \"\$ENV{DESTDIR}\${_bindir}/\${_to}\")
+        message(STATUS \"Linking: \${_bindir}/\${_alias} -> \${_to}\")
+        file(CREATE_LINK \"\${_to}\" \"\$ENV{DESTDIR}\${_bindir}/\${_alias}\" SYMBOLIC)
+        list(APPEND CMAKE_INSTALL_MANIFEST_FILES \"\$ENV{DESTDIR}\${_bindir}/\${_alias}\")
+      endif()
+    endwhile()
+  ")
+endif()
+
+# Man pages from each installed program's --help (cmake/HcommMan.cmake).
+include(HcommMan)
+hcomm_install_man(${_man} ${PROJECT_BINARY_DIR}/bin/hcomm_stats hcomm_stats)
+
 # `cmake --install --strip` and the package strip the binaries; the archive
 # keeps its symbols and loses only its debug sections.
 install(CODE "
@@ -185,6 +233,19 @@ install(CODE "
 
 # Documentation: the README and docs/ keep their layout, so the links between
 # them still work under share/doc/hcomm.
-install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/CHANGELOG.md
+              ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# Debian's copyright file (machine-readable format), with the license text.
+file(READ ${PROJECT_SOURCE_DIR}/LICENSE _license)
+string(REGEX REPLACE "\n\n" "\n.\n" _license_deb "${_license}")
+string(REGEX REPLACE "\n" "\n " _license_deb "${_license_deb}")
+file(WRITE ${PROJECT_BINARY_DIR}/copyright
+  "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
+  "Upstream-Name: hcomm\n"
+  "Source: the hcomm source tree (CMakeLists.txt, version ${PROJECT_VERSION})\n\n"
+  "Files: *\nCopyright: the hcomm authors\nLicense: Apache-2.0\n\n"
+  "License: Apache-2.0\n On Debian systems the full text is also in\n"
+  " /usr/share/common-licenses/Apache-2.0.\n .\n${_license_deb}\n")
+install(FILES ${PROJECT_BINARY_DIR}/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
         FILES_MATCHING PATTERN "*.md" PATTERN "*.png" PATTERN "*.svg")

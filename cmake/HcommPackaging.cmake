@@ -10,6 +10,7 @@ set(HCOMM_PACKAGE_MAINTAINER "hcomm maintainers <hcomm@localhost>" CACHE STRING
 set(CPACK_PACKAGE_NAME hcomm)
 set(CPACK_PACKAGE_VENDOR hcomm)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
 set(CPACK_PACKAGE_CONTACT "${HCOMM_PACKAGE_MAINTAINER}")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
   "communication library for distributed training and HPC")
@@ -17,7 +18,7 @@ set(CPACK_PACKAGE_DESCRIPTION
   "hcomm moves tagged point-to-point messages and runs the collectives \
 (allreduce, broadcast, allgather, reduce-scatter, alltoall, ...) between the \
 ranks of a job: shared hugepage memory inside a node, RDMA verbs or TCP \
-between nodes. The package holds the shared and static libraries, the header, \
+between nodes. License: Apache-2.0. The package holds the shared and static libraries, the header, \
 the CMake package (find_package(hcomm)) and pkg-config file, the hcommrun \
 launcher, hcomm_info, hcomm_stats and the hcomm-* benchmarks.")
 set(CPACK_GENERATOR DEB)
@@ -38,9 +39,19 @@ set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
 # hcomm_stats is Python (standard library only); linking the static archive
 # needs the libraries' development files (-lhwloc ...).
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "python3")
-set(_suggests "pkg-config, libhwloc-dev, libnuma-dev")
-if(HCOMM_HAVE_VERBS)
+# Suggests: what the static recipe (hcomm.pc's static_libs, the libraries
+# hcomm_obj links) needs to link, one -dev package per dependency built in:
+# hwloc, numa, crypto (libssl-dev), verbs and mlx5 (libibverbs-dev ships
+# libmlx5.so too), DPDK, PMIx. docs/install.md lists the same.
+set(_suggests "pkg-config, libhwloc-dev, libnuma-dev, libssl-dev")
+if(HCOMM_HAVE_VERBS OR HCOMM_HAVE_MLX5)
   string(APPEND _suggests ", libibverbs-dev")
+endif()
+if(HCOMM_HAVE_DPDK)
+  string(APPEND _suggests ", libdpdk-dev")
+endif()
+if(TARGET PkgConfig::PMIX)
+  string(APPEND _suggests ", libpmix-dev")
 endif()
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "${_suggests}")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)

@@ -413,7 +413,7 @@ static hcomm_status_t hc_ctx_init_config(const hc_bootstrap_params_t *given)
     hc_ctx.rank = hc_ctx.bs_params.rank;
     hc_ctx.size = hc_ctx.bs_params.size;
     hc_log_set_rank(hc_ctx.size > 1 ? hc_ctx.rank : -1);
-    hc_log_configure(hc_cfg.log_file, hc_cfg.log_subsys);
+    if ((st = hc_log_configure(hc_cfg.log_file, hc_cfg.log_subsys)) != HCOMM_OK) return st;
     hc_config_check_unknown(hc_ctx.rank == 0); /* one warning per job, not per rank */
     return HCOMM_OK;
 }
@@ -511,6 +511,12 @@ static hcomm_status_t hc_ctx_open_drivers(void)
     for (int i = 0; i < hc_ctx.ndrvs; i++)
         if (hc_ctx.drvs[i]->ops->flush)
             hc_ctx.flush[hc_ctx.nflush++] = hc_ctx.drvs[i];
+    /* RLIMIT_MEMLOCK matters only to a driver that registers memory */
+    for (int i = 0; i < hc_ctx.ndrvs; i++)
+        if (hc_drv_registers_memory(hc_ctx.drvs[i]->ops)) {
+            hc_mem_memlock_needed(hc_ctx.drvs[i]->ops->name);
+            break;
+        }
     return HCOMM_OK;
 }
 

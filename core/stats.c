@@ -309,8 +309,8 @@ double hc_stats_percentile_ns(const hc_stats_op_t *s, double p)
     uint64_t acc = 0;
     for (unsigned b = 0; b < HC_STATS_TIME_BUCKETS; b++) {
         acc += s->thist[b];
-        if (s->thist[b] && (double)acc >= want)
-            return hc_stats_bucket_mid(b);
+        if (s->thist[b] && (double)acc >= want) /* a bucket's middle may pass the max */
+            return HC_MIN(hc_stats_bucket_mid(b), (double)s->max_ns);
     }
     return hc_stats_bucket_mid(HC_STATS_TIME_BUCKETS - 1);
 }
@@ -418,9 +418,13 @@ static void hc_stats_table_ops(FILE *f)
         if (hc_stats_level >= 2)
             snprintf(wait, sizeof(wait), "%.3f", (double)s->wait_ns * 1e-6);
         if (!hc_stats_timed(s)) {
-            hc_stats_out(f, "  %-14s %10llu %14llu %11s %9s %9s %9s %9s %9d %10s",
+            /* level 1 times one small call in HCOMM_STATS_SAMPLE: a short
+             * job may have none of this kind timed */
+            hc_stats_out(f, "  %-14s %10llu %14llu   not sampled: none of its %llu calls timed "
+                            "(HCOMM_STATS_SAMPLE=%lld; HCOMM_STATS=2 times every call)",
                          hc_stats_kind_names[k], (unsigned long long)s->calls,
-                         (unsigned long long)s->bytes, "-", "-", "-", "-", "-", 0, wait);
+                         (unsigned long long)s->bytes, (unsigned long long)s->calls,
+                         (long long)hc_cfg.stats_sample);
             continue;
         }
         hc_stats_out(f, "  %-14s %10llu %14llu %11.3f %9.2f %9.2f %9.2f %9.2f %9llu %10s",
@@ -444,9 +448,12 @@ static void hc_stats_table_sizes(FILE *f)
         if (!s->calls)
             continue;
         double tot = hc_stats_total_ns(s);
-        hc_stats_out(f, "  %s: %.1f%% of the time in hcomm calls; sizes (from, calls, algorithm, "
-                        "drivers):",
-                     hc_stats_kind_names[k], all_ns > 0 ? 100.0 * tot / all_ns : 0.0);
+        char share[48] = "not sampled";
+        if (hc_stats_timed(s) && all_ns > 0)
+            snprintf(share, sizeof(share), "%.1f%% of the time in hcomm calls",
+                     100.0 * tot / all_ns);
+        hc_stats_out(f, "  %s: %s; sizes (from, calls, algorithm, drivers):",
+                     hc_stats_kind_names[k], share);
         for (unsigned c = 0; c < HC_STATS_SIZE_CLASSES; c++) {
             if (!s->sizes[c])
                 continue;

@@ -237,6 +237,11 @@ bool hc_drv_progress_is_noop(const struct hc_drv_ops *ops)
     return ops->progress == hc_drv_noop_progress;
 }
 
+bool hc_drv_registers_memory(const struct hc_drv_ops *ops)
+{
+    return ops->mem_reg != hc_drv_noop_reg;
+}
+
 int hc_drv_count(void)
 {
     return hc_drv_n;

@@ -343,6 +343,9 @@ hcomm_status_t hc_drv_select_open(const hc_drv_env_t *env, hc_drv_t **drvs, int 
 /* True when the driver left progress to the base table (nothing to poll:
  * the self driver delivers inside put). */
 bool hc_drv_progress_is_noop(const struct hc_drv_ops *ops);
+/* True when the driver registers memory with a device (its own mem_reg:
+ * verbs, mlx5, dpdk), which locks it against RLIMIT_MEMLOCK. */
+bool hc_drv_registers_memory(const struct hc_drv_ops *ops);
 
 /* Writes "name: reason" lines for every registered driver (hcomm_info). */
 void hc_drv_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg), void *arg);

@@ -62,6 +62,11 @@
 extern "C" {
 #endif
 
+/* The version of this header. The one place the version is written is
+ * CMakeLists.txt (project(hcomm VERSION ...)): configuring fails when these
+ * differ from it, and hcomm_version(), hcomm_info --version, hcomm.pc, the
+ * .deb and Python's hcomm.__version__ all come from it (test
+ * version_agree). */
 #define HCOMM_VERSION_MAJOR 0
 #define HCOMM_VERSION_MINOR 1
 #define HCOMM_VERSION_PATCH 0
@@ -513,6 +518,10 @@ hcomm_status_t hcomm_group_end(void);
 
 /* "hcomm 0.1.0 (drivers: shm tcp; ...)". Any thread. */
 const char *hcomm_version_string(void);
+/* The library's version, "MAJOR.MINOR.PATCH" ("0.1.0"): that of the library
+ * loaded, which a program built against another header may compare with
+ * HCOMM_VERSION_*. Any thread, before hcomm_init too. */
+const char *hcomm_version(void);
 
 /* Writes this rank's statistics now (HCOMM_STATS=1 or 2; docs/observability.md):
  * the table on stderr and, with HCOMM_STATS_FILE, a report of JSON lines

@@ -1,5 +1,5 @@
 /*
- * mem/ lifecycle: hc_mem_init reads the knobs, checks RLIMIT_MEMLOCK once,
+ * mem/ lifecycle: hc_mem_init reads the knobs,
  * reserves the pool's virtual range (PROT_NONE, no memory behind it) and
  * builds the pool; hc_mem_finalize undoes it. Also the counters' snapshot and
  * their printout.
@@ -33,15 +33,63 @@ static hcomm_status_t hc_mem_parse_hugepage_size(size_t *size_p)
     return HCOMM_OK;
 }
 
-static void hc_mem_check_memlock(size_t want)
+/* Locked memory matters only once a driver pins memory for a NIC (verbs,
+ * mlx5, DPDK's DMA map count it against RLIMIT_MEMLOCK): until then an mlock
+ * that fails costs nothing a job can see, and is only counted. */
+static atomic_bool hc_mem_lock_needed, hc_mem_lock_warned;
+
+static bool hc_mem_memlock_low(size_t want, unsigned long long *limit_kb_p)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+        return false;
+    *limit_kb_p = (unsigned long long)rl.rlim_cur >> 10;
+    return true;
+}
+
+/* One warning per process, at the job's level (hc_log_warn_job: rank 0 warns,
+ * the other ranks log it at info), naming who needs the memory locked. */
+static void hc_mem_memlock_warn(const char *who, const char *what)
+{
+    if (atomic_exchange(&hc_mem_lock_warned, true)) return;
+    hc_log_warn_job("mem: %s; %s registers memory with its NIC, which locks it: registrations "
+                    "past the limit fail (and fall back or fail the call). Raise the limit "
+                    "(`ulimit -l unlimited`; memlock in /etc/security/limits.conf; docker "
+                    "--ulimit memlock=-1): docs/install.md, \"Locked memory\".",
+                    what, who);
+}
+
+void hc_mem_memlock_needed(const char *who)
+{
+    atomic_store(&hc_mem_lock_needed, true);
+    unsigned long long kb = 0;
+    char what[200];
+    size_t want = hc_cfg.mem_pool_max;
+    uint64_t failed = atomic_load(&hc_mem_g.mlock_failures);
+    if (hc_mem_memlock_low(want, &kb))
+        snprintf(what, sizeof(what),
+                 "RLIMIT_MEMLOCK (ulimit -l) is %llu kB, below the pool limit "
+                 "HCOMM_MEM_POOL_MAX_SIZE=%zu kB",
+                 kb, want >> 10);
+    else if (failed)
+        snprintf(what, sizeof(what), "%llu mlock calls of the pool failed",
+                 (unsigned long long)failed);
+    else
         return;
-    hc_log_warn_job("mem: RLIMIT_MEMLOCK (ulimit -l) is %llu kB, below the pool limit "
-                "HCOMM_MEM_POOL_MAX_SIZE=%zu kB: pool memory past the limit stays unlocked. Raise "
-                "it (`ulimit -l unlimited`, memlock in /etc/security/limits.conf).",
-                (unsigned long long)rl.rlim_cur >> 10, want >> 10);
+    hc_mem_memlock_warn(who, what);
+}
+
+void hc_mem_mlock_failed(size_t bytes, int err)
+{
+    if (!atomic_load(&hc_mem_lock_needed)) {
+        hc_log_debug("mem: mlock of %zu bytes failed (%s); no driver here registers memory: "
+                     "counted only",
+                     bytes, strerror(err));
+        return;
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "mlock of %zu bytes failed (%s)", bytes, strerror(err));
+    hc_mem_memlock_warn("a driver of this job", what);
 }
 
 /* Address space the process maps now (VmSize), 0 if unknown. */
@@ -142,7 +190,6 @@ hcomm_status_t hc_mem_init(void)
     hc_mem_g.numa_ok = numa_available() >= 0;
     if (!hc_mem_g.numa_ok)
         hc_log_debug("mem: libnuma reports no NUMA support; regions are not bound");
-    hc_mem_check_memlock(hc_cfg.mem_pool_max);
     atomic_store(&hc_mem_g.regions_created, 0);
     atomic_store(&hc_mem_g.huge_fallbacks, 0);
     atomic_store(&hc_mem_g.mlock_failures, 0);
@@ -187,6 +234,7 @@ void hc_mem_finalize(void)
     hc_mem_g.pool_base = NULL;
     hc_mem_g.pool_reserved = 0;
     hc_mem_g.initialized = false;
+    atomic_store(&hc_mem_lock_needed, false); /* the drivers are closed; warned stays */
 }
 
 void hc_mem_stats_get(hc_mem_stats_t *s)

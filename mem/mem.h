@@ -36,10 +36,21 @@ typedef struct hc_mem_region {
     uint64_t keys[HC_MEM_MAX_KEYS]; /* driver registration keys, by driver index */
 } hc_mem_region_t;
 
-/* Reads HCOMM_MEM_* / HCOMM_HUGEPAGE_SIZE from hc_cfg, checks RLIMIT_MEMLOCK,
- * creates the initial pool. Idempotent per init/finalize cycle. */
+/* Reads HCOMM_MEM_* / HCOMM_HUGEPAGE_SIZE from hc_cfg, creates the initial
+ * pool. Idempotent per init/finalize cycle. */
 hcomm_status_t hc_mem_init(void);
 void hc_mem_finalize(void);
+
+/* Locked memory (docs/install.md, "Locked memory"): who (a driver's name)
+ * registers memory with a NIC, so RLIMIT_MEMLOCK matters from now on until
+ * hc_mem_finalize. Warns, once per process at the job's level (rank 0 warns,
+ * the others log at info), when the limit is below HCOMM_MEM_POOL_MAX_SIZE or
+ * an mlock of the pool failed already. Without such a driver nothing about
+ * locked memory is logged above debug. */
+void hc_mem_memlock_needed(const char *who);
+/* A region's mlock failed (counted by the caller): warned as above once a
+ * driver needs locked memory, else logged at debug. */
+void hc_mem_mlock_failed(size_t bytes, int err);
 
 /* Registration hooks: called for every region created (and once for every
  * existing region when the hooks are installed), and before it is destroyed. */

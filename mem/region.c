@@ -44,7 +44,7 @@
 #define MAP_HUGE_SHIFT 26
 #endif
 
-static atomic_bool hc_mem_warned_huge, hc_mem_warned_mlock;
+static atomic_bool hc_mem_warned_huge;
 
 static unsigned hc_mem_log2(size_t v)
 {
@@ -326,16 +326,14 @@ static hcomm_status_t hc_mem_region_map(hc_mem_region_t *r, size_t size, unsigne
     return HCOMM_OK;
 }
 
-/* Pins r's pages; a failure is counted, and warned about once. */
+/* Pins r's pages; a failure is counted (hc_mem_mlock_failed says whether it
+ * deserves a warning). */
 static void hc_mem_region_lock_pages(hc_mem_region_t *r)
 {
     if (mlock(r->base, r->size) != 0) {
+        int err = errno;
         atomic_fetch_add(&hc_mem_g.mlock_failures, 1);
-        if (!atomic_exchange(&hc_mem_warned_mlock, true))
-            hc_log_warn("mem: mlock of %zu bytes failed (%s): memory may be swapped or moved; "
-                        "raise `ulimit -l` (memlock in /etc/security/limits.conf). Further "
-                        "failures are only counted.",
-                        r->size, strerror(errno));
+        hc_mem_mlock_failed(r->size, err);
     }
 }
 

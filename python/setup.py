@@ -87,6 +87,22 @@ def _installed():
 
 
 SOURCE_DIR = os.path.abspath(os.environ.get("HCOMM_SOURCE_DIR", os.path.dirname(HERE)))
+
+
+def _version():
+    """The project's version: project(hcomm VERSION x.y.z) of the source
+    tree's CMakeLists.txt, the one place it is written (an sdist keeps it
+    in PKG-INFO)."""
+    import re
+    try:
+        with open(os.path.join(SOURCE_DIR, "CMakeLists.txt")) as f:
+            m = re.search(r"project\(hcomm\s+VERSION\s+([0-9.]+)", f.read())
+        if m:
+            return m.group(1)
+    except OSError:
+        pass
+    with open(os.path.join(HERE, "PKG-INFO")) as f:
+        return re.search(r"^Version: (\S+)", f.read(), re.M).group(1)
 BUNDLE_BUILD = os.path.join(HERE, "build", "libhcomm")
 found = None if os.environ.get("HCOMM_BUNDLE") == "1" else _installed()
 if found:
@@ -221,4 +237,4 @@ def _build_ext_class():
     return WithTorch.with_options(use_ninja=True)
 
 
-setup(ext_modules=ext_modules, cmdclass={"build_ext": _build_ext_class()})
+setup(version=_version(), ext_modules=ext_modules, cmdclass={"build_ext": _build_ext_class()})

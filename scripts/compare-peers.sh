@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Every side-by-side measurement behind the closing notes, in one run:
-# hcomm's bench tools against Open MPI, MPICH (and gloo) with the shared peer
-# scripts (../shared/peers). Run from the project root after building into
+# hcomm's bench tools against Open MPI, MPICH (and gloo) with the peer
+# scripts of bench/peers (in this repository; PEERS=dir for others). Run from the project root after building into
 # build/. Ratios, not absolute numbers, are what compare across runs.
 set -u
 cd "$(dirname "$0")/.."
-P=${PEERS:-../shared/peers}
+P=${PEERS:-bench/peers}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "### $(date) load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "### pingpong 8 B (target ratio <= 0.7)";      "$P/compare.sh" pingpong 8 5

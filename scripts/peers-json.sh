@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The peers (Open MPI 4.1, MPICH 4.0, torch.distributed gloo) measured as in
-# ../shared/peers, written as the JSON lines of hcomm's bench tools (-J), so
+# The peers (Open MPI 4.1, MPICH 4.0, torch.distributed gloo) measured by
+# bench/peers (mpi_bench.c, gloo_bench.py, run.sh: all in this repository),
+# written as the JSON lines of hcomm's bench tools (-J), so
 # that scripts/plot-bench.py puts them next to hcomm:
 #
 #   scripts/peers-json.sh allreduce NPROC MIN MAX OUTDIR
@@ -25,8 +26,8 @@
 #
 # MIN, MAX: bytes with an optional K, M or G (binary) suffix. The raw text of
 # every run is kept next to its JSON (.txt). Installs and builds the peers
-# with ../shared/peers/run.sh the first time (apt-get, root).
-# Environment: PEERS (the peer scripts; default <project>/../shared/peers),
+# with bench/peers/run.sh the first time (apt-get, root).
+# Environment: PEERS (the peer scripts; default <project>/bench/peers),
 # PEERS_WORK (where the peer binaries live; /tmp/hcomm-peers, as run.sh),
 # PEERS_LIBS (default "openmpi mpich gloo"), PEERS_TIMEOUT (seconds per run,
 # 600), PEERS_FACTOR (4 or 2), MIXED_STEPS (100), MIXED_WARMUP (10),
@@ -37,7 +38,7 @@
 set -euo pipefail
 prog=peers-json.sh
 root=$(cd "$(dirname "$0")/.." && pwd)
-P=${PEERS:-$root/../shared/peers}
+P=${PEERS:-$root/bench/peers}
 [[ -d $P ]] && P=$(cd "$P" && pwd)
 work=${PEERS_WORK:-/tmp/hcomm-peers}
 libs=${PEERS_LIBS:-openmpi mpich gloo}

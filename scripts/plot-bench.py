@@ -2,7 +2,8 @@
 """Plot and tabulate the JSON lines of hcomm's bench tools and of the peers.
 
     scripts/plot-bench.py [-o OUT.png] [--table] [--metric FIELD] [--ours LABEL]
-                          [--title TEXT] FILE[:LABEL] ...
+                          [--title TEXT] [--tool T,..] [--dtype D,..] [--op O,..]
+                          [--nranks N,..] [--split | --one-figure] FILE[:LABEL] ...
 
 Each FILE holds JSON lines as written by hcomm's tools with `-J FILE`
 (allreduce_bw and the other collective tools, pingpong, mixed_load) or by
@@ -13,7 +14,13 @@ say). A row read twice (same series, same size) is plotted as the median.
 
 Rows are grouped by tool and, for collectives, by dtype, op and nranks; one
 line per library (hcomm's in-place and non-blocking rows are lines of their
-own). The PNG (-o) has one row of two panels per group:
+own). --tool, --dtype, --op and --nranks (comma lists) keep only the rows
+that match. Up to 3 groups, the PNG (-o) has one row of two panels per
+group; beyond (as `-d all -o all` gives: 50 groups) or with --split, one
+figure per metric instead, a panel per group, 12 panels a page:
+OUT-busbw.png, OUT-time.png, OUT-pingpong-bw.png, OUT-pingpong-lat.png,
+OUT-mixed-eff.png, OUT-mixed-step.png (OUT-busbw-2.png ... for more pages).
+The panels:
   collectives  busbw_GBps against bytes (log2 x axis); time_us (solid) and
                p50_us (dashed) against bytes, log-log
   pingpong     one-way latency lat_us (solid) / p50_us (dashed), log-log;
@@ -310,7 +317,16 @@ def print_tables(groups, metric_opt, ours, out):
             out.write("  ".join(cells).rstrip() + "\n")
 
 
-def plot(groups, path, title):
+# Panels of a figure when split by metric: 3 columns, 4 rows at most (about
+# 1430 x 1430 px); more groups go on further pages (OUT-<metric>-2.png ...).
+PANEL_COLS, PANEL_ROWS = 3, 4
+# the two panels of a group, by kind: (file name part, what it shows)
+PANELS = {"coll": ("busbw", "time"), "pingpong": ("bw", "lat"), "mixed": ("eff", "step")}
+# up to this many groups, one figure holds them all (one row of two panels each)
+ONE_FIGURE_MAX = 3
+
+
+def _mpl():
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -320,110 +336,116 @@ def plot(groups, path, title):
         print("%s: python3-matplotlib is missing (apt-get install -y python3-matplotlib)"
               % PROG, file=sys.stderr)
         sys.exit(1)
+    return plt, ticker
 
-    libs = []
-    for g in groups:
-        for s in g.order:
-            if s[0] not in libs:
-                libs.append(s[0])
-    if "hcomm" in libs:  # hcomm keeps the first colour in every plot
-        libs.remove("hcomm")
-        libs.insert(0, "hcomm")
-    cmap = plt.get_cmap("tab10")
-    color = {lib: cmap(i % 10) for i, lib in enumerate(libs)}
-    markers = "osD^vP*Xh<>"
-    varmark = {}
 
-    def style(s):
-        if s[1] not in varmark:
-            varmark[s[1]] = len(varmark)
-        v = varmark[s[1]]
-        return dict(color=color[s[0]], marker=markers[(libs.index(s[0]) + v) % len(markers)],
+class Painter:
+    """Draws one panel (0: bandwidth, 1: time) of a group on an axis."""
+
+    def __init__(self, groups, plt, ticker, small=False):
+        self.ticker, self.small = ticker, small
+        libs = []
+        for g in groups:
+            for s in g.order:
+                if s[0] not in libs:
+                    libs.append(s[0])
+        if "hcomm" in libs:  # hcomm keeps the first colour in every plot
+            libs.remove("hcomm")
+            libs.insert(0, "hcomm")
+        cmap = plt.get_cmap("tab10")
+        self.libs = libs
+        self.color = {lib: cmap(i % 10) for i, lib in enumerate(libs)}
+        self.varmark = {}
+
+    def style(self, s):
+        markers = "osD^vP*Xh<>"
+        if s[1] not in self.varmark:
+            self.varmark[s[1]] = len(self.varmark)
+        v = self.varmark[s[1]]
+        return dict(color=self.color[s[0]],
+                    marker=markers[(self.libs.index(s[0]) + v) % len(markers)],
                     markersize=4, linewidth=2.2 if s[0] == "hcomm" else 1.4,
                     linestyle="-" if not s[1] else "-.", alpha=1.0 if not s[1] else 0.8)
 
-    def log2_axis(ax, xs):
+    def log2_axis(self, ax, xs):
+        ticker = self.ticker
         xs = [x for x in xs if x > 0]
         ax.set_xscale("log", base=2)
         if not xs:
             return
         lo, hi = int(math.floor(math.log2(min(xs)))), int(math.ceil(math.log2(max(xs))))
-        step = max(1, int(math.ceil((hi - lo + 1) / 12.0)))
+        step = max(1, int(math.ceil((hi - lo + 1) / (6.0 if self.small else 12.0))))
         ax.xaxis.set_major_locator(ticker.FixedLocator([2.0 ** e for e in range(lo, hi + 1, step)]))
         ax.xaxis.set_minor_locator(ticker.NullLocator())
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda x, _p: fmt_bytes(x)))
         ax.set_xlabel("bytes")
-        for lab in ax.get_xticklabels():
-            lab.set_rotation(0)
 
-    def finish(ax, what):
+    def finish(self, ax, what):
         ax.grid(True, which="major", alpha=0.35)
         ax.grid(True, which="minor", alpha=0.12)
         ax.set_title(what, fontsize=10)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8, loc="best")
+            ax.legend(fontsize=7 if self.small else 8, loc="best")
 
-    fig, axes = plt.subplots(len(groups), 2, figsize=(13, 4.6 * len(groups)), squeeze=False)
-    for g, (a1, a2) in zip(groups, axes):
+    def draw(self, ax, g, which):
         t = group_title(g.key)
         if g.key[0] in ("coll", "pingpong"):
-            coll = g.key[0] == "coll"
-            bw, tm = ("busbw_GBps", "time_us") if coll else ("MBps", "lat_us")
-            for s in g.order:
-                st = style(s)
-                pts = g.curve(s, bw)
-                if pts:
-                    a1.plot(*zip(*pts), label=series_name(s), **st)
-                pts = g.curve(s, tm)
-                if pts:
-                    a2.plot(*zip(*pts), label=series_name(s), **st)
-                p50 = g.curve(s, "p50_us")
-                if p50 and p50 != pts:
-                    a2.plot(*zip(*p50), linestyle="--", color=st["color"],
-                            linewidth=st["linewidth"] * 0.7, alpha=0.8)
-            xs = [x for x in g.xs() if x > 0]
-            log2_axis(a1, xs)
-            log2_axis(a2, xs)
-            a2.set_yscale("log")
-            a1.set_ylim(bottom=0)
-            if coll:
-                a1.set_ylabel("busbw (GB/s)")
-                a2.set_ylabel("time per call (us)")
-                finish(a1, "%s: bus bandwidth" % t)
-                finish(a2, "%s: time (solid mean, dashed p50)" % t)
-            else:
-                a1.set_ylabel("bandwidth (MB/s)")
-                a2.set_ylabel("one-way latency (us)")
-                finish(a1, "%s: bandwidth" % t)
-                finish(a2, "%s: latency (solid mean, dashed p50)" % t)
+            self.draw_sized(ax, g, which, t)
         else:
-            profiles = g.xs()
-            n = max(1, len(g.order))
-            width = 0.8 / n
-            for i, s in enumerate(g.order):
-                st = style(s)
-                pos = [j - 0.4 + width * (i + 0.5) for j in range(len(profiles))]
-                eff = [g.value(s, p, "eff_GBps") for p in profiles]
-                a1.bar([p for p, v in zip(pos, eff) if v is not None],
-                       [v for v in eff if v is not None], width, color=st["color"],
-                       label=series_name(s))
-                p50 = [g.value(s, p, "step_us_p50") or g.value(s, p, "step_us_mean")
-                       for p in profiles]
-                a2.bar([p for p, v in zip(pos, p50) if v is not None],
-                       [v for v in p50 if v is not None], width, color=st["color"],
-                       label=series_name(s))
+            self.draw_mixed(ax, g, which, t)
+
+    def draw_sized(self, ax, g, which, t):
+        coll = g.key[0] == "coll"
+        field = (("busbw_GBps", "time_us") if coll else ("MBps", "lat_us"))[which]
+        for s in g.order:
+            st = self.style(s)
+            pts = g.curve(s, field)
+            if pts:
+                ax.plot(*zip(*pts), label=series_name(s), **st)
+            p50 = g.curve(s, "p50_us") if which else None
+            if p50 and p50 != pts:
+                ax.plot(*zip(*p50), linestyle="--", color=st["color"],
+                        linewidth=st["linewidth"] * 0.7, alpha=0.8)
+        self.log2_axis(ax, g.xs())
+        if which:
+            ax.set_yscale("log")
+            ax.set_ylabel("time per call (us)" if coll else "one-way latency (us)")
+            self.finish(ax, "%s: %s (solid mean, dashed p50)" % (t, "time" if coll else "latency"))
+        else:
+            ax.set_ylim(bottom=0)
+            ax.set_ylabel("busbw (GB/s)" if coll else "bandwidth (MB/s)")
+            self.finish(ax, "%s: %s" % (t, "bus bandwidth" if coll else "bandwidth"))
+
+    def draw_mixed(self, ax, g, which, t):
+        profiles = g.xs()
+        width = 0.8 / max(1, len(g.order))
+        for i, s in enumerate(g.order):
+            st = self.style(s)
+            pos = [j - 0.4 + width * (i + 0.5) for j in range(len(profiles))]
+            if not which:
+                v = [g.value(s, p, "eff_GBps") for p in profiles]
+            else:
+                v = [g.value(s, p, "step_us_p50") or g.value(s, p, "step_us_mean")
+                     for p in profiles]
+            ax.bar([p for p, x in zip(pos, v) if x is not None], [x for x in v if x is not None],
+                   width, color=st["color"], label=series_name(s))
+            if which:
                 p99 = [g.value(s, p, "step_us_p99") for p in profiles]
-                a2.plot([p for p, v in zip(pos, p99) if v is not None],
-                        [v for v in p99 if v is not None], linestyle="none", marker="_",
+                ax.plot([p for p, x in zip(pos, p99) if x is not None],
+                        [x for x in p99 if x is not None], linestyle="none", marker="_",
                         markersize=14, markeredgewidth=2, color="black")
-            for ax in (a1, a2):
-                ax.set_xticks(range(len(profiles)))
-                ax.set_xticklabels(profiles)
-                ax.set_xlabel("profile")
-            a1.set_ylabel("effective bandwidth (GB/s)")
-            a2.set_ylabel("step time (us)")
-            finish(a1, "%s: bytes per step / mean step time" % t)
-            finish(a2, "%s: step time (bar p50, tick p99)" % t)
+        ax.set_xticks(range(len(profiles)))
+        ax.set_xticklabels(profiles)
+        ax.set_xlabel("profile")
+        if which:
+            ax.set_ylabel("step time (us)")
+            self.finish(ax, "%s: step time (bar p50, tick p99)" % t)
+        else:
+            ax.set_ylabel("effective bandwidth (GB/s)")
+            self.finish(ax, "%s: bytes per step / mean step time" % t)
+
+
+def _save(plt, fig, path, title):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -435,6 +457,74 @@ def plot(groups, path, title):
     plt.close(fig)
 
 
+def plot(groups, path, title, split=None):
+    """Writes the figure(s); returns the paths written. Up to ONE_FIGURE_MAX
+    groups (or split False): one figure, a row of two panels per group.
+    More (or split True): one figure per metric (OUT-busbw.png,
+    OUT-time.png, OUT-pingpong-lat.png ...), a grid of one panel per group,
+    PANEL_COLS x PANEL_ROWS per page (OUT-busbw-2.png ...)."""
+    plt, ticker = _mpl()
+    if split is None:
+        split = len(groups) > ONE_FIGURE_MAX
+    if not split:
+        painter = Painter(groups, plt, ticker)
+        fig, axes = plt.subplots(len(groups), 2, figsize=(13, 4.6 * len(groups)), squeeze=False)
+        for g, (a1, a2) in zip(groups, axes):
+            painter.draw(a1, g, 0)
+            painter.draw(a2, g, 1)
+        _save(plt, fig, path, title)
+        return [path]
+    stem, ext = os.path.splitext(path)
+    ext = ext or ".png"
+    written = []
+    per_page = PANEL_COLS * PANEL_ROWS
+    for kind in ("coll", "pingpong", "mixed"):
+        mine = [g for g in groups if g.key[0] == kind]
+        if not mine:
+            continue
+        painter = Painter(mine, plt, ticker, small=True)
+        for which, metric in enumerate(PANELS[kind]):
+            name = metric if kind == "coll" else "%s-%s" % (kind, metric)
+            pages = [mine[i:i + per_page] for i in range(0, len(mine), per_page)]
+            for n, page in enumerate(pages, 1):
+                cols = min(PANEL_COLS, len(page))
+                rows = (len(page) + cols - 1) // cols
+                fig, axes = plt.subplots(rows, cols, figsize=(4.35 * cols, 3.25 * rows),
+                                         squeeze=False)
+                flat = [ax for r in axes for ax in r]
+                for g, ax in zip(page, flat):
+                    painter.draw(ax, g, which)
+                for ax in flat[len(page):]:
+                    ax.set_visible(False)
+                out = "%s-%s%s%s" % (stem, name, "-%d" % n if len(pages) > 1 else "", ext)
+                _save(plt, fig, out, title)
+                written.append(out)
+    return written
+
+
+def apply_filters(rows, a):
+    """--tool/--dtype/--op/--nranks: keep the rows that match (a row without
+    the field, e.g. pingpong's dtype, is kept by that filter)."""
+    def wanted(arg):
+        return {w.strip() for w in arg.split(",") if w.strip()} if arg else None
+
+    tools, dtypes, ops, nranks = (wanted(a.tool), wanted(a.dtype), wanted(a.op),
+                                  wanted(a.nranks))
+    out = []
+    for r in rows:
+        tool = str(r.get("tool", ""))
+        if tools and tool not in tools and (tool[:-3] if tool.endswith("_bw") else tool) not in tools:
+            continue
+        if dtypes and "dtype" in r and str(r["dtype"]) not in dtypes:
+            continue
+        if ops and "op" in r and str(r["op"]) not in ops:
+            continue
+        if nranks and "nranks" in r and str(r["nranks"]) not in nranks:
+            continue
+        out.append(r)
+    return out
+
+
 def main(argv):
     ap = argparse.ArgumentParser(
         prog=PROG, description="Plot / tabulate JSON lines of hcomm's and the peers' benchmarks.")
@@ -444,6 +534,17 @@ def main(argv):
     ap.add_argument("--metric", help="table field (default busbw_GBps / lat_us / eff_GBps)")
     ap.add_argument("--ours", default="hcomm", help="library the ratio is about (hcomm)")
     ap.add_argument("--title", help="title over the whole figure")
+    ap.add_argument("--tool", help="only these tools, comma separated (allreduce_bw or "
+                    "allreduce, pingpong, mixed_load)")
+    ap.add_argument("--dtype", help="only these dtypes, comma separated (float32,bfloat16)")
+    ap.add_argument("--op", help="only these reduction ops, comma separated (sum,max)")
+    ap.add_argument("--nranks", help="only these job sizes, comma separated")
+    sp = ap.add_mutually_exclusive_group()
+    sp.add_argument("--split", dest="split", action="store_true", default=None,
+                    help="one figure per metric (OUT-busbw.png, OUT-time.png, ...), a panel "
+                    "per group; the default beyond %d groups" % ONE_FIGURE_MAX)
+    sp.add_argument("--one-figure", dest="split", action="store_false",
+                    help="one figure, a row of two panels per group, however many")
     a = ap.parse_args(argv)
     if not a.output and not a.table:
         ap.error("nothing to do: give -o OUT.png and/or --table")
@@ -454,13 +555,19 @@ def main(argv):
     except UsageError as e:
         print("%s: %s" % (PROG, e), file=sys.stderr)
         return 2
+    n_read = len(rows)
+    rows = apply_filters(rows, a)
+    if not rows:
+        print("%s: no row of the %d read matches --tool/--dtype/--op/--nranks" % (PROG, n_read),
+              file=sys.stderr)
+        return 2
     groups = build_groups(rows)
     if a.table:
         print_tables(groups, a.metric, a.ours, sys.stdout)
     if a.output:
-        plot(groups, a.output, a.title)
-        print("%s: wrote %s (%d group(s), %d row(s))" % (PROG, a.output, len(groups), len(rows)),
-              file=sys.stderr)
+        for path in plot(groups, a.output, a.title, a.split):
+            print("%s: wrote %s (%d group(s), %d row(s))" % (PROG, path, len(groups), len(rows)),
+                  file=sys.stderr)
     return 0
 
 

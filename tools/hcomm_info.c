@@ -5,6 +5,10 @@
  *                     (backend and devices, or why none), hugepages,
  *                     NUMA nodes, the machine's topology, memory counters
  *   hcomm_info -c     every HCOMM_* knob with its current value, default, help
+ *   hcomm_info --version   the library's version and drivers
+ *
+ * An HCOMM_* variable of the environment that is no knob is warned about on
+ * stderr, naming the nearest knob, as hcomm_init does.
  *
  * It initializes nothing: it reads the configuration and probes the drivers
  * with a one-rank environment, as a job's init would.
@@ -52,9 +56,12 @@ static void print_hugepages(void)
 
 static void usage(FILE *to)
 {
-    fprintf(to, "usage: hcomm_info [-c | --topo [FILE]]\n"
+    fprintf(to, "usage: hcomm_info [-c | --topo [FILE] | --version | -h]\n"
                 "  (no option)  version, drivers, hugepages, NUMA, topology\n"
-                "  -c           every HCOMM_* variable with its value, default and meaning\n"
+                "  -c           every HCOMM_* variable with its value, default and meaning;\n"
+                "               HCOMM_* variables of the environment that are not hcomm's\n"
+                "               are warned about on stderr (as hcomm_init does)\n"
+                "  --version    the library's version and drivers (-V)\n"
                 "  --topo       this process's place (core, NUMA node, NUMA distances, the\n"
                 "               switch of HCOMM_TOPO_FILE); under a job (hcommrun -n N\n"
                 "               hcomm_info --topo) rank 0 prints the job's map, its cost\n"
@@ -223,6 +230,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V")) {
+            printf("%s\n", hcomm_version_string());
+            return 0;
         } else {
             fprintf(stderr, "hcomm_info: unknown argument '%s'\n", argv[i]);
             usage(stderr);
@@ -234,6 +244,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "hcomm_info: %s\n", hcomm_last_error());
         return 1;
     }
+    hc_config_check_unknown(true);
     if (config) {
         hc_config_foreach(print_knob, NULL);
         return 0;

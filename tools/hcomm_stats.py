@@ -21,6 +21,8 @@ its time blocked) against the median over the ranks:
     for costs them milliseconds per call.
 Rooted operations and send/recv are marked asymmetric instead. With --json
 each operation has "gap_per_call_us" and "straggler" (the rank or null).
+Files of a DIR (or a glob) whose first line is no statistics record (logs,
+scripts) are skipped with a note on stderr; a FILE named alone must be one.
 Exit status: 0, 2 for bad usage or files with no report (docs/observability.md).
 """
 import glob
@@ -50,37 +52,62 @@ def die(msg):
     sys.exit(2)
 
 
+def is_report(rec):
+    return isinstance(rec, dict) and "rank" in rec and "type" in rec
+
+
+def first_record(lines):
+    """The first non-empty line as a statistics record, or None."""
+    for line in lines:
+        if line.strip():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                return None
+            return rec if is_report(rec) else None
+    return None
+
+
 def read_files(paths):
-    files = []
+    files = []  # (path, named: given by name rather than found in a folder or glob)
     for p in paths:
         if os.path.isdir(p):
-            files += sorted(glob.glob(os.path.join(p, "*")))
+            files += [(f, False) for f in sorted(glob.glob(os.path.join(p, "*")))]
         elif any(c in p for c in "*?["):
-            files += sorted(glob.glob(p))
+            files += [(f, False) for f in sorted(glob.glob(p))]
         else:
-            files.append(p)
+            files.append((p, True))
     if not files:
         die("no files given or matched")
     ranks = {}  # rank -> {report number -> [records]}
-    for f in files:
+    for f, named in files:
+        if not named and not os.path.isfile(f):
+            continue
         try:
-            with open(f) as fh:
+            with open(f, errors="replace") as fh:
                 lines = fh.readlines()
         except OSError as e:
             die("%s: %s" % (f, e.strerror))
+        # A folder may hold other files (logs, a job script): a file found
+        # there whose first line is no statistics record is skipped, with a
+        # note; a file given by name must be a report.
+        if not named and first_record(lines) is None:
+            print("hcomm_stats: skipping %s: not a statistics report (JSON lines)" % f,
+                  file=sys.stderr)
+            continue
         for n, line in enumerate(lines, 1):
             line = line.strip()
             if not line:
                 continue
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                die("%s:%d: not a JSON line (%s)" % (f, n, e.msg))
-            if not isinstance(rec, dict) or "rank" not in rec or "type" not in rec:
+            except ValueError as e:
+                die("%s:%d: not a JSON line (%s)" % (f, n, getattr(e, "msg", e)))
+            if not is_report(rec):
                 die("%s:%d: not an hcomm statistics record" % (f, n))
             ranks.setdefault(rec["rank"], {}).setdefault(rec.get("report", 0), []).append(rec)
     if not ranks:
-        die("no statistics records in " + ", ".join(files))
+        die("no statistics records in " + ", ".join(f for f, _ in files))
     job = {}
     for r, reps in ranks.items():
         last = max(reps)

@@ -43,7 +43,9 @@ from ._hcomm import (  # noqa: F401  (the public names)
     ERR_BOOTSTRAP, ERR_NO_DEVICE, ERR_AGAIN, ERR_ABORTED, ERR_INTERNAL, ERR_REVOKED,
 )
 
-__version__ = "0.1.0"
+# __version__: the version of the library this module runs on (hcomm.version()
+# is "hcomm 0.1.0 (drivers: ...)"), the project's (CMakeLists.txt) as is the
+# package's metadata (setup.py); set below
 
 #: hcomm dtype codes by name (dtype= keyword of every call: read the bytes as this type).
 dtypes = {"int8": INT8, "uint8": UINT8, "int32": INT32, "uint32": UINT32, "int64": INT64,
@@ -62,6 +64,9 @@ STORE_PREFIX = "hcomm"
 
 def _text(v):
     return v.decode() if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+__version__ = _text(version()).split()[1]
 
 
 def init(store=None, rank=None, size=None, *, bootstrap=None, key=None, local_rank=-1,

@@ -15,7 +15,7 @@
 #   any_killed    3 ranks, rank 2 dies while 0 and 1 wait in a receive from
 #                 any source (HCOMM_ANY_SOURCE)
 #   node_map      2 ranks that both say HCOMM_LOCAL_RANK=0: init fails at
-#                 once on both, naming the variable
+#                 once on both, naming the variable, logged once per rank
 #   group_killed  3 ranks, rank 1 dies before a group, between its calls and
 #                 right before hcomm_group_end (three jobs)
 #   garbage       2 ranks; junk, wrong job keys, truncated and silent
@@ -139,6 +139,10 @@ node_map)
         ((RC[r] != 0)) || fail "rank $r expected hcomm_init to fail"
         grep -q "both say local rank 0 (HCOMM_LOCAL_RANK" "$TMP/out.$r" ||
             fail "rank $r expected \"both say local rank 0 (HCOMM_LOCAL_RANK\""
+        # a program that only checks the status still shows its user why:
+        # hcomm logs the failure once, at error level, as hcomm_last_error()
+        n=$(grep -c '^\[hcomm r[0-9]*\] error: .*both say local rank 0 (HCOMM_LOCAL_RANK' "$TMP/out.$r")
+        ((n == 1)) || fail "rank $r expected its failure logged once at error level, got $n"
     done
     ((SECONDS - t0 < 10)) || fail "expected the failure within 10 s took $((SECONDS - t0)) s"
     ;;

@@ -138,6 +138,60 @@ rc=$?
 ((rc == 2)) && grep -q "nonexistent.json" "$t/err" && pass "missing file: exit 2" ||
     fail "missing file: exit $rc, '$(cat "$t/err")'"
 
+# --- many groups (-d all -o all): one readable figure per metric -----------
+# 10 dtypes x 5 ops of allreduce: 50 groups. Split by metric, 12 panels a
+# page: 5 pages of busbw and 5 of time, none above 1500 x 1500 px; the
+# filters keep what they name; nothing matched: exit 2.
+dtypes="float32 float16 bfloat16 float64 int8 uint8 int32 uint32 int64 uint64"
+for d in $dtypes; do
+    for o in sum prod max min avg; do
+        for b in 8 4096 1048576; do
+            coll hcomm 0 $b 2 | sed "s/\"dtype\":\"float32\"/\"dtype\":\"$d\"/; s/\"op\":\"sum\"/\"op\":\"$o\"/"
+        done
+    done
+done >"$t/all.json"
+png_size() { $py -c 'import struct,sys; d=open(sys.argv[1],"rb").read(24); print(*struct.unpack(">II", d[16:24]))' "$1"; }
+if $py "$plot" "$t/all.json" -o "$t/all.png" 2>"$t/err"; then
+    n_b=$(ls "$t"/all-busbw-*.png 2>/dev/null | wc -l) n_t=$(ls "$t"/all-time-*.png 2>/dev/null | wc -l)
+    [[ $n_b == 5 && $n_t == 5 && ! -e $t/all.png ]] && pass "50 groups: 5 pages of busbw, 5 of time" ||
+        fail "50 groups: $n_b busbw and $n_t time pages, want 5 and 5 ($(ls "$t"))"
+    for f in "$t"/all-*.png; do
+        read -r w h < <(png_size "$f")
+        ((w <= 1500 && h <= 1500)) || fail "$(basename "$f") is $w x $h px"
+    done
+else
+    fail "50 groups: exit $?: $(cat "$t/err")"
+fi
+if $py "$plot" "$t/all.json" --dtype float32,bfloat16 --op sum -o "$t/f.png" --table >"$t/ftab" 2>"$t/err"; then
+    read -r w h < <(png_size "$t/f.png")
+    groups=$(grep -c "^## " "$t/ftab")
+    [[ $groups == 2 ]] && ((h < 1500)) && pass "--dtype float32,bfloat16 --op sum: 2 groups, one figure ($w x $h)" ||
+        fail "filters: $groups groups in the table, figure $w x $h: $(head -3 "$t/ftab")"
+else
+    fail "filters: exit $?: $(cat "$t/err")"
+fi
+$py "$plot" "$t/all.json" --tool pingpong --table >"$t/out" 2>"$t/err"
+rc=$?
+((rc == 2)) && grep -q "no row of the 150 read matches" "$t/err" && pass "a filter matching nothing: exit 2" ||
+    fail "a filter matching nothing: exit $rc, '$(cat "$t/err")'"
+
+# --- the comparison scripts are self-contained -------------------------------
+# everything peers-json.sh and compare-peers.sh run lives in the repository
+for f in mpi_bench.c gloo_bench.py run.sh compare.sh mixed_load_mpi.c mixed_load_gloo.py; do
+    [[ -f $src/bench/peers/$f ]] || fail "bench/peers/$f is missing"
+done
+if grep -n "shared/peers\|\.\./shared" "$src"/scripts/*.sh "$src"/bench/peers/* >"$t/outside"; then
+    fail "a script reaches outside the repository: $(head -3 "$t/outside")"
+else
+    pass "peers-json.sh, compare-peers.sh and bench/peers name nothing outside the repository"
+fi
+if command -v mpicc.openmpi >/dev/null; then
+    mpicc.openmpi -fsyntax-only "$src/bench/peers/mpi_bench.c" 2>"$t/err" &&
+        pass "bench/peers/mpi_bench.c compiles" || fail "bench/peers/mpi_bench.c: $(head -3 "$t/err")"
+fi
+$py -m py_compile "$src/bench/peers/gloo_bench.py" 2>"$t/err" && pass "gloo_bench.py compiles" ||
+    fail "gloo_bench.py: $(cat "$t/err")"
+
 # --- peers-json.sh convert: peer text -> rows plot-bench.py accepts ----------
 cat >"$t/peer.txt" <<'EOF'
 ## Open MPI

@@ -71,6 +71,9 @@ hasnt "$work/root_tcp" "r3\] warn: hcomm_broadcast has waited" "root (tcp): no w
 "$run" -n 4 --timeout 60 --env HCOMM_TIMEOUT=3 --env HCOMM_WARN_AFTER=1 "$prog" sleep 8 >"$work/sleep" 2>&1
 has "$work/sleep" "r0\] warn: hcomm_allreduce has waited 1\.[0-9] s \(HCOMM_WARN_AFTER=1\): hcomm_allreduce\(count 256, float32, sum\) #2 on the world communicator \(4 ranks\), algorithm node[a-z-]*, step: .*waiting for rank 3: its flag" "sleep warning"
 has "$work/sleep" "^  rank 3 \(node .*, pid [0-9]+\): .*its process is sleeping" "sleep: rank 3's line"
+# rank 3 took part in allreduce #1 over the node's shared region: not "nothing received"
+hasnt "$work/sleep" "rank 3 .*nothing received from it since init" "sleep: rank 3's shm traffic"
+has "$work/sleep" "^  rank 3 \(node .*\): (last heard [0-9.]+ s ago|no message from it since init \(collectives in the node's shared region are not counted per rank\))" "sleep: what rank 3's line says was heard"
 has "$work/sleep" "hcomm_allreduce has waited 2\.[0-9] s \(HCOMM_WARN_AFTER=1\)" "sleep: the warning repeats"
 has "$work/sleep" "rank [012]: hcomm_allreduce: hcomm_allreduce: timed out after 3 s \(HCOMM_TIMEOUT\): hcomm_allreduce has waited .*waiting for rank 3" "sleep: timeout error"
 # over tcp: the p2p path's words

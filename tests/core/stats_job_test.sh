@@ -18,7 +18,10 @@
 #     allreduce algorithm), mp_stats on one node (node-staged 1 MiB) and on
 #     two fake nodes (hierarchical: MiB inside each node);
 #   - bad values fail hcomm_init with a message naming the variable;
-#   - hcomm_stats on a file with no records exits 2 with a message.
+#   - hcomm_stats on a file with no records exits 2 with a message;
+#   - a short level-1 job (3 small allreduces, one in 10^6 timed: none is):
+#     "not sampled" on its row and its share line, no "-" time columns and
+#     no "0.0% of the time".
 set -u
 run=${1:?hcommrun} prog=${2:?mp_stats} tool=${3:?hcomm_stats}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -276,5 +279,13 @@ out=$("$tool" "$work/empty.json" 2>&1); rc=$?
 echo '{"x":1}' >"$work/junk.json"
 out=$("$tool" "$work/junk.json" 2>&1); rc=$?
 [ $rc = 2 ] && echo "$out" | grep -q "junk.json:1" || fail "junk file: rc $rc: $out"
+
+"$run" -n 2 --env HCOMM_STATS=1 --env HCOMM_STATS_SAMPLE=1000000 "$prog" allreduce 3 64 >/dev/null 2>"$work/short" ||
+    fail "short job failed: $(head -3 "$work/short")"
+grep -Eq "r0\]   allreduce +3 +[0-9]+   not sampled: none of its 3 calls timed" "$work/short" ||
+    fail "short job: no \"not sampled\" row: $(grep -A3 ' op  ' "$work/short" | head -4)"
+grep -q "r0\]   allreduce: not sampled; sizes" "$work/short" || fail "short job: no \"not sampled\" share line"
+grep -Eq " - +- +- +- +- " "$work/short" && fail "short job: \"-\" time columns"
+grep -q "0.0% of the time" "$work/short" && fail "short job: \"0.0% of the time\""
 [ $bad = 0 ] && echo "stats_job: all checks passed"
 exit $bad

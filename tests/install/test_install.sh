@@ -9,6 +9,10 @@
 #     tools      the installed tools run from the prefix (RUNPATH, hcomm- names)
 #     deb        cpack -G DEB: the package's metadata and contents (dpkg-deb),
 #                then dpkg -x into a scratch root and build against that
+#     buildtree  nothing installed: the CMake project with -Dhcomm_DIR=BUILD
+#                (hcommTargets.cmake exported there), and both pkg-config
+#                recipes with PKG_CONFIG_PATH=BUILD (hcomm-uninstalled.pc:
+#                the build's lib/, the source's include/)
 # Every program built here runs without LD_LIBRARY_PATH (1 rank: hcomm_init,
 # an allreduce, hcomm_finalize; the tools under the installed hcommrun).
 # Environment: CC (the build's compiler), CMAKE, CPACK, HCOMM_TEST_CFLAGS
@@ -47,18 +51,22 @@ install_prefix() { # PREFIX
 }
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-# cmake_consumer PREFIX: configures, builds and runs tests/install/consumer
+# cmake_consumer PREFIX [-Dhcomm_DIR=DIR]: configures, builds and runs
+# tests/install/consumer
 cmake_consumer() {
     local b=$tmp/consumer
     rm -rf "$b"
-    if ! "$CMAKE" -S "$consumer" -B "$b" "${generator[@]}" -DCMAKE_PREFIX_PATH="$1" \
+    if ! "$CMAKE" -S "$consumer" -B "$b" "${generator[@]}" -DCMAKE_PREFIX_PATH="$1" ${2:+"$2"} \
         -DCMAKE_C_COMPILER="$CC" -DCMAKE_C_FLAGS="$HCOMM_TEST_CFLAGS" \
         -DCMAKE_EXE_LINKER_FLAGS="$HCOMM_TEST_CFLAGS" >"$tmp/consumer.log" 2>&1 ||
         ! "$CMAKE" --build "$b" >>"$tmp/consumer.log" 2>&1; then
         cat "$tmp/consumer.log" >&2
         fail "the CMake consumer does not build"
     fi
-    grep -q "hcomm_DIR:PATH=$1/" "$b/CMakeCache.txt" || fail "find_package found another hcomm"
+    local want="hcomm_DIR:PATH=$1/" dir=${2:-}
+    [[ -z $dir ]] || want="hcomm_DIR:[A-Z]+=${dir#-Dhcomm_DIR=}\$"
+    grep -Eq "$want" "$b/CMakeCache.txt" ||
+        fail "find_package found another hcomm: $(grep hcomm_DIR "$b/CMakeCache.txt")"
     run "$b/app"
     run "$b/app_static"
     needs_no_libhcomm "$b/app_static"
@@ -87,6 +95,20 @@ pc_static() {
 }
 
 case $case in
+buildtree)
+    for f in hcommConfig.cmake hcommTargets.cmake hcomm-uninstalled.pc lib/libhcomm.a; do
+        [[ -e $build/$f ]] || fail "the build tree has no $f"
+    done
+    step "find_package(hcomm) with -Dhcomm_DIR=$build"
+    cmake_consumer "$tmp/nothing-here" "-Dhcomm_DIR=$build"
+    step "pkg-config with PKG_CONFIG_PATH=$build (hcomm-uninstalled.pc)"
+    export PKG_CONFIG_PATH=$build
+    inc=$(pkg-config --variable=includedir hcomm)
+    [[ -f $inc/hcomm.h ]] || fail "pkg-config's includedir $inc has no hcomm.h"
+    [[ $(pkg-config --variable=libdir hcomm) == "$build/lib" ]] || fail "pkg-config's libdir is not $build/lib"
+    pc_shared "$build"
+    pc_static "$build"
+    ;;
 cmake)
     p=$tmp/prefix
     install_prefix "$p"
@@ -164,20 +186,53 @@ deb)
     if readelf -d "$build/lib/libhcomm.so" | grep -q 'NEEDED.*libibverbs'; then
         grep -q "\blibibverbs1\b" <<<"$depends" || fail "Depends lacks libibverbs1: $depends"
     fi
+    # Suggests: a -dev package for every library the static recipe names
+    suggests=$(dpkg-deb -f "$deb" Suggests)
+    echo "  Suggests: $suggests"
+    static=$(sed -n 's/^static_libs=//p' "$build/hcomm.pc")
+    for pair in "-lhwloc libhwloc-dev" "-lnuma libnuma-dev" "-lcrypto libssl-dev" \
+        "-libverbs libibverbs-dev" "-lmlx5 libibverbs-dev" "-lrte_eal libdpdk-dev" "-lpmix libpmix-dev"; do
+        flag=${pair% *} pkg=${pair#* }
+        if grep -q -- "$flag\b" <<<"$static"; then
+            grep -q "\b$pkg\b" <<<"$suggests" || fail "static_libs has $flag but Suggests lacks $pkg: $suggests"
+        fi
+    done
     dpkg-deb -c "$deb" | awk '{print $6}' >"$tmp/contents"
     l=./usr/$libdir
     for f in $l/libhcomm.so.0 $l/libhcomm.so $l/libhcomm.a ./usr/include/hcomm.h \
         $l/cmake/hcomm/hcommConfig.cmake $l/cmake/hcomm/hcommConfigVersion.cmake \
         $l/cmake/hcomm/hcommTargets.cmake $l/pkgconfig/hcomm.pc \
         ./usr/bin/hcommrun ./usr/bin/hcomm_info ./usr/bin/hcomm_stats ./usr/bin/hcomm-allreduce-bw \
-        ./usr/bin/hcomm-pingpong ./usr/share/doc/hcomm/README.md; do
+        ./usr/bin/hcomm-pingpong ./usr/share/doc/hcomm/README.md ./usr/share/doc/hcomm/copyright \
+        ./usr/share/doc/hcomm/LICENSE ./usr/share/doc/hcomm/CHANGELOG.md \
+        ./usr/share/man/man1/hcommrun.1 ./usr/share/man/man1/hcomm_info.1 \
+        ./usr/share/man/man1/hcomm_stats.1 ./usr/share/man/man1/hcomm-allreduce-bw.1 \
+        ./usr/share/man/man1/hcomm-pingpong.1 ./usr/share/man/man1/hcomm-mixed-load.1; do
         grep -qx "$f" "$tmp/contents" || fail "the package lacks $f"
     done
     ! grep -qx "./usr/bin/pingpong" "$tmp/contents" || fail "the package has ./usr/bin/pingpong"
+    for a in all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf reduce_perf \
+        alltoall_perf gather_perf scatter_perf sendrecv_perf; do
+        grep -qx "./usr/bin/$a" "$tmp/contents" || fail "the package lacks the nccl-tests name $a"
+    done
     echo "  dpkg-deb -c: $(wc -l <"$tmp/contents") entries, library, headers, cmake package, pc file, tools, docs"
     step "dpkg -x into $tmp/root"
     dpkg -x "$deb" "$tmp/root"
     "$tmp/root/usr/bin/hcomm_info" >/dev/null 2>&1 || fail "the packaged hcomm_info does not run"
+    # every installed program has its page, made of its --help
+    for t in "$tmp"/root/usr/bin/*; do
+        n=$(basename "$t")
+        [[ $n == hcomm-hugepages || -L $t ]] && continue # the nccl-tests names are links
+        m=$tmp/root/usr/share/man/man1/$n.1
+        [[ -f $m ]] || fail "no man page for $n"
+        head -1 "$m" | grep -q "^\.TH \"$n\" 1 .*\"hcomm $version\"" || fail "$n.1: $(head -1 "$m")"
+        grep -q "usage" "$m" || fail "$n.1 does not hold its --help"
+    done
+    if command -v groff >/dev/null; then
+        groff -man -Tutf8 -ww "$tmp/root/usr/share/man/man1/hcommrun.1" 2>"$tmp/groff.err" >/dev/null
+        [[ ! -s $tmp/groff.err ]] || fail "groff warns on hcommrun.1: $(head -3 "$tmp/groff.err")"
+    fi
+    grep -q "^License: Apache-2.0" "$tmp/root/usr/share/doc/hcomm/copyright" || fail "copyright names no license"
     "$tmp/root/usr/bin/hcommrun" -n 1 --timeout 20 "$tmp/root/usr/bin/hcomm-allreduce-bw" -b 8 -e 1K -n 2 -w 1 \
         >"$tmp/bw.txt" 2>&1 || { cat "$tmp/bw.txt" >&2; fail "the packaged hcomm-allreduce-bw"; }
     cmake_consumer "$tmp/root/usr"

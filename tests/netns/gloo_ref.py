@@ -1,7 +1,7 @@
 """gloo (torch.distributed, CPU) reference for bench_tcp.sh: a float32 sum
 allreduce of BYTES, ranks launched by hand (one per network namespace) with
 RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GLOO_SOCKET_IFNAME set.
-Prints the nccl-tests columns of ../shared/peers/gloo_bench.py for one size.
+Prints the nccl-tests columns of bench/peers/gloo_bench.py for one size.
 """
 import os
 import sys

@@ -14,7 +14,10 @@ time blocked) is below 0.8 x the median AND the gap per call exceeds 50 us
   - a gap just under the floor, and a large gap per call that is within
     0.8 x the median, are not;
   - send/recv and rooted operations stay "asymmetric";
-  - --help states the rule.
+  - --help states the rule;
+  - a folder that also holds a log, a script, a binary file and a
+    subfolder is merged with a note per skipped file (exit 0); a non-report
+    file named alone still fails (exit 2).
 Exit 0 pass, 1 fail.
 """
 import json
@@ -106,6 +109,22 @@ with tempfile.TemporaryDirectory() as d:
     # send/recv: least time by design, never a straggler tag
     got, gap, line = verdict(job(d, "send", "send", [0.0001, 0.5], 10), "send")
     check("asymmetric" in line and "[straggler]" not in line, "send is asymmetric: %r" % line)
+    # a folder with other files besides the reports
+    mixed = job(d, "mixed", "barrier", [0.2016, 0.2015, 0.2014, 0.0002], 10)
+    with open(os.path.join(mixed, "job.log"), "w") as f:
+        f.write("[hcomm r0] warn: something\n")
+    with open(os.path.join(mixed, "run.sh"), "w") as f:
+        f.write("#!/bin/sh\nhcommrun -n 4 ./train\n")
+    with open(os.path.join(mixed, "core"), "wb") as f:
+        f.write(bytes(range(256)))
+    os.mkdir(os.path.join(mixed, "sub"))
+    rc, out = run([mixed])
+    check(rc == 0 and "[straggler]" in out, "a folder with a log and a script: merged (exit %d)" % rc)
+    for name in ("job.log", "run.sh", "core"):
+        check("skipping %s: not a statistics report" % os.path.join(mixed, name) in out,
+              "a note says %s is skipped" % name)
+    rc, out = run([os.path.join(mixed, "job.log")])
+    check(rc == 2 and "not a JSON line" in out, "a log named alone: exit 2 (%d): %r" % (rc, out))
     rc, out = run(["--help"])
     check(rc == 0 and "0.8 x the median" in out and "50 us" in out,
           "--help states the rule (0.8 x the median, 50 us per call)")
