@@ -244,6 +244,18 @@ void hc_request_drain(struct hcomm_request *req, uint64_t *deadline_p)
                     req->wpeer, req->inflight);
 }
 
+/* A completed request's status for a caller that waited on it: its own
+ * failure's words, or for requests failed in bulk (a peer died), which
+ * carry none of their own, the failed peer named for this caller. */
+static hcomm_status_t hc_request_wait_result(struct hcomm_request *req, const char *what)
+{
+    (void)hc_request_result(req);
+    if (req->status == HCOMM_ERR_PEER_FAILED && req->kind != HC_REQ_COLL && req->wpeer >= 0 &&
+        req->wpeer < hc_ctx.size && hc_ctx.peers[req->wpeer].failed)
+        hc_peer_error(req->wpeer, what);
+    return req->status;
+}
+
 hcomm_status_t hc_request_wait(struct hcomm_request *req, const char *what)
 {
     uint64_t deadline = 0;
@@ -254,7 +266,7 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
                                      uint64_t *deadline_p)
 {
     if (req->done)
-        return hc_request_result(req);
+        return hc_request_wait_result(req, what);
     /* The deadline is taken at the first slow check, not here: a wait that
      * ends within a few polls never reads the clock. */
     uint64_t deadline = *deadline_p;
@@ -313,11 +325,5 @@ hcomm_status_t hc_request_wait_until(struct hcomm_request *req, const char *what
      * the same deadline. */
     if (HC_UNLIKELY(req->kind == HC_REQ_SEND && req->inflight > 0))
         hc_request_drain(req, deadline_p);
-    (void)hc_request_result(req);
-    /* Requests failed in bulk (a peer died) carry no message of their own:
-     * name the peer for this caller. */
-    if (req->status == HCOMM_ERR_PEER_FAILED && req->kind != HC_REQ_COLL && req->wpeer >= 0 &&
-        req->wpeer < hc_ctx.size && hc_ctx.peers[req->wpeer].failed)
-        hc_peer_error(req->wpeer, what);
-    return req->status;
+    return hc_request_wait_result(req, what);
 }

@@ -122,7 +122,10 @@ struct hcomm_request *hc_request_alloc(hc_req_kind_t kind)
 void hc_request_keep_error(struct hcomm_request *req)
 {
     free(req->error);
-    req->error = strdup(hc_error_last()); /* NULL when out of memory: the last error stays */
+    const char *last = hc_error_last();
+    /* NULL when there are no words (failed in bulk: the waiter names the
+     * peer) or no memory: the last error then stays as it is */
+    req->error = last[0] ? strdup(last) : NULL;
 }
 
 void hc_request_free(struct hcomm_request *req)
