@@ -402,7 +402,8 @@ hcomm_status_t hc_coll_init(void)
                                       .probe = hc_coll_probe,
                                       .shrink = hc_coll_shrink_frame,
                                       .comm_free = hc_coll_comm_free,
-                                      .gave_up = hc_coll_gave_up};
+                                      .gave_up = hc_coll_gave_up,
+                                      .node_heard = hc_coll_node_heard};
     hc_core_register_coll(&ops);
     return HCOMM_OK;
 }

@@ -231,6 +231,9 @@ void hc_coll_node_free(struct hc_coll_node *node);
 void hc_coll_node_started(struct hc_coll_node *node, uint64_t seq);
 /* Has comm rank j started a collective after seq? */
 bool hc_coll_node_ahead(const struct hc_coll_node *node, int j, uint64_t seq);
+/* Hang reports (hc_coll_ops.node_heard): the latest collective world rank
+ * w started in a node region this rank shares with it. */
+bool hc_coll_node_heard(int w, char *buf, size_t len);
 /* This rank's communicator broke with status: tell the node's other ranks. */
 void hc_coll_node_give_up(struct hc_coll_node *node, hcomm_status_t status, int cause);
 

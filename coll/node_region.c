@@ -132,6 +132,31 @@ void hc_coll_node_started(struct hc_coll_node *nd, uint64_t seq)
     __atomic_store_n(&nd->started[nd->me].seq, seq + 1, __ATOMIC_RELEASE);
 }
 
+bool hc_coll_node_heard(int w, char *buf, size_t len)
+{
+    uint64_t best = 0, mine = 0;
+    uint32_t ctx = 0;
+    for (hc_list_t *pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
+        struct hcomm_comm *comm = hc_container_of(pos, struct hcomm_comm, link);
+        hc_coll_comm_t *cc = comm->coll_priv;
+        int j = comm->comm_rank_of ? comm->comm_rank_of[w] : -1;
+        if (!cc || !cc->node || j < 0 || j >= cc->node->n)
+            continue;
+        uint64_t s = __atomic_load_n(&cc->node->started[j].seq, __ATOMIC_ACQUIRE);
+        if (s > best) {
+            best = s;
+            ctx = comm->ctx_id;
+            mine = __atomic_load_n(&cc->node->started[cc->node->me].seq, __ATOMIC_RELAXED);
+        }
+    }
+    if (!best)
+        return false;
+    snprintf(buf, len, "in the node's shared region it last started collective #%llu of "
+                       "communicator 0x%x (this rank: #%llu there)",
+             (unsigned long long)best, ctx, (unsigned long long)mine);
+    return true;
+}
+
 bool hc_coll_node_ahead(const struct hc_coll_node *nd, int j, uint64_t seq)
 {
     return __atomic_load_n(&nd->started[j].seq, __ATOMIC_ACQUIRE) > seq + 1;

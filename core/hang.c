@@ -90,14 +90,20 @@ static void hc_peer_line(int w, uint64_t now, hc_explain_t *e)
      * peer's traffic: for a rank on this node, say so rather than claim
      * that nothing came from it (the collective's line names its flag). */
     bool local = hc_core_on_my_node(w);
+    char seen[200];
+    bool in_region = local && hc_coll_ops.node_heard && hc_coll_ops.node_heard(w, seen, sizeof(seen));
     if (p->heard_ns)
         hc_explain_add(e, "last heard %.1f s ago (its last message)",
                        (double)(now - p->heard_ns) * 1e-9);
+    else if (in_region)
+        hc_explain_add(e, "no message from it since init");
     else if (local)
         hc_explain_add(e, "no message from it since init (collectives in the node's shared "
                           "region are not counted per rank)");
     else
         hc_explain_add(e, "nothing received from it since init");
+    if (in_region)
+        hc_explain_add(e, "; %s", seen);
     if (local) {
         const char *st = hc_proc_state(p->pid);
         hc_explain_add(e, "; on this node, its process is %s", st ? st : "not visible here");

@@ -395,6 +395,9 @@ typedef struct {
     /* HC_FRAME_SHRINK from comm rank `from` (records only). */
     void (*shrink)(struct hcomm_comm *comm, int from, const hc_frame_hdr_t *hdr,
                    const void *payload);
+    /* Hang reports: what this rank last saw of world rank w in the node's
+     * shared regions (traffic no frame counts), in words; false: nothing. */
+    bool (*node_heard)(int w, char *buf, size_t len);
 } hc_coll_ops_t;
 
 extern hc_coll_ops_t hc_coll_ops;

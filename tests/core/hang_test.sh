@@ -73,7 +73,7 @@ has "$work/sleep" "r0\] warn: hcomm_allreduce has waited 1\.[0-9] s \(HCOMM_WARN
 has "$work/sleep" "^  rank 3 \(node .*, pid [0-9]+\): .*its process is sleeping" "sleep: rank 3's line"
 # rank 3 took part in allreduce #1 over the node's shared region: not "nothing received"
 hasnt "$work/sleep" "rank 3 .*nothing received from it since init" "sleep: rank 3's shm traffic"
-has "$work/sleep" "^  rank 3 \(node .*\): (last heard [0-9.]+ s ago|no message from it since init \(collectives in the node's shared region are not counted per rank\))" "sleep: what rank 3's line says was heard"
+has "$work/sleep" "^  rank 3 \(node .*\): (last heard [0-9.]+ s ago|no message from it since init).*in the node's shared region it last started collective #[0-9]+ of communicator" "sleep: what rank 3's line says was heard (its messages, and the node region)"
 has "$work/sleep" "hcomm_allreduce has waited 2\.[0-9] s \(HCOMM_WARN_AFTER=1\)" "sleep: the warning repeats"
 has "$work/sleep" "rank [012]: hcomm_allreduce: hcomm_allreduce: timed out after 3 s \(HCOMM_TIMEOUT\): hcomm_allreduce has waited .*waiting for rank 3" "sleep: timeout error"
 # over tcp: the p2p path's words
