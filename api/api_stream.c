@@ -373,7 +373,9 @@ HC_EXPORT hcomm_status_t hcomm_comm_get_async_error(hcomm_comm_t comm, hcomm_sta
     int g = hc_api_enter(fn);
     if (g < 0) return HCOMM_ERR_INVALID;
     hcomm_status_t st = hc_check_init(fn);
-    if (st == HCOMM_OK) st = hc_check_comm(fn, comm);
+    if (st == HCOMM_OK && !hc_comm_valid(comm)) /* revoked or aborted: still answered */
+        st = hc_error(HCOMM_ERR_INVALID, "%s: communicator %p is NULL, freed or not a communicator",
+                      fn, (void *)comm);
     if (st == HCOMM_OK && !status_p) st = hc_error(HCOMM_ERR_INVALID, "%s: status_p is NULL", fn);
     if (st == HCOMM_OK) *status_p = hc_pt_async_error(comm);
     hc_api_leave(g);
