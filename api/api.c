@@ -7,8 +7,10 @@
 #include "api/api_stage.h"
 #include "coll/coll.h"
 #include "core/hc_core.h"
+#include "core/progress_thread.h"
 #include "mem/mem.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,8 +35,31 @@ static hcomm_status_t hc_api_init_failed(hcomm_status_t st)
 uintptr_t hc_api_owner;
 const char *hc_api_owner_fn;
 
+/* The progress thread holds the library only for a non-blocking post or
+ * test (core/progress_thread.h): a call that finds it inside waits for it
+ * to leave, bounded by HCOMM_TIMEOUT, instead of being refused. 1: claimed;
+ * 0: the owner is not the progress thread (refuse). */
+static int hc_api_wait_progress_thread(const char *fn)
+{
+    uintptr_t pt = __atomic_load_n(&hc_pt_thread_self, __ATOMIC_ACQUIRE), me = hc_api_self();
+    double t = hc_cfg.timeout > 0 ? hc_cfg.timeout : 300;
+    uint64_t deadline = hc_time_ns() + (uint64_t)(t * 1e9);
+    while (pt && pt != me && hc_time_ns() < deadline) {
+        uintptr_t cur = 0;
+        if (__atomic_compare_exchange_n(&hc_api_owner, &cur, me, false, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED)) {
+            __atomic_store_n(&hc_api_owner_fn, fn, __ATOMIC_RELAXED);
+            return 1;
+        }
+        if (cur != pt) return 0;
+        sched_yield();
+    }
+    return 0;
+}
+
 HC_NOINLINE int hc_api_refuse(const char *fn)
 {
+    if (hc_api_wait_progress_thread(fn) == 1) return 1;
     const char *other = __atomic_load_n(&hc_api_owner_fn, __ATOMIC_RELAXED);
     hc_error(HCOMM_ERR_INVALID,
              "%s: another thread of this process is inside %s: the threading contract "
@@ -57,6 +82,7 @@ static hcomm_status_t hc_api_init(const hc_bootstrap_params_t *given)
     st = hc_coll_init();
     if (st == HCOMM_OK && ((st = hc_coll_post_init()) != HCOMM_OK || (st = hc_api_topo_probe()) != HCOMM_OK))
         hc_coll_fini();
+    if (st == HCOMM_OK && (st = hc_api_stream_init()) != HCOMM_OK) hc_coll_fini();
     if (st != HCOMM_OK) {
         char saved[512];
         snprintf(saved, sizeof(saved), "%s", hc_error_last());
@@ -118,6 +144,7 @@ HC_EXPORT hcomm_status_t hcomm_finalize(void)
         return HCOMM_ERR_INVALID;
     hcomm_status_t st = hc_check_init("hcomm_finalize");
     if (st == HCOMM_OK) {
+        hc_api_stream_fini(); /* first: its thread posts and tests through the layers below */
         hc_api_stage_fini();
         hc_coll_group_fini();
         hc_coll_fini();
@@ -192,6 +219,7 @@ static hcomm_status_t hc_api_comm_free(hcomm_comm_t comm)
     if (!hc_comm_valid(comm))
         return hc_error(HCOMM_ERR_INVALID, "hcomm_comm_free: communicator %p is NULL, freed or "
                                            "not a communicator", (void *)comm);
+    if ((st = hc_api_stream_comm_free(comm)) != HCOMM_OK) return st;
     hc_comm_destroy(comm);
     return HCOMM_OK;
 }

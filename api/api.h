@@ -66,6 +66,18 @@ static inline void hc_api_leave(int g)
         __atomic_store_n(&hc_api_owner, 0, __ATOMIC_RELEASE);
 }
 
+/* ---- stream-ordered calls (api_stream.c, docs/gpu.md) ----------------------
+ * hcomm_init starts the progress thread under HCOMM_PROGRESS_THREAD=1;
+ * hcomm_finalize stops it first (pending items fail, their streams go on);
+ * hcomm_group_end queues the group's stream-ordered operations as one once
+ * the outermost group ends (st: the host group's result, returned or the
+ * queueing's failure); hcomm_comm_free refuses a communicator with
+ * stream-ordered operations pending and forgets its async error. */
+hcomm_status_t hc_api_stream_init(void);
+void hc_api_stream_fini(void);
+hcomm_status_t hc_api_stream_group_end(hcomm_status_t st);
+hcomm_status_t hc_api_stream_comm_free(hcomm_comm_t comm);
+
 /* ---- argument checks of the vector collectives and of buffer overlap
  * (api_args.c) -------------------------------------------------------------- */
 /* counts: non-NULL, each count and the sum representable in bytes

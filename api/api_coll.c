@@ -575,6 +575,7 @@ HC_EXPORT hcomm_status_t hcomm_group_end(void)
     if (st == HCOMM_OK)
         st = hc_coll_group_end();
     if (HC_UNLIKELY(hc_gpu_on)) st = hc_api_stage_group_end(st);
+    st = hc_api_stream_group_end(st);
     hc_api_leave(g);
     return st;
 }

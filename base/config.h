@@ -35,6 +35,9 @@
       "debug: reduction kernels scalar|avx2|avx512|avx512fp16 instead of the best this CPU has")   \
     X(timeout, "HCOMM_TIMEOUT", DOUBLE, "300",                                                     \
       "seconds any wait may last before ERR_TIMEOUT (decimal; above 1e9: no limit)")              \
+    X(progress_thread, "HCOMM_PROGRESS_THREAD", STR, "",                                          \
+      "the progress thread: unset: started by the first stream-ordered call; 1: started by "       \
+      "hcomm_init, also advancing host operations; 0: none (stream-ordered calls refused)")       \
     X(net, "HCOMM_NET", STR, "auto", "transport between nodes: auto|mlx5|verbs|dpdk|tcp")          \
     X(shm, "HCOMM_SHM", BOOL, "1", "use shared memory between ranks of one node")                  \
     X(node_id, "HCOMM_NODE_ID", STR, "", "node identity override (default: host name + netns)")    \

@@ -35,7 +35,12 @@
  *    the ranks' collectives on a communicator must be issued in one order on
  *    every rank. A blocking call keeps the process until it returns: it
  *    must not wait for something only another thread of this process would
- *    post (that thread is refused until then). Exempt, from any thread between
+ *    post (that thread is refused until then). The one exception is hcomm's
+ *    own progress thread (stream-ordered calls below, HCOMM_PROGRESS_THREAD):
+ *    it enters only when the library is free, and only for a non-blocking
+ *    post or test, never across a wait; a call that finds it inside waits
+ *    for it to leave (microseconds; bounded by HCOMM_TIMEOUT) instead of
+ *    being refused, and it never enters while a group is open. Exempt, from any thread between
  *    hcomm_init() and hcomm_finalize(): hcomm_comm_abort() (a watchdog),
  *    hcomm_comm_rank(), hcomm_comm_size(), hcomm_comm_world(),
  *    hcomm_initialized(), hcomm_topology_hint_create/set_dim/set_size/free,
@@ -124,6 +129,10 @@ typedef struct hcomm_comm *hcomm_comm_t;
 /* An opaque handle with a generation (see above): compare it with NULL
  * only; it is not the address of anything. */
 typedef struct hcomm_request *hcomm_request_t;
+/* A stream of the active GPU backend: a cudaStream_t (CUstream) cast to
+ * hcomm_stream_t for CUDA, a model stream in hcomm's tests. hcomm never
+ * creates or destroys it. */
+typedef struct hcomm_stream *hcomm_stream_t;
 
 /* ---------------------------------------------------------------------------
  * Setup and teardown
@@ -511,6 +520,96 @@ hcomm_status_t hcomm_ialltoallv(const void *sendbuf, const size_t *sendcounts,
  * Errors: ERR_INVALID (end without start). */
 hcomm_status_t hcomm_group_start(void);
 hcomm_status_t hcomm_group_end(void);
+
+/* ---------------------------------------------------------------------------
+ * Stream-ordered calls (NCCL's model; docs/gpu.md "Stream-ordered calls")
+ *
+ * Each collective and send/recv has a _stream variant: the same arguments,
+ * then the stream last (after comm, as ncclAllReduce(..., comm, stream)).
+ * It returns at once, having queued the operation on the stream: the
+ * operation starts once the work enqueued on the stream before it is done
+ * (its inputs are ready), and the work enqueued after it waits until it is
+ * complete (its outputs are written). Buffers may be device or host memory
+ * (device memory is staged through host memory, as for the plain calls);
+ * they belong to the library until the stream has passed the operation.
+ * Rules:
+ *  - every rank must issue a communicator's operations in the same order;
+ *    stream-ordered ones are posted in the order of the calls, whatever
+ *    their streams (so work that makes an earlier call's stream wait for a
+ *    later call's stream deadlocks until HCOMM_TIMEOUT);
+ *  - a plain (host) call on the same communicator is not ordered with
+ *    pending stream-ordered ones: synchronize the stream first;
+ *  - mechanism: the stream gets a write of a flag in pinned host memory
+ *    ("inputs ready") and a wait on a second flag that hcomm's progress
+ *    thread writes when the operation is complete; no host thread blocks
+ *    in a stream callback. The thread starts on the first stream-ordered
+ *    call (HCOMM_PROGRESS_THREAD=1: at hcomm_init; =0: these calls fail
+ *    with ERR_UNSUPPORTED) and stops at hcomm_finalize;
+ *  - errors found at the call (not initialized, bad communicator, stream
+ *    NULL, no GPU backend (ERR_UNSUPPORTED), bad dtype or peer, more than
+ *    1024 operations pending (ERR_AGAIN)) are returned by it, nothing
+ *    queued. Errors found later (the full argument checks, a peer that
+ *    died, a device copy that failed, inputs not ready within
+ *    HCOMM_TIMEOUT) become the communicator's asynchronous error: the
+ *    failed operation's completion flag is still written, so the stream
+ *    goes on (its outputs are not valid), later stream-ordered operations on
+ *    the communicator are not run, and the next stream-ordered call on it
+ *    returns the error. hcomm_comm_get_async_error() reads it;
+ *  - inside hcomm_group_start()/hcomm_group_end() the stream-ordered calls
+ *    are queued as one operation at the outermost end (one communicator
+ *    and one stream per group); host calls in the same group run at the
+ *    end as usual;
+ *  - hcomm_comm_free() refuses a communicator with stream-ordered
+ *    operations pending; hcomm_finalize() fails pending ones (flags written).
+ * Thread safety: the threading contract above (one thread at a time).
+ * ------------------------------------------------------------------------- */
+hcomm_status_t hcomm_allreduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                      hcomm_dtype_t dtype, hcomm_op_t op, hcomm_comm_t comm,
+                                      hcomm_stream_t stream);
+hcomm_status_t hcomm_broadcast_stream(void *buf, size_t count, hcomm_dtype_t dtype, int root,
+                                      hcomm_comm_t comm, hcomm_stream_t stream);
+hcomm_status_t hcomm_reduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                   hcomm_dtype_t dtype, hcomm_op_t op, int root,
+                                   hcomm_comm_t comm, hcomm_stream_t stream);
+hcomm_status_t hcomm_allgather_stream(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                      hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                      hcomm_stream_t stream);
+hcomm_status_t hcomm_reduce_scatter_stream(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                           hcomm_dtype_t dtype, hcomm_op_t op, hcomm_comm_t comm,
+                                           hcomm_stream_t stream);
+hcomm_status_t hcomm_alltoall_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                     hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                     hcomm_stream_t stream);
+hcomm_status_t hcomm_barrier_stream(hcomm_comm_t comm, hcomm_stream_t stream);
+hcomm_status_t hcomm_gather_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                   hcomm_dtype_t dtype, int root, hcomm_comm_t comm,
+                                   hcomm_stream_t stream);
+hcomm_status_t hcomm_scatter_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                    hcomm_dtype_t dtype, int root, hcomm_comm_t comm,
+                                    hcomm_stream_t stream);
+/* The arrays are copied during the call. */
+hcomm_status_t hcomm_allgatherv_stream(const void *sendbuf, size_t sendcount, void *recvbuf,
+                                       const size_t *recvcounts, const size_t *displs,
+                                       hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                       hcomm_stream_t stream);
+hcomm_status_t hcomm_reduce_scatterv_stream(const void *sendbuf, void *recvbuf,
+                                            const size_t *recvcounts, hcomm_dtype_t dtype,
+                                            hcomm_op_t op, hcomm_comm_t comm,
+                                            hcomm_stream_t stream);
+hcomm_status_t hcomm_alltoallv_stream(const void *sendbuf, const size_t *sendcounts,
+                                      const size_t *sdispls, void *recvbuf,
+                                      const size_t *recvcounts, const size_t *rdispls,
+                                      hcomm_dtype_t dtype, hcomm_comm_t comm,
+                                      hcomm_stream_t stream);
+hcomm_status_t hcomm_send_stream(const void *buf, size_t count, hcomm_dtype_t dtype, int peer,
+                                 int tag, hcomm_comm_t comm, hcomm_stream_t stream);
+hcomm_status_t hcomm_recv_stream(void *buf, size_t count, hcomm_dtype_t dtype, int peer, int tag,
+                                 hcomm_comm_t comm, hcomm_stream_t stream);
+/* *status_p = the communicator's asynchronous error (HCOMM_OK: none): the
+ * first failure of a stream-ordered operation on it; when not OK,
+ * hcomm_last_error() gives its message, naming the operation. Sticky until
+ * the communicator is freed. Errors: ERR_INVALID (comm, status_p NULL). */
+hcomm_status_t hcomm_comm_get_async_error(hcomm_comm_t comm, hcomm_status_t *status_p);
 
 /* ---------------------------------------------------------------------------
  * Introspection

@@ -48,6 +48,49 @@ hcomm_status_t hc_gpu_model_test_read(void *host, const void *dev, size_t n)
     return hc_gm_test_copy(host, dev, n, "hc_gpu_model_test_read");
 }
 
+hcomm_status_t hc_gpu_model_test_stream_create(hc_gpu_stream_t *s_p)
+{
+    hcomm_status_t st = hc_gm_test_active("hc_gpu_model_test_stream_create");
+    return st != HCOMM_OK ? st : hc_gpu_model_stream_create(0, s_p);
+}
+
+hcomm_status_t hc_gpu_model_test_stream_destroy(hc_gpu_stream_t s)
+{
+    hcomm_status_t st = hc_gm_test_active("hc_gpu_model_test_stream_destroy");
+    return st != HCOMM_OK ? st : hc_gpu_model_stream_destroy(s);
+}
+
+hcomm_status_t hc_gpu_model_test_stream_sync(hc_gpu_stream_t s)
+{
+    hcomm_status_t st = hc_gm_test_active("hc_gpu_model_test_stream_sync");
+    return st != HCOMM_OK ? st : hc_gpu_model_stream_synchronize(s);
+}
+
+hcomm_status_t hc_gpu_model_test_copy_async(void *dst, const void *src, size_t n,
+                                            hc_gpu_stream_t s)
+{
+    hcomm_status_t st = hc_gm_test_active("hc_gpu_model_test_copy_async");
+    return st != HCOMM_OK ? st : hc_gpu_model_copy_async(dst, src, n, s);
+}
+
+hcomm_status_t hc_gpu_model_test_gate(hc_gpu_stream_t s, uint32_t *word, uint32_t value)
+{
+    hcomm_status_t st = hc_gm_test_active("hc_gpu_model_test_gate");
+    return st != HCOMM_OK ? st : hc_gpu_model_wait_value32(s, word, value);
+}
+
+hcomm_status_t hc_gpu_model_test_host_register(void *p, size_t n)
+{
+    hcomm_status_t st = hc_gm_test_active("hc_gpu_model_test_host_register");
+    return st != HCOMM_OK ? st : hc_gpu_model_ops.host_register(p, n);
+}
+
+hcomm_status_t hc_gpu_model_test_host_unregister(void *p)
+{
+    hcomm_status_t st = hc_gm_test_active("hc_gpu_model_test_host_unregister");
+    return st != HCOMM_OK ? st : hc_gpu_model_ops.host_unregister(p);
+}
+
 void hc_gpu_model_test_counters(hc_gpu_model_counters_t *c_p)
 {
     *c_p = (hc_gpu_model_counters_t){
