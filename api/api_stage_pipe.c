@@ -162,7 +162,7 @@ static hcomm_status_t hc_pipe_post(hc_stage_pipe_t *p, size_t k)
 static bool hc_pipe_step_in(hc_stage_pipe_t *p)
 {
     bool moved = false;
-    while (p->in < p->limit && p->in - p->done < p->depth && p->err == HCOMM_OK) {
+    while (p->in < p->limit && p->in - p->done < p->depth) {
         size_t k = p->in;
         if (p->sdev) {
             hcomm_status_t st = p->ops->copy_async(
