@@ -34,19 +34,53 @@ struct hc_api_stage {
     hc_stage_region_t reg[2];
     int out; /* the region the output lies in, -1: nothing to copy back */
     size_t out_off, out_bytes;
-    bool recv; /* a p2p receive: copy back only the bytes received */
+    bool recv;             /* a p2p receive: copy back only the bytes received */
+    hc_stage_pipe_t *pipe; /* a pipelined non-blocking collective (api_stage_pipe.c) */
 };
 
 static struct {
     hc_list_t live;  /* every staged call not ended (finalize frees them) */
     hc_list_t group; /* staged blocking collectives of the open group */
     hc_api_stage_counters_t n;
+    bool logged; /* the path said once (HCOMM_LOG=info) */
 } hc_stage = {.live = {&hc_stage.live, &hc_stage.live},
               .group = {&hc_stage.group, &hc_stage.group}};
 
 void hc_api_stage_counters(hc_api_stage_counters_t *c_p)
 {
     *c_p = hc_stage.n;
+}
+
+void hc_api_stage_count(size_t bytes_in, size_t bytes_out)
+{
+    hc_stage.n.bytes_in += bytes_in;
+    hc_stage.n.bytes_out += bytes_out;
+}
+
+void hc_api_stage_describe(char *buf, size_t len)
+{
+    const hc_gpu_ops_t *ops = hc_gpu_backend();
+    if (!ops) {
+        snprintf(buf, len, "device buffers: none (no GPU backend)");
+        return;
+    }
+    snprintf(buf, len,
+             "device buffers (%s): staged through host memory on every driver; allreduce, "
+             "reduce, broadcast above HCOMM_GPU_STAGE_CHUNK=%zu bytes pipelined in chunks of "
+             "that size, HCOMM_GPU_STAGE_DEPTH=%lld in flight; smaller ones, p2p, groups and "
+             "the other collectives staged whole; IPC inside a node: not yet available; "
+             "GPUDirect RDMA (dmabuf): not yet available",
+             ops->name, hc_stage_pipe_chunk, (long long)hc_stage_pipe_depth);
+}
+
+/* HCOMM_LOG=info: the path, once per hcomm_init. */
+static void hc_stage_log_path(void)
+{
+    if (hc_stage.logged || hc_log_level_current < HC_LOG_INFO) return;
+    hc_stage.logged = true;
+    char line[512];
+    hc_api_stage_describe(line, sizeof(line));
+    hc_log_info("%s", line);
 }
 
 /* A buffer the call touches: [p, p + n) and what memory it is. */
@@ -86,6 +120,7 @@ static hcomm_status_t hc_stage_copy_fail(hcomm_status_t st, const char *fn, cons
 static void hc_stage_free(hc_api_stage_t *stg)
 {
     hc_list_del(&stg->link);
+    if (stg->pipe) hc_stage_pipe_free(stg->pipe);
     if (stg->mem) (void)hc_mem_free(stg->mem);
     free(stg);
 }
@@ -146,6 +181,10 @@ static hcomm_status_t hc_stage_copy_in(hc_api_stage_t *stg, int i, const hc_exte
 
 hcomm_status_t hc_api_stage_end(hc_api_stage_t *stg, hcomm_status_t st, size_t received)
 {
+    if (stg->pipe) {
+        st = hc_stage_pipe_end(stg->pipe, st);
+        stg->pipe = NULL;
+    }
     if (st == HCOMM_OK && stg->out >= 0) {
         hc_stage_region_t *r = &stg->reg[stg->out];
         size_t n = stg->recv ? HC_MIN(received, stg->out_bytes) : stg->out_bytes;
@@ -174,6 +213,7 @@ hcomm_status_t hc_api_stage_p2p(const char *fn, bool recv, void **buf_p, size_t 
     hc_extent_t e = {.p = *buf_p, .n = bytes};
     hcomm_status_t st = hc_extent_type(fn, "buf", &e);
     if (st != HCOMM_OK || !hc_extent_device(&e) || hc_gpu_no_stage) return st;
+    hc_stage_log_path();
     hc_api_stage_t *stg = calloc(1, sizeof(*stg));
     if (!stg) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory to stage device buffer", fn);
     stg->fn = fn;
@@ -300,6 +340,35 @@ static hcomm_status_t hc_stage_posted(hc_api_stage_t *stg, hcomm_status_t st,
     return hc_api_stage_end(stg, st, 0);
 }
 
+/* A collective through the pipeline (every rank, whatever its memory). */
+static hcomm_status_t hc_stage_coll_pipe(const char *fn, const hc_coll_args_t *a,
+                                         struct hcomm_comm *comm, const hc_extent_t *s,
+                                         const hc_extent_t *r, hcomm_request_t *req_p)
+{
+    hc_stage_pipe_args_t pa = {.fn = fn, .a = a, .comm = comm};
+    if (hc_extent_device(s)) pa.sdev = s->p, pa.sattr = s->attr;
+    if (hc_extent_device(r)) pa.rdev = r->p, pa.rattr = r->attr;
+    pa.one = a->kind == HC_COLL_BROADCAST || (pa.sdev && pa.sdev == pa.rdev);
+    hc_stage.n.pipelined++;
+    size_t es = hc_dtype_size(a->dtype), chunk = hc_stage_pipe_chunk / es * es;
+    hc_stage.n.chunks += (a->bytes + chunk - 1) / chunk;
+    if (pa.sdev || pa.rdev) hc_stage.n.calls++;
+    hc_stage_pipe_t *p;
+    if (!req_p) return hc_stage_pipe_start(&pa, NULL, &p);
+    hc_api_stage_t *stg = calloc(1, sizeof(*stg));
+    if (!stg) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory to stage device buffers", fn);
+    stg->fn = fn;
+    stg->out = -1;
+    hcomm_status_t st = hc_stage_pipe_start(&pa, req_p, &stg->pipe);
+    if (st != HCOMM_OK) {
+        free(stg);
+        return st;
+    }
+    hc_request_from_handle(*req_p)->stage = stg;
+    hc_list_push_back(&hc_stage.live, &stg->link);
+    return HCOMM_OK;
+}
+
 hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *comm,
                                  hcomm_request_t *req_p)
 {
@@ -310,8 +379,12 @@ hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *com
     hcomm_status_t st;
     if ((st = hc_extent_type(fn, "sendbuf", &s)) || (st = hc_extent_type(fn, "recvbuf", &r)))
         return st;
-    if ((!hc_extent_device(&s) && !hc_extent_device(&r)) || hc_gpu_no_stage)
-        return hc_coll_post(a, comm, req_p);
+    if (hc_gpu_no_stage) return hc_coll_post(a, comm, req_p);
+    bool pipe;
+    if ((st = hc_stage_pipe_fits(fn, a, &pipe)) != HCOMM_OK) return st;
+    if (hc_extent_device(&s) || hc_extent_device(&r)) hc_stage_log_path();
+    if (pipe) return hc_stage_coll_pipe(fn, a, comm, &s, &r, req_p);
+    if (!hc_extent_device(&s) && !hc_extent_device(&r)) return hc_coll_post(a, comm, req_p);
     hc_api_stage_t *stg = calloc(1, sizeof(*stg));
     if (!stg) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory to stage device buffers", fn);
     stg->fn = fn;
@@ -359,5 +432,7 @@ void hc_api_stage_fini(void)
     for (int i = 0; i < 2; i++)
         while (!hc_list_empty(lists[i]))
             hc_stage_free(hc_container_of(lists[i]->next, hc_api_stage_t, link));
+    hc_stage_pipe_fini();
     memset(&hc_stage.n, 0, sizeof(hc_stage.n));
+    hc_stage.logged = false;
 }

@@ -11,8 +11,12 @@
  *
  * It lives in api/ because it wraps whole calls (their extents are the
  * API's arguments, and a staged request is retired where the API retires
- * requests: hcomm_wait, hcomm_test, the blocking calls, hcomm_group_end);
- * the pipelined staging to come belongs in coll/ and core/, per chunk.
+ * requests: hcomm_wait, hcomm_test, the blocking calls, hcomm_group_end).
+ *
+ * Large allreduce, reduce and broadcast calls (more than one chunk,
+ * HCOMM_GPU_STAGE_CHUNK) go through the pipeline instead
+ * (api_stage_pipe.c): one collective per chunk, the staging copies of the
+ * neighbouring chunks overlapping each chunk's transfer.
  */
 #ifndef HC_API_STAGE_H
 #define HC_API_STAGE_H
@@ -57,11 +61,60 @@ hcomm_status_t hc_api_stage_group_end(hcomm_status_t st);
 /* hcomm_finalize: frees the staging of requests never retired. */
 void hc_api_stage_fini(void);
 
-/* Bytes copied into and out of staging, and the staged calls, since
- * hcomm_init (tests, HCOMM_STATS). */
+/* Bytes copied into and out of staging, the staged calls (whole-buffer
+ * and pipelined), the pipelined calls and their chunks, since hcomm_init
+ * (tests, HCOMM_STATS). */
 typedef struct {
-    uint64_t calls, bytes_in, bytes_out;
+    uint64_t calls, bytes_in, bytes_out, pipelined, chunks;
 } hc_api_stage_counters_t;
 void hc_api_stage_counters(hc_api_stage_counters_t *c_p);
+/* The pipeline's copies count here (api_stage_pipe.c). */
+void hc_api_stage_count(size_t bytes_in, size_t bytes_out);
+
+/* One line for hcomm_info and HCOMM_LOG=info: the path device buffers
+ * take and why (staged; the pipeline's chunk and depth; IPC and GPUDirect
+ * not yet). */
+void hc_api_stage_describe(char *buf, size_t len);
+
+/* ---- the pipeline (api_stage_pipe.c) ------------------------------------------------------ */
+
+typedef struct hc_stage_pipe hc_stage_pipe_t;
+
+/* HCOMM_GPU_STAGE_CHUNK (bytes) and HCOMM_GPU_STAGE_DEPTH (chunks in
+ * flight). The chunk must be the same on every rank (it decides how many
+ * collectives a call is); the depth is this rank's own. */
+extern size_t hc_stage_pipe_chunk;
+extern int64_t hc_stage_pipe_depth;
+
+/* Whether a collective goes through the pipeline: allreduce, reduce and
+ * broadcast of more than one chunk, outside groups. It depends only on
+ * what every rank passes alike (kind, count, dtype), never on memory
+ * types, so every rank makes the same number of chunk collectives, even
+ * one with host buffers (no copies there, only the chunks). fn: the call,
+ * for a knob's refusal (then *fits_p is false and the status an error). */
+hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a, bool *fits_p);
+
+typedef struct {
+    const char *fn;
+    const hc_coll_args_t *a;
+    struct hcomm_comm *comm;
+    char *sdev, *rdev; /* the device input / output (NULL: host memory, or none) */
+    hc_mem_attr_t sattr, rattr;
+    bool one; /* input and output are one buffer (in place, broadcast) */
+} hc_stage_pipe_args_t;
+
+/* Runs the pipeline. Blocking (req_p NULL): to the end. Non-blocking:
+ * until every chunk is posted; *req_p is then the last chunk's request and
+ * *p_p the pipeline, ended by hc_stage_pipe_end when that request is
+ * retired (the remaining copies back happen there). */
+hcomm_status_t hc_stage_pipe_start(const hc_stage_pipe_args_t *pa, hcomm_request_t *req_p,
+                                   hc_stage_pipe_t **p_p);
+/* Drives p to its end and frees it; st: the user's request's status.
+ * Returns the first failure (its words the last error) or st. */
+hcomm_status_t hc_stage_pipe_end(hc_stage_pipe_t *p, hcomm_status_t st);
+/* hcomm_finalize: a pipeline never retired, freed without waiting. */
+void hc_stage_pipe_free(hc_stage_pipe_t *p);
+/* hcomm_finalize: the pipeline's streams. */
+void hc_stage_pipe_fini(void);
 
 #endif /* HC_API_STAGE_H */

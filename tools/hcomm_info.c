@@ -20,6 +20,7 @@
 #include "mem/mem.h"
 #include "topo/topo.h"
 #include "core/hc_core.h"
+#include "api/api_stage.h"
 
 #include <hcomm.h>
 #include <stdlib.h>
@@ -283,6 +284,9 @@ int main(int argc, char **argv)
     (void)hc_gpu_init();
     hc_gpu_describe(gpu, sizeof(gpu));
     printf("%s\n", gpu);
+    /* the path device buffers take (api/api_stage.c) */
+    hc_api_stage_describe(gpu, sizeof(gpu));
+    printf("  %s\n", gpu);
     hc_gpu_fini();
     printf("hugepages:\n");
     print_hugepages();

@@ -1,0 +1,263 @@
+/*
+ * The staging pipeline (api/api_stage_pipe.c, docs/gpu.md "The pipeline")
+ * on the GPU model, run with a small HCOMM_GPU_STAGE_CHUNK (64K in ctest):
+ *
+ *   mp_gpu_pipe cases   allreduce, reduce (root size-1) and broadcast
+ *       (root 0) of 1M+7 int32 (64 chunks and a last partial one of 28
+ *       bytes), in place and out of place, blocking, hcomm_wait and
+ *       hcomm_test; device to device, host to device, device to host, and
+ *       device buffers on even ranks only (host on the others: their calls
+ *       are chunked too, so the chunk collectives match). Every element and
+ *       the guard bytes past each buffer are checked; the staging counters
+ *       show the call pipelined in the expected number of chunks, each
+ *       staged byte copied once in and once back.
+ *   mp_gpu_pipe fault-in | fault-out   rank 1's copy of a middle chunk fails
+ *       (HCOMM_GPU_MODEL_FAULT=copy:N, set by the test on that rank; the
+ *       only copies in the call are the ones of that direction): its error
+ *       names the device and hcomm_allreduce; the others fail promptly
+ *       (copy in: the communicator is revoked) or complete with the right
+ *       result (copy back), never a wrong one.
+ */
+#include "common/mp_test.h"
+#include "api/api_stage.h"
+#include "gpu/gpu.h"
+#include "gpu/model/gpu_model_test.h"
+
+#define GUARD 64
+#define COUNT (((size_t)1 << 20) + 7)
+
+typedef struct {
+    void *p;
+    bool dev;
+} buf_t;
+
+static buf_t buf_new(bool dev, size_t n)
+{
+    buf_t b = {.dev = dev};
+    if (dev)
+        MP_OK(hc_gpu_model_test_alloc(n + GUARD, &b.p));
+    else
+        b.p = mp_xmalloc(n + GUARD);
+    return b;
+}
+
+static void buf_free(buf_t *b)
+{
+    if (b->dev)
+        MP_OK(hc_gpu_model_test_free(b->p));
+    else
+        free(b->p);
+}
+
+/* n bytes of h, then GUARD bytes 0xa5. */
+static void buf_put(buf_t *b, const void *h, size_t n)
+{
+    uint8_t *t = mp_xmalloc(n + GUARD);
+    memcpy(t, h, n);
+    memset(t + n, 0xa5, GUARD);
+    if (b->dev)
+        MP_OK(hc_gpu_model_test_fill(b->p, t, n + GUARD));
+    else
+        memcpy(b->p, t, n + GUARD);
+    free(t);
+}
+
+/* The n bytes into h; the guard checked. */
+static void buf_get(const buf_t *b, void *h, size_t n, const char *what)
+{
+    uint8_t *t = mp_xmalloc(n + GUARD);
+    if (b->dev)
+        MP_OK(hc_gpu_model_test_read(t, b->p, n + GUARD));
+    else
+        memcpy(t, b->p, n + GUARD);
+    memcpy(h, t, n);
+    for (size_t i = 0; i < GUARD; i++)
+        if (t[n + i] != 0xa5) {
+            mp_fail("%s: guard byte %zu past the buffer overwritten", what, i);
+            break;
+        }
+    free(t);
+}
+
+static int32_t val(int rank, size_t i, int v)
+{
+    return (int32_t)((rank + 1) * (int)(i % 1000) + v);
+}
+
+enum { K_ALLREDUCE, K_REDUCE, K_BROADCAST };
+static const char *kname[] = {"allreduce", "reduce", "broadcast"};
+
+/* Posts the call: how 0 blocking, 1 non-blocking + hcomm_wait, 2 + hcomm_test. */
+static hcomm_status_t call(int kind, int how, const void *s, void *r, size_t count)
+{
+    hcomm_comm_t w = hcomm_comm_world();
+    hcomm_request_t req;
+    hcomm_status_t st;
+    if (how == 0) {
+        if (kind == K_ALLREDUCE) return hcomm_allreduce(s, r, count, HCOMM_INT32, HCOMM_SUM, w);
+        if (kind == K_REDUCE)
+            return hcomm_reduce(s, r, count, HCOMM_INT32, HCOMM_SUM, mp_size - 1, w);
+        return hcomm_broadcast(r, count, HCOMM_INT32, 0, w);
+    }
+    if (kind == K_ALLREDUCE)
+        st = hcomm_iallreduce(s, r, count, HCOMM_INT32, HCOMM_SUM, w, &req);
+    else if (kind == K_REDUCE)
+        st = hcomm_ireduce(s, r, count, HCOMM_INT32, HCOMM_SUM, mp_size - 1, w, &req);
+    else
+        st = hcomm_ibroadcast(r, count, HCOMM_INT32, 0, w, &req);
+    if (st != HCOMM_OK) return st;
+    if (how == 1) return hcomm_wait(req);
+    int done = 0;
+    double t0 = mp_now();
+    while (!done && (st = hcomm_test(req, &done)) == HCOMM_OK)
+        if (mp_now() - t0 > 60) return HCOMM_ERR_TIMEOUT;
+    return st;
+}
+
+/* One case: sdev / rdev on this rank, in place (one buffer, rdev's kind). */
+static void one_case(int kind, int how, bool inplace, bool sdev, bool rdev)
+{
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s %s, send %s, recv %s", kname[kind],
+             inplace ? "in place" : "out of place",
+             how == 0   ? "blocking"
+             : how == 1 ? "+ wait"
+                        : "+ test",
+             sdev ? "device" : "host", rdev ? "device" : "host");
+    size_t n = COUNT * 4;
+    int32_t *h = mp_xmalloc(n), *g = mp_xmalloc(n);
+    bool root = kind == K_BROADCAST ? mp_rank == 0 : kind == K_REDUCE ? mp_rank == mp_size - 1 : 1;
+    buf_t r = buf_new(rdev, n), s = inplace || kind == K_BROADCAST ? r : buf_new(sdev, n);
+    for (size_t i = 0; i < COUNT; i++) {
+        h[i] = val(mp_rank, i, 3);
+        g[i] = -7;
+    }
+    buf_put(&s, h, n);
+    if (!inplace && kind != K_BROADCAST) buf_put(&r, g, n);
+    if (kind == K_BROADCAST && !root) buf_put(&r, g, n);
+    hc_api_stage_counters_t c0, c1;
+    hc_api_stage_counters(&c0);
+    hcomm_status_t st = call(kind, how, s.p, r.p, COUNT);
+    hc_api_stage_counters(&c1);
+    if (st != HCOMM_OK) mp_fail("%s: %s (%s)", what, mp_status_name(st), hcomm_last_error());
+    size_t chunk = hc_stage_pipe_chunk / 4 * 4, chunks = (n + chunk - 1) / chunk;
+    if (c1.pipelined != c0.pipelined + 1 || c1.chunks != c0.chunks + chunks)
+        mp_fail("%s: expected 1 pipelined call of %zu chunks, got %llu calls, %llu chunks", what,
+                chunks, (unsigned long long)(c1.pipelined - c0.pipelined),
+                (unsigned long long)(c1.chunks - c0.chunks));
+    bool sd = s.dev && (kind != K_BROADCAST || root), rd = r.dev && (kind != K_BROADCAST || !root);
+    bool out = kind == K_ALLREDUCE || (kind == K_REDUCE && root) || (kind == K_BROADCAST && !root);
+    size_t want_in = sd ? n : 0, want_out = rd && out ? n : 0;
+    if (c1.bytes_in - c0.bytes_in != want_in || c1.bytes_out - c0.bytes_out != want_out)
+        mp_fail("%s: staging copied %llu bytes in and %llu back, expected %zu and %zu", what,
+                (unsigned long long)(c1.bytes_in - c0.bytes_in),
+                (unsigned long long)(c1.bytes_out - c0.bytes_out), want_in, want_out);
+    buf_get(&r, g, n, what);
+    int sum = mp_size * (mp_size + 1) / 2;
+    for (size_t i = 0; out && i < COUNT; i++) {
+        int32_t want =
+            kind == K_BROADCAST ? val(0, i, 3) : (int32_t)(sum * (int)(i % 1000) + 3 * mp_size);
+        if (g[i] != want) {
+            mp_fail("%s: element %zu of %zu (chunk %zu) expected %d got %d", what, i, COUNT,
+                    i * 4 / chunk, want, g[i]);
+            break;
+        }
+    }
+    if (!inplace && kind != K_BROADCAST) { /* the input stays as it was */
+        buf_get(&s, g, n, what);
+        if (memcmp(g, h, n)) mp_fail("%s: the send buffer changed", what);
+        buf_free(&s);
+    }
+    buf_free(&r);
+    free(h);
+    free(g);
+}
+
+static int run_cases(void)
+{
+    /* device / device, host send + device recv, device send + host recv,
+     * device on even ranks only */
+    const int mems[4][2] = {{1, 1}, {0, 1}, {1, 0}, {2, 2}};
+    for (int kind = 0; kind < 3; kind++)
+        for (int m = 0; m < 4; m++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                if (kind == K_BROADCAST && (!inplace || mems[m][0] != mems[m][1])) continue;
+                if (inplace && mems[m][0] != mems[m][1]) continue;
+                bool sd = mems[m][0] == 2 ? mp_rank % 2 == 0 : mems[m][0];
+                bool rd = mems[m][1] == 2 ? mp_rank % 2 == 0 : mems[m][1];
+                for (int how = 0; how < 3; how++)
+                    one_case(kind, how, inplace, sd, rd);
+            }
+    MP_OK(hcomm_barrier(hcomm_comm_world()));
+    return mp_finish("mp_gpu_pipe cases");
+}
+
+/* Rank 1: fault-in: sendbuf device, recvbuf host, so the call's copies are
+ * its copies in (copy 1 is the test's fill, copy 2 + k chunk k's);
+ * fault-out: sendbuf host, recvbuf device (copy 1 fills it and its guard), so they are
+ * its copies back (copy 2 + k is chunk k's). The fault hits chunk 32 of 65. */
+static int run_fault(int in)
+{
+    const char *rk = getenv("HCOMM_RANK");
+    if (rk && atoi(rk) == 1) setenv("HCOMM_GPU_MODEL_FAULT", "copy:34", 1);
+    mp_init();
+    size_t n = COUNT * 4;
+    buf_t s = buf_new(in, n), r = buf_new(!in, n);
+    int32_t *h = mp_xmalloc(n);
+    for (size_t i = 0; i < COUNT; i++)
+        h[i] = val(mp_rank, i, 0);
+    int32_t *z = calloc(COUNT, 4);
+    buf_put(&s, h, n); /* one model copy in all: the device buffer's fill */
+    buf_put(&r, z, n);
+    free(z);
+    double t0 = mp_now();
+    hcomm_status_t st =
+        hcomm_allreduce(s.p, r.p, COUNT, HCOMM_INT32, HCOMM_SUM, hcomm_comm_world());
+    double dt = mp_now() - t0;
+    const char *msg = hcomm_last_error();
+    if (mp_rank == 1) {
+        if (st == HCOMM_OK)
+            mp_fail("fault %s: the failed copy went unnoticed", in ? "in" : "out");
+        else if (!strstr(msg, "device 0") || !strstr(msg, "hcomm_allreduce") ||
+                 !strstr(msg, "chunk 32 of 65"))
+            mp_fail("fault: the error does not name the device, the call and the chunk: %s", msg);
+        else
+            printf("rank 1: %s (as expected)\n", msg);
+    } else if (st != HCOMM_OK) {
+        if (!in)
+            mp_fail("fault out: rank 1's copy back failed, yet this rank failed: %s", msg);
+        else if (dt > 20)
+            mp_fail("fault in: failed only after %.1f s (expected promptly): %s", dt, msg);
+    } else {
+        if (in) mp_fail("fault in: this rank completed although rank 1 had no input");
+        buf_get(&r, h, n, "fault");
+        int sum = mp_size * (mp_size + 1) / 2;
+        for (size_t i = 0; i < COUNT; i++)
+            if (h[i] != (int32_t)(sum * (int)(i % 1000))) {
+                mp_fail("fault out: element %zu expected %d got %d", i, sum * (int)(i % 1000),
+                        h[i]);
+                break;
+            }
+    }
+    free(h);
+    buf_free(&s);
+    buf_free(&r);
+    int ret = mp_failures ? 1 : 0;
+    hcomm_finalize();
+    if (!ret) printf("rank %d: fault %s: ok (%.2f s)\n", mp_rank, in ? "in" : "out", dt);
+    return ret;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *what = argc > 1 ? argv[1] : "";
+    if (!strcmp(what, "fault-in") || !strcmp(what, "fault-out"))
+        return run_fault(!strcmp(what, "fault-in"));
+    if (strcmp(what, "cases")) {
+        fprintf(stderr, "usage: mp_gpu_pipe cases | fault-in | fault-out\n");
+        return 2;
+    }
+    mp_init();
+    return run_cases();
+}
