@@ -1,7 +1,8 @@
 #!/bin/sh
 # py_install_pip: the package installs as a user installs it, with no
-# network and no separate C build:
-#   pip install --no-build-isolation --target SITE ./python
+# network and no separate C build, through a wheel:
+#   pip wheel --no-build-isolation --no-deps -w DIST ./python
+#   pip install --no-deps --target SITE DIST/hcomm-*.whl
 # from a copy of python/ (the source tree stays clean), with no
 # HCOMM_BUILD_DIR/HCOMM_PREFIX: setup.py must find no installed hcomm, build
 # libhcomm with CMake and ship it in the package (where pkg-config finds an
@@ -27,8 +28,17 @@ unset HCOMM_BUILD_DIR HCOMM_PREFIX HCOMM_BUNDLE PYTHONPATH
 if pkg-config --exists hcomm 2>/dev/null; then export HCOMM_BUNDLE=1; fi
 export HCOMM_SOURCE_DIR="$src" MAX_JOBS=${MAX_JOBS:-2} PIP_NO_INDEX=1 \
   PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-if ! "$py" -m pip install -v --no-build-isolation --target "$tmp/site" "$tmp/src" >"$tmp/pip.log" 2>&1; then
-  echo "FAIL: pip install:"; tail -40 "$tmp/pip.log"; exit 1
+# a wheel first (what a package index would serve), then that wheel installed
+if ! "$py" -m pip wheel -v --no-build-isolation --no-deps -w "$tmp/dist" "$tmp/src" >"$tmp/pip.log" 2>&1; then
+  echo "FAIL: pip wheel:"; tail -40 "$tmp/pip.log"; exit 1
+fi
+whl=$(ls "$tmp/dist"/hcomm-*.whl 2>/dev/null | head -1)
+[ -n "$whl" ] || { echo "FAIL: pip wheel made no hcomm-*.whl"; ls "$tmp/dist"; exit 1; }
+"$py" -m zipfile -l "$whl" | grep -q "hcomm/libhcomm.so.0 " ||
+  { echo "FAIL: $(basename "$whl") holds no hcomm/libhcomm.so.0"; "$py" -m zipfile -l "$whl"; exit 1; }
+echo "wheel: $(basename "$whl")"
+if ! "$py" -m pip install -v --no-deps --target "$tmp/site" "$whl" >>"$tmp/pip.log" 2>&1; then
+  echo "FAIL: pip install of the wheel:"; tail -40 "$tmp/pip.log"; exit 1
 fi
 grep "hcomm setup:" "$tmp/pip.log"
 grep -q "hcomm setup: libhcomm bundled" "$tmp/pip.log" || { echo "FAIL: libhcomm was not built by setup.py"; exit 1; }
