@@ -147,12 +147,12 @@ static hcomm_status_t hc_cuda_load(const char *lib, hc_cu_init_fn *init_p, char 
         int found = -1;                                                                            \
         r = proc(#name, &fp, HC_CUDA_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found);           \
         if (r != CUDA_SUCCESS || !fp || found != CU_GET_PROC_ADDRESS_SUCCESS) {                    \
-            snprintf(why, len, "%s: cuGetProcAddress(%s, %d): %s", lib, #name,                    \
+            snprintf(why, len, "%s: cuGetProcAddress(%s, %d): %s (CUresult %d)", lib, #name,     \
                      HC_CUDA_API_VERSION,                                                          \
-                     r != CUDA_SUCCESS ? "failed"                                                  \
-                     : found == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT                         \
-                         ? "version not sufficient"                                                \
-                         : "symbol not found");                                                    \
+                     found == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND        ? "symbol not found"     \
+                     : found == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT ? "version not sufficient" \
+                                                                           : "failed",            \
+                     r);                                                                           \
             return HCOMM_ERR_UNSUPPORTED;                                                          \
         }                                                                                          \
         memcpy(&hc_cuda.fn.name, &fp, sizeof(fp));                                                 \
