@@ -119,7 +119,7 @@ step matrix_cuda_tcp_2x2 1 env HCOMM_GPU=cuda HCOMM_NET=tcp "$BUILD/bin/hcommrun
     --dtypes float32,bfloat16 --counts 1,1023,1048583
 
 # ---- 5. benchmarks ----------------------------------------------------------
-for m in host device; do
+for m in malloc device; do
     step bench_allreduce_$m 1 env HCOMM_GPU=cuda "$BUILD/bin/hcommrun" -n 2 --timeout 120 \
         "$BUILD/bin/allreduce_bw" -b 8 -e 256M -f 4 -n 10 -w 3 -m $m
     step bench_pingpong_$m 1 env HCOMM_GPU=cuda "$BUILD/bin/hcommrun" -n 2 --timeout 120 \
