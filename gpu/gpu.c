@@ -35,6 +35,7 @@
 #define HC_GPU_SCRATCH (4u << 20) /* bytes of a reduction's staging chunk */
 
 const hc_gpu_ops_t *hc_gpu_model_glue;
+const hc_gpu_ops_t *hc_gpu_cuda_glue;
 bool hc_gpu_on;
 bool hc_gpu_no_stage;
 
@@ -182,7 +183,12 @@ hcomm_status_t hc_gpu_init(void)
         hc_gpu.inited = true;
         goto out;
     }
-    if ((st = hc_gpu_open(&hc_gpu_cuda_ops, "cuda: ")) == HCOMM_OK) goto out;
+    if (!hc_gpu_cuda_glue)
+        snprintf(hc_gpu.why, sizeof(hc_gpu.why), "cuda: the cuda backend is not linked in");
+    else if ((st = hc_gpu_open(hc_gpu_cuda_glue, "cuda: ")) == HCOMM_OK)
+        goto out;
+    else
+        st = HCOMM_OK;
     if (choice == HC_GPU_CUDA) {
         st = hc_error(HCOMM_ERR_UNSUPPORTED, "HCOMM_GPU=cuda, but the cuda backend cannot run: %s",
                       hc_gpu.why);

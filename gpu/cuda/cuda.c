@@ -145,13 +145,14 @@ static hcomm_status_t hc_cuda_load(const char *lib, hc_cu_init_fn *init_p, char 
     {                                                                                              \
         void *fp = NULL;                                                                           \
         int found = -1;                                                                            \
-        r = proc(#name, &fp, HC_CUDA_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found);           \
+        r = proc(#name, &fp, HC_CUDA_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found);            \
         if (r != CUDA_SUCCESS || !fp || found != CU_GET_PROC_ADDRESS_SUCCESS) {                    \
-            snprintf(why, len, "%s: cuGetProcAddress(%s, %d): %s (CUresult %d)", lib, #name,     \
+            snprintf(why, len, "%s: cuGetProcAddress(%s, %d): %s (CUresult %d)", lib, #name,       \
                      HC_CUDA_API_VERSION,                                                          \
-                     found == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND        ? "symbol not found"     \
-                     : found == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT ? "version not sufficient" \
-                                                                           : "failed",            \
+                     found == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND ? "symbol not found"            \
+                     : found == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT                         \
+                         ? "version not sufficient"                                                \
+                         : "failed",                                                               \
                      r);                                                                           \
             return HCOMM_ERR_UNSUPPORTED;                                                          \
         }                                                                                          \
@@ -195,8 +196,7 @@ static hcomm_status_t hc_cuda_devices(char *why, size_t len)
         hc_cuda.ndev = i + 1;
         if (hc_cuda.fn.cuDeviceGetName(dv->name, sizeof(dv->name), dv->dev) != CUDA_SUCCESS)
             snprintf(dv->name, sizeof(dv->name), "device %d", i);
-        if (hc_cuda.fn.cuDeviceTotalMem(&dv->total_mem, dv->dev) != CUDA_SUCCESS)
-            dv->total_mem = 0;
+        if (hc_cuda.fn.cuDeviceTotalMem(&dv->total_mem, dv->dev) != CUDA_SUCCESS) dv->total_mem = 0;
         dv->cc_major = hc_cuda_attr(dv->dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
         dv->cc_minor = hc_cuda_attr(dv->dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
         dv->sms = hc_cuda_attr(dv->dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
@@ -289,9 +289,9 @@ static hcomm_status_t hc_cuda_query(const void *ptr, hc_mem_attr_t *attr_p)
     /* Every slot zeroed and 8 bytes wide: the driver writes 4 (memory type,
      * ordinal), 8 (id, address, size) or a bool (managed); little-endian
      * reads of the low bytes are right for each. Unknown memory: all 0. */
-    int attrs[6] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                    CU_POINTER_ATTRIBUTE_BUFFER_ID,        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                    CU_POINTER_ATTRIBUTE_RANGE_SIZE,       CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    int attrs[6] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    CU_POINTER_ATTRIBUTE_BUFFER_ID,   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                    CU_POINTER_ATTRIBUTE_RANGE_SIZE,  CU_POINTER_ATTRIBUTE_IS_MANAGED};
     unsigned long long v[6] = {0};
     void *data[6] = {&v[0], &v[1], &v[2], &v[3], &v[4], &v[5]};
     hc_cuda_ctx_save_t save;
@@ -326,11 +326,11 @@ static hcomm_status_t hc_cuda_alloc(int device, size_t len, hc_mem_type_t type, 
 {
     if (device < 0 || device >= hc_cuda.ndev || len == 0 ||
         (type != HC_MEM_DEVICE && type != HC_MEM_MANAGED))
-        return hc_error(HCOMM_ERR_INVALID, "cuda alloc: %s", len == 0 ? "len is 0"
-                                                          : type != HC_MEM_DEVICE &&
-                                                                    type != HC_MEM_MANAGED
-                                                              ? "type must be device or managed"
-                                                              : "no such device");
+        return hc_error(HCOMM_ERR_INVALID, "cuda alloc: %s",
+                        len == 0 ? "len is 0"
+                        : type != HC_MEM_DEVICE && type != HC_MEM_MANAGED
+                            ? "type must be device or managed"
+                            : "no such device");
     hc_cuda_ctx_save_t save;
     hcomm_status_t st = hc_cuda_ctx_enter(hc_cuda_ctx_for(device), &save);
     if (st != HCOMM_OK) return st;
@@ -366,8 +366,9 @@ static hcomm_status_t hc_cuda_free(void *ptr)
 
 static hcomm_status_t hc_cuda_host_register(void *ptr, size_t len)
 {
-    if (!ptr || !len) return hc_error(HCOMM_ERR_INVALID, "cuda host_register: %s",
-                                      ptr ? "len is 0" : "ptr is NULL");
+    if (!ptr || !len)
+        return hc_error(HCOMM_ERR_INVALID, "cuda host_register: %s",
+                        ptr ? "len is 0" : "ptr is NULL");
     hc_cuda_ctx_save_t save;
     hcomm_status_t st = hc_cuda_enter_any(&save);
     if (st != HCOMM_OK) return st;
@@ -418,3 +419,8 @@ const hc_gpu_ops_t hc_gpu_cuda_ops = {
     .host_register = hc_cuda_host_register,
     .host_unregister = hc_cuda_host_unregister,
 };
+
+__attribute__((constructor)) static void hc_cuda_glue_set(void)
+{
+    hc_gpu_cuda_glue = &hc_gpu_cuda_ops;
+}

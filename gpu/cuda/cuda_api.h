@@ -59,8 +59,12 @@ enum {
     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11,
     CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,
 };
-enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3,
-       CU_MEMORYTYPE_UNIFIED = 4 };
+enum {
+    CU_MEMORYTYPE_HOST = 1,
+    CU_MEMORYTYPE_DEVICE = 2,
+    CU_MEMORYTYPE_ARRAY = 3,
+    CU_MEMORYTYPE_UNIFIED = 4
+};
 
 enum {
     CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
@@ -113,7 +117,7 @@ typedef CUresult (*hc_cu_get_proc_address_fn)(const char *symbol, void **pfn, in
     X(cuCtxPushCurrent, (CUcontext c))                                                             \
     X(cuCtxPopCurrent, (CUcontext * c))                                                            \
     X(cuPointerGetAttributes, (unsigned n, int *attrs, void **data, CUdeviceptr p))                \
-    X(cuMemGetAddressRange, (CUdeviceptr * base, size_t *size, CUdeviceptr p))                     \
+    X(cuMemGetAddressRange, (CUdeviceptr * base, size_t * size, CUdeviceptr p))                    \
     X(cuMemAlloc, (CUdeviceptr * p, size_t n))                                                     \
     X(cuMemAllocManaged, (CUdeviceptr * p, size_t n, unsigned flags))                              \
     X(cuMemFree, (CUdeviceptr p))                                                                  \
@@ -135,9 +139,9 @@ typedef CUresult (*hc_cu_get_proc_address_fn)(const char *symbol, void **pfn, in
     X(cuModuleLoadData, (CUmodule * m, const void *image))                                         \
     X(cuModuleUnload, (CUmodule m))                                                                \
     X(cuModuleGetFunction, (CUfunction * f, CUmodule m, const char *name))                         \
-    X(cuLaunchKernel, (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,           \
-                       unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,       \
-                       void **extra))                                                              \
+    X(cuLaunchKernel,                                                                              \
+      (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
+       unsigned shmem, CUstream s, void **params, void **extra))                                   \
     X(cuIpcGetMemHandle, (CUipcMemHandle * h, CUdeviceptr p))                                      \
     X(cuIpcOpenMemHandle, (CUdeviceptr * p, CUipcMemHandle h, unsigned flags))                     \
     X(cuIpcCloseMemHandle, (CUdeviceptr p))                                                        \
@@ -146,13 +150,13 @@ typedef CUresult (*hc_cu_get_proc_address_fn)(const char *symbol, void **pfn, in
     X(cuMemExportToShareableHandle,                                                                \
       (void *out, CUmemGenericAllocationHandle h, int type, unsigned long long flags))             \
     X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle * h, void *os, int type))      \
-    X(cuMemAddressReserve, (CUdeviceptr * p, size_t n, size_t align, CUdeviceptr addr,             \
-                            unsigned long long flags))                                             \
+    X(cuMemAddressReserve,                                                                         \
+      (CUdeviceptr * p, size_t n, size_t align, CUdeviceptr addr, unsigned long long flags))       \
     X(cuMemAddressFree, (CUdeviceptr p, size_t n))                                                 \
     X(cuMemMap, (CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h,              \
                  unsigned long long flags))                                                        \
     X(cuMemUnmap, (CUdeviceptr p, size_t n))                                                       \
-    X(cuMemSetAccess, (CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t count))          \
+    X(cuMemSetAccess, (CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t count))           \
     X(cuMemGetHandleForAddressRange,                                                               \
       (void *out, CUdeviceptr p, size_t n, int type, unsigned long long flags))
 

@@ -14,7 +14,7 @@
 #define HC_CUDA_MAX_DEVICES 16
 
 typedef struct {
-#define HC_CUDA_FN_FIELD_(name, params) CUresult (*name) params;
+#define HC_CUDA_FN_FIELD_(name, params) CUresult(*name) params;
     HC_CUDA_FUNCS(HC_CUDA_FN_FIELD_)
 #undef HC_CUDA_FN_FIELD_
 } hc_cuda_fns_t;
@@ -44,6 +44,7 @@ typedef struct {
 } hc_cuda_t;
 
 extern hc_cuda_t hc_cuda;
+extern const hc_gpu_ops_t hc_gpu_cuda_ops;
 
 /* "CUDA_ERROR_X (the driver's words)" for r. */
 const char *hc_cuda_strerror(CUresult r, char *buf, size_t len);

@@ -51,11 +51,12 @@ hcomm_status_t hc_cuda_ipc_export(const void *ptr, hc_gpu_ipc_handle_t *h_p)
         st = hc_cuda_fail(r, "cuMemGetAddressRange(%p)", ptr);
     } else if (hc_cuda.fn.cuMemRetainAllocationHandle(&ah, (void *)ptr) == CUDA_SUCCESS) {
         int fd = -1;
-        r = hc_cuda.fn.cuMemExportToShareableHandle(&fd, ah, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                                                    0);
+        r = hc_cuda.fn.cuMemExportToShareableHandle(&fd, ah,
+                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
         (void)hc_cuda.fn.cuMemRelease(ah);
         if (r != CUDA_SUCCESS)
-            st = hc_cuda_fail(r, "cuMemExportToShareableHandle(%p, POSIX fd) (a VMM allocation "
+            st = hc_cuda_fail(r,
+                              "cuMemExportToShareableHandle(%p, POSIX fd) (a VMM allocation "
                               "must be created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)",
                               ptr);
         h.fd = fd;
@@ -164,8 +165,7 @@ hcomm_status_t hc_cuda_ipc_close(void *ptr)
     if (im) *at = im->next;
     pthread_mutex_unlock(&hc_cuda.lock);
     if (!im)
-        return hc_error(HCOMM_ERR_INVALID, "cuda ipc_close: %p is not an imported allocation",
-                        ptr);
+        return hc_error(HCOMM_ERR_INVALID, "cuda ipc_close: %p is not an imported allocation", ptr);
     hcomm_status_t st = hc_cuda_unimport(im);
     free(im);
     return st;
@@ -191,8 +191,8 @@ hcomm_status_t hc_cuda_dmabuf_fd(const void *ptr, size_t len, int *fd_p, uint64_
     hcomm_status_t st = hc_gpu_cuda_ops.query(ptr, &a);
     if (st != HCOMM_OK) return st;
     if (a.type == HC_MEM_HOST || len == 0)
-        return hc_error(HCOMM_ERR_INVALID, "cuda dmabuf_fd: %s", len ? "not device memory"
-                                                                     : "len is 0");
+        return hc_error(HCOMM_ERR_INVALID, "cuda dmabuf_fd: %s",
+                        len ? "not device memory" : "len is 0");
     if (!hc_cuda.dev[a.device].dmabuf)
         return hc_error(HCOMM_ERR_UNSUPPORTED,
                         "cuda dmabuf_fd: device %d does not support dma_buf "
@@ -205,8 +205,8 @@ hcomm_status_t hc_cuda_dmabuf_fd(const void *ptr, size_t len, int *fd_p, uint64_
     hc_cuda_ctx_save_t save;
     if ((st = hc_cuda_ctx_enter(hc_cuda_ctx_for(a.device), &save)) != HCOMM_OK) return st;
     int fd = -1;
-    CUresult r = hc_cuda.fn.cuMemGetHandleForAddressRange(
-        &fd, (CUdeviceptr)start, span, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    CUresult r = hc_cuda.fn.cuMemGetHandleForAddressRange(&fd, (CUdeviceptr)start, span,
+                                                          CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
     hc_cuda_ctx_leave(&save);
     if (r != CUDA_SUCCESS)
         return hc_cuda_fail(r, "cuMemGetHandleForAddressRange(%p, %zu bytes, DMA_BUF_FD)",

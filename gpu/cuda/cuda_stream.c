@@ -146,8 +146,8 @@ hcomm_status_t hc_cuda_copy_async(void *dst, const void *src, size_t n, hc_gpu_s
     hc_cuda_ctx_save_t save;
     hcomm_status_t st = hc_cuda_ctx_enter(s->ctx, &save);
     if (st != HCOMM_OK) return st;
-    CUresult r = hc_cuda.fn.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst,
-                                          (CUdeviceptr)(uintptr_t)src, n, s->s);
+    CUresult r =
+        hc_cuda.fn.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n, s->s);
     hc_cuda_ctx_leave(&save);
     return r == CUDA_SUCCESS ? HCOMM_OK
                              : hc_cuda_fail(r, "cuMemcpyAsync(%p <- %p, %zu bytes)", dst, src, n);
@@ -162,9 +162,11 @@ static hcomm_status_t hc_cuda_module_load(hc_cuda_dev_t *dv, int d)
     CUresult r = hc_cuda.fn.cuModuleLoadData(&dv->module, hc_cuda_fatbin);
     if (r != CUDA_SUCCESS) {
         dv->module = NULL;
-        return hc_cuda_fail(r, "cuModuleLoadData of hcomm's kernels (%zu bytes: %s) on device %d "
-                            "(sm_%d%d)", hc_cuda_fatbin_size, hc_cuda_fatbin_archs, d,
-                            dv->cc_major, dv->cc_minor);
+        return hc_cuda_fail(r,
+                            "cuModuleLoadData of hcomm's kernels (%zu bytes: %s) on device %d "
+                            "(sm_%d%d)",
+                            hc_cuda_fatbin_size, hc_cuda_fatbin_archs, d, dv->cc_major,
+                            dv->cc_minor);
     }
     for (int t = 0; t < HCOMM_DTYPE_COUNT; t++)
         for (int o = 0; o < HCOMM_OP_COUNT; o++) {
@@ -233,8 +235,8 @@ hcomm_status_t hc_cuda_reduce_async(void *dst, const void *src, size_t count, hc
                                     hcomm_op_t op, int avg_div, hc_gpu_stream_t s)
 {
     if ((unsigned)dtype >= HCOMM_DTYPE_COUNT || (unsigned)op >= HCOMM_OP_COUNT || avg_div < 0)
-        return hc_error(HCOMM_ERR_INVALID, "cuda reduce: dtype %d / op %d / avg_div %d",
-                        (int)dtype, (int)op, avg_div);
+        return hc_error(HCOMM_ERR_INVALID, "cuda reduce: dtype %d / op %d / avg_div %d", (int)dtype,
+                        (int)op, avg_div);
     if (count == 0) return HCOMM_OK;
     hc_cuda_dev_t *dv;
     hcomm_status_t st = hc_cuda_module(s, &dv);
@@ -289,8 +291,10 @@ hcomm_status_t hc_cuda_wait_value32(hc_gpu_stream_t s, uint32_t *addr, uint32_t 
     /* the fallback: the wait kernel */
     hc_cuda_dev_t *mdv;
     if ((st = hc_cuda_module(s, &mdv)) != HCOMM_OK)
-        return hc_error(st, "cuda: cuStreamWaitValue32 is not supported on device %d and the "
-                            "wait kernel is unavailable: %s", s->device, hc_error_last());
+        return hc_error(st,
+                        "cuda: cuStreamWaitValue32 is not supported on device %d and the "
+                        "wait kernel is unavailable: %s",
+                        s->device, hc_error_last());
     void *params[] = {&w, &value};
     if ((st = hc_cuda_ctx_enter(s->ctx, &save)) != HCOMM_OK) return st;
     r = hc_cuda.fn.cuLaunchKernel(mdv->wait_kernel, 1, 1, 1, 32, 1, 1, 0, s->s, params, NULL);

@@ -60,11 +60,10 @@ static void *gpu_mirror(void *host, size_t bytes, int dev)
 {
     if (!dev || !host || !bytes) return host;
     void *d;
-    hcomm_status_t st = gpu_is_model() ? hc_gpu_model_test_alloc(bytes, &d)
-                                       : hcomm_mem_alloc_device(0, bytes, &d);
+    hcomm_status_t st =
+        gpu_is_model() ? hc_gpu_model_test_alloc(bytes, &d) : hcomm_mem_alloc_device(0, bytes, &d);
     if (st == HCOMM_OK)
-        st = gpu_is_model() ? hc_gpu_model_test_fill(d, host, bytes)
-                            : hcomm_memcpy(d, host, bytes);
+        st = gpu_is_model() ? hc_gpu_model_test_fill(d, host, bytes) : hcomm_memcpy(d, host, bytes);
     if (st != HCOMM_OK) {
         mp_fail("gpu mirror of %zu bytes: %s", bytes, hcomm_last_error());
         exit(1);
@@ -76,10 +75,9 @@ static void *gpu_mirror(void *host, size_t bytes, int dev)
 static void gpu_unmirror(void *host, void *d, size_t bytes)
 {
     if (!d || d == host) return;
-    hcomm_status_t st = gpu_is_model() ? hc_gpu_model_test_read(host, d, bytes)
-                                       : hcomm_memcpy(host, d, bytes);
-    if (st == HCOMM_OK)
-        st = gpu_is_model() ? hc_gpu_model_test_free(d) : hcomm_mem_free_device(d);
+    hcomm_status_t st =
+        gpu_is_model() ? hc_gpu_model_test_read(host, d, bytes) : hcomm_memcpy(host, d, bytes);
+    if (st == HCOMM_OK) st = gpu_is_model() ? hc_gpu_model_test_free(d) : hcomm_mem_free_device(d);
     if (st != HCOMM_OK) {
         mp_fail("gpu read back of %zu bytes: %s", bytes, hcomm_last_error());
         exit(1);

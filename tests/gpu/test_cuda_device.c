@@ -140,9 +140,9 @@ static void test_reductions(void **state)
                 put(da + off, a, N * es);
                 put(db + off, b, N * es);
                 hc_mem_attr_t aa = attr_of(da, most), ab = attr_of(db, most);
-                assert_int_equal(hc_gpu_reduce(da + off, &aa, db + off, &ab, N, t, (hcomm_op_t)op,
-                                               avg_div),
-                                 HCOMM_OK);
+                assert_int_equal(
+                    hc_gpu_reduce(da + off, &aa, db + off, &ab, N, t, (hcomm_op_t)op, avg_div),
+                    HCOMM_OK);
                 get(out, da + off, N * es);
                 if (memcmp(out, ref, N * es))
                     fail_msg("device %s %s (offset %zu) differs from the host reference",
@@ -150,8 +150,7 @@ static void test_reductions(void **state)
                 /* host into device (through the device scratch) */
                 put(da + off, a, N * es);
                 assert_int_equal(
-                    hc_gpu_reduce(da + off, &aa, b, NULL, N, t, (hcomm_op_t)op, avg_div),
-                    HCOMM_OK);
+                    hc_gpu_reduce(da + off, &aa, b, NULL, N, t, (hcomm_op_t)op, avg_div), HCOMM_OK);
                 get(out, da + off, N * es);
                 if (memcmp(out, ref, N * es))
                     fail_msg("host->device %s %s differs", hc_dtype_name(t),
@@ -237,7 +236,7 @@ int main(void)
     hc_gpu_describe(line, sizeof(line));
     printf("%s\n", line);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_types),   cmocka_unit_test(test_copies),
+        cmocka_unit_test(test_types),      cmocka_unit_test(test_copies),
         cmocka_unit_test(test_reductions), cmocka_unit_test(test_memops),
         cmocka_unit_test(test_dmabuf),
     };

@@ -49,7 +49,7 @@ static void expect_why(const char *lib, const char *mode, const char *want)
     setenv("HCOMM_CUDA_LIB", lib, 1);
     setenv("HC_CUDA_STUB", mode, 1);
     char why[400] = "";
-    assert_int_equal(hc_gpu_cuda_ops.init(why, sizeof(why)), HCOMM_ERR_UNSUPPORTED);
+    assert_int_equal(hc_gpu_cuda_glue->init(why, sizeof(why)), HCOMM_ERR_UNSUPPORTED);
     printf("  %s: %s\n", mode, why);
     gpu_test_contains(why, want);
 }
@@ -61,7 +61,8 @@ static void test_no_lib(void **state)
     expect_why(nolib, "ok", "/none/libcuda.so.1: ");
     /* cuda: an error naming why */
     assert_int_equal(start("cuda", nolib, "ok"), HCOMM_ERR_UNSUPPORTED);
-    gpu_test_contains(hc_error_last(), "HCOMM_GPU=cuda, but the cuda backend cannot run: cuda: no ");
+    gpu_test_contains(hc_error_last(),
+                      "HCOMM_GPU=cuda, but the cuda backend cannot run: cuda: no ");
     assert_null(hc_gpu_backend());
     /* auto: no GPU, and the line says why */
     assert_int_equal(start("auto", nolib, "ok"), HCOMM_OK);
@@ -119,9 +120,9 @@ static void test_chosen(void **state)
     assert_int_equal(hc_gpu_mem_type(&x, sizeof(x), &a), HCOMM_ERR_UNSUPPORTED);
     gpu_test_contains(hc_error_last(), "cuda: cuCtxGetCurrent: CUDA_ERROR_NOT_SUPPORTED");
     void *p = NULL;
-    assert_int_equal(hc_gpu_cuda_ops.alloc(0, 0, HC_MEM_DEVICE, &p), HCOMM_ERR_INVALID);
+    assert_int_equal(hc_gpu_cuda_glue->alloc(0, 0, HC_MEM_DEVICE, &p), HCOMM_ERR_INVALID);
     gpu_test_contains(hc_error_last(), "len is 0");
-    assert_int_equal(hc_gpu_cuda_ops.alloc(3, 8, HC_MEM_DEVICE, &p), HCOMM_ERR_INVALID);
+    assert_int_equal(hc_gpu_cuda_glue->alloc(3, 8, HC_MEM_DEVICE, &p), HCOMM_ERR_INVALID);
     gpu_test_contains(hc_error_last(), "no such device");
     hc_gpu_fini();
     /* none: not even opened */
@@ -148,9 +149,9 @@ static void test_bad_knob(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_no_lib),        cmocka_unit_test(test_missing_symbols),
-        cmocka_unit_test(test_old_driver),    cmocka_unit_test(test_no_device),
-        cmocka_unit_test(test_chosen),        cmocka_unit_test(test_bad_knob),
+        cmocka_unit_test(test_no_lib),     cmocka_unit_test(test_missing_symbols),
+        cmocka_unit_test(test_old_driver), cmocka_unit_test(test_no_device),
+        cmocka_unit_test(test_chosen),     cmocka_unit_test(test_bad_knob),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
