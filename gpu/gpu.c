@@ -4,8 +4,10 @@
  *
  * Registry: HCOMM_GPU_MODEL=1 selects the model (gpu/model/, in the test
  * library only, plugged in through hc_gpu_model_glue); a library without
- * it refuses the knob by name. Otherwise no backend (the cuda backend, by
- * dlopen, comes next) and every buffer is host memory.
+ * it refuses the knob by name. Otherwise HCOMM_GPU: auto (default) opens
+ * the cuda backend (gpu/cuda/, libcuda.so.1 by dlopen) and falls back to no
+ * backend, keeping why for hcomm_info; cuda fails init naming why; none
+ * means no backend, every buffer host memory.
  *
  * Dispatch: host to host is memcpy / hc_reduce on the calling thread. Any
  * device or managed side goes to the backend on the dispatch's own stream
@@ -33,19 +35,27 @@
 #define HC_GPU_SCRATCH (4u << 20) /* bytes of a reduction's staging chunk */
 
 const hc_gpu_ops_t *hc_gpu_model_glue;
+const hc_gpu_ops_t *hc_gpu_cuda_glue;
 bool hc_gpu_on;
 bool hc_gpu_no_stage;
 
-/* HCOMM_GPU_MODEL is read by hc_gpu_init itself (hc_config_env), so that
- * the layer works before hcomm_init; the table lists it for hcomm_info -c
- * and hcomm_init's check of its value. It is here, not in the model, so
- * that a shipped library refuses it by name. The model's own knobs
- * (HCOMM_GPU_MODEL_FAULT, _DELAY) are the test library's. */
+/* HCOMM_GPU and HCOMM_GPU_MODEL are read by hc_gpu_init itself
+ * (hc_config_env), so that the layer works before hcomm_init; the table
+ * lists them for hcomm_info -c and hcomm_init's check of their values.
+ * HCOMM_GPU_MODEL is here, not in the model, so that a shipped library
+ * refuses it by name. The model's own knobs (HCOMM_GPU_MODEL_FAULT, _DELAY)
+ * are the test library's; the cuda backend's (HCOMM_CUDA_LIB) are in
+ * gpu/cuda/cuda.c. */
 static bool hc_gpu_knob_model;
+static const char *hc_gpu_knob_gpu;
 static const hc_config_knob_t hc_gpu_knobs[] = {
     HC_KNOB_BOOL(hc_gpu_knob_model, "HCOMM_GPU_MODEL", "0",
                  "gpu: device memory from the model of a GPU (tests: only the test library of a "
                  "-DHCOMM_GPU_MODEL=ON build has it; docs/gpu.md)"),
+    HC_KNOB_STR(hc_gpu_knob_gpu, "HCOMM_GPU", "auto",
+                "gpu: the GPU backend: auto (cuda where libcuda.so.1 opens and has a device, "
+                "else none, saying why in hcomm_info), cuda (the same, but a failure fails "
+                "hcomm_init naming why), none (every buffer is host memory; docs/gpu.md)"),
 };
 HC_CONFIG_KNOBS("gpu", hc_gpu_knobs)
 
@@ -59,7 +69,7 @@ static struct {
     pthread_mutex_t lock; /* init/fini and the dispatch */
     _Atomic(const hc_gpu_ops_t *) ops;
     bool inited;
-    char why[256]; /* why no backend, for hc_gpu_describe */
+    char why[512]; /* why no backend, for hc_gpu_describe */
     hc_gpu_dev_t dev[HC_GPU_MAX_DEVICES];
     void *host_scratch;
 } hc_gpu = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -91,7 +101,9 @@ hcomm_status_t hc_gpu_fail(hcomm_status_t st, int device, const char *fmt, ...)
 
 /* ---- the knobs and the registry ---------------------------------------------------------- */
 
-static hcomm_status_t hc_gpu_read_knobs(bool *model_p)
+typedef enum { HC_GPU_AUTO, HC_GPU_CUDA, HC_GPU_NONE } hc_gpu_choice_t;
+
+static hcomm_status_t hc_gpu_read_knobs(bool *model_p, hc_gpu_choice_t *choice_p)
 {
     const char *m = hc_config_env("HCOMM_GPU_MODEL");
     if (!m || !*m || !strcmp(m, "0") || !strcasecmp(m, "no") || !strcasecmp(m, "off") ||
@@ -102,7 +114,52 @@ static hcomm_status_t hc_gpu_read_knobs(bool *model_p)
         *model_p = true;
     else
         return hc_error(HCOMM_ERR_INVALID, "HCOMM_GPU_MODEL=%s must be 0 or 1", m);
+    const char *g = hc_config_env("HCOMM_GPU");
+    if (!g || !*g || !strcasecmp(g, "auto"))
+        *choice_p = HC_GPU_AUTO;
+    else if (!strcasecmp(g, "cuda"))
+        *choice_p = HC_GPU_CUDA;
+    else if (!strcasecmp(g, "none"))
+        *choice_p = HC_GPU_NONE;
+    else
+        return hc_error(HCOMM_ERR_INVALID, "HCOMM_GPU=%s must be auto, cuda or none", g);
+    if (*model_p && *choice_p == HC_GPU_CUDA)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "HCOMM_GPU_MODEL=1 and HCOMM_GPU=cuda: choose one backend");
     return HCOMM_OK;
+}
+
+/* Opens ops (called with the lock held): on failure hc_gpu.why says why,
+ * after prefix. */
+static hcomm_status_t hc_gpu_open(const hc_gpu_ops_t *ops, const char *prefix)
+{
+    char why[400] = "";
+    hcomm_status_t st = ops->init(why, sizeof(why));
+    if (st != HCOMM_OK) {
+        snprintf(hc_gpu.why, sizeof(hc_gpu.why), "%s%s", prefix, why);
+        return st;
+    }
+    atomic_store_explicit(&hc_gpu.ops, ops, memory_order_release);
+    hc_gpu_on = true;
+    hc_gpu.inited = true;
+    hc_log_info("gpu: backend %s, %d device(s)", ops->name, ops->device_count());
+    return HCOMM_OK;
+}
+
+/* The model, where the test library has it. */
+static hcomm_status_t hc_gpu_open_model(void)
+{
+    if (!hc_gpu_model_glue) {
+        hcomm_status_t st =
+            hc_error(HCOMM_ERR_UNSUPPORTED,
+                     "HCOMM_GPU_MODEL=1, but this library has no model of a GPU (test "
+                     "machinery: only the test library of a -DHCOMM_GPU_MODEL=ON build has it)");
+        snprintf(hc_gpu.why, sizeof(hc_gpu.why), "%s", hc_error_last());
+        return st;
+    }
+    hcomm_status_t st = hc_gpu_open(hc_gpu_model_glue, "the GPU model cannot run: ");
+    if (st != HCOMM_OK) st = hc_error(st, "gpu: %s", hc_gpu.why);
+    return st;
 }
 
 hcomm_status_t hc_gpu_init(void)
@@ -112,35 +169,38 @@ hcomm_status_t hc_gpu_init(void)
     if (hc_gpu.inited) goto out;
     hc_reduce_init();
     bool model = false;
-    if ((st = hc_gpu_read_knobs(&model)) != HCOMM_OK) {
+    hc_gpu_choice_t choice = HC_GPU_AUTO;
+    if ((st = hc_gpu_read_knobs(&model, &choice)) != HCOMM_OK) {
         snprintf(hc_gpu.why, sizeof(hc_gpu.why), "%s", hc_error_last());
         goto out;
     }
-    if (!model) {
-        snprintf(hc_gpu.why, sizeof(hc_gpu.why),
-                 "no GPU backend in this build (CUDA's comes next; HCOMM_GPU_MODEL=1 selects the "
-                 "model where the test library has it): every buffer is host memory");
+    if (model) {
+        st = hc_gpu_open_model();
+        goto out;
+    }
+    if (choice == HC_GPU_NONE) {
+        snprintf(hc_gpu.why, sizeof(hc_gpu.why), "HCOMM_GPU=none: every buffer is host memory");
         hc_gpu.inited = true;
         goto out;
     }
-    if (!hc_gpu_model_glue) {
-        st = hc_error(HCOMM_ERR_UNSUPPORTED,
-                      "HCOMM_GPU_MODEL=1, but this library has no model of a GPU (test "
-                      "machinery: only the test library of a -DHCOMM_GPU_MODEL=ON build has it)");
+    if (!hc_gpu_cuda_glue)
+        snprintf(hc_gpu.why, sizeof(hc_gpu.why), "cuda: the cuda backend is not linked in");
+    else if ((st = hc_gpu_open(hc_gpu_cuda_glue, "cuda: ")) == HCOMM_OK)
+        goto out;
+    else
+        st = HCOMM_OK;
+    if (choice == HC_GPU_CUDA) {
+        st = hc_error(HCOMM_ERR_UNSUPPORTED, "HCOMM_GPU=cuda, but the cuda backend cannot run: %s",
+                      hc_gpu.why);
         snprintf(hc_gpu.why, sizeof(hc_gpu.why), "%s", hc_error_last());
         goto out;
     }
-    char why[200] = "";
-    if ((st = hc_gpu_model_glue->init(why, sizeof(why))) != HCOMM_OK) {
-        snprintf(hc_gpu.why, sizeof(hc_gpu.why), "the GPU model cannot run: %s", why);
-        st = hc_error(st, "gpu: %s", hc_gpu.why);
-        goto out;
-    }
-    atomic_store_explicit(&hc_gpu.ops, hc_gpu_model_glue, memory_order_release);
-    hc_gpu_on = true;
+    /* auto: no GPU here, and the line says why */
+    size_t at = strlen(hc_gpu.why);
+    snprintf(hc_gpu.why + at, sizeof(hc_gpu.why) - at, " (every buffer is host memory)");
+    hc_log_info("gpu: none: %s", hc_gpu.why);
     hc_gpu.inited = true;
-    hc_log_info("gpu: backend %s, %d device(s)", hc_gpu_model_glue->name,
-                hc_gpu_model_glue->device_count());
+    st = HCOMM_OK;
 out:
     pthread_mutex_unlock(&hc_gpu.lock);
     return st;

@@ -157,6 +157,10 @@ typedef struct hc_gpu_ops {
  * constructor sets it); NULL in libhcomm.so and libhcomm.a, where
  * HCOMM_GPU_MODEL=1 is refused by name. */
 extern const hc_gpu_ops_t *hc_gpu_model_glue;
+/* The cuda backend's table (gpu/cuda/: the driver API by dlopen, in every
+ * build), set by its constructor, as the model's glue: the registry reaches
+ * it through this pointer, so gpu/ does not call into gpu/cuda/. */
+extern const hc_gpu_ops_t *hc_gpu_cuda_glue;
 
 /* Chooses and opens the backend: HCOMM_GPU_MODEL=1 the model (refused where
  * it is not built in), otherwise none (the cuda backend comes next). Reads

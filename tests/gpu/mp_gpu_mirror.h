@@ -13,11 +13,22 @@
  *   --device recv   send buffers host, receive buffers device (in place:
  *                   device)
  *   --device some   device buffers on even ranks, host on odd ranks
+ *
+ * On a real GPU (HCOMM_GPU=cuda, tests/gpu/run.sh) the mirrors are made and
+ * read through the public API (hcomm_mem_alloc_device, hcomm_memcpy) instead
+ * of the model's test API.
  */
 #ifndef MP_GPU_MIRROR_H
 #define MP_GPU_MIRROR_H
 
 #include "gpu/model/gpu_model_test.h"
+
+/* Whether the active backend is the model (else: a real GPU). */
+static int gpu_is_model(void)
+{
+    const hc_gpu_ops_t *o = hc_gpu_backend();
+    return o && !strcmp(o->name, "model");
+}
 
 static int g_dev; /* 0: host buffers; 1 all, 2 recv, 3 some */
 
@@ -49,8 +60,11 @@ static void *gpu_mirror(void *host, size_t bytes, int dev)
 {
     if (!dev || !host || !bytes) return host;
     void *d;
-    if (hc_gpu_model_test_alloc(bytes, &d) != HCOMM_OK ||
-        hc_gpu_model_test_fill(d, host, bytes) != HCOMM_OK) {
+    hcomm_status_t st =
+        gpu_is_model() ? hc_gpu_model_test_alloc(bytes, &d) : hcomm_mem_alloc_device(0, bytes, &d);
+    if (st == HCOMM_OK)
+        st = gpu_is_model() ? hc_gpu_model_test_fill(d, host, bytes) : hcomm_memcpy(d, host, bytes);
+    if (st != HCOMM_OK) {
         mp_fail("gpu mirror of %zu bytes: %s", bytes, hcomm_last_error());
         exit(1);
     }
@@ -61,8 +75,10 @@ static void *gpu_mirror(void *host, size_t bytes, int dev)
 static void gpu_unmirror(void *host, void *d, size_t bytes)
 {
     if (!d || d == host) return;
-    if (hc_gpu_model_test_read(host, d, bytes) != HCOMM_OK ||
-        hc_gpu_model_test_free(d) != HCOMM_OK) {
+    hcomm_status_t st =
+        gpu_is_model() ? hc_gpu_model_test_read(host, d, bytes) : hcomm_memcpy(host, d, bytes);
+    if (st == HCOMM_OK) st = gpu_is_model() ? hc_gpu_model_test_free(d) : hcomm_mem_free_device(d);
+    if (st != HCOMM_OK) {
         mp_fail("gpu read back of %zu bytes: %s", bytes, hcomm_last_error());
         exit(1);
     }

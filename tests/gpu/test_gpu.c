@@ -16,7 +16,7 @@ static void test_no_backend(void **state)
     assert_null(hc_gpu_backend());
     char line[512];
     hc_gpu_describe(line, sizeof(line));
-    gpu_test_contains(line, "gpu: none: no GPU backend");
+    gpu_test_contains(line, "gpu: none: HCOMM_GPU=none: every buffer is host memory");
     int x = 5;
     hc_mem_attr_t a = gpu_test_attr(&x, sizeof(x));
     assert_int_equal(a.type, HC_MEM_HOST);
