@@ -198,8 +198,10 @@ loss_nft)
 garbage)
     "$netns" up 2 || fail "netns setup"
     # A socket waits for its hello HCOMM_TIMEOUT (a connector may compute
-    # before it writes one): 6 s here, so that the silent client is dropped.
-    HCOMM_TIMEOUT=6 HCOMM_LOG=info launch 2 1 --max 4M --duration 10
+    # before it writes one): 6 s here, so that the silent client is dropped
+    # while the job still runs (14 s: on a loaded host the client may
+    # connect seconds after the job started).
+    HCOMM_TIMEOUT=6 HCOMM_LOG=info launch 2 1 --max 4M --duration 14
     wait_for_log "$work/r1.log" "tcp: listening on" 20 || fail "rank 1 never listened"
     port=$(sed -n 's/.*tcp: listening on 10\.77\.0\.2:\([0-9]*\).*/\1/p' "$work/r1.log" | head -1)
     [ -n "$port" ] || fail "no data port in rank 1's log"
