@@ -126,6 +126,26 @@ static void hc_pipe_abort(hc_stage_pipe_t *p)
     if (p->comm->size > 1 && !hc_comm_aborted(p->comm)) (void)hc_comm_revoke(p->comm);
 }
 
+/* Chunk k's copy to host staging failed: the others must see it at once. */
+static void hc_pipe_fail_in(hc_stage_pipe_t *p, hcomm_status_t st, size_t k)
+{
+    hc_pipe_fail(p, st,
+                 "copying chunk %zu of %zu of the input to host staging (%s memory on device %d)",
+                 k, p->nchunk, hc_mem_type_name(p->sattr.type), p->sattr.device);
+    hc_pipe_abort(p);
+}
+
+/* Chunk k's copy back failed: this rank's call only (the others' results
+ * are right). */
+static void hc_pipe_fail_back(hc_stage_pipe_t *p, hcomm_status_t st, size_t k)
+{
+    p->back_failed = true;
+    hc_pipe_fail(p, st,
+                 "copying chunk %zu of %zu of the result back from host staging (%s memory on "
+                 "device %d)",
+                 k, p->nchunk, hc_mem_type_name(p->rattr.type), p->rattr.device);
+}
+
 static size_t hc_pipe_len(const hc_stage_pipe_t *p, size_t k)
 {
     return HC_MIN(p->chunk, p->a.bytes - k * p->chunk);
@@ -169,11 +189,7 @@ static bool hc_pipe_step_in(hc_stage_pipe_t *p)
                 hc_pipe_slot(p, p->sslot, k), p->sdev + k * p->chunk, hc_pipe_len(p, k), p->sin);
             if (st == HCOMM_OK) st = p->ops->event_record(p->ein[k % p->depth], p->sin);
             if (st != HCOMM_OK) {
-                hc_pipe_fail(p, st,
-                             "copying chunk %zu of %zu of the input to host staging (%s memory on "
-                             "device %d)",
-                             k, p->nchunk, hc_mem_type_name(p->sattr.type), p->sattr.device);
-                hc_pipe_abort(p);
+                hc_pipe_fail_in(p, st, k);
                 break;
             }
         }
@@ -193,11 +209,7 @@ static bool hc_pipe_step_post(hc_stage_pipe_t *p)
             hcomm_status_t st = p->ops->event_query(p->ein[k % p->depth]);
             if (st == HCOMM_IN_PROGRESS) break;
             if (st != HCOMM_OK) {
-                hc_pipe_fail(p, st,
-                             "copying chunk %zu of %zu of the input to host staging (%s memory "
-                             "on device %d)",
-                             k, p->nchunk, hc_mem_type_name(p->sattr.type), p->sattr.device);
-                hc_pipe_abort(p);
+                hc_pipe_fail_in(p, st, k);
                 break;
             }
         }
@@ -238,11 +250,7 @@ static bool hc_pipe_step_out(hc_stage_pipe_t *p)
                                     hc_pipe_len(p, k), p->sout);
             if (st == HCOMM_OK) st = p->ops->event_record(p->eout[slot], p->sout);
             if (st != HCOMM_OK) {
-                p->back_failed = true;
-                hc_pipe_fail(p, st,
-                             "copying chunk %zu of %zu of the result back from host staging (%s "
-                             "memory on device %d)",
-                             k, p->nchunk, hc_mem_type_name(p->rattr.type), p->rattr.device);
+                hc_pipe_fail_back(p, st, k);
             } else {
                 p->copied[slot] = true;
             }
@@ -265,11 +273,7 @@ static bool hc_pipe_step_done(hc_stage_pipe_t *p)
             p->copied[slot] = false;
             if (st == HCOMM_OK) hc_api_stage_count(0, hc_pipe_len(p, k));
             if (st != HCOMM_OK) {
-                p->back_failed = true;
-                hc_pipe_fail(p, st,
-                             "copying chunk %zu of %zu of the result back from host staging (%s "
-                             "memory on device %d)",
-                             k, p->nchunk, hc_mem_type_name(p->rattr.type), p->rattr.device);
+                hc_pipe_fail_back(p, st, k);
             }
         }
         p->done++;
