@@ -589,13 +589,19 @@ static hcomm_status_t hc_ctx_world_create(void)
 /* HCOMM_LOG=info, rank 0: where init's time went, phase by phase, and what
  * went through rank 0's bootstrap (docs/bootstrap.md, "Init time by job
  * size"). t[]: hc_time_sec() at the start and at the end of each phase. */
-enum { HC_INIT_T_START, HC_INIT_T_CONFIG, HC_INIT_T_ROUND1, HC_INIT_T_DRIVERS, HC_INIT_T_ROUND2,
-       HC_INIT_T_WORLD, HC_INIT_T_COUNT };
+enum {
+    HC_INIT_T_START,
+    HC_INIT_T_CONFIG,
+    HC_INIT_T_ROUND1,
+    HC_INIT_T_DRIVERS,
+    HC_INIT_T_ROUND2,
+    HC_INIT_T_WORLD,
+    HC_INIT_T_COUNT
+};
 
 static void hc_ctx_init_report(const double *t)
 {
-    if (hc_ctx.rank != 0 || hc_log_level_current < HC_LOG_INFO)
-        return;
+    if (hc_ctx.rank != 0 || hc_log_level_current < HC_LOG_INFO) return;
     hc_bootstrap_traffic_t tr;
     hc_bootstrap_traffic(&tr);
     hc_log_info("init: %.1f ms on rank 0 (%d ranks): configuration %.1f, bootstrap round 1 %.1f, "
@@ -626,17 +632,13 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
 
     if ((st = hc_ctx_init_config(given)) != HCOMM_OK)
         return st;
-    if ((st = hc_ctx_init_peers()) != HCOMM_OK)
-        goto err;
+    if ((st = hc_ctx_init_peers()) != HCOMM_OK) goto err;
     t[HC_INIT_T_CONFIG] = hc_time_sec();
-    if ((st = hc_ctx_round_ranks(&info)) != HCOMM_OK)
-        goto err;
+    if ((st = hc_ctx_round_ranks(&info)) != HCOMM_OK) goto err;
     t[HC_INIT_T_ROUND1] = hc_time_sec();
-    if ((st = hc_ctx_open_drivers()) != HCOMM_OK)
-        goto err;
+    if ((st = hc_ctx_open_drivers()) != HCOMM_OK) goto err;
     t[HC_INIT_T_DRIVERS] = hc_time_sec();
-    if ((st = hc_ctx_round_addrs()) != HCOMM_OK)
-        goto err;
+    if ((st = hc_ctx_round_addrs()) != HCOMM_OK) goto err;
     t[HC_INIT_T_ROUND2] = hc_time_sec();
     hc_ctx_watch_local();
     hc_mem_set_reg_hooks(hc_ctx_mem_reg, hc_ctx_mem_dereg, NULL);

@@ -72,8 +72,7 @@ static int probe_flag_wait(_Atomic int64_t *flag, int64_t want)
 
 static int probe_check(hcomm_status_t st, const char *what)
 {
-    if (st == HCOMM_OK)
-        return 0;
+    if (st == HCOMM_OK) return 0;
     fprintf(stderr, "budget_probe: %s: %s\n", what, hcomm_last_error());
     return -1;
 }
@@ -93,11 +92,9 @@ static int probe_pingpong(int rank, long iters, _Atomic int64_t *flag, hcomm_com
                 return -1;
             }
         } else {
-            if (probe_check(hcomm_recv(&in, 1, HCOMM_INT64, 0, 0, w), "hcomm_recv"))
-                return -1;
+            if (probe_check(hcomm_recv(&in, 1, HCOMM_INT64, 0, 0, w), "hcomm_recv")) return -1;
             out = in + 1;
-            if (probe_check(hcomm_send(&out, 1, HCOMM_INT64, 0, 0, w), "hcomm_send"))
-                return -1;
+            if (probe_check(hcomm_send(&out, 1, HCOMM_INT64, 0, 0, w), "hcomm_send")) return -1;
             *flag = i + 1;
         }
     }
@@ -121,8 +118,7 @@ static int probe_allreduce(int rank, long iters, _Atomic int64_t *flag, hcomm_co
                 probe_check(hcomm_test(req, &done), "hcomm_test"))
                 return -1;
             *flag = i + 1;
-            if (!done && probe_check(hcomm_wait(req), "hcomm_wait"))
-                return -1;
+            if (!done && probe_check(hcomm_wait(req), "hcomm_wait")) return -1;
         }
         if (sum != i * 4 + 1) {
             fprintf(stderr, "budget_probe: rank %d allreduce %ld: got %lld, expected %ld\n", rank,
@@ -143,14 +139,11 @@ int main(int argc, char **argv)
     long iters = atol(argv[2]);
     char name[64];
     _Atomic int64_t *flag = probe_flag_open(name, sizeof(name));
-    if (!flag)
-        return 1;
-    if (probe_check(hcomm_init(&argc, &argv), "hcomm_init"))
-        return 1;
+    if (!flag) return 1;
+    if (probe_check(hcomm_init(&argc, &argv), "hcomm_init")) return 1;
     hcomm_comm_t w = hcomm_comm_world();
     int rank = hcomm_comm_rank(w), rc = 1;
-    if (rank == 0)
-        shm_unlink(name); /* both ranks mapped it before init's rendezvous */
+    if (rank == 0) shm_unlink(name); /* both ranks mapped it before init's rendezvous */
     if (hcomm_comm_size(w) != 2) {
         fprintf(stderr, "budget_probe: needs 2 ranks\n");
         goto out;
@@ -158,7 +151,6 @@ int main(int argc, char **argv)
     rc = strcmp(argv[1], "pingpong") ? probe_allreduce(rank, iters, flag, w)
                                      : probe_pingpong(rank, iters, flag, w);
 out:
-    if (hcomm_finalize() != HCOMM_OK)
-        rc = 1;
+    if (hcomm_finalize() != HCOMM_OK) rc = 1;
     return rc ? 1 : 0;
 }

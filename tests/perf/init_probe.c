@@ -33,8 +33,7 @@ int main(int argc, char **argv)
     double t0 = probe_now(), t1, t2, t3;
     int rank, size;
 #ifdef INIT_PROBE_MPI
-    if (MPI_Init(&argc, &argv) != MPI_SUCCESS)
-        return 1;
+    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) return 1;
     t1 = probe_now();
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -70,8 +69,7 @@ int main(int argc, char **argv)
 #ifdef INIT_PROBE_MPI
     MPI_Allreduce(&t0, &start_latest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 #else
-    if (hcomm_allreduce(&t0, &start_latest, 1, HCOMM_FLOAT64, HCOMM_MAX, w) != HCOMM_OK)
-        return 1;
+    if (hcomm_allreduce(&t0, &start_latest, 1, HCOMM_FLOAT64, HCOMM_MAX, w) != HCOMM_OK) return 1;
 #endif
     if (rank == 0)
         printf("init_probe: %d ranks: rank0 %.1f ms slowest %.1f ms last-call-to-done %.1f ms "
@@ -81,8 +79,7 @@ int main(int argc, char **argv)
 #ifdef INIT_PROBE_MPI
     MPI_Finalize();
 #else
-    if (hcomm_finalize() != HCOMM_OK)
-        return 1;
+    if (hcomm_finalize() != HCOMM_OK) return 1;
 #endif
     return 0;
 }
