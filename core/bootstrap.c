@@ -49,6 +49,15 @@
 
 #define HC_BS_PORT_SPAN_MAX 256 /* ports a span may cover */
 
+/* hc_bootstrap_traffic: plain increments (init and the rare collectives
+ * run on one thread). */
+static hc_bootstrap_traffic_t hc_bs_traffic;
+
+void hc_bootstrap_traffic(hc_bootstrap_traffic_t *out)
+{
+    *out = hc_bs_traffic;
+}
+
 /* ---- small helpers --------------------------------------------------------- */
 
 void hc_bs_sleep(double sec)
@@ -106,6 +115,7 @@ hcomm_status_t hc_bs_send_msg(int fd, const hc_bootstrap_msg_t *m, double deadli
             continue;
         }
         size_t left = (size_t)n;
+        hc_bs_traffic.sent_bytes += (uint64_t)n;
         while (i < iovcnt && left >= iov[i].iov_len)
             left -= iov[i++].iov_len;
         if (i < iovcnt) {
@@ -113,6 +123,7 @@ hcomm_status_t hc_bs_send_msg(int fd, const hc_bootstrap_msg_t *m, double deadli
             iov[i].iov_len -= left;
         }
     }
+    hc_bs_traffic.sent_msgs++;
     return HCOMM_OK;
 }
 
@@ -142,6 +153,8 @@ hc_bs_rx_t hc_bs_conn_read(hc_bs_conn_t *c, const hc_bs_expect_t *e, char *why, 
             return HC_BS_RX_EOF;
         }
         c->have += (size_t)n;
+        hc_bs_traffic.recv_bytes += (uint64_t)n;
+        if (c->have == HC_BOOTSTRAP_HDR_LEN) hc_bs_traffic.recv_msgs++; /* once per message */
         hc_bootstrap_msg_t m;
         long total = hc_bootstrap_msg_parse_header(c->buf, c->have, &m);
         if (total < 0) {

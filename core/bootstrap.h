@@ -80,6 +80,16 @@ typedef struct hc_bootstrap hc_bootstrap_t;
 hcomm_status_t hc_bootstrap_open(const hc_bootstrap_params_t *p, const void *blob, size_t blob_len,
                                  double timeout_sec, hc_bootstrap_t **bs_p, const void **table_p);
 
+/* What went through this process's bootstrap sockets: messages and bytes
+ * (headers included) sent and received by the star's own send and read
+ * paths, since the process started (every bootstrap it opened). Failure
+ * notices sent best effort and a flood client's drained bytes are not
+ * counted. On rank 0 it is the root's load (docs/bootstrap.md). */
+typedef struct {
+    uint64_t sent_msgs, sent_bytes, recv_msgs, recv_bytes;
+} hc_bootstrap_traffic_t;
+void hc_bootstrap_traffic(hc_bootstrap_traffic_t *out);
+
 /* Allgather through rank 0 over the bootstrap connections. */
 hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t len, void *out,
                                       double timeout_sec);

@@ -586,10 +586,42 @@ static hcomm_status_t hc_ctx_world_create(void)
     return HCOMM_OK;
 }
 
+/* HCOMM_LOG=info, rank 0: where init's time went, phase by phase, and what
+ * went through rank 0's bootstrap (docs/bootstrap.md, "Init time by job
+ * size"). t[]: hc_time_sec() at the start and at the end of each phase. */
+enum {
+    HC_INIT_T_START,
+    HC_INIT_T_CONFIG,
+    HC_INIT_T_ROUND1,
+    HC_INIT_T_DRIVERS,
+    HC_INIT_T_ROUND2,
+    HC_INIT_T_WORLD,
+    HC_INIT_T_COUNT
+};
+
+static void hc_ctx_init_report(const double *t)
+{
+    if (hc_ctx.rank != 0 || hc_log_level_current < HC_LOG_INFO) return;
+    hc_bootstrap_traffic_t tr;
+    hc_bootstrap_traffic(&tr);
+    hc_log_info("init: %.1f ms on rank 0 (%d ranks): configuration %.1f, bootstrap round 1 %.1f, "
+                "drivers opened %.1f, round 2 and connections %.1f, world communicator %.1f ms; "
+                "rank 0's bootstrap: sent %llu messages (%llu bytes), received %llu (%llu bytes)",
+                (t[HC_INIT_T_WORLD] - t[HC_INIT_T_START]) * 1e3, hc_ctx.size,
+                (t[HC_INIT_T_CONFIG] - t[HC_INIT_T_START]) * 1e3,
+                (t[HC_INIT_T_ROUND1] - t[HC_INIT_T_CONFIG]) * 1e3,
+                (t[HC_INIT_T_DRIVERS] - t[HC_INIT_T_ROUND1]) * 1e3,
+                (t[HC_INIT_T_ROUND2] - t[HC_INIT_T_DRIVERS]) * 1e3,
+                (t[HC_INIT_T_WORLD] - t[HC_INIT_T_ROUND2]) * 1e3, (unsigned long long)tr.sent_msgs,
+                (unsigned long long)tr.sent_bytes, (unsigned long long)tr.recv_msgs,
+                (unsigned long long)tr.recv_bytes);
+}
+
 hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
 {
     hcomm_status_t st;
     const hc_rank_info_t *info = NULL;
+    double t[HC_INIT_T_COUNT] = {hc_time_sec()};
 
     memset(&hc_ctx, 0, sizeof(hc_ctx));
     hc_list_init(&hc_ctx.comms);
@@ -600,9 +632,14 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
 
     if ((st = hc_ctx_init_config(given)) != HCOMM_OK)
         return st;
-    if ((st = hc_ctx_init_peers()) != HCOMM_OK || (st = hc_ctx_round_ranks(&info)) != HCOMM_OK ||
-        (st = hc_ctx_open_drivers()) != HCOMM_OK || (st = hc_ctx_round_addrs()) != HCOMM_OK)
-        goto err;
+    if ((st = hc_ctx_init_peers()) != HCOMM_OK) goto err;
+    t[HC_INIT_T_CONFIG] = hc_time_sec();
+    if ((st = hc_ctx_round_ranks(&info)) != HCOMM_OK) goto err;
+    t[HC_INIT_T_ROUND1] = hc_time_sec();
+    if ((st = hc_ctx_open_drivers()) != HCOMM_OK) goto err;
+    t[HC_INIT_T_DRIVERS] = hc_time_sec();
+    if ((st = hc_ctx_round_addrs()) != HCOMM_OK) goto err;
+    t[HC_INIT_T_ROUND2] = hc_time_sec();
     hc_ctx_watch_local();
     hc_mem_set_reg_hooks(hc_ctx_mem_reg, hc_ctx_mem_dereg, NULL);
     hc_ctx_tune_backoff(info);
@@ -610,6 +647,8 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
         goto err;
     hc_ctx_control_open();
     hc_ctx.initialized = true;
+    t[HC_INIT_T_WORLD] = hc_time_sec();
+    hc_ctx_init_report(t);
     hc_log_info("rank %d of %d up: node %d of %d (%d local ranks), bootstrap via %s", hc_ctx.rank,
                 hc_ctx.size, hc_ctx.node, hc_ctx.node_count, hc_ctx.local_size,
                 hc_ctx.bs_params.source);
