@@ -16,9 +16,13 @@ v=$(sed -n 's/^project(hcomm VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
 [[ $v =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "FAIL: no version in CMakeLists.txt"; exit 1; }
 echo "CMakeLists.txt: $v"
 
-got=$(python3 -c 'import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); f=l.hcomm_version; f.restype=ctypes.c_char_p; print(f().decode())' \
-    "$build/lib/libhcomm.so.0") || fail "hcomm_version() not callable"
-[[ $got == "$v" ]] || fail "hcomm_version() says '$got'"
+if [[ -n ${HCOMM_TEST_SANITIZED:-} ]]; then
+    echo "note: a sanitized libhcomm cannot be loaded by python: hcomm_version() not checked here"
+else
+    got=$(python3 -c 'import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); f=l.hcomm_version; f.restype=ctypes.c_char_p; print(f().decode())' \
+        "$build/lib/libhcomm.so.0") || fail "hcomm_version() not callable"
+    [[ $got == "$v" ]] || fail "hcomm_version() says '$got'"
+fi
 got=$("$build/bin/hcomm_info" --version) || fail "hcomm_info --version failed"
 [[ $got == "hcomm $v "* ]] || fail "hcomm_info --version says '$got'"
 for pc in hcomm.pc hcomm-uninstalled.pc; do
