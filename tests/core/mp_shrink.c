@@ -67,13 +67,15 @@ int main(int argc, char **argv)
             (void)hcomm_test(req, NULL);
             raise(SIGKILL);
         }
+        /* its size now: a revoke arriving once the step is done makes
+         * hcomm_comm_size refuse the communicator (-1) */
+        int n = hcomm_comm_size(comm);
         st = hcomm_allreduce(in, out, count, HCOMM_INT64, HCOMM_SUM, comm);
         int32_t me = mp_rank;
         if (st == HCOMM_OK)
             st = hcomm_allgather(&me, members, 1, HCOMM_INT32, comm);
         char err[512];
         snprintf(err, sizeof(err), "%s", st == HCOMM_OK ? "" : hcomm_last_error());
-        int n = hcomm_comm_size(comm);
         if (st != HCOMM_OK) {
             /* a failure (the victim, or the second one after an agreement
              * that still had it): revoke, shrink, the step again */
