@@ -103,6 +103,9 @@ hcomm_status_t hc_request_pool_init(void);
 void hc_request_pool_fini(void);
 struct hcomm_request *hc_request_alloc(hc_req_kind_t kind);
 void hc_request_free(struct hcomm_request *req);
+/* Drops every reference the library holds to req: its queue, a fragment
+ * lane receiving into it, frames of it waiting to be sent. */
+void hc_request_detach(struct hcomm_request *req);
 /* put_done brought a freed request's in-flight count to 0: recycle it. */
 void hc_request_drained(struct hcomm_request *req);
 /* Progresses until a failed send's in-flight puts are out (a driver no

@@ -208,23 +208,6 @@ void hc_progress_slow(void)
     }
 }
 
-/* Drops every reference the library holds to req (queues, streams). */
-static void hc_request_detach(struct hcomm_request *req)
-{
-    hc_list_del(&req->link);
-    hc_p2p_partial_forget(req);
-    for (int w = 0; w < hc_ctx.size && hc_ctx.npending; w++) {
-        hc_list_t *pos, *tmp;
-        hc_list_foreach_safe(pos, tmp, &hc_ctx.peers[w].pending)
-        {
-            hc_pending_frame_t *f = hc_container_of(pos, hc_pending_frame_t, link);
-            if (f->req != req)
-                continue;
-            hc_p2p_pending_del(&hc_ctx.peers[w], f);
-            free(f);
-        }
-    }
-}
 
 void hc_request_drain(struct hcomm_request *req, uint64_t *deadline_p)
 {

@@ -128,8 +128,31 @@ void hc_request_keep_error(struct hcomm_request *req)
     req->error = last[0] ? strdup(last) : NULL;
 }
 
+/* Drops every reference the library holds to req (queues, streams). */
+void hc_request_detach(struct hcomm_request *req)
+{
+    hc_list_del(&req->link);
+    hc_p2p_partial_forget(req);
+    for (int w = 0; w < hc_ctx.size && hc_ctx.npending; w++) {
+        hc_list_t *pos, *tmp;
+        hc_list_foreach_safe(pos, tmp, &hc_ctx.peers[w].pending)
+        {
+            hc_pending_frame_t *f = hc_container_of(pos, hc_pending_frame_t, link);
+            if (f->req != req)
+                continue;
+            hc_p2p_pending_del(&hc_ctx.peers[w], f);
+            free(f);
+        }
+    }
+}
+
 void hc_request_free(struct hcomm_request *req)
 {
+    /* Freed before it completed (its operation failed or was cancelled):
+     * a fragment lane or a queued frame of a peer must not keep pointing
+     * at a slot that another request will have. */
+    if (HC_UNLIKELY(!req->done))
+        hc_request_detach(req);
     if (HC_UNLIKELY(req->error)) {
         free(req->error);
         req->error = NULL;

@@ -1,7 +1,8 @@
 /* core/request.c: reuse bumps the generation so stale rendezvous ids are
  * refused, user handles that are not live requests (stale, foreign, of an
  * earlier pool) are recognised, the pool grows past one slab, a failed
- * request keeps its own words. */
+ * request keeps its own words, a request freed unfinished leaves no
+ * reference to its slot behind. */
 #include "core/hc_core.h"
 
 #include <setjmp.h>
@@ -162,6 +163,55 @@ static void test_growth(void **state)
         hc_request_free(r[i]);
 }
 
+/* A request freed before it completed (its collective failed) must leave
+ * nothing pointing at its slot: a peer's fragment lane that was receiving
+ * into it would otherwise complete (or write the rest of an old message
+ * into) the next request that takes the slot, and a frame of it waiting to
+ * be sent would go out for that request. Seen as a leaked error string in
+ * mp_coll_disagree_fake_np3 under ASan: the comm's cleanup failed a lane's
+ * stale request, which had become a free slot. */
+static void test_free_unfinished_detaches(void **state)
+{
+    (void)state;
+    hc_peer_t peers[2];
+    memset(peers, 0, sizeof(peers));
+    hc_p2p_partial_t lanes[HC_FRAME_LANES];
+    memset(lanes, 0, sizeof(lanes));
+    for (int w = 0; w < 2; w++)
+        hc_list_init(&peers[w].pending);
+    peers[1].partial = lanes;
+    hc_ctx.peers = peers;
+    hc_ctx.size = 2;
+
+    struct hcomm_request *a = hc_request_alloc(HC_REQ_RECV);
+    assert_non_null(a);
+    lanes[3].req = a;
+    lanes[3].active = true;
+    struct hcomm_request *s = hc_request_alloc(HC_REQ_SEND);
+    assert_non_null(s);
+    hc_pending_frame_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    f->req = s;
+    f->hdr.lane = 2;
+    hc_p2p_pending_add(&peers[1], f);
+
+    hc_request_free(a); /* neither completed: their operation gave up */
+    hc_request_free(s);
+    assert_null(lanes[3].req);
+    assert_true(lanes[3].active); /* the rest of the message is swallowed */
+    assert_true(hc_list_empty(&peers[1].pending));
+    assert_int_equal(hc_ctx.npending, 0);
+
+    /* a completed request is not looked for: the lane let it go itself */
+    struct hcomm_request *b = hc_request_alloc(HC_REQ_RECV);
+    assert_ptr_equal(b, s); /* LIFO: the slots come back */
+    hc_request_complete(b, HCOMM_OK);
+    hc_request_free(b);
+
+    hc_ctx.peers = NULL;
+    hc_ctx.size = 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -171,6 +221,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_handle_across_pools, setup, teardown),
         cmocka_unit_test_setup_teardown(test_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_free_unfinished_detaches, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
