@@ -107,11 +107,18 @@ typedef struct {
 
 /* This driver's knobs (shm_setup.c). */
 typedef struct {
-    int64_t slots;
+    int64_t slots; /* 0: auto (hc_shm_auto_slots) */
     size_t slot_size;
+    size_t recv_max;
     bool cma;
 } hc_shm_cfg_t;
 extern hc_shm_cfg_t hc_shm_cfg;
+
+/* Receive slots per connection when HCOMM_SHM_SLOTS=0 (auto): 64, halved
+ * down to 4 while one rank's slots from its local_size - 1 peers would take
+ * more than recv_max bytes. The node segment holds local_size^2 FIFOs, all
+ * touched at creation: 64 slots of 8 KiB at 256 ranks would be 32 GiB. */
+uint32_t hc_shm_auto_slots(int local_size, size_t slot_size, size_t recv_max);
 
 #define HC_SHM_MAPS 64 /* peers' memfds mapped at once (remote keys) */
 

@@ -20,10 +20,15 @@
 hc_shm_cfg_t hc_shm_cfg;
 
 static const hc_config_knob_t hc_shm_knobs[] = {
-    HC_KNOB_INT(hc_shm_cfg.slots, "HCOMM_SHM_SLOTS", "64",
-                "shm: receive slots per connection (rounded up to a power of two)"),
+    HC_KNOB_INT(hc_shm_cfg.slots, "HCOMM_SHM_SLOTS", "0",
+                "shm: receive slots per connection (rounded up to a power of two); 0: 64, fewer "
+                "(down to 4) on nodes with so many ranks that one rank's slots would exceed "
+                "HCOMM_SHM_RECV_MAX"),
     HC_KNOB_SIZE(hc_shm_cfg.slot_size, "HCOMM_SHM_SLOT_SIZE", "8K",
                  "shm: bytes per receive slot (eager size)"),
+    HC_KNOB_SIZE(hc_shm_cfg.recv_max, "HCOMM_SHM_RECV_MAX", "16M",
+                 "shm: with HCOMM_SHM_SLOTS=0, the bytes of receive slots one rank may have from "
+                 "all its local peers (the node segment holds local ranks^2 FIFOs)"),
     HC_KNOB_BOOL(hc_shm_cfg.cma, "HCOMM_SHM_CMA", "1",
                  "shm: single-copy large messages with process_vm_readv when the kernel allows it"),
 };
@@ -46,10 +51,20 @@ static hcomm_status_t hc_drv_shm_probe(const hc_drv_env_t *env, char *why, size_
     return HCOMM_OK;
 }
 
+uint32_t hc_shm_auto_slots(int local_size, size_t slot_size, size_t recv_max)
+{
+    uint32_t n = 64;
+    uint64_t peers = local_size > 1 ? (uint64_t)local_size - 1 : 1;
+    while (n > 4 && peers * n * slot_size > recv_max)
+        n >>= 1;
+    return n;
+}
+
 static hcomm_status_t hc_drv_shm_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
 {
-    if (hc_shm_cfg.slots < 2 || hc_shm_cfg.slots > 65536)
-        return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_SHM_SLOTS=%lld must be in [2, 65536]",
+    if ((hc_shm_cfg.slots < 2 && hc_shm_cfg.slots != 0) || hc_shm_cfg.slots > 65536)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hcomm_init: HCOMM_SHM_SLOTS=%lld must be 0 (auto) or in [2, 65536]",
                         (long long)hc_shm_cfg.slots);
     if (hc_shm_cfg.slot_size < 256 || hc_shm_cfg.slot_size > (1u << 24))
         return hc_error(HCOMM_ERR_INVALID,
@@ -62,10 +77,17 @@ static hcomm_status_t hc_drv_shm_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     s->L = env->local_size;
     /* A power of two, so that slot positions are masks, not divisions, on
      * the data path. */
+    s->slot_size = HC_ALIGN_UP(hc_shm_cfg.slot_size, (size_t)HC_CACHE_LINE);
     s->nslots = 1;
+    if (hc_shm_cfg.slots == 0) {
+        s->nslots = hc_shm_auto_slots(s->L, s->slot_size, hc_shm_cfg.recv_max);
+        if (s->nslots < 64 && env->local_rank == 0)
+            hc_log_info("shm: %d ranks on this node: %u receive slots of %zu bytes per "
+                        "connection (HCOMM_SHM_RECV_MAX=%zu; HCOMM_SHM_SLOTS sets them)",
+                        s->L, s->nslots, s->slot_size, hc_shm_cfg.recv_max);
+    }
     while (s->nslots < (uint32_t)hc_shm_cfg.slots)
         s->nslots <<= 1;
-    s->slot_size = HC_ALIGN_UP(hc_shm_cfg.slot_size, (size_t)HC_CACHE_LINE);
     s->conns = calloc((size_t)s->L, sizeof(*s->conns));
     s->maps = calloc(HC_SHM_MAPS, sizeof(*s->maps));
     s->active = calloc((size_t)s->L, sizeof(int));

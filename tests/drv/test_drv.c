@@ -6,6 +6,7 @@
  * register here next to the real ones. */
 #include "base/config.h"
 #include "drv/drv.h"
+#include "drv/shm/shm.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -213,12 +214,37 @@ static void test_describe(void **state)
     assert_true(saw_reason);
 }
 
+/* shm's automatic slot count: 64 on small nodes; on crowded ones one rank's
+ * slots from all its local peers stay within the budget (a node segment of
+ * 64 x 8 KiB slots at 256 ranks is 32 GiB, touched at creation: the OOM
+ * killer ended init_scale.sh's 256-rank job), never below 4. */
+static void test_shm_auto_slots(void **state)
+{
+    (void)state;
+    const size_t k8 = 8192, m16 = 16u << 20;
+    assert_int_equal(hc_shm_auto_slots(2, k8, m16), 64);
+    assert_int_equal(hc_shm_auto_slots(8, k8, m16), 64);
+    assert_int_equal(hc_shm_auto_slots(32, k8, m16), 64); /* 31 x 512 KiB < 16 MiB */
+    assert_int_equal(hc_shm_auto_slots(64, k8, m16), 32);
+    assert_int_equal(hc_shm_auto_slots(128, k8, m16), 16);
+    assert_int_equal(hc_shm_auto_slots(256, k8, m16), 8); /* 255 x 64 KiB */
+    assert_int_equal(hc_shm_auto_slots(512, k8, m16), 4);
+    assert_int_equal(hc_shm_auto_slots(1024, k8, m16), 4); /* the floor */
+    assert_int_equal(hc_shm_auto_slots(8, 1u << 20, m16), 4); /* big slots */
+    for (int L = 2; L <= 512; L++) {
+        uint32_t n = hc_shm_auto_slots(L, k8, m16);
+        assert_true(n >= 4 && n <= 64 && (n & (n - 1)) == 0);
+        assert_true(n == 4 || (uint64_t)(L - 1) * n * k8 <= m16);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_filled), cmocka_unit_test(test_ladder_picks_best_usable),
         cmocka_unit_test(test_forced),          cmocka_unit_test(test_single_node_needs_no_net),
         cmocka_unit_test(test_describe),        cmocka_unit_test(test_registry_in_ladder_order),
+        cmocka_unit_test(test_shm_auto_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
