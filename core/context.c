@@ -274,10 +274,10 @@ out:
 static hcomm_status_t hc_ctx_connect_all(const uint8_t *table)
 {
     /* Which open driver serves which scope. */
-    hc_drv_t *by_scope[3] = {0};
+    hc_drv_t *by_scope[HC_DRV_SCOPES] = {0};
     for (int i = 0; i < hc_ctx.ndrvs; i++)
         by_scope[hc_ctx.drvs[i]->ops->scope] = hc_ctx.drvs[i];
-    size_t stride = (size_t)HC_DRV_MAX * HC_DRV_ADDR_MAX;
+    size_t stride = (size_t)HC_DRV_SCOPES * HC_DRV_ADDR_MAX; /* one blob per scope */
 
     for (int i = 0; i < hc_ctx.ndrvs; i++) {
         hc_drv_t *d = hc_ctx.drvs[i];
@@ -525,7 +525,7 @@ static hcomm_status_t hc_ctx_open_drivers(void)
 static hcomm_status_t hc_ctx_round_addrs(void)
 {
     hcomm_status_t st;
-    size_t stride = (size_t)HC_DRV_MAX * HC_DRV_ADDR_MAX;
+    size_t stride = (size_t)HC_DRV_SCOPES * HC_DRV_ADDR_MAX; /* one blob per scope */
     uint8_t *blobs = calloc(1, stride);
     uint8_t *table2 = malloc(stride * (size_t)hc_ctx.size);
     if (!blobs || !table2) {

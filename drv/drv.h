@@ -182,7 +182,7 @@ typedef struct hc_drv_env {
 
 #define HC_DRV_EP_BLOB_MAX 4096
 
-enum { HC_DRV_SCOPE_SELF, HC_DRV_SCOPE_NODE, HC_DRV_SCOPE_NET };
+enum { HC_DRV_SCOPE_SELF, HC_DRV_SCOPE_NODE, HC_DRV_SCOPE_NET, HC_DRV_SCOPES };
 enum {
     HC_CONN_CAP_GET = 1u << 0,      /* get: read the peer's memory */
     HC_CONN_CAP_WRITE = 1u << 1,    /* write: write the peer's memory */
