@@ -48,8 +48,8 @@ static size_t hc_stage_buf_class(size_t bytes)
 {
     if (bytes <= HC_STAGE_BUF_MIN) return HC_STAGE_BUF_MIN;
     unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)(bytes - 1));
-    size_t step = (size_t)1 << (k - 2);
-    return (bytes + step - 1) & ~(step - 1);
+    size_t step = (size_t)1 << (k - 2), up = (bytes + step - 1) & ~(step - 1);
+    return up < bytes ? bytes : up; /* wrapped: past any pool, hc_mem_alloc says no */
 }
 
 /* Registers b with the backend; a refusal leaves it pageable. */
