@@ -6,7 +6,10 @@
 #   host     -m malloc, no GPU layer (HCOMM_GPU=none): the host path itself
 #   host+gpu -m malloc, the model on: chunked like device buffers, no copies
 #   device   -m device, the model on: staged through pinned host chunks
-# Each round runs the three in turn (a new order each round, so that a slow
+#   keep0    (only with HCB_KEEP0=1) device with HCOMM_GPU_STAGE_KEEP=0:
+#            every call makes and pins its own staging (as before pinned
+#            staging was kept)
+# Each round runs them in turn (a new order each round, so that a slow
 # spell of the machine does not always hit the same one); ROUNDS rounds
 # (default 5). The medians of the rounds and the ratios device/host and
 # device/host+gpu close the output, out of place and in place. A last,
@@ -45,15 +48,18 @@ median() { sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "n
 args=(-b "$bytes" -e "$bytes" -n 5 -w 1 -d float -o sum -c 0)
 declare -A oop ip
 variants=(host hostgpu device)
+[ "${HCB_KEEP0:-0}" = 1 ] && variants+=(keep0)
+nv=${#variants[@]}
 run_variant() {
     case $1 in
     host) hc_run host HCOMM_GPU=none -- "${args[@]}" -m malloc ;;
     hostgpu) hc_run hostgpu HCOMM_GPU_MODEL=1 -- "${args[@]}" -m malloc ;;
     device) hc_run device HCOMM_GPU_MODEL=1 -- "${args[@]}" -m device ;;
+    keep0) hc_run keep0 HCOMM_GPU_MODEL=1 HCOMM_GPU_STAGE_KEEP=0 -- "${args[@]}" -m device ;;
     esac
 }
 for ((i = 1; i <= rounds; i++)); do
-    order=("${variants[@]:i%3}" "${variants[@]:0:i%3}")
+    order=("${variants[@]:i%nv}" "${variants[@]:0:i%nv}")
     for v in "${order[@]}"; do
         out=$(run_variant "$v" | grep -E '^ +[0-9]+ ')
         read -r o p <<<"$(awk '{print $8, $14}' <<<"$out")"
@@ -70,8 +76,15 @@ for v in "${variants[@]}"; do
     echo "$v: ${mo[$v]} / ${mi[$v]}  (rounds: ${oop[$v]}/ ${ip[$v]})"
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
-echo "ratio device/host: $(ratio "${mo[device]}" "${mo[host]}") / $(ratio "${mi[device]}" "${mi[host]}")"
-echo "ratio device/host+gpu: $(ratio "${mo[device]}" "${mo[hostgpu]}") / $(ratio "${mi[device]}" "${mi[hostgpu]}")"
+# the median of the rounds' own ratios too: a round's variants ran within
+# seconds of each other, so a slow spell of the machine cancels out
+paired() { # LIST_A LIST_B: the median of a_i / b_i
+    paste <(tr ' ' '\n' <<<"$1" | grep .) <(tr ' ' '\n' <<<"$2" | grep .) |
+        awk '$2 > 0 {printf "%.3f\n", $1 / $2}' | median
+}
+for b in "${variants[@]:0:2}" "${variants[@]:3}"; do
+    echo "ratio device/$b: medians $(ratio "${mo[device]}" "${mo[$b]}") / $(ratio "${mi[device]}" "${mi[$b]}"), per round $(paired "${oop[device]}" "${oop[$b]}") / $(paired "${ip[device]}" "${ip[$b]}")"
+done
 
 echo "== staging counters of a checked device run (HCOMM_STATS=1, rank 0)"
 hc_run stats HCOMM_GPU_MODEL=1 HCOMM_STATS=1 -- -b "$bytes" -e "$bytes" -n 3 -w 1 -m device \
