@@ -44,6 +44,16 @@ static struct {
 } hc_stage = {.live = {&hc_stage.live, &hc_stage.live},
               .group = {&hc_stage.group, &hc_stage.group}};
 
+void hc_api_stage_counters(hc_api_stage_counters_t *c_p)
+{
+    const hc_gpu_stats_t *g = &hc_gpu_stats;
+    *c_p = (hc_api_stage_counters_t){.calls = g->whole_calls + g->pipe_dev_calls,
+                                     .bytes_in = g->d2h_bytes,
+                                     .bytes_out = g->h2d_bytes,
+                                     .pipelined = g->pipe_calls,
+                                     .chunks = g->pipe_chunks};
+}
+
 void hc_api_stage_describe(char *buf, size_t len)
 {
     const hc_gpu_ops_t *ops = hc_gpu_backend();

@@ -62,7 +62,14 @@ hcomm_status_t hc_api_stage_group_end(hcomm_status_t st);
 void hc_api_stage_fini(void);
 
 /* The staging's copies, calls and buffers are counted in hc_gpu_stats
- * (gpu/gpu.h), reported by HCOMM_STATS. */
+ * (gpu/gpu.h), reported by HCOMM_STATS. hc_api_stage_counters is the
+ * older view of them, since hcomm_init: calls staged (whole, and
+ * pipelined with a device buffer here), bytes copied into and out of
+ * staging, pipelined calls (every rank's) and their chunks. */
+typedef struct {
+    uint64_t calls, bytes_in, bytes_out, pipelined, chunks;
+} hc_api_stage_counters_t;
+void hc_api_stage_counters(hc_api_stage_counters_t *c_p);
 
 /* ---- staging buffers (api_stage_mem.c) ------------------------------------------------------ */
 

@@ -158,8 +158,18 @@ static int run_realloc(void)
     hc_mem_attr_t at, bt;
     MP_OK(hc_gpu_mem_type(a, count * 4, &at));
     hc_gpu_stats_t c0 = hc_gpu_stats;
+    hc_api_stage_counters_t o0, o1; /* the older view of the same counters */
+    hc_api_stage_counters(&o0);
     allreduce_check(a, count, 1, "first buffer");
     hc_gpu_stats_t c1 = hc_gpu_stats; /* in place: one copy in and one back, of every byte */
+    hc_api_stage_counters(&o1);
+    if (o1.calls != o0.calls + 1 || o1.bytes_in != o0.bytes_in + count * 4 ||
+        o1.bytes_out != o0.bytes_out + count * 4)
+        mp_fail("hc_api_stage_counters: expected 1 call, %zu bytes in and out; got %llu, %llu, "
+                "%llu",
+                count * 4, (unsigned long long)(o1.calls - o0.calls),
+                (unsigned long long)(o1.bytes_in - o0.bytes_in),
+                (unsigned long long)(o1.bytes_out - o0.bytes_out));
     if (c1.whole_calls != c0.whole_calls + 1 || c1.d2h_bytes != c0.d2h_bytes + count * 4 ||
         c1.h2d_bytes != c0.h2d_bytes + count * 4 || c1.d2h_copies != c0.d2h_copies + 1 ||
         c1.h2d_copies != c0.h2d_copies + 1)
