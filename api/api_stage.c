@@ -13,7 +13,6 @@
  * this rank, root-only buffers at the root only.
  */
 #include "api/api_stage.h"
-#include "mem/mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +28,7 @@ typedef struct {
 struct hc_api_stage {
     hc_list_t link; /* hc_stage.live */
     const char *fn;
-    void *mem; /* the pool chunk holding every region's staging */
+    hc_stage_buf_t *buf; /* the staging buffer holding every region's staging */
     int nreg;
     hc_stage_region_t reg[2];
     int out; /* the region the output lies in, -1: nothing to copy back */
@@ -41,20 +40,18 @@ struct hc_api_stage {
 static struct {
     hc_list_t live;  /* every staged call not ended (finalize frees them) */
     hc_list_t group; /* staged blocking collectives of the open group */
-    hc_api_stage_counters_t n;
-    bool logged; /* the path said once (HCOMM_LOG=info) */
+    bool logged;     /* the path said once (HCOMM_LOG=info) */
 } hc_stage = {.live = {&hc_stage.live, &hc_stage.live},
               .group = {&hc_stage.group, &hc_stage.group}};
 
 void hc_api_stage_counters(hc_api_stage_counters_t *c_p)
 {
-    *c_p = hc_stage.n;
-}
-
-void hc_api_stage_count(size_t bytes_in, size_t bytes_out)
-{
-    hc_stage.n.bytes_in += bytes_in;
-    hc_stage.n.bytes_out += bytes_out;
+    const hc_gpu_stats_t *g = &hc_gpu_stats;
+    *c_p = (hc_api_stage_counters_t){.calls = g->whole_calls + g->pipe_dev_calls,
+                                     .bytes_in = g->d2h_bytes,
+                                     .bytes_out = g->h2d_bytes,
+                                     .pipelined = g->pipe_calls,
+                                     .chunks = g->pipe_chunks};
 }
 
 void hc_api_stage_describe(char *buf, size_t len)
@@ -121,7 +118,7 @@ static void hc_stage_free(hc_api_stage_t *stg)
 {
     hc_list_del(&stg->link);
     if (stg->pipe) hc_stage_pipe_free(stg->pipe);
-    if (stg->mem) (void)hc_mem_free(stg->mem);
+    if (stg->buf) hc_stage_buf_put(stg->buf);
     free(stg);
 }
 
@@ -131,20 +128,15 @@ static hcomm_status_t hc_stage_alloc(const char *fn, hc_api_stage_t *stg)
     size_t total = 0;
     for (int i = 0; i < stg->nreg; i++)
         total += (stg->reg[i].bytes + 63) & ~(size_t)63;
-    hcomm_status_t st = hc_mem_alloc(total, &stg->mem);
-    if (st != HCOMM_OK) {
-        char saved[512];
-        snprintf(saved, sizeof(saved), "%s", hc_error_last());
-        return hc_error(st, "%s: no host staging for %zu bytes of device memory: %s", fn, total,
-                        saved);
-    }
-    char *at = stg->mem;
+    hcomm_status_t st = hc_stage_buf_get(fn, total, &stg->buf);
+    if (st != HCOMM_OK) return st;
+    char *at = stg->buf->p;
     for (int i = 0; i < stg->nreg; i++) {
         stg->reg[i].host = at;
         at += (stg->reg[i].bytes + 63) & ~(size_t)63;
     }
     hc_list_push_back(&hc_stage.live, &stg->link);
-    hc_stage.n.calls++;
+    hc_gpu_stats.whole_calls++;
     return HCOMM_OK;
 }
 
@@ -175,7 +167,8 @@ static hcomm_status_t hc_stage_copy_in(hc_api_stage_t *stg, int i, const hc_exte
         }
         return st;
     }
-    hc_stage.n.bytes_in += e->n;
+    hc_gpu_stats.d2h_copies++;
+    hc_gpu_stats.d2h_bytes += e->n;
     return HCOMM_OK;
 }
 
@@ -190,10 +183,12 @@ hcomm_status_t hc_api_stage_end(hc_api_stage_t *stg, hcomm_status_t st, size_t r
         size_t n = stg->recv ? HC_MIN(received, stg->out_bytes) : stg->out_bytes;
         hcomm_status_t cst =
             hc_gpu_copy(r->user + stg->out_off, &r->attr, r->host + stg->out_off, NULL, n);
-        if (cst != HCOMM_OK)
+        if (cst != HCOMM_OK) {
             st = hc_stage_copy_fail(cst, stg->fn, "copying the result back from host staging", r);
-        else
-            hc_stage.n.bytes_out += n;
+        } else if (n > 0) {
+            hc_gpu_stats.h2d_copies++;
+            hc_gpu_stats.h2d_bytes += n;
+        }
     }
     hc_stage_free(stg);
     return st;
@@ -349,10 +344,10 @@ static hcomm_status_t hc_stage_coll_pipe(const char *fn, const hc_coll_args_t *a
     if (hc_extent_device(s)) pa.sdev = s->p, pa.sattr = s->attr;
     if (hc_extent_device(r)) pa.rdev = r->p, pa.rattr = r->attr;
     pa.one = a->kind == HC_COLL_BROADCAST || (pa.sdev && pa.sdev == pa.rdev);
-    hc_stage.n.pipelined++;
+    hc_gpu_stats.pipe_calls++;
     size_t es = hc_dtype_size(a->dtype), chunk = hc_stage_pipe_chunk / es * es;
-    hc_stage.n.chunks += (a->bytes + chunk - 1) / chunk;
-    if (pa.sdev || pa.rdev) hc_stage.n.calls++;
+    hc_gpu_stats.pipe_chunks += (a->bytes + chunk - 1) / chunk;
+    if (pa.sdev || pa.rdev) hc_gpu_stats.pipe_dev_calls++;
     hc_stage_pipe_t *p;
     if (!req_p) return hc_stage_pipe_start(&pa, NULL, &p);
     hc_api_stage_t *stg = calloc(1, sizeof(*stg));
@@ -433,6 +428,6 @@ void hc_api_stage_fini(void)
         while (!hc_list_empty(lists[i]))
             hc_stage_free(hc_container_of(lists[i]->next, hc_api_stage_t, link));
     hc_stage_pipe_fini();
-    memset(&hc_stage.n, 0, sizeof(hc_stage.n));
+    hc_stage_buf_fini();
     hc_stage.logged = false;
 }

@@ -61,15 +61,34 @@ hcomm_status_t hc_api_stage_group_end(hcomm_status_t st);
 /* hcomm_finalize: frees the staging of requests never retired. */
 void hc_api_stage_fini(void);
 
-/* Bytes copied into and out of staging, the staged calls (whole-buffer
- * and pipelined), the pipelined calls and their chunks, since hcomm_init
- * (tests, HCOMM_STATS). */
+/* The staging's copies, calls and buffers are counted in hc_gpu_stats
+ * (gpu/gpu.h), reported by HCOMM_STATS. hc_api_stage_counters is the
+ * older view of them, since hcomm_init: calls staged (whole, and
+ * pipelined with a device buffer here), bytes copied into and out of
+ * staging, pipelined calls (every rank's) and their chunks. */
 typedef struct {
     uint64_t calls, bytes_in, bytes_out, pipelined, chunks;
 } hc_api_stage_counters_t;
 void hc_api_stage_counters(hc_api_stage_counters_t *c_p);
-/* The pipeline's copies count here (api_stage_pipe.c). */
-void hc_api_stage_count(size_t bytes_in, size_t bytes_out);
+
+/* ---- staging buffers (api_stage_mem.c) ------------------------------------------------------ */
+
+/* Host staging: pool memory, host_register'ed (pinned) with the GPU
+ * backend once when made, then kept for later calls. */
+typedef struct hc_stage_buf {
+    hc_list_t link; /* the kept list, while idle */
+    char *p;        /* size bytes, 64-byte aligned */
+    size_t size;    /* the size class: at least what was asked */
+    bool pinned;    /* host_register'ed (false: the backend refused; pageable) */
+} hc_stage_buf_t;
+
+/* A buffer of at least bytes: a kept one of its size class, else a new one,
+ * pinned. fn: the call, for errors. */
+hcomm_status_t hc_stage_buf_get(const char *fn, size_t bytes, hc_stage_buf_t **b_p);
+/* The call is done with b: kept (HCOMM_GPU_STAGE_KEEP), or given back. */
+void hc_stage_buf_put(hc_stage_buf_t *b);
+/* hcomm_finalize: every kept buffer unregistered and freed. */
+void hc_stage_buf_fini(void);
 
 /* One line for hcomm_info and HCOMM_LOG=info: the path device buffers
  * take and why (staged; the pipeline's chunk and depth; IPC and GPUDirect

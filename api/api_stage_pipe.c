@@ -22,7 +22,6 @@
  * chunks still run (the other ranks need them) but are not copied back.
  */
 #include "api/api_stage.h"
-#include "mem/mem.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -67,7 +66,7 @@ struct hc_stage_pipe {
     hc_mem_attr_t sattr, rattr;
     bool one; /* in place (or broadcast): one slot area */
     size_t es, chunk, nchunk, depth;
-    void *mem;           /* depth slots per staged buffer */
+    hc_stage_buf_t *buf; /* depth slots per staged buffer */
     char *sslot, *rslot; /* the slot areas */
     hc_gpu_stream_t sin, sout;
     hc_gpu_event_t *ein, *eout; /* depth each */
@@ -213,7 +212,10 @@ static bool hc_pipe_step_post(hc_stage_pipe_t *p)
                 break;
             }
         }
-        if (p->sdev) hc_api_stage_count(hc_pipe_len(p, k), 0);
+        if (p->sdev) {
+            hc_gpu_stats.d2h_copies++;
+            hc_gpu_stats.d2h_bytes += hc_pipe_len(p, k);
+        }
         hcomm_status_t st = hc_pipe_post(p, k);
         if (st != HCOMM_OK) {
             hc_pipe_fail(p, st, "posting chunk %zu of %zu", k, p->nchunk);
@@ -271,8 +273,10 @@ static bool hc_pipe_step_done(hc_stage_pipe_t *p)
             hcomm_status_t st = p->ops->event_query(p->eout[slot]);
             if (st == HCOMM_IN_PROGRESS) break;
             p->copied[slot] = false;
-            if (st == HCOMM_OK) hc_api_stage_count(0, hc_pipe_len(p, k));
-            if (st != HCOMM_OK) {
+            if (st == HCOMM_OK) {
+                hc_gpu_stats.h2d_copies++;
+                hc_gpu_stats.h2d_bytes += hc_pipe_len(p, k);
+            } else {
                 hc_pipe_fail_back(p, st, k);
             }
         }
@@ -347,7 +351,7 @@ void hc_stage_pipe_free(hc_stage_pipe_t *p)
         if (p->ein && p->ein[i]) (void)p->ops->event_destroy(p->ein[i]);
         if (p->eout && p->eout[i]) (void)p->ops->event_destroy(p->eout[i]);
     }
-    if (p->mem && !p->stuck) (void)hc_mem_free(p->mem);
+    if (p->buf && !p->stuck) hc_stage_buf_put(p->buf); /* stuck: the device may write it */
     free(p->ein);
     free(p->eout);
     free(p->req);
@@ -389,9 +393,9 @@ static hcomm_status_t hc_pipe_alloc(hc_stage_pipe_t *p)
             (st = p->ops->event_create(&p->eout[i])) != HCOMM_OK)
             return st;
     size_t area = d * p->chunk, areas = p->one ? 1 : (p->sdev != NULL) + (p->rdev != NULL);
-    if ((st = hc_mem_alloc(areas * area, &p->mem)) != HCOMM_OK) return st;
-    p->sslot = p->sdev ? p->mem : NULL;
-    p->rslot = !p->rdev ? NULL : (char *)p->mem + (p->one || !p->sdev ? 0 : area);
+    if ((st = hc_stage_buf_get(p->fn, areas * area, &p->buf)) != HCOMM_OK) return st;
+    p->sslot = p->sdev ? p->buf->p : NULL;
+    p->rslot = !p->rdev ? NULL : p->buf->p + (p->one || !p->sdev ? 0 : area);
     return HCOMM_OK;
 }
 

@@ -68,6 +68,7 @@ hcomm_status_t hc_stats_init(void)
 {
     memset(&hc_stats, 0, sizeof(hc_stats));
     memset(hc_stats_ops, 0, sizeof(hc_stats_ops));
+    hc_stats_gpu_reset();
     free(hc_stats_peers);
     hc_stats_peers = NULL;
     hc_st.comms = NULL;
@@ -522,6 +523,7 @@ static void hc_stats_table(FILE *f, const char *why)
                  (unsigned long long)hc_stats.rndv_stream, (unsigned long long)hc_stats.unexpected,
                  (unsigned long long)hc_stats.credit_waits, (unsigned long long)hc_stats.coll_node,
                  (unsigned long long)hc_stats.coll_p2p);
+    hc_stats_gpu_lines(hc_stats_mem_line, f);
     if (hc_stats_level < 2)
         return;
     hc_stats_table_detail(f);
@@ -715,6 +717,7 @@ static void hc_stats_json(FILE *f, const char *why)
         hc_stats_json_op(f, rep, k);
     }
     hc_stats_json_p2p(f, rep);
+    hc_stats_gpu_json(f, rep);
     if (hc_stats_level < 2)
         return;
     hc_stats_json_comms(f, rep);

@@ -23,6 +23,7 @@
 #define HC_STATS_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -178,6 +179,14 @@ void hc_stats_report(const char *why);
 void hc_stats_fini(void);
 /* comm is being destroyed: its level-2 record keeps its counts, unnamed. */
 void hc_stats_comm_gone(struct hcomm_comm *comm);
+
+/* Device memory's part of the report (stats_gpu.c): the counters of
+ * hc_gpu_stats (gpu/gpu.h) zeroed at init, as lines of text (each without
+ * its rank prefix) and as the JSON "gpu" record, written while a GPU
+ * backend is active or something was counted. */
+void hc_stats_gpu_reset(void);
+void hc_stats_gpu_lines(void (*line)(const char *text, void *arg), void *arg);
+void hc_stats_gpu_json(FILE *f, unsigned rep);
 
 /* Percentile p (0..100) of kind's time histogram, in ns (0: no samples). */
 double hc_stats_percentile_ns(const hc_stats_op_t *s, double p);

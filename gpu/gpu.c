@@ -38,6 +38,7 @@ const hc_gpu_ops_t *hc_gpu_model_glue;
 const hc_gpu_ops_t *hc_gpu_cuda_glue;
 bool hc_gpu_on;
 bool hc_gpu_no_stage;
+hc_gpu_stats_t hc_gpu_stats;
 
 /* HCOMM_GPU and HCOMM_GPU_MODEL are read by hc_gpu_init itself
  * (hc_config_env), so that the layer works before hcomm_init; the table
@@ -398,6 +399,10 @@ hcomm_status_t hc_gpu_reduce(void *dst, const hc_mem_attr_t *dst_attr, const voi
         st = hc_gpu_reduce_to_device(ops, dv, d, dst, src, count, es, dtype, op, avg_div);
     else if ((st = ops->reduce_async(dst, src, count, dtype, op, avg_div, dv->stream)) == HCOMM_OK)
         st = hc_gpu_dev_wait(ops, dv);
+    if (st == HCOMM_OK && !dst_host) {
+        hc_gpu_stats.dev_reduces++;
+        hc_gpu_stats.dev_reduce_bytes += bytes;
+    }
     if (st != HCOMM_OK)
         st = hc_gpu_fail(st, d, "%s reduction of %zu %s %s into %s", hc_op_name(op), count,
                          hc_dtype_name(dtype),

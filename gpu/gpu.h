@@ -198,6 +198,28 @@ void hc_gpu_range_freed(uintptr_t base, size_t len);
  * backend queries. */
 void hc_gpu_cache_counters(uint64_t *hits_p, uint64_t *queries_p);
 
+/* ---- counters ---------------------------------------------------------- */
+
+/* Device-memory traffic since hcomm_init (the HCOMM_STATS report, tests;
+ * docs/observability.md). Plain increments by the thread inside an hcomm
+ * call (one at a time), zeroed by hc_stats_init.
+ *   staging (api/api_stage*.c): copies and bytes from device memory into
+ *   host staging (d2h) and from host staging back to device memory (h2d);
+ *   calls staged whole, pipelined calls (every rank's, host buffers too:
+ *   they are chunked alike, with no copies), those of them with a device
+ *   buffer here, and their chunks;
+ *   staging buffers (api/api_stage_mem.c): buffers made, calls served by a
+ *   kept buffer, host_register calls that pinned a buffer and their bytes,
+ *   registrations refused (the buffer stays pageable);
+ *   dev_reduces: reductions the dispatch (hc_gpu_reduce) ran on a device. */
+typedef struct {
+    uint64_t d2h_copies, d2h_bytes, h2d_copies, h2d_bytes;
+    uint64_t whole_calls, pipe_calls, pipe_dev_calls, pipe_chunks;
+    uint64_t buf_allocs, buf_reuses, pin_regs, pin_bytes, pin_failures;
+    uint64_t dev_reduces, dev_reduce_bytes;
+} hc_gpu_stats_t;
+extern hc_gpu_stats_t hc_gpu_stats;
+
 /* ---- the dispatch ------------------------------------------------------ */
 
 /* Synchronous copy and reduction, for any memory: both sides host (attr

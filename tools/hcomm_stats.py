@@ -11,7 +11,10 @@ last one of each rank is merged. The report shows:
     every rank leaves together, so the rank that spends least inside arrived
     last and the others waited for it (the straggler); with level 2 the time
     blocked in waits says the same more directly;
-  - the busiest peer pairs and node links (level 2), by bytes sent.
+  - the busiest peer pairs and node links (level 2), by bytes sent;
+  - device memory (ranks with a GPU backend): the staging's copies each way
+    per byte of the job, its calls and its pinned buffers, summed over the
+    ranks ("gpu" in --json: each counter of the ranks' "gpu" records summed).
 A rank is marked [straggler] when both hold, for its time inside (level 2:
 its time blocked) against the median over the ranks:
   - it is below 0.8 x the median (the others waited clearly longer), and
@@ -205,7 +208,36 @@ def merge(job, top):
     out["links"] = [{"nodes": [names.get(k[0], str(k[0])), names.get(k[1], str(k[1]))],
                      "driver": k[2], "bytes": v}
                     for k, v in sorted(links.items(), key=lambda kv: -kv[1])[:top]]
+    out["gpu"] = merge_gpu(job, ranks)
     return out
+
+
+def merge_gpu(job, ranks):
+    """The ranks' "gpu" records summed (counters only), with the ranks that
+    wrote one; {} when none did."""
+    total = {}
+    for r in ranks:
+        for rec in job[r]["recs"]:
+            if rec["type"] != "gpu":
+                continue
+            total.setdefault("ranks", []).append(r)
+            for k, v in rec.items():
+                if k not in ("type", "report", "rank") and isinstance(v, int):
+                    total[k] = total.get(k, 0) + v
+    return total
+
+
+def print_gpu(g):
+    print("\ndevice memory (%d ranks with a GPU backend, all together):" % len(g["ranks"]))
+    print("  staging copies: device->host %d (%s), host->device %d (%s); reductions on the "
+          "device %d (%s)" % (g["d2h_copies"], fmt_b(g["d2h_bytes"]), g["h2d_copies"],
+                              fmt_b(g["h2d_bytes"]), g["dev_reduces"],
+                              fmt_b(g["dev_reduce_bytes"])))
+    print("  staged calls: whole %d, pipelined %d (%d with a device buffer) in %d chunks" % (
+        g["whole_calls"], g["pipe_calls"], g["pipe_dev_calls"], g["pipe_chunks"]))
+    print("  staging buffers: made %d, reused %d; pinned %d (%s), refused %d (pageable)" % (
+        g["buf_allocs"], g["buf_reuses"], g["pin_regs"], fmt_b(g["pin_bytes"]),
+        g["pin_failures"]))
 
 
 def print_report(m, top):
@@ -244,6 +276,8 @@ def print_report(m, top):
             print("  %-40s %-6s %12s" % (where, lk["driver"], fmt_b(lk["bytes"])))
     else:
         print("\n(peer pairs and links: run with HCOMM_STATS_LEVEL=2)")
+    if m["gpu"]:
+        print_gpu(m["gpu"])
 
 
 def main(argv):

@@ -40,11 +40,11 @@ typedef struct hc_gpu_model_alloc {
 /* The model's faults (HCOMM_GPU_MODEL_FAULT) and counters. */
 typedef struct {
     long copy_at, reduce_at, lost_after; /* 0: no such fault */
-    bool ipc;
+    bool ipc, no_register;
     int64_t delay_us;                 /* HCOMM_GPU_MODEL_DELAY */
     atomic_long copies, reduces, ops; /* enqueued so far */
     atomic_bool lost;
-    atomic_ullong done_copies, done_bytes, done_kernels, allocs, frees, imports;
+    atomic_ullong done_copies, done_bytes, done_kernels, allocs, frees, imports, registers;
 } hc_gpu_model_state_t;
 extern hc_gpu_model_state_t hc_gpu_model;
 

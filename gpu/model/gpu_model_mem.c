@@ -46,7 +46,8 @@ static const hc_config_knob_t hc_gm_knobs[] = {
     HC_KNOB_STR(hc_gm_fault_knob, "HCOMM_GPU_MODEL_FAULT", "",
                 "gpu model: faults on demand, comma separated: copy:N (the Nth copy fails), "
                 "reduce:N (the Nth reduction fails), ipc (every IPC import fails: invalid "
-                "handle), lost:N (the device is lost after N stream operations)"),
+                "handle), register (every host_register is refused), lost:N (the device is "
+                "lost after N stream operations)"),
     HC_KNOB_STR(hc_gm_delay_knob, "HCOMM_GPU_MODEL_DELAY", "",
                 "gpu model: each stream operation first waits a random 0..N microseconds, so "
                 "that completions across streams come out of order"),
@@ -86,12 +87,16 @@ static hcomm_status_t hc_gm_parse_faults(const char *spec)
             hc_gpu_model.ipc = true;
             continue;
         }
+        if (!strcmp(t, "register")) {
+            hc_gpu_model.no_register = true;
+            continue;
+        }
         char *end = NULL;
         long n = at ? strtol(strchr(t, ':') + 1, &end, 10) : 0;
         if (!at || *end || n < 1)
             return hc_error(HCOMM_ERR_INVALID,
-                            "HCOMM_GPU_MODEL_FAULT=%s: \"%s\" is not copy:N, reduce:N, ipc or "
-                            "lost:N (N >= 1)",
+                            "HCOMM_GPU_MODEL_FAULT=%s: \"%s\" is not copy:N, reduce:N, ipc, "
+                            "register or lost:N (N >= 1)",
                             spec, t);
         *at = n;
     }
@@ -332,6 +337,10 @@ static hcomm_status_t hc_gm_host_register(void *ptr, size_t len)
     uintptr_t u = (uintptr_t)ptr;
     hcomm_status_t st = HCOMM_OK;
     if (!ptr || !len) return hc_error(HCOMM_ERR_INVALID, "model host_register: empty range");
+    if (hc_gpu_model.no_register)
+        return hc_error(HCOMM_ERR_NO_MEMORY,
+                        "model host_register [%p, +%zu): refused (HCOMM_GPU_MODEL_FAULT=register)",
+                        ptr, len);
     pthread_mutex_lock(&hc_gm.lock);
     for (int i = 0; i < hc_gm.nreg; i++)
         if (u < hc_gm.reg[i].base + hc_gm.reg[i].len && hc_gm.reg[i].base < u + len) {
@@ -347,6 +356,7 @@ static hcomm_status_t hc_gm_host_register(void *ptr, size_t len)
         st = hc_error(HCOMM_ERR_NO_MEMORY, "model host_register: %d ranges already", HC_GM_REG_MAX);
     } else {
         hc_gm.reg[hc_gm.nreg++] = (hc_gm_range_t){u, len};
+        atomic_fetch_add(&hc_gpu_model.registers, 1);
     }
 out:
     pthread_mutex_unlock(&hc_gm.lock);

@@ -100,5 +100,6 @@ void hc_gpu_model_test_counters(hc_gpu_model_counters_t *c_p)
         .allocs = atomic_load(&hc_gpu_model.allocs),
         .frees = atomic_load(&hc_gpu_model.frees),
         .imports = atomic_load(&hc_gpu_model.imports),
+        .registers = atomic_load(&hc_gpu_model.registers),
     };
 }

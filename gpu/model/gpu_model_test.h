@@ -33,9 +33,10 @@ hcomm_status_t hc_gpu_model_test_gate(hc_gpu_stream_t s, uint32_t *word, uint32_
 hcomm_status_t hc_gpu_model_test_host_register(void *p, size_t n);
 hcomm_status_t hc_gpu_model_test_host_unregister(void *p);
 
-/* What the model has done since hc_gpu_init. */
+/* What the model has done since hc_gpu_init (registers: host_register
+ * calls that succeeded). */
 typedef struct {
-    uint64_t copies, copy_bytes, kernels, allocs, frees, imports;
+    uint64_t copies, copy_bytes, kernels, allocs, frees, imports, registers;
 } hc_gpu_model_counters_t;
 void hc_gpu_model_test_counters(hc_gpu_model_counters_t *c_p);
 

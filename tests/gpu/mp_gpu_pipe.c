@@ -135,23 +135,27 @@ static void one_case(int kind, int how, bool inplace, bool sdev, bool rdev)
     buf_put(&s, h, n);
     if (!inplace && kind != K_BROADCAST) buf_put(&r, g, n);
     if (kind == K_BROADCAST && !root) buf_put(&r, g, n);
-    hc_api_stage_counters_t c0, c1;
-    hc_api_stage_counters(&c0);
+    hc_gpu_stats_t c0 = hc_gpu_stats;
     hcomm_status_t st = call(kind, how, s.p, r.p, COUNT);
-    hc_api_stage_counters(&c1);
+    hc_gpu_stats_t c1 = hc_gpu_stats;
     if (st != HCOMM_OK) mp_fail("%s: %s (%s)", what, mp_status_name(st), hcomm_last_error());
     size_t chunk = hc_stage_pipe_chunk / 4 * 4, chunks = (n + chunk - 1) / chunk;
-    if (c1.pipelined != c0.pipelined + 1 || c1.chunks != c0.chunks + chunks)
+    if (c1.pipe_calls != c0.pipe_calls + 1 || c1.pipe_chunks != c0.pipe_chunks + chunks)
         mp_fail("%s: expected 1 pipelined call of %zu chunks, got %llu calls, %llu chunks", what,
-                chunks, (unsigned long long)(c1.pipelined - c0.pipelined),
-                (unsigned long long)(c1.chunks - c0.chunks));
+                chunks, (unsigned long long)(c1.pipe_calls - c0.pipe_calls),
+                (unsigned long long)(c1.pipe_chunks - c0.pipe_chunks));
     bool sd = s.dev && (kind != K_BROADCAST || root), rd = r.dev && (kind != K_BROADCAST || !root);
     bool out = kind == K_ALLREDUCE || (kind == K_REDUCE && root) || (kind == K_BROADCAST && !root);
     size_t want_in = sd ? n : 0, want_out = rd && out ? n : 0;
-    if (c1.bytes_in - c0.bytes_in != want_in || c1.bytes_out - c0.bytes_out != want_out)
+    if (c1.d2h_bytes - c0.d2h_bytes != want_in || c1.h2d_bytes - c0.h2d_bytes != want_out)
         mp_fail("%s: staging copied %llu bytes in and %llu back, expected %zu and %zu", what,
-                (unsigned long long)(c1.bytes_in - c0.bytes_in),
-                (unsigned long long)(c1.bytes_out - c0.bytes_out), want_in, want_out);
+                (unsigned long long)(c1.d2h_bytes - c0.d2h_bytes),
+                (unsigned long long)(c1.h2d_bytes - c0.h2d_bytes), want_in, want_out);
+    size_t want_cin = want_in ? chunks : 0, want_cout = want_out ? chunks : 0;
+    if (c1.d2h_copies - c0.d2h_copies != want_cin || c1.h2d_copies - c0.h2d_copies != want_cout)
+        mp_fail("%s: staging made %llu copies in and %llu back, expected %zu and %zu", what,
+                (unsigned long long)(c1.d2h_copies - c0.d2h_copies),
+                (unsigned long long)(c1.h2d_copies - c0.h2d_copies), want_cin, want_cout);
     buf_get(&r, g, n, what);
     int sum = mp_size * (mp_size + 1) / 2;
     for (size_t i = 0; out && i < COUNT; i++) {

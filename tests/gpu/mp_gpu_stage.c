@@ -157,16 +157,29 @@ static int run_realloc(void)
     void *a = dev_alloc(count * 4);
     hc_mem_attr_t at, bt;
     MP_OK(hc_gpu_mem_type(a, count * 4, &at));
-    hc_api_stage_counters_t c0, c1;
-    hc_api_stage_counters(&c0);
+    hc_gpu_stats_t c0 = hc_gpu_stats;
+    hc_api_stage_counters_t o0, o1; /* the older view of the same counters */
+    hc_api_stage_counters(&o0);
     allreduce_check(a, count, 1, "first buffer");
-    hc_api_stage_counters(&c1); /* in place: one copy in and one back, of every byte */
-    if (c1.calls != c0.calls + 1 || c1.bytes_in != c0.bytes_in + count * 4 ||
-        c1.bytes_out != c0.bytes_out + count * 4)
-        mp_fail("staging counters: expected 1 call, %zu bytes in and out; got %llu, %llu, %llu",
-                count * 4, (unsigned long long)(c1.calls - c0.calls),
-                (unsigned long long)(c1.bytes_in - c0.bytes_in),
-                (unsigned long long)(c1.bytes_out - c0.bytes_out));
+    hc_gpu_stats_t c1 = hc_gpu_stats; /* in place: one copy in and one back, of every byte */
+    hc_api_stage_counters(&o1);
+    if (o1.calls != o0.calls + 1 || o1.bytes_in != o0.bytes_in + count * 4 ||
+        o1.bytes_out != o0.bytes_out + count * 4)
+        mp_fail("hc_api_stage_counters: expected 1 call, %zu bytes in and out; got %llu, %llu, "
+                "%llu",
+                count * 4, (unsigned long long)(o1.calls - o0.calls),
+                (unsigned long long)(o1.bytes_in - o0.bytes_in),
+                (unsigned long long)(o1.bytes_out - o0.bytes_out));
+    if (c1.whole_calls != c0.whole_calls + 1 || c1.d2h_bytes != c0.d2h_bytes + count * 4 ||
+        c1.h2d_bytes != c0.h2d_bytes + count * 4 || c1.d2h_copies != c0.d2h_copies + 1 ||
+        c1.h2d_copies != c0.h2d_copies + 1)
+        mp_fail("staging counters: expected 1 call, 1 copy of %zu bytes in and 1 out; got %llu, "
+                "%llu / %llu, %llu / %llu",
+                count * 4, (unsigned long long)(c1.whole_calls - c0.whole_calls),
+                (unsigned long long)(c1.d2h_copies - c0.d2h_copies),
+                (unsigned long long)(c1.d2h_bytes - c0.d2h_bytes),
+                (unsigned long long)(c1.h2d_copies - c0.h2d_copies),
+                (unsigned long long)(c1.h2d_bytes - c0.h2d_bytes));
     MP_OK(hc_gpu_model_test_free(a));
     void *b = dev_alloc(count * 4);
     if (b != a)
