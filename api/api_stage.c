@@ -64,7 +64,7 @@ void hc_api_stage_describe(char *buf, size_t len)
         snprintf(buf, len, "device buffers: none (no GPU backend)");
         return;
     }
-    char gdr[384];
+    char gdr[512];
     hc_gdr_describe(gdr, sizeof(gdr));
     snprintf(buf, len,
              "device buffers (%s): collectives staged through host memory on every driver; "
@@ -80,7 +80,7 @@ static void hc_stage_log_path(void)
 {
     if (hc_stage.logged || hc_log_level_current < HC_LOG_INFO) return;
     hc_stage.logged = true;
-    char line[512];
+    char line[1024];
     hc_api_stage_describe(line, sizeof(line));
     hc_log_info("%s", line);
 }

@@ -27,21 +27,27 @@
 #include <string.h>
 #include <strings.h>
 
-hc_gdr_mode_t hc_gdr_mode;
+hc_gdr_mode_t hc_gdr_mode = HC_GDR_AUTO;
 
 static struct {
     uint8_t *logged; /* per world rank: bit 0 send, bit 1 receive decision logged */
     int nlogged;
 } hc_gdr;
 
-hcomm_status_t hc_gdr_init(void)
+static bool hc_gdr_parse(const char *v, hc_gdr_mode_t *mode_p)
 {
     static const char *const names[] = {"0", "auto", "1"};
     for (int m = 0; m < (int)HC_ARRAY_SIZE(names); m++)
-        if (!strcasecmp(hc_cfg.gdr, names[m])) {
-            hc_gdr_mode = (hc_gdr_mode_t)m;
-            return HCOMM_OK;
+        if (v && !strcasecmp(v, names[m])) {
+            *mode_p = (hc_gdr_mode_t)m;
+            return true;
         }
+    return false;
+}
+
+hcomm_status_t hc_gdr_init(void)
+{
+    if (hc_gdr_parse(hc_cfg.gdr, &hc_gdr_mode)) return HCOMM_OK;
     return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_GDR=%s is not auto, 0 or 1", hc_cfg.gdr);
 }
 
@@ -114,7 +120,8 @@ hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm,
     if (attr->type != HC_MEM_DEVICE) {
         snprintf(why, sizeof(why), "%s memory is staged", hc_mem_type_name(attr->type));
     } else if (!conn) {
-        snprintf(why, sizeof(why), "a receive from any source is staged (its driver is not "
+        snprintf(why, sizeof(why),
+                 "a receive from any source is staged (its driver is not "
                  "known when it is posted)");
     } else {
         drv = conn->ops->name;
@@ -142,8 +149,11 @@ hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm,
 
 void hc_gdr_describe(char *buf, size_t len)
 {
-    size_t n = (size_t)snprintf(buf, len, "GPUDirect RDMA (dmabuf): HCOMM_GDR=%s; ",
-                                hc_gdr_mode_name());
+    /* Before hcomm_init (hcomm_info): the environment's value. */
+    if (!hc_ctx.initialized && !hc_gdr_parse(hc_config_env("HCOMM_GDR"), &hc_gdr_mode))
+        hc_gdr_mode = HC_GDR_AUTO;
+    size_t n =
+        (size_t)snprintf(buf, len, "GPUDirect RDMA (dmabuf): HCOMM_GDR=%s; ", hc_gdr_mode_name());
     if (hc_gdr_mode == HC_GDR_OFF) {
         snprintf(buf + HC_MIN(n, len), len - HC_MIN(n, len), "off: every device buffer staged");
         return;
@@ -152,12 +162,17 @@ void hc_gdr_describe(char *buf, size_t len)
     for (int i = 0; i < hc_drv_count() && n < len; i++) {
         const struct hc_drv_ops *o = hc_drv_at(i);
         if (!hc_drv_moves(o, HC_MEM_DEVICE)) continue;
-        n += (size_t)snprintf(buf + n, len - n, "%s%s", any ? ", " : "p2p above the eager size "
-                              "direct over ", o->name);
+        n += (size_t)snprintf(buf + n, len - n, "%s%s",
+                              any ? ", "
+                                  : "p2p above the eager size "
+                                    "direct over ",
+                              o->name);
         any = true;
     }
     if (n < len)
-        snprintf(buf + n, len - n, "%s", any ? " (where the dmabuf registration succeeds; else "
-                 "staged); eager sizes, receives from any source and the other drivers staged"
-                 : "no driver here moves device memory: staged");
+        snprintf(buf + n, len - n, "%s",
+                 any ? " (where the dmabuf registration succeeds; else "
+                       "staged); sends of eager size, receives from any source and the other "
+                       "drivers staged"
+                     : "no driver here moves device memory: staged");
 }

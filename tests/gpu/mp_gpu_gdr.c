@@ -125,8 +125,8 @@ static void p2p_one(size_t n, int sdev, int rdev, int mode, bool direct)
         mp_fail("%zu bytes (send %s, recv %s, mode %d, eager max %zu): direct RMA bytes %llu "
                 "(want %llu), staged bytes %llu (want %llu)",
                 n, sdev ? "device" : "host", rdev ? "device" : "host", mode, eager_max(),
-                (unsigned long long)gdr, (unsigned long long)want_gdr,
-                (unsigned long long)staged, (unsigned long long)want_staged);
+                (unsigned long long)gdr, (unsigned long long)want_gdr, (unsigned long long)staged,
+                (unsigned long long)want_staged);
 }
 
 static int run_p2p(bool direct)
