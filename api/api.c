@@ -322,8 +322,7 @@ static hcomm_status_t hc_api_ipost(const char *fn, bool recv, const void *buf, s
     hc_api_stage_t *stg = NULL;
     hc_mem_attr_t mem = {.type = HC_MEM_HOST};
     if (HC_UNLIKELY(hc_gpu_on) &&
-        (st = hc_api_stage_p2p(fn, recv, (void **)&buf, bytes, comm, peer, &stg, &mem)) !=
-            HCOMM_OK)
+        (st = hc_api_stage_p2p(fn, recv, (void **)&buf, bytes, comm, peer, &stg, &mem)) != HCOMM_OK)
         return st;
     const hc_mem_attr_t *m = HC_UNLIKELY(mem.type != HC_MEM_HOST) ? &mem : NULL;
     unsigned kind = recv ? HC_STATS_RECV : HC_STATS_SEND;
@@ -404,14 +403,12 @@ static hcomm_status_t hc_api_send(const void *buf, size_t count, hcomm_dtype_t d
     bool sent = false;
     hc_api_stage_t *stg = NULL;
     hc_mem_attr_t mem = {.type = HC_MEM_HOST};
-    if (HC_UNLIKELY(hc_gpu_on) &&
-        (st = hc_api_stage_p2p("hcomm_send", false, (void **)&buf, bytes, comm, peer, &stg,
-                               &mem)) != HCOMM_OK)
+    if (HC_UNLIKELY(hc_gpu_on) && (st = hc_api_stage_p2p("hcomm_send", false, (void **)&buf, bytes,
+                                                         comm, peer, &stg, &mem)) != HCOMM_OK)
         return st;
     const hc_mem_attr_t *m = HC_UNLIKELY(mem.type != HC_MEM_HOST) ? &mem : NULL;
     uint64_t t0 = hc_stats_begin(HC_STATS_SEND, bytes, comm, peer);
-    if (HC_LIKELY(!m))
-        st = hc_p2p_send_eager_now(comm, buf, bytes, peer, tag, &sent);
+    if (HC_LIKELY(!m)) st = hc_p2p_send_eager_now(comm, buf, bytes, peer, tag, &sent);
     if (HC_LIKELY(sent) || HC_UNLIKELY(st != HCOMM_OK)) {
         if (HC_UNLIKELY(t0 != 0))
             hc_stats_end(HC_STATS_SEND, bytes, comm, t0);

@@ -163,8 +163,7 @@ static hcomm_status_t hc_ctx_mem_reg(void *arg, hc_mem_region_t *region)
         region->keys[i] = 0;
         /* Device memory only for the drivers that move it (key 0 for the
          * others: hc_mem_key_local refuses them). */
-        if (!hc_drv_moves(d->ops, region->mem_type))
-            continue;
+        if (!hc_drv_moves(d->ops, region->mem_type)) continue;
         hcomm_status_t st = d->ops->mem_reg(d, &desc, &region->keys[i]);
         if (st != HCOMM_OK) {
             while (--i >= 0)

@@ -47,7 +47,6 @@ hcomm_status_t hc_mem_key_local(hc_drv_t *drv, void *buf, size_t len, uint64_t *
     return HCOMM_OK;
 }
 
-
 hcomm_status_t hc_mem_key_typed(hc_drv_t *drv, void *buf, size_t len, const hc_mem_attr_t *mem,
                                 uint64_t *key_p, hc_mem_desc_t *desc, hc_mem_region_t **held_p)
 {
@@ -70,10 +69,16 @@ hcomm_status_t hc_mem_key_typed(hc_drv_t *drv, void *buf, size_t len, const hc_m
     }
     *held_p = r;
     *key_p = r->keys[drv->index];
-    *desc = (hc_mem_desc_t){.addr = buf, .len = len, .page_size = r->page_size, .fd = -1,
-                            .numa_node = -1, .user = true, .mem_type = mem->type,
-                            .device = mem->device, .dmabuf_fd = -1,
-                            .dmabuf_offset = r->dmabuf_offset +
-                                             (uint64_t)((uint8_t *)buf - (uint8_t *)r->base)};
+    *desc = (hc_mem_desc_t){.addr = buf,
+                            .len = len,
+                            .page_size = r->page_size,
+                            .fd = -1,
+                            .numa_node = -1,
+                            .user = true,
+                            .mem_type = mem->type,
+                            .device = mem->device,
+                            .dmabuf_fd = -1,
+                            .dmabuf_offset =
+                                r->dmabuf_offset + (uint64_t)((uint8_t *)buf - (uint8_t *)r->base)};
     return HCOMM_OK;
 }

@@ -53,8 +53,8 @@ hcomm_status_t hc_p2p_recv_put(struct hcomm_request *req, size_t off, const void
     if (st == HCOMM_OK) return HCOMM_OK;
     char saved[512];
     snprintf(saved, sizeof(saved), "%s", hc_error_last());
-    return hc_error(st, "hcomm_recv: %zu bytes from rank %d into device memory: %s", len,
-                    req->peer, saved);
+    return hc_error(st, "hcomm_recv: %zu bytes from rank %d into device memory: %s", len, req->peer,
+                    saved);
 }
 
 bool hc_p2p_recv_copy(struct hcomm_request *req, size_t off, const void *data, size_t len)

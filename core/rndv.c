@@ -160,8 +160,7 @@ hcomm_status_t hc_rndv_send(hc_peer_t *p, struct hcomm_request *req)
                           .b = hc_request_id(req)};
     if ((conn->caps & HC_CONN_CAP_WRITE) && hc_rndv_mode_allows(HC_RNDV_MODE_WRITE))
         hdr.flags |= HC_FRAME_FLAG_CAN_WRITE;
-    if (req->dev)
-        hdr.flags |= HC_FRAME_FLAG_DEVICE;
+    if (req->dev) hdr.flags |= HC_FRAME_FLAG_DEVICE;
     hc_rndv_wait(req, HC_RNDV_RTS_SENT);
     st = hc_p2p_put(p, &hdr, &rts, NULL);
     if (st != HCOMM_OK)
@@ -274,8 +273,7 @@ void hc_rndv_matched(struct hcomm_request *req, hc_peer_t *p, size_t size, uint6
                                      req->peer, size, conn->ops->name, hc_cfg.rndv));
         return;
     }
-    if (hdr.len && req->dev)
-        hdr.flags |= HC_FRAME_FLAG_DEVICE;
+    if (hdr.len && req->dev) hdr.flags |= HC_FRAME_FLAG_DEVICE;
     hc_rndv_wait(req, HC_RNDV_CTS_SENT);
     if (hdr.len)
         hc_stats.rndv_write++;
@@ -481,12 +479,11 @@ void hc_rndv_frame(hc_peer_t *p, int wpeer, const hc_frame_hdr_t *hdr, const voi
                 hc_rndv_count_direct(req, req->len); /* the receiver got it */
                 hc_rndv_finish(req, HCOMM_OK);
             } else {
-                hc_rndv_finish(req,
-                               hc_error((hcomm_status_t)(-(int64_t)hdr->b),
-                                        "hcomm_send: rank %d rejected the %zu-byte message "
-                                        "(tag %d): %s",
-                                        req->peer, req->len, req->tag,
-                                        hc_rndv_nack_why((hcomm_status_t)(-(int64_t)hdr->b))));
+                hc_rndv_finish(req, hc_error((hcomm_status_t)(-(int64_t)hdr->b),
+                                             "hcomm_send: rank %d rejected the %zu-byte message "
+                                             "(tag %d): %s",
+                                             req->peer, req->len, req->tag,
+                                             hc_rndv_nack_why((hcomm_status_t)(-(int64_t)hdr->b))));
             }
         } else if (req->kind == HC_REQ_RECV && req->rndv_state == HC_RNDV_CTS_SENT) {
             /* A write-based rendezvous: the sender wrote everything (FIN) or

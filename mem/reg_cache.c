@@ -365,8 +365,10 @@ static hcomm_status_t hc_mem_rc_dmabuf(hc_mem_region_t *r)
 {
     const hc_gpu_ops_t *ops = hc_gpu_backend();
     if (!ops)
-        return hc_error(HCOMM_ERR_UNSUPPORTED, "registration of device memory at %p: no GPU "
-                        "backend", r->base);
+        return hc_error(HCOMM_ERR_UNSUPPORTED,
+                        "registration of device memory at %p: no GPU "
+                        "backend",
+                        r->base);
     hcomm_status_t st = ops->dmabuf_fd(r->base, r->size, &r->dmabuf_fd, &r->dmabuf_offset);
     if (st != HCOMM_OK) {
         char saved[512];
@@ -475,18 +477,23 @@ hcomm_status_t hc_mem_reg_cache_get_typed(const void *ptr, size_t len, const hc_
 {
     if (!attr || attr->type == HC_MEM_HOST) return hc_mem_reg_cache_get(ptr, len, region_p);
     if (!ptr || !region_p || len == 0 || (uintptr_t)ptr + len < (uintptr_t)ptr)
-        return hc_error(HCOMM_ERR_INVALID, "hc_mem_reg_cache_get_typed: bad range (%p, %zu) or "
-                        "region_p NULL", ptr, len);
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hc_mem_reg_cache_get_typed: bad range (%p, %zu) or "
+                        "region_p NULL",
+                        ptr, len);
     if (attr->type != HC_MEM_DEVICE)
-        return hc_error(HCOMM_ERR_UNSUPPORTED, "registration of %s memory at %p: only host and "
-                        "device memory are registered", hc_mem_type_name(attr->type), ptr);
+        return hc_error(HCOMM_ERR_UNSUPPORTED,
+                        "registration of %s memory at %p: only host and "
+                        "device memory are registered",
+                        hc_mem_type_name(attr->type), ptr);
     uintptr_t start = attr->base, end = attr->base + attr->length;
     if (!hc_mem_g.initialized)
         return hc_error(HCOMM_ERR_NOT_INITIALIZED, "hc_mem_reg_cache_get: hc_mem_init not called");
     if ((uintptr_t)ptr < start || (uintptr_t)ptr + len > end)
-        return hc_error(HCOMM_ERR_INVALID, "registration of device memory [%p, +%zu): outside "
-                        "its allocation [%#lx, +%zu)", ptr, len, (unsigned long)start,
-                        attr->length);
+        return hc_error(HCOMM_ERR_INVALID,
+                        "registration of device memory [%p, +%zu): outside "
+                        "its allocation [%#lx, +%zu)",
+                        ptr, len, (unsigned long)start, attr->length);
     hc_mem_rc_drain();
     return hc_mem_rc_get_range(start, end, attr, region_p);
 }

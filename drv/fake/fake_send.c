@@ -399,8 +399,7 @@ static hcomm_status_t hc_fake_rma_move(hc_fake_conn_t *c, const hc_rma_t *rma, b
     size_t done = 0;
     while (done < rma->len) {
         struct iovec l = {.iov_base = (char *)(uintptr_t)ldma + done, .iov_len = rma->len - done};
-        struct iovec r = {.iov_base = (void *)(uintptr_t)(rdma + done),
-                          .iov_len = rma->len - done};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(rdma + done), .iov_len = rma->len - done};
         ssize_t n = write ? process_vm_writev((pid_t)c->addr.pid, &l, 1, &r, 1, 0)
                           : process_vm_readv((pid_t)c->addr.pid, &l, 1, &r, 1, 0);
         if (n <= 0)

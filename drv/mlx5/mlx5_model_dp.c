@@ -94,9 +94,8 @@ static hcomm_status_t hc_mlx5_model_mr_reg(hc_verbs_drv_t *d, void *addr, size_t
 }
 
 /* Device memory: the model maps the dmabuf fd, as a NIC maps it for DMA. */
-static hcomm_status_t hc_mlx5_model_mr_reg_dmabuf(hc_verbs_drv_t *d, void *addr, size_t len,
-                                                  int fd, uint64_t offset, int access,
-                                                  hc_verbs_mr_t *mr)
+static hcomm_status_t hc_mlx5_model_mr_reg_dmabuf(hc_verbs_drv_t *d, void *addr, size_t len, int fd,
+                                                  uint64_t offset, int access, hc_verbs_mr_t *mr)
 {
     hc_mlx5_dev_t *dev = d->bdev;
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
