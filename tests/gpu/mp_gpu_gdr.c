@@ -11,7 +11,8 @@
  *       copy on either rank and each device side counted its bytes as
  *       direct RMA (hc_stats.gdr_bytes); at eager sizes the send is staged
  *       and the device receive is copied by the GPU dispatch, unstaged.
- *       staged (HCOMM_GDR=0): no direct byte, every device side staged.
+ *       staged (HCOMM_GDR=0, or auto on tcp): no direct byte, every device
+ *       side staged (under auto: counted in hc_stats.gdr_staged).
  *   mp_gpu_gdr realloc   a device buffer on each side is registered by a
  *       transfer, freed, and a new one allocated at the same address (the
  *       model re-uses addresses) with other bytes: the second transfer
@@ -143,6 +144,11 @@ static int run_p2p(bool direct)
     printf("rank %d: direct RMA %llu bytes in %llu rendezvous, %llu calls staged by auto\n",
            mp_rank, (unsigned long long)hc_stats.gdr_bytes, (unsigned long long)hc_stats.gdr_rndv,
            (unsigned long long)hc_stats.gdr_staged);
+    /* Staged: by auto (counted: a driver that moves host memory only) or by
+     * HCOMM_GDR=0 (nothing to count). */
+    if (!direct && (hc_gdr_mode == HC_GDR_AUTO) != (hc_stats.gdr_staged > 0))
+        mp_fail("p2p staged under HCOMM_GDR=%s: %llu calls counted as staged by auto",
+                hc_gdr_mode_name(), (unsigned long long)hc_stats.gdr_staged);
     MP_OK(hcomm_barrier(hcomm_comm_world()));
     return mp_finish(direct ? "mp_gpu_gdr p2p direct" : "mp_gpu_gdr p2p staged");
 }
