@@ -206,7 +206,8 @@ static hcomm_status_t hc_fake_map_dmabuf(const hc_mem_desc_t *desc, hc_fake_reg_
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t off = desc->dmabuf_offset & ~(page - 1), skip = desc->dmabuf_offset - off;
     size_t map_len = HC_ALIGN_UP(desc->len + skip, page);
-    void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, desc->dmabuf_fd, (off_t)off);
+    void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                   desc->dmabuf_fd, (off_t)off);
     if (m == MAP_FAILED)
         return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
                               "fake mem_reg: mmap of dmabuf fd %d (%zu bytes at offset %llu) for "

@@ -101,7 +101,8 @@ static hcomm_status_t hc_mlx5_model_mr_reg_dmabuf(hc_verbs_drv_t *d, void *addr,
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t off = offset & ~(page - 1), skip = offset - off;
     size_t map_len = HC_ALIGN_UP(len + skip, page);
-    void *map = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
+    void *map =
+        mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, (off_t)off);
     if (map == MAP_FAILED)
         return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
                               "mlx5 model: mmap of dmabuf fd %d (%zu bytes at offset %llu) for "
