@@ -88,7 +88,7 @@ void hc_gpu_range_freed(uintptr_t base, size_t len)
     hc_gpu_cache.gen++;
     hc_gpu_cache_drop(base, base + len);
     pthread_mutex_unlock(&hc_gpu_cache.lock);
-    void (*listener)(uintptr_t, size_t) = hc_gpu_free_listener;
+    void (*listener)(uintptr_t, size_t) = __atomic_load_n(&hc_gpu_free_listener, __ATOMIC_ACQUIRE);
     if (listener) listener(base, len);
 }
 

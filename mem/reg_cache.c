@@ -587,7 +587,7 @@ void hc_mem_reg_cache_init(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, hc_mem_rc_atfork_once);
-    hc_gpu_free_listener = hc_mem_rc_gpu_freed;
+    __atomic_store_n(&hc_gpu_free_listener, hc_mem_rc_gpu_freed, __ATOMIC_RELEASE);
     hc_mem_rc_lock();
     hc_mem_rc.hits = hc_mem_rc.misses = hc_mem_rc.evictions = hc_mem_rc.uncached = 0;
     hc_mem_rc.hooks_wanted = hc_cfg.mem_hooks;
@@ -599,7 +599,7 @@ void hc_mem_reg_cache_init(void)
 
 void hc_mem_reg_cache_finalize(void)
 {
-    hc_gpu_free_listener = NULL;
+    __atomic_store_n(&hc_gpu_free_listener, NULL, __ATOMIC_RELEASE);
     hc_mem_rc_entry_t *held = NULL;
     size_t nheld = 0;
     uint64_t refs = 0;
