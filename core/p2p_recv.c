@@ -41,8 +41,7 @@ static HC_NOINLINE void hc_p2p_coll_conflict(struct hcomm_request *req, int32_t 
 }
 
 /* Received bytes into req's buffer at off: memcpy, or for a device buffer
- * (GPUDirect RDMA, core/gdr.c) the GPU dispatch, never the CPU. false: the
- * copy failed and req is complete with the error. */
+ * (GPUDirect RDMA, core/gdr.c) the GPU dispatch, never the CPU. */
 hcomm_status_t hc_p2p_recv_put(struct hcomm_request *req, size_t off, const void *data, size_t len)
 {
     if (HC_LIKELY(!req->dev)) {
@@ -57,6 +56,7 @@ hcomm_status_t hc_p2p_recv_put(struct hcomm_request *req, size_t off, const void
                     saved);
 }
 
+/* The same; false: the copy failed and req is complete with the error. */
 bool hc_p2p_recv_copy(struct hcomm_request *req, size_t off, const void *data, size_t len)
 {
     hcomm_status_t st = hc_p2p_recv_put(req, off, data, len);

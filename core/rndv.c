@@ -25,8 +25,8 @@
  *
  * Device buffers (GPUDirect RDMA, core/gdr.c: req->dev): registered by
  * dmabuf through the registration cache and moved only by get/write. The
- * RTS and the CTS carry HC_FRAME_FLAG_DEVICE when their side's buffer is
- * device memory. A stream would have the sender's CPU read its buffer, so
+ * RTS carries HC_FRAME_FLAG_DEVICE when the sender's buffer is device
+ * memory. A stream would have the sender's CPU read its buffer, so
  * a device sender is never streamed: a receiver that cannot get and may
  * not ask for a write NACKs it, a device sender that gets a keyless CTS
  * NACKs the receiver, both failing by name. A device receiver of a stream
@@ -273,7 +273,6 @@ void hc_rndv_matched(struct hcomm_request *req, hc_peer_t *p, size_t size, uint6
                                      req->peer, size, conn->ops->name, hc_cfg.rndv));
         return;
     }
-    if (hdr.len && req->dev) hdr.flags |= HC_FRAME_FLAG_DEVICE;
     hc_rndv_wait(req, HC_RNDV_CTS_SENT);
     if (hdr.len)
         hc_stats.rndv_write++;
