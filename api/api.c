@@ -320,13 +320,15 @@ static hcomm_status_t hc_api_ipost(const char *fn, bool recv, const void *buf, s
         return hc_error(HCOMM_ERR_INVALID, "%s: req_p is NULL", fn);
     struct hcomm_request *req;
     hc_api_stage_t *stg = NULL;
+    hc_mem_attr_t mem = {.type = HC_MEM_HOST};
     if (HC_UNLIKELY(hc_gpu_on) &&
-        (st = hc_api_stage_p2p(fn, recv, (void **)&buf, bytes, comm, &stg)) != HCOMM_OK)
+        (st = hc_api_stage_p2p(fn, recv, (void **)&buf, bytes, comm, peer, &stg, &mem)) != HCOMM_OK)
         return st;
+    const hc_mem_attr_t *m = HC_UNLIKELY(mem.type != HC_MEM_HOST) ? &mem : NULL;
     unsigned kind = recv ? HC_STATS_RECV : HC_STATS_SEND;
     uint64_t t0 = hc_stats_begin(kind, bytes, comm, peer);
-    st = recv ? hc_p2p_irecv(comm, comm->ctx_id, (void *)buf, bytes, peer, tag, &req)
-              : hc_p2p_isend(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
+    st = recv ? hc_p2p_irecv_mem(comm, comm->ctx_id, (void *)buf, bytes, peer, tag, m, &req)
+              : hc_p2p_isend_mem(comm, comm->ctx_id, buf, bytes, peer, tag, m, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;
     req->stage = stg;
@@ -398,20 +400,22 @@ static hcomm_status_t hc_api_send(const void *buf, size_t count, hcomm_dtype_t d
         hc_api_p2p_check("hcomm_send", false, buf, count, dtype, peer, tag, comm, &bytes);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
-    bool sent;
+    bool sent = false;
     hc_api_stage_t *stg = NULL;
-    if (HC_UNLIKELY(hc_gpu_on) &&
-        (st = hc_api_stage_p2p("hcomm_send", false, (void **)&buf, bytes, comm, &stg)) != HCOMM_OK)
+    hc_mem_attr_t mem = {.type = HC_MEM_HOST};
+    if (HC_UNLIKELY(hc_gpu_on) && (st = hc_api_stage_p2p("hcomm_send", false, (void **)&buf, bytes,
+                                                         comm, peer, &stg, &mem)) != HCOMM_OK)
         return st;
+    const hc_mem_attr_t *m = HC_UNLIKELY(mem.type != HC_MEM_HOST) ? &mem : NULL;
     uint64_t t0 = hc_stats_begin(HC_STATS_SEND, bytes, comm, peer);
-    st = hc_p2p_send_eager_now(comm, buf, bytes, peer, tag, &sent);
+    if (HC_LIKELY(!m)) st = hc_p2p_send_eager_now(comm, buf, bytes, peer, tag, &sent);
     if (HC_LIKELY(sent) || HC_UNLIKELY(st != HCOMM_OK)) {
         if (HC_UNLIKELY(t0 != 0))
             hc_stats_end(HC_STATS_SEND, bytes, comm, t0);
         return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;
     }
     struct hcomm_request *req;
-    st = hc_p2p_isend(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
+    st = hc_p2p_isend_mem(comm, comm->ctx_id, buf, bytes, peer, tag, m, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;
     req->stage = stg;
@@ -446,11 +450,13 @@ static hcomm_status_t hc_api_recv(const char *fn, void *buf, size_t count, hcomm
         return st;
     struct hcomm_request *req;
     hc_api_stage_t *stg = NULL;
+    hc_mem_attr_t mem = {.type = HC_MEM_HOST};
     if (HC_UNLIKELY(hc_gpu_on) &&
-        (st = hc_api_stage_p2p(fn, true, &buf, bytes, comm, &stg)) != HCOMM_OK)
+        (st = hc_api_stage_p2p(fn, true, &buf, bytes, comm, peer, &stg, &mem)) != HCOMM_OK)
         return st;
+    const hc_mem_attr_t *m = HC_UNLIKELY(mem.type != HC_MEM_HOST) ? &mem : NULL;
     uint64_t t0 = hc_stats_begin(HC_STATS_RECV, bytes, comm, peer);
-    st = hc_p2p_irecv(comm, comm->ctx_id, buf, bytes, peer, tag, &req);
+    st = hc_p2p_irecv_mem(comm, comm->ctx_id, buf, bytes, peer, tag, m, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;
     req->stage = stg;

@@ -61,13 +61,15 @@ void hc_api_stage_describe(char *buf, size_t len)
         snprintf(buf, len, "device buffers: none (no GPU backend)");
         return;
     }
+    char gdr[512];
+    hc_gdr_describe(gdr, sizeof(gdr));
     snprintf(buf, len,
-             "device buffers (%s): staged through host memory on every driver; allreduce, "
-             "reduce, broadcast above HCOMM_GPU_STAGE_CHUNK=%zu bytes pipelined in chunks of "
-             "that size, HCOMM_GPU_STAGE_DEPTH=%lld in flight; smaller ones, p2p, groups and "
-             "the other collectives staged whole; IPC inside a node: not yet available; "
-             "GPUDirect RDMA (dmabuf): not yet available",
-             ops->name, hc_stage_pipe_chunk, (long long)hc_stage_pipe_depth);
+             "device buffers (%s): collectives staged through host memory on every driver; "
+             "allreduce, reduce, broadcast above HCOMM_GPU_STAGE_CHUNK=%zu bytes pipelined in "
+             "chunks of that size, HCOMM_GPU_STAGE_DEPTH=%lld in flight; smaller ones, groups "
+             "and the other collectives staged whole; p2p staged whole unless direct; IPC "
+             "inside a node: not yet available; %s",
+             ops->name, hc_stage_pipe_chunk, (long long)hc_stage_pipe_depth, gdr);
 }
 
 /* HCOMM_LOG=info: the path, once per hcomm_init. */
@@ -75,7 +77,7 @@ static void hc_stage_log_path(void)
 {
     if (hc_stage.logged || hc_log_level_current < HC_LOG_INFO) return;
     hc_stage.logged = true;
-    char line[512];
+    char line[1024];
     hc_api_stage_describe(line, sizeof(line));
     hc_log_info("%s", line);
 }
@@ -202,13 +204,22 @@ hcomm_status_t hc_api_stage_retire(struct hcomm_request *req, hcomm_status_t st)
 }
 
 hcomm_status_t hc_api_stage_p2p(const char *fn, bool recv, void **buf_p, size_t bytes,
-                                struct hcomm_comm *comm, hc_api_stage_t **stg_p)
+                                struct hcomm_comm *comm, int peer, hc_api_stage_t **stg_p,
+                                hc_mem_attr_t *mem_p)
 {
     *stg_p = NULL;
+    mem_p->type = HC_MEM_HOST;
     hc_extent_t e = {.p = *buf_p, .n = bytes};
     hcomm_status_t st = hc_extent_type(fn, "buf", &e);
     if (st != HCOMM_OK || !hc_extent_device(&e) || hc_gpu_no_stage) return st;
     hc_stage_log_path();
+    bool direct;
+    if ((st = hc_gdr_choose(fn, recv, comm, peer, e.p, e.n, &e.attr, &direct)) != HCOMM_OK)
+        return st;
+    if (direct) {
+        *mem_p = e.attr;
+        return HCOMM_OK;
+    }
     hc_api_stage_t *stg = calloc(1, sizeof(*stg));
     if (!stg) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory to stage device buffer", fn);
     stg->fn = fn;

@@ -32,12 +32,17 @@ typedef struct hc_api_stage hc_api_stage_t;
 hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *comm,
                                  hcomm_request_t *req_p);
 
-/* p2p: *buf_p (bytes) is looked up; device memory is replaced by a host
- * staging buffer (a send's bytes copied in) and *stg_p set, else *stg_p is
- * NULL and nothing changes. A failed copy revokes comm (the peer fails at
- * once instead of waiting for a message that will not come). */
+/* p2p: *buf_p (bytes) is looked up. Device memory that can go by GPUDirect
+ * RDMA to or from peer (core/gdr.c, HCOMM_GDR) is left as is and *mem_p
+ * describes it (post with hc_p2p_isend_mem / irecv_mem); other device
+ * memory is replaced by a host staging buffer (a send's bytes copied in)
+ * and *stg_p set; host memory changes nothing. *mem_p is HC_MEM_HOST
+ * unless direct, *stg_p NULL unless staged. A failed copy revokes comm
+ * (the peer fails at once instead of waiting for a message that will not
+ * come); under HCOMM_GDR=1 a call that cannot go direct fails by name. */
 hcomm_status_t hc_api_stage_p2p(const char *fn, bool recv, void **buf_p, size_t bytes,
-                                struct hcomm_comm *comm, hc_api_stage_t **stg_p);
+                                struct hcomm_comm *comm, int peer, hc_api_stage_t **stg_p,
+                                hc_mem_attr_t *mem_p);
 
 /* Ends a staged call whose host operation ended with st: on success the
  * outputs are copied back (a receive: only the `received` bytes), then the

@@ -75,6 +75,12 @@
     X(rndv, "HCOMM_RNDV", STR, "auto",                                                             \
       "large p2p messages: auto (the receiver gets if it can, else the sender writes, else "      \
       "streams) | get | write | stream (what a connection cannot do streams)")                    \
+    X(gdr, "HCOMM_GDR", STR, "auto",                                                               \
+      "GPUDirect RDMA (docs/gpu.md): device buffers of p2p calls above the eager size move by "  \
+      "rendezvous RMA straight between device memory registered by dmabuf, no host copy: auto "   \
+      "(where the peer's driver moves device memory and the registration succeeds, else "        \
+      "staged through host memory) | 0 (always staged) | 1 (required: a call that cannot go "    \
+      "direct fails, naming the driver and why)")                                                 \
     X(lanes, "HCOMM_LANES", STR, "auto",                                                           \
       "lanes: auto gives each communicator context's frames a lane of their own, so a driver "    \
       "with several connections per peer (tcp) carries concurrent collectives of different "      \

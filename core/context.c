@@ -145,6 +145,7 @@ static void hc_ctx_peer_failed(void *core, int peer, hcomm_status_t status, cons
 static hcomm_status_t hc_ctx_mem_reg(void *arg, hc_mem_region_t *region)
 {
     (void)arg;
+    bool dev = region->mem_type != HC_MEM_HOST;
     hc_mem_desc_t desc = {.addr = region->base,
                           .len = region->size,
                           .page_size = region->page_size,
@@ -152,14 +153,22 @@ static hcomm_status_t hc_ctx_mem_reg(void *arg, hc_mem_region_t *region)
                           .fd_offset = 0,
                           .iovas = NULL,
                           .numa_node = region->numa_node,
-                          .user = (region->flags & HC_MEM_USER) != 0};
+                          .user = (region->flags & HC_MEM_USER) != 0,
+                          .mem_type = region->mem_type,
+                          .device = dev ? region->device : -1,
+                          .dmabuf_fd = dev ? region->dmabuf_fd : -1,
+                          .dmabuf_offset = dev ? region->dmabuf_offset : 0};
     for (int i = 0; i < hc_ctx.ndrvs; i++) {
         hc_drv_t *d = hc_ctx.drvs[i];
         region->keys[i] = 0;
+        /* Device memory only for the drivers that move it (key 0 for the
+         * others: hc_mem_key_local refuses them). */
+        if (!hc_drv_moves(d->ops, region->mem_type)) continue;
         hcomm_status_t st = d->ops->mem_reg(d, &desc, &region->keys[i]);
         if (st != HCOMM_OK) {
             while (--i >= 0)
-                hc_ctx.drvs[i]->ops->mem_dereg(hc_ctx.drvs[i], region->keys[i]);
+                if (hc_drv_moves(hc_ctx.drvs[i]->ops, region->mem_type))
+                    hc_ctx.drvs[i]->ops->mem_dereg(hc_ctx.drvs[i], region->keys[i]);
             return st;
         }
     }
@@ -170,7 +179,8 @@ static void hc_ctx_mem_dereg(void *arg, hc_mem_region_t *region)
 {
     (void)arg;
     for (int i = 0; i < hc_ctx.ndrvs; i++)
-        hc_ctx.drvs[i]->ops->mem_dereg(hc_ctx.drvs[i], region->keys[i]);
+        if (hc_drv_moves(hc_ctx.drvs[i]->ops, region->mem_type))
+            hc_ctx.drvs[i]->ops->mem_dereg(hc_ctx.drvs[i], region->keys[i]);
 }
 
 /* More ranks on this machine than cores: waits must yield almost at once,
@@ -335,6 +345,7 @@ void hc_ctx_teardown(void)
     hc_ctx.world = NULL;
     hc_ctx.tearing_down = true;
     hc_p2p_orphans_cleanup();
+    hc_gdr_fini();
     if (hc_ctx.peers) {
         for (int r = 0; r < hc_ctx.size; r++) {
             hc_peer_t *p = &hc_ctx.peers[r];
@@ -404,7 +415,8 @@ static hcomm_status_t hc_ctx_init_config(const hc_bootstrap_params_t *given)
     hcomm_status_t st;
     if ((st = hc_config_load()) != HCOMM_OK)
         return st;
-    if ((st = hc_rndv_init()) != HCOMM_OK || (st = hc_p2p_lanes_init()) != HCOMM_OK)
+    if ((st = hc_rndv_init()) != HCOMM_OK || (st = hc_gdr_init()) != HCOMM_OK ||
+        (st = hc_p2p_lanes_init()) != HCOMM_OK)
         return st;
     if (given)
         hc_ctx.bs_params = *given;

@@ -61,6 +61,9 @@ struct hcomm_request {
     bool rndv;          /* in hc_ctx.rndv_active (a rendezvous waits for a frame or an RMA) */
     uint8_t rndv_state; /* HC_RNDV_* (core/rndv.c) */
     bool deferred;      /* collective posted in a group that has not ended yet */
+    bool dev;           /* p2p: buf is device memory (GPUDirect RDMA, core/gdr.c): moved only
+                           by the driver's RMA or the GPU dispatch, never by the CPU; mem
+                           describes it */
     hcomm_status_t status;
     uint32_t index;     /* slot in the request table: rendezvous frames name it */
     uint32_t gen;       /* bumped at every reuse: stale rendezvous frames are dropped */
@@ -77,6 +80,7 @@ struct hcomm_request {
     int32_t tag;
     uint32_t ctx_id;
     uint64_t remote_id; /* rendezvous: the peer's request id */
+    hc_mem_attr_t mem;  /* buf's memory when dev */
     struct hc_mem_region *rndv_held; /* registration-cache record held until the end */
     struct hc_mem_region *put_held;  /* send streamed on an HC_CONN_CAP_PUT_REG connection: its
                                         buffer's record, held until the request is recycled
@@ -488,6 +492,15 @@ hcomm_status_t hc_p2p_send_eager_now(struct hcomm_comm *comm, const void *buf, s
                                      int peer, int32_t tag, bool *sent_p);
 hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf, size_t len,
                             int peer, int32_t tag, struct hcomm_request **req_p);
+/* The same on a buffer of memory mem (NULL: host; device: GPUDirect RDMA,
+ * core/gdr.c chose it: a send above the eager size, a receive from one
+ * peer whose driver moves device memory). */
+hcomm_status_t hc_p2p_isend_mem(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf,
+                                size_t len, int peer, int32_t tag, const hc_mem_attr_t *mem,
+                                struct hcomm_request **req_p);
+hcomm_status_t hc_p2p_irecv_mem(struct hcomm_comm *comm, uint32_t ctx_id, void *buf, size_t len,
+                                int peer, int32_t tag, const hc_mem_attr_t *mem,
+                                struct hcomm_request **req_p);
 void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *payload);
 void hc_p2p_put_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);
 /* ---- what the layers above (coll/, the API) may ask of the runtime -------
@@ -521,6 +534,28 @@ hc_drv_t *hc_core_node_driver(void);
 struct hc_mem_desc;
 hcomm_status_t hc_mem_key_local(hc_drv_t *drv, void *buf, size_t len, uint64_t *key_p,
                                 hc_mem_desc_t *desc, struct hc_mem_region **held_p);
+/* The same for memory of type mem (NULL or HOST: hc_mem_key_local). Device
+ * memory: only a driver that moves it (hc_drv_moves) and needs keys gets
+ * one, through the registration cache by dmabuf; any other is refused,
+ * naming the driver. */
+hcomm_status_t hc_mem_key_typed(hc_drv_t *drv, void *buf, size_t len, const hc_mem_attr_t *mem,
+                                uint64_t *key_p, hc_mem_desc_t *desc,
+                                struct hc_mem_region **held_p);
+/* GPUDirect RDMA (core/gdr.c): HCOMM_GDR at init; the path of a p2p
+ * call's device buffer (attr: what the API found) to or from peer (a comm
+ * rank, or HCOMM_ANY_SOURCE): *direct_p true when the driver of the peer's
+ * connection moves device memory, the call is above the eager size (a
+ * send) and the buffer registers by dmabuf; false: stage it. Under
+ * HCOMM_GDR=1 a call that cannot go direct fails here, naming the driver
+ * and why. hc_gdr_describe: the line of hcomm_info and HCOMM_LOG=info. */
+typedef enum { HC_GDR_OFF, HC_GDR_AUTO, HC_GDR_ON } hc_gdr_mode_t;
+extern hc_gdr_mode_t hc_gdr_mode;
+hcomm_status_t hc_gdr_init(void);
+void hc_gdr_fini(void);
+const char *hc_gdr_mode_name(void);
+hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm, int peer,
+                             void *buf, size_t len, const hc_mem_attr_t *attr, bool *direct_p);
+void hc_gdr_describe(char *buf, size_t len);
 /* Rendezvous (core/rndv.c): HCOMM_RNDV at init; the drivers' rma_done. */
 hcomm_status_t hc_rndv_init(void);
 void hc_rndv_rma_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);

@@ -238,12 +238,29 @@ hcomm_status_t hc_p2p_send_eager_now(struct hcomm_comm *comm, const void *buf, s
 hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf, size_t len,
                             int peer, int32_t tag, struct hcomm_request **req_p)
 {
+    return hc_p2p_isend_mem(comm, ctx_id, buf, len, peer, tag, NULL, req_p);
+}
+
+hcomm_status_t hc_p2p_isend_mem(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf,
+                                size_t len, int peer, int32_t tag, const hc_mem_attr_t *mem,
+                                struct hcomm_request **req_p)
+{
     int wpeer = comm->world_ranks[peer];
     hc_peer_t *p = &hc_ctx.peers[wpeer];
     if (HC_UNLIKELY(p->failed)) return hc_peer_error(wpeer, "hcomm_send");
+    bool dev = mem && mem->type != HC_MEM_HOST;
+    if (HC_UNLIKELY(dev && len <= p->conn->eager_max))
+        return hc_error(HCOMM_ERR_INTERNAL,
+                        "hcomm_send: a %zu-byte device buffer to rank %d would go in frames (eager "
+                        "up to %zu bytes): it must be staged",
+                        len, peer, p->conn->eager_max);
     struct hcomm_request *req = hc_request_alloc(HC_REQ_SEND);
     if (HC_UNLIKELY(!req))
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_send: no memory for a request");
+    if (dev) {
+        req->dev = true;
+        req->mem = *mem;
+    }
     req->comm = comm;
     req->buf = (void *)buf;
     req->len = len;

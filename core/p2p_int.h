@@ -13,6 +13,7 @@
 typedef struct {
     uint64_t addr;
     bool can_write; /* the sender's connection can write into this rank */
+    bool device;    /* the sender's buffer is device memory: never streamed */
     uint8_t rkey_len;
     uint8_t rkey[HC_RKEY_MAX];
 } hc_rndv_offer_t;
@@ -50,6 +51,11 @@ void hc_p2p_control(hc_peer_t *p, uint8_t type, uint32_t ctx_id, uint64_t a, uin
 
 /* p2p_recv.c */
 void hc_p2p_size_mismatch(struct hcomm_request *req, size_t msg_len);
+/* Received bytes into req's buffer at off (a device buffer through the GPU
+ * dispatch); false: failed, req completed with the error. */
+bool hc_p2p_recv_copy(struct hcomm_request *req, size_t off, const void *data, size_t len);
+/* The copy alone: its status (the message names the receive). */
+hcomm_status_t hc_p2p_recv_put(struct hcomm_request *req, size_t off, const void *data, size_t len);
 /* Keeps a frame no receive took (EAGER, RTS, or a GIVE_UP for a
  * communicator not created yet) on q, with its fragments' state. */
 void hc_p2p_unexpected(hc_list_t *q, int wpeer, const hc_frame_hdr_t *hdr, const void *payload);

@@ -40,15 +40,40 @@ static HC_NOINLINE void hc_p2p_coll_conflict(struct hcomm_request *req, int32_t 
     hc_request_complete(req, hc_error(HCOMM_ERR_INVALID, "%s", why));
 }
 
+/* Received bytes into req's buffer at off: memcpy, or for a device buffer
+ * (GPUDirect RDMA, core/gdr.c) the GPU dispatch, never the CPU. */
+hcomm_status_t hc_p2p_recv_put(struct hcomm_request *req, size_t off, const void *data, size_t len)
+{
+    if (HC_LIKELY(!req->dev)) {
+        memcpy((char *)req->buf + off, data, len);
+        return HCOMM_OK;
+    }
+    hcomm_status_t st = hc_gpu_copy((char *)req->buf + off, &req->mem, data, NULL, len);
+    if (st == HCOMM_OK) return HCOMM_OK;
+    char saved[512];
+    snprintf(saved, sizeof(saved), "%s", hc_error_last());
+    return hc_error(st, "hcomm_recv: %zu bytes from rank %d into device memory: %s", len, req->peer,
+                    saved);
+}
+
+/* The same; false: the copy failed and req is complete with the error. */
+bool hc_p2p_recv_copy(struct hcomm_request *req, size_t off, const void *data, size_t len)
+{
+    hcomm_status_t st = hc_p2p_recv_put(req, off, data, len);
+    if (HC_LIKELY(st == HCOMM_OK)) return true;
+    if (!req->done) hc_request_complete(req, st);
+    return false;
+}
+
 static void hc_p2p_eager_recv(struct hcomm_request *req, const void *data, size_t len)
 {
     req->msg_len = len;
     if (HC_UNLIKELY(len != req->len)) {
-        if (len && len < req->len) memcpy(req->buf, data, len);
+        if (len && len < req->len && !hc_p2p_recv_copy(req, 0, data, len)) return;
         hc_p2p_size_mismatch(req, len);
         return;
     }
-    if (len) memcpy(req->buf, data, len);
+    if (len && !hc_p2p_recv_copy(req, 0, data, len)) return;
     hc_request_complete(req, HCOMM_OK);
 }
 
@@ -87,7 +112,10 @@ static void hc_p2p_eager_first(struct hcomm_request *req, hc_p2p_partial_t *pp, 
         hc_p2p_size_mismatch(req, total);
         return;
     }
-    memcpy(req->buf, data, len);
+    if (!hc_p2p_recv_copy(req, 0, data, len)) {
+        pp->req = NULL; /* its fragments are swallowed */
+        return;
+    }
     pp->req = req;
 }
 
@@ -101,8 +129,8 @@ static void hc_p2p_eager_cont(hc_peer_t *p, int wpeer, uint8_t lane, const void 
     }
     struct hcomm_request *req = pp->req;
     hc_unexp_t *u = pp->unexp;
-    if (req)
-        memcpy((char *)req->buf + pp->off, data, len);
+    if (req && !hc_p2p_recv_copy(req, pp->off, data, len))
+        pp->req = req = NULL; /* failed: the rest is swallowed */
     else if (u)
         memcpy(u->data + pp->off, data, len);
     pp->off += len;
@@ -264,11 +292,25 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
 hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf, size_t len,
                             int peer, int32_t tag, struct hcomm_request **req_p)
 {
+    return hc_p2p_irecv_mem(comm, ctx_id, buf, len, peer, tag, NULL, req_p);
+}
+
+hcomm_status_t hc_p2p_irecv_mem(struct hcomm_comm *comm, uint32_t ctx_id, void *buf, size_t len,
+                                int peer, int32_t tag, const hc_mem_attr_t *mem,
+                                struct hcomm_request **req_p)
+{
     bool any = peer == HCOMM_ANY_SOURCE;
     int wpeer = any ? -1 : comm->world_ranks[peer];
+    if (HC_UNLIKELY(mem && mem->type != HC_MEM_HOST && any))
+        return hc_error(HCOMM_ERR_INTERNAL,
+                        "hcomm_recv: a device buffer from any source must be staged");
     struct hcomm_request *req = hc_request_alloc(HC_REQ_RECV);
     if (HC_UNLIKELY(!req))
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_recv: no memory for a request");
+    if (mem && mem->type != HC_MEM_HOST) {
+        req->dev = true;
+        req->mem = *mem;
+    }
     hc_stats.recv_msgs++;
     hc_stats.recv_bytes += len;
     if (!any) hc_stats_peer_rx(wpeer, len);

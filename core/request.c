@@ -98,6 +98,7 @@ struct hcomm_request *hc_request_alloc(hc_req_kind_t kind)
     req->user = false;
     req->rndv = false;
     req->deferred = false;
+    req->dev = false;
     req->comm = NULL;
     req->done_bytes = 0;
     req->msg_len = 0;

@@ -23,6 +23,15 @@
  *   DATA frames -> (done when all are out)        DONE when all arrived
  *   NACK {sender id, status} ends a send the receiver refused (too large).
  *
+ * Device buffers (GPUDirect RDMA, core/gdr.c: req->dev): registered by
+ * dmabuf through the registration cache and moved only by get/write. The
+ * RTS carries HC_FRAME_FLAG_DEVICE when the sender's buffer is device
+ * memory. A stream would have the sender's CPU read its buffer, so
+ * a device sender is never streamed: a receiver that cannot get and may
+ * not ask for a write NACKs it, a device sender that gets a keyless CTS
+ * NACKs the receiver, both failing by name. A device receiver of a stream
+ * copies each DATA frame through the GPU dispatch.
+ *
  * Keys: a driver with HC_DRV_CAP_USER_REG needs user buffers registered:
  * pool memory has its keys from creation, other memory goes through the
  * registration cache and is held until the request ends. Drivers without it
@@ -56,6 +65,23 @@ static void hc_rndv_end(struct hcomm_request *req)
     }
     req->rndv_state = HC_RNDV_NONE;
     hc_rndv_release(req);
+}
+
+/* Key and descriptor of req's buffer (len bytes) for conn, held in
+ * req->rndv_held: host or device memory (req->dev). */
+static hcomm_status_t hc_rndv_key(hc_conn_t *conn, struct hcomm_request *req, size_t len,
+                                  uint64_t *key_p, hc_mem_desc_t *desc)
+{
+    return hc_mem_key_typed(conn->drv, req->buf, len, req->dev ? &req->mem : NULL, key_p, desc,
+                            &req->rndv_held);
+}
+
+/* A rendezvous moved req's device buffer by RMA (GPUDirect RDMA). */
+static void hc_rndv_count_direct(const struct hcomm_request *req, size_t bytes)
+{
+    if (!req->dev) return;
+    hc_stats.gdr_bytes += bytes;
+    hc_stats.gdr_rndv++;
 }
 
 static void hc_rndv_finish(struct hcomm_request *req, hcomm_status_t st)
@@ -109,7 +135,7 @@ hcomm_status_t hc_rndv_send(hc_peer_t *p, struct hcomm_request *req)
     hc_frame_rts_t rts = {.addr = (uint64_t)(uintptr_t)req->buf};
     hc_mem_desc_t desc;
     uint64_t key;
-    hcomm_status_t st = hc_mem_key_local(conn->drv, req->buf, req->len, &key, &desc, &req->rndv_held);
+    hcomm_status_t st = hc_rndv_key(conn, req, req->len, &key, &desc);
     if (st != HCOMM_OK)
         return st;
     /* Only a driver whose RMA needs keys gets one packed (shm's CMA reaches
@@ -134,6 +160,7 @@ hcomm_status_t hc_rndv_send(hc_peer_t *p, struct hcomm_request *req)
                           .b = hc_request_id(req)};
     if ((conn->caps & HC_CONN_CAP_WRITE) && hc_rndv_mode_allows(HC_RNDV_MODE_WRITE))
         hdr.flags |= HC_FRAME_FLAG_CAN_WRITE;
+    if (req->dev) hdr.flags |= HC_FRAME_FLAG_DEVICE;
     hc_rndv_wait(req, HC_RNDV_RTS_SENT);
     st = hc_p2p_put(p, &hdr, &rts, NULL);
     if (st != HCOMM_OK)
@@ -152,6 +179,7 @@ bool hc_rndv_offer_parse(const hc_frame_hdr_t *hdr, const void *payload, hc_rndv
         return false;
     o->addr = rts.addr;
     o->can_write = (hdr->flags & HC_FRAME_FLAG_CAN_WRITE) != 0;
+    o->device = (hdr->flags & HC_FRAME_FLAG_DEVICE) != 0;
     o->rkey_len = rts.rkey_len;
     memcpy(o->rkey, rts.rkey, rts.rkey_len);
     return true;
@@ -166,8 +194,7 @@ static bool hc_rndv_try_get(struct hcomm_request *req, hc_peer_t *p, uint64_t si
     hc_rkey_t *rkey = NULL;
     hc_mem_desc_t desc;
     uint64_t lkey;
-    hcomm_status_t st = hc_mem_key_local(conn->drv, req->buf, req->msg_len, &lkey, &desc,
-                                          &req->rndv_held);
+    hcomm_status_t st = hc_rndv_key(conn, req, req->msg_len, &lkey, &desc);
     if (st == HCOMM_OK)
         st = conn->ops->rkey_unpack(conn, o->rkey, o->rkey_len, &rkey);
     if (st != HCOMM_OK) {
@@ -191,6 +218,7 @@ static bool hc_rndv_try_get(struct hcomm_request *req, hc_peer_t *p, uint64_t si
         return true; /* hc_rndv_rma_done finishes it */
     if (st == HCOMM_OK) {
         hc_stats.rndv_get++;
+        hc_rndv_count_direct(req, req->msg_len);
         hc_p2p_control(p, HC_FRAME_FIN, req->ctx_id, sid, 0);
         hc_rndv_recv_finish(req);
         return true;
@@ -222,7 +250,7 @@ void hc_rndv_matched(struct hcomm_request *req, hc_peer_t *p, size_t size, uint6
         hc_mem_desc_t desc;
         uint64_t key;
         size_t klen = sizeof(cts.rkey);
-        hcomm_status_t st = hc_mem_key_local(conn->drv, req->buf, size, &key, &desc, &req->rndv_held);
+        hcomm_status_t st = hc_rndv_key(conn, req, size, &key, &desc);
         if (st == HCOMM_OK && (conn->ops->caps & HC_DRV_CAP_USER_REG))
             st = conn->ops->rkey_pack(conn->drv, key, &desc, cts.rkey, &klen);
         else if (st == HCOMM_OK)
@@ -233,6 +261,17 @@ void hc_rndv_matched(struct hcomm_request *req, hc_peer_t *p, size_t size, uint6
         } else {
             hc_rndv_release(req);
         }
+    }
+    if (!hdr.len && o->device) {
+        /* A stream would have the sender's CPU read its device buffer. */
+        hc_rndv_release(req);
+        hc_p2p_control(p, HC_FRAME_NACK, req->ctx_id, sid, (uint64_t)(-HCOMM_ERR_UNSUPPORTED));
+        hc_rndv_finish(req, hc_error(HCOMM_ERR_UNSUPPORTED,
+                                     "hcomm_recv: rank %d sends %zu bytes from device memory, "
+                                     "which %s can neither get nor have written here (HCOMM_RNDV=%s"
+                                     "): a stream would read it with the CPU",
+                                     req->peer, size, conn->ops->name, hc_cfg.rndv));
+        return;
     }
     hc_rndv_wait(req, HC_RNDV_CTS_SENT);
     if (hdr.len)
@@ -285,6 +324,26 @@ static hcomm_status_t hc_rndv_stream_start(hc_peer_t *p, struct hcomm_request *s
     return HCOMM_OK;
 }
 
+/* Sender of a device buffer: a CTS without a key asks for a stream, which
+ * would read the buffer with the CPU. Refused: the receiver is told. */
+static void hc_rndv_no_stream(hc_peer_t *p, struct hcomm_request *sreq, uint64_t rid)
+{
+    hc_p2p_control(p, HC_FRAME_NACK, sreq->ctx_id, rid, (uint64_t)(-HCOMM_ERR_UNSUPPORTED));
+    hc_rndv_finish(sreq, hc_error(HCOMM_ERR_UNSUPPORTED,
+                                  "hcomm_send: rank %d asked for the %zu-byte device buffer as a "
+                                  "stream of frames over %s, which would read it with the CPU "
+                                  "(HCOMM_RNDV=%s; GPUDirect RDMA needs a get or a write)",
+                                  sreq->peer, sreq->len, p->conn->ops->name, hc_cfg.rndv));
+}
+
+static const char *hc_rndv_nack_why(hcomm_status_t st)
+{
+    if (st == HCOMM_ERR_TRUNCATED) return "receive buffer too small";
+    if (st == HCOMM_ERR_UNSUPPORTED)
+        return "it can neither get nor ask for a write of device memory, and will not stream it";
+    return "its get failed";
+}
+
 /* Sender: a CTS with the receiver's key: write the data, then FIN. */
 static void hc_rndv_write(hc_peer_t *p, struct hcomm_request *sreq, uint64_t rid,
                           const void *payload, size_t plen)
@@ -314,7 +373,7 @@ static void hc_rndv_write(hc_peer_t *p, struct hcomm_request *sreq, uint64_t rid
     uint64_t lkey = 0;
     hc_mem_desc_t desc;
     if (!sreq->rndv_held)
-        st = hc_mem_key_local(conn->drv, sreq->buf, sreq->len, &lkey, &desc, &sreq->rndv_held);
+        st = hc_rndv_key(conn, sreq, sreq->len, &lkey, &desc);
     else
         lkey = sreq->rndv_held->keys[conn->drv->index];
     if (st == HCOMM_OK)
@@ -337,6 +396,7 @@ static void hc_rndv_write(hc_peer_t *p, struct hcomm_request *sreq, uint64_t rid
     if (st == HCOMM_IN_PROGRESS)
         return;
     if (st == HCOMM_OK) {
+        hc_rndv_count_direct(sreq, sreq->len);
         hc_p2p_control(p, HC_FRAME_FIN, sreq->ctx_id, rid, 0);
         hc_rndv_finish(sreq, HCOMM_OK);
         return;
@@ -367,6 +427,7 @@ void hc_rndv_rma_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t 
         return;
     }
     hc_p2p_control(p, HC_FRAME_FIN, req->ctx_id, req->remote_id, 0);
+    hc_rndv_count_direct(req, get ? req->msg_len : req->len);
     if (get) {
         hc_stats.rndv_get++;
         hc_rndv_recv_finish(req);
@@ -386,41 +447,48 @@ void hc_rndv_frame(hc_peer_t *p, int wpeer, const hc_frame_hdr_t *hdr, const voi
         }
         if (hdr->len) {
             hc_rndv_write(p, req, hdr->b, payload, hdr->len);
+        } else if (req->dev) {
+            hc_rndv_no_stream(p, req, hdr->b);
         } else if (hc_rndv_stream_start(p, req, hdr->b) != HCOMM_OK) {
             hc_rndv_finish(req, HCOMM_ERR_NO_MEMORY);
         }
         return;
-    case HC_FRAME_DATA:
+    case HC_FRAME_DATA: {
         if (!req || req->kind != HC_REQ_RECV || req->rndv_state != HC_RNDV_CTS_SENT ||
             req->done || hdr->b + hdr->len > req->msg_len) {
             hc_log_debug("stale DATA from rank %d dropped", wpeer);
             return;
         }
-        memcpy((char *)req->buf + hdr->b, payload, hdr->len);
+        hcomm_status_t st = hc_p2p_recv_put(req, hdr->b, payload, hdr->len);
+        if (HC_UNLIKELY(st != HCOMM_OK)) {
+            hc_rndv_finish(req, st);
+            return;
+        }
         req->done_bytes += hdr->len;
         if (req->done_bytes == req->msg_len)
             hc_rndv_recv_finish(req);
         return;
+    }
     case HC_FRAME_FIN:
     case HC_FRAME_NACK:
         if (!req || req->done)
             return;
         if (req->kind == HC_REQ_SEND && req->rndv_state == HC_RNDV_RTS_SENT) {
-            if (hdr->type == HC_FRAME_FIN)
+            if (hdr->type == HC_FRAME_FIN) {
+                hc_rndv_count_direct(req, req->len); /* the receiver got it */
                 hc_rndv_finish(req, HCOMM_OK);
-            else
-                hc_rndv_finish(req,
-                               hc_error((hcomm_status_t)(-(int64_t)hdr->b),
-                                        "hcomm_send: rank %d rejected the %zu-byte message "
-                                        "(tag %d): %s",
-                                        req->peer, req->len, req->tag,
-                                        (hcomm_status_t)(-(int64_t)hdr->b) == HCOMM_ERR_TRUNCATED
-                                            ? "receive buffer too small"
-                                            : "its get failed"));
+            } else {
+                hc_rndv_finish(req, hc_error((hcomm_status_t)(-(int64_t)hdr->b),
+                                             "hcomm_send: rank %d rejected the %zu-byte message "
+                                             "(tag %d): %s",
+                                             req->peer, req->len, req->tag,
+                                             hc_rndv_nack_why((hcomm_status_t)(-(int64_t)hdr->b))));
+            }
         } else if (req->kind == HC_REQ_RECV && req->rndv_state == HC_RNDV_CTS_SENT) {
             /* A write-based rendezvous: the sender wrote everything (FIN) or
              * failed (NACK). */
             if (hdr->type == HC_FRAME_FIN) {
+                hc_rndv_count_direct(req, req->msg_len); /* the sender wrote it */
                 hc_rndv_recv_finish(req);
             } else {
                 hc_rndv_finish(req, hc_error((hcomm_status_t)(-(int64_t)hdr->b),

@@ -29,6 +29,7 @@
 #define HC_DRV_H
 
 #include "base/hc_base.h"
+#include "gpu/gpu.h"
 
 #include <sys/types.h>
 
@@ -89,6 +90,10 @@ _Static_assert(sizeof(hc_frame_hdr_t) == 32, "frame header is 32 bytes on the wi
  * even of its own lane (rendezvous DATA, placed by offset): a driver may
  * send it on any channel. Frames without it keep their order in their lane. */
 #define HC_FRAME_FLAG_UNORDERED 0x04
+/* hdr.flags of an RTS: the sender's buffer is device memory (GPUDirect
+ * RDMA, docs/gpu.md): the receiver must get it or ask for a write, never a
+ * stream of DATA frames, which the sender's CPU would read. */
+#define HC_FRAME_FLAG_DEVICE 0x08
 
 /* ---- memory keys ---------------------------------------------------------
  * Memory a driver may have to reach is registered with it once: library
@@ -113,6 +118,15 @@ typedef struct hc_mem_desc {
     const uint64_t *iovas; /* IO address of each page (len / page_size), NULL when unknown */
     int numa_node;         /* -1 unknown */
     bool user;             /* user memory (registration cache), not a library region */
+    /* What memory it is (gpu/gpu.h). HC_MEM_DEVICE is offered only to a
+     * driver whose mem_types has it: addr is then a device address the CPU
+     * must never touch, and the device's bytes are dmabuf_fd from
+     * dmabuf_offset on (the GPU layer's dmabuf_fd; valid during mem_reg
+     * only: a driver keeps what it maps or registers, not the fd). */
+    hc_mem_type_t mem_type;
+    int device;             /* -1 for host memory */
+    int dmabuf_fd;          /* -1 for host memory */
+    uint64_t dmabuf_offset; /* of addr in dmabuf_fd */
 } hc_mem_desc_t;
 
 typedef struct hc_rkey hc_rkey_t; /* each driver defines its own */
@@ -226,6 +240,11 @@ struct hc_drv_ops {
     int scope;        /* HC_DRV_SCOPE_* */
     int priority;     /* ladder order inside a scope: higher is tried first */
     uint32_t caps;    /* HC_DRV_CAP_* */
+    /* Memory types (1u << HC_MEM_*) that mem_reg, get and write move with no
+     * CPU touch (NCCL's ptrSupport): device memory by dmabuf. 0 (the
+     * default) reads as host only; the core then stages device buffers
+     * through host memory for this driver (docs/gpu.md, "GPUDirect RDMA"). */
+    uint32_t mem_types;
 
     /* Can this driver run here? On no, write why (for hcomm_info / logs).
      * HCOMM_ERR_INVALID means one of the driver's settings has a bad value
@@ -346,6 +365,13 @@ bool hc_drv_progress_is_noop(const struct hc_drv_ops *ops);
 /* True when the driver registers memory with a device (its own mem_reg:
  * verbs, mlx5, dpdk), which locks it against RLIMIT_MEMLOCK. */
 bool hc_drv_registers_memory(const struct hc_drv_ops *ops);
+
+/* Whether the driver's RMA moves memory of type t with no CPU touch
+ * (ops->mem_types; host memory always). */
+static inline bool hc_drv_moves(const struct hc_drv_ops *ops, hc_mem_type_t t)
+{
+    return t == HC_MEM_HOST || (ops->mem_types & (1u << t)) != 0;
+}
 
 /* Writes "name: reason" lines for every registered driver (hcomm_info). */
 void hc_drv_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg), void *arg);

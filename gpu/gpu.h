@@ -194,6 +194,11 @@ hcomm_status_t hc_gpu_mem_type(const void *ptr, size_t len, hc_mem_attr_t *attr_
 /* Called by a backend when [base, base + len) stops being what it was (a
  * free, an IPC close): cache entries that overlap it are dropped. */
 void hc_gpu_range_freed(uintptr_t base, size_t len);
+/* Who else must forget a freed range: mem/'s registration cache (device
+ * memory registered with a NIC by dmabuf) sets it at hc_mem_init. It is
+ * called by hc_gpu_range_freed, under the backend's locks: it must only
+ * unlink records (no deregistration, no backend call). NULL: nobody. */
+extern void (*hc_gpu_free_listener)(uintptr_t base, size_t len);
 /* Cache counters (tests, stats): lookups answered from the cache, and
  * backend queries. */
 void hc_gpu_cache_counters(uint64_t *hits_p, uint64_t *queries_p);

@@ -80,12 +80,16 @@ out:
     pthread_mutex_unlock(&hc_gpu_cache.lock);
 }
 
+void (*hc_gpu_free_listener)(uintptr_t base, size_t len);
+
 void hc_gpu_range_freed(uintptr_t base, size_t len)
 {
     pthread_mutex_lock(&hc_gpu_cache.lock);
     hc_gpu_cache.gen++;
     hc_gpu_cache_drop(base, base + len);
     pthread_mutex_unlock(&hc_gpu_cache.lock);
+    void (*listener)(uintptr_t, size_t) = __atomic_load_n(&hc_gpu_free_listener, __ATOMIC_ACQUIRE);
+    if (listener) listener(base, len);
 }
 
 void hc_gpu_cache_clear(void)

@@ -12,6 +12,7 @@
 #define HC_MEM_H
 
 #include "base/hc_base.h"
+#include "gpu/gpu.h"
 
 #define HC_MEM_MAX_KEYS HC_MAX_DRIVERS /* one registration key per open driver */
 
@@ -34,6 +35,14 @@ typedef struct hc_mem_region {
     uint32_t kind;   /* internal: pool chunk, large/fallback allocation, user, peer, cache */
     bool registered; /* the reg hook accepted it (keys[] are valid) */
     uint64_t keys[HC_MEM_MAX_KEYS]; /* driver registration keys, by driver index */
+    /* Device memory (registration-cache records only; else HC_MEM_HOST):
+     * the whole allocation, its device and id, and while the reg hook runs
+     * the GPU layer's dmabuf fd of it (-1 otherwise). */
+    hc_mem_type_t mem_type;
+    int device;
+    uint64_t alloc_id;
+    int dmabuf_fd;
+    uint64_t dmabuf_offset;
 } hc_mem_region_t;
 
 /* Reads HCOMM_MEM_* / HCOMM_HUGEPAGE_SIZE from hc_cfg, creates the initial
@@ -105,6 +114,16 @@ hcomm_status_t hc_mem_free(void *ptr);
  *
  * Thread-safe. Not to be called from a registration hook. */
 hcomm_status_t hc_mem_reg_cache_get(const void *ptr, size_t len, hc_mem_region_t **region_p);
+/* The same for memory of any type (attr: hc_gpu_mem_type's answer for the
+ * range; NULL or HOST: hc_mem_reg_cache_get). Device memory is keyed on
+ * (range, type, allocation id) and a record covers the whole allocation,
+ * registered by dmabuf (the GPU layer's dmabuf_fd) with the drivers that
+ * move device memory (the core's hook decides which). A record dies when
+ * the GPU layer reports its range freed (hc_gpu_range_freed), and a record
+ * of another allocation id is never found: a freed and re-used address
+ * gets a new registration. */
+hcomm_status_t hc_mem_reg_cache_get_typed(const void *ptr, size_t len, const hc_mem_attr_t *attr,
+                                          hc_mem_region_t **region_p);
 void hc_mem_reg_cache_put(hc_mem_region_t *region);
 void hc_mem_reg_cache_invalidate(const void *ptr, size_t len);
 

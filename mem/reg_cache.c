@@ -42,8 +42,10 @@
 #include "base/config.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef enum {
     HC_RC_CACHED,  /* in the LRU list: found by get */
@@ -188,11 +190,17 @@ static void hc_mem_rc_retire_range(uintptr_t start, uintptr_t end)
     }
 }
 
-static hc_mem_rc_entry_t *hc_mem_rc_find(uintptr_t start, uintptr_t end)
+/* The record covering [start, end) of memory type `type` (for device
+ * memory: of allocation alloc_id, so that a re-used address never finds
+ * the record of the memory that was there before). */
+static hc_mem_rc_entry_t *hc_mem_rc_find(uintptr_t start, uintptr_t end, hc_mem_type_t type,
+                                         uint64_t alloc_id)
 {
     for (hc_mem_rc_entry_t *e = hc_mem_rc.lru.head; e; e = e->next) {
         uintptr_t b = (uintptr_t)e->r.base;
-        if (b <= start && b + e->r.size >= end) return e;
+        if (b <= start && b + e->r.size >= end && e->r.mem_type == type &&
+            e->r.alloc_id == alloc_id)
+            return e;
     }
     return NULL;
 }
@@ -352,8 +360,31 @@ static void hc_mem_rc_atfork_once(void)
 
 /* ---- API ---------------------------------------------------------------- */
 
-/* A new record of [start, start+size), registered, one reference. */
-static hcomm_status_t hc_mem_rc_register(uintptr_t start, size_t size, hc_mem_rc_entry_t **e_p)
+/* Device memory: the dmabuf fd of the record's range for the reg hook. */
+static hcomm_status_t hc_mem_rc_dmabuf(hc_mem_region_t *r)
+{
+    const hc_gpu_ops_t *ops = hc_gpu_backend();
+    if (!ops)
+        return hc_error(HCOMM_ERR_UNSUPPORTED,
+                        "registration of device memory at %p: no GPU "
+                        "backend",
+                        r->base);
+    hcomm_status_t st = ops->dmabuf_fd(r->base, r->size, &r->dmabuf_fd, &r->dmabuf_offset);
+    if (st != HCOMM_OK) {
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", hc_error_last());
+        r->dmabuf_fd = -1;
+        return hc_error(st, "registration of %zu bytes of device memory at %p (device %d): %s",
+                        r->size, r->base, r->device, saved);
+    }
+    return HCOMM_OK;
+}
+
+/* A new record of [start, start+size) of memory attr (NULL: host),
+ * registered, one reference. A device record's dmabuf fd is open only
+ * while the hook runs: the drivers keep their own mapping or MR. */
+static hcomm_status_t hc_mem_rc_register(uintptr_t start, size_t size, const hc_mem_attr_t *attr,
+                                         hc_mem_rc_entry_t **e_p)
 {
     hc_mem_rc_entry_t *e = calloc(1, sizeof(*e));
     if (!e) return hc_error(HCOMM_ERR_NO_MEMORY, "hc_mem_reg_cache_get: cache record");
@@ -365,17 +396,106 @@ static hcomm_status_t hc_mem_rc_register(uintptr_t start, size_t size, hc_mem_rc
     e->r.flags = HC_MEM_USER;
     e->r.kind = HC_MEM_KIND_CACHE;
     e->r.id = UINT32_MAX; /* not in the region table */
+    e->r.mem_type = attr ? attr->type : HC_MEM_HOST;
+    e->r.device = attr ? attr->device : -1;
+    e->r.alloc_id = attr ? attr->alloc_id : 0;
+    e->r.dmabuf_fd = -1;
     e->refs = 1;
+    hcomm_status_t st = HCOMM_OK;
+    if (e->r.mem_type == HC_MEM_DEVICE && (st = hc_mem_rc_dmabuf(&e->r)) != HCOMM_OK) {
+        free(e);
+        return st;
+    }
     pthread_mutex_lock(&hc_mem_g.lock);
     e->epoch = atomic_load(&hc_mem_rc.epoch);
-    hcomm_status_t st = hc_mem_region_reg_locked(&e->r);
+    st = hc_mem_region_reg_locked(&e->r);
     pthread_mutex_unlock(&hc_mem_g.lock);
+    if (e->r.dmabuf_fd >= 0) {
+        close(e->r.dmabuf_fd);
+        e->r.dmabuf_fd = -1;
+    }
     if (st != HCOMM_OK) {
         free(e);
         return st;
     }
     *e_p = e;
     return HCOMM_OK;
+}
+
+/* Finds or registers the record of [start, end) (attr: its memory, NULL
+ * for host), one reference. */
+static hcomm_status_t hc_mem_rc_get_range(uintptr_t start, uintptr_t end, const hc_mem_attr_t *attr,
+                                          hc_mem_region_t **region_p)
+{
+    size_t size = (size_t)(end - start);
+    hc_mem_type_t type = attr ? attr->type : HC_MEM_HOST;
+    uint64_t id = attr ? attr->alloc_id : 0;
+    bool cacheable = size <= hc_cfg.reg_cache_max_bytes;
+    hc_mem_rc_entry_t *e;
+
+    if (cacheable) {
+        hc_mem_rc_lock();
+        e = hc_mem_rc_find(start, end, type, id);
+        if (e) {
+            hc_mem_rc.hits++;
+            hc_mem_rc_hit(e);
+            hc_mem_rc_unlock();
+            *region_p = &e->r;
+            return HCOMM_OK;
+        }
+        hc_mem_rc.misses++;
+        hc_mem_rc_unlock();
+    }
+    hcomm_status_t st = hc_mem_rc_register(start, size, attr, &e);
+    if (st != HCOMM_OK) return st;
+
+    hc_mem_rc_lock();
+    hc_mem_rc_entry_t *raced = cacheable ? hc_mem_rc_find(start, end, type, id) : NULL;
+    if (raced) {
+        /* Another thread registered the range meanwhile: use its record. */
+        hc_mem_rc_hit(raced);
+        e->refs = 0;
+        e->state = HC_RC_ZOMBIE;
+        hc_mem_rc_list_push(&hc_mem_rc.zombies, e);
+        atomic_store_explicit(&hc_mem_rc.zombies_pending, true, memory_order_relaxed);
+        e = raced;
+    } else if (cacheable && hc_mem_rc_make_room(size)) {
+        hc_mem_rc_insert(e);
+    } else {
+        e->state = HC_RC_PRIVATE;
+        hc_mem_rc_list_push(&hc_mem_rc.out, e);
+        hc_mem_rc.uncached++;
+    }
+    hc_mem_rc_unlock();
+    hc_mem_rc_drain();
+    *region_p = &e->r;
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_mem_reg_cache_get_typed(const void *ptr, size_t len, const hc_mem_attr_t *attr,
+                                          hc_mem_region_t **region_p)
+{
+    if (!attr || attr->type == HC_MEM_HOST) return hc_mem_reg_cache_get(ptr, len, region_p);
+    if (!ptr || !region_p || len == 0 || (uintptr_t)ptr + len < (uintptr_t)ptr)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "hc_mem_reg_cache_get_typed: bad range (%p, %zu) or "
+                        "region_p NULL",
+                        ptr, len);
+    if (attr->type != HC_MEM_DEVICE)
+        return hc_error(HCOMM_ERR_UNSUPPORTED,
+                        "registration of %s memory at %p: only host and "
+                        "device memory are registered",
+                        hc_mem_type_name(attr->type), ptr);
+    uintptr_t start = attr->base, end = attr->base + attr->length;
+    if (!hc_mem_g.initialized)
+        return hc_error(HCOMM_ERR_NOT_INITIALIZED, "hc_mem_reg_cache_get: hc_mem_init not called");
+    if ((uintptr_t)ptr < start || (uintptr_t)ptr + len > end)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "registration of device memory [%p, +%zu): outside "
+                        "its allocation [%#lx, +%zu)",
+                        ptr, len, (unsigned long)start, attr->length);
+    hc_mem_rc_drain();
+    return hc_mem_rc_get_range(start, end, attr, region_p);
 }
 
 hcomm_status_t hc_mem_reg_cache_get(const void *ptr, size_t len, hc_mem_region_t **region_p)
@@ -397,47 +517,7 @@ hcomm_status_t hc_mem_reg_cache_get(const void *ptr, size_t len, hc_mem_region_t
     hc_mem_rc_drain();
     uintptr_t start = (uintptr_t)ptr & ~(uintptr_t)(hc_mem_g.base_page - 1);
     uintptr_t end = HC_ALIGN_UP((uintptr_t)ptr + len, hc_mem_g.base_page);
-    size_t size = (size_t)(end - start);
-    bool cacheable = size <= hc_cfg.reg_cache_max_bytes;
-    hc_mem_rc_entry_t *e;
-
-    if (cacheable) {
-        hc_mem_rc_lock();
-        e = hc_mem_rc_find(start, end);
-        if (e) {
-            hc_mem_rc.hits++;
-            hc_mem_rc_hit(e);
-            hc_mem_rc_unlock();
-            *region_p = &e->r;
-            return HCOMM_OK;
-        }
-        hc_mem_rc.misses++;
-        hc_mem_rc_unlock();
-    }
-    hcomm_status_t st = hc_mem_rc_register(start, size, &e);
-    if (st != HCOMM_OK) return st;
-
-    hc_mem_rc_lock();
-    hc_mem_rc_entry_t *raced = cacheable ? hc_mem_rc_find(start, end) : NULL;
-    if (raced) {
-        /* Another thread registered the range meanwhile: use its record. */
-        hc_mem_rc_hit(raced);
-        e->refs = 0;
-        e->state = HC_RC_ZOMBIE;
-        hc_mem_rc_list_push(&hc_mem_rc.zombies, e);
-        atomic_store_explicit(&hc_mem_rc.zombies_pending, true, memory_order_relaxed);
-        e = raced;
-    } else if (cacheable && hc_mem_rc_make_room(size)) {
-        hc_mem_rc_insert(e);
-    } else {
-        e->state = HC_RC_PRIVATE;
-        hc_mem_rc_list_push(&hc_mem_rc.out, e);
-        hc_mem_rc.uncached++;
-    }
-    hc_mem_rc_unlock();
-    hc_mem_rc_drain();
-    *region_p = &e->r;
-    return HCOMM_OK;
+    return hc_mem_rc_get_range(start, end, NULL, region_p);
 }
 
 void hc_mem_reg_cache_put(hc_mem_region_t *region)
@@ -496,10 +576,18 @@ void hc_mem_reg_cache_flush(void)
                      kept);
 }
 
+/* The GPU layer freed [base, base + len) (hc_gpu_free_listener): its
+ * records leave the cache; the next get, put or drain deregisters them. */
+static void hc_mem_rc_gpu_freed(uintptr_t base, size_t len)
+{
+    hc_mem_reg_cache_unmapped((const void *)base, len);
+}
+
 void hc_mem_reg_cache_init(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, hc_mem_rc_atfork_once);
+    __atomic_store_n(&hc_gpu_free_listener, hc_mem_rc_gpu_freed, __ATOMIC_RELEASE);
     hc_mem_rc_lock();
     hc_mem_rc.hits = hc_mem_rc.misses = hc_mem_rc.evictions = hc_mem_rc.uncached = 0;
     hc_mem_rc.hooks_wanted = hc_cfg.mem_hooks;
@@ -511,6 +599,7 @@ void hc_mem_reg_cache_init(void)
 
 void hc_mem_reg_cache_finalize(void)
 {
+    __atomic_store_n(&hc_gpu_free_listener, NULL, __ATOMIC_RELEASE);
     hc_mem_rc_entry_t *held = NULL;
     size_t nheld = 0;
     uint64_t refs = 0;

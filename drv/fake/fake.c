@@ -457,6 +457,7 @@ static void hc_fake_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
     kv("puts_refused", d->n_again, arg);
     kv("puts_late", d->n_async, arg);
     kv("frames_overtaken", d->n_overtaken, arg);
+    kv("device_regs", d->n_dev_regs, arg);
 }
 
 static const struct hc_drv_ops hc_fake_ops = {
@@ -464,6 +465,7 @@ static const struct hc_drv_ops hc_fake_ops = {
     .scope = HC_DRV_SCOPE_NET,
     .priority = 0,
     .caps = HC_DRV_CAP_USER_REG,
+    .mem_types = 1u << HC_MEM_DEVICE, /* by mapping the dmabuf fd, as a NIC would */
     .probe = hc_fake_probe,
     .open = hc_fake_open,
     .addr_pack = hc_fake_addr_pack,

@@ -35,6 +35,12 @@
  * peer still reads it. The bytes move with process_vm_readv/_writev. There
  * is no rkey_ptr (ERR_UNSUPPORTED).
  *
+ * Device memory (GPUDirect RDMA, mem_types HC_MEM_DEVICE): mem_reg maps the
+ * GPU layer's dmabuf fd a second time, as a NIC maps a dmabuf for DMA; the
+ * registration table keeps that mapping's address (dma), and get/write
+ * move the bytes between the two processes' mappings, never through the
+ * device pointer (PROT_NONE under the GPU model).
+ *
  * Faults, from this driver's knobs (hc_fake_knobs below, read with the
  * others at init). Percentages are 0..100; every default is 0 (no faults).
  *   HCOMM_FAKE_SEED=N       seed of the fault PRNG (default: pid and clock);
@@ -134,11 +140,16 @@ typedef struct {
     uint64_t key; /* hash of the job key */
 } hc_fake_hello_t;
 
-/* A registration. handle 0: free slot. */
+/* A registration. handle 0: free slot. dma: where the owner's process
+ * reaches base's bytes, as a NIC's DMA would: base itself for host memory;
+ * for device memory (registered by dmabuf) a second mapping of the dmabuf
+ * fd, [map, map + map_len), made by mem_reg and unmapped by mem_dereg. */
 typedef struct {
     uint64_t handle;
     uint64_t base;
     uint64_t len;
+    uint64_t dma;
+    uint64_t map, map_len;
 } hc_fake_reg_t;
 
 /* Packed remote key. */
@@ -251,6 +262,7 @@ struct hc_fake_drv {
     /* counters, logged at close */
     uint64_t n_put, n_again, n_async, n_rma, n_rma_async, n_drops;
     uint64_t n_overtaken; /* frames sent before an earlier frame of another lane */
+    uint64_t n_dev_regs;  /* device memory registered by dmabuf (GPUDirect RDMA) */
 };
 
 /* HCOMM_FAKE_* (fake.c's knob table). 0 seed: from the pid and the clock; 0 drop: never. */

@@ -4,6 +4,8 @@
  */
 #include "drv/fake/fake.h"
 
+#include <sys/mman.h>
+
 /* ---- sending ---------------------------------------------------------------------------- */
 
 /* Opens the sending socket to c's peer and writes the hello. Errors are
@@ -194,6 +196,29 @@ static hc_fake_reg_t *hc_fake_reg_find(hc_fake_drv_t *d, uint64_t key)
     return &d->regs[slot];
 }
 
+/* Device memory: a second mapping of its dmabuf fd, as a NIC's DMA. */
+static hcomm_status_t hc_fake_map_dmabuf(const hc_mem_desc_t *desc, hc_fake_reg_t *reg)
+{
+    if (desc->mem_type != HC_MEM_DEVICE || desc->dmabuf_fd < 0)
+        return hc_error(HCOMM_ERR_UNSUPPORTED,
+                        "fake mem_reg: %s memory at %p without a dmabuf fd cannot be registered",
+                        hc_mem_type_name(desc->mem_type), desc->addr);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t off = desc->dmabuf_offset & ~(page - 1), skip = desc->dmabuf_offset - off;
+    size_t map_len = HC_ALIGN_UP(desc->len + skip, page);
+    void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                   desc->dmabuf_fd, (off_t)off);
+    if (m == MAP_FAILED)
+        return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
+                              "fake mem_reg: mmap of dmabuf fd %d (%zu bytes at offset %llu) for "
+                              "device memory at %p",
+                              desc->dmabuf_fd, map_len, (unsigned long long)off, desc->addr);
+    reg->map = (uint64_t)(uintptr_t)m;
+    reg->map_len = map_len;
+    reg->dma = reg->map + skip;
+    return HCOMM_OK;
+}
+
 hcomm_status_t hc_fake_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64_t *key_p)
 {
     hc_fake_drv_t *d = (hc_fake_drv_t *)drv;
@@ -203,11 +228,19 @@ hcomm_status_t hc_fake_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64_
     if (d->nfree == 0)
         return hc_error(HCOMM_ERR_NO_MEMORY, "fake mem_reg: all %u registrations in use",
                         HC_FAKE_REG_SLOTS);
+    hc_fake_reg_t reg = {.base = (uint64_t)(uintptr_t)desc->addr,
+                         .len = desc->len,
+                         .dma = (uint64_t)(uintptr_t)desc->addr};
+    if (desc->mem_type != HC_MEM_HOST) {
+        hcomm_status_t st = hc_fake_map_dmabuf(desc, &reg);
+        if (st != HCOMM_OK) return st;
+        d->n_dev_regs++;
+    }
     uint32_t slot = d->reg_free[--d->nfree];
     uint64_t handle = (hc_fake_mix(++d->reg_gen) << HC_FAKE_SLOT_BITS) | slot;
     if ((handle >> HC_FAKE_SLOT_BITS) == 0) handle |= 1ull << 63; /* never 0, whatever the slot */
-    d->regs[slot] = (hc_fake_reg_t){
-        .handle = handle, .base = (uint64_t)(uintptr_t)desc->addr, .len = desc->len};
+    reg.handle = handle;
+    d->regs[slot] = reg;
     *key_p = handle;
     return HCOMM_OK;
 }
@@ -229,6 +262,8 @@ void hc_fake_mem_dereg(hc_drv_t *drv, uint64_t key)
                         (unsigned long long)key, op->write ? "write" : "get", op->conn->name);
     }
     __atomic_store_n(&r->handle, 0, __ATOMIC_RELEASE);
+    if (r->map) munmap((void *)(uintptr_t)r->map, r->map_len);
+    r->map = 0;
     d->reg_free[d->nfree++] = (uint32_t)(r - d->regs);
 }
 
@@ -305,7 +340,8 @@ hcomm_status_t hc_fake_rkey_ptr(hc_conn_t *conn, const hc_rkey_t *rkey, uint64_t
 
 /* Every key check of one transfer; the message names the bad key. */
 static hcomm_status_t hc_fake_rma_check(hc_fake_conn_t *c, const hc_rma_t *rma,
-                                        const hc_rkey_t *rkey, bool write)
+                                        const hc_rkey_t *rkey, bool write, uint64_t *ldma_p,
+                                        uint64_t *rdma_p)
 {
     hc_fake_drv_t *d = c->drv;
     const char *what = write ? "write to" : "get from";
@@ -352,16 +388,19 @@ static hcomm_status_t hc_fake_rma_check(hc_fake_conn_t *c, const hc_rma_t *rma,
                         "fake %s %s: rkey %016llx is no longer registered there (deregistered "
                         "before the transfer)",
                         what, c->name, (unsigned long long)w->handle);
+    /* Where the bytes are reached: device memory through the dmabuf mappings. */
+    *ldma_p = r->dma + (local - r->base);
+    *rdma_p = theirs.dma + (remote - theirs.base);
     return HCOMM_OK;
 }
 
-static hcomm_status_t hc_fake_rma_move(hc_fake_conn_t *c, const hc_rma_t *rma, bool write)
+static hcomm_status_t hc_fake_rma_move(hc_fake_conn_t *c, const hc_rma_t *rma, bool write,
+                                       uint64_t ldma, uint64_t rdma)
 {
     size_t done = 0;
     while (done < rma->len) {
-        struct iovec l = {.iov_base = (char *)rma->local + done, .iov_len = rma->len - done};
-        struct iovec r = {.iov_base = (void *)(uintptr_t)(rma->remote_addr + done),
-                          .iov_len = rma->len - done};
+        struct iovec l = {.iov_base = (char *)(uintptr_t)ldma + done, .iov_len = rma->len - done};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(rdma + done), .iov_len = rma->len - done};
         ssize_t n = write ? process_vm_writev((pid_t)c->addr.pid, &l, 1, &r, 1, 0)
                           : process_vm_readv((pid_t)c->addr.pid, &l, 1, &r, 1, 0);
         if (n <= 0)
@@ -378,7 +417,8 @@ static hcomm_status_t hc_fake_rma(hc_conn_t *conn, const hc_rma_t *rma, bool wri
     hc_fake_drv_t *d = c->drv;
     if (HC_UNLIKELY(c->failed))
         return hc_error(HCOMM_ERR_PEER_FAILED, "fake: connection to %s failed", c->name);
-    hcomm_status_t st = hc_fake_rma_check(c, rma, rma->rkey, write);
+    uint64_t ldma, rdma;
+    hcomm_status_t st = hc_fake_rma_check(c, rma, rma->rkey, write, &ldma, &rdma);
     if (st != HCOMM_OK) return st;
     d->n_rma++;
     if (rma->cookie && hc_fake_roll(d, d->pct_rma_async)) {
@@ -394,7 +434,7 @@ static hcomm_status_t hc_fake_rma(hc_conn_t *conn, const hc_rma_t *rma, bool wri
         d->n_rma_async++;
         return HCOMM_IN_PROGRESS;
     }
-    return hc_fake_rma_move(c, rma, write);
+    return hc_fake_rma_move(c, rma, write, ldma, rdma);
 }
 
 hcomm_status_t hc_fake_get(hc_conn_t *conn, const hc_rma_t *rma)
@@ -417,8 +457,10 @@ int hc_fake_rma_progress(hc_fake_drv_t *d)
         hc_fake_rma_op_t *op = d->rma[i];
         d->rma[i] = d->rma[--d->nrma];
         /* Checked again: the core must keep both registrations until rma_done. */
-        hcomm_status_t st = hc_fake_rma_check(op->conn, &op->rma, &op->rkey, op->write);
-        if (st == HCOMM_OK) st = hc_fake_rma_move(op->conn, &op->rma, op->write);
+        uint64_t ldma, rdma;
+        hcomm_status_t st =
+            hc_fake_rma_check(op->conn, &op->rma, &op->rkey, op->write, &ldma, &rdma);
+        if (st == HCOMM_OK) st = hc_fake_rma_move(op->conn, &op->rma, op->write, ldma, rdma);
         if (st != HCOMM_OK) hc_log_warn("%s", hc_error_last());
         d->env->rma_done(d->env->core, &op->conn->base, op->rma.cookie, st);
         free(op);

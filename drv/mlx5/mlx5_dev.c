@@ -207,6 +207,7 @@ static const hc_verbs_dp_t hc_mlx5_dp_hw = {
     .dev_close = hc_mlx5_hw_close,
     .mr_reg = hc_verbs_ibv_mr_reg,
     .mr_dereg = hc_verbs_ibv_mr_dereg,
+    .mr_reg_dmabuf = hc_verbs_ibv_mr_reg_dmabuf,
     .cq_create = hc_mlx5_hw_cq_create,
     .cq_destroy = hc_mlx5_hw_cq_destroy,
     .qp_create = hc_mlx5_hw_qp_create,

@@ -151,6 +151,12 @@ const char *hc_m5_key_check(const hc_m5_seg_t *s, uint32_t key, uint64_t addr, u
     return NULL;
 }
 
+uint64_t hc_m5_key_dma(const hc_m5_seg_t *s, uint32_t key, uint64_t addr)
+{
+    const hc_m5_key_t *k = &s->key[key >> 8];
+    return k->dma ? k->dma + (addr - k->addr) : addr;
+}
+
 /* ---- faults ---------------------------------------------------------------------------------- */
 
 static hcomm_status_t hc_m5_parse_faults(hc_mlx5_model_t *m, const char *spec)

@@ -102,6 +102,11 @@ void hc_mlx5_model_qp_destroy(hc_mlx5_model_t *m, uint32_t qpn);
 hcomm_status_t hc_mlx5_model_reg(hc_mlx5_model_t *m, void *addr, size_t len, int access,
                                  uint32_t *key_p);
 void hc_mlx5_model_dereg(hc_mlx5_model_t *m, uint32_t key);
+/* The same for memory the CPU must not touch at addr (device memory): the
+ * model moves its bytes at dma instead (the caller's mapping of its
+ * dmabuf, as a NIC's DMA), in this process and for peers. */
+hcomm_status_t hc_mlx5_model_reg_dma(hc_mlx5_model_t *m, void *addr, size_t len, int access,
+                                     void *dma, uint32_t *key_p);
 
 /* The data path rang qpn's doorbell: run what its send doorbell record
  * posted. */

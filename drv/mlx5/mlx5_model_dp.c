@@ -13,6 +13,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* The link layer a model address carries: no device talks to it. */
 #define HC_MLX5_MODEL_LINK 0x4d
@@ -91,12 +93,40 @@ static hcomm_status_t hc_mlx5_model_mr_reg(hc_verbs_drv_t *d, void *addr, size_t
     return HCOMM_OK;
 }
 
+/* Device memory: the model maps the dmabuf fd, as a NIC maps it for DMA. */
+static hcomm_status_t hc_mlx5_model_mr_reg_dmabuf(hc_verbs_drv_t *d, void *addr, size_t len, int fd,
+                                                  uint64_t offset, int access, hc_verbs_mr_t *mr)
+{
+    hc_mlx5_dev_t *dev = d->bdev;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t off = offset & ~(page - 1), skip = offset - off;
+    size_t map_len = HC_ALIGN_UP(len + skip, page);
+    void *map =
+        mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, (off_t)off);
+    if (map == MAP_FAILED)
+        return hc_error_errno(HCOMM_ERR_NO_MEMORY, errno,
+                              "mlx5 model: mmap of dmabuf fd %d (%zu bytes at offset %llu) for "
+                              "device memory at %p",
+                              fd, map_len, (unsigned long long)off, addr);
+    uint32_t key;
+    hcomm_status_t st =
+        hc_mlx5_model_reg_dma(dev->model, addr, len, access, (char *)map + skip, &key);
+    if (st != HCOMM_OK) {
+        munmap(map, map_len);
+        return st;
+    }
+    *mr = (hc_verbs_mr_t){.lkey = key, .rkey = key, .handle = 1, .map = map, .map_len = map_len};
+    return HCOMM_OK;
+}
+
 static void hc_mlx5_model_mr_dereg(hc_verbs_drv_t *d, hc_verbs_mr_t *mr)
 {
     hc_mlx5_dev_t *dev = d->bdev;
     if (!mr->handle) return;
     hc_mlx5_model_dereg(dev->model, mr->lkey);
     mr->handle = 0;
+    if (mr->map) munmap(mr->map, mr->map_len);
+    mr->map = NULL;
 }
 
 static hcomm_status_t hc_mlx5_model_cq_make(hc_verbs_drv_t *d, int cqe, hc_verbs_cq_t *cq)
@@ -165,6 +195,7 @@ static const hc_verbs_dp_t hc_mlx5_dp_model = {
     .dev_close = hc_mlx5_model_dev_close,
     .mr_reg = hc_mlx5_model_mr_reg,
     .mr_dereg = hc_mlx5_model_mr_dereg,
+    .mr_reg_dmabuf = hc_mlx5_model_mr_reg_dmabuf,
     .cq_create = hc_mlx5_model_cq_make,
     .cq_destroy = hc_mlx5_model_cq_free,
     .qp_create = hc_mlx5_model_qp_make,

@@ -145,6 +145,7 @@ static bool hc_m5_recv_place(hc_mlx5_model_t *m, hc_m5_qp_t *q, hc_m5_wqe_t *w, 
                        (unsigned long long)w->len);
         return false;
     }
+    if (!wimm && w->len) raddr = hc_m5_key_dma(ps, rkey, raddr);
     int e = hc_m5_move(p, true, w, raddr, wimm);
     if (!e && w->len == 0 && !hc_m5_peer_alive(p)) e = ESRCH;
     if (!e) return true;
@@ -202,6 +203,7 @@ static int hc_m5_exec_recv(hc_mlx5_model_t *m, hc_m5_qp_t *q, hc_m5_wqe_t *w)
                            q->peer_idx + 1);
             return HC_M5_DONE;
         }
+        w->raddr = hc_m5_key_dma(ps, w->rkey, w->raddr);
     }
     uint16_t ridx = 0;
     int rc = hc_m5_recv_take(m, q, w, &ridx);
@@ -251,6 +253,7 @@ static int hc_m5_exec(hc_mlx5_model_t *m, hc_m5_qp_t *q, hc_m5_wqe_t *w)
                            wr ? "REMOTE_WRITE" : "REMOTE_READ", pqpn);
             return HC_M5_DONE;
         }
+        w->raddr = hc_m5_key_dma(ps, w->rkey, w->raddr); /* the owner's dmabuf mapping */
     }
     int e = hc_m5_move(p, wr, w, w->raddr, true);
     if (!e && w->len == 0 && !hc_m5_peer_alive(p)) e = ESRCH;

@@ -79,10 +79,13 @@ typedef struct {
     uint64_t buf_off, dbrec_off;
 } hc_m5_scq_t;
 
+/* dma: where the owner's process reaches addr's bytes (0: at addr): the
+ * model's own mapping of a dmabuf for device memory, as a NIC DMAs. */
 typedef struct {
     uint64_t addr, len;
     uint32_t access;
     uint8_t variant, valid, pad[2];
+    uint64_t dma;
 } hc_m5_key_t;
 
 typedef struct {
@@ -198,6 +201,9 @@ void hc_m5_free(hc_mlx5_model_t *m, uint64_t off, uint64_t len);
  * else what is wrong. */
 const char *hc_m5_key_check(const hc_m5_seg_t *s, uint32_t key, uint64_t addr, uint64_t len,
                             uint32_t need);
+/* Where the owner of segment s reaches addr of (checked) key: its dmabuf
+ * mapping for device memory, addr itself otherwise. */
+uint64_t hc_m5_key_dma(const hc_m5_seg_t *s, uint32_t key, uint64_t addr);
 /* The peer whose model id is id: this model, a mapped one, or mapped now. */
 hcomm_status_t hc_m5_peer_get(hc_mlx5_model_t *m, const uint8_t *id, hc_m5_peer_t **p_p);
 

@@ -243,6 +243,12 @@ void hc_mlx5_model_qp_destroy(hc_mlx5_model_t *m, uint32_t qpn)
 hcomm_status_t hc_mlx5_model_reg(hc_mlx5_model_t *m, void *addr, size_t len, int access,
                                  uint32_t *key_p)
 {
+    return hc_mlx5_model_reg_dma(m, addr, len, access, NULL, key_p);
+}
+
+hcomm_status_t hc_mlx5_model_reg_dma(hc_mlx5_model_t *m, void *addr, size_t len, int access,
+                                     void *dma, uint32_t *key_p)
+{
     if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
         !(access & IBV_ACCESS_LOCAL_WRITE))
         return hc_error(HCOMM_ERR_INVALID,
@@ -266,6 +272,7 @@ hcomm_status_t hc_mlx5_model_reg(hc_mlx5_model_t *m, void *addr, size_t len, int
     k->addr = (uint64_t)(uintptr_t)addr;
     k->len = len;
     k->access = (uint32_t)access;
+    k->dma = (uint64_t)(uintptr_t)dma;
     __atomic_store_n(&k->valid, 1, __ATOMIC_RELEASE);
     *key_p = i << 8 | k->variant;
     return HCOMM_OK;

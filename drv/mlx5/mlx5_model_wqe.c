@@ -131,6 +131,7 @@ static uint8_t hc_m5_parse_data(hc_mlx5_model_t *m, const hc_m5_qp_t *q, uint32_
                           bc, is_read ? " (LOCAL_WRITE for the READ's destination)" : "");
             return HC_M5_SYN(LOCAL_PROT_ERR);
         }
+        addr = hc_m5_key_dma(m->seg, lkey, addr); /* device memory: the dmabuf mapping */
         if (!hc_m5_iov_add(w, (void *)(uintptr_t)addr, bc)) {
             hc_m5_set_why(m, "more than %d data pieces", HC_M5_MAX_IOV);
             return bad;

@@ -86,6 +86,8 @@ typedef struct {
     struct ibv_mr *mr;
     uint32_t lkey, rkey;
     uint32_t handle;
+    void *map; /* a queue model's mapping of a dmabuf (device memory), else NULL */
+    size_t map_len;
 } hc_verbs_mr_t;
 
 /* A registration: what mem_reg's key points at. */
@@ -229,6 +231,11 @@ typedef struct hc_verbs_dp {
     hcomm_status_t (*mr_reg)(struct hc_verbs_drv *d, void *addr, size_t len, int access,
                              hc_verbs_mr_t *mr);
     void (*mr_dereg)(struct hc_verbs_drv *d, hc_verbs_mr_t *mr);
+    /* Device memory (GPUDirect RDMA): [addr, addr + len) is the device
+     * range, its bytes dmabuf fd from offset on (ibv_reg_dmabuf_mr). NULL:
+     * the backend cannot, and device memory is staged. mr_dereg undoes it. */
+    hcomm_status_t (*mr_reg_dmabuf)(struct hc_verbs_drv *d, void *addr, size_t len, int fd,
+                                    uint64_t offset, int access, hc_verbs_mr_t *mr);
     hcomm_status_t (*cq_create)(struct hc_verbs_drv *d, int cqe, hc_verbs_cq_t *cq);
     void (*cq_destroy)(struct hc_verbs_drv *d, hc_verbs_cq_t *cq);
     /* An RC QP in INIT on cq (sends and receives), max_recv receives; sets
@@ -348,6 +355,8 @@ void hc_verbs_conn_free_qps(hc_verbs_conn_t *c);
 hcomm_status_t hc_verbs_ibv_mr_reg(hc_verbs_drv_t *d, void *addr, size_t len, int access,
                                    hc_verbs_mr_t *mr);
 void hc_verbs_ibv_mr_dereg(hc_verbs_drv_t *d, hc_verbs_mr_t *mr);
+hcomm_status_t hc_verbs_ibv_mr_reg_dmabuf(hc_verbs_drv_t *d, void *addr, size_t len, int fd,
+                                          uint64_t offset, int access, hc_verbs_mr_t *mr);
 hcomm_status_t hc_verbs_ibv_cq_create(hc_verbs_drv_t *d, int cqe, hc_verbs_cq_t *cq);
 void hc_verbs_ibv_cq_destroy(hc_verbs_drv_t *d, hc_verbs_cq_t *cq);
 hcomm_status_t hc_verbs_ibv_qp_create(hc_verbs_drv_t *d, hc_verbs_cq_t *cq, uint32_t max_recv,

@@ -596,12 +596,18 @@ int hc_verbs_progress(hc_drv_t *drv)
 hcomm_status_t hc_verbs_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64_t *key_p)
 {
     hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
+    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+    if (desc->mem_type != HC_MEM_HOST && !d->dp->mr_reg_dmabuf)
+        return hc_error(HCOMM_ERR_UNSUPPORTED,
+                        "%s: the %s queue backend cannot register device memory (no dmabuf "
+                        "registration)",
+                        drv->ops->name, d->dp->name);
     hc_verbs_reg_t *r = malloc(sizeof(*r));
     if (!r) return hc_error(HCOMM_ERR_NO_MEMORY, "verbs: registration state");
-    hcomm_status_t st = d->dp->mr_reg(d, desc->addr, desc->len,
-                                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-                                          IBV_ACCESS_REMOTE_WRITE,
-                                      &r->mr);
+    hcomm_status_t st = desc->mem_type == HC_MEM_HOST
+                            ? d->dp->mr_reg(d, desc->addr, desc->len, access, &r->mr)
+                            : d->dp->mr_reg_dmabuf(d, desc->addr, desc->len, desc->dmabuf_fd,
+                                                   desc->dmabuf_offset, access, &r->mr);
     if (st != HCOMM_OK) {
         free(r);
         return st;

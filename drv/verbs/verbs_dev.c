@@ -516,6 +516,9 @@ void hc_verbs_fill_ops(struct hc_drv_ops *o)
 {
     o->scope = HC_DRV_SCOPE_NET;
     o->caps = HC_DRV_CAP_USER_REG;
+    /* device memory by dmabuf (the backend's mr_reg_dmabuf; refused there
+     * where the provider or the kernel cannot: staged under HCOMM_GDR=auto) */
+    o->mem_types = 1u << HC_MEM_DEVICE;
     o->addr_pack = hc_verbs_addr_pack;
     o->connect = hc_verbs_connect;
     o->put = hc_verbs_put;

@@ -25,6 +25,21 @@ hcomm_status_t hc_verbs_ibv_mr_reg(hc_verbs_drv_t *d, void *addr, size_t len, in
     return HCOMM_OK;
 }
 
+/* Device memory by its dmabuf fd (rdma-core 34+, kernel 5.12+; soft-RoCE
+ * and many providers answer EOPNOTSUPP / EINVAL: then HCOMM_GDR=auto
+ * stages, and 1 fails naming this). */
+hcomm_status_t hc_verbs_ibv_mr_reg_dmabuf(hc_verbs_drv_t *d, void *addr, size_t len, int fd,
+                                          uint64_t offset, int access, hc_verbs_mr_t *mr)
+{
+    struct ibv_mr *m = ibv_reg_dmabuf_mr(d->pd, offset, len, (uint64_t)(uintptr_t)addr, fd, access);
+    if (!m)
+        return hc_error_errno(HCOMM_ERR_UNSUPPORTED, errno,
+                              "verbs: ibv_reg_dmabuf_mr(fd %d, offset %llu, %zu bytes at %p) on %s",
+                              fd, (unsigned long long)offset, len, addr, d->dev_name);
+    *mr = (hc_verbs_mr_t){.mr = m, .lkey = m->lkey, .rkey = m->rkey};
+    return HCOMM_OK;
+}
+
 void hc_verbs_ibv_mr_dereg(hc_verbs_drv_t *d, hc_verbs_mr_t *mr)
 {
     (void)d;
@@ -189,6 +204,7 @@ const hc_verbs_dp_t hc_verbs_dp_ibv = {
     .dev_open = NULL,
     .mr_reg = hc_verbs_ibv_mr_reg,
     .mr_dereg = hc_verbs_ibv_mr_dereg,
+    .mr_reg_dmabuf = hc_verbs_ibv_mr_reg_dmabuf,
     .cq_create = hc_verbs_ibv_cq_create,
     .cq_destroy = hc_verbs_ibv_cq_destroy,
     .qp_create = hc_verbs_ibv_qp_create,

@@ -41,6 +41,7 @@ typedef struct hc_gpu_model_alloc {
 typedef struct {
     long copy_at, reduce_at, lost_after; /* 0: no such fault */
     bool ipc, no_register;
+    bool dmabuf; /* every dmabuf_fd fails */
     int64_t delay_us;                 /* HCOMM_GPU_MODEL_DELAY */
     atomic_long copies, reduces, ops; /* enqueued so far */
     atomic_bool lost;

@@ -18,8 +18,10 @@
  * the same memfd, so an RDMA model can map the device's bytes.
  *
  * Faults (HCOMM_GPU_MODEL_FAULT): copy:N, reduce:N (the Nth fails when it
- * runs), ipc (every import: invalid handle), lost:N (after N stream
- * operations the device is lost: every call and queued operation fails).
+ * runs), ipc (every import: invalid handle), dmabuf (every dmabuf_fd
+ * fails, as on a kernel or driver without dmabuf export), lost:N (after N
+ * stream operations the device is lost: every call and queued operation
+ * fails).
  */
 #include "gpu/model/gpu_model.h"
 #include "base/config.h"
@@ -46,8 +48,8 @@ static const hc_config_knob_t hc_gm_knobs[] = {
     HC_KNOB_STR(hc_gm_fault_knob, "HCOMM_GPU_MODEL_FAULT", "",
                 "gpu model: faults on demand, comma separated: copy:N (the Nth copy fails), "
                 "reduce:N (the Nth reduction fails), ipc (every IPC import fails: invalid "
-                "handle), register (every host_register is refused), lost:N (the device is "
-                "lost after N stream operations)"),
+                "handle), register (every host_register is refused), dmabuf (every dmabuf "
+                "export fails), lost:N (the device is lost after N stream operations)"),
     HC_KNOB_STR(hc_gm_delay_knob, "HCOMM_GPU_MODEL_DELAY", "",
                 "gpu model: each stream operation first waits a random 0..N microseconds, so "
                 "that completions across streams come out of order"),
@@ -83,8 +85,8 @@ static hcomm_status_t hc_gm_parse_faults(const char *spec)
                    : !strncmp(t, "reduce:", 7) ? &hc_gpu_model.reduce_at
                    : !strncmp(t, "lost:", 5)   ? &hc_gpu_model.lost_after
                                                : NULL;
-        if (!strcmp(t, "ipc")) {
-            hc_gpu_model.ipc = true;
+        if (!strcmp(t, "ipc") || !strcmp(t, "dmabuf")) {
+            *(t[0] == 'i' ? &hc_gpu_model.ipc : &hc_gpu_model.dmabuf) = true;
             continue;
         }
         if (!strcmp(t, "register")) {
@@ -96,7 +98,7 @@ static hcomm_status_t hc_gm_parse_faults(const char *spec)
         if (!at || *end || n < 1)
             return hc_error(HCOMM_ERR_INVALID,
                             "HCOMM_GPU_MODEL_FAULT=%s: \"%s\" is not copy:N, reduce:N, ipc, "
-                            "register or lost:N (N >= 1)",
+                            "register, dmabuf or lost:N (N >= 1)",
                             spec, t);
         *at = n;
     }
@@ -451,6 +453,9 @@ static hcomm_status_t hc_gm_ipc_close(void *ptr)
 
 static hcomm_status_t hc_gm_dmabuf_fd(const void *ptr, size_t len, int *fd_p, uint64_t *offset_p)
 {
+    if (hc_gpu_model.dmabuf)
+        return hc_error(HCOMM_ERR_UNSUPPORTED, "model dmabuf_fd(%p, %zu bytes): no dmabuf export "
+                        "(HCOMM_GPU_MODEL_FAULT=dmabuf)", ptr, len);
     hc_mem_attr_t at;
     int fd;
     hcomm_status_t st = hc_gm_share(ptr, len ? len : 1, "dmabuf_fd", &fd, &at);
@@ -512,7 +517,7 @@ static void hc_gm_device_describe(int device, char *buf, size_t len)
              "model%d (memfd device memory, PROT_NONE to the CPU; streams are threads%s%s)", device,
              hc_gpu_model.delay_us ? "; random delays" : "",
              hc_gpu_model.copy_at || hc_gpu_model.reduce_at || hc_gpu_model.ipc ||
-                     hc_gpu_model.lost_after
+                     hc_gpu_model.dmabuf || hc_gpu_model.lost_after
                  ? "; faults on"
                  : "");
 }

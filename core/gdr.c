@@ -1,0 +1,178 @@
+/*
+ * GPUDirect RDMA: which path a p2p call's device buffer takes to a peer
+ * (docs/gpu.md, "GPUDirect RDMA"). The core never names CUDA: it asks the
+ * GPU layer what a buffer is (the API did: hc_mem_attr_t) and the peer's
+ * connection's driver what it moves (hc_drv_ops.mem_types).
+ *
+ * Direct means: the request carries the device buffer itself (req->dev);
+ * above the eager size the rendezvous registers it by dmabuf through the
+ * registration cache and the driver's get/write move the bytes between the
+ * two buffers, no host copy; an eager message arriving into a direct
+ * receive is copied by the GPU dispatch (p2p_recv.c). Staged means: the
+ * API copies the buffer through host memory (api/api_stage.c).
+ *
+ * HCOMM_GDR: auto chooses direct where the driver moves device memory, its
+ * connection can get or write, and the buffer registers; 0 always stages;
+ * 1 requires direct and fails the call naming the driver and why it cannot.
+ * A send of eager size stays staged under every mode (a frame's payload is
+ * read by the CPU), as does a receive from any source (the sender, hence
+ * the driver, is not known when it is posted).
+ */
+#include "core/hc_core.h"
+#include "core/stats.h"
+#include "mem/mem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+hc_gdr_mode_t hc_gdr_mode = HC_GDR_AUTO;
+
+static struct {
+    uint8_t *logged; /* per world rank: bit 0 send, bit 1 receive decision logged */
+    int nlogged;
+} hc_gdr;
+
+static bool hc_gdr_parse(const char *v, hc_gdr_mode_t *mode_p)
+{
+    static const char *const names[] = {"0", "auto", "1"};
+    for (int m = 0; m < (int)HC_ARRAY_SIZE(names); m++)
+        if (v && !strcasecmp(v, names[m])) {
+            *mode_p = (hc_gdr_mode_t)m;
+            return true;
+        }
+    return false;
+}
+
+hcomm_status_t hc_gdr_init(void)
+{
+    if (hc_gdr_parse(hc_cfg.gdr, &hc_gdr_mode)) return HCOMM_OK;
+    return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_GDR=%s is not auto, 0 or 1", hc_cfg.gdr);
+}
+
+void hc_gdr_fini(void)
+{
+    free(hc_gdr.logged);
+    hc_gdr.logged = NULL;
+    hc_gdr.nlogged = 0;
+}
+
+const char *hc_gdr_mode_name(void)
+{
+    return hc_gdr_mode == HC_GDR_OFF ? "0" : hc_gdr_mode == HC_GDR_ON ? "1" : "auto";
+}
+
+/* HCOMM_LOG=info: the first decision per peer and direction. */
+static void hc_gdr_log(int wpeer, bool recv, const char *drv, bool direct, const char *why)
+{
+    if (hc_log_level_current < HC_LOG_INFO || wpeer < 0) return;
+    if (!hc_gdr.logged && hc_ctx.size > 0) {
+        hc_gdr.logged = calloc((size_t)hc_ctx.size, 1);
+        hc_gdr.nlogged = hc_gdr.logged ? hc_ctx.size : 0;
+    }
+    uint8_t bit = recv ? 2 : 1;
+    if (wpeer >= hc_gdr.nlogged || (hc_gdr.logged[wpeer] & bit)) return;
+    hc_gdr.logged[wpeer] |= bit;
+    hc_log_info("gdr: device buffers %s rank %d over %s: %s (HCOMM_GDR=%s)%s%s",
+                recv ? "from" : "to", wpeer, drv, direct ? "GPUDirect RDMA (dmabuf)" : "staged",
+                hc_gdr_mode_name(), why[0] ? ": " : "", why);
+}
+
+/* Why conn cannot move device memory directly ("" if it can). */
+static void hc_gdr_conn_why(const hc_conn_t *conn, char *why, size_t len)
+{
+    why[0] = '\0';
+    if (!hc_drv_moves(conn->ops, HC_MEM_DEVICE))
+        snprintf(why, len, "driver %s moves host memory only (no dmabuf registration)",
+                 conn->ops->name);
+    else if (!(conn->caps & (HC_CONN_CAP_GET | HC_CONN_CAP_WRITE)))
+        snprintf(why, len, "driver %s's connection to rank %d can neither get nor write",
+                 conn->ops->name, conn->peer);
+}
+
+/* Registers buf as the rendezvous will (the record stays cached), so that
+ * a refusal is known before the call is posted. */
+static void hc_gdr_reg_why(hc_conn_t *conn, void *buf, size_t len, const hc_mem_attr_t *attr,
+                           char *why, size_t why_len)
+{
+    hc_mem_desc_t desc;
+    hc_mem_region_t *held = NULL;
+    uint64_t key;
+    hcomm_status_t st = hc_mem_key_typed(conn->drv, buf, len, attr, &key, &desc, &held);
+    if (st == HCOMM_OK) {
+        hc_mem_reg_cache_put(held);
+        return;
+    }
+    snprintf(why, why_len, "driver %s refused the dmabuf registration: %s", conn->ops->name,
+             hc_error_last());
+}
+
+hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm, int peer,
+                             void *buf, size_t len, const hc_mem_attr_t *attr, bool *direct_p)
+{
+    *direct_p = false;
+    if (hc_gdr_mode == HC_GDR_OFF) return HCOMM_OK;
+    char why[512] = "";
+    const char *drv = "?";
+    int wpeer = peer == HCOMM_ANY_SOURCE ? -1 : comm->world_ranks[peer];
+    hc_conn_t *conn = wpeer >= 0 ? hc_ctx.peers[wpeer].conn : NULL;
+    if (attr->type != HC_MEM_DEVICE) {
+        snprintf(why, sizeof(why), "%s memory is staged", hc_mem_type_name(attr->type));
+    } else if (!conn) {
+        snprintf(why, sizeof(why),
+                 "a receive from any source is staged (its driver is not "
+                 "known when it is posted)");
+    } else {
+        drv = conn->ops->name;
+        hc_gdr_conn_why(conn, why, sizeof(why));
+        if (!why[0] && !recv && len <= conn->eager_max) {
+            /* Small messages stay staged, under every mode: not a refusal. */
+            return HCOMM_OK;
+        }
+        if (!why[0]) hc_gdr_reg_why(conn, buf, len, attr, why, sizeof(why));
+    }
+    bool direct = why[0] == '\0';
+    hc_gdr_log(wpeer, recv, drv, direct, why);
+    if (direct) {
+        *direct_p = true;
+        return HCOMM_OK;
+    }
+    if (hc_gdr_mode == HC_GDR_ON)
+        return hc_error(HCOMM_ERR_UNSUPPORTED,
+                        "%s: HCOMM_GDR=1, but the %zu-byte device buffer %s rank %d cannot go by "
+                        "GPUDirect RDMA: %s",
+                        fn, len, recv ? "from" : "to", peer, why);
+    hc_stats.gdr_staged++;
+    return HCOMM_OK;
+}
+
+void hc_gdr_describe(char *buf, size_t len)
+{
+    /* Before hcomm_init (hcomm_info): the environment's value. */
+    if (!hc_ctx.initialized && !hc_gdr_parse(hc_config_env("HCOMM_GDR"), &hc_gdr_mode))
+        hc_gdr_mode = HC_GDR_AUTO;
+    size_t n =
+        (size_t)snprintf(buf, len, "GPUDirect RDMA (dmabuf): HCOMM_GDR=%s; ", hc_gdr_mode_name());
+    if (hc_gdr_mode == HC_GDR_OFF) {
+        snprintf(buf + HC_MIN(n, len), len - HC_MIN(n, len), "off: every device buffer staged");
+        return;
+    }
+    bool any = false;
+    for (int i = 0; i < hc_drv_count() && n < len; i++) {
+        const struct hc_drv_ops *o = hc_drv_at(i);
+        if (!hc_drv_moves(o, HC_MEM_DEVICE)) continue;
+        n += (size_t)snprintf(buf + n, len - n, "%s%s",
+                              any ? ", "
+                                  : "p2p above the eager size "
+                                    "direct over ",
+                              o->name);
+        any = true;
+    }
+    if (n < len)
+        snprintf(buf + n, len - n, "%s",
+                 any ? " (where the dmabuf registration succeeds; else "
+                       "staged); sends of eager size, receives from any source and the other "
+                       "drivers staged"
+                     : "no driver here moves device memory: staged");
+}
