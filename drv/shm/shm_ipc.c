@@ -20,9 +20,12 @@
  * deregistration, so a key of a freed allocation is refused, not read).
  *
  * A device buffer of this rank against a host buffer of the peer (no IPC
- * key: CMA reaches host memory by address) moves through a host bounce
- * buffer, HC_SHM_BOUNCE bytes at a time: CMA on the host side, the GPU
- * dispatch on the device side.
+ * key: CMA reaches host memory by address): a get into it is refused, so
+ * that the rendezvous asks the sender to write, which it does through an
+ * import of this buffer (one host-to-device copy); a write from it (only
+ * under HCOMM_RNDV=write) moves through a host bounce buffer, HC_SHM_BOUNCE
+ * bytes at a time: the GPU dispatch on the device side, CMA on the host
+ * side.
  */
 #include "drv/shm/shm.h"
 #include "gpu/gpu.h"
@@ -265,6 +268,14 @@ hcomm_status_t hc_shm_ipc_rma(hc_shm_conn_t *c, const hc_rma_t *rma, bool write)
     hcomm_status_t st = hc_gpu_mem_type(rma->local, rma->len, &la);
     if (st != HCOMM_OK) return st;
     const hc_shm_import_t *imp = rma->rkey ? rma->rkey->imp : NULL;
+    if (!imp && !write)
+        /* Into device memory here from host memory there: the sender
+         * writes it instead (the rendezvous asks when a get fails), through
+         * an import of this buffer, one host-to-device copy. */
+        return hc_error(HCOMM_ERR_UNSUPPORTED,
+                        "shm: a get from rank %d's host memory into device memory here: "
+                        "asking for a write",
+                        c->base.peer);
     if (!imp) return hc_shm_ipc_bounce(c, rma, &la, write);
     uint64_t off = rma->remote_addr - imp->owner_addr;
     if (rma->remote_addr < imp->owner_addr || off > imp->len || rma->len > imp->len - off)
