@@ -67,8 +67,7 @@ void hc_api_stage_describe(char *buf, size_t len)
              "device buffers (%s): collectives staged through host memory on every driver; "
              "allreduce, reduce, broadcast above HCOMM_GPU_STAGE_CHUNK=%zu bytes pipelined in "
              "chunks of that size, HCOMM_GPU_STAGE_DEPTH=%lld in flight; smaller ones, groups "
-             "and the other collectives staged whole; p2p staged whole unless direct; IPC "
-             "inside a node: not yet available; %s",
+             "and the other collectives staged whole; p2p staged whole unless direct; %s",
              ops->name, hc_stage_pipe_chunk, (long long)hc_stage_pipe_depth, gdr);
 }
 

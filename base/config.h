@@ -81,6 +81,11 @@
       "(where the peer's driver moves device memory and the registration succeeds, else "        \
       "staged through host memory) | 0 (always staged) | 1 (required: a call that cannot go "    \
       "direct fails, naming the driver and why)")                                                 \
+    X(gpu_ipc, "HCOMM_GPU_IPC", STR, "auto",                                                       \
+      "IPC inside a node (docs/gpu.md): device buffers of p2p calls above the eager size to a "   \
+      "local peer move by the shm driver's get/write between the two device buffers, the "       \
+      "peer's allocation mapped by an IPC handle, no host copy: auto | 0 (always staged) | 1 "    \
+      "(required: a call that cannot go direct fails, naming why)")                               \
     X(lanes, "HCOMM_LANES", STR, "auto",                                                           \
       "lanes: auto gives each communicator context's frames a lane of their own, so a driver "    \
       "with several connections per peer (tcp) carries concurrent collectives of different "      \

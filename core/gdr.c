@@ -28,6 +28,7 @@
 #include <strings.h>
 
 hc_gdr_mode_t hc_gdr_mode = HC_GDR_AUTO;
+hc_gdr_mode_t hc_ipc_mode = HC_GDR_AUTO;
 
 static struct {
     uint8_t *logged; /* per world rank: bit 0 send, bit 1 receive decision logged */
@@ -47,8 +48,22 @@ static bool hc_gdr_parse(const char *v, hc_gdr_mode_t *mode_p)
 
 hcomm_status_t hc_gdr_init(void)
 {
-    if (hc_gdr_parse(hc_cfg.gdr, &hc_gdr_mode)) return HCOMM_OK;
-    return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_GDR=%s is not auto, 0 or 1", hc_cfg.gdr);
+    if (!hc_gdr_parse(hc_cfg.gdr, &hc_gdr_mode))
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_GDR=%s is not auto, 0 or 1",
+                        hc_cfg.gdr);
+    if (!hc_gdr_parse(hc_cfg.gpu_ipc, &hc_ipc_mode))
+        return hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_GPU_IPC=%s is not auto, 0 or 1",
+                        hc_cfg.gpu_ipc);
+    return HCOMM_OK;
+}
+
+/* The knob that governs a driver's direct device path: HCOMM_GPU_IPC for
+ * the node driver (IPC), HCOMM_GDR for the network drivers. */
+static hc_gdr_mode_t hc_gdr_mode_of(const struct hc_drv_ops *ops, const char **knob_p)
+{
+    bool node = ops && ops->scope == HC_DRV_SCOPE_NODE;
+    if (knob_p) *knob_p = node ? "HCOMM_GPU_IPC" : "HCOMM_GDR";
+    return node ? hc_ipc_mode : hc_gdr_mode;
 }
 
 void hc_gdr_fini(void)
@@ -58,13 +73,19 @@ void hc_gdr_fini(void)
     hc_gdr.nlogged = 0;
 }
 
+static const char *hc_gdr_name(hc_gdr_mode_t m)
+{
+    return m == HC_GDR_OFF ? "0" : m == HC_GDR_ON ? "1" : "auto";
+}
+
 const char *hc_gdr_mode_name(void)
 {
-    return hc_gdr_mode == HC_GDR_OFF ? "0" : hc_gdr_mode == HC_GDR_ON ? "1" : "auto";
+    return hc_gdr_name(hc_gdr_mode);
 }
 
 /* HCOMM_LOG=info: the first decision per peer and direction. */
-static void hc_gdr_log(int wpeer, bool recv, const char *drv, bool direct, const char *why)
+static void hc_gdr_log(int wpeer, bool recv, const struct hc_drv_ops *ops, bool direct,
+                       const char *why)
 {
     if (hc_log_level_current < HC_LOG_INFO || wpeer < 0) return;
     if (!hc_gdr.logged && hc_ctx.size > 0) {
@@ -74,9 +95,11 @@ static void hc_gdr_log(int wpeer, bool recv, const char *drv, bool direct, const
     uint8_t bit = recv ? 2 : 1;
     if (wpeer >= hc_gdr.nlogged || (hc_gdr.logged[wpeer] & bit)) return;
     hc_gdr.logged[wpeer] |= bit;
-    hc_log_info("gdr: device buffers %s rank %d over %s: %s (HCOMM_GDR=%s)%s%s",
-                recv ? "from" : "to", wpeer, drv, direct ? "GPUDirect RDMA (dmabuf)" : "staged",
-                hc_gdr_mode_name(), why[0] ? ": " : "", why);
+    const char *knob;
+    hc_gdr_mode_t m = hc_gdr_mode_of(ops, &knob);
+    hc_log_info("gpu: device buffers %s rank %d over %s: %s (%s=%s)%s%s", recv ? "from" : "to",
+                wpeer, ops ? ops->name : "?", direct ? hc_drv_device_path(ops) : "staged", knob,
+                hc_gdr_name(m), why[0] ? ": " : "", why);
 }
 
 /* Why conn cannot move device memory directly ("" if it can). */
@@ -84,8 +107,8 @@ static void hc_gdr_conn_why(const hc_conn_t *conn, char *why, size_t len)
 {
     why[0] = '\0';
     if (!hc_drv_moves(conn->ops, HC_MEM_DEVICE))
-        snprintf(why, len, "driver %s moves host memory only (no dmabuf registration)",
-                 conn->ops->name);
+        snprintf(why, len, "driver %s moves host memory only (no %s)", conn->ops->name,
+                 hc_drv_device_path(conn->ops));
     else if (!(conn->caps & (HC_CONN_CAP_GET | HC_CONN_CAP_WRITE)))
         snprintf(why, len, "driver %s's connection to rank %d can neither get nor write",
                  conn->ops->name, conn->peer);
@@ -104,19 +127,22 @@ static void hc_gdr_reg_why(hc_conn_t *conn, void *buf, size_t len, const hc_mem_
         hc_mem_reg_cache_put(held);
         return;
     }
-    snprintf(why, why_len, "driver %s refused the dmabuf registration: %s", conn->ops->name,
-             hc_error_last());
+    snprintf(why, why_len, "driver %s refused the device memory (%s): %s", conn->ops->name,
+             hc_drv_device_path(conn->ops), hc_error_last());
 }
 
 hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm, int peer,
                              void *buf, size_t len, const hc_mem_attr_t *attr, bool *direct_p)
 {
     *direct_p = false;
-    if (hc_gdr_mode == HC_GDR_OFF) return HCOMM_OK;
-    char why[512] = "";
-    const char *drv = "?";
     int wpeer = peer == HCOMM_ANY_SOURCE ? -1 : comm->world_ranks[peer];
     hc_conn_t *conn = wpeer >= 0 ? hc_ctx.peers[wpeer].conn : NULL;
+    const char *knob = "HCOMM_GDR";
+    /* A receive from any source: the stricter of the two knobs. */
+    hc_gdr_mode_t mode = conn ? hc_gdr_mode_of(conn->ops, &knob) : HC_MAX(hc_gdr_mode, hc_ipc_mode);
+    if (!conn && hc_ipc_mode > hc_gdr_mode) knob = "HCOMM_GPU_IPC";
+    if (mode == HC_GDR_OFF) return HCOMM_OK;
+    char why[512] = "";
     if (attr->type != HC_MEM_DEVICE) {
         snprintf(why, sizeof(why), "%s memory is staged", hc_mem_type_name(attr->type));
     } else if (!conn) {
@@ -124,7 +150,6 @@ hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm,
                  "a receive from any source is staged (its driver is not "
                  "known when it is posted)");
     } else {
-        drv = conn->ops->name;
         hc_gdr_conn_why(conn, why, sizeof(why));
         if (!why[0] && !recv && len <= conn->eager_max) {
             /* Small messages stay staged, under every mode: not a refusal. */
@@ -133,46 +158,68 @@ hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm,
         if (!why[0]) hc_gdr_reg_why(conn, buf, len, attr, why, sizeof(why));
     }
     bool direct = why[0] == '\0';
-    hc_gdr_log(wpeer, recv, drv, direct, why);
+    hc_gdr_log(wpeer, recv, conn ? conn->ops : NULL, direct, why);
     if (direct) {
         *direct_p = true;
         return HCOMM_OK;
     }
-    if (hc_gdr_mode == HC_GDR_ON)
+    if (mode == HC_GDR_ON)
         return hc_error(HCOMM_ERR_UNSUPPORTED,
-                        "%s: HCOMM_GDR=1, but the %zu-byte device buffer %s rank %d cannot go by "
-                        "GPUDirect RDMA: %s",
-                        fn, len, recv ? "from" : "to", peer, why);
+                        "%s: %s=1, but the %zu-byte device buffer %s rank %d cannot go by %s: %s",
+                        fn, knob, len, recv ? "from" : "to", peer,
+                        conn ? hc_drv_device_path(conn->ops) : "a direct path", why);
     hc_stats.gdr_staged++;
     return HCOMM_OK;
 }
 
-void hc_gdr_describe(char *buf, size_t len)
+/* "GPUDirect RDMA (dmabuf): HCOMM_GDR=auto; p2p above the eager size direct
+ * over fake, mlx5 (...)" for the drivers of one scope kind (node: IPC). */
+static size_t hc_gdr_describe_kind(char *buf, size_t len, bool node)
 {
-    /* Before hcomm_init (hcomm_info): the environment's value. */
-    if (!hc_ctx.initialized && !hc_gdr_parse(hc_config_env("HCOMM_GDR"), &hc_gdr_mode))
-        hc_gdr_mode = HC_GDR_AUTO;
-    size_t n =
-        (size_t)snprintf(buf, len, "GPUDirect RDMA (dmabuf): HCOMM_GDR=%s; ", hc_gdr_mode_name());
-    if (hc_gdr_mode == HC_GDR_OFF) {
-        snprintf(buf + HC_MIN(n, len), len - HC_MIN(n, len), "off: every device buffer staged");
-        return;
+    const char *knob = node ? "HCOMM_GPU_IPC" : "HCOMM_GDR";
+    hc_gdr_mode_t m = node ? hc_ipc_mode : hc_gdr_mode;
+    size_t n = (size_t)snprintf(buf, len, "%s: %s=%s; ",
+                                node ? "IPC inside a node" : "GPUDirect RDMA (dmabuf)", knob,
+                                hc_gdr_name(m));
+    if (m == HC_GDR_OFF) {
+        n += (size_t)snprintf(buf + HC_MIN(n, len), len - HC_MIN(n, len),
+                              "off: every device buffer staged");
+        return HC_MIN(n, len);
     }
     bool any = false;
     for (int i = 0; i < hc_drv_count() && n < len; i++) {
         const struct hc_drv_ops *o = hc_drv_at(i);
-        if (!hc_drv_moves(o, HC_MEM_DEVICE)) continue;
+        if (!hc_drv_moves(o, HC_MEM_DEVICE) || (o->scope == HC_DRV_SCOPE_NODE) != node) continue;
         n += (size_t)snprintf(buf + n, len - n, "%s%s",
-                              any ? ", "
-                                  : "p2p above the eager size "
-                                    "direct over ",
-                              o->name);
+                              any ? ", " : "p2p above the eager size direct over ", o->name);
         any = true;
     }
     if (n < len)
-        snprintf(buf + n, len - n, "%s",
-                 any ? " (where the dmabuf registration succeeds; else "
-                       "staged); sends of eager size, receives from any source and the other "
-                       "drivers staged"
-                     : "no driver here moves device memory: staged");
+        n += (size_t)snprintf(buf + n, len - n, "%s",
+                              !any   ? "no driver here moves device memory: staged"
+                              : node ? " (where the GPU backend exports the allocation and CMA is "
+                                       "allowed; else staged)"
+                                     : " (where the dmabuf registration succeeds; else staged)");
+    return HC_MIN(n, len);
+}
+
+void hc_gdr_describe(char *buf, size_t len)
+{
+    /* Before hcomm_init (hcomm_info): the environment's values. */
+    if (!hc_ctx.initialized) {
+        if (!hc_gdr_parse(hc_config_env("HCOMM_GDR"), &hc_gdr_mode)) hc_gdr_mode = HC_GDR_AUTO;
+        if (!hc_gdr_parse(hc_config_env("HCOMM_GPU_IPC"), &hc_ipc_mode)) hc_ipc_mode = HC_GDR_AUTO;
+    }
+    size_t n = hc_gdr_describe_kind(buf, len, true);
+    if (n + 2 < len) {
+        memcpy(buf + n, "; ", 3);
+        n += 2;
+        hc_gdr_describe_kind(buf + n, len - n, false);
+    }
+    if (len && n < len) {
+        size_t m = strlen(buf);
+        snprintf(buf + m, len - m,
+                 "; sends of eager size, receives from any source and the "
+                 "other drivers staged");
+    }
 }

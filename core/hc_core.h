@@ -550,6 +550,7 @@ hcomm_status_t hc_mem_key_typed(hc_drv_t *drv, void *buf, size_t len, const hc_m
  * and why. hc_gdr_describe: the line of hcomm_info and HCOMM_LOG=info. */
 typedef enum { HC_GDR_OFF, HC_GDR_AUTO, HC_GDR_ON } hc_gdr_mode_t;
 extern hc_gdr_mode_t hc_gdr_mode;
+extern hc_gdr_mode_t hc_ipc_mode; /* HCOMM_GPU_IPC: the node driver's direct path (IPC) */
 hcomm_status_t hc_gdr_init(void);
 void hc_gdr_fini(void);
 const char *hc_gdr_mode_name(void);

@@ -54,11 +54,12 @@ hcomm_status_t hc_mem_key_typed(hc_drv_t *drv, void *buf, size_t len, const hc_m
         return hc_mem_key_local(drv, buf, len, key_p, desc, held_p);
     *key_p = 0;
     if (held_p) *held_p = NULL;
-    if (!hc_drv_moves(drv->ops, mem->type) || !(drv->ops->caps & HC_DRV_CAP_USER_REG) || !held_p)
+    if (!hc_drv_moves(drv->ops, mem->type) || !held_p)
         return hc_error(HCOMM_ERR_UNSUPPORTED,
                         "%s cannot move %s memory (%p, %zu bytes) directly: it declares no "
-                        "GPUDirect RDMA (dmabuf) registration",
-                        drv->ops->name, hc_mem_type_name(mem->type), buf, len);
+                        "%s registration",
+                        drv->ops->name, hc_mem_type_name(mem->type), buf, len,
+                        hc_drv_device_path(drv->ops));
     hc_mem_region_t *r;
     hcomm_status_t st = hc_mem_reg_cache_get_typed(buf, len, mem, &r);
     if (st != HCOMM_OK) return st;

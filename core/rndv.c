@@ -141,7 +141,7 @@ hcomm_status_t hc_rndv_send(hc_peer_t *p, struct hcomm_request *req)
     /* Only a driver whose RMA needs keys gets one packed (shm's CMA reaches
      * any address: no fstat per message for its memfd key). */
     size_t klen = sizeof(rts.rkey);
-    if (conn->ops->caps & HC_DRV_CAP_USER_REG)
+    if ((conn->ops->caps & HC_DRV_CAP_USER_REG) || req->dev)
         st = conn->ops->rkey_pack(conn->drv, key, &desc, rts.rkey, &klen);
     else
         klen = 0;
@@ -251,7 +251,7 @@ void hc_rndv_matched(struct hcomm_request *req, hc_peer_t *p, size_t size, uint6
         uint64_t key;
         size_t klen = sizeof(cts.rkey);
         hcomm_status_t st = hc_rndv_key(conn, req, size, &key, &desc);
-        if (st == HCOMM_OK && (conn->ops->caps & HC_DRV_CAP_USER_REG))
+        if (st == HCOMM_OK && ((conn->ops->caps & HC_DRV_CAP_USER_REG) || req->dev))
             st = conn->ops->rkey_pack(conn->drv, key, &desc, cts.rkey, &klen);
         else if (st == HCOMM_OK)
             klen = 0;

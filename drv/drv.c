@@ -239,7 +239,9 @@ bool hc_drv_progress_is_noop(const struct hc_drv_ops *ops)
 
 bool hc_drv_registers_memory(const struct hc_drv_ops *ops)
 {
-    return ops->mem_reg != hc_drv_noop_reg;
+    /* A node driver's registrations lock nothing (shm exports device
+     * memory by IPC; its host memory needs no key). */
+    return ops->mem_reg != hc_drv_noop_reg && ops->scope == HC_DRV_SCOPE_NET;
 }
 
 int hc_drv_count(void)

@@ -362,8 +362,9 @@ hcomm_status_t hc_drv_select_open(const hc_drv_env_t *env, hc_drv_t **drvs, int 
 /* True when the driver left progress to the base table (nothing to poll:
  * the self driver delivers inside put). */
 bool hc_drv_progress_is_noop(const struct hc_drv_ops *ops);
-/* True when the driver registers memory with a device (its own mem_reg:
- * verbs, mlx5, dpdk), which locks it against RLIMIT_MEMLOCK. */
+/* True when the driver registers memory with a device (its own mem_reg, a
+ * network driver: verbs, mlx5, dpdk, fake), which locks it against
+ * RLIMIT_MEMLOCK. */
 bool hc_drv_registers_memory(const struct hc_drv_ops *ops);
 
 /* Whether the driver's RMA moves memory of type t with no CPU touch
@@ -371,6 +372,14 @@ bool hc_drv_registers_memory(const struct hc_drv_ops *ops);
 static inline bool hc_drv_moves(const struct hc_drv_ops *ops, hc_mem_type_t t)
 {
     return t == HC_MEM_HOST || (ops->mem_types & (1u << t)) != 0;
+}
+
+/* How a driver that moves device memory does it: "IPC" for a node driver
+ * (the peer's allocation mapped here), "GPUDirect RDMA (dmabuf)" for a
+ * network driver. */
+static inline const char *hc_drv_device_path(const struct hc_drv_ops *ops)
+{
+    return ops->scope == HC_DRV_SCOPE_NODE ? "IPC" : "GPUDirect RDMA (dmabuf)";
 }
 
 /* Writes "name: reason" lines for every registered driver (hcomm_info). */

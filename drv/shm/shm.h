@@ -103,6 +103,8 @@ typedef struct {
     uint64_t canary;
     struct hc_shm_map *maps; /* peers' memfds mapped here (remote keys) */
     int nmaps;
+    struct hc_shm_import *imports; /* peers' device allocations imported here (shm_ipc.c) */
+    int nimports;
 } hc_drv_shm_t;
 
 /* This driver's knobs (shm_setup.c). */
@@ -130,6 +132,44 @@ typedef struct hc_shm_map {
     int refs;
     uint64_t used; /* LRU stamp */
 } hc_shm_map_t;
+
+/* A peer's device allocation imported by IPC (shm_ipc.c): ptr is where the
+ * owner's owner_addr (its registered address, len bytes) is mapped here. */
+#define HC_SHM_IMPORTS 64
+typedef struct hc_shm_import {
+    pid_t pid;
+    uint64_t alloc_id;
+    void *ptr;
+    uint64_t owner_addr, len;
+    int refs;
+    uint64_t used; /* LRU stamp */
+} hc_shm_import_t;
+
+/* A remote key: a peer's memfd mapped here (map), a peer's device
+ * allocation imported here (imp), or neither (CMA by address). */
+struct hc_rkey {
+    hc_shm_map_t *map;
+    hc_shm_import_t *imp;
+    uint64_t off, addr;
+};
+
+/* ---- device memory by IPC (shm_ipc.c) ---- */
+typedef struct hc_shm_ipc_export hc_shm_ipc_export_t;
+/* mem_reg / mem_dereg: device memory is exported (the key is the export
+ * record); host memory needs no key (CMA). */
+hcomm_status_t hc_drv_shm_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64_t *key_p);
+void hc_drv_shm_mem_dereg(hc_drv_t *drv, uint64_t key);
+hcomm_status_t hc_shm_ipc_key_pack(const hc_shm_ipc_export_t *e, void *buf, size_t *len_p);
+bool hc_shm_ipc_key_is(const void *buf, size_t len);
+/* Imports the allocation a peer's IPC key names (cached) into k->imp. */
+hcomm_status_t hc_shm_ipc_key_unpack(hc_shm_conn_t *c, const void *buf, hc_rkey_t *k);
+/* get / write where device memory is on either side: device copies through
+ * the GPU dispatch (a mapped peer allocation), or a host bounce buffer (a
+ * device buffer here against host memory there, which CMA reaches). */
+hcomm_status_t hc_shm_ipc_rma(hc_shm_conn_t *c, const hc_rma_t *rma, bool write);
+void hc_shm_ipc_close_all(hc_drv_shm_t *s);
+/* process_vm_readv (get) / process_vm_writev (write) of the peer's memory. */
+hcomm_status_t hc_shm_cma(hc_conn_t *conn, void *local, uint64_t raddr, size_t len, bool write);
 
 /* FNV-1a over a, a separator and b: the node socket's name and the canary. */
 static inline uint64_t hc_shm_hash(const char *a, const char *b)

@@ -57,8 +57,7 @@ static bool hc_shm_pid_gone(pid_t pid)
 
 /* Single-copy transfer with the peer process (CMA), looping over partial
  * transfers: process_vm_readv for get, process_vm_writev for write. */
-static hcomm_status_t hc_shm_cma(hc_conn_t *conn, void *local, uint64_t raddr, size_t len,
-                                 bool write)
+hcomm_status_t hc_shm_cma(hc_conn_t *conn, void *local, uint64_t raddr, size_t len, bool write)
 {
     hc_shm_conn_t *c = (hc_shm_conn_t *)conn;
     size_t done = 0;
@@ -90,14 +89,29 @@ static hcomm_status_t hc_shm_cma(hc_conn_t *conn, void *local, uint64_t raddr, s
     return HCOMM_OK;
 }
 
-/* CMA needs no keys and completes at once. */
+/* True when rma involves device memory: a peer's imported allocation, or
+ * (with a GPU backend on) a local device buffer. */
+static bool hc_shm_rma_device(const hc_rma_t *rma)
+{
+    if (rma->rkey && rma->rkey->imp) return true;
+    hc_mem_attr_t a;
+    return HC_UNLIKELY(hc_gpu_on) && hc_gpu_mem_type(rma->local, rma->len, &a) == HCOMM_OK &&
+           a.type != HC_MEM_HOST;
+}
+
+/* CMA needs no keys and completes at once; device memory goes through the
+ * GPU dispatch (shm_ipc.c). */
 hcomm_status_t hc_drv_shm_get(hc_conn_t *conn, const hc_rma_t *rma)
 {
+    if (HC_UNLIKELY(hc_shm_rma_device(rma)))
+        return hc_shm_ipc_rma((hc_shm_conn_t *)conn, rma, false);
     return hc_shm_cma(conn, rma->local, rma->remote_addr, rma->len, false);
 }
 
 hcomm_status_t hc_drv_shm_write(hc_conn_t *conn, const hc_rma_t *rma)
 {
+    if (HC_UNLIKELY(hc_shm_rma_device(rma)))
+        return hc_shm_ipc_rma((hc_shm_conn_t *)conn, rma, true);
     return hc_shm_cma(conn, rma->local, rma->remote_addr, rma->len, true);
 }
 
@@ -122,16 +136,12 @@ typedef struct {
 } hc_shm_rkey_wire_t;
 _Static_assert(sizeof(hc_shm_rkey_wire_t) <= HC_RKEY_MAX, "shm key fits HC_RKEY_MAX");
 
-struct hc_rkey {
-    hc_shm_map_t *map; /* NULL: no mapping (CMA only) */
-    uint64_t off, addr;
-};
-
 hcomm_status_t hc_drv_shm_rkey_pack(hc_drv_t *drv, uint64_t key, const hc_mem_desc_t *desc,
                                     void *buf, size_t *len_p)
 {
     (void)drv;
-    (void)key;
+    if (desc->mem_type == HC_MEM_DEVICE && key)
+        return hc_shm_ipc_key_pack((const hc_shm_ipc_export_t *)(uintptr_t)key, buf, len_p);
     struct stat st;
     if (desc->fd < 0 || fstat(desc->fd, &st) != 0) {
         *len_p = 0;
@@ -190,6 +200,17 @@ hcomm_status_t hc_drv_shm_rkey_unpack(hc_conn_t *conn, const void *buf, size_t l
     hc_drv_shm_t *s = (hc_drv_shm_t *)conn->drv;
     *rkey_p = NULL;
     if (len == 0) return HCOMM_OK;
+    if (hc_shm_ipc_key_is(buf, len)) {
+        hc_rkey_t *k = calloc(1, sizeof(*k));
+        if (!k) return hc_error(HCOMM_ERR_NO_MEMORY, "shm: remote key of rank %d", conn->peer);
+        hcomm_status_t st = hc_shm_ipc_key_unpack(c, buf, k);
+        if (st != HCOMM_OK) {
+            free(k);
+            return st;
+        }
+        *rkey_p = k;
+        return HCOMM_OK;
+    }
     hc_shm_rkey_wire_t w;
     if (len != sizeof(w))
         return hc_error(HCOMM_ERR_INVALID, "shm: a %zu-byte key from rank %d (expected %zu)", len,
@@ -212,6 +233,7 @@ void hc_drv_shm_rkey_release(hc_conn_t *conn, hc_rkey_t *rkey)
     (void)conn;
     if (!rkey) return;
     if (rkey->map) rkey->map->refs--;
+    if (rkey->imp) rkey->imp->refs--;
     free(rkey);
 }
 

@@ -90,8 +90,10 @@ static hcomm_status_t hc_drv_shm_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
         s->nslots <<= 1;
     s->conns = calloc((size_t)s->L, sizeof(*s->conns));
     s->maps = calloc(HC_SHM_MAPS, sizeof(*s->maps));
+    s->imports = calloc(HC_SHM_IMPORTS, sizeof(*s->imports));
     s->active = calloc((size_t)s->L, sizeof(int));
-    if (!s->conns || !s->active || !s->maps) {
+    if (!s->conns || !s->active || !s->maps || !s->imports) {
+        free(s->imports);
         free(s->conns);
         free(s->active);
         free(s->maps);
@@ -156,6 +158,8 @@ static void hc_drv_shm_close(hc_drv_t *drv)
     for (int i = 0; i < s->nmaps; i++)
         munmap(s->maps[i].base, s->maps[i].size);
     free(s->maps);
+    hc_shm_ipc_close_all(s);
+    free(s->imports);
     if (s->seg_region) hc_mem_region_destroy(s->seg_region);
     free(s->conns);
     free(s->active);
@@ -172,8 +176,11 @@ static const struct hc_drv_ops hc_drv_shm_ops = {
     .wireup = hc_drv_shm_wireup,
     .connect = hc_drv_shm_connect,
     .put = hc_drv_shm_put,
+    .mem_types = 1u << HC_MEM_DEVICE, /* by IPC (shm_ipc.c) */
     .get = hc_drv_shm_get,
     .write = hc_drv_shm_write,
+    .mem_reg = hc_drv_shm_mem_reg,
+    .mem_dereg = hc_drv_shm_mem_dereg,
     .rkey_pack = hc_drv_shm_rkey_pack,
     .rkey_unpack = hc_drv_shm_rkey_unpack,
     .rkey_release = hc_drv_shm_rkey_release,

@@ -1,7 +1,10 @@
 /*
  * GPUDirect RDMA by dmabuf (core/gdr.c, docs/gpu.md "GPUDirect RDMA") on
  * the GPU model (HCOMM_GPU_MODEL=1), 2 ranks on 2 fake nodes over the fake
- * driver or the mlx5 queue model, whose "NIC" maps the model's dmabuf fd:
+ * driver or the mlx5 queue model, whose "NIC" maps the model's dmabuf fd;
+ * and IPC inside a node (the same cases, 2 ranks on one node over shm,
+ * HCOMM_GPU_IPC instead of HCOMM_GDR: the peer's allocation imported and
+ * copied device to device):
  *
  *   mp_gpu_gdr p2p direct|staged   rank 0 sends to rank 1, sizes around the
  *       connection's eager limit up to 64 MiB, device->device,
@@ -146,21 +149,40 @@ static int run_p2p(bool direct)
            mp_rank, (unsigned long long)hc_stats.gdr_bytes, (unsigned long long)hc_stats.gdr_rndv,
            (unsigned long long)hc_stats.gdr_staged);
     /* Staged: by auto (counted: a driver that moves host memory only) or by
-     * HCOMM_GDR=0 (nothing to count). */
-    if (!direct && (hc_gdr_mode == HC_GDR_AUTO) != (hc_stats.gdr_staged > 0))
-        mp_fail("p2p staged under HCOMM_GDR=%s: %llu calls counted as staged by auto",
-                hc_gdr_mode_name(), (unsigned long long)hc_stats.gdr_staged);
+     * HCOMM_GDR=0 / HCOMM_GPU_IPC=0 (nothing to count). The node driver's
+     * knob is HCOMM_GPU_IPC, the network drivers' HCOMM_GDR. */
+    bool node = hc_core_conn(1 - mp_rank)->ops->scope == HC_DRV_SCOPE_NODE;
+    hc_gdr_mode_t m = node ? hc_ipc_mode : hc_gdr_mode;
+    if (!direct && (m == HC_GDR_AUTO) != (hc_stats.gdr_staged > 0))
+        mp_fail("p2p staged under %s=%d: %llu calls counted as staged by auto",
+                node ? "HCOMM_GPU_IPC" : "HCOMM_GDR", (int)m,
+                (unsigned long long)hc_stats.gdr_staged);
     MP_OK(hcomm_barrier(hcomm_comm_world()));
     return mp_finish(direct ? "mp_gpu_gdr p2p direct" : "mp_gpu_gdr p2p staged");
 }
 
 /* Free a registered device buffer, allocate another at the same address
  * holding other bytes, and move it again. */
+static uint64_t model_imports(void)
+{
+    hc_gpu_model_counters_t c;
+    hc_gpu_model_test_counters(&c);
+    return c.imports;
+}
+
 static int run_realloc(void)
 {
     size_t n = (1 << 20) + 5;
     void *d = NULL;
+    /* Over shm the receiver imports the sender's allocation (IPC): once for
+     * two transfers of one allocation, once more for the new allocation at
+     * the old address (an import of the freed one must not be used). */
+    bool ipc = hc_core_conn(1 - mp_rank)->ops->scope == HC_DRV_SCOPE_NODE && mp_rank == 1;
+    uint64_t i0 = model_imports();
     xfer(n, true, 0, 1, &d);
+    uint64_t i1 = model_imports();
+    xfer(n, true, 0, 4, &d);
+    uint64_t i2 = model_imports();
     void *old = d;
     MP_OK(hc_gpu_model_test_free(d));
     d = dev_alloc(n + GUARD);
@@ -168,9 +190,15 @@ static int run_realloc(void)
     counts_t a = counts_now();
     xfer(n, true, 1, 2, &d);
     counts_t b = counts_now();
+    uint64_t i3 = model_imports();
     if (b.gdr - a.gdr != n || b.staged != a.staged)
         mp_fail("realloc: the second transfer was not direct (%llu RMA bytes, %llu staged)",
                 (unsigned long long)(b.gdr - a.gdr), (unsigned long long)(b.staged - a.staged));
+    if (ipc && (i1 - i0 != 1 || i2 != i1 || i3 - i2 != 1))
+        mp_fail("realloc: IPC imports %llu, %llu, %llu for the first, the repeated and the "
+                "re-allocated transfer (want 1, 0, 1)",
+                (unsigned long long)(i1 - i0), (unsigned long long)(i2 - i1),
+                (unsigned long long)(i3 - i2));
     MP_OK(hc_gpu_model_test_free(d));
     MP_OK(hcomm_barrier(hcomm_comm_world()));
     return mp_finish("mp_gpu_gdr realloc");
