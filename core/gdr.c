@@ -127,8 +127,9 @@ static void hc_gdr_reg_why(hc_conn_t *conn, void *buf, size_t len, const hc_mem_
         hc_mem_reg_cache_put(held);
         return;
     }
-    snprintf(why, why_len, "driver %s refused the device memory (%s): %s", conn->ops->name,
-             hc_drv_device_path(conn->ops), hc_error_last());
+    snprintf(why, why_len, "driver %s refused the %s: %s", conn->ops->name,
+             conn->ops->scope == HC_DRV_SCOPE_NODE ? "IPC export" : "dmabuf registration",
+             hc_error_last());
 }
 
 hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm, int peer,
