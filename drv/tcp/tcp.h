@@ -207,6 +207,7 @@ typedef struct {
     uint64_t probe_ns; /* last probe (connect) while down */
     uint64_t stall_ns; /* up, the last one, stalled since (not left: nowhere to go) */
     char why[160];
+    char brief[40]; /* why, in a few words (the failure message names every rail) */
 } hc_tcp_rail_t;
 
 typedef struct hc_tcp_conn {

@@ -435,24 +435,31 @@ int hc_drv_tcp_rail_parse(hc_tcp_slot_t *s)
 
 /* No rail works (each left, or the last one stalled) for the fail timeout:
  * the peer fails, naming each rail and why. */
-static void hc_rail_fail_all(hc_tcp_conn_t *c, uint64_t now)
+static void hc_rail_fail_all(hc_tcp_conn_t *c, uint64_t now, bool silent)
 {
     hc_tcp_drv_t *d = c->drv;
     uint64_t since = 0; /* the last rail stopped working then */
     for (int r = 0; r < c->nrails; r++)
         since = HC_MAX(since, c->rail[r].up ? c->rail[r].stall_ns : c->rail[r].down_ns);
-    char buf[460];
-    size_t off = (size_t)snprintf(
-        buf, sizeof(buf), "every rail to %s down for %.1f s (HCOMM_CONN_FAIL_TIMEOUT): ", c->name,
-        (double)(now - HC_MIN(since, now)) * 1e-9);
+    if (silent) since = c->last_rx_ns;
+    /* The core keeps 160 bytes of the reason: a few words per rail there,
+     * the whole story in the log. */
+    char buf[200];
+    size_t off =
+        (size_t)snprintf(buf, sizeof(buf), "every rail %s %.1f s (HCOMM_CONN_FAIL_TIMEOUT):",
+                         silent ? "silent" : "down", (double)(now - HC_MIN(since, now)) * 1e-9);
     for (int r = 0; r < c->nrails && off < sizeof(buf); r++) {
+        const hc_tcp_rail_t *rail = &c->rail[r];
+        const char *state = !rail->up ? "left" : rail->stall_ns ? "stalled" : "up";
+        off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s rail %d %s %s (%s)", r ? ";" : "",
+                                r, d->rail_if[r], state,
+                                rail->up && !rail->stall_ns ? "nothing read" : rail->brief);
         char peer[64];
         hc_rail_peer_str(c, r, peer, sizeof(peer));
-        off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%srail %d %s -> %s %s: %s",
-                                r ? "; " : "", r, d->rail_if[r], peer,
-                                c->rail[r].up ? "stalled" : "left", c->rail[r].why);
+        hc_log_warn("tcp: rank %d: rail %d (%s -> %s) %s: %s", c->base.peer, r, d->rail_if[r], peer,
+                    state, rail->up && !rail->stall_ns ? "nothing read" : rail->why);
     }
-    hc_drv_tcp_conn_fail(c, "%s", buf);
+    hc_drv_tcp_conn_fail(c, "%s: %s", c->name, buf);
 }
 
 /* A rail that is up, other than not, with the fewest bytes queued; -1. */
@@ -482,7 +489,7 @@ static void hc_rail_move(hc_tcp_conn_t *c, int from, int to)
         if (c->chan[k].cur_rail == from) c->chan[k].cur_rail = to;
 }
 
-static void hc_rail_down(hc_tcp_conn_t *c, int r, bool eof, const char *why)
+static void hc_rail_down(hc_tcp_conn_t *c, int r, bool eof, const char *why, const char *brief)
 {
     hc_tcp_drv_t *d = c->drv;
     hc_tcp_rail_t *rail = &c->rail[r];
@@ -492,6 +499,7 @@ static void hc_rail_down(hc_tcp_conn_t *c, int r, bool eof, const char *why)
     rail->returned = false;
     rail->down_ns = rail->probe_ns = now;
     snprintf(rail->why, sizeof(rail->why), "%s", why);
+    snprintf(rail->brief, sizeof(rail->brief), "%s", brief);
     d->n_rail_left++;
     uint64_t resent0 = d->n_resent;
     for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++)
@@ -526,7 +534,7 @@ void hc_drv_tcp_rail_peer_left(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
     if (!c->drv->pre || h->a >= (uint64_t)c->nrails || !c->rail[h->a].up) return;
     char why[96];
     snprintf(why, sizeof(why), "rank %d left it (its own detection)", c->base.peer);
-    hc_rail_down(c, (int)h->a, false, why);
+    hc_rail_down(c, (int)h->a, false, why, "the peer left it");
 }
 
 void hc_drv_tcp_rail_lost(hc_tcp_slot_t *s, bool eof, const char *why)
@@ -547,7 +555,7 @@ void hc_drv_tcp_rail_lost(hc_tcp_slot_t *s, bool eof, const char *why)
         hc_drv_tcp_rail_requeue(s, s);
         return;
     }
-    hc_rail_down(c, r, eof, why);
+    hc_rail_down(c, r, eof, why, eof ? "closed by the peer" : "socket error");
 }
 
 void hc_drv_tcp_sock_lost(hc_tcp_slot_t *s, bool eof, const char *fmt, ...)
@@ -633,7 +641,9 @@ static int hc_rail_watch(hc_tcp_slot_t *s, uint64_t now)
              (double)limit * 1e-6);
     hc_tcp_rail_t *rail = &c->rail[r];
     if (hc_rail_pick_up(c, r) >= 0) {
-        hc_rail_down(c, r, false, why);
+        char brief[40];
+        snprintf(brief, sizeof(brief), "no TCP ack for %.0f ms", (double)(now - since) * 1e-6);
+        hc_rail_down(c, r, false, why, brief);
         return HC_RAIL_LEFT;
     }
     /* The last rail up: leaving it gains nothing; its sockets stay (TCP
@@ -646,6 +656,8 @@ static int hc_rail_watch(hc_tcp_slot_t *s, uint64_t now)
                     (double)c->drv->fail_ns * 1e-9);
     }
     snprintf(rail->why, sizeof(rail->why), "%s", why);
+    snprintf(rail->brief, sizeof(rail->brief), "no TCP ack for %.1f s",
+             (double)(now - rail->stall_ns) * 1e-9);
     return HC_RAIL_STALLED;
 }
 
@@ -702,15 +714,10 @@ void hc_drv_tcp_rail_timer(hc_tcp_conn_t *c, uint64_t now)
     if (c->failed) return;
     if (!any_up) {
         if (!c->all_down_ns) c->all_down_ns = now;
-        if (now > c->all_down_ns && now - c->all_down_ns > d->fail_ns) hc_rail_fail_all(c, now);
-        return;
-    }
-    if (stalled_out) {
-        hc_rail_fail_all(c, now);
+        if (now > c->all_down_ns && now - c->all_down_ns > d->fail_ns)
+            hc_rail_fail_all(c, now, false);
         return;
     }
     uint64_t silent = now - HC_MIN(c->last_rx_ns, now);
-    if (silent > d->fail_ns && hc_rail_any_up(c))
-        hc_drv_tcp_conn_fail(c, "%s silent for %.1f s on every rail (HCOMM_CONN_FAIL_TIMEOUT)",
-                             c->name, (double)silent * 1e-9);
+    if (stalled_out || silent > d->fail_ns) hc_rail_fail_all(c, now, !stalled_out);
 }
