@@ -257,6 +257,15 @@ int hc_drv_tcp_pick_rails(const hc_drv_env_t *env, struct sockaddr_storage *sa, 
     return hc_drv_tcp_pick_if(env, &sa[0], &salen[0], ifname[0], 32, why, why_len) ? 1 : 0;
 }
 
+/* The address of sa without its port (hcomm_info: nothing listens yet). */
+static void hc_drv_tcp_ip_str(const struct sockaddr_storage *sa, char *buf, size_t len)
+{
+    const void *a = sa->ss_family == AF_INET
+                        ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+                        : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+    if (!inet_ntop(sa->ss_family, a, buf, (socklen_t)len)) snprintf(buf, len, "?");
+}
+
 static void hc_drv_tcp_addr_str(int family, const void *addr, uint16_t port_n, char *buf,
                                 size_t len)
 {
@@ -327,7 +336,10 @@ static hcomm_status_t hc_drv_tcp_probe(const hc_drv_env_t *env, char *why, size_
     size_t off = 0;
     for (int r = 0; r < n && off < why_len; r++) {
         char a[64];
-        hc_drv_tcp_sa_str(&sa[r], a, sizeof(a));
+        if (n == 1)
+            hc_drv_tcp_sa_str(&sa[r], a, sizeof(a));
+        else
+            hc_drv_tcp_ip_str(&sa[r], a, sizeof(a));
         if (n == 1)
             off += (size_t)snprintf(why + off, why_len - off, "interface %s (%s)", ifname[r], a);
         else
@@ -348,7 +360,7 @@ static void hc_drv_tcp_describe(const hc_drv_env_t *env, void (*line)(const char
     int n = hc_drv_tcp_pick_rails(env, sa, salen, ifname, why, sizeof(why));
     for (int r = 0; r < n && n > 1; r++) {
         char a[64];
-        hc_drv_tcp_sa_str(&sa[r], a, sizeof(a));
+        hc_drv_tcp_ip_str(&sa[r], a, sizeof(a));
         snprintf(text, sizeof(text),
                  "  rail %d: %s %s (pairs with the peer's rail %d; striped DATA, failover "
                  "after %d ms without TCP acknowledgement at most)",

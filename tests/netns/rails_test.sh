@@ -19,9 +19,10 @@
 #              with ERR_PEER_FAILED within 40 s (no hang), and the first one's
 #              message names both rails (the other may learn of the failure
 #              from the first one's exit).
-#   stripe     2x1: busbw of 64 MiB allreduces with veth-a,veth-b and with
-#              veth-a alone, printed (no threshold: on a 2-core host the CPU
-#              bounds both).
+#   stripe     hcomm_info in node 0 shows both rails; 2x1: busbw of 64 MiB allreduces with veth-a,veth-b and with
+#              veth-a alone, printed with the bytes each rail carried (no
+#              threshold: on a 2-core host the CPU bounds both); with two
+#              rails both must have carried at least a quarter of the bytes.
 #   flap       2x1: veth-a down and up every 200 ms for 10 s while the loop
 #              runs (1..4 MiB): no failure, every message and byte right.
 #   flap_long  the same for 30 s with 16..64 MiB (slow).
@@ -137,11 +138,25 @@ both_down)
     ;;
 stripe)
     rails_up
+    # hcomm_info (the driver's describe) shows the rails
+    info=$(dirname "$prog")/hcomm_info
+    if [ -x "$info" ]; then
+        ip netns exec "$n0" env HCOMM_SOCKET_IFNAME=veth-a,veth-b "$info" | grep "rail [0-9]:" |
+            tee "$work/info.txt"
+        grep -q "rail 0: veth-a 10.78.1.1" "$work/info.txt" &&
+            grep -q "rail 1: veth-b 10.78.2.1" "$work/info.txt" || fail "hcomm_info shows no rails"
+    fi
     for ifs in veth-a,veth-b veth-a; do
         job_env=("${common_env[@]}" HCOMM_SOCKET_IFNAME=$ifs)
         launch 2 1 --min 64M --max 64M --seconds 6
         wait_all 90
-        echo "HCOMM_SOCKET_IFNAME=$ifs: $(grep -o 'busbw [0-9.]* GB/s' "$work/r0.log")"
+        if [ $ifs = veth-a,veth-b ]; then
+            a0=$(counter 0 rail0_tx_bytes) a1=$(counter 0 rail1_tx_bytes)
+            [ $((a0 * 4)) -ge $((a0 + a1)) ] && [ $((a1 * 4)) -ge $((a0 + a1)) ] ||
+                fail "striping: rail 0 carried $a0 B, rail 1 $a1 B"
+        fi
+        echo "HCOMM_SOCKET_IFNAME=$ifs: $(grep -o 'busbw [0-9.]* GB/s' "$work/r0.log")" \
+            "(rank 0 sent rail 0: $(counter 0 rail0_tx_bytes) B, rail 1: $(counter 0 rail1_tx_bytes) B)"
     done
     ;;
 flap | flap_long)
