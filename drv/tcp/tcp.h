@@ -194,6 +194,8 @@ typedef struct {
     uint64_t acked;    /* highest the peer acknowledged */
     uint64_t rx_seq;   /* highest delivered in order from the peer */
     uint32_t pending;  /* our frames not acknowledged yet */
+    uint32_t rx_frames; /* delivered since our last ACK of this channel */
+    size_t rx_bytes;
     int cur_rail;
     int ack_slot; /* socket the peer's last frame of this channel came on */
     bool ack_due;

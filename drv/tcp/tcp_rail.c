@@ -253,6 +253,9 @@ hcomm_status_t hc_drv_tcp_rail_put(hc_tcp_conn_t *c, const hc_frame_hdr_t *hdr, 
     size_t len = hdr->len, total = hc_drv_tcp_tx_total(d, &(hc_tcp_tx_t){.hdr = *hdr});
     if ((s->txq.head || s->inflight.head) && s->q_bytes + total > HC_TCP_QUEUE_BYTES)
         return HCOMM_ERR_AGAIN; /* the window: wait for the peer's ACKs */
+    /* Eager-sized payloads are copied into the retransmit buffer: put is
+     * done at once and a blocking send does not wait for the ACK. */
+    if (cookie && len <= HC_TCP_EAGER_MAX && s->q_copy + len <= HC_TCP_QUEUE_COPY) cookie = NULL;
     if (!cookie && len > HC_TCP_INLINE && s->q_copy + len > HC_TCP_QUEUE_COPY)
         return HCOMM_ERR_AGAIN;
     hc_tcp_tx_t *t = hc_drv_tcp_tx_get(d);
@@ -349,6 +352,8 @@ void hc_drv_tcp_rail_acks(hc_tcp_drv_t *d)
             if (!s || s->state != HC_TCP_S_UP) s = hc_rail_any_up(c);
             if (!s) continue; /* the next frame asks again */
             hc_drv_tcp_rail_ctrl(s, HC_TCP_FRAME_ACK, 0, (uint64_t)k, ch->rx_seq);
+            ch->rx_frames = 0;
+            ch->rx_bytes = 0;
             d->n_acks++;
         }
     }
@@ -371,7 +376,15 @@ static bool hc_rail_rx_core(hc_tcp_slot_t *s, const hc_tcp_rhdr_t *rh, const hc_
     }
     hc_tcp_chan_t *ch = &c->chan[rh->chan];
     ch->ack_slot = s->idx;
-    ch->ack_due = c->ack_due = d->ack_due = true;
+    ch->rx_frames++;
+    ch->rx_bytes += h->len;
+    /* ACK at the end of this progress pass when a sender may wait on it (a
+     * large frame's put_done, a window filling up, a resend), else with the
+     * next few frames or at the next timer tick (10 ms): small frames were
+     * copied by the sender, nobody waits for their ACK. */
+    if (h->len > HC_TCP_EAGER_MAX || ch->rx_frames >= 16 || ch->rx_bytes >= HC_TCP_QUEUE_COPY / 4 ||
+        rh->seq <= ch->rx_seq)
+        ch->ack_due = c->ack_due = d->ack_due = true;
     if (rh->seq <= ch->rx_seq) {
         d->n_dups++;
         return true;
@@ -681,6 +694,9 @@ static void hc_rail_probe(hc_tcp_conn_t *c, int r, uint64_t now)
 void hc_drv_tcp_rail_timer(hc_tcp_conn_t *c, uint64_t now)
 {
     hc_tcp_drv_t *d = c->drv;
+    for (int k = 0; k < c->nrails * HC_TCP_RAIL_STRIDE; k++)
+        if (c->chan[k].rx_frames) /* small frames' coalesced ACKs */
+            c->chan[k].ack_due = c->ack_due = d->ack_due = true;
     bool any_up = false, stalled_out = false;
     uint64_t hb_ns = d->rail_bound_ns / 2;
     for (int r = 0; r < c->nrails && !c->failed; r++) {

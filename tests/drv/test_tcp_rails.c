@@ -6,7 +6,8 @@
  *     receiver, are resent on the other rail and delivered exactly once, in
  *     order, every put_done OK, no peer failed; the rail is probed and
  *     rejoins, and traffic returns to it;
- *   - put_done of a frame with a cookie waits for the peer's ACK frame;
+ *   - put_done of a frame with a cookie larger than eager_max waits for the
+ *     peer's ACK frame (smaller ones are copied: put answers OK);
  *   - large DATA frames go over both rails.
  * Skipped when the host has no IPv4 interface besides lo. */
 #include "base/config.h"
@@ -102,12 +103,14 @@ static hc_conn_t *wire(hc_drv_t *from, int peer, hc_drv_t *to)
     return c;
 }
 
-/* n EAGER frames of 200 bytes, with cookies, numbered in hdr.a. */
-static void put_n(hc_conn_t *c, int from, int n)
+/* n EAGER frames of len bytes, with cookies, numbered in hdr.a: up to
+ * eager_max they are copied (OK), larger ones wait for the ACK. */
+static void put_n(hc_conn_t *c, int from, int n, uint32_t len)
 {
     for (int i = 0; i < n; i++) {
-        hc_frame_hdr_t h = {.type = HC_FRAME_EAGER, .len = 200, .a = seq_of[from]++};
-        assert_int_equal(ops->put(c, &h, payload, payload), HCOMM_IN_PROGRESS);
+        hc_frame_hdr_t h = {.type = HC_FRAME_EAGER, .len = len, .a = seq_of[from]++};
+        assert_int_equal(ops->put(c, &h, payload, payload),
+                         len > HC_TCP_EAGER_MAX ? HCOMM_IN_PROGRESS : HCOMM_OK);
     }
 }
 
@@ -173,17 +176,20 @@ static void test_failover_exactly_once(void **state)
     wire(d1, 0, d0);
     hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01;
     assert_int_equal(t01->nrails, 2);
-    put_n(c01, 0, 50);
+    const uint32_t big = HC_TCP_EAGER_MAX + 4096;
+    put_n(c01, 0, 50, big);
     pump_until(d0, d1, &side[1].delivered, 50);
     pump_until(d0, d1, &side[0].done, 50); /* after the ACKs */
-    /* 200 frames more, not read by rank 1, then rail 0 (theirs: ordered
-     * frames stay on rail 0) breaks: they must come again on rail 1. */
-    put_n(c01, 0, 200);
-    assert_true(side[0].done < 250); /* put_done waits for the ACK */
+    /* 200 frames more (50 large, 150 small: copied), not read by rank 1,
+     * then rail 0 (ordered frames stay on rail 0) breaks: they must come
+     * again on rail 1. */
+    put_n(c01, 0, 50, big);
+    put_n(c01, 0, 150, 200);
+    assert_true(side[0].done < 100); /* put_done waits for the ACK */
     uint64_t resent = td0->n_resent;
     break_rail(t01, 0);
     pump_until(d0, d1, &side[1].delivered, 250);
-    pump_until(d0, d1, &side[0].done, 250);
+    pump_until(d0, d1, &side[0].done, 100);
     assert_int_equal(side[1].bad_order, 0);
     assert_true(td0->n_rail_left >= 1);
     assert_true(td0->n_resent > resent);
@@ -195,9 +201,9 @@ static void test_failover_exactly_once(void **state)
         usleep(1000);
     }
     assert_true(t01->rail[0].up);
-    put_n(c01, 0, 10);
+    put_n(c01, 0, 10, big);
     pump_until(d0, d1, &side[1].delivered, 260);
-    pump_until(d0, d1, &side[0].done, 260);
+    pump_until(d0, d1, &side[0].done, 110);
     assert_int_equal(t01->chan[0].cur_rail, 0);
     assert_int_equal(side[1].bad_order, 0);
     assert_int_equal(side[0].failed + side[1].failed, 0);
