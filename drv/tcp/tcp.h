@@ -4,8 +4,9 @@
  * connection establishment, failure handling, teardown), tcp_hello.c (the
  * authenticated handshake of a data socket, both sides), tcp_data.c (put,
  * the send queues, MSG_ZEROCOPY completions, the receive path, progress and
- * heartbeats) and tcp_idle.c (closing idle connections). See tcp_setup.c
- * and tcp_hello.c for the design.
+ * heartbeats), tcp_idle.c (closing idle connections), tcp_if.c (the
+ * interface choice) and tcp_rail.c (several interfaces: rails, striping,
+ * failover). See tcp_setup.c, tcp_hello.c and tcp_rail.c for the design.
  */
 #ifndef HC_DRV_TCP_H
 #define HC_DRV_TCP_H
@@ -190,10 +191,10 @@ typedef struct {
 /* Rails: a channel is an ordered, numbered stream of core frames (channel k
  * lives on rail k / 4 at home and rides socket (cur_rail, k % 4)). */
 typedef struct {
-    uint64_t next_seq; /* last number given */
-    uint64_t acked;    /* highest the peer acknowledged */
-    uint64_t rx_seq;   /* highest delivered in order from the peer */
-    uint32_t pending;  /* our frames not acknowledged yet */
+    uint64_t next_seq;  /* last number given */
+    uint64_t acked;     /* highest the peer acknowledged */
+    uint64_t rx_seq;    /* highest delivered in order from the peer */
+    uint32_t pending;   /* our frames not acknowledged yet */
     uint32_t rx_frames; /* delivered since our last ACK of this channel */
     size_t rx_bytes;
     int cur_rail;
@@ -304,11 +305,17 @@ static inline size_t hc_drv_tcp_tx_total(const hc_tcp_drv_t *d, const hc_tcp_tx_
     return d->pre + sizeof(hc_frame_hdr_t) + t->hdr.len;
 }
 
+/* tcp_if.c */
+/* The interfaces to listen on for list (HCOMM_SOCKET_IFNAME): one per entry
+ * with rails (two entries or more that match), else the single choice;
+ * how many (0: none, why says so). */
+int hc_drv_tcp_pick_rails(const hc_drv_env_t *env, const char *list, struct sockaddr_storage *sa,
+                          socklen_t *salen, char (*ifname)[32], char *why, size_t why_len);
+void hc_drv_tcp_ip_str(const struct sockaddr_storage *sa, char *buf, size_t len);
+void hc_drv_tcp_addr_str(int family, const void *addr, uint16_t port_n, char *buf, size_t len);
+void hc_drv_tcp_sa_str(const struct sockaddr_storage *sa, char *buf, size_t len);
+
 /* tcp_setup.c */
-/* Rails: the interfaces of HCOMM_SOCKET_IFNAME=a,b (one per entry), or 1
- * with today's single choice; writes why on failure. */
-int hc_drv_tcp_pick_rails(const hc_drv_env_t *env, struct sockaddr_storage *sa, socklen_t *salen,
-                          char (*ifname)[32], char *why, size_t why_len);
 hcomm_status_t hc_drv_tcp_slot_start(hc_tcp_conn_t *c, int idx);
 void hc_drv_tcp_conn_fail(hc_tcp_conn_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -318,7 +325,6 @@ void hc_drv_tcp_slot_up(hc_tcp_slot_t *s);
 void hc_drv_tcp_slot_drop_fd(hc_tcp_slot_t *s);
 bool hc_drv_tcp_sock_opts(hc_tcp_drv_t *d, int fd);
 int hc_drv_tcp_ep(hc_tcp_drv_t *d, int op, int fd, uint32_t events, void *ptr);
-void hc_drv_tcp_sa_str(const struct sockaddr_storage *sa, char *buf, size_t len);
 
 /* tcp_hello.c: the handshake. The connector signs its hello with the job
  * key over the acceptor's published nonce and writes it at once; the

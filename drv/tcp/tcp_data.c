@@ -251,6 +251,11 @@ int hc_drv_tcp_write(hc_tcp_slot_t *s)
     const size_t hl = c->drv->pre + HC_TCP_HDR; /* header bytes: the rail header, if any, first */
     if (s->err || s->wr_shut || (s->state != HC_TCP_S_UP && s->state != HC_TCP_S_HELLO_SENT))
         return 0;
+    /* Rails: a probe of a rail that was left carries nothing before its
+     * verdict (its frames may move to another rail meanwhile). */
+    if (HC_UNLIKELY(c->drv->pre) && s->state != HC_TCP_S_UP &&
+        !c->rail[s->idx / HC_TCP_RAIL_STRIDE].up)
+        return 0;
     bool zc_ok = s->zc_on && s->state == HC_TCP_S_UP;
     int done = 0;
     while (s->txq.head) {

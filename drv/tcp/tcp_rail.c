@@ -250,7 +250,7 @@ hcomm_status_t hc_drv_tcp_rail_put(hc_tcp_conn_t *c, const hc_frame_hdr_t *hdr, 
     int k = hc_rail_chan(c, hdr);
     hc_tcp_chan_t *ch = &c->chan[k];
     hc_tcp_slot_t *s = hc_rail_chan_slot(c, k);
-    size_t len = hdr->len, total = hc_drv_tcp_tx_total(d, &(hc_tcp_tx_t){.hdr = *hdr});
+    size_t len = hdr->len, total = d->pre + sizeof(hc_frame_hdr_t) + len;
     if ((s->txq.head || s->inflight.head) && s->q_bytes + total > HC_TCP_QUEUE_BYTES)
         return HCOMM_ERR_AGAIN; /* the window: wait for the peer's ACKs */
     /* Eager-sized payloads are copied into the retransmit buffer: put is
