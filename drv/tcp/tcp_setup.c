@@ -495,7 +495,9 @@ hcomm_status_t hc_drv_tcp_slot_connect(hc_tcp_conn_t *c, int idx)
  * complete in time (or fails) is left to progress. */
 static void hc_drv_tcp_connect_wait(hc_tcp_conn_t *c)
 {
-    uint64_t end = hc_time_ns() + HC_TCP_CONNECT_WAIT_MS * 1000000ull;
+    uint64_t wait = HC_TCP_CONNECT_WAIT_MS * 1000000ull;
+    if (c->drv->pre) wait = HC_MIN(wait, c->drv->rail_bound_ns); /* rails: another rail waits */
+    uint64_t end = hc_time_ns() + wait;
     for (;;) {
         struct pollfd p[HC_TCP_MAX_SOCKS];
         hc_tcp_slot_t *ps[HC_TCP_MAX_SOCKS];
