@@ -709,12 +709,16 @@ void hc_drv_tcp_rail_timer(hc_tcp_conn_t *c, uint64_t now)
         bool hb = false;
         for (int i = 0; i < HC_TCP_RAIL_STRIDE && res != HC_RAIL_LEFT; i++) {
             hc_tcp_slot_t *s = hc_rail_slot(c, r, i);
-            if (s->state == HC_TCP_S_CONNECTING && !s->err &&
+            if ((s->state == HC_TCP_S_CONNECTING || s->state == HC_TCP_S_WAIT) && !s->err &&
                 now + d->hs_ns - s->hs_deadline > d->rail_bound_ns) {
                 /* The kernel's handshake (not the peer's process) is late:
-                 * a lost SYN waits a second for its retransmit. */
+                 * a lost SYN waits a second for its retransmit. Or we lost
+                 * a tie-break to a socket the peer holds as up but is
+                 * stale to us (younger than its replace rule's 10 ms): its
+                 * connect never comes; ours goes again, flagged replace. */
                 char why[96];
-                snprintf(why, sizeof(why), "connect of socket %d not done within %.0f ms", s->idx,
+                snprintf(why, sizeof(why), "%s of socket %d not done within %.0f ms",
+                         s->state == HC_TCP_S_WAIT ? "the peer's connect" : "connect", s->idx,
                          (double)d->rail_bound_ns * 1e-6);
                 hc_drv_tcp_rail_lost(s, false, why);
                 res = worst = c->rail[r].up ? HC_RAIL_OK : HC_RAIL_LEFT;

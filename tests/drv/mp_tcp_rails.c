@@ -187,6 +187,8 @@ int main(int argc, char **argv)
                    mp_rank, mp_now() - last_good, it, hcomm_last_error());
         fflush(stdout);
         hcomm_finalize();
+        free(sbuf);
+        free(rbuf);
         return mp_failures ? 1 : 0;
     }
     if (st != HCOMM_OK) {
