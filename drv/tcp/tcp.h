@@ -4,8 +4,9 @@
  * connection establishment, failure handling, teardown), tcp_hello.c (the
  * authenticated handshake of a data socket, both sides), tcp_data.c (put,
  * the send queues, MSG_ZEROCOPY completions, the receive path, progress and
- * heartbeats) and tcp_idle.c (closing idle connections). See tcp_setup.c
- * and tcp_hello.c for the design.
+ * heartbeats), tcp_idle.c (closing idle connections), tcp_if.c (the
+ * interface choice) and tcp_rail.c (several interfaces: rails, striping,
+ * failover). See tcp_setup.c, tcp_hello.c and tcp_rail.c for the design.
  */
 #ifndef HC_DRV_TCP_H
 #define HC_DRV_TCP_H
@@ -27,18 +28,31 @@
 #define HC_TCP_MAGIC 0x68637470u       /* "hctp" */
 #define HC_TCP_VERSION 2               /* 2: the key is proven (HMAC), never sent */
 #define HC_TCP_ANON_MAX 64             /* accepted sockets whose hello is not read yet */
+#define HC_TCP_MAX_RAILS 4             /* local interfaces (HCOMM_SOCKET_IFNAME=a,b) */
+#define HC_TCP_RAIL_STRIDE 4           /* with rails: socket k is rail k / 4, index k % 4 */
+#define HC_TCP_NOCHAN 0xffffu          /* rail header of a driver frame: no channel, no seq */
+#define HC_TCP_IDX_REPLACE 0x8000u     /* hello.sock_idx: the connector lost its socket here */
 
 /* Driver-private frame types (never delivered to the core). */
 enum {
     HC_TCP_FRAME_HB = HC_FRAME_DRIVER, /* heartbeat; flags & HC_TCP_HB_ECHO asks for a reply */
     HC_TCP_FRAME_BYE,                  /* orderly close follows: EOF is not a failure */
-    HC_TCP_FRAME_CLOSE,    /* idle close request: a = core frames sent, b = core frames received */
-    HC_TCP_FRAME_CLOSE_OK, /* agreed: the requester closes every socket, we wait for EOF */
-    HC_TCP_FRAME_CLOSE_NO, /* refused (traffic pending): the connection stays */
+    HC_TCP_FRAME_CLOSE,     /* idle close request: a = core frames sent, b = core frames received */
+    HC_TCP_FRAME_CLOSE_OK,  /* agreed: the requester closes every socket, we wait for EOF */
+    HC_TCP_FRAME_CLOSE_NO,  /* refused (traffic pending): the connection stays */
+    HC_TCP_FRAME_ACK,       /* rails: a = channel, b = its highest sequence delivered in order */
+    HC_TCP_FRAME_RAIL_DOWN, /* rails: the sender left rail a (what it read there is lost) */
 };
 /* Idle-close handshake state of a connection (tcp_idle.c). */
 enum { HC_TCP_IDLE_NONE, HC_TCP_IDLE_CLOSE_SENT, HC_TCP_IDLE_ACKED };
 #define HC_TCP_HB_ECHO 1u
+
+/* One rail's listening address in the blob. */
+typedef struct {
+    uint8_t addr[16];
+    uint16_t port; /* network order */
+    uint16_t family;
+} hc_tcp_rail_addr_t;
 
 /* Address blob every rank publishes (round 2 of init). */
 typedef struct {
@@ -51,7 +65,20 @@ typedef struct {
     uint16_t version;             /* HC_TCP_VERSION */
     uint64_t instance;            /* random per process: a change means the peer restarted */
     uint8_t nonce[HC_AUTH_NONCE]; /* random per process: every hello to it is signed over it */
+    uint16_t nrails;              /* 1: addr/port only; else rail[0..nrails) (rail[0] = addr) */
+    uint16_t pad[3];
+    hc_tcp_rail_addr_t rail[HC_TCP_MAX_RAILS];
 } hc_tcp_addr_t;
+
+/* With rails every frame is preceded by this (tcp_rail.c): core frames are
+ * numbered per channel, so that a channel moved to another rail is resent
+ * from its first unacknowledged frame and the receiver drops duplicates. */
+typedef struct {
+    uint16_t chan; /* HC_TCP_NOCHAN for the driver's own frames */
+    uint16_t flags;
+    uint32_t pad;
+    uint64_t seq; /* 1, 2, ... per channel */
+} hc_tcp_rhdr_t;
 
 /* First bytes a connector writes on a new socket (tcp_hello.c). No field
  * is secret; mac proves the job key over all of them. */
@@ -81,6 +108,7 @@ enum { HC_TCP_S_NONE, HC_TCP_S_CONNECTING, HC_TCP_S_HELLO_SENT, HC_TCP_S_WAIT, H
 
 typedef struct hc_tcp_tx {
     struct hc_tcp_tx *next;
+    hc_tcp_rhdr_t rhdr; /* written just before hdr with rails (d->pre = 16) */
     hc_frame_hdr_t hdr;
     const uint8_t *payload;
     size_t off;       /* bytes of hdr + payload written */
@@ -115,9 +143,15 @@ typedef struct hc_tcp_slot {
     int err;         /* errno of a failed write/connect, acted on by progress */
     struct hc_tcp_conn *conn;
     struct hc_tcp_slot *flush_next;
-    hc_tcp_txq_t txq;     /* frames not fully written, in order */
-    hc_tcp_txq_t zcwait;  /* written with MSG_ZEROCOPY, completions owed */
-    hc_tcp_txq_t unacked; /* written after our hello, before the verdict: kept until it */
+    hc_tcp_txq_t txq;      /* frames not fully written, in order */
+    hc_tcp_txq_t zcwait;   /* written with MSG_ZEROCOPY, completions owed */
+    hc_tcp_txq_t unacked;  /* written after our hello, before the verdict: kept until it */
+    hc_tcp_txq_t inflight; /* rails: written, not acknowledged by the peer's ACK frame */
+    uint64_t last_wr_ns;   /* rails: our last write (heartbeat per rail) */
+    uint64_t last_rd_ns;   /* rails: our last read of a byte from it */
+    uint64_t busy_since;   /* rails: bytes in flight since (stall detection) */
+    uint64_t up_ns;        /* rails: when it came up */
+    bool was_up;           /* rails: it was up once: a reconnect replaces the peer's socket */
     size_t q_bytes, q_copy;
     uint32_t zc_next;   /* next zerocopy id the kernel will assign */
     uint32_t zc_copied; /* completions the kernel reported as copied */
@@ -154,6 +188,31 @@ typedef struct {
     uint32_t tx_lanes, rx_lanes; /* bit l: a frame of lane l went / came */
 } hc_tcp_sock_stats_t;
 
+/* Rails: a channel is an ordered, numbered stream of core frames (channel k
+ * lives on rail k / 4 at home and rides socket (cur_rail, k % 4)). */
+typedef struct {
+    uint64_t next_seq;  /* last number given */
+    uint64_t acked;     /* highest the peer acknowledged */
+    uint64_t rx_seq;    /* highest delivered in order from the peer */
+    uint32_t pending;   /* our frames not acknowledged yet */
+    uint32_t rx_frames; /* delivered since our last ACK of this channel */
+    size_t rx_bytes;
+    int cur_rail;
+    int ack_slot; /* socket the peer's last frame of this channel came on */
+    bool ack_due;
+} hc_tcp_chan_t;
+
+typedef struct {
+    bool up;
+    bool eof;          /* left because the peer closed it (not a stall) */
+    bool returned;     /* since it rejoined, a channel came home to it */
+    uint64_t down_ns;  /* when it was left */
+    uint64_t probe_ns; /* last probe (connect) while down */
+    uint64_t stall_ns; /* up, the last one, stalled since (not left: nowhere to go) */
+    char why[160];
+    char brief[40]; /* why, in a few words (the failure message names every rail) */
+} hc_tcp_rail_t;
+
 typedef struct hc_tcp_conn {
     hc_conn_t base;
     hc_tcp_drv_t *drv;
@@ -173,6 +232,13 @@ typedef struct hc_tcp_conn {
     uint64_t seen_tx, seen_rx, last_act_ns, idle_t_ns;
     uint64_t last_rx_ns, last_tx_ns, last_probe_ns;
     struct hc_tcp_conn *active_next;
+    /* rails (nrails > 1: paired rails, min of both sides' counts) */
+    int nrails;
+    bool ack_due;
+    uint32_t rr_rail;
+    uint64_t all_down_ns;
+    hc_tcp_rail_t rail[HC_TCP_MAX_RAILS];
+    hc_tcp_chan_t chan[HC_TCP_MAX_SOCKS];
     hc_tcp_slot_t slots[HC_TCP_MAX_SOCKS];
 } hc_tcp_conn_t;
 
@@ -180,7 +246,18 @@ struct hc_tcp_drv {
     hc_drv_t base;
     const hc_drv_env_t *env;
     int epfd;
-    hc_tcp_slot_t listen; /* obj = HC_TCP_OBJ_LISTEN, only fd used */
+    hc_tcp_slot_t listen;                        /* obj = HC_TCP_OBJ_LISTEN, only fd used */
+    hc_tcp_slot_t listen_rail[HC_TCP_MAX_RAILS]; /* rails 1..: their listeners */
+    int nrails;                                  /* local interfaces: 1 = no rails */
+    size_t pre;                                  /* bytes before the frame header: 0 or 16 */
+    char rail_if[HC_TCP_MAX_RAILS][32];
+    char rail_str[HC_TCP_MAX_RAILS][64];
+    struct sockaddr_storage rail_sa[HC_TCP_MAX_RAILS];
+    socklen_t rail_salen[HC_TCP_MAX_RAILS];
+    uint64_t rail_bound_ns; /* HCOMM_SOCKET_RAIL_TIMEOUT */
+    bool ack_due;
+    uint64_t n_rail_left, n_rail_rejoined, n_rail_returns, n_rail_probes, n_resent, n_dups, n_acks;
+    uint64_t rail_tx_bytes[HC_TCP_MAX_RAILS], rail_rx_bytes[HC_TCP_MAX_RAILS];
     hc_tcp_addr_t me;
     char me_str[64];
     char ifname[32];
@@ -212,6 +289,32 @@ struct hc_tcp_drv {
     bool closing;
 };
 
+/* Socket index of a frame (tcp_data.c's top comment): 0..nsocks-1. */
+static inline int hc_drv_tcp_pick(hc_tcp_conn_t *c, const hc_tcp_drv_t *d, const hc_frame_hdr_t *h)
+{
+    if (d->nsocks == 1 || h->type >= HC_FRAME_DRIVER) return 0;
+    bool bulk = h->flags & HC_FRAME_FLAG_UNORDERED;
+    if (bulk && d->rr_all) return (int)(c->rr++ % (uint32_t)d->nsocks);
+    if (d->lanes) return (int)((h->lane & (HC_FRAME_LANES - 1)) % (uint32_t)d->nsocks);
+    if (!bulk) return 0;
+    return 1 + (int)(c->rr++ % (uint32_t)(d->nsocks - 1));
+}
+
+static inline size_t hc_drv_tcp_tx_total(const hc_tcp_drv_t *d, const hc_tcp_tx_t *t)
+{
+    return d->pre + sizeof(hc_frame_hdr_t) + t->hdr.len;
+}
+
+/* tcp_if.c */
+/* The interfaces to listen on for list (HCOMM_SOCKET_IFNAME): one per entry
+ * with rails (two entries or more that match), else the single choice;
+ * how many (0: none, why says so). */
+int hc_drv_tcp_pick_rails(const hc_drv_env_t *env, const char *list, struct sockaddr_storage *sa,
+                          socklen_t *salen, char (*ifname)[32], char *why, size_t why_len);
+void hc_drv_tcp_ip_str(const struct sockaddr_storage *sa, char *buf, size_t len);
+void hc_drv_tcp_addr_str(int family, const void *addr, uint16_t port_n, char *buf, size_t len);
+void hc_drv_tcp_sa_str(const struct sockaddr_storage *sa, char *buf, size_t len);
+
 /* tcp_setup.c */
 hcomm_status_t hc_drv_tcp_slot_start(hc_tcp_conn_t *c, int idx);
 void hc_drv_tcp_conn_fail(hc_tcp_conn_t *c, const char *fmt, ...)
@@ -222,7 +325,6 @@ void hc_drv_tcp_slot_up(hc_tcp_slot_t *s);
 void hc_drv_tcp_slot_drop_fd(hc_tcp_slot_t *s);
 bool hc_drv_tcp_sock_opts(hc_tcp_drv_t *d, int fd);
 int hc_drv_tcp_ep(hc_tcp_drv_t *d, int op, int fd, uint32_t events, void *ptr);
-void hc_drv_tcp_sa_str(const struct sockaddr_storage *sa, char *buf, size_t len);
 
 /* tcp_hello.c: the handshake. The connector signs its hello with the job
  * key over the acceptor's published nonce and writes it at once; the
@@ -235,7 +337,7 @@ int hc_drv_tcp_hello_send(hc_tcp_slot_t *s);
 /* Connector, from progress: the connect completed, or the verdict arrived. */
 void hc_drv_tcp_slot_handshake(hc_tcp_slot_t *s, uint32_t events);
 /* Acceptor, from progress: the listener or an accepted socket is readable. */
-void hc_drv_tcp_accept(hc_tcp_drv_t *d);
+void hc_drv_tcp_accept(hc_tcp_drv_t *d, hc_tcp_slot_t *listen);
 void hc_drv_tcp_anon_readable(hc_tcp_drv_t *d, hc_tcp_anon_t *a);
 void hc_drv_tcp_anon_expire(hc_tcp_drv_t *d, uint64_t now);
 /* connect(peer) made its connection: hellos parked for it are taken now. */
@@ -259,6 +361,36 @@ void hc_drv_tcp_unacked_rewind(hc_tcp_slot_t *s);
 hc_tcp_tx_t *hc_drv_tcp_tx_get(hc_tcp_drv_t *d);
 void hc_drv_tcp_tx_free_all(hc_tcp_drv_t *d);
 void hc_drv_tcp_ctrl(hc_tcp_conn_t *c, uint8_t type, uint8_t flags, uint64_t a, uint64_t b);
+
+void hc_drv_tcp_tx_done(hc_tcp_slot_t *s, hc_tcp_tx_t *t, hcomm_status_t status);
+void hc_drv_tcp_tx_put(hc_tcp_drv_t *d, hc_tcp_tx_t *t);
+bool hc_drv_tcp_tx_keep(hc_tcp_slot_t *s, hc_tcp_tx_t *t, const void *payload, size_t len,
+                        void *cookie);
+int hc_drv_tcp_write(hc_tcp_slot_t *s);
+void hc_drv_tcp_driver_frame(hc_tcp_conn_t *c, hc_tcp_slot_t *s, const hc_frame_hdr_t *h);
+/* A socket failed (read/write error, EOF, handshake): the peer fails, or,
+ * with rails, the socket's rail is left (tcp_rail.c). eof: an orderly close. */
+void hc_drv_tcp_sock_lost(hc_tcp_slot_t *s, bool eof, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* tcp_rail.c: several interfaces (rails), channels numbered per frame,
+ * acknowledgements, failover and rejoin. Used only when nrails > 1. */
+hcomm_status_t hc_drv_tcp_rail_put(hc_tcp_conn_t *c, const hc_frame_hdr_t *hdr, const void *payload,
+                                   void *cookie);
+void hc_drv_tcp_rail_written(hc_tcp_slot_t *s, hc_tcp_tx_t *t);
+int hc_drv_tcp_rail_parse(hc_tcp_slot_t *s);
+void hc_drv_tcp_rail_ack(hc_tcp_conn_t *c, const hc_frame_hdr_t *h);
+void hc_drv_tcp_rail_peer_left(hc_tcp_conn_t *c, const hc_frame_hdr_t *h);
+void hc_drv_tcp_rail_ctrl(hc_tcp_slot_t *s, uint8_t type, uint8_t flags, uint64_t a, uint64_t b);
+void hc_drv_tcp_rail_acks(hc_tcp_drv_t *d);
+void hc_drv_tcp_rail_timer(hc_tcp_conn_t *c, uint64_t now);
+void hc_drv_tcp_rail_lost(hc_tcp_slot_t *s, bool eof, const char *why);
+void hc_drv_tcp_rail_slot_up(hc_tcp_slot_t *s);
+/* What s carried (written and not acknowledged, then queued) goes to the
+ * front of to's queue (after a frame half written there). */
+void hc_drv_tcp_rail_requeue(hc_tcp_slot_t *from, hc_tcp_slot_t *to);
+void hc_drv_tcp_rail_conn_init(hc_tcp_conn_t *c);
+hcomm_status_t hc_drv_tcp_slot_connect(hc_tcp_conn_t *c, int idx);
 
 /* tcp_idle.c */
 void hc_drv_tcp_idle_timer(hc_tcp_conn_t *c, uint64_t now);

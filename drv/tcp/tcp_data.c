@@ -85,7 +85,7 @@ hc_tcp_tx_t *hc_drv_tcp_tx_get(hc_tcp_drv_t *d)
     return t;
 }
 
-static void hc_drv_tcp_tx_put(hc_tcp_drv_t *d, hc_tcp_tx_t *t)
+void hc_drv_tcp_tx_put(hc_tcp_drv_t *d, hc_tcp_tx_t *t)
 {
     free(t->heap);
     t->heap = NULL;
@@ -112,12 +112,7 @@ static hc_tcp_tx_t *hc_drv_tcp_q_pop(hc_tcp_txq_t *q)
     return HC_FIFO_POP(q);
 }
 
-static inline size_t hc_drv_tcp_tx_total(const hc_tcp_tx_t *t)
-{
-    return HC_TCP_HDR + t->hdr.len;
-}
-
-static void hc_drv_tcp_tx_done(hc_tcp_slot_t *s, hc_tcp_tx_t *t, hcomm_status_t status)
+void hc_drv_tcp_tx_done(hc_tcp_slot_t *s, hc_tcp_tx_t *t, hcomm_status_t status)
 {
     hc_tcp_conn_t *c = s->conn;
     if (t->inprog) {
@@ -136,6 +131,8 @@ void hc_drv_tcp_txq_fail(hc_tcp_slot_t *s, hcomm_status_t status)
         hc_drv_tcp_tx_done(s, t, status);
     while ((t = hc_drv_tcp_q_pop(&s->zcwait)))
         hc_drv_tcp_tx_done(s, t, status);
+    while ((t = hc_drv_tcp_q_pop(&s->inflight)))
+        hc_drv_tcp_tx_done(s, t, status);
     s->q_bytes = s->q_copy = 0;
 }
 
@@ -148,6 +145,8 @@ void hc_drv_tcp_txq_forget(hc_tcp_slot_t *s)
         hc_drv_tcp_tx_put(s->conn->drv, t);
     while ((t = hc_drv_tcp_q_pop(&s->zcwait)))
         hc_drv_tcp_tx_put(s->conn->drv, t);
+    while ((t = hc_drv_tcp_q_pop(&s->inflight)))
+        hc_drv_tcp_tx_put(s->conn->drv, t);
     s->q_bytes = s->q_copy = 0;
 }
 
@@ -155,7 +154,7 @@ void hc_drv_tcp_unacked_done(hc_tcp_slot_t *s)
 {
     hc_tcp_tx_t *t;
     while ((t = hc_drv_tcp_q_pop(&s->unacked))) {
-        s->q_bytes -= hc_drv_tcp_tx_total(t);
+        s->q_bytes -= hc_drv_tcp_tx_total(s->conn->drv, t);
         if (t->heap) s->q_copy -= t->hdr.len;
         hc_drv_tcp_tx_done(s, t, HCOMM_OK);
     }
@@ -163,6 +162,10 @@ void hc_drv_tcp_unacked_done(hc_tcp_slot_t *s)
 
 void hc_drv_tcp_unacked_rewind(hc_tcp_slot_t *s)
 {
+    if (s->conn->drv->nrails > 1) {
+        hc_drv_tcp_rail_requeue(s, s); /* rails: written, unacknowledged frames go again */
+        return;
+    }
     if (s->txq.head) s->txq.head->off = 0; /* half written on the dropped socket */
     if (!s->unacked.head) return;
     for (hc_tcp_tx_t *t = s->unacked.head; t; t = t->next)
@@ -184,19 +187,9 @@ void hc_drv_tcp_flush_mark(hc_tcp_slot_t *s)
 
 /* ---- sending ------------------------------------------------------------------ */
 
-/* The socket of a frame (see the top of this file). A lane maps to one
+/* The socket of a frame: hc_drv_tcp_pick (tcp.h). A lane maps to one
  * socket index for the driver's life (nsocks is fixed at open), and a
  * socket is written in put order, which keeps each lane in order. */
-static inline int hc_drv_tcp_pick(hc_tcp_conn_t *c, const hc_tcp_drv_t *d,
-                                  const hc_frame_hdr_t *h)
-{
-    if (d->nsocks == 1 || h->type >= HC_FRAME_DRIVER) return 0;
-    bool bulk = h->flags & HC_FRAME_FLAG_UNORDERED;
-    if (bulk && d->rr_all) return (int)(c->rr++ % (uint32_t)d->nsocks);
-    if (d->lanes) return (int)((h->lane & (HC_FRAME_LANES - 1)) % (uint32_t)d->nsocks);
-    if (!bulk) return 0;
-    return 1 + (int)(c->rr++ % (uint32_t)(d->nsocks - 1));
-}
 
 /* A core frame was accepted for socket s. */
 static inline void hc_drv_tcp_count_tx(hc_tcp_drv_t *d, const hc_tcp_slot_t *s,
@@ -212,13 +205,19 @@ static inline void hc_drv_tcp_count_tx(hc_tcp_drv_t *d, const hc_tcp_slot_t *s,
 static int hc_drv_tcp_advance(hc_tcp_slot_t *s, size_t n)
 {
     int done = 0;
+    hc_tcp_drv_t *d = s->conn->drv;
     while (n > 0 && s->txq.head) {
         hc_tcp_tx_t *t = s->txq.head;
-        size_t total = hc_drv_tcp_tx_total(t), take = HC_MIN(n, total - t->off);
+        size_t total = hc_drv_tcp_tx_total(d, t), take = HC_MIN(n, total - t->off);
         t->off += take;
         n -= take;
         if (t->off < total) break;
         hc_drv_tcp_q_pop(&s->txq);
+        if (HC_UNLIKELY(d->pre)) {
+            hc_drv_tcp_rail_written(s, t); /* kept until the peer's ACK */
+            done++;
+            continue;
+        }
         if (HC_UNLIKELY(s->state != HC_TCP_S_UP)) {
             /* Written before the verdict: kept (and counted) until it. */
             hc_drv_tcp_q_push(&s->unacked, t);
@@ -246,10 +245,16 @@ static void hc_drv_tcp_zc_used(hc_tcp_slot_t *s, hc_tcp_tx_t *t)
 /* Writes what the queue holds, on an up socket or (frames kept until the
  * verdict, no zero copy) one whose hello went out. A hard error is left in
  * s->err: flush fails the peer, put leaves it to progress. */
-static int hc_drv_tcp_write(hc_tcp_slot_t *s)
+int hc_drv_tcp_write(hc_tcp_slot_t *s)
 {
     hc_tcp_conn_t *c = s->conn;
+    const size_t hl = c->drv->pre + HC_TCP_HDR; /* header bytes: the rail header, if any, first */
     if (s->err || s->wr_shut || (s->state != HC_TCP_S_UP && s->state != HC_TCP_S_HELLO_SENT))
+        return 0;
+    /* Rails: a probe of a rail that was left carries nothing before its
+     * verdict (its frames may move to another rail meanwhile). */
+    if (HC_UNLIKELY(c->drv->pre) && s->state != HC_TCP_S_UP &&
+        !c->rail[s->idx / HC_TCP_RAIL_STRIDE].up)
         return 0;
     bool zc_ok = s->zc_on && s->state == HC_TCP_S_UP;
     int done = 0;
@@ -265,11 +270,12 @@ static int hc_drv_tcp_write(hc_tcp_slot_t *s)
                 break; /* a zerocopy frame goes alone: its ids must be its own */
             if (HC_UNLIKELY(c->hold) && u->hdr.type < HC_FRAME_DRIVER)
                 break; /* an idle-close handshake is in flight: core frames wait */
-            if (u->off < HC_TCP_HDR) {
-                iov[niov++] = (struct iovec){(uint8_t *)&u->hdr + u->off, HC_TCP_HDR - u->off};
-                bytes += HC_TCP_HDR - u->off;
+            if (u->off < hl) {
+                uint8_t *h0 = (uint8_t *)&u->hdr - (hl - HC_TCP_HDR);
+                iov[niov++] = (struct iovec){h0 + u->off, hl - u->off};
+                bytes += hl - u->off;
             }
-            size_t poff = u->off > HC_TCP_HDR ? u->off - HC_TCP_HDR : 0;
+            size_t poff = u->off > hl ? u->off - hl : 0;
             if (u->hdr.len > poff) {
                 iov[niov++] = (struct iovec){(void *)(u->payload + poff), u->hdr.len - poff};
                 bytes += u->hdr.len - poff;
@@ -296,7 +302,7 @@ static int hc_drv_tcp_write(hc_tcp_slot_t *s)
             break;
         }
         if (zc) hc_drv_tcp_zc_used(s, t);
-        c->last_tx_ns = hc_time_ns();
+        c->last_tx_ns = s->last_wr_ns = hc_time_ns();
         done += hc_drv_tcp_advance(s, (size_t)n);
         if ((size_t)n < bytes) break;
     }
@@ -308,7 +314,7 @@ int hc_drv_tcp_flush(hc_tcp_slot_t *s)
     hc_tcp_conn_t *c = s->conn;
     int done = hc_drv_tcp_write(s);
     if (HC_UNLIKELY(s->err))
-        hc_drv_tcp_conn_fail(c, "writing to %s failed: %s", c->name, strerror(s->err));
+        hc_drv_tcp_sock_lost(s, false, "writing to %s failed: %s", c->name, strerror(s->err));
     return done;
 }
 
@@ -332,8 +338,8 @@ static size_t hc_drv_tcp_sent(hc_tcp_slot_t *s, ssize_t n, bool *zc)
 
 /* The payload into queue entry t: by reference when the caller gave a
  * cookie (put_done releases it), else copied; false without memory. */
-static bool hc_drv_tcp_tx_keep(hc_tcp_slot_t *s, hc_tcp_tx_t *t, const void *payload, size_t len,
-                               void *cookie)
+bool hc_drv_tcp_tx_keep(hc_tcp_slot_t *s, hc_tcp_tx_t *t, const void *payload, size_t len,
+                        void *cookie)
 {
     if (cookie) {
         t->payload = payload;
@@ -444,6 +450,7 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
     if (HC_UNLIKELY(len > HC_TCP_MAX_FRAME))
         return hc_error(HCOMM_ERR_INVALID, "tcp put: frame of %zu bytes exceeds max_frame %u", len,
                         HC_TCP_MAX_FRAME);
+    if (HC_UNLIKELY(d->pre)) return hc_drv_tcp_rail_put(c, hdr, payload, cookie);
     hc_tcp_slot_t *s = &c->slots[hc_drv_tcp_pick(c, d, hdr)];
     bool zc = cookie && len > d->zc_threshold && s->zc_on;
     bool core = hdr->type < HC_FRAME_DRIVER;
@@ -520,7 +527,7 @@ static int hc_drv_tcp_zc_reap(hc_tcp_slot_t *s)
         }
         *pp = t->next;
         if (s->zcwait.tail == t) s->zcwait.tail = prev;
-        s->q_bytes -= hc_drv_tcp_tx_total(t);
+        s->q_bytes -= hc_drv_tcp_tx_total(s->conn->drv, t);
         hc_drv_tcp_tx_done(s, t, HCOMM_OK);
         done++;
     }
@@ -535,12 +542,22 @@ static int hc_drv_tcp_zc_reap(hc_tcp_slot_t *s)
 
 /* ---- receiving ---------------------------------------------------------------------- */
 
-static void hc_drv_tcp_driver_frame(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
+void hc_drv_tcp_driver_frame(hc_tcp_conn_t *c, hc_tcp_slot_t *s, const hc_frame_hdr_t *h)
 {
     switch (h->type) {
     case HC_TCP_FRAME_HB:
         c->drv->n_hb_rx++;
-        if (h->flags & HC_TCP_HB_ECHO) hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0, 0, 0);
+        if (!(h->flags & HC_TCP_HB_ECHO)) break;
+        if (c->drv->pre) /* rails: the echo goes back on the rail asked */
+            hc_drv_tcp_rail_ctrl(s, HC_TCP_FRAME_HB, 0, 0, 0);
+        else
+            hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0, 0, 0);
+        break;
+    case HC_TCP_FRAME_ACK:
+        hc_drv_tcp_rail_ack(c, h);
+        break;
+    case HC_TCP_FRAME_RAIL_DOWN:
+        hc_drv_tcp_rail_peer_left(c, h);
         break;
     case HC_TCP_FRAME_BYE:
         c->bye = true;
@@ -582,7 +599,7 @@ static int hc_drv_tcp_parse(hc_tcp_slot_t *s)
         const uint8_t *payload = s->rbuf + s->rstart + HC_TCP_HDR;
         s->rstart += need;
         if (HC_UNLIKELY(h.type >= HC_FRAME_DRIVER)) {
-            hc_drv_tcp_driver_frame(c, &h);
+            hc_drv_tcp_driver_frame(c, s, &h);
         } else {
             hc_tcp_sock_stats_t *st = &c->drv->sock[s->idx];
             st->rx_frames++;
@@ -618,8 +635,8 @@ static int hc_drv_tcp_read(hc_tcp_slot_t *s)
                             (double)(now - c->last_rx_ns) * 1e-9);
                 c->suspect = false;
             }
-            c->last_rx_ns = now;
-            int f = hc_drv_tcp_parse(s);
+            c->last_rx_ns = s->last_rd_ns = now;
+            int f = HC_UNLIKELY(c->drv->pre) ? hc_drv_tcp_rail_parse(s) : hc_drv_tcp_parse(s);
             if (f < 0) return events;
             events += f;
             if ((size_t)n < room) {
@@ -647,10 +664,10 @@ static int hc_drv_tcp_read(hc_tcp_slot_t *s)
         } else if (c->bye || c->drv->closing) {
             hc_drv_tcp_slot_close(s, HCOMM_ERR_PEER_FAILED);
         } else if (n == 0) {
-            hc_drv_tcp_conn_fail(c, "%s closed its connection (process exited or was killed)",
+            hc_drv_tcp_sock_lost(s, true, "%s closed its connection (process exited or was killed)",
                                  c->name);
         } else {
-            hc_drv_tcp_conn_fail(c, "reading from %s failed: %s", c->name, strerror(rerr));
+            hc_drv_tcp_sock_lost(s, false, "reading from %s failed: %s", c->name, strerror(rerr));
         }
         return events + 1;
     }
@@ -677,7 +694,8 @@ static int hc_drv_tcp_slot_event(hc_tcp_slot_t *s, uint32_t ev)
             else if (c->bye || c->drv->closing)
                 hc_drv_tcp_slot_close(s, HCOMM_ERR_PEER_FAILED);
             else
-                hc_drv_tcp_conn_fail(c, "connection to %s broke: %s", c->name, strerror(err));
+                hc_drv_tcp_sock_lost(s, false, "connection to %s broke: %s", c->name,
+                                     strerror(err));
             return n + 1;
         }
     }
@@ -695,7 +713,7 @@ static void hc_drv_tcp_timers(hc_tcp_drv_t *d, uint64_t now)
         for (int i = 0; i < HC_TCP_MAX_SOCKS && !c->failed; i++) {
             hc_tcp_slot_t *s = &c->slots[i];
             if (s->state != HC_TCP_S_NONE && s->state != HC_TCP_S_UP && now > s->hs_deadline)
-                hc_drv_tcp_conn_fail(c,
+                hc_drv_tcp_sock_lost(s, false,
                                      "socket %d to %s not established within %.0f s "
                                      "(HCOMM_TIMEOUT; %s)",
                                      i, c->name, (double)d->hs_ns * 1e-9,
@@ -704,6 +722,10 @@ static void hc_drv_tcp_timers(hc_tcp_drv_t *d, uint64_t now)
                                                                      : "no verdict");
         }
         if (c->failed) continue;
+        if (HC_UNLIKELY(d->pre)) {
+            hc_drv_tcp_rail_timer(c, now); /* rails: per-rail liveness, probes, heartbeats */
+            continue;
+        }
         hc_drv_tcp_idle_timer(c, now);
         hc_tcp_slot_t *s0 = &c->slots[0];
         if (c->failed || s0->state != HC_TCP_S_UP) continue;
@@ -770,7 +792,7 @@ int hc_drv_tcp_progress(hc_drv_t *drv)
                 else if (obj == HC_TCP_OBJ_ANON)
                     hc_drv_tcp_anon_readable(d, ev[i].data.ptr);
                 else
-                    hc_drv_tcp_accept(d);
+                    hc_drv_tcp_accept(d, ev[i].data.ptr);
             }
         } else {
             d->idle_polls++;
@@ -798,5 +820,6 @@ int hc_drv_tcp_progress(hc_drv_t *drv)
         d->next_timer_ns = now + HC_TCP_TIMER_NS;
         hc_drv_tcp_timers(d, now);
     }
+    if (HC_UNLIKELY(d->ack_due)) hc_drv_tcp_rail_acks(d);
     return n;
 }

@@ -94,6 +94,7 @@ int hc_drv_tcp_hello_send(hc_tcp_slot_t *s)
     h->magic = HC_TCP_MAGIC;
     h->version = HC_TCP_VERSION;
     h->sock_idx = (uint16_t)s->idx;
+    if (d->pre && s->was_up) h->sock_idx |= HC_TCP_IDX_REPLACE; /* rails: ours is gone */
     h->src_rank = d->env->rank;
     h->dst_rank = c->base.peer;
     h->src_instance = d->me.instance;
@@ -145,7 +146,8 @@ static void hc_drv_tcp_verdict(hc_tcp_slot_t *s, const hc_tcp_ack_t *ack)
                              c->name);
         return;
     default:
-        hc_drv_tcp_conn_fail(c, "%s refused the connection (verdict %u)", c->name, ack->verdict);
+        hc_drv_tcp_sock_lost(s, false, "%s refused the connection (verdict %u)", c->name,
+                             ack->verdict);
     }
 }
 
@@ -156,7 +158,7 @@ void hc_drv_tcp_slot_handshake(hc_tcp_slot_t *s, uint32_t events)
         if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
         int err = hc_drv_tcp_hello_send(s);
         if (err)
-            hc_drv_tcp_conn_fail(c, "cannot connect to %s: %s", c->name,
+            hc_drv_tcp_sock_lost(s, false, "cannot connect to %s: %s", c->name,
                                  err == EIO ? hc_error_last() : strerror(err));
         else if (s->txq.head)
             hc_drv_tcp_flush_mark(s); /* frames put meanwhile go before the verdict */
@@ -166,7 +168,7 @@ void hc_drv_tcp_slot_handshake(hc_tcp_slot_t *s, uint32_t events)
     ssize_t n = recv(s->fd, s->hs + s->hs_got, sizeof(ack) - s->hs_got, 0);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (n <= 0) {
-        hc_drv_tcp_conn_fail(c, "%s closed the connection during the handshake%s%s", c->name,
+        hc_drv_tcp_sock_lost(s, false, "%s closed the connection during the handshake%s%s", c->name,
                              n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
         return;
     }
@@ -229,6 +231,16 @@ static void hc_drv_tcp_anon_reject(hc_tcp_drv_t *d, hc_tcp_anon_t *a, uint32_t v
     hc_drv_tcp_anon_free(d, a, true);
 }
 
+/* A socket index the peer may not connect: beyond its count (no rails), or,
+ * with rails, beyond its count on a rail, or on a rail we do not pair. */
+static bool hc_drv_tcp_idx_bad(const hc_tcp_drv_t *d, const hc_tcp_conn_t *c, uint16_t raw)
+{
+    if (!d->pre) return raw >= c->addr.nsocks;
+    unsigned idx = raw & ~HC_TCP_IDX_REPLACE;
+    return idx >= HC_TCP_MAX_SOCKS || idx % HC_TCP_RAIL_STRIDE >= c->addr.nsocks ||
+           (int)(idx / HC_TCP_RAIL_STRIDE) >= c->nrails;
+}
+
 /* The checks that need no connection: the hello names this rank and a peer
  * of it on a socket index that peer opens, and proves the job key. NULL
  * (logged, closed) when it does not. */
@@ -253,10 +265,11 @@ static hc_tcp_conn_t *hc_drv_tcp_anon_check(hc_tcp_drv_t *d, hc_tcp_anon_t *a)
     } else if (!c || c->failed) {
         hc_log_warn("tcp: dropped a connection from %s claiming to be rank %d: that rank failed",
                     a->from, h->src_rank);
-    } else if (h->sock_idx >= c->addr.nsocks) {
+    } else if (hc_drv_tcp_idx_bad(d, c, h->sock_idx)) {
         hc_log_warn("tcp: dropped a connection from %s claiming to be %s: socket index %u, but it "
-                    "opens %u per peer",
-                    a->from, c->name, h->sock_idx, c->addr.nsocks);
+                    "opens %u per peer on %d rails",
+                    a->from, c->name, h->sock_idx & ~HC_TCP_IDX_REPLACE, c->addr.nsocks,
+                    c->nrails ? c->nrails : 1);
     } else if (h->dst_instance != d->me.instance) {
         /* Meant for a process that had this address before us: its MAC is
          * over that one's nonce. The signed verdict tells the connector. */
@@ -294,7 +307,8 @@ static void hc_drv_tcp_anon_hello(hc_tcp_drv_t *d, hc_tcp_anon_t *a)
         hc_drv_tcp_anon_reject(d, a, HC_TCP_REJ_STALE);
         return;
     }
-    hc_tcp_slot_t *s = &c->slots[h->sock_idx];
+    bool replace = d->pre && (h->sock_idx & HC_TCP_IDX_REPLACE);
+    hc_tcp_slot_t *s = &c->slots[h->sock_idx & ~HC_TCP_IDX_REPLACE];
     if (h->counter <= s->ctr_in) {
         hc_log_warn("tcp: dropped a connection from %s claiming to be %s (socket %u): a replayed "
                     "hello (counter %llu, %llu already seen)",
@@ -304,10 +318,22 @@ static void hc_drv_tcp_anon_hello(hc_tcp_drv_t *d, hc_tcp_anon_t *a)
         return;
     }
     s->ctr_in = h->counter; /* seen, accepted or not: it never verifies again */
-    if (c->idle_mask & (1u << h->sock_idx)) {
+    if (c->idle_mask & (1u << s->idx)) {
         /* We agreed to an idle close and the peer, which closes every socket
          * before it reconnects, is back before we read this one's EOF. */
         hc_drv_tcp_idle_eof(s);
+    }
+    if (replace && s->state == HC_TCP_S_UP && hc_time_ns() - s->up_ns > 10000000ull) {
+        /* Rails: the peer lost its end of this socket (it left the rail)
+         * and connects again; ours is stale. What we wrote on it and the
+         * peer did not acknowledge goes again on the new one. (A younger
+         * socket is more likely the winner of a tie-break whose loser's
+         * hello arrives late: kept.) */
+        hc_log_info("tcp: %s replaces socket %d (rail %d)", c->name, s->idx,
+                    s->idx / HC_TCP_RAIL_STRIDE);
+        hc_drv_tcp_slot_drop_fd(s);
+        hc_drv_tcp_rail_requeue(s, s);
+        s->state = HC_TCP_S_NONE;
     }
     if (s->state == HC_TCP_S_UP && s->outgoing && env->rank < h->src_rank) {
         /* The peer's attempt that lost the tie-break, read after ours won. */
@@ -403,13 +429,12 @@ static void hc_drv_tcp_anon_evict(hc_tcp_drv_t *d)
     if (old && waiting > HC_TCP_ANON_MAX) old->deadline = 0;
 }
 
-void hc_drv_tcp_accept(hc_tcp_drv_t *d)
+void hc_drv_tcp_accept(hc_tcp_drv_t *d, hc_tcp_slot_t *listen)
 {
     for (int k = 0; k < 16; k++) {
         struct sockaddr_storage sa;
         socklen_t salen = sizeof(sa);
-        int fd =
-            accept4(d->listen.fd, (struct sockaddr *)&sa, &salen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(listen->fd, (struct sockaddr *)&sa, &salen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
                 hc_log_warn("tcp: accept on %s: %s", d->me_str, strerror(errno));

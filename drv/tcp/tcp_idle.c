@@ -96,6 +96,7 @@ void hc_drv_tcp_idle_reopen(hc_tcp_slot_t *s)
 {
     hc_tcp_conn_t *c = s->conn;
     if (c->hold || c->failed || c->drv->closing) return;
+    if (c->drv->pre && !c->rail[s->idx / HC_TCP_RAIL_STRIDE].up) return; /* the probe reopens */
     hc_log_debug("tcp: reopening socket %d to %s after an idle close", s->idx, c->name);
     if (hc_drv_tcp_slot_start(c, s->idx) != HCOMM_OK)
         hc_drv_tcp_conn_fail(c, "cannot reopen socket %d to %s: %s", s->idx, c->name,

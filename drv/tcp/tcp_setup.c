@@ -1,11 +1,11 @@
 /*
- * tcp driver, control path: interface choice, the listening socket,
- * connection establishment, failure and teardown (the handshake itself is
- * tcp_hello.c).
+ * tcp driver, control path: the listening socket, connection
+ * establishment, failure and teardown (the interface choice is tcp_if.c,
+ * the handshake tcp_hello.c, several interfaces tcp_rail.c).
  *
  * Each rank listens on one address (HCOMM_SOCKET_IFNAME, else the interface
  * that routes to the rendezvous host, else the first non-loopback interface
- * that is up, else loopback) and publishes {address, port, pid, socket
+ * that is up, else loopback; with rails one per rail) and publishes {address, port, pid, socket
  * count, instance, nonce} in its address blob. Nothing is connected at
  * init: a peer gets sockets on the first frame sent to it, so a job whose
  * ranks talk to few peers never holds n^2 sockets. Socket i of a pair
@@ -70,13 +70,16 @@ static struct {
     const char *ifname, *sched;
     int64_t conn_per_peer;
     size_t zcopy_threshold;
-    double idle_timeout, half_open_timeout, fail_timeout;
+    double idle_timeout, half_open_timeout, fail_timeout, rail_timeout;
 } hc_tcp_cfg;
 
 static const hc_config_knob_t hc_tcp_knobs[] = {
     HC_KNOB_STR(hc_tcp_cfg.ifname, "HCOMM_SOCKET_IFNAME", "",
                 "tcp: interface prefix list, ^ to exclude (default: the one reaching the "
-                "bootstrap)"),
+                "bootstrap); several entries that each match an interface: one rail each"),
+    HC_KNOB_DOUBLE(hc_tcp_cfg.rail_timeout, "HCOMM_SOCKET_RAIL_TIMEOUT", "0.1",
+                   "tcp rails: seconds without a TCP acknowledgement, data in flight, before a "
+                   "rail is left (at least 4 RTTs, at least 50 ms unless set lower)"),
     HC_KNOB_INT(hc_tcp_cfg.conn_per_peer, "HCOMM_CONN_PER_PEER", "4",
                 "tcp: data connections per peer"),
     HC_KNOB_STR(hc_tcp_cfg.sched, "HCOMM_CONN_SCHED", "priority", "tcp: priority|round_robin"),
@@ -96,135 +99,6 @@ HC_CONFIG_KNOBS("tcp", hc_tcp_knobs)
  * hello and the frame leave before it returns. */
 #define HC_TCP_CONNECT_WAIT_MS 500
 #define HC_TCP_SOCKBUF (4 << 20)
-
-/* ---- interface choice ----------------------------------------------------- */
-
-/* NCCL_SOCKET_IFNAME rules: comma-separated prefixes ("=name" exact), a
- * leading ^ turns the whole list into exclusions. */
-static bool hc_drv_tcp_if_match(const char *list, const char *name)
-{
-    if (!list || !list[0]) return true;
-    bool exclude = list[0] == '^';
-    const char *p = list + (exclude ? 1 : 0);
-    bool hit = false;
-    while (*p && !hit) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        if (n > 0 && p[0] == '=')
-            hit = strlen(name) == n - 1 && !strncmp(name, p + 1, n - 1);
-        else if (n > 0)
-            hit = !strncmp(name, p, n);
-        p += n + (end ? 1 : 0);
-    }
-    return exclude ? !hit : hit;
-}
-
-static bool hc_drv_tcp_sa_equal(const struct sockaddr *a, const struct sockaddr *b)
-{
-    if (a->sa_family != b->sa_family) return false;
-    if (a->sa_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-    return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                   &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
-}
-
-/* The local address the kernel would use to reach host (a UDP connect sends
- * nothing). */
-static bool hc_drv_tcp_route_src(const char *host, struct sockaddr_storage *src)
-{
-    if (!host || !host[0]) return false;
-    struct addrinfo hints = {.ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
-    if (getaddrinfo(host, "9", &hints, &res) != 0 || !res) return false;
-    bool ok = false;
-    int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-        socklen_t len = sizeof(*src);
-        ok = getsockname(fd, (struct sockaddr *)src, &len) == 0;
-    }
-    if (fd >= 0) close(fd);
-    freeaddrinfo(res);
-    return ok;
-}
-
-static bool hc_drv_tcp_if_usable(const struct ifaddrs *ifa)
-{
-    if (!ifa->ifa_addr || !(ifa->ifa_flags & IFF_UP)) return false;
-    if (ifa->ifa_addr->sa_family == AF_INET) return true;
-    if (ifa->ifa_addr->sa_family == AF_INET6)
-        return !IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr);
-    return false;
-}
-
-/* Picks the interface and address to listen on; on failure writes why. */
-static bool hc_drv_tcp_pick_if(const hc_drv_env_t *env, struct sockaddr_storage *sa,
-                               socklen_t *salen, char *ifname, size_t ifname_len, char *why,
-                               size_t why_len)
-{
-    struct ifaddrs *ifs = NULL, *best = NULL;
-    if (getifaddrs(&ifs) != 0) {
-        snprintf(why, why_len, "getifaddrs: %s", strerror(errno));
-        return false;
-    }
-    const char *filter = hc_tcp_cfg.ifname;
-    if (filter && filter[0]) {
-        /* The user's list: the first usable match, IPv4 before IPv6. */
-        for (int pass = 0; pass < 2 && !best; pass++)
-            for (struct ifaddrs *i = ifs; i && !best; i = i->ifa_next)
-                if (hc_drv_tcp_if_usable(i) && hc_drv_tcp_if_match(filter, i->ifa_name) &&
-                    i->ifa_addr->sa_family == (pass ? AF_INET6 : AF_INET))
-                    best = i;
-        if (!best)
-            snprintf(why, why_len, "HCOMM_SOCKET_IFNAME=%s matches no interface that is up",
-                     filter);
-    } else {
-        struct sockaddr_storage src;
-        if (hc_drv_tcp_route_src(env ? env->bootstrap_host : NULL, &src))
-            for (struct ifaddrs *i = ifs; i && !best; i = i->ifa_next)
-                if (hc_drv_tcp_if_usable(i) &&
-                    hc_drv_tcp_sa_equal(i->ifa_addr, (struct sockaddr *)&src))
-                    best = i;
-        for (int pass = 0; pass < 3 && !best; pass++)
-            for (struct ifaddrs *i = ifs; i && !best; i = i->ifa_next) {
-                if (!hc_drv_tcp_if_usable(i)) continue;
-                bool lo = i->ifa_flags & IFF_LOOPBACK;
-                int fam = i->ifa_addr->sa_family;
-                if ((pass == 0 && !lo && fam == AF_INET) || (pass == 1 && !lo) || pass == 2)
-                    best = i;
-            }
-        if (!best) snprintf(why, why_len, "no network interface is up");
-    }
-    if (best) {
-        *salen = best->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                                      : sizeof(struct sockaddr_in6);
-        memset(sa, 0, sizeof(*sa));
-        memcpy(sa, best->ifa_addr, *salen);
-        snprintf(ifname, ifname_len, "%s", best->ifa_name);
-    }
-    freeifaddrs(ifs);
-    return best != NULL;
-}
-
-static void hc_drv_tcp_addr_str(int family, const void *addr, uint16_t port_n, char *buf,
-                                size_t len)
-{
-    char ip[INET6_ADDRSTRLEN] = "?";
-    inet_ntop(family, addr, ip, sizeof(ip));
-    snprintf(buf, len, family == AF_INET6 ? "[%s]:%u" : "%s:%u", ip, ntohs(port_n));
-}
-
-void hc_drv_tcp_sa_str(const struct sockaddr_storage *sa, char *buf, size_t len)
-{
-    if (sa->ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-        hc_drv_tcp_addr_str(AF_INET, &in->sin_addr, in->sin_port, buf, len);
-    } else if (sa->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-        hc_drv_tcp_addr_str(AF_INET6, &in6->sin6_addr, in6->sin6_port, buf, len);
-    } else {
-        snprintf(buf, len, "(family %d)", sa->ss_family);
-    }
-}
 
 /* ---- sockets ---------------------------------------------------------------- */
 
@@ -267,15 +141,45 @@ int hc_drv_tcp_ep(hc_tcp_drv_t *d, int op, int fd, uint32_t events, void *ptr)
 
 static hcomm_status_t hc_drv_tcp_probe(const hc_drv_env_t *env, char *why, size_t why_len)
 {
-    struct sockaddr_storage sa;
-    socklen_t salen;
-    char ifname[32];
-    if (!hc_drv_tcp_pick_if(env, &sa, &salen, ifname, sizeof(ifname), why, why_len))
-        return HCOMM_ERR_NO_DEVICE;
-    char a[64];
-    hc_drv_tcp_sa_str(&sa, a, sizeof(a));
-    snprintf(why, why_len, "interface %s (%s)", ifname, a);
+    struct sockaddr_storage sa[HC_TCP_MAX_RAILS];
+    socklen_t salen[HC_TCP_MAX_RAILS];
+    char ifname[HC_TCP_MAX_RAILS][32];
+    int n = hc_drv_tcp_pick_rails(env, hc_tcp_cfg.ifname, sa, salen, ifname, why, why_len);
+    if (n < 1) return HCOMM_ERR_NO_DEVICE;
+    size_t off = 0;
+    for (int r = 0; r < n && off < why_len; r++) {
+        char a[64];
+        if (n == 1)
+            hc_drv_tcp_sa_str(&sa[r], a, sizeof(a));
+        else
+            hc_drv_tcp_ip_str(&sa[r], a, sizeof(a));
+        if (n == 1)
+            off += (size_t)snprintf(why + off, why_len - off, "interface %s (%s)", ifname[r], a);
+        else
+            off += (size_t)snprintf(why + off, why_len - off, "%s%s (%s)", r ? ", " : "rails ",
+                                    ifname[r], a);
+    }
     return HCOMM_OK;
+}
+
+/* hcomm_info: one line per rail (with one interface, the probe's line says
+ * it all). */
+static void hc_drv_tcp_describe(const hc_drv_env_t *env, void (*line)(const char *text, void *arg),
+                                void *arg)
+{
+    struct sockaddr_storage sa[HC_TCP_MAX_RAILS];
+    socklen_t salen[HC_TCP_MAX_RAILS];
+    char ifname[HC_TCP_MAX_RAILS][32], why[160], text[400];
+    int n = hc_drv_tcp_pick_rails(env, hc_tcp_cfg.ifname, sa, salen, ifname, why, sizeof(why));
+    for (int r = 0; r < n && n > 1; r++) {
+        char a[64];
+        hc_drv_tcp_ip_str(&sa[r], a, sizeof(a));
+        snprintf(text, sizeof(text),
+                 "  rail %d: %s %s (pairs with the peer's rail %d; striped DATA, failover "
+                 "after %d ms without TCP acknowledgement at most)",
+                 r, ifname[r], a, r, (int)(hc_tcp_cfg.rail_timeout * 1e3));
+        line(text, arg);
+    }
 }
 
 /* The knobs, checked, into d: sockets per peer and their use, zero copy,
@@ -286,6 +190,15 @@ static hcomm_status_t hc_drv_tcp_open_cfg(hc_tcp_drv_t *d, const hc_drv_env_t *e
         return hc_error(HCOMM_ERR_INVALID, "HCOMM_CONN_PER_PEER must be in [1, %d] (got %lld)",
                         HC_TCP_MAX_SOCKS, (long long)hc_tcp_cfg.conn_per_peer);
     d->nsocks = (int)hc_tcp_cfg.conn_per_peer;
+    if (d->nrails > 1 && d->nsocks > HC_TCP_RAIL_STRIDE)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "HCOMM_CONN_PER_PEER must be at most %d with several rails "
+                        "(HCOMM_SOCKET_IFNAME=%s; got %lld)",
+                        HC_TCP_RAIL_STRIDE, hc_tcp_cfg.ifname, (long long)hc_tcp_cfg.conn_per_peer);
+    if (d->nrails > 1 && !(hc_tcp_cfg.rail_timeout > 0))
+        return hc_error(HCOMM_ERR_INVALID, "HCOMM_SOCKET_RAIL_TIMEOUT must be > 0 (got %g)",
+                        hc_tcp_cfg.rail_timeout);
+    d->rail_bound_ns = (uint64_t)(hc_tcp_cfg.rail_timeout * 1e9);
     if (!strcmp(hc_tcp_cfg.sched, "round_robin"))
         d->rr_all = true;
     else if (strcmp(hc_tcp_cfg.sched, "priority"))
@@ -304,6 +217,13 @@ static hcomm_status_t hc_drv_tcp_open_cfg(hc_tcp_drv_t *d, const hc_drv_env_t *e
     d->hb_period_ns = d->suspect_ns / 3;
     d->fail_ns = (uint64_t)(fail * 1e9);
     d->idle_ns = hc_tcp_cfg.idle_timeout > 0 ? (uint64_t)(hc_tcp_cfg.idle_timeout * 1e9) : 0;
+    if (d->nrails > 1) {
+        /* Rails keep every frame until the peer acknowledges it (resent on
+         * another rail otherwise): no zero copy, no idle close. */
+        d->pre = sizeof(hc_tcp_rhdr_t);
+        d->zc_threshold = SIZE_MAX;
+        d->idle_ns = 0;
+    }
     /* An explicit SO_SNDBUF turns autotuning off and is capped by
      * net.core.[wr]mem_max: set it only where the cap lets it be large. */
     if (hc_drv_tcp_read_sysctl("/proc/sys/net/core/wmem_max") >= HC_TCP_SOCKBUF &&
@@ -315,30 +235,52 @@ static hcomm_status_t hc_drv_tcp_open_cfg(hc_tcp_drv_t *d, const hc_drv_env_t *e
 /* The epoll set and the listening socket in it, on the chosen interface
  * (d->me_sa, its port filled in). What it opened is in d->epfd and
  * d->listen.fd, closed by the caller on failure. */
+/* One listening socket on sa (its port filled in), in the epoll set. */
+static hcomm_status_t hc_drv_tcp_listen_one(hc_tcp_drv_t *d, hc_tcp_slot_t *l,
+                                            struct sockaddr_storage *sa, socklen_t *salen,
+                                            const char *ifname)
+{
+    l->obj = HC_TCP_OBJ_LISTEN;
+    l->fd = socket(sa->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) return hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: socket");
+    int one = 1;
+    setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ((struct sockaddr_in *)sa)->sin_port = 0; /* same offset for in6 */
+    if (bind(l->fd, (struct sockaddr *)sa, *salen) != 0 || listen(l->fd, SOMAXCONN) != 0 ||
+        getsockname(l->fd, (struct sockaddr *)sa, salen) != 0) {
+        char a[64];
+        hc_drv_tcp_sa_str(sa, a, sizeof(a));
+        return hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: cannot listen on %s (%s)", a,
+                              ifname);
+    }
+    if (hc_drv_tcp_ep(d, EPOLL_CTL_ADD, l->fd, EPOLLIN, l) != 0)
+        return hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: epoll_ctl");
+    return HCOMM_OK;
+}
+
+/* The epoll set and the listening socket in it, on the chosen interface
+ * (d->me_sa, its port filled in), and with rails one more per rail. What it
+ * opened is in d->epfd and the listeners' fds, closed by the caller on
+ * failure. */
 static hcomm_status_t hc_drv_tcp_listen(hc_tcp_drv_t *d, const hc_drv_env_t *env)
 {
     char why[160];
-    if (!hc_drv_tcp_pick_if(env, &d->me_sa, &d->me_salen, d->ifname, sizeof(d->ifname), why,
-                            sizeof(why)))
-        return hc_error(HCOMM_ERR_NO_DEVICE, "tcp driver: %s", why);
+    d->nrails = hc_drv_tcp_pick_rails(env, hc_tcp_cfg.ifname, d->rail_sa, d->rail_salen, d->rail_if,
+                                      why, sizeof(why));
+    if (d->nrails < 1) return hc_error(HCOMM_ERR_NO_DEVICE, "tcp driver: %s", why);
+    d->me_sa = d->rail_sa[0];
+    d->me_salen = d->rail_salen[0];
+    snprintf(d->ifname, sizeof(d->ifname), "%s", d->rail_if[0]);
     d->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (d->epfd < 0) return hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: epoll_create1");
-    d->listen.fd = socket(d->me_sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (d->listen.fd < 0) return hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: socket");
-    int one = 1;
-    setsockopt(d->listen.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    ((struct sockaddr_in *)&d->me_sa)->sin_port = 0; /* same offset for in6 */
-    if (bind(d->listen.fd, (struct sockaddr *)&d->me_sa, d->me_salen) != 0 ||
-        listen(d->listen.fd, SOMAXCONN) != 0 ||
-        getsockname(d->listen.fd, (struct sockaddr *)&d->me_sa, &d->me_salen) != 0) {
-        char a[64];
-        hc_drv_tcp_sa_str(&d->me_sa, a, sizeof(a));
-        return hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: cannot listen on %s (%s)", a,
-                              d->ifname);
-    }
-    if (hc_drv_tcp_ep(d, EPOLL_CTL_ADD, d->listen.fd, EPOLLIN, &d->listen) != 0)
-        return hc_error_errno(HCOMM_ERR_IO, errno, "tcp driver: epoll_ctl");
-    return HCOMM_OK;
+    hcomm_status_t st = hc_drv_tcp_listen_one(d, &d->listen, &d->me_sa, &d->me_salen, d->ifname);
+    d->rail_sa[0] = d->me_sa;
+    for (int r = 1; r < d->nrails && st == HCOMM_OK; r++)
+        st = hc_drv_tcp_listen_one(d, &d->listen_rail[r], &d->rail_sa[r], &d->rail_salen[r],
+                                   d->rail_if[r]);
+    for (int r = 0; r < d->nrails; r++)
+        hc_drv_tcp_sa_str(&d->rail_sa[r], d->rail_str[r], sizeof(d->rail_str[r]));
+    return st;
 }
 
 /* This rank's address blob: the listening address, socket count, instance
@@ -359,6 +301,20 @@ static void hc_drv_tcp_me_fill(hc_tcp_drv_t *d)
         d->me.port = in6->sin6_port;
         memcpy(d->me.addr, &in6->sin6_addr, 16);
     }
+    d->me.nrails = (uint16_t)d->nrails;
+    for (int r = 0; r < d->nrails; r++) {
+        hc_tcp_rail_addr_t *ra = &d->me.rail[r];
+        ra->family = d->rail_sa[r].ss_family;
+        if (ra->family == AF_INET) {
+            struct sockaddr_in *in = (struct sockaddr_in *)&d->rail_sa[r];
+            ra->port = in->sin_port;
+            memcpy(ra->addr, &in->sin_addr, 4);
+        } else {
+            struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&d->rail_sa[r];
+            ra->port = in6->sin6_port;
+            memcpy(ra->addr, &in6->sin6_addr, 16);
+        }
+    }
     if (getrandom(&d->me.instance, sizeof(d->me.instance), 0) != sizeof(d->me.instance))
         d->me.instance = hc_time_ns() ^ ((uint64_t)getpid() << 32);
     hc_drv_tcp_sa_str(&d->me_sa, d->me_str, sizeof(d->me_str));
@@ -372,27 +328,33 @@ static hcomm_status_t hc_drv_tcp_open(const hc_drv_env_t *env, hc_drv_t **drv_p)
     d->epfd = -1;
     d->listen.obj = HC_TCP_OBJ_LISTEN;
     d->listen.fd = -1;
+    for (int r = 0; r < HC_TCP_MAX_RAILS; r++)
+        d->listen_rail[r].fd = -1;
     d->conns = calloc((size_t)env->size, sizeof(*d->conns));
     hcomm_status_t st = HCOMM_OK;
     if (!d->conns) st = hc_error(HCOMM_ERR_NO_MEMORY, "tcp driver: table of %d peers", env->size);
-    if (st == HCOMM_OK) st = hc_drv_tcp_open_cfg(d, env);
     d->key = env->job_key ? env->job_key : "";
     d->key_len = strlen(d->key);
     if (st == HCOMM_OK) st = hc_auth_random(d->me.nonce, sizeof(d->me.nonce)); /* (says why) */
     if (st == HCOMM_OK) st = hc_drv_tcp_listen(d, env);
+    if (st == HCOMM_OK) st = hc_drv_tcp_open_cfg(d, env); /* (after: rails change it) */
     if (st != HCOMM_OK) goto err_free;
     hc_drv_tcp_me_fill(d);
+    for (int r = 1; r < d->nrails; r++)
+        hc_log_info("tcp: rail %d: listening on %s (%s)", r, d->rail_str[r], d->rail_if[r]);
     hc_log_info("tcp: listening on %s (%s), %d sockets per peer (%s), zerocopy above %zu bytes",
                 d->me_str, d->ifname, d->nsocks,
-                d->lanes ? "lanes: lane l on socket l % n"
-                         : d->nsocks > 1 ? "ordered frames on socket 0, DATA striped"
-                                         : "every frame on it",
+                d->lanes        ? "lanes: lane l on socket l % n"
+                : d->nsocks > 1 ? "ordered frames on socket 0, DATA striped"
+                                : "every frame on it",
                 d->zc_threshold);
     *drv_p = &d->base;
     return HCOMM_OK;
 
 err_free:
     if (d->listen.fd >= 0) close(d->listen.fd);
+    for (int r = 1; r < HC_TCP_MAX_RAILS; r++)
+        if (d->listen_rail[r].fd >= 0) close(d->listen_rail[r].fd);
     if (d->epfd >= 0) close(d->epfd);
     free(d->conns);
     free(d);
@@ -424,7 +386,8 @@ static hcomm_status_t hc_drv_tcp_connect(hc_drv_t *drv, int peer, const void *ad
                         peer, addr_len, sizeof(a));
     memcpy(&a, addr, sizeof(a));
     bool family_ok = a.family == AF_INET || a.family == AF_INET6;
-    if (a.magic != HC_TCP_MAGIC || !family_ok || a.nsocks < 1 || a.nsocks > HC_TCP_MAX_SOCKS)
+    if (a.magic != HC_TCP_MAGIC || !family_ok || a.nsocks < 1 || a.nsocks > HC_TCP_MAX_SOCKS ||
+        a.nrails > HC_TCP_MAX_RAILS) /* (0 reads as 1) */
         return hc_error(HCOMM_ERR_BOOTSTRAP, "tcp connect: rank %d published a malformed address",
                         peer);
     if (a.version != HC_TCP_VERSION)
@@ -432,6 +395,11 @@ static hcomm_status_t hc_drv_tcp_connect(hc_drv_t *drv, int peer, const void *ad
                         "tcp connect: rank %d speaks tcp handshake version %u, this rank %u: every "
                         "rank of a job must run the same hcomm",
                         peer, a.version, HC_TCP_VERSION);
+    if ((a.nrails > 1) != (d->nrails > 1))
+        return hc_error(HCOMM_ERR_INVALID,
+                        "tcp connect: rank %d has %u rails (HCOMM_SOCKET_IFNAME), this rank %d: "
+                        "either every rank has several or none has",
+                        peer, a.nrails, d->nrails);
     if (d->conns[peer])
         return hc_error(HCOMM_ERR_INTERNAL, "tcp connect: rank %d connected twice", peer);
     hc_tcp_conn_t *c = calloc(1, sizeof(*c));
@@ -452,6 +420,7 @@ static hcomm_status_t hc_drv_tcp_connect(hc_drv_t *drv, int peer, const void *ad
         c->slots[i].idx = i;
         c->slots[i].conn = c;
     }
+    if (d->nrails > 1) hc_drv_tcp_rail_conn_init(c);
     d->conns[peer] = c;
     *conn_p = &c->base;
     hc_drv_tcp_anon_unpark(d, peer);
@@ -471,28 +440,38 @@ void hc_drv_tcp_conn_activate(hc_tcp_conn_t *c)
 
 /* Starts the connect of socket idx: the socket is CONNECTING, or s->err
  * holds why not (reported by progress, never from inside a put). */
-static hcomm_status_t hc_drv_tcp_slot_connect(hc_tcp_conn_t *c, int idx)
+hcomm_status_t hc_drv_tcp_slot_connect(hc_tcp_conn_t *c, int idx)
 {
     hc_tcp_drv_t *d = c->drv;
     hc_tcp_slot_t *s = &c->slots[idx];
     struct sockaddr_storage sa = {0};
     socklen_t salen;
+    int rail = d->pre ? idx / HC_TCP_RAIL_STRIDE : 0;
+    const uint8_t *addr = rail ? c->addr.rail[rail].addr : c->addr.addr;
+    uint16_t port = rail ? c->addr.rail[rail].port : c->addr.port;
     if (c->addr.family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&sa;
         in->sin_family = AF_INET;
-        in->sin_port = c->addr.port;
-        memcpy(&in->sin_addr, c->addr.addr, 4);
+        in->sin_port = port;
+        memcpy(&in->sin_addr, addr, 4);
         salen = sizeof(*in);
     } else {
         struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&sa;
         in6->sin6_family = AF_INET6;
-        in6->sin6_port = c->addr.port;
-        memcpy(&in6->sin6_addr, c->addr.addr, 16);
+        in6->sin6_port = port;
+        memcpy(&in6->sin6_addr, addr, 16);
         salen = sizeof(*in6);
     }
     int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return hc_error_errno(HCOMM_ERR_IO, errno, "tcp: socket for %s", c->name);
     s->zc_on = hc_drv_tcp_sock_opts(d, fd);
+    if (d->pre) {
+        /* Rails: leave from this rail's interface (port chosen by the kernel). */
+        struct sockaddr_storage src = d->rail_sa[rail];
+        ((struct sockaddr_in *)&src)->sin_port = 0;
+        if (bind(fd, (struct sockaddr *)&src, d->rail_salen[rail]) != 0)
+            hc_log_debug("tcp: bind to rail %d (%s): %s", rail, d->rail_str[rail], strerror(errno));
+    }
     if (hc_drv_tcp_ep(d, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLOUT, s) != 0) {
         hcomm_status_t st = hc_error_errno(HCOMM_ERR_IO, errno, "tcp: epoll_ctl for %s", c->name);
         close(fd);
@@ -516,7 +495,9 @@ static hcomm_status_t hc_drv_tcp_slot_connect(hc_tcp_conn_t *c, int idx)
  * complete in time (or fails) is left to progress. */
 static void hc_drv_tcp_connect_wait(hc_tcp_conn_t *c)
 {
-    uint64_t end = hc_time_ns() + HC_TCP_CONNECT_WAIT_MS * 1000000ull;
+    uint64_t wait = HC_TCP_CONNECT_WAIT_MS * 1000000ull;
+    if (c->drv->pre) wait = HC_MIN(wait, c->drv->rail_bound_ns); /* rails: another rail waits */
+    uint64_t end = hc_time_ns() + wait;
     for (;;) {
         struct pollfd p[HC_TCP_MAX_SOCKS];
         hc_tcp_slot_t *ps[HC_TCP_MAX_SOCKS];
@@ -544,7 +525,7 @@ hcomm_status_t hc_drv_tcp_slot_start(hc_tcp_conn_t *c, int idx)
     hcomm_status_t st = hc_drv_tcp_slot_connect(c, idx);
     /* Socket 0 carries the driver's own frames (heartbeats, goodbye, the
      * idle close): a peer reached on another socket (a lane's) has it too. */
-    if (st == HCOMM_OK && idx != 0 && c->slots[0].state == HC_TCP_S_NONE)
+    if (st == HCOMM_OK && idx != 0 && c->slots[0].state == HC_TCP_S_NONE && !c->drv->pre)
         st = hc_drv_tcp_slot_connect(c, 0);
     if (st == HCOMM_OK) hc_drv_tcp_connect_wait(c);
     return st;
@@ -576,6 +557,7 @@ void hc_drv_tcp_slot_up(hc_tcp_slot_t *s)
     c->last_rx_ns = hc_time_ns();
     hc_log_debug("tcp: socket %d to %s up (%s)", s->idx, c->name,
                  s->outgoing ? "connected" : "accepted");
+    if (c->drv->pre) hc_drv_tcp_rail_slot_up(s);
     if (s->txq.head) hc_drv_tcp_flush_mark(s);
 }
 
@@ -595,7 +577,7 @@ void hc_drv_tcp_slot_close(hc_tcp_slot_t *s, hcomm_status_t status)
 void hc_drv_tcp_conn_fail(hc_tcp_conn_t *c, const char *fmt, ...)
 {
     if (c->failed) return;
-    char why[160];
+    char why[480]; /* with rails it names every one */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
@@ -617,7 +599,12 @@ static void hc_drv_tcp_conn_drain(hc_tcp_conn_t *c, uint64_t deadline)
     hc_tcp_slot_t *s0 = &c->slots[0];
     c->hold = false; /* on the way out, frames held by an idle close go too */
     /* (a socket whose verdict we have not read yet takes frames too) */
-    if (!c->failed && (s0->state == HC_TCP_S_UP || s0->state == HC_TCP_S_HELLO_SENT)) {
+    if (!c->failed && c->drv->pre) {
+        /* Rails: on every socket, before its EOF. */
+        for (int i = 0; i < HC_TCP_MAX_SOCKS; i++)
+            if (c->slots[i].state == HC_TCP_S_UP)
+                hc_drv_tcp_rail_ctrl(&c->slots[i], HC_TCP_FRAME_BYE, 0, 0, 0);
+    } else if (!c->failed && (s0->state == HC_TCP_S_UP || s0->state == HC_TCP_S_HELLO_SENT)) {
         hc_frame_hdr_t bye = {.type = HC_TCP_FRAME_BYE};
         hc_drv_tcp_put(&c->base, &bye, NULL, NULL);
     }
@@ -668,8 +655,7 @@ static void hc_drv_tcp_lanes_str(uint32_t mask, char *buf, size_t len)
     size_t n = 0;
     buf[0] = '\0';
     for (int l = 0; l < HC_FRAME_LANES && n < len; l++)
-        if (mask & (1u << l))
-            n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? "," : "", l);
+        if (mask & (1u << l)) n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? "," : "", l);
     if (!mask) snprintf(buf, len, "none");
 }
 
@@ -700,6 +686,8 @@ static void hc_drv_tcp_close(hc_drv_t *drv)
         hc_drv_tcp_anon_free(d, d->anon, true);
     hc_drv_tcp_tx_free_all(d);
     close(d->listen.fd);
+    for (int r = 1; r < d->nrails; r++)
+        close(d->listen_rail[r].fd);
     close(d->epfd);
     free(d->conns);
     free(d);
@@ -714,6 +702,22 @@ static void hc_drv_tcp_counters(hc_drv_t *drv,
     kv("heartbeats_received", d->n_hb_rx, arg);
     kv("peers_suspected", d->n_suspects, arg);
     kv("idle_closed", d->idle_closed, arg);
+    if (d->nrails > 1) {
+        kv("rails_left", d->n_rail_left, arg);
+        kv("rails_rejoined", d->n_rail_rejoined, arg);
+        kv("rail_returns", d->n_rail_returns, arg);
+        kv("rail_probes", d->n_rail_probes, arg);
+        kv("frames_resent", d->n_resent, arg);
+        kv("duplicates_dropped", d->n_dups, arg);
+        kv("acks_sent", d->n_acks, arg);
+        for (int r = 0; r < d->nrails; r++) {
+            char name[32];
+            snprintf(name, sizeof(name), "rail%d_tx_bytes", r);
+            kv(name, d->rail_tx_bytes[r], arg);
+            snprintf(name, sizeof(name), "rail%d_rx_bytes", r);
+            kv(name, d->rail_rx_bytes[r], arg);
+        }
+    }
     /* Per socket index (the lanes' sockets): core frames and bytes each
      * way, and which lanes used it (bit masks); sockets that carried
      * nothing are left out. */
@@ -734,6 +738,16 @@ static void hc_drv_tcp_counters(hc_drv_t *drv,
     }
 }
 
+/* The core learned that peer failed (its bootstrap connection closed, ...): with
+ * rails, whose sockets closing only leaves rails, the peer is failed here
+ * at once rather than after HCOMM_CONN_FAIL_TIMEOUT. */
+static void hc_drv_tcp_peer_gone(hc_drv_t *drv, int peer)
+{
+    hc_tcp_drv_t *d = (hc_tcp_drv_t *)drv;
+    if (!d->pre || peer < 0 || peer >= d->env->size || !d->conns[peer]) return;
+    hc_drv_tcp_conn_fail(d->conns[peer], "%s failed (reported by the core)", d->conns[peer]->name);
+}
+
 static const struct hc_drv_ops hc_drv_tcp_ops = {
     .name = "tcp",
     .scope = HC_DRV_SCOPE_NET,
@@ -747,5 +761,7 @@ static const struct hc_drv_ops hc_drv_tcp_ops = {
     .disconnect = hc_drv_tcp_disconnect,
     .close = hc_drv_tcp_close,
     .counters = hc_drv_tcp_counters,
+    .describe = hc_drv_tcp_describe,
+    .peer_gone = hc_drv_tcp_peer_gone,
 };
 HC_DRV_REGISTER(hc_drv_tcp_ops)

@@ -26,12 +26,12 @@ cleanup() {
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
     "$netns" down
     cleanup_extra
-    rm -rf "$work"
+    [ -n "${HCN_KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-fail() { echo "FAIL ($case_): $*"; for f in "$work"/r*.log; do [ -f "$f" ] && sed "s/^/[$(basename "$f" .log)] /" "$f" | tail -30; done; exit 1; }
+fail() { echo "FAIL ($case_): $* (logs: $work)"; for f in "$work"/r*.log; do [ -f "$f" ] && sed "s/^/[$(basename "$f" .log)] /" "$f" | tail -30; done; exit 1; }
 
 launch() {
     local nodes=$1 ppn=$2 r

@@ -1,0 +1,754 @@
+/*
+ * tcp driver, rails: several local interfaces (HCOMM_SOCKET_IFNAME=a,b),
+ * one TCP connection per rail per socket index per peer, large frames
+ * striped over the healthy rails, and failover when a rail stalls (issue 37).
+ * Used only when both sides have more than one rail; with one interface
+ * none of this runs and the wire format is the plain one.
+ *
+ * Pairing: rail r of a rank pairs with rail r of its peer (the same index
+ * in both HCOMM_SOCKET_IFNAME lists; min of both counts). Socket k of a
+ * peer is socket index k % 4 on rail k / 4; the peer's listener of that
+ * rail accepts it and the connector binds to its own rail's address.
+ *
+ * Channels: every core frame carries a 16-byte rail header {channel,
+ * sequence} before its frame header. Channel k (as socket k) is an ordered
+ * stream numbered 1, 2, ...: ordered frames of lane l (or every ordered
+ * frame without lanes) use channel l % n on rail 0, so small frames stay on
+ * one rail; DATA frames (HC_FRAME_FLAG_UNORDERED) use channel (r, l % n) of
+ * the healthy rail r whose socket has the fewest bytes queued and not
+ * acknowledged: a rail that delivers less gets less (striping). A channel
+ * rides the socket (cur_rail, k % 4); it leaves its home rail only by a
+ * failover and returns once everything it sent is acknowledged, so a
+ * channel's frames are only ever on one socket at a time.
+ *
+ * Acknowledgements: the receiver delivers a channel's frames in sequence
+ * order, drops those it has already delivered (a resend), and at the end of
+ * each progress pass that delivered something sends ACK {channel, highest
+ * delivered} on the socket the frames came on. The sender keeps every frame
+ * (its payload: no zero copy; put_done waits for the ACK) until then, in
+ * the socket's inflight list: the socket's bound on queued bytes
+ * (HC_TCP_QUEUE_BYTES) is the retransmit window, past which put answers
+ * ERR_AGAIN.
+ *
+ * Failover: every 10 ms the timer reads TCP_INFO of each socket of a rail
+ * that is up. A socket with segments in flight and no TCP acknowledgement
+ * (the kernel's, independent of whether the peer's process is computing)
+ * for longer than the deadline -- 4 x (srtt + 4 rttvar), at least 50 ms (the
+ * kernel's delayed-ACK minimum is 40 ms) and at most
+ * HCOMM_SOCKET_RAIL_TIMEOUT (0.1 s) -- makes the rail suspect and it is
+ * left at once: its sockets are closed and what they carried (written and
+ * not acknowledged, then queued) goes, in order, to the front of the same
+ * socket index on another healthy rail. A socket that breaks (reset, EOF,
+ * refused connect) leaves its rail the same way, unless a younger socket of
+ * the rail is up (a stale one the peer replaced: only it is reconnected). An
+ * idle rail is watched by a heartbeat every half deadline on its first
+ * socket. A rail that was left is probed every HCOMM_SOCKET_RAIL_TIMEOUT by
+ * a fresh connect of its socket 0 (hello flagged "replace": the peer drops
+ * its own stale end); when it comes up the rail rejoins and channels whose
+ * home it is return as they drain. A peer is failed only when every rail is
+ * down for HCOMM_CONN_FAIL_TIMEOUT (at once when each was closed by the
+ * peer), naming each rail and why it was left. Every switch is logged at
+ * info and counted (HCOMM_STATS_LEVEL=2: rails_left, rails_rejoined,
+ * frames_resent, duplicates_dropped, rail<r>_tx/rx_bytes).
+ */
+#include "drv/tcp/tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define HC_TCP_RAIL_FLOOR_NS 50000000ull
+
+static inline hc_tcp_slot_t *hc_rail_slot(hc_tcp_conn_t *c, int rail, int i)
+{
+    return &c->slots[rail * HC_TCP_RAIL_STRIDE + i];
+}
+
+static inline int hc_rail_of(const hc_tcp_slot_t *s)
+{
+    return s->idx / HC_TCP_RAIL_STRIDE;
+}
+
+/* Wall-clock seconds, to set a switch against the link changes of a test. */
+static double hc_rail_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void hc_rail_peer_str(const hc_tcp_conn_t *c, int r, char *buf, size_t len)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    const hc_tcp_rail_addr_t *a = &c->addr.rail[r];
+    inet_ntop(a->family, a->addr, ip, sizeof(ip));
+    snprintf(buf, len, "%s:%u", ip, ntohs(a->port));
+}
+
+void hc_drv_tcp_rail_conn_init(hc_tcp_conn_t *c)
+{
+    c->nrails = HC_MIN(c->drv->nrails, (int)c->addr.nrails);
+    for (int r = 0; r < c->nrails; r++)
+        c->rail[r].up = true;
+    for (int k = 0; k < HC_TCP_MAX_SOCKS; k++) {
+        int home = k / HC_TCP_RAIL_STRIDE;
+        c->chan[k].cur_rail = home < c->nrails ? home : 0;
+        c->chan[k].ack_slot = -1;
+    }
+}
+
+/* ---- sending ------------------------------------------------------------------- */
+
+static void hc_rail_retire(hc_tcp_slot_t *s, hc_tcp_tx_t *t)
+{
+    hc_tcp_conn_t *c = s->conn;
+    s->q_bytes -= hc_drv_tcp_tx_total(c->drv, t);
+    if (t->heap) s->q_copy -= t->hdr.len;
+    if (t->rhdr.chan != HC_TCP_NOCHAN) c->chan[t->rhdr.chan].pending--;
+    hc_drv_tcp_tx_done(s, t, HCOMM_OK);
+}
+
+void hc_drv_tcp_rail_written(hc_tcp_slot_t *s, hc_tcp_tx_t *t)
+{
+    if (!s->busy_since) s->busy_since = s->last_wr_ns;
+    if (t->rhdr.chan == HC_TCP_NOCHAN || t->rhdr.seq <= s->conn->chan[t->rhdr.chan].acked) {
+        hc_rail_retire(s, t);
+        return;
+    }
+    t->next = NULL;
+    if (s->inflight.tail)
+        s->inflight.tail->next = t;
+    else
+        s->inflight.head = t;
+    s->inflight.tail = t;
+}
+
+void hc_drv_tcp_rail_requeue(hc_tcp_slot_t *from, hc_tcp_slot_t *to)
+{
+    hc_tcp_drv_t *d = from->conn->drv;
+    /* from's list: written (in flight) then queued; each channel's in order */
+    hc_tcp_tx_t *head = from->inflight.head, *tail = from->inflight.tail;
+    for (hc_tcp_tx_t *t = head; t; t = t->next)
+        d->n_resent++;
+    if (from->txq.head) {
+        if (tail)
+            tail->next = from->txq.head;
+        else
+            head = from->txq.head;
+        tail = from->txq.tail;
+    }
+    from->inflight.head = from->inflight.tail = NULL;
+    from->txq.head = from->txq.tail = NULL;
+    for (hc_tcp_tx_t *t = head; t; t = t->next)
+        t->off = 0;
+    if (from != to) {
+        to->q_bytes += from->q_bytes;
+        to->q_copy += from->q_copy;
+        from->q_bytes = from->q_copy = 0;
+    }
+    if (!head) return;
+    /* after a frame half written on to: it must end before another starts */
+    hc_tcp_tx_t *keep = to->txq.head && to->txq.head->off ? to->txq.head : NULL;
+    hc_tcp_tx_t *rest = keep ? keep->next : to->txq.head;
+    tail->next = rest;
+    if (keep)
+        keep->next = head;
+    else
+        to->txq.head = head;
+    if (!rest) to->txq.tail = tail;
+    hc_drv_tcp_flush_mark(to);
+}
+
+/* The socket stays a slot, its connection goes (not its frames). */
+static void hc_rail_sock_reset(hc_tcp_slot_t *s)
+{
+    hc_drv_tcp_slot_drop_fd(s);
+    s->state = HC_TCP_S_NONE;
+    s->err = 0;
+    s->rstart = s->rend = 0;
+    s->busy_since = 0;
+}
+
+void hc_drv_tcp_rail_ctrl(hc_tcp_slot_t *s, uint8_t type, uint8_t flags, uint64_t a, uint64_t b)
+{
+    hc_tcp_drv_t *d = s->conn->drv;
+    if (s->state != HC_TCP_S_UP && s->state != HC_TCP_S_HELLO_SENT) return;
+    hc_tcp_tx_t *t = hc_drv_tcp_tx_get(d);
+    if (!t) return; /* a heartbeat or an ACK: the next one says it again */
+    t->hdr = (hc_frame_hdr_t){.type = type, .flags = flags, .a = a, .b = b};
+    t->rhdr.chan = HC_TCP_NOCHAN;
+    t->payload = t->inline_buf;
+    s->q_bytes += hc_drv_tcp_tx_total(d, t);
+    t->next = NULL;
+    if (s->txq.tail)
+        s->txq.tail->next = t;
+    else
+        s->txq.head = t;
+    s->txq.tail = t;
+    if (s->txq.head == t) hc_drv_tcp_write(s);
+    if (s->txq.head || s->err) hc_drv_tcp_flush_mark(s);
+}
+
+/* The channel of a core frame: ordered ones on their lane's channel of
+ * rail 0, DATA on that index of the healthy rail with the least queued. */
+static int hc_rail_chan(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
+{
+    int i = hc_drv_tcp_pick(c, c->drv, h);
+    if (!(h->flags & HC_FRAME_FLAG_UNORDERED)) return i;
+    int best = -1;
+    size_t best_q = SIZE_MAX;
+    uint32_t rr = c->rr_rail++;
+    for (int k = 0; k < c->nrails; k++) {
+        int r = (int)((rr + (uint32_t)k) % (uint32_t)c->nrails);
+        size_t q = hc_rail_slot(c, r, i)->q_bytes;
+        if (c->rail[r].up && q < best_q) {
+            best = r;
+            best_q = q;
+        }
+    }
+    return (best < 0 ? 0 : best) * HC_TCP_RAIL_STRIDE + i;
+}
+
+/* The socket a channel rides now; it returns home once drained. */
+static hc_tcp_slot_t *hc_rail_chan_slot(hc_tcp_conn_t *c, int k)
+{
+    hc_tcp_chan_t *ch = &c->chan[k];
+    int home = k / HC_TCP_RAIL_STRIDE;
+    if (HC_UNLIKELY(ch->cur_rail != home) && c->rail[home].up && ch->pending == 0) {
+        ch->cur_rail = home;
+        if (!c->rail[home].returned && c->rail[home].down_ns) {
+            c->rail[home].returned = true;
+            c->drv->n_rail_returns++;
+            hc_log_info("tcp: rail %d (%s) to rank %d carries traffic again (channel %d back "
+                        "home %.3f s after the rail was left)",
+                        home, c->drv->rail_if[home], c->base.peer, k,
+                        (double)(hc_time_ns() - c->rail[home].down_ns) * 1e-9);
+        }
+    }
+    return hc_rail_slot(c, ch->cur_rail, k % HC_TCP_RAIL_STRIDE);
+}
+
+hcomm_status_t hc_drv_tcp_rail_put(hc_tcp_conn_t *c, const hc_frame_hdr_t *hdr, const void *payload,
+                                   void *cookie)
+{
+    hc_tcp_drv_t *d = c->drv;
+    bool core = hdr->type < HC_FRAME_DRIVER;
+    if (!core) {
+        /* the driver's own frames (goodbye): the first socket that is up */
+        for (int k = 0; k < HC_TCP_MAX_SOCKS; k++)
+            if (c->slots[k].state == HC_TCP_S_UP) {
+                hc_drv_tcp_rail_ctrl(&c->slots[k], hdr->type, hdr->flags, hdr->a, hdr->b);
+                return HCOMM_OK;
+            }
+        return HCOMM_ERR_AGAIN;
+    }
+    int k = hc_rail_chan(c, hdr);
+    hc_tcp_chan_t *ch = &c->chan[k];
+    hc_tcp_slot_t *s = hc_rail_chan_slot(c, k);
+    size_t len = hdr->len, total = d->pre + sizeof(hc_frame_hdr_t) + len;
+    if ((s->txq.head || s->inflight.head) && s->q_bytes + total > HC_TCP_QUEUE_BYTES)
+        return HCOMM_ERR_AGAIN; /* the window: wait for the peer's ACKs */
+    /* Eager-sized payloads are copied into the retransmit buffer: put is
+     * done at once and a blocking send does not wait for the ACK. */
+    if (cookie && len <= HC_TCP_EAGER_MAX && s->q_copy + len <= HC_TCP_QUEUE_COPY) cookie = NULL;
+    if (!cookie && len > HC_TCP_INLINE && s->q_copy + len > HC_TCP_QUEUE_COPY)
+        return HCOMM_ERR_AGAIN;
+    hc_tcp_tx_t *t = hc_drv_tcp_tx_get(d);
+    if (!t || !hc_drv_tcp_tx_keep(s, t, payload, len, cookie)) {
+        if (t) hc_drv_tcp_tx_put(d, t);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "tcp put to %s: %zu-byte frame", c->name, len);
+    }
+    if (s->state == HC_TCP_S_NONE && c->rail[hc_rail_of(s)].up) {
+        hcomm_status_t st = hc_drv_tcp_slot_start(c, s->idx);
+        if (st != HCOMM_OK) {
+            if (t->heap) s->q_copy -= len;
+            hc_drv_tcp_tx_put(d, t);
+            return st;
+        }
+    }
+    t->hdr = *hdr;
+    t->cookie = cookie;
+    t->rhdr.chan = (uint16_t)k;
+    t->rhdr.seq = ++ch->next_seq;
+    ch->pending++;
+    s->q_bytes += total;
+    c->n_tx++;
+    hc_tcp_sock_stats_t *st = &d->sock[k % HC_TCP_RAIL_STRIDE];
+    st->tx_frames++;
+    st->tx_bytes += total;
+    st->tx_lanes |= 1u << (hdr->lane & (HC_FRAME_LANES - 1));
+    d->rail_tx_bytes[hc_rail_of(s)] += total;
+    bool inprog = t->inprog;
+    t->next = NULL;
+    if (s->txq.tail)
+        s->txq.tail->next = t;
+    else
+        s->txq.head = t;
+    s->txq.tail = t;
+    if (s->txq.head == t) hc_drv_tcp_write(s);
+    if (s->txq.head || s->err) hc_drv_tcp_flush_mark(s);
+    return inprog ? HCOMM_IN_PROGRESS : HCOMM_OK;
+}
+
+/* ---- acknowledgements ------------------------------------------------------------ */
+
+void hc_drv_tcp_rail_ack(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
+{
+    if (!c->drv->pre || h->a >= (uint64_t)(c->nrails * HC_TCP_RAIL_STRIDE)) {
+        hc_log_debug("tcp: ACK of channel %llu from %s ignored", (unsigned long long)h->a, c->name);
+        return;
+    }
+    int k = (int)h->a;
+    hc_tcp_chan_t *ch = &c->chan[k];
+    if (h->b <= ch->acked) return;
+    if (h->b > ch->next_seq) {
+        hc_drv_tcp_conn_fail(c, "%s acknowledged frame %llu of channel %d, only %llu were sent",
+                             c->name, (unsigned long long)h->b, k,
+                             (unsigned long long)ch->next_seq);
+        return;
+    }
+    ch->acked = h->b;
+    hc_tcp_slot_t *s = hc_rail_slot(c, ch->cur_rail, k % HC_TCP_RAIL_STRIDE);
+    hc_tcp_tx_t **pp = &s->inflight.head, *prev = NULL;
+    while (*pp) {
+        hc_tcp_tx_t *t = *pp;
+        if (t->rhdr.chan != k || t->rhdr.seq > ch->acked) {
+            prev = t;
+            pp = &t->next;
+            continue;
+        }
+        *pp = t->next;
+        if (s->inflight.tail == t) s->inflight.tail = prev;
+        hc_rail_retire(s, t);
+    }
+}
+
+/* A socket that is up on a rail that is up, else NULL. */
+static hc_tcp_slot_t *hc_rail_any_up(hc_tcp_conn_t *c)
+{
+    for (int k = 0; k < HC_TCP_MAX_SOCKS; k++) {
+        hc_tcp_slot_t *s = &c->slots[k];
+        if (s->state == HC_TCP_S_UP && c->rail[hc_rail_of(s)].up) return s;
+    }
+    return NULL;
+}
+
+void hc_drv_tcp_rail_acks(hc_tcp_drv_t *d)
+{
+    d->ack_due = false;
+    for (hc_tcp_conn_t *c = d->active; c; c = c->active_next) {
+        if (!c->ack_due || c->failed) continue;
+        c->ack_due = false;
+        for (int k = 0; k < c->nrails * HC_TCP_RAIL_STRIDE; k++) {
+            hc_tcp_chan_t *ch = &c->chan[k];
+            if (!ch->ack_due) continue;
+            ch->ack_due = false;
+            hc_tcp_slot_t *s = ch->ack_slot >= 0 ? &c->slots[ch->ack_slot] : NULL;
+            if (!s || s->state != HC_TCP_S_UP) s = hc_rail_any_up(c);
+            if (!s) continue; /* the next frame asks again */
+            hc_drv_tcp_rail_ctrl(s, HC_TCP_FRAME_ACK, 0, (uint64_t)k, ch->rx_seq);
+            ch->rx_frames = 0;
+            ch->rx_bytes = 0;
+            d->n_acks++;
+        }
+    }
+}
+
+/* ---- receiving ------------------------------------------------------------------- */
+
+/* A core frame of channel rh->chan: delivered when it is the next one,
+ * dropped when delivered before (a resend), a gap fails the peer (never
+ * happens: a channel is resent from its first unacknowledged frame). */
+static bool hc_rail_rx_core(hc_tcp_slot_t *s, const hc_tcp_rhdr_t *rh, const hc_frame_hdr_t *h,
+                            const uint8_t *payload)
+{
+    hc_tcp_conn_t *c = s->conn;
+    hc_tcp_drv_t *d = c->drv;
+    if (rh->chan >= c->nrails * HC_TCP_RAIL_STRIDE) {
+        hc_drv_tcp_conn_fail(c, "%s sent a frame of channel %u (rails: %d)", c->name, rh->chan,
+                             c->nrails);
+        return false;
+    }
+    hc_tcp_chan_t *ch = &c->chan[rh->chan];
+    ch->ack_slot = s->idx;
+    ch->rx_frames++;
+    ch->rx_bytes += h->len;
+    /* ACK at the end of this progress pass when a sender may wait on it (a
+     * large frame's put_done, a window filling up, a resend), else with the
+     * next few frames or at the next timer tick (10 ms): small frames were
+     * copied by the sender, nobody waits for their ACK. */
+    if (h->len > HC_TCP_EAGER_MAX || ch->rx_frames >= 16 || ch->rx_bytes >= HC_TCP_QUEUE_COPY / 4 ||
+        rh->seq <= ch->rx_seq)
+        ch->ack_due = c->ack_due = d->ack_due = true;
+    if (rh->seq <= ch->rx_seq) {
+        d->n_dups++;
+        return true;
+    }
+    if (rh->seq != ch->rx_seq + 1) {
+        hc_drv_tcp_conn_fail(c, "%s sent frame %llu of channel %u after %llu: a gap", c->name,
+                             (unsigned long long)rh->seq, rh->chan, (unsigned long long)ch->rx_seq);
+        return false;
+    }
+    ch->rx_seq++;
+    hc_tcp_sock_stats_t *st = &d->sock[rh->chan % HC_TCP_RAIL_STRIDE];
+    st->rx_frames++;
+    st->rx_bytes += d->pre + sizeof(*h) + h->len;
+    st->rx_lanes |= 1u << (h->lane & (HC_FRAME_LANES - 1));
+    c->n_rx++;
+    d->env->deliver(d->env->core, &c->base, h, payload);
+    return true;
+}
+
+int hc_drv_tcp_rail_parse(hc_tcp_slot_t *s)
+{
+    hc_tcp_conn_t *c = s->conn;
+    hc_tcp_drv_t *d = c->drv;
+    const size_t hl = sizeof(hc_tcp_rhdr_t) + sizeof(hc_frame_hdr_t);
+    int n = 0;
+    while (s->rend - s->rstart >= hl) {
+        hc_tcp_rhdr_t rh;
+        hc_frame_hdr_t h;
+        memcpy(&rh, s->rbuf + s->rstart, sizeof(rh));
+        memcpy(&h, s->rbuf + s->rstart + sizeof(rh), sizeof(h));
+        if (HC_UNLIKELY(h.len > HC_TCP_MAX_FRAME)) {
+            hc_drv_tcp_conn_fail(c, "%s sent a malformed frame (type %u, %u bytes)", c->name,
+                                 h.type, h.len);
+            return -1;
+        }
+        size_t need = hl + h.len;
+        if (s->rend - s->rstart < need) {
+            if (s->rstart + need > s->rcap) {
+                memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
+                s->rend -= s->rstart;
+                s->rstart = 0;
+            }
+            break;
+        }
+        const uint8_t *payload = s->rbuf + s->rstart + hl;
+        s->rstart += need;
+        s->rx_bulk |= (h.flags & HC_FRAME_FLAG_UNORDERED) != 0;
+        d->rail_rx_bytes[hc_rail_of(s)] += need;
+        if (h.type >= HC_FRAME_DRIVER)
+            hc_drv_tcp_driver_frame(c, s, &h);
+        else if (!hc_rail_rx_core(s, &rh, &h, payload))
+            return -1;
+        n++;
+        if (HC_UNLIKELY(c->failed || s->fd < 0)) return -1;
+    }
+    if (s->rstart == s->rend) s->rstart = s->rend = 0;
+    return n;
+}
+
+/* ---- failover and rejoin ---------------------------------------------------------- */
+
+/* No rail works (each left, or the last one stalled) for the fail timeout:
+ * the peer fails, naming each rail and why. */
+static void hc_rail_fail_all(hc_tcp_conn_t *c, uint64_t now, bool silent)
+{
+    hc_tcp_drv_t *d = c->drv;
+    uint64_t since = 0; /* the last rail stopped working then */
+    for (int r = 0; r < c->nrails; r++)
+        since = HC_MAX(since, c->rail[r].up ? c->rail[r].stall_ns : c->rail[r].down_ns);
+    if (silent) since = c->last_rx_ns;
+    /* The core keeps 160 bytes of the reason: a few words per rail there,
+     * the whole story in the log. */
+    char buf[200];
+    size_t off =
+        (size_t)snprintf(buf, sizeof(buf), "every rail %s %.1f s (HCOMM_CONN_FAIL_TIMEOUT):",
+                         silent ? "silent" : "down", (double)(now - HC_MIN(since, now)) * 1e-9);
+    for (int r = 0; r < c->nrails && off < sizeof(buf); r++) {
+        const hc_tcp_rail_t *rail = &c->rail[r];
+        const char *state = !rail->up ? "left" : rail->stall_ns ? "stalled" : "up";
+        off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s rail %d %s %s (%s)", r ? ";" : "",
+                                r, d->rail_if[r], state,
+                                rail->up && !rail->stall_ns ? "nothing read" : rail->brief);
+        char peer[64];
+        hc_rail_peer_str(c, r, peer, sizeof(peer));
+        hc_log_warn("tcp: rank %d: rail %d (%s -> %s) %s: %s", c->base.peer, r, d->rail_if[r], peer,
+                    state, rail->up && !rail->stall_ns ? "nothing read" : rail->why);
+    }
+    hc_drv_tcp_conn_fail(c, "%s: %s", c->name, buf);
+}
+
+/* A rail that is up, other than not, with the fewest bytes queued; -1. */
+static int hc_rail_pick_up(hc_tcp_conn_t *c, int not )
+{
+    int best = -1;
+    size_t best_q = SIZE_MAX;
+    for (int r = 0; r < c->nrails; r++) {
+        if (r == not || !c->rail[r].up) continue;
+        size_t q = 0;
+        for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++)
+            q += hc_rail_slot(c, r, i)->q_bytes;
+        if (q < best_q) {
+            best = r;
+            best_q = q;
+        }
+    }
+    return best;
+}
+
+/* What rail `from` holds (its sockets' frames, its channels) moves to `to`. */
+static void hc_rail_move(hc_tcp_conn_t *c, int from, int to)
+{
+    for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++)
+        hc_drv_tcp_rail_requeue(hc_rail_slot(c, from, i), hc_rail_slot(c, to, i));
+    for (int k = 0; k < c->nrails * HC_TCP_RAIL_STRIDE; k++)
+        if (c->chan[k].cur_rail == from) c->chan[k].cur_rail = to;
+}
+
+static void hc_rail_down(hc_tcp_conn_t *c, int r, bool eof, const char *why, const char *brief)
+{
+    hc_tcp_drv_t *d = c->drv;
+    hc_tcp_rail_t *rail = &c->rail[r];
+    uint64_t now = hc_time_ns();
+    rail->up = false;
+    rail->eof = eof;
+    rail->returned = false;
+    rail->down_ns = rail->probe_ns = now;
+    snprintf(rail->why, sizeof(rail->why), "%s", why);
+    snprintf(rail->brief, sizeof(rail->brief), "%s", brief);
+    d->n_rail_left++;
+    uint64_t resent0 = d->n_resent;
+    for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++)
+        hc_rail_sock_reset(hc_rail_slot(c, r, i));
+    int to = hc_rail_pick_up(c, r);
+    if (to >= 0) {
+        hc_rail_move(c, r, to);
+        /* Tell the peer: what we read of its frames there and did not
+         * acknowledge is lost with our sockets; it resends them at once. */
+        hc_tcp_slot_t *note = hc_rail_any_up(c);
+        if (note) hc_drv_tcp_rail_ctrl(note, HC_TCP_FRAME_RAIL_DOWN, 0, (uint64_t)r, 0);
+    }
+    char peer[64];
+    hc_rail_peer_str(c, r, peer, sizeof(peer));
+    if (to >= 0) {
+        hc_log_info("tcp: rail %d (%s -> %s) to rank %d left at %.3f: %s; its traffic moves to "
+                    "rail %d (%s), %llu frames resent (%llu rails left so far)",
+                    r, d->rail_if[r], peer, c->base.peer, hc_rail_wall(), why, to, d->rail_if[to],
+                    (unsigned long long)(d->n_resent - resent0),
+                    (unsigned long long)d->n_rail_left);
+        return;
+    }
+    hc_log_info("tcp: rail %d (%s -> %s) to rank %d left at %.3f: %s; no rail to it is up: "
+                "waiting up to %.1f s (HCOMM_CONN_FAIL_TIMEOUT) for one to come back",
+                r, d->rail_if[r], peer, c->base.peer, hc_rail_wall(), why,
+                (double)d->fail_ns * 1e-9);
+    if (!c->all_down_ns) c->all_down_ns = now;
+}
+
+void hc_drv_tcp_rail_peer_left(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
+{
+    if (!c->drv->pre || h->a >= (uint64_t)c->nrails || !c->rail[h->a].up) return;
+    char why[96];
+    snprintf(why, sizeof(why), "rank %d left it (its own detection)", c->base.peer);
+    hc_rail_down(c, (int)h->a, false, why, "the peer left it");
+}
+
+void hc_drv_tcp_rail_lost(hc_tcp_slot_t *s, bool eof, const char *why)
+{
+    hc_tcp_conn_t *c = s->conn;
+    int r = hc_rail_of(s);
+    if (c->failed) return;
+    bool stale = !c->rail[r].up; /* a probe, or a socket of a rail already left */
+    for (int i = 0; i < HC_TCP_RAIL_STRIDE && !stale; i++) {
+        const hc_tcp_slot_t *o = hc_rail_slot(c, r, i);
+        stale = o != s && o->state == HC_TCP_S_UP && o->up_ns > s->up_ns && s->up_ns;
+    }
+    if (stale) {
+        /* The rail works (or is being probed): only this socket goes; what
+         * it carried goes again on its next connection. */
+        hc_log_debug("tcp: socket %d (rail %d) to %s: %s", s->idx, r, c->name, why);
+        hc_rail_sock_reset(s);
+        hc_drv_tcp_rail_requeue(s, s);
+        return;
+    }
+    hc_rail_down(c, r, eof, why, eof ? "closed by the peer" : "socket error");
+}
+
+void hc_drv_tcp_sock_lost(hc_tcp_slot_t *s, bool eof, const char *fmt, ...)
+{
+    char why[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    if (s->conn->drv->pre)
+        hc_drv_tcp_rail_lost(s, eof, why);
+    else
+        hc_drv_tcp_conn_fail(s->conn, "%s", why);
+}
+
+void hc_drv_tcp_rail_slot_up(hc_tcp_slot_t *s)
+{
+    hc_tcp_conn_t *c = s->conn;
+    hc_tcp_drv_t *d = c->drv;
+    int r = hc_rail_of(s);
+    uint64_t now = hc_time_ns();
+    s->up_ns = now;
+    s->was_up = true;
+    s->busy_since = 0;
+    if (c->rail[r].up) return;
+    c->rail[r].up = true;
+    c->rail[r].eof = false;
+    c->all_down_ns = 0;
+    d->n_rail_rejoined++;
+    char peer[64];
+    hc_rail_peer_str(c, r, peer, sizeof(peer));
+    hc_log_info("tcp: rail %d (%s -> %s) to rank %d rejoined at %.3f after %.3f s down (its "
+                "socket %d connected; %llu rejoins so far)",
+                r, d->rail_if[r], peer, c->base.peer, hc_rail_wall(),
+                (double)(now - c->rail[r].down_ns) * 1e-9, s->idx,
+                (unsigned long long)d->n_rail_rejoined);
+    /* frames parked while no rail was up go now */
+    for (int q = 0; q < c->nrails; q++)
+        if (!c->rail[q].up) hc_rail_move(c, q, r);
+}
+
+/* ---- timer ------------------------------------------------------------------------ */
+
+static uint64_t hc_rail_deadline(const hc_tcp_drv_t *d, const struct tcp_info *ti)
+{
+    uint64_t v = 4000ull * ((uint64_t)ti->tcpi_rtt + 4ull * ti->tcpi_rttvar); /* us -> ns */
+    uint64_t floor = HC_MIN(HC_TCP_RAIL_FLOOR_NS, d->rail_bound_ns);
+    return HC_MIN(HC_MAX(v, floor), d->rail_bound_ns);
+}
+
+enum { HC_RAIL_OK, HC_RAIL_STALLED, HC_RAIL_LEFT };
+
+/* A socket of an up rail: OK, STALLED (the last rail up: kept, rail->stall_ns
+ * says since when) or LEFT (its rail was left). */
+static int hc_rail_watch(hc_tcp_slot_t *s, uint64_t now)
+{
+    hc_tcp_conn_t *c = s->conn;
+    int r = hc_rail_of(s);
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    if (getsockopt(s->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return HC_RAIL_OK;
+    if (ti.tcpi_unacked == 0) {
+        s->busy_since = 0;
+        return HC_RAIL_OK;
+    }
+    if (!s->busy_since) s->busy_since = now;
+    uint64_t ack_ns = now - HC_MIN((uint64_t)ti.tcpi_last_ack_recv * 1000000ull, now);
+    uint64_t since = HC_MIN(HC_MAX(s->busy_since, ack_ns), now);
+    uint64_t limit = hc_rail_deadline(c->drv, &ti);
+    if (now - since <= limit) return HC_RAIL_OK;
+    /* The peer's heartbeats and ACK frames come on every rail it uses: a
+     * rail that still brings bytes works (the kernel is slow to acknowledge:
+     * a receiver short of memory drops segments and our RTO is 200 ms). */
+    uint64_t rd = 0;
+    for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++)
+        rd = HC_MAX(rd, hc_rail_slot(c, r, i)->last_rd_ns);
+    if (now - HC_MIN(rd, now) <= limit) return HC_RAIL_OK;
+    char why[160];
+    snprintf(why, sizeof(why),
+             "no TCP acknowledgement for %.0f ms on socket %d, %u segments in flight, nothing "
+             "read from the rail (rtt %.2f ms, deadline %.0f ms)",
+             (double)(now - since) * 1e-6, s->idx, ti.tcpi_unacked, ti.tcpi_rtt * 1e-3,
+             (double)limit * 1e-6);
+    hc_tcp_rail_t *rail = &c->rail[r];
+    if (hc_rail_pick_up(c, r) >= 0) {
+        char brief[40];
+        snprintf(brief, sizeof(brief), "no TCP ack for %.0f ms", (double)(now - since) * 1e-6);
+        hc_rail_down(c, r, false, why, brief);
+        return HC_RAIL_LEFT;
+    }
+    /* The last rail up: leaving it gains nothing; its sockets stay (TCP
+     * resumes if the link does) and the peer fails if this lasts. */
+    if (!rail->stall_ns) {
+        rail->stall_ns = since;
+        hc_log_info("tcp: rail %d (%s) to rank %d stalls at %.3f: %s; no other rail is up: "
+                    "staying on it (the peer fails after %.1f s of this)",
+                    r, c->drv->rail_if[r], c->base.peer, hc_rail_wall(), why,
+                    (double)c->drv->fail_ns * 1e-9);
+    }
+    snprintf(rail->why, sizeof(rail->why), "%s", why);
+    snprintf(rail->brief, sizeof(rail->brief), "no TCP ack for %.1f s",
+             (double)(now - rail->stall_ns) * 1e-9);
+    return HC_RAIL_STALLED;
+}
+
+/* A rail that was left: a fresh connect of its socket 0 every period. */
+static void hc_rail_probe(hc_tcp_conn_t *c, int r, uint64_t now)
+{
+    hc_tcp_drv_t *d = c->drv;
+    hc_tcp_rail_t *rail = &c->rail[r];
+    if (now - rail->probe_ns < d->rail_bound_ns || c->bye || d->closing) return;
+    rail->probe_ns = now;
+    hc_tcp_slot_t *s = hc_rail_slot(c, r, 0);
+    if (s->state != HC_TCP_S_NONE) {
+        hc_rail_sock_reset(s); /* the last probe did not get through */
+        hc_drv_tcp_rail_requeue(s, s);
+    }
+    d->n_rail_probes++;
+    if (hc_drv_tcp_slot_connect(c, s->idx) != HCOMM_OK)
+        hc_log_debug("tcp: probe of rail %d to %s: %s", r, c->name, hc_error_last());
+}
+
+void hc_drv_tcp_rail_timer(hc_tcp_conn_t *c, uint64_t now)
+{
+    hc_tcp_drv_t *d = c->drv;
+    for (int k = 0; k < c->nrails * HC_TCP_RAIL_STRIDE; k++)
+        if (c->chan[k].rx_frames) /* small frames' coalesced ACKs */
+            c->chan[k].ack_due = c->ack_due = d->ack_due = true;
+    bool any_up = false, stalled_out = false;
+    uint64_t hb_ns = d->rail_bound_ns / 2;
+    for (int r = 0; r < c->nrails && !c->failed; r++) {
+        hc_tcp_rail_t *rail = &c->rail[r];
+        if (!rail->up) {
+            hc_rail_probe(c, r, now);
+            continue;
+        }
+        int res = HC_RAIL_OK, worst = HC_RAIL_OK;
+        bool hb = false;
+        for (int i = 0; i < HC_TCP_RAIL_STRIDE && res != HC_RAIL_LEFT; i++) {
+            hc_tcp_slot_t *s = hc_rail_slot(c, r, i);
+            if ((s->state == HC_TCP_S_CONNECTING || s->state == HC_TCP_S_WAIT) && !s->err &&
+                now + d->hs_ns - s->hs_deadline > d->rail_bound_ns) {
+                /* The kernel's handshake (not the peer's process) is late:
+                 * a lost SYN waits a second for its retransmit. Or we lost
+                 * a tie-break to a socket the peer holds as up but is
+                 * stale to us (younger than its replace rule's 10 ms): its
+                 * connect never comes; ours goes again, flagged replace. */
+                char why[96];
+                snprintf(why, sizeof(why), "%s of socket %d not done within %.0f ms",
+                         s->state == HC_TCP_S_WAIT ? "the peer's connect" : "connect", s->idx,
+                         (double)d->rail_bound_ns * 1e-6);
+                hc_drv_tcp_rail_lost(s, false, why);
+                res = worst = c->rail[r].up ? HC_RAIL_OK : HC_RAIL_LEFT;
+                continue;
+            }
+            if (s->state != HC_TCP_S_UP && s->state != HC_TCP_S_HELLO_SENT) continue;
+            res = hc_rail_watch(s, now);
+            worst = HC_MAX(worst, res);
+            if (res == HC_RAIL_OK && !hb && !s->txq.head && now - s->last_wr_ns >= hb_ns) {
+                d->n_hb_sent++;
+                hc_drv_tcp_rail_ctrl(s, HC_TCP_FRAME_HB, 0, 0, 0);
+            }
+            hb = true; /* one heartbeat per rail */
+        }
+        if (worst == HC_RAIL_LEFT) continue;
+        any_up = true;
+        if (worst == HC_RAIL_OK && rail->stall_ns) {
+            hc_log_info("tcp: rail %d (%s) to rank %d acknowledges again after %.3f s", r,
+                        d->rail_if[r], c->base.peer, (double)(now - rail->stall_ns) * 1e-9);
+            rail->stall_ns = 0;
+        }
+        stalled_out |= worst == HC_RAIL_STALLED && now - rail->stall_ns > d->fail_ns;
+    }
+    if (c->failed) return;
+    if (!any_up) {
+        if (!c->all_down_ns) c->all_down_ns = now;
+        if (now > c->all_down_ns && now - c->all_down_ns > d->fail_ns)
+            hc_rail_fail_all(c, now, false);
+        return;
+    }
+    uint64_t silent = now - HC_MIN(c->last_rx_ns, now);
+    if (stalled_out || silent > d->fail_ns) hc_rail_fail_all(c, now, !stalled_out);
+}

@@ -1,0 +1,256 @@
+/* drv/tcp/tcp_rail.c without root: two tcp driver instances in one process
+ * with two rails each (HCOMM_SOCKET_IFNAME="=lo,=<the host's other IPv4
+ * interface>": both reach this host), a rail broken by shutting its
+ * sockets down under the driver:
+ *   - frames written on a rail whose sockets break, some never read by the
+ *     receiver, are resent on the other rail and delivered exactly once, in
+ *     order, every put_done OK, no peer failed; the rail is probed and
+ *     rejoins, and traffic returns to it;
+ *   - put_done of a frame with a cookie larger than eager_max waits for the
+ *     peer's ACK frame (smaller ones are copied: put answers OK);
+ *   - large DATA frames go over both rails.
+ * Skipped (77) when the host has no IPv4 interface besides lo. */
+#include "base/config.h"
+#include "drv/tcp/tcp.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+typedef struct {
+    uint64_t next_seq; /* expected hdr.a of the next EAGER frame */
+    int delivered, bad_order, done, failed, data;
+} side_t;
+
+static side_t side[2];
+static hc_drv_env_t env[2];
+static const int node_of_rank[2] = {0, 1};
+static const int local0[1] = {0}, local1[1] = {1};
+static const struct hc_drv_ops *ops;
+static uint8_t payload[HC_TCP_MAX_FRAME];
+static uint64_t seq_of[2];
+static char ifs[64];
+
+static void cb_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, const void *p)
+{
+    side_t *s = core;
+    (void)conn;
+    (void)p;
+    if (hdr->type == HC_FRAME_DATA) {
+        s->data++;
+        return;
+    }
+    if (hdr->type != HC_FRAME_EAGER || hdr->a != s->next_seq) s->bad_order++;
+    s->next_seq = hdr->a + 1;
+    s->delivered++;
+}
+
+static void cb_put_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t st)
+{
+    (void)conn;
+    (void)cookie;
+    if (st == HCOMM_OK) ((side_t *)core)->done++;
+}
+
+static void cb_peer_failed(void *core, int peer, hcomm_status_t st, const char *why)
+{
+    (void)peer;
+    (void)st;
+    (void)why;
+    ((side_t *)core)->failed++;
+}
+
+static hc_drv_t *open_rank(int rank)
+{
+    memset(&side[rank], 0, sizeof(side[rank]));
+    seq_of[rank] = 0;
+    env[rank] = (hc_drv_env_t){.rank = rank,
+                               .size = 2,
+                               .local_rank = 0,
+                               .local_size = 1,
+                               .local_ranks = rank ? local1 : local0,
+                               .node_of_rank = node_of_rank,
+                               .node_id = rank ? "n1" : "n0",
+                               .job_key = "rails-key",
+                               .bootstrap_host = "",
+                               .core = &side[rank],
+                               .deliver = cb_deliver,
+                               .put_done = cb_put_done,
+                               .peer_failed = cb_peer_failed,
+                               .lanes = HC_FRAME_LANES};
+    hc_drv_t *d = NULL;
+    assert_int_equal(ops->open(&env[rank], &d), HCOMM_OK);
+    return d;
+}
+
+static hc_conn_t *wire(hc_drv_t *from, int peer, hc_drv_t *to)
+{
+    hc_tcp_addr_t a;
+    size_t len = sizeof(a);
+    assert_int_equal(ops->addr_pack(to, &a, &len), HCOMM_OK);
+    hc_conn_t *c = NULL;
+    assert_int_equal(ops->connect(from, peer, &a, len, &c), HCOMM_OK);
+    return c;
+}
+
+/* n EAGER frames of len bytes, with cookies, numbered in hdr.a: up to
+ * eager_max they are copied (OK), larger ones wait for the ACK. */
+static void put_n(hc_conn_t *c, int from, int n, uint32_t len)
+{
+    for (int i = 0; i < n; i++) {
+        hc_frame_hdr_t h = {.type = HC_FRAME_EAGER, .len = len, .a = seq_of[from]++};
+        assert_int_equal(ops->put(c, &h, payload, payload),
+                         len > HC_TCP_EAGER_MAX ? HCOMM_IN_PROGRESS : HCOMM_OK);
+    }
+}
+
+static void pump_until(hc_drv_t *a, hc_drv_t *b, const int *v, int want)
+{
+    uint64_t end = hc_time_ns() + 10000000000ull;
+    while (*v < want && hc_time_ns() < end) {
+        ops->progress(a);
+        ops->progress(b);
+        usleep(100);
+    }
+    assert_int_equal(*v, want);
+}
+
+/* The first IPv4 interface that is up, not loopback: the second rail. */
+static bool other_if(char *name, size_t len)
+{
+    struct ifaddrs *ifa = NULL;
+    bool found = false;
+    if (getifaddrs(&ifa) != 0) return false;
+    for (struct ifaddrs *i = ifa; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+            !(i->ifa_flags & IFF_LOOPBACK)) {
+            snprintf(name, len, "%s", i->ifa_name);
+            found = true;
+        }
+    freeifaddrs(ifa);
+    return found;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    char other[32];
+    if (!other_if(other, sizeof(other))) return 0;
+    snprintf(ifs, sizeof(ifs), "=lo,=%s", other);
+    setenv("HCOMM_SOCKET_IFNAME", ifs, 1);
+    setenv("HCOMM_SOCKET_RAIL_TIMEOUT", "0.05", 1);
+    assert_int_equal(hc_config_load(), HCOMM_OK);
+    ops = hc_drv_find("tcp");
+    assert_non_null(ops);
+    return 0;
+}
+
+/* Breaks every socket of rail r of t under the driver (as a link failure
+ * followed by the peer's reset would). */
+static void break_rail(hc_tcp_conn_t *t, int r)
+{
+    for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++) {
+        hc_tcp_slot_t *s = &t->slots[r * HC_TCP_RAIL_STRIDE + i];
+        if (s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
+    }
+}
+
+static void test_failover_exactly_once(void **state)
+{
+    (void)state;
+    if (!ifs[0]) skip();
+    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
+    assert_int_equal(td0->nrails, 2);
+    hc_conn_t *c01 = wire(d0, 1, d1);
+    wire(d1, 0, d0);
+    hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01;
+    assert_int_equal(t01->nrails, 2);
+    const uint32_t big = HC_TCP_EAGER_MAX + 4096;
+    put_n(c01, 0, 50, big);
+    pump_until(d0, d1, &side[1].delivered, 50);
+    pump_until(d0, d1, &side[0].done, 50); /* after the ACKs */
+    /* 200 frames more (50 large, 150 small: copied), not read by rank 1,
+     * then rail 0 (ordered frames stay on rail 0) breaks: they must come
+     * again on rail 1. */
+    put_n(c01, 0, 50, big);
+    put_n(c01, 0, 150, 200);
+    assert_true(side[0].done < 100); /* put_done waits for the ACK */
+    uint64_t resent = td0->n_resent;
+    break_rail(t01, 0);
+    pump_until(d0, d1, &side[1].delivered, 250);
+    pump_until(d0, d1, &side[0].done, 100);
+    assert_int_equal(side[1].bad_order, 0);
+    assert_true(td0->n_rail_left >= 1);
+    assert_true(td0->n_resent > resent);
+    /* The rail is probed and rejoins; the channel returns to it. */
+    uint64_t end = hc_time_ns() + 5000000000ull;
+    while (!(t01->rail[0].up && td0->n_rail_rejoined) && hc_time_ns() < end) {
+        ops->progress(d0);
+        ops->progress(d1);
+        usleep(1000);
+    }
+    assert_true(t01->rail[0].up);
+    put_n(c01, 0, 10, big);
+    pump_until(d0, d1, &side[1].delivered, 260);
+    pump_until(d0, d1, &side[0].done, 110);
+    assert_int_equal(t01->chan[0].cur_rail, 0);
+    assert_int_equal(side[1].bad_order, 0);
+    assert_int_equal(side[0].failed + side[1].failed, 0);
+    ops->close(d0);
+    ops->close(d1);
+}
+
+/* DATA frames (unordered, 512 KiB) go over both rails. */
+static void test_stripe(void **state)
+{
+    (void)state;
+    if (!ifs[0]) skip();
+    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
+    hc_conn_t *c01 = wire(d0, 1, d1);
+    wire(d1, 0, d0);
+    int sent = 0;
+    for (int i = 0; i < 64; i++) {
+        hc_frame_hdr_t h = {.type = HC_FRAME_DATA,
+                            .flags = HC_FRAME_FLAG_UNORDERED,
+                            .len = HC_TCP_MAX_FRAME,
+                            .b = (uint64_t)i * HC_TCP_MAX_FRAME};
+        hcomm_status_t st;
+        while ((st = ops->put(c01, &h, payload, payload)) == HCOMM_ERR_AGAIN) {
+            ops->progress(d0);
+            ops->progress(d1);
+        }
+        assert_int_equal(st, HCOMM_IN_PROGRESS);
+        sent++;
+    }
+    pump_until(d0, d1, &side[1].data, sent);
+    pump_until(d0, d1, &side[0].done, sent);
+    assert_true(td0->rail_tx_bytes[0] > 4 * (uint64_t)HC_TCP_MAX_FRAME);
+    assert_true(td0->rail_tx_bytes[1] > 4 * (uint64_t)HC_TCP_MAX_FRAME);
+    assert_int_equal(side[0].failed + side[1].failed, 0);
+    ops->close(d0);
+    ops->close(d1);
+}
+
+int main(void)
+{
+    char other[32];
+    if (!other_if(other, sizeof(other))) {
+        printf("skipped: no IPv4 interface up besides lo (rails need two)\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_failover_exactly_once),
+                                       cmocka_unit_test(test_stripe)};
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

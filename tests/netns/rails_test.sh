@@ -1,0 +1,192 @@
+#!/bin/bash
+# tcp rails between two network-namespace nodes (issue 37). netns.sh builds
+# the nodes (eth0 on a bridge: the bootstrap's link); this script joins them
+# by two more veth pairs, veth-a (10.78.1.0/24) and veth-b (10.78.2.0/24),
+# and runs mp_tcp_rails (next to the given program) with
+# HCOMM_SOCKET_IFNAME=veth-a,veth-b, one case per call:
+#
+#   rails_test.sh CASE MP_TCP_RAILS
+#
+#   failover   2x1: 16..64 MiB allreduces (every byte checked) and ring
+#              messages for 12 s; veth-a is set down at 3 s and up at 7 s:
+#              the job passes, no peer failed, rail 0 was left (logged at
+#              info, counted) and rejoined, and traffic went on it again
+#              after (logged "carries traffic again" and counted in
+#              rail_returns). Prints the application's stall.
+#   failover_2x2  the same with 2 ranks per node (slow).
+#   both_down  2x1: both links down for longer than HCOMM_CONN_FAIL_TIMEOUT=2
+#              (raised to HCOMM_CONN_HALF_OPEN_TIMEOUT, 3 s): every rank fails
+#              with ERR_PEER_FAILED within 40 s (no hang), and the first one's
+#              message names both rails (the other may learn of the failure
+#              from the first one's exit).
+#   stripe     hcomm_info in node 0 shows both rails; 2x1: busbw of 64 MiB allreduces with veth-a,veth-b and with
+#              veth-a alone, printed with the bytes each rail carried (no
+#              threshold: on a 2-core host the CPU bounds both); with two
+#              rails both must have carried at least a quarter of the bytes.
+#   flap       2x1: veth-a down and up every 200 ms for 10 s while the loop
+#              runs (1..4 MiB): no failure, every message and byte right.
+#   flap_long  the same for 30 s with 16..64 MiB (slow).
+#
+# Exit 0 pass, 1 fail, 77 skipped (not root, no netns).
+set -u
+case_=${1:?case}
+prog=${2:?path to mp_tcp_rails}
+HCN_PREFIX=r
+# shellcheck source=tests/netns/jobs.sh
+. "$(cd "$(dirname "$0")" && pwd)/jobs.sh"
+
+n0="hcn-$HCN_JOB-0"
+n1="hcn-$HCN_JOB-1"
+
+rails_up() {
+    "$netns" up 2 || fail "netns setup"
+    local i l
+    for l in a b; do
+        i=$([ $l = a ] && echo 1 || echo 2)
+        ip -n "$n0" link add "veth-$l" type veth peer name "veth-$l" netns "$n1" ||
+            fail "veth-$l"
+        ip -n "$n0" addr add "10.78.$i.1/24" dev "veth-$l"
+        ip -n "$n1" addr add "10.78.$i.2/24" dev "veth-$l"
+        ip -n "$n0" link set "veth-$l" up
+        ip -n "$n1" link set "veth-$l" up
+    done
+}
+
+link() { ip -n "$n0" link set "veth-$1" "$2" && echo "link veth-$1 $2 at $(date +%s.%N)"; }
+
+# A driver counter from a rank's HCOMM_STATS_LEVEL=2 line ("rails_left 3"), else 0.
+counter() {
+    local v
+    v=$(grep -o " $2 [0-9]*" "$work/r$1.log" | tail -1 | awk '{print $2}')
+    echo "${v:-0}"
+}
+
+common_env=(HCOMM_SOCKET_IFNAME=veth-a,veth-b HCOMM_NET=tcp HCOMM_LOG=info HCOMM_STATS=1
+    HCOMM_STATS_LEVEL=2)
+
+check_no_fail() {
+    local r
+    for r in "$@"; do
+        ! grep -q "PEER_FAILED\|peer_failed\|every rail" "$work/r$r.log" ||
+            fail "rank $r saw a failed peer"
+    done
+}
+
+case "$case_" in
+failover | failover_2x2)
+    ppn=1
+    [ "$case_" = failover_2x2 ] && ppn=2
+    rails_up
+    job_env=("${common_env[@]}")
+    launch 2 $ppn --min 16M --max 64M --seconds 12 --trace
+    sleep 3
+    t_down=$(date +%s.%N)
+    link a down
+    sleep 4
+    t_up=$(date +%s.%N)
+    link a up
+    wait_all 120
+    check_no_fail $(seq 0 $((2 * ppn - 1)))
+    for r in 0 $((ppn)); do
+        grep -m1 "rail 0 .* left" "$work/r$r.log" || true
+        grep -m1 "rail 0 .* rejoined" "$work/r$r.log" || true
+        grep "stall" "$work/r$r.log"
+        # the iteration each link change fell into: its time less its size's median
+        for t in $t_down $t_up; do
+            awk -v t="$t" -v r=$r '$3 == "iter" && $8 + $10 / 1000 >= t + 0 && !done { done = 1;
+                printf "rank %d: the link change at %.3f: first iteration to end after it %d (%d bytes): %.1f ms, median %.1f: stall %.1f ms\n", r, t, $4, $6, $10, $12, $10 - $12 }' \
+                "$work/r$r.log"
+        done
+        # detection: from the link down to the rail left (logged with the time)
+        awk -v t="$t_down" -v r=$r '/rail 0 .* left at/ { for (i = 1; i <= NF; i++) if ($i == "at") { s = $(i + 1); sub(":", "", s); if (s + 0 >= t + 0) { printf "rank %d: rail 0 left %.0f ms after the link went down\n", r, (s - t) * 1000; exit } } }' \
+            "$work/r$r.log"
+    done
+    left=0 rejoined=0
+    for r in 0 $((ppn)); do
+        left=$((left + $(counter $r rails_left)))
+        rejoined=$((rejoined + $(counter $r rails_rejoined)))
+        echo "rank $r: rails_left=$(counter $r rails_left) rails_rejoined=$(counter $r rails_rejoined)" \
+            "frames_resent=$(counter $r frames_resent) duplicates_dropped=$(counter $r duplicates_dropped)" \
+            "rail_returns=$(counter $r rail_returns) rail0_tx_bytes=$(counter $r rail0_tx_bytes) rail1_tx_bytes=$(counter $r rail1_tx_bytes)"
+    done
+    [ "$left" -ge 1 ] || fail "no rank counted a rail left"
+    [ "$rejoined" -ge 1 ] || fail "no rank counted a rail rejoined"
+    returns=$(($(counter 0 rail_returns) + $(counter $ppn rail_returns)))
+    grep -h -m1 "rail 0 .* carries traffic again" "$work/r0.log" "$work/r$ppn.log" || true
+    [ "$returns" -ge 1 ] || fail "no traffic on rail 0 after it rejoined (rail_returns 0)"
+    ;;
+both_down)
+    rails_up
+    job_env=("${common_env[@]}" HCOMM_CONN_FAIL_TIMEOUT=2)
+    launch 2 1 --min 4M --max 4M --seconds 30 --expect-fail
+    sleep 2
+    link a down
+    link b down
+    t0=$SECONDS
+    wait_all 40
+    echo "ranks exited $((SECONDS - t0)) s after both links went down"
+    named=0
+    for r in 0 1; do
+        grep "PEER_FAILED" "$work/r$r.log" || fail "rank $r: no PEER_FAILED"
+        # the application's error (hcomm_last_error) names both rails; the
+        # rank that fails second may instead learn it from the first one's
+        # exit (its bootstrap connection closed)
+        ! grep "PEER_FAILED" "$work/r$r.log" |
+            grep -Eq "every rail (down|silent).*rail 0 veth-a.*rail 1 veth-b" || named=$((named + 1))
+    done
+    [ $named -ge 1 ] || fail "no rank's failure message names both rails"
+    ;;
+stripe)
+    rails_up
+    # hcomm_info (the driver's describe) shows the rails
+    info=$(dirname "$prog")/hcomm_info
+    if [ -x "$info" ]; then
+        ip netns exec "$n0" env HCOMM_SOCKET_IFNAME=veth-a,veth-b "$info" | grep "rail [0-9]:" |
+            tee "$work/info.txt"
+        grep -q "rail 0: veth-a 10.78.1.1" "$work/info.txt" &&
+            grep -q "rail 1: veth-b 10.78.2.1" "$work/info.txt" || fail "hcomm_info shows no rails"
+    fi
+    for ifs in veth-a,veth-b veth-a; do
+        job_env=("${common_env[@]}" HCOMM_SOCKET_IFNAME=$ifs)
+        launch 2 1 --min 64M --max 64M --seconds 6
+        wait_all 90
+        if [ $ifs = veth-a,veth-b ]; then
+            a0=$(counter 0 rail0_tx_bytes) a1=$(counter 0 rail1_tx_bytes)
+            [ $((a0 * 4)) -ge $((a0 + a1)) ] && [ $((a1 * 4)) -ge $((a0 + a1)) ] ||
+                fail "striping: rail 0 carried $a0 B, rail 1 $a1 B"
+        fi
+        split=""
+        [ $ifs = veth-a ] ||
+            split="(rank 0 sent rail 0: $(counter 0 rail0_tx_bytes) B, rail 1: $(counter 0 rail1_tx_bytes) B)"
+        echo "HCOMM_SOCKET_IFNAME=$ifs: $(grep -o 'busbw [0-9.]* GB/s' "$work/r0.log") $split"
+    done
+    ;;
+flap | flap_long)
+    secs=10 min=1M max=4M
+    [ "$case_" = flap_long ] && secs=30 min=16M max=64M
+    rails_up
+    job_env=("${common_env[@]}")
+    launch 2 1 --min $min --max $max --seconds $((secs + 4))
+    sleep 2
+    end=$((SECONDS + secs))
+    while ((SECONDS < end)); do
+        ip -n "$n0" link set veth-a down
+        sleep 0.2
+        ip -n "$n0" link set veth-a up
+        sleep 0.2
+    done
+    wait_all $((secs + 120))
+    check_no_fail 0 1
+    for r in 0 1; do
+        grep "stall" "$work/r$r.log"
+        echo "rank $r: rails_left=$(counter $r rails_left) rails_rejoined=$(counter $r rails_rejoined)" \
+            "frames_resent=$(counter $r frames_resent) duplicates_dropped=$(counter $r duplicates_dropped)"
+    done
+    ;;
+*)
+    echo "unknown case $case_" >&2
+    exit 2
+    ;;
+esac
+echo "PASS ($case_)"
+exit 0
