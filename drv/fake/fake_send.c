@@ -417,7 +417,7 @@ static hcomm_status_t hc_fake_rma(hc_conn_t *conn, const hc_rma_t *rma, bool wri
     hc_fake_drv_t *d = c->drv;
     if (HC_UNLIKELY(c->failed))
         return hc_error(HCOMM_ERR_PEER_FAILED, "fake: connection to %s failed", c->name);
-    uint64_t ldma, rdma;
+    uint64_t ldma = 0, rdma = 0;
     hcomm_status_t st = hc_fake_rma_check(c, rma, rma->rkey, write, &ldma, &rdma);
     if (st != HCOMM_OK) return st;
     d->n_rma++;
@@ -457,7 +457,7 @@ int hc_fake_rma_progress(hc_fake_drv_t *d)
         hc_fake_rma_op_t *op = d->rma[i];
         d->rma[i] = d->rma[--d->nrma];
         /* Checked again: the core must keep both registrations until rma_done. */
-        uint64_t ldma, rdma;
+        uint64_t ldma = 0, rdma = 0;
         hcomm_status_t st =
             hc_fake_rma_check(op->conn, &op->rma, &op->rkey, op->write, &ldma, &rdma);
         if (st == HCOMM_OK) st = hc_fake_rma_move(op->conn, &op->rma, op->write, ldma, rdma);
