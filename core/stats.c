@@ -525,8 +525,9 @@ static void hc_stats_table(FILE *f, const char *why)
                  (unsigned long long)hc_stats.coll_p2p);
     hc_stats_gpu_lines(hc_stats_mem_line, f);
     if (hc_stats.gdr_rndv || hc_stats.gdr_staged)
-        hc_stats_out(f, "  GPUDirect RDMA: %llu B of device buffers in %llu rendezvous by RMA; "
-                        "%llu device-buffer p2p calls staged by HCOMM_GDR=auto",
+        hc_stats_out(f, "  device buffers direct (GPUDirect RDMA, IPC): %llu B in %llu rendezvous "
+                        "by RMA; %llu device-buffer p2p calls staged by auto (HCOMM_GDR, "
+                        "HCOMM_GPU_IPC)",
                      (unsigned long long)hc_stats.gdr_bytes, (unsigned long long)hc_stats.gdr_rndv,
                      (unsigned long long)hc_stats.gdr_staged);
     if (hc_stats_level < 2)

@@ -54,9 +54,10 @@ typedef struct {
     uint64_t eager, fragmented, rndv_get, rndv_write, rndv_stream, unexpected;
     uint64_t credit_waits; /* frames queued because a peer's slots were full */
     uint64_t coll_node, coll_p2p;
-    /* GPUDirect RDMA (core/gdr.c): bytes and rendezvous of this rank's device buffers moved
-     * by a driver's RMA (either side initiating), and device-buffer calls staged because
-     * they could not go direct under HCOMM_GDR=auto */
+    /* Direct device paths (core/gdr.c: GPUDirect RDMA between nodes, IPC inside one):
+     * bytes and rendezvous of this rank's device buffers moved by a driver's RMA (either
+     * side initiating), and device-buffer calls staged because they could not go direct
+     * under auto (HCOMM_GDR, HCOMM_GPU_IPC) */
     uint64_t gdr_bytes, gdr_rndv, gdr_staged;
 } hc_stats_t;
 
