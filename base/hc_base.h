@@ -43,6 +43,19 @@ hcomm_status_t hc_error(hcomm_status_t status, const char *fmt, ...)
 hcomm_status_t hc_error_errno(hcomm_status_t status, int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 const char *hc_error_last(void);
+/* Is st one of the error codes of HCOMM_STATUS_MAP (a status read from a
+ * peer's frame or a shared flag is checked before it is returned)? */
+static inline bool hc_status_is_error(int st)
+{
+    switch (st) {
+#define HC_STATUS_CASE_(name, value, text) case (value):
+        HCOMM_STATUS_MAP(HC_STATUS_CASE_)
+#undef HC_STATUS_CASE_
+        return st < 0;
+    default:
+        return false;
+    }
+}
 
 /* ---- logging ------------------------------------------------------------ */
 typedef enum { HC_LOG_ERROR, HC_LOG_WARN, HC_LOG_INFO, HC_LOG_DEBUG, HC_LOG_TRACE } hc_log_level_t;

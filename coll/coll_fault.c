@@ -58,11 +58,15 @@ void hc_coll_break(struct hcomm_comm *comm, hcomm_status_t status, const char *w
         cc->broken = true;
         cc->broken_status = status;
         /* The other members' collectives cannot complete either: tell
-         * them (a dead peer they see for themselves). */
+         * them (a dead peer they see for themselves). A revoke's give-up
+         * names the rank that revoked (hc_coll_gave_up): it may reach a
+         * member before that rank's own REVOKE does. */
+        int by = status == HCOMM_ERR_REVOKED ? __atomic_load_n(&comm->revoked_by, __ATOMIC_RELAXED)
+                                             : -1;
         if (status != HCOMM_ERR_PEER_FAILED && cc->node)
-            hc_coll_node_give_up(cc->node, status, -1);
+            hc_coll_node_give_up(cc->node, status, by);
         if (status != HCOMM_ERR_PEER_FAILED && comm->size > 1)
-            hc_p2p_give_up(comm, status, -1);
+            hc_p2p_give_up(comm, status, by);
         snprintf(cc->broken_why, sizeof(cc->broken_why), "%s", why);
     }
 }
@@ -239,8 +243,15 @@ void hc_coll_gave_up(struct hcomm_comm *comm, int from, hcomm_status_t status, i
     hc_coll_comm_t *cc = hc_coll_comm(comm);
     if (!cc || cc->gave_up_rank >= 0 || from < 0)
         return;
-    if (status >= 0 || status < HCOMM_ERR_INTERNAL)
+    if (!hc_status_is_error(status))
         status = HCOMM_ERR_PEER_FAILED;
+    if (status == HCOMM_ERR_REVOKED && cause >= 0 && cause < comm->size) {
+        /* `from` gave up because communicator rank `cause` revoked it: the
+         * communicator is revoked here too, by that rank (what its own
+         * REVOKE, perhaps still on its way, does). */
+        hc_comm_revoked(comm, cause);
+        return;
+    }
     cc->gave_up_status = status;
     cc->gave_up_rank = from;
     cc->gave_up_cause = cause >= 0 && cause < hc_ctx.size ? cause : -1;

@@ -181,6 +181,15 @@ static inline bool hc_node_gave_up(hc_coll_node_t *nd, hc_coll_op_t *op, int j)
     int32_t st = __atomic_load_n(&nd->done[j].gave_up, __ATOMIC_ACQUIRE);
     if (HC_UNLIKELY(st > 0)) {
         int cause = __atomic_load_n(&nd->done[j].gave_up_cause, __ATOMIC_RELAXED) - 1;
+        if (!hc_status_is_error(-st))
+            st = -HCOMM_ERR_PEER_FAILED;
+        if (-st == HCOMM_ERR_REVOKED && cause >= 0 && cause < op->comm->size) {
+            /* j gave up because communicator rank `cause` revoked it
+             * (hc_coll_break): revoked here too, by that rank */
+            hc_comm_revoked(op->comm, cause);
+            op->error = hc_comm_abort_error(op->comm, hc_coll_name(op->kind));
+            return false;
+        }
         if (cause >= 0 && cause < hc_ctx.size && hc_coll_heard_cause < 0)
             hc_coll_heard_cause = cause;
         if (cause < 0 && -st == HCOMM_ERR_PEER_FAILED)

@@ -531,16 +531,18 @@ void BackendHcomm::loop() {
     }
     if (posted) posted_.notify_all();
     explain_revoked(done);
-    bool failed_before = error_type_.load() != 0;
+    // The group's first failure, when a work found it here (not abort()'s or
+    // shrink's, which are the caller's decision and run no hooks).
+    bool found_first = false;
     for (auto& d : done)
       if (d.second)
-        failed(d.first->status, d.first->message,
-               d.first->timed_out ? c10d::ErrorType::TIMEOUT
-               : d.first->status == HCOMM_ERR_PEER_FAILED || d.first->status == HCOMM_ERR_REVOKED
-                   ? c10d::ErrorType::REMOTE_ERROR
-                   : c10d::ErrorType::COMM_ERROR);
+        found_first |= failed(d.first->status, d.first->message,
+                              d.first->timed_out ? c10d::ErrorType::TIMEOUT
+                              : d.first->status == HCOMM_ERR_PEER_FAILED || d.first->status == HCOMM_ERR_REVOKED
+                                  ? c10d::ErrorType::REMOTE_ERROR
+                                  : c10d::ErrorType::COMM_ERROR);
     for (auto& d : done) finish(d.first, d.second);
-    if (!failed_before && error_type_.load() != 0) {
+    if (found_first) {
       revoke_if_asked();  // the others first, then this rank's hooks
       run_abort_hooks();
     }

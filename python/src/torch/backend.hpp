@@ -231,7 +231,7 @@ class BackendHcomm : public c10d::Backend {
   bool poll(std::vector<WorkPtr>& inflight, std::vector<std::pair<WorkPtr, std::exception_ptr>>& done);
   void finish(const WorkPtr& w, std::exception_ptr e);
   // fault.cpp
-  void failed(hcomm_status_t st, const std::string& cause, c10d::ErrorType type);
+  bool failed(hcomm_status_t st, const std::string& cause, c10d::ErrorType type);
   void revoke_if_asked();
   void explain_revoked(std::vector<std::pair<WorkPtr, std::exception_ptr>>& done);
   std::string peer_cause(int grank);

@@ -22,11 +22,12 @@ namespace hcomm_torch {
 
 // The group's first failure: later operations are refused with it, and the
 // worker is asked to revoke the communicator. Worker thread, abort()'s or
-// shrink's, no hcomm lock. (The abort hooks run in the worker, after.)
-void BackendHcomm::failed(hcomm_status_t st, const std::string& cause, c10d::ErrorType type) {
+// shrink's, no hcomm lock. (The abort hooks run in the worker, after.) True
+// when this call recorded the first failure.
+bool BackendHcomm::failed(hcomm_status_t st, const std::string& cause, c10d::ErrorType type) {
   {
     std::lock_guard<std::mutex> lk(qmu_);
-    if (!failure_.empty()) return;
+    if (!failure_.empty()) return false;
     failure_ = "group rank " + std::to_string(rank_) + ": " + cause;
     if (st == HCOMM_OK) type = c10d::ErrorType::COMM_ERROR;
     error_type_ = (int)type;
@@ -34,6 +35,7 @@ void BackendHcomm::failed(hcomm_status_t st, const std::string& cause, c10d::Err
     revoke_cause_ = failure_;
   }
   qcv_.notify_all();
+  return true;
 }
 
 std::string BackendHcomm::failure() {
@@ -86,17 +88,19 @@ std::string BackendHcomm::peer_cause(int grank) {
   return cause;
 }
 
-// Works that failed because of a revoke get the reason: a peer's from the
-// store, this rank's own first failure. Worker thread, no hcomm lock.
+// Works that failed because of a revoke or an abort get the reason: a peer's
+// from the store, this rank's own first failure (abort() records it before
+// it aborts). Worker thread, no hcomm lock.
 void BackendHcomm::explain_revoked(std::vector<std::pair<WorkPtr, std::exception_ptr>>& done) {
   static const char kBy[] = "communicator rank ";
   for (auto& d : done) {
     WorkHcomm& w = *d.first;
     // The status may be ERR_PEER_FAILED with the revoke's text: a
     // collective that a member's revoke ended (what libhcomm returns today).
-    if (!d.second || w.message.find("revoked the communicator") == std::string::npos) continue;
+    bool aborted = w.message.find("communicator was aborted") != std::string::npos;
+    if (!d.second || (!aborted && w.message.find("revoked the communicator") == std::string::npos)) continue;
     std::string why;
-    size_t at = w.message.find(kBy);
+    size_t at = aborted ? std::string::npos : w.message.find(kBy);
     if (at != std::string::npos) {
       int by = std::atoi(w.message.c_str() + at + sizeof(kBy) - 1);
       std::string c = peer_cause(by);
@@ -114,13 +118,13 @@ void BackendHcomm::explain_revoked(std::vector<std::pair<WorkPtr, std::exception
 
 // Any thread (torch's abort, a watchdog): hcomm_comm_abort fails this rank's
 // pending operations now; the worker then revokes, which reaches the others.
+// The cause is recorded first, so that an operation the worker sees fail
+// from the abort already names it (explain_revoked).
 void BackendHcomm::abort() {
-  {
-    std::lock_guard<std::mutex> ck(comm_mu_);
-    if (!comm_) return;  // shut down already
-    hcomm_comm_abort(comm_);
-  }
+  std::lock_guard<std::mutex> ck(comm_mu_);
+  if (!comm_) return;  // shut down already
   failed(HCOMM_ERR_ABORTED, "abort() was called on this rank [ERR_ABORTED]", c10d::ErrorType::COMM_ERROR);
+  hcomm_comm_abort(comm_);
 }
 
 // The abort hooks (torch 2.15's C10D_BACKEND_HAS_HOOKS: the flight
