@@ -5,6 +5,7 @@
 # LOCAL_RANK/LOCAL_SIZE, a rendezvous on node 0 at 10.77.0.1, a job key).
 #   job_env=(VAR=value ...)   extra environment of every rank (default none)
 #   launch NODES PPN args...  starts prog on every rank, fills pids[]
+#   wait_log PATTERN [LIMIT_S] [RANKS...]  each rank's log shows PATTERN
 #   wait_all [LIMIT_S]        every rank exits 0 within the limit, else fail
 #   fail MESSAGE              prints the ranks' logs' tails, exits 1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,6 +47,21 @@ launch() {
             ${job_env[@]+"${job_env[@]}"} \
             "$netns" run $((r / ppn)) "$prog" "$@" >"$work/r$r.log" 2>&1 &
         pids+=($!)
+    done
+}
+
+# wait_log PATTERN [LIMIT_S] [RANKS...]: every given rank's log (default:
+# all launched) has a line matching PATTERN within the limit, else fail.
+wait_log() {
+    local pat=$1 limit=${2:-60} t0=$SECONDS r
+    shift 2 || shift $#
+    local ranks=("$@")
+    ((${#ranks[@]})) || ranks=($(seq 0 $((${#pids[@]} - 1))))
+    for r in "${ranks[@]}"; do
+        while ! grep -q "$pat" "$work/r$r.log" 2>/dev/null; do
+            ((SECONDS - t0 < limit)) || fail "rank $r: no \"$pat\" after ${limit} s"
+            sleep 0.1
+        done
     done
 }
 

@@ -8,7 +8,8 @@
 #   rails_test.sh CASE MP_TCP_RAILS
 #
 #   failover   2x1: 16..64 MiB allreduces (every byte checked) and ring
-#              messages for 12 s; veth-a is set down at 3 s and up at 7 s:
+#              messages for 12 s; veth-a is set down 2 s into the loop
+#              (every rank has printed "the loop starts") and up 4 s later:
 #              the job passes, no peer failed, rail 0 was left (logged at
 #              info, counted) and rejoined, and traffic went on it again
 #              after (logged "carries traffic again" and counted in
@@ -79,7 +80,8 @@ failover | failover_2x2)
     rails_up
     job_env=("${common_env[@]}")
     launch 2 $ppn --min 16M --max 64M --seconds 12 --trace
-    sleep 3
+    wait_log "the loop starts" 90
+    sleep 2
     t_down=$(date +%s.%N)
     link a down
     sleep 4
@@ -119,7 +121,8 @@ both_down)
     rails_up
     job_env=("${common_env[@]}" HCOMM_CONN_FAIL_TIMEOUT=2)
     launch 2 1 --min 4M --max 4M --seconds 30 --expect-fail
-    sleep 2
+    wait_log "the loop starts" 90
+    sleep 1
     link a down
     link b down
     t0=$SECONDS
@@ -167,7 +170,8 @@ flap | flap_long)
     rails_up
     job_env=("${common_env[@]}")
     launch 2 1 --min $min --max $max --seconds $((secs + 4))
-    sleep 2
+    wait_log "the loop starts" 90
+    sleep 1
     end=$((SECONDS + secs))
     while ((SECONDS < end)); do
         ip -n "$n0" link set veth-a down
