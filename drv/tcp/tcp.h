@@ -379,6 +379,18 @@ hcomm_status_t hc_drv_tcp_rail_put(hc_tcp_conn_t *c, const hc_frame_hdr_t *hdr, 
                                    void *cookie);
 void hc_drv_tcp_rail_written(hc_tcp_slot_t *s, hc_tcp_tx_t *t);
 int hc_drv_tcp_rail_parse(hc_tcp_slot_t *s);
+/* tcp_recv.c: reads what s's socket has and parses it; the events handled
+ * (frames, a lost socket). */
+int hc_drv_tcp_read(hc_tcp_slot_t *s);
+/* A frame's header on the wire (after a rail's header, with rails). */
+#define HC_TCP_HDR sizeof(hc_frame_hdr_t)
+/* The next complete frame in s's read buffer, after a prefix of pre bytes
+ * (a rail's header; 0 without rails): 1 with *h, the prefix at *pre_p and
+ * the payload at *payload, s->rstart past the frame; 0 when it is not all
+ * there yet (moved to the buffer's start if the rest would not fit); -1 for
+ * a malformed frame (the connection is failed). */
+int hc_drv_tcp_next_frame(hc_tcp_slot_t *s, size_t pre, hc_frame_hdr_t *h, const uint8_t **pre_p,
+                          const uint8_t **payload);
 void hc_drv_tcp_rail_ack(hc_tcp_conn_t *c, const hc_frame_hdr_t *h);
 void hc_drv_tcp_rail_peer_left(hc_tcp_conn_t *c, const hc_frame_hdr_t *h);
 void hc_drv_tcp_rail_ctrl(hc_tcp_slot_t *s, uint8_t type, uint8_t flags, uint64_t a, uint64_t b);

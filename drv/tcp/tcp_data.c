@@ -1,6 +1,6 @@
 /*
- * tcp driver, data path: put, send queues, MSG_ZEROCOPY completions, the
- * receive stream, progress and liveness.
+ * tcp driver, data path: put, send queues, MSG_ZEROCOPY completions,
+ * progress and liveness (the receive stream: tcp_recv.c).
  *
  * put() writes [frame header][payload] with one sendmsg when the socket is
  * up and its queue empty, which is the common case. What does not fit is
@@ -31,9 +31,9 @@
  * HCOMM_CONN_SCHED=round_robin stripes DATA over all n, and the driver's
  * own frames go on socket 0.
  *
- * Receive: each socket reads into its own buffer of max_frame plus slack,
- * as much as the kernel has, and hands every complete frame to the core;
- * small frames are thus read many per system call.
+ * Receive (tcp_recv.c): each socket reads into its own buffer of max_frame
+ * plus slack, as much as the kernel has, and hands every complete frame to
+ * the core; small frames are thus read many per system call.
  *
  * Progress polls epoll with a zero timeout (every 16th call after a long
  * idle stretch, so an idle rank spinning in a wait costs little), flushes
@@ -65,7 +65,6 @@
 #define SO_EE_CODE_ZEROCOPY_COPIED 1
 #endif
 
-#define HC_TCP_HDR sizeof(hc_frame_hdr_t)
 #define HC_TCP_IOV 64
 #define HC_TCP_BATCH_BYTES (4u << 20)
 #define HC_TCP_TIMER_NS 10000000ull
@@ -538,140 +537,6 @@ static int hc_drv_tcp_zc_reap(hc_tcp_slot_t *s)
                     s->conn->name, s->idx);
     }
     return done;
-}
-
-/* ---- receiving ---------------------------------------------------------------------- */
-
-void hc_drv_tcp_driver_frame(hc_tcp_conn_t *c, hc_tcp_slot_t *s, const hc_frame_hdr_t *h)
-{
-    switch (h->type) {
-    case HC_TCP_FRAME_HB:
-        c->drv->n_hb_rx++;
-        if (!(h->flags & HC_TCP_HB_ECHO)) break;
-        if (c->drv->pre) /* rails: the echo goes back on the rail asked */
-            hc_drv_tcp_rail_ctrl(s, HC_TCP_FRAME_HB, 0, 0, 0);
-        else
-            hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0, 0, 0);
-        break;
-    case HC_TCP_FRAME_ACK:
-        hc_drv_tcp_rail_ack(c, h);
-        break;
-    case HC_TCP_FRAME_RAIL_DOWN:
-        hc_drv_tcp_rail_peer_left(c, h);
-        break;
-    case HC_TCP_FRAME_BYE:
-        c->bye = true;
-        break;
-    case HC_TCP_FRAME_CLOSE:
-    case HC_TCP_FRAME_CLOSE_OK:
-    case HC_TCP_FRAME_CLOSE_NO:
-        hc_drv_tcp_idle_frame(c, h);
-        break;
-    default:
-        hc_log_debug("tcp: unknown driver frame %u from %s ignored", h->type, c->name);
-    }
-}
-
-/* Hands every complete frame in the buffer to the core. */
-static int hc_drv_tcp_parse(hc_tcp_slot_t *s)
-{
-    hc_tcp_conn_t *c = s->conn;
-    const hc_drv_env_t *env = c->drv->env;
-    int n = 0;
-    while (s->rend - s->rstart >= HC_TCP_HDR) {
-        hc_frame_hdr_t h;
-        memcpy(&h, s->rbuf + s->rstart, HC_TCP_HDR);
-        s->rx_bulk |= (h.flags & HC_FRAME_FLAG_UNORDERED) != 0;
-        if (HC_UNLIKELY(h.len > HC_TCP_MAX_FRAME)) {
-            hc_drv_tcp_conn_fail(c, "%s sent a malformed frame (type %u, %u bytes)", c->name,
-                                 h.type, h.len);
-            return -1;
-        }
-        size_t need = HC_TCP_HDR + h.len;
-        if (s->rend - s->rstart < need) {
-            if (s->rstart + need > s->rcap) {
-                memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
-                s->rend -= s->rstart;
-                s->rstart = 0;
-            }
-            break;
-        }
-        const uint8_t *payload = s->rbuf + s->rstart + HC_TCP_HDR;
-        s->rstart += need;
-        if (HC_UNLIKELY(h.type >= HC_FRAME_DRIVER)) {
-            hc_drv_tcp_driver_frame(c, s, &h);
-        } else {
-            hc_tcp_sock_stats_t *st = &c->drv->sock[s->idx];
-            st->rx_frames++;
-            st->rx_bytes += need;
-            st->rx_lanes |= 1u << (h.lane & (HC_FRAME_LANES - 1));
-            c->n_rx++;
-            env->deliver(env->core, &c->base, &h, payload);
-        }
-        n++;
-        if (HC_UNLIKELY(c->failed || s->fd < 0)) return -1;
-    }
-    if (s->rstart == s->rend) s->rstart = s->rend = 0;
-    return n;
-}
-
-static int hc_drv_tcp_read(hc_tcp_slot_t *s)
-{
-    hc_tcp_conn_t *c = s->conn;
-    int events = 0;
-    for (int k = 0; k < 8; k++) {
-        if (s->rend == s->rcap) {
-            memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
-            s->rend -= s->rstart;
-            s->rstart = 0;
-        }
-        size_t room = s->rcap - s->rend;
-        ssize_t n = recv(s->fd, s->rbuf + s->rend, room, MSG_DONTWAIT);
-        if (n > 0) {
-            s->rend += (size_t)n;
-            uint64_t now = hc_time_ns();
-            if (HC_UNLIKELY(c->suspect)) {
-                hc_log_info("tcp: %s speaks again after %.1f s of silence", c->name,
-                            (double)(now - c->last_rx_ns) * 1e-9);
-                c->suspect = false;
-            }
-            c->last_rx_ns = s->last_rd_ns = now;
-            int f = HC_UNLIKELY(c->drv->pre) ? hc_drv_tcp_rail_parse(s) : hc_drv_tcp_parse(s);
-            if (f < 0) return events;
-            events += f;
-            if ((size_t)n < room) {
-                /* Drained a data socket: acknowledge now. A sender's
-                 * MSG_ZEROCOPY completion (and so its put_done) waits for
-                 * the ACK, which delayed ACK holds back for up to 40 ms when
-                 * no data flows back: measured 22 ms per 1 MiB message over
-                 * loopback before this. The flag does not stick (tcp(7)).
-                 * With lanes any socket may carry DATA, and the small
-                 * frames of a lane's socket need no system call more. */
-                if ((s->idx > 0 && !c->drv->lanes) || s->rx_bulk) {
-                    int one = 1;
-                    (void)setsockopt(s->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
-                }
-                s->rx_bulk = false;
-                break;
-            }
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        int rerr = n < 0 ? errno : 0;
-        if (hc_drv_tcp_idle_eof(s)) {
-            /* the peer closed this socket after we agreed to an idle close */
-        } else if (c->bye || c->drv->closing) {
-            hc_drv_tcp_slot_close(s, HCOMM_ERR_PEER_FAILED);
-        } else if (n == 0) {
-            hc_drv_tcp_sock_lost(s, true, "%s closed its connection (process exited or was killed)",
-                                 c->name);
-        } else {
-            hc_drv_tcp_sock_lost(s, false, "reading from %s failed: %s", c->name, strerror(rerr));
-        }
-        return events + 1;
-    }
-    return events;
 }
 
 static int hc_drv_tcp_slot_event(hc_tcp_slot_t *s, uint32_t ev)

@@ -52,6 +52,7 @@
  * frames_resent, duplicates_dropped, rail<r>_tx/rx_bytes).
  */
 #include "drv/tcp/tcp.h"
+#include "base/list.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -174,6 +175,15 @@ static void hc_rail_sock_reset(hc_tcp_slot_t *s)
     s->busy_since = 0;
 }
 
+/* t at the end of s's queue, written at once when it is the head (rails
+ * queue every frame: its sequence number is taken when it is queued). */
+static void hc_rail_enqueue(hc_tcp_slot_t *s, hc_tcp_tx_t *t)
+{
+    HC_FIFO_PUSH(&s->txq, t);
+    if (s->txq.head == t) hc_drv_tcp_write(s);
+    if (s->txq.head || s->err) hc_drv_tcp_flush_mark(s);
+}
+
 void hc_drv_tcp_rail_ctrl(hc_tcp_slot_t *s, uint8_t type, uint8_t flags, uint64_t a, uint64_t b)
 {
     hc_tcp_drv_t *d = s->conn->drv;
@@ -184,14 +194,7 @@ void hc_drv_tcp_rail_ctrl(hc_tcp_slot_t *s, uint8_t type, uint8_t flags, uint64_
     t->rhdr.chan = HC_TCP_NOCHAN;
     t->payload = t->inline_buf;
     s->q_bytes += hc_drv_tcp_tx_total(d, t);
-    t->next = NULL;
-    if (s->txq.tail)
-        s->txq.tail->next = t;
-    else
-        s->txq.head = t;
-    s->txq.tail = t;
-    if (s->txq.head == t) hc_drv_tcp_write(s);
-    if (s->txq.head || s->err) hc_drv_tcp_flush_mark(s);
+    hc_rail_enqueue(s, t);
 }
 
 /* The channel of a core frame: ordered ones on their lane's channel of
@@ -284,14 +287,7 @@ hcomm_status_t hc_drv_tcp_rail_put(hc_tcp_conn_t *c, const hc_frame_hdr_t *hdr, 
     st->tx_lanes |= 1u << (hdr->lane & (HC_FRAME_LANES - 1));
     d->rail_tx_bytes[hc_rail_of(s)] += total;
     bool inprog = t->inprog;
-    t->next = NULL;
-    if (s->txq.tail)
-        s->txq.tail->next = t;
-    else
-        s->txq.head = t;
-    s->txq.tail = t;
-    if (s->txq.head == t) hc_drv_tcp_write(s);
-    if (s->txq.head || s->err) hc_drv_tcp_flush_mark(s);
+    hc_rail_enqueue(s, t);
     return inprog ? HCOMM_IN_PROGRESS : HCOMM_OK;
 }
 
@@ -408,31 +404,13 @@ int hc_drv_tcp_rail_parse(hc_tcp_slot_t *s)
 {
     hc_tcp_conn_t *c = s->conn;
     hc_tcp_drv_t *d = c->drv;
-    const size_t hl = sizeof(hc_tcp_rhdr_t) + sizeof(hc_frame_hdr_t);
-    int n = 0;
-    while (s->rend - s->rstart >= hl) {
+    int n = 0, got;
+    hc_frame_hdr_t h;
+    const uint8_t *pre, *payload;
+    while ((got = hc_drv_tcp_next_frame(s, sizeof(hc_tcp_rhdr_t), &h, &pre, &payload)) > 0) {
         hc_tcp_rhdr_t rh;
-        hc_frame_hdr_t h;
-        memcpy(&rh, s->rbuf + s->rstart, sizeof(rh));
-        memcpy(&h, s->rbuf + s->rstart + sizeof(rh), sizeof(h));
-        if (HC_UNLIKELY(h.len > HC_TCP_MAX_FRAME)) {
-            hc_drv_tcp_conn_fail(c, "%s sent a malformed frame (type %u, %u bytes)", c->name,
-                                 h.type, h.len);
-            return -1;
-        }
-        size_t need = hl + h.len;
-        if (s->rend - s->rstart < need) {
-            if (s->rstart + need > s->rcap) {
-                memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
-                s->rend -= s->rstart;
-                s->rstart = 0;
-            }
-            break;
-        }
-        const uint8_t *payload = s->rbuf + s->rstart + hl;
-        s->rstart += need;
-        s->rx_bulk |= (h.flags & HC_FRAME_FLAG_UNORDERED) != 0;
-        d->rail_rx_bytes[hc_rail_of(s)] += need;
+        memcpy(&rh, pre, sizeof(rh));
+        d->rail_rx_bytes[hc_rail_of(s)] += sizeof(rh) + sizeof(h) + h.len;
         if (h.type >= HC_FRAME_DRIVER)
             hc_drv_tcp_driver_frame(c, s, &h);
         else if (!hc_rail_rx_core(s, &rh, &h, payload))
@@ -440,6 +418,7 @@ int hc_drv_tcp_rail_parse(hc_tcp_slot_t *s)
         n++;
         if (HC_UNLIKELY(c->failed || s->fd < 0)) return -1;
     }
+    if (got < 0) return -1;
     if (s->rstart == s->rend) s->rstart = s->rend = 0;
     return n;
 }
