@@ -35,23 +35,31 @@ static hcomm_status_t hc_api_init_failed(hcomm_status_t st)
 uintptr_t hc_api_owner;
 const char *hc_api_owner_fn;
 
-/* The progress thread holds the library only for a non-blocking post or
- * test (core/progress_thread.h): a call that finds it inside waits for it
- * to leave, bounded by HCOMM_TIMEOUT, instead of being refused. 1: claimed;
- * 0: the owner is not the progress thread (refuse). */
-static int hc_api_wait_progress_thread(const char *fn)
+/* hcomm's own threads (the progress thread, rank 0's bootstrap service
+ * thread) hold the library only for a non-blocking post, test or
+ * bootstrap pass: a call that finds one inside waits for it to leave,
+ * bounded by HCOMM_TIMEOUT, instead of being refused. 1: claimed; 0: the
+ * owner is the application's other thread (refuse). */
+static bool hc_api_own_thread(uintptr_t t)
 {
-    uintptr_t pt = __atomic_load_n(&hc_pt_thread_self, __ATOMIC_ACQUIRE), me = hc_api_self();
+    return t && (t == __atomic_load_n(&hc_pt_thread_self, __ATOMIC_ACQUIRE) ||
+                 t == __atomic_load_n(&hc_bs_service_self, __ATOMIC_ACQUIRE));
+}
+
+static int hc_api_wait_own_thread(const char *fn)
+{
+    uintptr_t me = hc_api_self();
+    if (hc_api_own_thread(me)) return 0; /* one of them: it only tries */
     double t = hc_cfg.timeout > 0 ? hc_cfg.timeout : 300;
     uint64_t deadline = hc_time_ns() + (uint64_t)(t * 1e9);
-    while (pt && pt != me && hc_time_ns() < deadline) {
+    while (hc_time_ns() < deadline) {
         uintptr_t cur = 0;
         if (__atomic_compare_exchange_n(&hc_api_owner, &cur, me, false, __ATOMIC_ACQUIRE,
                                         __ATOMIC_RELAXED)) {
             __atomic_store_n(&hc_api_owner_fn, fn, __ATOMIC_RELAXED);
             return 1;
         }
-        if (cur != pt) return 0;
+        if (!hc_api_own_thread(cur)) return 0;
         sched_yield();
     }
     return 0;
@@ -59,7 +67,7 @@ static int hc_api_wait_progress_thread(const char *fn)
 
 HC_NOINLINE int hc_api_refuse(const char *fn)
 {
-    if (hc_api_wait_progress_thread(fn) == 1) return 1;
+    if (hc_api_wait_own_thread(fn) == 1) return 1;
     const char *other = __atomic_load_n(&hc_api_owner_fn, __ATOMIC_RELAXED);
     hc_error(HCOMM_ERR_INVALID,
              "%s: another thread of this process is inside %s: the threading contract "
@@ -83,6 +91,7 @@ static hcomm_status_t hc_api_init(const hc_bootstrap_params_t *given)
     if (st == HCOMM_OK && ((st = hc_coll_post_init()) != HCOMM_OK || (st = hc_api_topo_probe()) != HCOMM_OK))
         hc_coll_fini();
     if (st == HCOMM_OK && (st = hc_api_stream_init()) != HCOMM_OK) hc_coll_fini();
+    if (st == HCOMM_OK) st = hc_api_bs_service_start();
     if (st != HCOMM_OK) {
         char saved[512];
         snprintf(saved, sizeof(saved), "%s", hc_error_last());
@@ -144,6 +153,7 @@ HC_EXPORT hcomm_status_t hcomm_finalize(void)
         return HCOMM_ERR_INVALID;
     hcomm_status_t st = hc_check_init("hcomm_finalize");
     if (st == HCOMM_OK) {
+        hc_api_bs_service_stop(); /* its thread enters the library too */
         hc_api_stream_fini(); /* first: its thread posts and tests through the layers below */
         hc_api_stage_fini();
         hc_coll_group_fini();

@@ -73,6 +73,12 @@ static inline void hc_api_leave(int g)
  * the outermost group ends (st: the host group's result, returned or the
  * queueing's failure); hcomm_comm_free refuses a communicator with
  * stream-ordered operations pending and forgets its async error. */
+/* Rank 0's bootstrap service thread (api_bs_service.c): started at the end
+ * of hcomm_init (HCOMM_BOOTSTRAP_SERVICE), stopped first in hcomm_finalize;
+ * its thread pointer while it runs (hc_api_refuse waits for it). */
+hcomm_status_t hc_api_bs_service_start(void);
+void hc_api_bs_service_stop(void);
+extern uintptr_t hc_bs_service_self;
 hcomm_status_t hc_api_stream_init(void);
 void hc_api_stream_fini(void);
 hcomm_status_t hc_api_stream_group_end(hcomm_status_t st);

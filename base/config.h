@@ -38,6 +38,10 @@
     X(progress_thread, "HCOMM_PROGRESS_THREAD", STR, "",                                          \
       "the progress thread: unset: started by the first stream-ordered call; 1: started by "       \
       "hcomm_init, also advancing host operations; 0: none (stream-ordered calls refused)")       \
+    X(bootstrap_service, "HCOMM_BOOTSTRAP_SERVICE", BOOL, "1",                                   \
+      "rank 0 answers the bootstrap (relayed driver handshakes, failure reports) from a thread "   \
+      "of its own while its application is outside hcomm (it sleeps in poll otherwise); 0: only "  \
+      "from inside hcomm calls")                                                                   \
     X(net, "HCOMM_NET", STR, "auto", "transport between nodes: auto|mlx5|verbs|dpdk|tcp")          \
     X(shm, "HCOMM_SHM", BOOL, "1", "use shared memory between ranks of one node")                  \
     X(node_id, "HCOMM_NODE_ID", STR, "", "node identity override (default: host name + netns)")    \

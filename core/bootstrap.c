@@ -420,6 +420,15 @@ void hc_bs_sideband(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m)
         hc_bs_relay_msg(bs, from, m);
 }
 
+int hc_bootstrap_poll_fds(const hc_bootstrap_t *bs, struct pollfd *out, int max)
+{
+    int n = 0;
+    for (int i = 0; bs && i < bs->nconns && n < max; i++)
+        if (bs->pfds[i].fd >= 0)
+            out[n++] = (struct pollfd){.fd = bs->pfds[i].fd, .events = bs->pfds[i].events};
+    return n;
+}
+
 int hc_bootstrap_poll(hc_bootstrap_t *bs)
 {
     if (bs == NULL || bs->nconns == 0) return 0;

@@ -27,6 +27,8 @@
 
 #include "base/hc_base.h"
 
+#include <poll.h>
+
 typedef struct {
     int rank, size;
     int local_rank, local_size; /* -1 when the launcher did not say */
@@ -120,6 +122,9 @@ int hc_bootstrap_verdict(hc_bootstrap_t *bs, int rank, int *first_cause_p);
  * relayed blobs and judges closed connections. Returns the number of new
  * verdicts and blobs handed over. */
 int hc_bootstrap_poll(hc_bootstrap_t *bs);
+/* The sockets hc_bootstrap_poll reads (up to max, POLLIN asked), for a
+ * thread that sleeps until one has something (api/api_bs_service.c). */
+int hc_bootstrap_poll_fds(const hc_bootstrap_t *bs, struct pollfd *out, int max);
 
 /* Point-to-point through the star, for per-peer handshakes (a driver's
  * endpoint exchange, started lazily for the peers a rank talks to): a blob

@@ -35,12 +35,16 @@
  *    the ranks' collectives on a communicator must be issued in one order on
  *    every rank. A blocking call keeps the process until it returns: it
  *    must not wait for something only another thread of this process would
- *    post (that thread is refused until then). The one exception is hcomm's
- *    own progress thread (stream-ordered calls below, HCOMM_PROGRESS_THREAD):
- *    it enters only when the library is free, and only for a non-blocking
- *    post or test, never across a wait; a call that finds it inside waits
- *    for it to leave (microseconds; bounded by HCOMM_TIMEOUT) instead of
- *    being refused, and it never enters while a group is open. Exempt, from any thread between
+ *    post (that thread is refused until then). The exceptions are hcomm's
+ *    own threads: the progress thread (stream-ordered calls below,
+ *    HCOMM_PROGRESS_THREAD) and rank 0's bootstrap service thread (it
+ *    forwards other ranks' connection handshakes while rank 0's
+ *    application is outside hcomm; HCOMM_BOOTSTRAP_SERVICE). They enter
+ *    only when the library is free, and only for a non-blocking post, test
+ *    or bootstrap pass, never across a wait; a call that finds one inside
+ *    waits for it to leave (microseconds; bounded by HCOMM_TIMEOUT) instead
+ *    of being refused, and the progress thread never enters while a group
+ *    is open. Exempt, from any thread between
  *    hcomm_init() and hcomm_finalize(): hcomm_comm_abort() (a watchdog),
  *    hcomm_comm_rank(), hcomm_comm_size(), hcomm_comm_world(),
  *    hcomm_initialized(), hcomm_topology_hint_create/set_dim/set_size/free,
