@@ -119,6 +119,7 @@ typedef struct hc_tcp_tx {
     uint32_t zc_lo;   /* first zerocopy id used */
     uint32_t zc_ids;  /* zerocopy ids used */
     uint32_t zc_left; /* of those, not completed yet */
+    uint64_t enq_ns;  /* rails: when a DATA frame was queued (its rail's rate) */
     uint8_t inline_buf[HC_TCP_INLINE];
 } hc_tcp_tx_t;
 
@@ -209,6 +210,14 @@ typedef struct {
     uint64_t down_ns;  /* when it was left */
     uint64_t probe_ns; /* last probe (connect) while down */
     uint64_t stall_ns; /* up, the last one, stalled since (not left: nowhere to go) */
+    /* What it delivers, for the stripe (hc_rail_chan): DATA bytes the
+     * peer acknowledged over the time the rail was busy with them (each
+     * frame from when it was queued or the rail's previous acknowledgement,
+     * whichever is later, to its own: the union of the frames' times). */
+    uint64_t svc_bytes, svc_ns;   /* all time */
+    uint64_t last_ack_ns;         /* the rail's last retired DATA frame */
+    uint64_t rate_bytes, rate_ns; /* svc_bytes, svc_ns at the last sample */
+    double rate;                  /* bytes per ns, moving average; 0: not measured yet */
     char why[160];
     char brief[40]; /* why, in a few words (the failure message names every rail) */
 } hc_tcp_rail_t;

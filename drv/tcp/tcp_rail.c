@@ -108,7 +108,15 @@ void hc_drv_tcp_rail_conn_init(hc_tcp_conn_t *c)
 static void hc_rail_retire(hc_tcp_slot_t *s, hc_tcp_tx_t *t)
 {
     hc_tcp_conn_t *c = s->conn;
-    s->q_bytes -= hc_drv_tcp_tx_total(c->drv, t);
+    size_t total = hc_drv_tcp_tx_total(c->drv, t);
+    s->q_bytes -= total;
+    if (t->enq_ns) { /* a DATA frame: what its rail delivers */
+        hc_tcp_rail_t *rail = &c->rail[hc_rail_of(s)];
+        uint64_t now = hc_time_ns(), from = HC_MAX(t->enq_ns, rail->last_ack_ns);
+        rail->svc_ns += now > from ? now - from : 0;
+        rail->svc_bytes += total;
+        rail->last_ack_ns = now;
+    }
     if (t->heap) s->q_copy -= t->hdr.len;
     if (t->rhdr.chan != HC_TCP_NOCHAN) c->chan[t->rhdr.chan].pending--;
     hc_drv_tcp_tx_done(s, t, HCOMM_OK);
@@ -197,24 +205,58 @@ void hc_drv_tcp_rail_ctrl(hc_tcp_slot_t *s, uint8_t type, uint8_t flags, uint64_
     hc_rail_enqueue(s, t);
 }
 
+/* Bytes queued or in flight (not acknowledged) on rail r's sockets. */
+static size_t hc_rail_outstanding(hc_tcp_conn_t *c, int r)
+{
+    size_t q = 0;
+    for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++)
+        q += hc_rail_slot(c, r, i)->q_bytes;
+    return q;
+}
+
 /* The channel of a core frame: ordered ones on their lane's channel of
- * rail 0, DATA on that index of the healthy rail with the least queued. */
+ * rail 0, DATA on that index of the healthy rail that would deliver it
+ * first: the least (outstanding + frame) / rate, the rate each rail was
+ * measured to deliver (hc_rail_rate_sample; one not measured yet counts as
+ * the best measured, all unmeasured: the least outstanding). A frame's
+ * bytes thus split in proportion to what the rails deliver, whether a rail
+ * is slower by its link or by congestion, also when a whole message is
+ * queued at once (which the least-queued rule alone splits evenly). */
 static int hc_rail_chan(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
 {
     int i = hc_drv_tcp_pick(c, c->drv, h);
     if (!(h->flags & HC_FRAME_FLAG_UNORDERED)) return i;
+    double top = 0;
+    for (int r = 0; r < c->nrails; r++)
+        if (c->rail[r].up) top = HC_MAX(top, c->rail[r].rate);
     int best = -1;
-    size_t best_q = SIZE_MAX;
+    double best_t = 0;
     uint32_t rr = c->rr_rail++;
     for (int k = 0; k < c->nrails; k++) {
         int r = (int)((rr + (uint32_t)k) % (uint32_t)c->nrails);
-        size_t q = hc_rail_slot(c, r, i)->q_bytes;
-        if (c->rail[r].up && q < best_q) {
+        if (!c->rail[r].up) continue;
+        double rate = c->rail[r].rate > 0 ? c->rail[r].rate : top > 0 ? top : 1.0;
+        double t = (double)(hc_rail_outstanding(c, r) + h->len) / rate;
+        if (best < 0 || t < best_t) {
             best = r;
-            best_q = q;
+            best_t = t;
         }
     }
     return (best < 0 ? 0 : best) * HC_TCP_RAIL_STRIDE + i;
+}
+
+/* The timer's sample of what rail r delivered since the last one (DATA
+ * bytes over the time it was busy with them), kept when it covers at least
+ * 1 ms of work: a moving average over about 4 samples. */
+static void hc_rail_rate_sample(hc_tcp_conn_t *c, int r)
+{
+    hc_tcp_rail_t *rail = &c->rail[r];
+    uint64_t dns = rail->svc_ns - rail->rate_ns;
+    if (dns < 1000000) return;
+    double x = (double)(rail->svc_bytes - rail->rate_bytes) / (double)dns;
+    rail->rate = rail->rate > 0 ? 0.75 * rail->rate + 0.25 * x : x;
+    rail->rate_bytes = rail->svc_bytes;
+    rail->rate_ns = rail->svc_ns;
 }
 
 /* The socket a channel rides now; it returns home once drained. */
@@ -278,6 +320,7 @@ hcomm_status_t hc_drv_tcp_rail_put(hc_tcp_conn_t *c, const hc_frame_hdr_t *hdr, 
     t->cookie = cookie;
     t->rhdr.chan = (uint16_t)k;
     t->rhdr.seq = ++ch->next_seq;
+    if (hdr->flags & HC_FRAME_FLAG_UNORDERED) t->enq_ns = hc_time_ns();
     ch->pending++;
     s->q_bytes += total;
     c->n_tx++;
@@ -714,6 +757,7 @@ void hc_drv_tcp_rail_timer(hc_tcp_conn_t *c, uint64_t now)
         }
         if (worst == HC_RAIL_LEFT) continue;
         any_up = true;
+        hc_rail_rate_sample(c, r);
         if (worst == HC_RAIL_OK && rail->stall_ns) {
             hc_log_info("tcp: rail %d (%s) to rank %d acknowledges again after %.3f s", r,
                         d->rail_if[r], c->base.peer, (double)(now - rail->stall_ns) * 1e-9);
