@@ -10,7 +10,8 @@
  *   mp_revoke_relay [--rounds N] [--count C]
  *
  * Each round: a fresh communicator (split of world), one allreduce on it to
- * connect everything, then ranks 1.. start an allreduce of C floats that
+ * connect everything and a world barrier, then ranks 1.. start an
+ * allreduce of C floats that
  * rank 0 never joins; rank 0 waits a pseudo-random 0-2 ms and revokes. The
  * round ends with a world barrier. Run it on shm and on the fake driver
  * (which reorders frames).
@@ -42,6 +43,9 @@ int main(int argc, char **argv)
         hcomm_comm_t c;
         MP_OK(hcomm_comm_split(world, 0, mp_rank, &c));
         MP_OK(hcomm_allreduce(in, out, count, HCOMM_FLOAT32, HCOMM_SUM, c));
+        /* every rank is out of that allreduce (rank 0 may finish it first:
+         * a revoke then would fail it on the others, rightly) */
+        MP_OK(hcomm_barrier(world));
         if (mp_rank == 0) {
             usleep((useconds_t)(mp_hash((uint64_t)r + 1) % 2000));
             MP_OK(hcomm_comm_revoke(c));
