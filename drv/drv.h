@@ -330,6 +330,10 @@ struct hc_drv_ops {
      * (put_done / rma_done with PEER_FAILED) rather than wait for the
      * driver's own timeout. NULL: nothing to do (the driver sees it itself). */
     void (*peer_gone)(hc_drv_t *drv, int peer);
+    /* hcomm_info --topo: the links conn rides, in a line ("" or NULL op:
+     * one link, nothing to add). tcp with rails: each interface pair and
+     * its state. */
+    void (*links)(hc_conn_t *conn, char *buf, size_t len);
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops);

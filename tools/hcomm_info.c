@@ -141,6 +141,43 @@ static int print_system(const char *file, const char *indent)
     return 0;
 }
 
+/* Every driver's line and details, probed as a two-rank job: one rank
+ * here, one on another node, so that every scope's drivers say whether
+ * they could serve. */
+static void describe_drivers(const char *node_id)
+{
+    int node_of_rank[2] = {0, 1}, local_ranks[1] = {0};
+    hc_drv_env_t env = {.rank = 0, .size = 2, .local_rank = 0, .local_size = 2,
+                        .local_ranks = local_ranks, .node_of_rank = node_of_rank,
+                        .node_id = node_id, .job_key = "", .bootstrap_host = ""};
+    hc_drv_describe(&env, print_line, "  ");
+}
+
+/* Rank 0's links to the first rank of every other node: the driver, and
+ * the rails with their state where the driver has several (a pair that has
+ * not talked yet may show its rails down: connections open on first use). */
+static void print_links(void)
+{
+    bool *seen = calloc((size_t)hc_ctx.size, sizeof(bool));
+    if (!seen) return;
+    printf("links from rank 0 (node %d) to each other node's first rank:\n",
+           hc_ctx.node_of_rank[0]);
+    int shown = 0;
+    for (int w = 1; w < hc_ctx.size; w++) {
+        int n = hc_ctx.node_of_rank[w];
+        if (n == hc_ctx.node_of_rank[0] || n < 0 || n >= hc_ctx.size || seen[n]) continue;
+        seen[n] = true;
+        hc_conn_t *c = hc_ctx.peers[w].conn;
+        char text[1024] = "";
+        if (c && c->ops->links) c->ops->links(c, text, sizeof(text));
+        printf("  node %d (rank %d): %s%s%s\n", n, w, c ? c->ops->name : "no connection",
+               text[0] ? ": " : " (one link)", text);
+        shown++;
+    }
+    if (!shown) printf("  (one node: none)\n");
+    free(seen);
+}
+
 static int topo_main(const char *file)
 {
     hc_topo_file_kind_t kind;
@@ -174,6 +211,7 @@ static int topo_main(const char *file)
         if (hc_ctx.rank == 0) {
             printf("job: %d ranks, HCOMM_TOPO=%s\n", hc_ctx.size, hc_cfg.topo);
             rc = print_map(hc_ctx.topo);
+            print_links();
         }
         hcomm_finalize();
         return rc;
@@ -202,6 +240,8 @@ static int topo_main(const char *file)
     }
     printf("machine: ");
     hc_topo_describe(print_line, "");
+    printf("links (the drivers' view: devices, ports, rails):\n");
+    describe_drivers(node_id);
     printf("I/O devices (hwloc):\n");
     hc_topo_io_describe(print_line, "  ");
     if (numa_available() >= 0) {
@@ -253,17 +293,11 @@ int main(int argc, char **argv)
     if (topo) return topo_main(topo_file);
     printf("%s\n", hcomm_version_string());
 
-    /* Probe as a two-rank job: one rank here, one on another node, so that
-     * every scope's drivers say whether they could serve. */
-    int node_of_rank[2] = {0, 1}, local_ranks[1] = {0};
     char node_id[160];
     hc_topo_node_id(hc_cfg.node_id, node_id, sizeof(node_id));
-    hc_drv_env_t env = {.rank = 0, .size = 2, .local_rank = 0, .local_size = 2,
-                        .local_ranks = local_ranks, .node_of_rank = node_of_rank,
-                        .node_id = node_id, .job_key = "", .bootstrap_host = ""};
     printf("node id: %s\n", node_id);
     printf("drivers:\n");
-    hc_drv_describe(&env, print_line, "  ");
+    describe_drivers(node_id);
 
     /* Transports whose drivers this build does not contain, and why. */
     printf("not built:\n");

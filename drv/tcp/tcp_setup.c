@@ -748,6 +748,30 @@ static void hc_drv_tcp_peer_gone(hc_drv_t *drv, int peer)
     hc_drv_tcp_conn_fail(d->conns[peer], "%s failed (reported by the core)", d->conns[peer]->name);
 }
 
+/* hcomm_info --topo: with rails, each rail of the connection: this side's
+ * interface and address, the peer's, and whether it is up (or why it was
+ * left). */
+static void hc_drv_tcp_links(hc_conn_t *conn, char *buf, size_t len)
+{
+    hc_tcp_conn_t *c = (hc_tcp_conn_t *)conn;
+    hc_tcp_drv_t *d = c->drv;
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int r = 0; d->pre && r < c->nrails && off < len; r++) {
+        char peer[80];
+        if (r)
+            hc_drv_tcp_addr_str(c->addr.rail[r].family, c->addr.rail[r].addr,
+                                c->addr.rail[r].port, peer, sizeof(peer));
+        else
+            hc_drv_tcp_addr_str(c->addr.family, c->addr.addr, c->addr.port, peer, sizeof(peer));
+        const hc_tcp_rail_t *rail = &c->rail[r];
+        off += (size_t)snprintf(buf + off, len - off, "%srail %d %s %s -> %s %s%s%s", r ? "; " : "",
+                                r, d->rail_if[r], d->rail_str[r], peer,
+                                rail->up ? "up" : "down", rail->up || !rail->brief[0] ? "" : ": ",
+                                rail->up ? "" : rail->brief);
+    }
+}
+
 static const struct hc_drv_ops hc_drv_tcp_ops = {
     .name = "tcp",
     .scope = HC_DRV_SCOPE_NET,
@@ -763,5 +787,6 @@ static const struct hc_drv_ops hc_drv_tcp_ops = {
     .counters = hc_drv_tcp_counters,
     .describe = hc_drv_tcp_describe,
     .peer_gone = hc_drv_tcp_peer_gone,
+    .links = hc_drv_tcp_links,
 };
 HC_DRV_REGISTER(hc_drv_tcp_ops)

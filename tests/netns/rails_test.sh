@@ -152,6 +152,16 @@ stripe)
             tee "$work/info.txt"
         grep -q "rail 0: veth-a 10.78.1.1" "$work/info.txt" &&
             grep -q "rail 1: veth-b 10.78.2.1" "$work/info.txt" || fail "hcomm_info shows no rails"
+        # hcomm_info --topo as a 2-rank job: rank 0's links to the other
+        # node name both rails, up
+        job_env=("${common_env[@]}" HCOMM_LOG=warn HCOMM_STATS=0)
+        saved=$prog prog=$info
+        launch 2 1 --topo
+        wait_all 60
+        prog=$saved
+        grep "node 1 (rank 1)" "$work/r0.log"
+        grep -q "node 1 (rank 1): tcp: rail 0 veth-a 10.78.1.1:[0-9]* -> 10.78.1.2:[0-9]* up; rail 1 veth-b 10.78.2.1:[0-9]* -> 10.78.2.2:[0-9]* up" \
+            "$work/r0.log" || fail "hcomm_info --topo does not show both rails up"
     fi
     for ifs in veth-a,veth-b veth-a; do
         job_env=("${common_env[@]}" HCOMM_SOCKET_IFNAME=$ifs)
