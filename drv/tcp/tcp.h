@@ -52,6 +52,8 @@ typedef struct {
     uint8_t addr[16];
     uint16_t port; /* network order */
     uint16_t family;
+    uint8_t prefix; /* its subnet's prefix length (rails pair by subnet) */
+    uint8_t pad[3];
 } hc_tcp_rail_addr_t;
 
 /* Address blob every rank publishes (round 2 of init). */
@@ -241,8 +243,12 @@ typedef struct hc_tcp_conn {
     uint64_t seen_tx, seen_rx, last_act_ns, idle_t_ns;
     uint64_t last_rx_ns, last_tx_ns, last_probe_ns;
     struct hc_tcp_conn *active_next;
-    /* rails (nrails > 1: paired rails, min of both sides' counts) */
+    /* rails (nrails > 1: paired rails, min of both sides' counts). Rail r
+     * of the connection joins the lower rank's interface r with the higher
+     * rank's interface on the same subnet (by position where none is):
+     * lif[r] is this side's interface, rif[r] the peer's (its blob's rail). */
     int nrails;
+    uint8_t lif[HC_TCP_MAX_RAILS], rif[HC_TCP_MAX_RAILS];
     bool ack_due;
     uint32_t rr_rail;
     uint64_t all_down_ns;
@@ -260,6 +266,7 @@ struct hc_tcp_drv {
     int nrails;                                  /* local interfaces: 1 = no rails */
     size_t pre;                                  /* bytes before the frame header: 0 or 16 */
     char rail_if[HC_TCP_MAX_RAILS][32];
+    uint8_t rail_prefix[HC_TCP_MAX_RAILS];
     char rail_str[HC_TCP_MAX_RAILS][64];
     struct sockaddr_storage rail_sa[HC_TCP_MAX_RAILS];
     socklen_t rail_salen[HC_TCP_MAX_RAILS];
@@ -320,6 +327,9 @@ static inline size_t hc_drv_tcp_tx_total(const hc_tcp_drv_t *d, const hc_tcp_tx_
  * how many (0: none, why says so). */
 int hc_drv_tcp_pick_rails(const hc_drv_env_t *env, const char *list, struct sockaddr_storage *sa,
                           socklen_t *salen, char (*ifname)[32], char *why, size_t why_len);
+/* The prefix length of the subnet of the interface address sa (0: none
+ * found). */
+uint8_t hc_drv_tcp_prefix_of(const struct sockaddr_storage *sa);
 void hc_drv_tcp_ip_str(const struct sockaddr_storage *sa, char *buf, size_t len);
 void hc_drv_tcp_addr_str(int family, const void *addr, uint16_t port_n, char *buf, size_t len);
 void hc_drv_tcp_sa_str(const struct sockaddr_storage *sa, char *buf, size_t len);

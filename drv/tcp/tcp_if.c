@@ -175,6 +175,32 @@ int hc_drv_tcp_pick_rails(const hc_drv_env_t *env, const char *list, struct sock
     return hc_drv_tcp_pick_if(env, list, &sa[0], &salen[0], ifname[0], 32, why, why_len) ? 1 : 0;
 }
 
+uint8_t hc_drv_tcp_prefix_of(const struct sockaddr_storage *sa)
+{
+    struct ifaddrs *ifs = NULL;
+    uint8_t bits = 0;
+    if (getifaddrs(&ifs) != 0) return 0;
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+        if (!i->ifa_addr || !i->ifa_netmask ||
+            !hc_drv_tcp_sa_equal(i->ifa_addr, (const struct sockaddr *)sa))
+            continue;
+        const uint8_t *m;
+        size_t n;
+        if (i->ifa_netmask->sa_family == AF_INET) {
+            m = (const uint8_t *)&((const struct sockaddr_in *)i->ifa_netmask)->sin_addr;
+            n = 4;
+        } else {
+            m = (const uint8_t *)&((const struct sockaddr_in6 *)i->ifa_netmask)->sin6_addr;
+            n = 16;
+        }
+        for (size_t k = 0; k < n; k++)
+            bits = (uint8_t)(bits + __builtin_popcount(m[k]));
+        break;
+    }
+    freeifaddrs(ifs);
+    return bits;
+}
+
 /* The address of sa without its port (hcomm_info: nothing listens yet). */
 void hc_drv_tcp_ip_str(const struct sockaddr_storage *sa, char *buf, size_t len)
 {

@@ -86,14 +86,71 @@ static double hc_rail_wall(void)
 static void hc_rail_peer_str(const hc_tcp_conn_t *c, int r, char *buf, size_t len)
 {
     char ip[INET6_ADDRSTRLEN] = "?";
-    const hc_tcp_rail_addr_t *a = &c->addr.rail[r];
+    const hc_tcp_rail_addr_t *a = &c->addr.rail[c->rif[r]];
     inet_ntop(a->family, a->addr, ip, sizeof(ip));
     snprintf(buf, len, "%s:%u", ip, ntohs(a->port));
+}
+
+/* This side's interface of the connection's rail r (logs, counters). */
+static inline const char *hc_rail_ifname(const hc_tcp_conn_t *c, int r)
+{
+    return c->drv->rail_if[c->lif[r]];
+}
+
+/* Do two rail addresses share a subnet (the shorter of their prefixes)? */
+static bool hc_rail_same_subnet(const hc_tcp_rail_addr_t *a, const hc_tcp_rail_addr_t *b)
+{
+    if (a->family != b->family || !a->prefix || !b->prefix) return false;
+    int bits = HC_MIN(a->prefix, b->prefix), n = a->family == AF_INET ? 4 : 16;
+    bits = HC_MIN(bits, n * 8);
+    for (int k = 0; k < n && bits > 0; k++, bits -= 8) {
+        uint8_t mask = bits >= 8 ? 0xff : (uint8_t)(0xff << (8 - bits));
+        if ((a->addr[k] ^ b->addr[k]) & mask) return false;
+    }
+    return true;
+}
+
+/* The pairs: the lower rank's interfaces in its order, each with the first
+ * free interface of the higher rank on its subnet, then the rest by
+ * position. Both sides compute the same from the two blobs. */
+static void hc_rail_pair(hc_tcp_conn_t *c)
+{
+    hc_tcp_drv_t *d = c->drv;
+    bool lower = d->env->rank < c->base.peer;
+    const hc_tcp_rail_addr_t *lo = lower ? d->me.rail : c->addr.rail;
+    const hc_tcp_rail_addr_t *hi = lower ? c->addr.rail : d->me.rail;
+    int nhi = lower ? (int)c->addr.nrails : d->nrails, map[HC_TCP_MAX_RAILS];
+    bool taken[HC_TCP_MAX_RAILS] = {false};
+    for (int r = 0; r < c->nrails; r++) {
+        map[r] = -1;
+        for (int j = 0; j < nhi && j < HC_TCP_MAX_RAILS && map[r] < 0; j++)
+            if (!taken[j] && hc_rail_same_subnet(&lo[r], &hi[j])) {
+                map[r] = j;
+                taken[j] = true;
+            }
+    }
+    for (int r = 0; r < c->nrails; r++)
+        for (int j = 0; j < nhi && j < HC_TCP_MAX_RAILS && map[r] < 0; j++)
+            if (!taken[j]) {
+                map[r] = j;
+                taken[j] = true;
+            }
+    for (int r = 0; r < c->nrails; r++) {
+        c->lif[r] = (uint8_t)(lower ? r : map[r]);
+        c->rif[r] = (uint8_t)(lower ? map[r] : r);
+        if (map[r] != r)
+            hc_log_info("tcp: rail %d to rank %d pairs %s with the peer's interface %d (%s)", r,
+                        c->base.peer, d->rail_if[c->lif[r]], c->rif[r],
+                        map[r] >= 0 && hc_rail_same_subnet(&lo[r], &hi[map[r]])
+                            ? "the same subnet"
+                            : "by position: no free one on the subnet");
+    }
 }
 
 void hc_drv_tcp_rail_conn_init(hc_tcp_conn_t *c)
 {
     c->nrails = HC_MIN(c->drv->nrails, (int)c->addr.nrails);
+    hc_rail_pair(c);
     for (int r = 0; r < c->nrails; r++)
         c->rail[r].up = true;
     for (int k = 0; k < HC_TCP_MAX_SOCKS; k++) {
@@ -271,7 +328,7 @@ static hc_tcp_slot_t *hc_rail_chan_slot(hc_tcp_conn_t *c, int k)
             c->drv->n_rail_returns++;
             hc_log_info("tcp: rail %d (%s) to rank %d carries traffic again (channel %d back "
                         "home %.3f s after the rail was left)",
-                        home, c->drv->rail_if[home], c->base.peer, k,
+                        home, hc_rail_ifname(c, home), c->base.peer, k,
                         (double)(hc_time_ns() - c->rail[home].down_ns) * 1e-9);
         }
     }
@@ -328,7 +385,7 @@ hcomm_status_t hc_drv_tcp_rail_put(hc_tcp_conn_t *c, const hc_frame_hdr_t *hdr, 
     st->tx_frames++;
     st->tx_bytes += total;
     st->tx_lanes |= 1u << (hdr->lane & (HC_FRAME_LANES - 1));
-    d->rail_tx_bytes[hc_rail_of(s)] += total;
+    d->rail_tx_bytes[c->lif[hc_rail_of(s)]] += total;
     bool inprog = t->inprog;
     hc_rail_enqueue(s, t);
     return inprog ? HCOMM_IN_PROGRESS : HCOMM_OK;
@@ -453,7 +510,7 @@ int hc_drv_tcp_rail_parse(hc_tcp_slot_t *s)
     while ((got = hc_drv_tcp_next_frame(s, sizeof(hc_tcp_rhdr_t), &h, &pre, &payload)) > 0) {
         hc_tcp_rhdr_t rh;
         memcpy(&rh, pre, sizeof(rh));
-        d->rail_rx_bytes[hc_rail_of(s)] += sizeof(rh) + sizeof(h) + h.len;
+        d->rail_rx_bytes[c->lif[hc_rail_of(s)]] += sizeof(rh) + sizeof(h) + h.len;
         if (h.type >= HC_FRAME_DRIVER)
             hc_drv_tcp_driver_frame(c, s, &h);
         else if (!hc_rail_rx_core(s, &rh, &h, payload))
@@ -472,7 +529,6 @@ int hc_drv_tcp_rail_parse(hc_tcp_slot_t *s)
  * the peer fails, naming each rail and why. */
 static void hc_rail_fail_all(hc_tcp_conn_t *c, uint64_t now, bool silent)
 {
-    hc_tcp_drv_t *d = c->drv;
     uint64_t since = 0; /* the last rail stopped working then */
     for (int r = 0; r < c->nrails; r++)
         since = HC_MAX(since, c->rail[r].up ? c->rail[r].stall_ns : c->rail[r].down_ns);
@@ -487,12 +543,13 @@ static void hc_rail_fail_all(hc_tcp_conn_t *c, uint64_t now, bool silent)
         const hc_tcp_rail_t *rail = &c->rail[r];
         const char *state = !rail->up ? "left" : rail->stall_ns ? "stalled" : "up";
         off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s rail %d %s %s (%s)", r ? ";" : "",
-                                r, d->rail_if[r], state,
+                                r, hc_rail_ifname(c, r), state,
                                 rail->up && !rail->stall_ns ? "nothing read" : rail->brief);
         char peer[64];
         hc_rail_peer_str(c, r, peer, sizeof(peer));
-        hc_log_warn("tcp: rank %d: rail %d (%s -> %s) %s: %s", c->base.peer, r, d->rail_if[r], peer,
-                    state, rail->up && !rail->stall_ns ? "nothing read" : rail->why);
+        hc_log_warn("tcp: rank %d: rail %d (%s -> %s) %s: %s", c->base.peer, r,
+                    hc_rail_ifname(c, r), peer, state,
+                    rail->up && !rail->stall_ns ? "nothing read" : rail->why);
     }
     hc_drv_tcp_conn_fail(c, "%s: %s", c->name, buf);
 }
@@ -552,14 +609,14 @@ static void hc_rail_down(hc_tcp_conn_t *c, int r, bool eof, const char *why, con
     if (to >= 0) {
         hc_log_info("tcp: rail %d (%s -> %s) to rank %d left at %.3f: %s; its traffic moves to "
                     "rail %d (%s), %llu frames resent (%llu rails left so far)",
-                    r, d->rail_if[r], peer, c->base.peer, hc_rail_wall(), why, to, d->rail_if[to],
+                    r, hc_rail_ifname(c, r), peer, c->base.peer, hc_rail_wall(), why, to, hc_rail_ifname(c, to),
                     (unsigned long long)(d->n_resent - resent0),
                     (unsigned long long)d->n_rail_left);
         return;
     }
     hc_log_info("tcp: rail %d (%s -> %s) to rank %d left at %.3f: %s; no rail to it is up: "
                 "waiting up to %.1f s (HCOMM_CONN_FAIL_TIMEOUT) for one to come back",
-                r, d->rail_if[r], peer, c->base.peer, hc_rail_wall(), why,
+                r, hc_rail_ifname(c, r), peer, c->base.peer, hc_rail_wall(), why,
                 (double)d->fail_ns * 1e-9);
     if (!c->all_down_ns) c->all_down_ns = now;
 }
@@ -624,7 +681,7 @@ void hc_drv_tcp_rail_slot_up(hc_tcp_slot_t *s)
     hc_rail_peer_str(c, r, peer, sizeof(peer));
     hc_log_info("tcp: rail %d (%s -> %s) to rank %d rejoined at %.3f after %.3f s down (its "
                 "socket %d connected; %llu rejoins so far)",
-                r, d->rail_if[r], peer, c->base.peer, hc_rail_wall(),
+                r, hc_rail_ifname(c, r), peer, c->base.peer, hc_rail_wall(),
                 (double)(now - c->rail[r].down_ns) * 1e-9, s->idx,
                 (unsigned long long)d->n_rail_rejoined);
     /* frames parked while no rail was up go now */
@@ -687,7 +744,7 @@ static int hc_rail_watch(hc_tcp_slot_t *s, uint64_t now)
         rail->stall_ns = since;
         hc_log_info("tcp: rail %d (%s) to rank %d stalls at %.3f: %s; no other rail is up: "
                     "staying on it (the peer fails after %.1f s of this)",
-                    r, c->drv->rail_if[r], c->base.peer, hc_rail_wall(), why,
+                    r, hc_rail_ifname(c, r), c->base.peer, hc_rail_wall(), why,
                     (double)c->drv->fail_ns * 1e-9);
     }
     snprintf(rail->why, sizeof(rail->why), "%s", why);
@@ -760,7 +817,7 @@ void hc_drv_tcp_rail_timer(hc_tcp_conn_t *c, uint64_t now)
         hc_rail_rate_sample(c, r);
         if (worst == HC_RAIL_OK && rail->stall_ns) {
             hc_log_info("tcp: rail %d (%s) to rank %d acknowledges again after %.3f s", r,
-                        d->rail_if[r], c->base.peer, (double)(now - rail->stall_ns) * 1e-9);
+                        hc_rail_ifname(c, r), c->base.peer, (double)(now - rail->stall_ns) * 1e-9);
             rail->stall_ns = 0;
         }
         stalled_out |= worst == HC_RAIL_STALLED && now - rail->stall_ns > d->fail_ns;

@@ -268,6 +268,8 @@ static hcomm_status_t hc_drv_tcp_listen(hc_tcp_drv_t *d, const hc_drv_env_t *env
     d->nrails = hc_drv_tcp_pick_rails(env, hc_tcp_cfg.ifname, d->rail_sa, d->rail_salen, d->rail_if,
                                       why, sizeof(why));
     if (d->nrails < 1) return hc_error(HCOMM_ERR_NO_DEVICE, "tcp driver: %s", why);
+    for (int r = 0; r < d->nrails; r++)
+        d->rail_prefix[r] = hc_drv_tcp_prefix_of(&d->rail_sa[r]);
     d->me_sa = d->rail_sa[0];
     d->me_salen = d->rail_salen[0];
     snprintf(d->ifname, sizeof(d->ifname), "%s", d->rail_if[0]);
@@ -305,6 +307,7 @@ static void hc_drv_tcp_me_fill(hc_tcp_drv_t *d)
     for (int r = 0; r < d->nrails; r++) {
         hc_tcp_rail_addr_t *ra = &d->me.rail[r];
         ra->family = d->rail_sa[r].ss_family;
+        ra->prefix = d->rail_prefix[r];
         if (ra->family == AF_INET) {
             struct sockaddr_in *in = (struct sockaddr_in *)&d->rail_sa[r];
             ra->port = in->sin_port;
@@ -447,8 +450,9 @@ hcomm_status_t hc_drv_tcp_slot_connect(hc_tcp_conn_t *c, int idx)
     struct sockaddr_storage sa = {0};
     socklen_t salen;
     int rail = d->pre ? idx / HC_TCP_RAIL_STRIDE : 0;
-    const uint8_t *addr = rail ? c->addr.rail[rail].addr : c->addr.addr;
-    uint16_t port = rail ? c->addr.rail[rail].port : c->addr.port;
+    int lif = d->pre ? c->lif[rail] : 0, rif = d->pre ? c->rif[rail] : 0; /* the pair */
+    const uint8_t *addr = d->pre ? c->addr.rail[rif].addr : c->addr.addr;
+    uint16_t port = d->pre ? c->addr.rail[rif].port : c->addr.port;
     if (c->addr.family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&sa;
         in->sin_family = AF_INET;
@@ -467,10 +471,10 @@ hcomm_status_t hc_drv_tcp_slot_connect(hc_tcp_conn_t *c, int idx)
     s->zc_on = hc_drv_tcp_sock_opts(d, fd);
     if (d->pre) {
         /* Rails: leave from this rail's interface (port chosen by the kernel). */
-        struct sockaddr_storage src = d->rail_sa[rail];
+        struct sockaddr_storage src = d->rail_sa[lif];
         ((struct sockaddr_in *)&src)->sin_port = 0;
-        if (bind(fd, (struct sockaddr *)&src, d->rail_salen[rail]) != 0)
-            hc_log_debug("tcp: bind to rail %d (%s): %s", rail, d->rail_str[rail], strerror(errno));
+        if (bind(fd, (struct sockaddr *)&src, d->rail_salen[lif]) != 0)
+            hc_log_debug("tcp: bind to rail %d (%s): %s", rail, d->rail_str[lif], strerror(errno));
     }
     if (hc_drv_tcp_ep(d, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLOUT, s) != 0) {
         hcomm_status_t st = hc_error_errno(HCOMM_ERR_IO, errno, "tcp: epoll_ctl for %s", c->name);
@@ -759,14 +763,11 @@ static void hc_drv_tcp_links(hc_conn_t *conn, char *buf, size_t len)
     buf[0] = '\0';
     for (int r = 0; d->pre && r < c->nrails && off < len; r++) {
         char peer[80];
-        if (r)
-            hc_drv_tcp_addr_str(c->addr.rail[r].family, c->addr.rail[r].addr,
-                                c->addr.rail[r].port, peer, sizeof(peer));
-        else
-            hc_drv_tcp_addr_str(c->addr.family, c->addr.addr, c->addr.port, peer, sizeof(peer));
+        const hc_tcp_rail_addr_t *a = &c->addr.rail[c->rif[r]];
+        hc_drv_tcp_addr_str(a->family, a->addr, a->port, peer, sizeof(peer));
         const hc_tcp_rail_t *rail = &c->rail[r];
         off += (size_t)snprintf(buf + off, len - off, "%srail %d %s %s -> %s %s%s%s", r ? "; " : "",
-                                r, d->rail_if[r], d->rail_str[r], peer,
+                                r, d->rail_if[c->lif[r]], d->rail_str[c->lif[r]], peer,
                                 rail->up ? "up" : "down", rail->up || !rail->brief[0] ? "" : ": ",
                                 rail->up ? "" : rail->brief);
     }

@@ -28,6 +28,9 @@
 #              over both rails >= 0.6x veth-b's alone (best of 2 interleaved
 #              rounds each), and veth-a carries less than a third of the
 #              bytes (the stripe follows what each rail delivers).
+#   pair       node 1's interfaces named the other way round: rails pair by
+#              subnet; veth-a down for 3 s mid-loop leaves rail 0 only, and
+#              the job passes.
 #   flap       2x1: veth-a down and up every 200 ms for 10 s while the loop
 #              runs (1..4 MiB): no failure, every message and byte right.
 #   flap_long  the same for 30 s with 16..64 MiB (slow).
@@ -43,17 +46,21 @@ HCN_PREFIX=r
 n0="hcn-$HCN_JOB-0"
 n1="hcn-$HCN_JOB-1"
 
+# rails_up [swapped]: swapped names node 1's ends the other way round
+# (its veth-a on 10.78.2.0/24, veth-b on 10.78.1.0/24).
 rails_up() {
     "$netns" up 2 || fail "netns setup"
-    local i l
+    local i l peer
     for l in a b; do
         i=$([ $l = a ] && echo 1 || echo 2)
-        ip -n "$n0" link add "veth-$l" type veth peer name "veth-$l" netns "$n1" ||
+        peer=$l
+        [ "${1:-}" = swapped ] && peer=$([ $l = a ] && echo b || echo a)
+        ip -n "$n0" link add "veth-$l" type veth peer name "veth-$peer" netns "$n1" ||
             fail "veth-$l"
         ip -n "$n0" addr add "10.78.$i.1/24" dev "veth-$l"
-        ip -n "$n1" addr add "10.78.$i.2/24" dev "veth-$l"
+        ip -n "$n1" addr add "10.78.$i.2/24" dev "veth-$peer"
         ip -n "$n0" link set "veth-$l" up
-        ip -n "$n1" link set "veth-$l" up
+        ip -n "$n1" link set "veth-$peer" up
     done
 }
 
@@ -211,6 +218,30 @@ congest)
     awk -v t="$two" -v o="$one" 'BEGIN { printf "best two rails (one shaped) / best veth-b alone: %.2f\n", t / o; exit !(t >= 0.6 * o) }' ||
         fail "two rails with one congested: $two GB/s, the fast rail alone $one GB/s (< 0.6x)"
     [ $((a0 * 3)) -lt $((a0 + a1)) ] || fail "the shaped rail carried $a0 B of $((a0 + a1)) B (a third or more)"
+    ;;
+pair)
+    # Node 1 lists its interfaces the other way round (its veth-a is on
+    # node 0's veth-b subnet): rails pair by subnet, so each rail is one
+    # link. By position rail 0 would go from 10.78.1.1 to 10.78.2.2 (out of
+    # veth-b, back in by veth-a): every rail would ride both links and one
+    # link down would break them all. So veth-a goes down for 3 s mid-loop:
+    # only rail 0 is left, the job passes, no peer failed.
+    rails_up swapped
+    job_env=("${common_env[@]}")
+    launch 2 1 --min 4M --max 16M --seconds 9
+    wait_log "the loop starts" 90
+    sleep 2
+    link a down
+    sleep 3
+    link a up
+    wait_all 120
+    check_no_fail 0 1
+    grep -h "pairs veth" "$work/r0.log" "$work/r1.log"
+    grep -h "tcp: rail [01] (.*) to rank [01] left at" "$work/r0.log" "$work/r1.log" | cut -c1-160
+    ! grep -q "tcp: rail 1 (.*) to rank [01] left at" "$work/r0.log" "$work/r1.log" ||
+        fail "rail 1 was left though its link stayed up"
+    grep -q "rail 0 to rank 1 pairs veth-a with the peer's interface 1 (the same subnet)" "$work/r0.log" ||
+        fail "rank 0 did not pair its veth-a with the peer's interface on its subnet"
     ;;
 flap | flap_long)
     secs=10 min=1M max=4M
