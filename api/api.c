@@ -301,19 +301,29 @@ HC_EXPORT hcomm_status_t hcomm_comm_shrink(hcomm_comm_t comm, hcomm_comm_t *newc
 /* ---- point-to-point --------------------------------------------------------- */
 
 /* recv: a receive (HCOMM_ANY_SOURCE is a valid peer). */
-static hcomm_status_t hc_api_p2p_check(const char *fn, bool recv, const void *buf, size_t count,
-                                       hcomm_dtype_t dtype, int peer, int tag, hcomm_comm_t comm,
-                                       size_t *bytes_p)
+/* A peer or tag hc_api_p2p_check refused, said. */
+static HC_NOINLINE hcomm_status_t hc_api_p2p_bad(const char *fn, bool recv, int peer, int tag,
+                                                 hcomm_comm_t comm)
+{
+    if ((peer < 0 || peer >= comm->size) && !(recv && peer == HCOMM_ANY_SOURCE))
+        return hc_error(HCOMM_ERR_INVALID, "%s: peer %d out of range for a communicator of %d "
+                                           "ranks%s", fn, peer, comm->size,
+                        recv ? " (or HCOMM_ANY_SOURCE)" : "");
+    return hc_error(HCOMM_ERR_INVALID, "%s: tag %d is negative", fn, tag);
+}
+
+/* Inlined into each call: the good case is a few compares (docs/bench.md,
+ * "Instruction budget"). */
+static HC_ALWAYS_INLINE hcomm_status_t hc_api_p2p_check(const char *fn, bool recv, const void *buf,
+                                                        size_t count, hcomm_dtype_t dtype, int peer,
+                                                        int tag, hcomm_comm_t comm, size_t *bytes_p)
 {
     hcomm_status_t st = hc_check_comm(fn, comm);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return st;
-    if (HC_UNLIKELY((peer < 0 || peer >= comm->size) && !(recv && peer == HCOMM_ANY_SOURCE)))
-        return hc_error(HCOMM_ERR_INVALID, "%s: peer %d out of range for a communicator of %d "
-                                           "ranks%s", fn, peer, comm->size,
-                        recv ? " (or HCOMM_ANY_SOURCE)" : "");
-    if (HC_UNLIKELY(tag < 0))
-        return hc_error(HCOMM_ERR_INVALID, "%s: tag %d is negative", fn, tag);
+    if (HC_UNLIKELY(((unsigned)peer >= (unsigned)comm->size && !(recv && peer == HCOMM_ANY_SOURCE)) ||
+                    tag < 0))
+        return hc_api_p2p_bad(fn, recv, peer, tag, comm);
     return hc_check_buf(fn, "buf", buf, count, dtype, 1, bytes_p);
 }
 

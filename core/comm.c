@@ -180,7 +180,7 @@ hcomm_status_t hc_check_init(const char *fn)
     return HCOMM_OK;
 }
 
-hcomm_status_t hc_check_comm(const char *fn, struct hcomm_comm *comm)
+HC_NOINLINE hcomm_status_t hc_check_comm_slow(const char *fn, struct hcomm_comm *comm)
 {
     hcomm_status_t st = hc_check_init(fn);
     if (HC_UNLIKELY(st != HCOMM_OK))
@@ -202,8 +202,9 @@ hcomm_status_t hc_check_dtype(const char *fn, hcomm_dtype_t dtype)
     return HCOMM_OK;
 }
 
-hcomm_status_t hc_check_buf(const char *fn, const char *name, const void *buf, size_t count,
-                            hcomm_dtype_t dtype, size_t mult, size_t *bytes_p)
+HC_NOINLINE hcomm_status_t hc_check_buf_slow(const char *fn, const char *name, const void *buf,
+                                         size_t count, hcomm_dtype_t dtype, size_t mult,
+                                         size_t *bytes_p)
 {
     hcomm_status_t st = hc_check_dtype(fn, dtype);
     if (HC_UNLIKELY(st != HCOMM_OK))

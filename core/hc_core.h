@@ -572,10 +572,44 @@ void hc_p2p_orphans_cleanup(void);
 /* Element sizes and names: base/dtype.h. */
 
 /* ---- argument checks shared by the API --------------------------------------- */
+/* Each check is an inline test of the good case (a few instructions, no
+ * call: they run on every call of the small-message path) and, when it
+ * fails, the out-of-line function that finds which rule broke and says so
+ * (the instruction budget, docs/bench.md: the checks cost a round trip
+ * ~190 instructions as calls, mostly saving and restoring registers). */
 hcomm_status_t hc_check_init(const char *fn);
-hcomm_status_t hc_check_comm(const char *fn, struct hcomm_comm *comm);
-hcomm_status_t hc_check_buf(const char *fn, const char *name, const void *buf, size_t count,
-                            hcomm_dtype_t dtype, size_t mult, size_t *bytes_p);
+hcomm_status_t hc_check_comm_slow(const char *fn, struct hcomm_comm *comm);
+hcomm_status_t hc_check_buf_slow(const char *fn, const char *name, const void *buf, size_t count,
+                                 hcomm_dtype_t dtype, size_t mult, size_t *bytes_p);
 hcomm_status_t hc_check_dtype(const char *fn, hcomm_dtype_t dtype);
+
+/* hcomm is initialized and comm is a live communicator, not aborted. */
+static HC_ALWAYS_INLINE hcomm_status_t hc_check_comm(const char *fn, struct hcomm_comm *comm)
+{
+    if (HC_LIKELY(hc_ctx.initialized && (comm == hc_ctx.world || hc_comm_valid(comm)) &&
+                  !hc_comm_aborted(comm)))
+        return HCOMM_OK;
+    return hc_check_comm_slow(fn, comm);
+}
+
+/* count elements of dtype (times mult) at buf: a known dtype, a byte size
+ * that neither overflows nor wraps the address space, buf not NULL unless
+ * empty; *bytes_p the size. */
+static HC_ALWAYS_INLINE hcomm_status_t hc_check_buf(const char *fn, const char *name,
+                                                    const void *buf, size_t count,
+                                                    hcomm_dtype_t dtype, size_t mult,
+                                                    size_t *bytes_p)
+{
+    size_t bytes;
+    if (HC_LIKELY((unsigned)dtype < HCOMM_DTYPE_COUNT &&
+                  !__builtin_mul_overflow(count, hc_dtype_sizes[dtype], &bytes) &&
+                  (mult == 1 || !__builtin_mul_overflow(bytes, mult, &bytes)) &&
+                  bytes <= (size_t)PTRDIFF_MAX && (buf || !bytes) &&
+                  (uintptr_t)buf <= UINTPTR_MAX - bytes)) {
+        *bytes_p = bytes;
+        return HCOMM_OK;
+    }
+    return hc_check_buf_slow(fn, name, buf, count, dtype, mult, bytes_p);
+}
 
 #endif /* HC_CORE_H */
