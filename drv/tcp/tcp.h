@@ -46,6 +46,7 @@ enum {
 /* Idle-close handshake state of a connection (tcp_idle.c). */
 enum { HC_TCP_IDLE_NONE, HC_TCP_IDLE_CLOSE_SENT, HC_TCP_IDLE_ACKED };
 #define HC_TCP_HB_ECHO 1u
+#define HC_TCP_ACK_GAP 1u /* rails: the ACK's sender dropped a frame past a gap: resend */
 
 /* One rail's listening address in the blob. */
 typedef struct {
@@ -203,6 +204,10 @@ typedef struct {
     int cur_rail;
     int ack_slot; /* socket the peer's last frame of this channel came on */
     bool ack_due;
+    bool rx_gap;          /* a frame past a gap was dropped: the next ACK says so */
+    uint64_t progress_ns; /* the last ACK that advanced, or when pending left 0 */
+    uint64_t resync_ns;   /* our last resend of the channel (hc_rail_resync) */
+    uint64_t rto_ns;      /* no ACK progress this long: resend (doubles, reset by progress) */
 } hc_tcp_chan_t;
 
 typedef struct {
@@ -272,7 +277,8 @@ struct hc_tcp_drv {
     socklen_t rail_salen[HC_TCP_MAX_RAILS];
     uint64_t rail_bound_ns; /* HCOMM_SOCKET_RAIL_TIMEOUT */
     bool ack_due;
-    uint64_t n_rail_left, n_rail_rejoined, n_rail_returns, n_rail_probes, n_resent, n_dups, n_acks;
+    uint64_t n_rail_left, n_rail_rejoined, n_rail_returns, n_rail_probes, n_resent, n_dups, n_acks,
+        n_gaps, n_resyncs;
     uint64_t rail_tx_bytes[HC_TCP_MAX_RAILS], rail_rx_bytes[HC_TCP_MAX_RAILS];
     hc_tcp_addr_t me;
     char me_str[64];

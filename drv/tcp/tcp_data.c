@@ -672,7 +672,12 @@ int hc_drv_tcp_progress(hc_drv_t *drv)
             pp = &s->flush_next;
         } else {
             /* drained, not writable or held: the hello, slot_up or the end of the idle
-             * close marks it again */
+             * close marks it again. The flush may have marked other slots (a
+             * frame written completes a put, whose successor queues; a rail
+             * left requeues): pushed at the head, they stand before s when s
+             * was the head; unlinking by *pp alone would drop them. */
+            while (*pp != s)
+                pp = &(*pp)->flush_next;
             *pp = s->flush_next;
             s->want_write = false;
         }

@@ -64,6 +64,13 @@
 #include <time.h>
 
 #define HC_TCP_RAIL_FLOOR_NS 50000000ull
+/* A channel whose frames see no acknowledgement this long (at least; 4 x
+ * HCOMM_SOCKET_RAIL_TIMEOUT when longer) goes back N, then twice as long
+ * each time up to the cap; a receiver's report of a gap, at most once per
+ * hold. */
+#define HC_TCP_RAIL_RTO_NS 250000000ull
+#define HC_TCP_RAIL_RTO_MAX_NS 8000000000ull
+#define HC_TCP_RAIL_GAP_HOLD_NS 50000000ull
 
 static inline hc_tcp_slot_t *hc_rail_slot(hc_tcp_conn_t *c, int rail, int i)
 {
@@ -194,6 +201,21 @@ void hc_drv_tcp_rail_written(hc_tcp_slot_t *s, hc_tcp_tx_t *t)
     s->inflight.tail = t;
 }
 
+/* The list head..tail at the front of to's queue, after a frame half
+ * written there (it must end before another starts). */
+static void hc_rail_queue_front(hc_tcp_slot_t *to, hc_tcp_tx_t *head, hc_tcp_tx_t *tail)
+{
+    hc_tcp_tx_t *keep = to->txq.head && to->txq.head->off ? to->txq.head : NULL;
+    hc_tcp_tx_t *rest = keep ? keep->next : to->txq.head;
+    tail->next = rest;
+    if (keep)
+        keep->next = head;
+    else
+        to->txq.head = head;
+    if (!rest) to->txq.tail = tail;
+    hc_drv_tcp_flush_mark(to);
+}
+
 void hc_drv_tcp_rail_requeue(hc_tcp_slot_t *from, hc_tcp_slot_t *to)
 {
     hc_tcp_drv_t *d = from->conn->drv;
@@ -217,17 +239,7 @@ void hc_drv_tcp_rail_requeue(hc_tcp_slot_t *from, hc_tcp_slot_t *to)
         to->q_copy += from->q_copy;
         from->q_bytes = from->q_copy = 0;
     }
-    if (!head) return;
-    /* after a frame half written on to: it must end before another starts */
-    hc_tcp_tx_t *keep = to->txq.head && to->txq.head->off ? to->txq.head : NULL;
-    hc_tcp_tx_t *rest = keep ? keep->next : to->txq.head;
-    tail->next = rest;
-    if (keep)
-        keep->next = head;
-    else
-        to->txq.head = head;
-    if (!rest) to->txq.tail = tail;
-    hc_drv_tcp_flush_mark(to);
+    if (head) hc_rail_queue_front(to, head, tail);
 }
 
 /* The socket stays a slot, its connection goes (not its frames). */
@@ -378,7 +390,7 @@ hcomm_status_t hc_drv_tcp_rail_put(hc_tcp_conn_t *c, const hc_frame_hdr_t *hdr, 
     t->rhdr.chan = (uint16_t)k;
     t->rhdr.seq = ++ch->next_seq;
     if (hdr->flags & HC_FRAME_FLAG_UNORDERED) t->enq_ns = hc_time_ns();
-    ch->pending++;
+    if (ch->pending++ == 0) ch->progress_ns = d->last_poll_ns;
     s->q_bytes += total;
     c->n_tx++;
     hc_tcp_sock_stats_t *st = &d->sock[k % HC_TCP_RAIL_STRIDE];
@@ -393,6 +405,90 @@ hcomm_status_t hc_drv_tcp_rail_put(hc_tcp_conn_t *c, const hc_frame_hdr_t *hdr, 
 
 /* ---- acknowledgements ------------------------------------------------------------ */
 
+/* Channel k's frames out of list q of socket s (not `keep`: a frame half
+ * written on a live socket ends there), in q's order, which is the
+ * channel's: those the peer acknowledged are retired, the others (their
+ * bytes counted on `to` from now on) returned as a list. */
+static hc_tcp_tx_t *hc_rail_take(hc_tcp_slot_t *s, hc_tcp_txq_t *q, int k, const hc_tcp_tx_t *keep,
+                                 hc_tcp_slot_t *to, unsigned *n)
+{
+    hc_tcp_conn_t *c = s->conn;
+    hc_tcp_tx_t *run = NULL, **rt = &run, **pp = &q->head, *prev = NULL;
+    while (*pp) {
+        hc_tcp_tx_t *t = *pp;
+        if (t == keep || t->rhdr.chan != k) {
+            prev = t;
+            pp = &t->next;
+            continue;
+        }
+        *pp = t->next;
+        if (q->tail == t) q->tail = prev;
+        t->next = NULL;
+        if (t->rhdr.seq <= c->chan[k].acked) {
+            hc_rail_retire(s, t);
+            continue;
+        }
+        if (s != to) {
+            size_t total = hc_drv_tcp_tx_total(c->drv, t);
+            s->q_bytes -= total;
+            to->q_bytes += total;
+            if (t->heap) {
+                s->q_copy -= t->hdr.len;
+                to->q_copy += t->hdr.len;
+            }
+        }
+        t->off = 0;
+        *rt = t;
+        rt = &t->next;
+        (*n)++;
+    }
+    return run;
+}
+
+/* Two lists of one channel's frames, each in sequence order, as one. */
+static hc_tcp_tx_t *hc_rail_merge(hc_tcp_tx_t *a, hc_tcp_tx_t *b)
+{
+    hc_tcp_tx_t *head = NULL, **pp = &head;
+    while (a && b) {
+        hc_tcp_tx_t **from = a->rhdr.seq <= b->rhdr.seq ? &a : &b;
+        *pp = *from;
+        *from = (*from)->next;
+        pp = &(*pp)->next;
+    }
+    *pp = a ? a : b;
+    return head;
+}
+
+/* Go back N on channel k: every frame of it not acknowledged, wherever it
+ * is (written on any socket, or queued on one that is not its socket now),
+ * goes again, in order, at the front of the socket the channel rides. The
+ * receiver drops what it has (duplicates) and what comes past a gap, so
+ * this heals a frame lost with a connection however that happened, and
+ * an acknowledgement lost with one. Returns the frames queued again. */
+static unsigned hc_rail_resync(hc_tcp_conn_t *c, int k, uint64_t now)
+{
+    hc_tcp_chan_t *ch = &c->chan[k];
+    hc_tcp_slot_t *dst = hc_rail_slot(c, ch->cur_rail, k % HC_TCP_RAIL_STRIDE);
+    hc_tcp_tx_t *all = NULL;
+    unsigned n = 0;
+    for (int x = 0; x < c->nrails * HC_TCP_RAIL_STRIDE; x++) {
+        hc_tcp_slot_t *s = &c->slots[x];
+        all = hc_rail_merge(all, hc_rail_take(s, &s->inflight, k, NULL, dst, &n));
+        const hc_tcp_tx_t *keep =
+            s->fd >= 0 && s->txq.head && s->txq.head->off ? s->txq.head : NULL;
+        all = hc_rail_merge(all, hc_rail_take(s, &s->txq, k, keep, dst, &n));
+    }
+    ch->resync_ns = ch->progress_ns = now;
+    if (!all) return 0;
+    hc_tcp_tx_t *tail = all;
+    while (tail->next)
+        tail = tail->next;
+    hc_rail_queue_front(dst, all, tail);
+    c->drv->n_resyncs++;
+    c->drv->n_resent += n;
+    return n;
+}
+
 void hc_drv_tcp_rail_ack(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
 {
     if (!c->drv->pre || h->a >= (uint64_t)(c->nrails * HC_TCP_RAIL_STRIDE)) {
@@ -401,26 +497,40 @@ void hc_drv_tcp_rail_ack(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
     }
     int k = (int)h->a;
     hc_tcp_chan_t *ch = &c->chan[k];
-    if (h->b <= ch->acked) return;
     if (h->b > ch->next_seq) {
         hc_drv_tcp_conn_fail(c, "%s acknowledged frame %llu of channel %d, only %llu were sent",
                              c->name, (unsigned long long)h->b, k,
                              (unsigned long long)ch->next_seq);
         return;
     }
-    ch->acked = h->b;
-    hc_tcp_slot_t *s = hc_rail_slot(c, ch->cur_rail, k % HC_TCP_RAIL_STRIDE);
-    hc_tcp_tx_t **pp = &s->inflight.head, *prev = NULL;
-    while (*pp) {
-        hc_tcp_tx_t *t = *pp;
-        if (t->rhdr.chan != k || t->rhdr.seq > ch->acked) {
-            prev = t;
-            pp = &t->next;
-            continue;
+    uint64_t now = c->drv->last_poll_ns;
+    if (h->b > ch->acked) {
+        ch->acked = h->b;
+        ch->progress_ns = now;
+        ch->rto_ns = 0;
+        hc_tcp_slot_t *s = hc_rail_slot(c, ch->cur_rail, k % HC_TCP_RAIL_STRIDE);
+        hc_tcp_tx_t **pp = &s->inflight.head, *prev = NULL;
+        while (*pp) {
+            hc_tcp_tx_t *t = *pp;
+            if (t->rhdr.chan != k || t->rhdr.seq > ch->acked) {
+                prev = t;
+                pp = &t->next;
+                continue;
+            }
+            *pp = t->next;
+            if (s->inflight.tail == t) s->inflight.tail = prev;
+            hc_rail_retire(s, t);
         }
-        *pp = t->next;
-        if (s->inflight.tail == t) s->inflight.tail = prev;
-        hc_rail_retire(s, t);
+        /* Everything acknowledged and frames still held: they were written
+         * on another socket (a resend's straggler): find and retire them. */
+        if (ch->pending && ch->acked == ch->next_seq) hc_rail_resync(c, k, now);
+    }
+    if ((h->flags & HC_TCP_ACK_GAP) && ch->pending &&
+        now - ch->resync_ns > HC_TCP_RAIL_GAP_HOLD_NS) {
+        unsigned n = hc_rail_resync(c, k, now);
+        hc_log_info("tcp: %s dropped a frame of channel %d past a gap (after %llu): %u frames "
+                    "not acknowledged go again",
+                    c->name, k, (unsigned long long)ch->acked, n);
     }
 }
 
@@ -447,7 +557,9 @@ void hc_drv_tcp_rail_acks(hc_tcp_drv_t *d)
             hc_tcp_slot_t *s = ch->ack_slot >= 0 ? &c->slots[ch->ack_slot] : NULL;
             if (!s || s->state != HC_TCP_S_UP) s = hc_rail_any_up(c);
             if (!s) continue; /* the next frame asks again */
-            hc_drv_tcp_rail_ctrl(s, HC_TCP_FRAME_ACK, 0, (uint64_t)k, ch->rx_seq);
+            hc_drv_tcp_rail_ctrl(s, HC_TCP_FRAME_ACK, ch->rx_gap ? HC_TCP_ACK_GAP : 0, (uint64_t)k,
+                                 ch->rx_seq);
+            ch->rx_gap = false;
             ch->rx_frames = 0;
             ch->rx_bytes = 0;
             d->n_acks++;
@@ -458,8 +570,8 @@ void hc_drv_tcp_rail_acks(hc_tcp_drv_t *d)
 /* ---- receiving ------------------------------------------------------------------- */
 
 /* A core frame of channel rh->chan: delivered when it is the next one,
- * dropped when delivered before (a resend), a gap fails the peer (never
- * happens: a channel is resent from its first unacknowledged frame). */
+ * dropped when delivered before (a resend) or when one before it is
+ * missing (a gap: the ACK says so and the sender goes back N). */
 static bool hc_rail_rx_core(hc_tcp_slot_t *s, const hc_tcp_rhdr_t *rh, const hc_frame_hdr_t *h,
                             const uint8_t *payload)
 {
@@ -486,9 +598,17 @@ static bool hc_rail_rx_core(hc_tcp_slot_t *s, const hc_tcp_rhdr_t *rh, const hc_
         return true;
     }
     if (rh->seq != ch->rx_seq + 1) {
-        hc_drv_tcp_conn_fail(c, "%s sent frame %llu of channel %u after %llu: a gap", c->name,
-                             (unsigned long long)rh->seq, rh->chan, (unsigned long long)ch->rx_seq);
-        return false;
+        /* A frame before it was lost with a connection: this one goes too
+         * (the sender goes back N when the ACK says so, or when no ACK
+         * comes: hc_rail_resync). */
+        d->n_gaps++;
+        if (!ch->rx_gap)
+            hc_log_debug("tcp: %s sent frame %llu of channel %u after %llu: dropped (a gap)",
+                         c->name, (unsigned long long)rh->seq, rh->chan,
+                         (unsigned long long)ch->rx_seq);
+        ch->rx_gap = true;
+        ch->ack_due = c->ack_due = d->ack_due = true;
+        return true;
     }
     ch->rx_seq++;
     hc_tcp_sock_stats_t *st = &d->sock[rh->chan % HC_TCP_RAIL_STRIDE];
@@ -597,7 +717,12 @@ static void hc_rail_down(hc_tcp_conn_t *c, int r, bool eof, const char *why, con
     for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++)
         hc_rail_sock_reset(hc_rail_slot(c, r, i));
     int to = hc_rail_pick_up(c, r);
-    if (to >= 0) {
+    if (to < 0) {
+        /* Nowhere to go: what the sockets wrote goes again when a rail is
+         * back (hc_drv_tcp_rail_slot_up moves it there or rewrites it). */
+        for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++)
+            hc_drv_tcp_rail_requeue(hc_rail_slot(c, r, i), hc_rail_slot(c, r, i));
+    } else {
         hc_rail_move(c, r, to);
         /* Tell the peer: what we read of its frames there and did not
          * acknowledge is lost with our sockets; it resends them at once. */
@@ -609,8 +734,8 @@ static void hc_rail_down(hc_tcp_conn_t *c, int r, bool eof, const char *why, con
     if (to >= 0) {
         hc_log_info("tcp: rail %d (%s -> %s) to rank %d left at %.3f: %s; its traffic moves to "
                     "rail %d (%s), %llu frames resent (%llu rails left so far)",
-                    r, hc_rail_ifname(c, r), peer, c->base.peer, hc_rail_wall(), why, to, hc_rail_ifname(c, to),
-                    (unsigned long long)(d->n_resent - resent0),
+                    r, hc_rail_ifname(c, r), peer, c->base.peer, hc_rail_wall(), why, to,
+                    hc_rail_ifname(c, to), (unsigned long long)(d->n_resent - resent0),
                     (unsigned long long)d->n_rail_left);
         return;
     }
@@ -684,9 +809,14 @@ void hc_drv_tcp_rail_slot_up(hc_tcp_slot_t *s)
                 r, hc_rail_ifname(c, r), peer, c->base.peer, hc_rail_wall(),
                 (double)(now - c->rail[r].down_ns) * 1e-9, s->idx,
                 (unsigned long long)d->n_rail_rejoined);
-    /* frames parked while no rail was up go now */
+    /* frames parked while no rail was up go now, on this rail: those of
+     * the other rails moved here, its own ones reopen their sockets */
     for (int q = 0; q < c->nrails; q++)
         if (!c->rail[q].up) hc_rail_move(c, q, r);
+    for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++) {
+        hc_tcp_slot_t *o = hc_rail_slot(c, r, i);
+        if (o->txq.head) hc_drv_tcp_flush_mark(o);
+    }
 }
 
 /* ---- timer ------------------------------------------------------------------------ */
@@ -770,12 +900,36 @@ static void hc_rail_probe(hc_tcp_conn_t *c, int r, uint64_t now)
         hc_log_debug("tcp: probe of rail %d to %s: %s", r, c->name, hc_error_last());
 }
 
+/* Channels whose frames wait for an acknowledgement too long go back N. */
+static void hc_rail_rto(hc_tcp_conn_t *c, uint64_t now)
+{
+    hc_tcp_drv_t *d = c->drv;
+    uint64_t base = HC_MAX(HC_TCP_RAIL_RTO_NS, 4 * d->rail_bound_ns);
+    for (int k = 0; k < c->nrails * HC_TCP_RAIL_STRIDE; k++) {
+        hc_tcp_chan_t *ch = &c->chan[k];
+        if (!ch->pending || !c->rail[ch->cur_rail].up) continue;
+        if (!ch->rto_ns) ch->rto_ns = base;
+        if (!ch->progress_ns) ch->progress_ns = now; /* queued before the first progress */
+        if (now - HC_MIN(ch->progress_ns, now) <= ch->rto_ns) continue;
+        uint64_t waited = now - ch->progress_ns;
+        unsigned n = hc_rail_resync(c, k, now);
+        static const char *const state[] = {"closed", "connecting", "hello sent", "waiting", "up"};
+        const hc_tcp_slot_t *dst = hc_rail_slot(c, ch->cur_rail, k % HC_TCP_RAIL_STRIDE);
+        hc_log_info("tcp: no acknowledgement from %s of channel %d for %.0f ms (after frame %llu "
+                    "of %llu): %u frames go again on socket %d (%s)",
+                    c->name, k, (double)waited * 1e-6, (unsigned long long)ch->acked,
+                    (unsigned long long)ch->next_seq, n, dst->idx, state[dst->state]);
+        ch->rto_ns = HC_MIN(2 * ch->rto_ns, HC_TCP_RAIL_RTO_MAX_NS);
+    }
+}
+
 void hc_drv_tcp_rail_timer(hc_tcp_conn_t *c, uint64_t now)
 {
     hc_tcp_drv_t *d = c->drv;
     for (int k = 0; k < c->nrails * HC_TCP_RAIL_STRIDE; k++)
         if (c->chan[k].rx_frames) /* small frames' coalesced ACKs */
             c->chan[k].ack_due = c->ack_due = d->ack_due = true;
+    hc_rail_rto(c, now);
     bool any_up = false, stalled_out = false;
     uint64_t hb_ns = d->rail_bound_ns / 2;
     for (int r = 0; r < c->nrails && !c->failed; r++) {

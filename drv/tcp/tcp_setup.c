@@ -713,6 +713,8 @@ static void hc_drv_tcp_counters(hc_drv_t *drv,
         kv("rail_probes", d->n_rail_probes, arg);
         kv("frames_resent", d->n_resent, arg);
         kv("duplicates_dropped", d->n_dups, arg);
+        kv("gaps_dropped", d->n_gaps, arg);
+        kv("channel_resends", d->n_resyncs, arg);
         kv("acks_sent", d->n_acks, arg);
         for (int r = 0; r < d->nrails; r++) {
             char name[32];

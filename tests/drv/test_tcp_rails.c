@@ -8,7 +8,15 @@
  *     rejoins, and traffic returns to it;
  *   - put_done of a frame with a cookie larger than eager_max waits for the
  *     peer's ACK frame (smaller ones are copied: put answers OK);
- *   - large DATA frames go over both rails.
+ *   - large DATA frames go over both rails;
+ *   - a socket whose write fails while it heads the driver's flush list:
+ *     its frames move to the other rail's socket, which is written (the
+ *     list once dropped a slot marked during a flush: a hang);
+ *   - a frame lost with a connection the sender did not see break (made
+ *     here by moving it, unwritten, to another socket's in-flight list): the
+ *     receiver drops what comes past the gap and says so in its ACK, the
+ *     sender goes back N; a lost last frame (no gap to see) goes again when
+ *     no ACK comes.
  * Skipped (77) when the host has no IPv4 interface besides lo. */
 #include "base/config.h"
 #include "drv/tcp/tcp.h"
@@ -243,6 +251,130 @@ static void test_stripe(void **state)
     ops->close(d1);
 }
 
+/* Rank 0's frames queue on rail 0's socket 0 (rank 1 does not read), then
+ * its sending side is shut: the next flush fails while socket 0 heads the
+ * flush list, the rail is left and its frames move to rail 1's socket 4,
+ * marked for writing during that flush. Each must arrive. */
+static void test_flush_head_fails(void **state)
+{
+    (void)state;
+    if (!ifs[0]) skip();
+    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
+    hc_conn_t *c01 = wire(d0, 1, d1);
+    wire(d1, 0, d0);
+    hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01;
+    put_n(c01, 0, 1, 200);
+    pump_until(d0, d1, &side[1].delivered, 1); /* socket 0 is up */
+    const uint32_t big = HC_TCP_EAGER_MAX + 4096;
+    int n = 1;
+    while (!t01->slots[0].txq.head || n < 40) { /* until the kernel's buffers are full */
+        put_n(c01, 0, 1, big);
+        n++;
+        assert_true(n < 200);
+    }
+    assert_ptr_equal(td0->flush, &t01->slots[0]);
+    assert_null(t01->slots[4].txq.head);
+    shutdown(t01->slots[0].fd, SHUT_WR);
+    ops->progress(d0); /* the write fails here: rail 0 is left */
+    assert_false(t01->rail[0].up);
+    assert_non_null(t01->slots[4].txq.head);
+    assert_true(t01->slots[4].want_write);
+    bool listed = false;
+    for (hc_tcp_slot_t *x = td0->flush; x; x = x->flush_next)
+        listed |= x == &t01->slots[4];
+    assert_true(listed);
+    pump_until(d0, d1, &side[1].delivered, n);
+    pump_until(d0, d1, &side[0].done, n - 1);
+    assert_int_equal(side[1].bad_order, 0);
+    assert_int_equal(side[0].failed + side[1].failed, 0);
+    ops->close(d0);
+    ops->close(d1);
+}
+
+/* Moves the queued, unwritten frame of channel 0 numbered seq from socket 0
+ * to socket 2's in-flight list: as if written on a connection that died
+ * unseen. */
+static void lose_frame(hc_tcp_conn_t *t, uint64_t seq)
+{
+    hc_tcp_slot_t *from = &t->slots[0], *to = &t->slots[2];
+    hc_tcp_tx_t **pp = &from->txq.head, *prev = NULL;
+    while (*pp && (*pp)->rhdr.seq != seq) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    hc_tcp_tx_t *f = *pp;
+    assert_non_null(f);
+    assert_int_equal(f->rhdr.chan, 0);
+    assert_int_equal(f->off, 0);
+    *pp = f->next;
+    if (from->txq.tail == f) from->txq.tail = prev;
+    size_t total = hc_drv_tcp_tx_total(t->drv, f);
+    from->q_bytes -= total;
+    to->q_bytes += total;
+    if (f->heap) {
+        from->q_copy -= f->hdr.len;
+        to->q_copy += f->hdr.len;
+    }
+    f->next = NULL;
+    if (to->inflight.tail)
+        to->inflight.tail->next = f;
+    else
+        to->inflight.head = f;
+    to->inflight.tail = f;
+}
+
+/* Frames queued on socket 0 and not written yet: rank 1 must not read
+ * while they are put (its kernel's buffers fill up). */
+static int queue_unread(hc_conn_t *c01, hc_tcp_conn_t *t01, uint32_t len)
+{
+    int n = 0;
+    while (!t01->slots[0].txq.head || !t01->slots[0].txq.head->next ||
+           !t01->slots[0].txq.head->next->next) {
+        put_n(c01, 0, 1, len);
+        n++;
+        assert_true(n < 200);
+    }
+    return n;
+}
+
+static void test_gap_goes_back_n(void **state)
+{
+    (void)state;
+    if (!ifs[0]) skip();
+    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0, *td1 = (hc_tcp_drv_t *)d1;
+    hc_conn_t *c01 = wire(d0, 1, d1);
+    wire(d1, 0, d0);
+    hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01;
+    put_n(c01, 0, 1, 200);
+    pump_until(d0, d1, &side[1].delivered, 1);
+    const uint32_t big = HC_TCP_EAGER_MAX + 4096;
+    /* a frame in the middle: the ones after it come before it */
+    int n = 1 + queue_unread(c01, t01, big);
+    lose_frame(t01, t01->slots[0].txq.head->next->rhdr.seq);
+    put_n(c01, 0, 5, big);
+    n += 5;
+    uint64_t resyncs = td0->n_resyncs;
+    pump_until(d0, d1, &side[1].delivered, n);
+    pump_until(d0, d1, &side[0].done, n - 1);
+    assert_int_equal(side[1].bad_order, 0);
+    assert_true(td1->n_gaps > 0);
+    assert_true(td0->n_resyncs > resyncs);
+    /* the last frame: nothing after it shows the gap; no ACK comes */
+    int m = queue_unread(c01, t01, big);
+    lose_frame(t01, t01->slots[0].txq.tail->rhdr.seq);
+    uint64_t t0 = hc_time_ns();
+    pump_until(d0, d1, &side[1].delivered, n + m);
+    assert_true(hc_time_ns() - t0 >= 200000000ull); /* after the RTO (0.25 s) */
+    pump_until(d0, d1, &side[0].done, n + m - 1);
+    assert_int_equal(side[1].bad_order, 0);
+    assert_int_equal(side[0].failed + side[1].failed, 0);
+    assert_int_equal(t01->chan[0].pending, 0);
+    ops->close(d0);
+    ops->close(d1);
+}
+
 int main(void)
 {
     char other[32];
@@ -250,7 +382,8 @@ int main(void)
         printf("skipped: no IPv4 interface up besides lo (rails need two)\n");
         return 77;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_failover_exactly_once),
-                                       cmocka_unit_test(test_stripe)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_failover_exactly_once), cmocka_unit_test(test_stripe),
+        cmocka_unit_test(test_flush_head_fails), cmocka_unit_test(test_gap_goes_back_n)};
     return cmocka_run_group_tests(tests, setup, NULL);
 }
