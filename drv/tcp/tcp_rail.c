@@ -759,6 +759,12 @@ void hc_drv_tcp_rail_lost(hc_tcp_slot_t *s, bool eof, const char *why)
     hc_tcp_conn_t *c = s->conn;
     int r = hc_rail_of(s);
     if (c->failed) return;
+    if (c->bye || c->drv->closing) {
+        /* the peer said goodbye (or we are closing): a write that fails
+         * now is its exit, not a rail to leave */
+        hc_drv_tcp_slot_close(s, HCOMM_ERR_PEER_FAILED);
+        return;
+    }
     bool stale = !c->rail[r].up; /* a probe, or a socket of a rail already left */
     for (int i = 0; i < HC_TCP_RAIL_STRIDE && !stale; i++) {
         const hc_tcp_slot_t *o = hc_rail_slot(c, r, i);

@@ -16,7 +16,9 @@
  *     here by moving it, unwritten, to another socket's in-flight list): the
  *     receiver drops what comes past the gap and says so in its ACK, the
  *     sender goes back N; a lost last frame (no gap to see) goes again when
- *     no ACK comes.
+ *     no ACK comes;
+ *   - both rails break with frames written and not read: they go again as
+ *     soon as a rail is back.
  * Skipped (77) when the host has no IPv4 interface besides lo. */
 #include "base/config.h"
 #include "drv/tcp/tcp.h"
@@ -375,6 +377,54 @@ static void test_gap_goes_back_n(void **state)
     ops->close(d1);
 }
 
+/* Both rails break with frames written and not read: nowhere to move them.
+ * They go again as soon as a rail is back (not only when the RTO fires). */
+static void test_all_rails_down_resend(void **state)
+{
+    (void)state;
+    if (!ifs[0]) skip();
+    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
+    hc_conn_t *c01 = wire(d0, 1, d1);
+    wire(d1, 0, d0);
+    hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01;
+    const uint32_t big = HC_TCP_EAGER_MAX + 4096;
+    put_n(c01, 0, 1, 200);
+    pump_until(d0, d1, &side[1].delivered, 1);
+    put_n(c01, 0, 20, big); /* written (the kernel takes them), not read */
+    assert_non_null(t01->slots[0].inflight.head);
+    /* rail 1 is left (the peer says so; it carried nothing), then rail 0
+     * breaks: its frames have nowhere to go and wait, unwritten, on their
+     * sockets' queues */
+    hc_frame_hdr_t left = {.type = HC_TCP_FRAME_RAIL_DOWN, .a = 1};
+    hc_drv_tcp_rail_peer_left(t01, &left);
+    assert_false(t01->rail[1].up);
+    break_rail(t01, 0);
+    uint64_t end = hc_time_ns() + 2000000000ull;
+    while (t01->rail[0].up && hc_time_ns() < end)
+        ops->progress(d0); /* rank 1 is not pumped: nothing is read */
+    assert_false(t01->rail[0].up || t01->rail[1].up);
+    for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++)
+        assert_null(t01->slots[i].inflight.head);
+    assert_non_null(t01->slots[0].txq.head);
+    uint64_t resyncs = td0->n_resyncs;
+    end = hc_time_ns() + 5000000000ull;
+    while (!(t01->rail[0].up || t01->rail[1].up) && hc_time_ns() < end) {
+        ops->progress(d0);
+        ops->progress(d1);
+        usleep(1000);
+    }
+    uint64_t back = hc_time_ns();
+    pump_until(d0, d1, &side[1].delivered, 21);
+    assert_true(hc_time_ns() - back < 200000000ull); /* before any RTO */
+    assert_int_equal(td0->n_resyncs, resyncs);
+    pump_until(d0, d1, &side[0].done, 20);
+    assert_int_equal(side[1].bad_order, 0);
+    assert_int_equal(side[0].failed + side[1].failed, 0);
+    ops->close(d0);
+    ops->close(d1);
+}
+
 int main(void)
 {
     char other[32];
@@ -384,6 +434,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failover_exactly_once), cmocka_unit_test(test_stripe),
-        cmocka_unit_test(test_flush_head_fails), cmocka_unit_test(test_gap_goes_back_n)};
+        cmocka_unit_test(test_flush_head_fails), cmocka_unit_test(test_gap_goes_back_n),
+        cmocka_unit_test(test_all_rails_down_resend)};
     return cmocka_run_group_tests(tests, setup, NULL);
 }
