@@ -381,6 +381,7 @@ hcomm_status_t hc_bootstrap_open(const hc_bootstrap_params_t *p, const void *blo
     for (int r = 0; r < p->size; r++)
         bs->verdict[r] = bs->left_after[r] = -1;
     if (blob_len) memcpy(bs->table + (size_t)p->rank * blob_len, blob, blob_len);
+    hc_bs_node_init(bs, p->job_key);
 
     if (p->size > 1) {
         st = p->rank == 0 ? hc_bs_root_open(bs, p, &u, deadline, timeout_sec)
@@ -487,6 +488,7 @@ int hc_bootstrap_poll(hc_bootstrap_t *bs)
 void hc_bootstrap_close(hc_bootstrap_t *bs)
 {
     if (bs == NULL) return;
+    hc_bs_node_close(bs);
     for (int i = 0; i < bs->nconns && bs->conns; i++)
         hc_bs_conn_close(&bs->conns[i]);
     if (bs->addr_file[0] && unlink(bs->addr_file) != 0 && errno != ENOENT)

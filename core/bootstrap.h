@@ -95,6 +95,13 @@ void hc_bootstrap_traffic(hc_bootstrap_traffic_t *out);
 /* Allgather through rank 0 over the bootstrap connections. */
 hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t len, void *out,
                                       double timeout_sec);
+/* The allgather above, delivered by node: rank 0 sends the result to the
+ * lowest rank of each other node, which (as rank 0 on its own node) puts
+ * it in a shared-memory file that the node's other ranks read
+ * (bootstrap_node.c): rank 0 sends O(N x nodes) bytes, not O(N^2).
+ * node_of_rank[r] is rank r's node (the same map on every rank); len > 0. */
+hcomm_status_t hc_bootstrap_allgather_nodes(hc_bootstrap_t *bs, const void *in, size_t len,
+                                            void *out, const int *node_of_rank, double timeout_sec);
 hcomm_status_t hc_bootstrap_barrier(hc_bootstrap_t *bs, double timeout_sec);
 /* While an allgather or barrier waits, fn(arg) runs about every millisecond
  * the connections are quiet (NULL: none): finalize keeps the drivers

@@ -117,14 +117,15 @@ static hcomm_status_t hc_bs_gather_all(hc_bootstrap_t *bs, const char *fn, const
 /* Rank 0: gathers, then sends everything to every rank; a failure is told
  * to every rank (hc_bs_abort_all) and leaves the star unusable. */
 static hcomm_status_t hc_bs_allgather_root(hc_bootstrap_t *bs, const char *fn, size_t len,
-                                           void *out, const hc_bs_expect_t *e, double deadline,
-                                           double timeout_sec)
+                                           void *out, const bool *to, const hc_bs_expect_t *e,
+                                           double deadline, double timeout_sec)
 {
     bool *have = calloc((size_t)bs->size, sizeof(bool));
     if (have == NULL) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
     have[0] = true;
     hcomm_status_t st = hc_bs_gather_all(bs, fn, e, len, out, have, deadline, timeout_sec);
     for (int r = 1; r < bs->size && st == HCOMM_OK; r++) {
+        if (to && !to[r]) continue;
         hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
                                 HC_BOOTSTRAP_VERSION,
                                 HC_BOOTSTRAP_MSG_AG_OUT,
@@ -146,12 +147,9 @@ static hcomm_status_t hc_bs_allgather_root(hc_bootstrap_t *bs, const char *fn, s
     return st;
 }
 
-hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t len, void *out,
-                                      double timeout_sec)
+static hcomm_status_t hc_bs_allgather_check(hc_bootstrap_t *bs, const char *fn, const void *in,
+                                            size_t len, const void *out, double timeout_sec)
 {
-    const char *fn = len ? "hc_bootstrap_allgather" : "hc_bootstrap_barrier";
-    double deadline = hc_time_sec() + timeout_sec;
-
     if (bs == NULL || (len && (in == NULL || out == NULL)))
         return hc_error(HCOMM_ERR_INVALID, "%s: argument %s is NULL", fn,
                         bs == NULL   ? "bs"
@@ -165,6 +163,15 @@ hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t
         return hc_error(HCOMM_ERR_INVALID, "%s: timeout_sec %g is not > 0", fn, timeout_sec);
     if (bs->dead != HCOMM_OK)
         return hc_error(bs->dead, "%s: the bootstrap failed earlier and cannot be used", fn);
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_bs_allgather(hc_bootstrap_t *bs, const char *fn, const void *in, size_t len,
+                               void *out, const bool *to, double timeout_sec)
+{
+    double deadline = hc_time_sec() + timeout_sec;
+    hcomm_status_t st = hc_bs_allgather_check(bs, fn, in, len, out, timeout_sec);
+    if (st != HCOMM_OK) return st;
     /* Non-zero ranks get their own contribution back from rank 0; copying it
      * now could overwrite `in` when it lies inside `out`. */
     if (len && bs->rank == 0) memmove(out, in, len);
@@ -173,7 +180,33 @@ hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t
     hc_bs_expect_t e = {bs->rank == 0 ? HC_BOOTSTRAP_MSG_AG_IN : HC_BOOTSTRAP_MSG_AG_OUT,
                         (uint32_t)bs->size, bs->rank == 0 ? len : len * (size_t)bs->size, true};
     if (bs->rank != 0) return hc_bs_allgather_rank(bs, fn, in, len, out, &e, deadline, timeout_sec);
-    return hc_bs_allgather_root(bs, fn, len, out, &e, deadline, timeout_sec);
+    return hc_bs_allgather_root(bs, fn, len, out, to, &e, deadline, timeout_sec);
+}
+
+hcomm_status_t hc_bs_allgather_send(hc_bootstrap_t *bs, const char *fn, const void *in, size_t len,
+                                    double deadline)
+{
+    hcomm_status_t st = hc_bs_allgather_check(bs, fn, in, len, in, 1.0);
+    if (st != HCOMM_OK) return st;
+    hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
+                            HC_BOOTSTRAP_VERSION,
+                            HC_BOOTSTRAP_MSG_AG_IN,
+                            (uint32_t)bs->rank,
+                            (uint32_t)bs->size,
+                            0,
+                            NULL,
+                            len,
+                            in};
+    st = hc_bs_send_msg(bs->conns[0].fd, &m, deadline, fn, 0);
+    if (st != HCOMM_OK) bs->dead = st;
+    return st;
+}
+
+hcomm_status_t hc_bootstrap_allgather(hc_bootstrap_t *bs, const void *in, size_t len, void *out,
+                                      double timeout_sec)
+{
+    return hc_bs_allgather(bs, len ? "hc_bootstrap_allgather" : "hc_bootstrap_barrier", in, len,
+                           out, NULL, timeout_sec);
 }
 
 hcomm_status_t hc_bootstrap_barrier(hc_bootstrap_t *bs, double timeout_sec)

@@ -83,6 +83,11 @@ struct hc_bootstrap {
     int nrelayed;
     void (*idle)(void *arg); /* hc_bootstrap_set_idle */
     void *idle_arg;
+    /* hc_bootstrap_allgather_nodes (bootstrap_node.c): the job key's hash
+     * (its file names), calls so far, the file this rank published */
+    uint8_t key_hash[32];
+    uint64_t node_calls;
+    char node_file[64];
 };
 
 /* Rank 0 while it collects the hellos. */
@@ -146,6 +151,17 @@ hcomm_status_t hc_bs_send_msg(int fd, const hc_bootstrap_msg_t *m, double deadli
                               const char *what, int peer);
 /* Reads what is available without blocking; see hc_bs_conn_t. */
 hc_bs_rx_t hc_bs_conn_read(hc_bs_conn_t *c, const hc_bs_expect_t *e, char *why, size_t whycap);
+/* The allgather (bootstrap_allgather.c); rank 0 sends the result to the
+ * ranks r with to[r] (to NULL: every rank). */
+hcomm_status_t hc_bs_allgather(hc_bootstrap_t *bs, const char *fn, const void *in, size_t len,
+                               void *out, const bool *to, double timeout_sec);
+/* A non-zero rank's part of an allgather: its contribution to rank 0. */
+hcomm_status_t hc_bs_allgather_send(hc_bootstrap_t *bs, const char *fn, const void *in, size_t len,
+                                    double deadline);
+/* The job key's hash for hc_bootstrap_allgather_nodes' file names (open). */
+void hc_bs_node_init(hc_bootstrap_t *bs, const char *key);
+/* The file hc_bootstrap_allgather_nodes published, removed (close). */
+void hc_bs_node_close(hc_bootstrap_t *bs);
 /* Waits for one whole message on one connection until the deadline. */
 hcomm_status_t hc_bs_conn_wait(hc_bs_conn_t *c, const hc_bs_expect_t *e, double deadline,
                                hc_bootstrap_msg_t *m_p, char *why, size_t whycap);
