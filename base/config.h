@@ -42,6 +42,10 @@
       "rank 0 answers the bootstrap (relayed driver handshakes, failure reports) from a thread "   \
       "of its own while its application is outside hcomm (it sleeps in poll otherwise); 0: only "  \
       "from inside hcomm calls")                                                                   \
+    X(bootstrap_nodes, "HCOMM_BOOTSTRAP_NODES", BOOL, "1",                                       \
+      "init's tables go by node: rank 0 sends each table to one rank per node, which shares it "  \
+      "with its node through a file in /dev/shm (rank 0 sends O(N x nodes) bytes); 0: rank 0 "    \
+      "sends every rank every table (O(N^2))")                                                     \
     X(net, "HCOMM_NET", STR, "auto", "transport between nodes: auto|mlx5|verbs|dpdk|tcp")          \
     X(shm, "HCOMM_SHM", BOOL, "1", "use shared memory between ranks of one node")                  \
     X(node_id, "HCOMM_NODE_ID", STR, "", "node identity override (default: host name + netns)")    \

@@ -365,7 +365,7 @@ hcomm_status_t hc_bootstrap_open(const hc_bootstrap_params_t *p, const void *blo
     bs->size = p->size;
     bs->blob_len = blob_len;
     bs->nconns = p->size == 1 ? 0 : p->rank == 0 ? p->size : 1;
-    bs->table = malloc(HC_MAX(blob_len * (size_t)p->size, (size_t)1));
+    bs->table = malloc(blob_len * (size_t)p->size + HC_BS_NODE_REF_LEN); /* + round 1's reference */
     bs->conns = calloc((size_t)HC_MAX(bs->nconns, 1), sizeof(*bs->conns));
     bs->pfds = calloc((size_t)HC_MAX(bs->nconns, 1), sizeof(*bs->pfds));
     bs->verdict = malloc(sizeof(int) * (size_t)p->size);

@@ -44,6 +44,11 @@ typedef struct {
      * Each rank then knows it reached its own rank 0 when the CHALLENGE that
      * answers its hello proves the job key. 0 or 1: that port only. */
     int port_span;
+    /* Where in a rank's blob its node's id lies (bytes [off, off + len); len
+     * 0: not given). Given, round 1's table goes by node as the allgather
+     * by node does (one rank per node gets it from rank 0, the others
+     * read it from that rank's file): ranks with equal ids share /dev/shm. */
+    size_t node_key_off, node_key_len;
 } hc_bootstrap_params_t;
 
 /* The span of a port hcomm derives from a launcher's ids (Slurm's job and
@@ -151,7 +156,7 @@ void hc_bootstrap_close(hc_bootstrap_t *bs);
 /* ---- wire format, exposed for the unit tests and the fuzzer ---------------- */
 #define HC_BOOTSTRAP_MAGIC 0x68636d62u /* "hcmb" */
 /* 2: the job key is proven by HMAC, never sent (protocol 1 sent it in HELLO). */
-#define HC_BOOTSTRAP_VERSION 2
+#define HC_BOOTSTRAP_VERSION 3 /* 3: round 1's table and round 2's by node */
 #define HC_BOOTSTRAP_MAX_BLOB (1u << 20)
 
 typedef struct {
@@ -173,6 +178,9 @@ typedef struct {
 #define HC_BOOTSTRAP_MAX_AUTH (HC_BOOTSTRAP_NONCE_LEN + HC_BOOTSTRAP_MAC_LEN)
 #define HC_BOOTSTRAP_MAX_SIZE (1u << 20)        /* ranks in one job */
 #define HC_BOOTSTRAP_MAX_PAYLOAD (256ull << 20) /* a whole table */
+/* Round 1 by node: the reference to a node's file a TABLE may carry
+ * (alone, or after the table: core/bootstrap_node.c). */
+#define HC_BOOTSTRAP_NODE_REF_LEN 24
 #define HC_BOOTSTRAP_MAX_ABORT_TEXT 1024u
 #define HC_BOOTSTRAP_NOTICE_HDR 12u
 #define HC_BOOTSTRAP_MAX_NOTICE_TEXT 255u

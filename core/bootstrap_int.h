@@ -158,6 +158,15 @@ hcomm_status_t hc_bs_allgather(hc_bootstrap_t *bs, const char *fn, const void *i
 /* A non-zero rank's part of an allgather: its contribution to rank 0. */
 hcomm_status_t hc_bs_allgather_send(hc_bootstrap_t *bs, const char *fn, const void *in, size_t len,
                                     double deadline);
+/* Round 1 by node (p->node_key_len > 0): rank 0 sends the table to each
+ * node's leader and a reference to the others (and publishes for its own
+ * node); a rank takes what came (m: the TABLE message), publishing it for
+ * its node when it leads, else reading its leader's file. */
+#define HC_BS_NODE_REF_LEN HC_BOOTSTRAP_NODE_REF_LEN
+hcomm_status_t hc_bs_node_send_tables(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                                      double deadline);
+hcomm_status_t hc_bs_node_take_table(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                                     const hc_bootstrap_msg_t *m, double deadline, double timeout);
 /* The job key's hash for hc_bootstrap_allgather_nodes' file names (open). */
 void hc_bs_node_init(hc_bootstrap_t *bs, const char *key);
 /* The file hc_bootstrap_allgather_nodes published, removed (close). */

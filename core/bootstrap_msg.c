@@ -65,9 +65,15 @@ static bool hc_bootstrap_msg_header_valid(const hc_bootstrap_msg_t *m)
     case HC_BOOTSTRAP_MSG_PROOF:
     case HC_BOOTSTRAP_MSG_AG_IN:
         return m->payload_len <= HC_BOOTSTRAP_MAX_BLOB;
-    case HC_BOOTSTRAP_MSG_TABLE:
-    case HC_BOOTSTRAP_MSG_AG_OUT:
-        return m->payload_len % m->size == 0 && m->payload_len / m->size <= HC_BOOTSTRAP_MAX_BLOB;
+    case HC_BOOTSTRAP_MSG_TABLE: {
+        /* by node: a reference alone, or the table and a reference */
+        if (m->payload_len == HC_BOOTSTRAP_NODE_REF_LEN) return true;
+        uint64_t t = m->payload_len, ref = t % m->size ? HC_BOOTSTRAP_NODE_REF_LEN : 0;
+        return t >= ref && (t - ref) % m->size == 0 && (t - ref) / m->size <= HC_BOOTSTRAP_MAX_BLOB;
+    }
+    case HC_BOOTSTRAP_MSG_AG_OUT: /* the table, or (by node) rank 0's 24-byte word */
+        return m->payload_len == HC_BOOTSTRAP_NODE_REF_LEN ||
+               (m->payload_len % m->size == 0 && m->payload_len / m->size <= HC_BOOTSTRAP_MAX_BLOB);
     case HC_BOOTSTRAP_MSG_ABORT:
     case HC_BOOTSTRAP_MSG_REFUSE:
         return m->payload_len >= 4 && m->payload_len <= 4 + HC_BOOTSTRAP_MAX_ABORT_TEXT;

@@ -1,14 +1,19 @@
 /*
- * The bootstrap's allgather by node (hc_bootstrap_allgather_nodes): rank 0
- * gathers every rank's part as the plain allgather does, but sends the
- * result once per node, to the node's lowest rank (its leader), which
+ * The bootstrap's tables by node. Round 1 (hc_bs_node_send_tables, the
+ * table of every rank's blob after the handshakes) and the allgather by
+ * node (hc_bootstrap_allgather_nodes, round 2's addresses): rank 0 sends
+ * the table once per node, to the node's lowest rank (its leader), which
  * publishes it in a shared-memory file; the node's other ranks read it
- * there. Rank 0 thus sends (nodes - 1) tables instead of (N - 1): O(N x
- * nodes) bytes, O(N) on one node, where the star sent O(N^2).
+ * there (round 1: rank 0 sends them a 24-byte reference instead, naming
+ * the call and the leader). Rank 0 thus sends (nodes - 1) tables instead
+ * of (N - 1): O(N x nodes) bytes, O(N) on one node, where the star sent
+ * O(N^2). Round 1's nodes are the ranks whose blobs agree on the bytes
+ * the caller names (p->node_key_off/len: the node's id and the machine).
  *
  * The file: /dev/shm/hcomm-ag-<tag>, mode 0600 (this user only), the tag
- * a hash of the job key, round 1's table (every rank's pid and host: one
- * launch's), the call's number and the leader's rank, so that neither another job nor a
+ * a hash of the job key and, for round 1, a random number rank 0 draws and
+ * the node's key; for an allgather, round 1's table (every rank's pid and
+ * host: one launch's), the call's number and the leader's rank, so that neither another job nor a
  * file a crashed run left behind is ever read; the header repeats the tag
  * and the length. The leader fills it, then sets `ready` (release); a
  * reader maps it once it exists, waits for `ready` (acquire), copies, and
@@ -54,11 +59,12 @@ static uint64_t hc_bs_fnv(uint64_t h, const void *p, size_t n)
 
 /* The call's tag (the same on every rank of the node: nodes that share a
  * host, as tests fake them, have their own) and its file name. */
-static uint64_t hc_bs_node_tag(const hc_bootstrap_t *bs, int leader, char *name, size_t cap)
+static uint64_t hc_bs_node_tag(const hc_bootstrap_t *bs, uint64_t call, int leader, char *name,
+                               size_t cap)
 {
     uint64_t h = hc_bs_fnv(0xcbf29ce484222325ull, bs->key_hash, sizeof(bs->key_hash));
     h = hc_bs_fnv(h, bs->table, bs->blob_len * (size_t)bs->size);
-    h = hc_bs_fnv(h, &bs->node_calls, sizeof(bs->node_calls));
+    h = hc_bs_fnv(h, &call, sizeof(call));
     h = hc_bs_fnv(h, &leader, sizeof(leader));
     snprintf(name, cap, "/hcomm-ag-%016llx", (unsigned long long)h);
     return h;
@@ -95,6 +101,9 @@ static hcomm_status_t hc_bs_node_publish(hc_bootstrap_t *bs, const char *fn, con
     atomic_store_explicit(&h->readers, readers, memory_order_relaxed);
     atomic_store_explicit(&h->ready, 1, memory_order_release);
     munmap(p, total);
+    /* The previous one was read by every reader before any of them could
+     * contribute to this call: normally gone already. */
+    if (bs->node_file[0]) shm_unlink(bs->node_file);
     snprintf(bs->node_file, sizeof(bs->node_file), "%s", name);
     return HCOMM_OK;
 }
@@ -193,6 +202,66 @@ static hcomm_status_t hc_bs_node_wait(hc_bootstrap_t *bs, const char *fn, const 
     }
 }
 
+#define HC_BS_NODE_SIGNAL_MAGIC 0x68634e6f64655232ull /* "hcNodeR2" */
+
+/* The 24 bytes rank 0 sends a rank whose table is in a node's file: round
+ * 1's reference (an epoch) or an allgather's signal (the call's tag). */
+typedef struct {
+    uint64_t magic;
+    uint64_t epoch; /* round 1: rank 0's random number; an allgather: the tag */
+    uint32_t leader;
+    uint32_t pad;
+} hc_bs_node_ref_t;
+
+_Static_assert(sizeof(hc_bs_node_ref_t) == HC_BS_NODE_REF_LEN, "the table's room for a reference");
+
+/* A reader of an allgather: rank 0's signal that the node's table is (or
+ * is about to be) in its file; failure notices may come first. */
+static hcomm_status_t hc_bs_node_signal(hc_bootstrap_t *bs, const char *fn, uint64_t tag,
+                                        int leader, double deadline, double timeout_sec)
+{
+    hc_bs_conn_t *c = &bs->conns[0];
+    hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_AG_OUT, (uint32_t)bs->size, HC_BS_NODE_REF_LEN, true};
+    char why[160], text[HC_BOOTSTRAP_MAX_ABORT_TEXT + 1];
+    hc_bootstrap_msg_t m;
+    hcomm_status_t st;
+    while ((st = hc_bs_conn_wait(c, &e, deadline, &m, why, sizeof(why))) == HCOMM_OK &&
+           hc_bs_is_sideband(m.type))
+        hc_bs_sideband(bs, 0, &m);
+    if (st == HCOMM_ERR_TIMEOUT)
+        return hc_error(st, "%s: rank %d got no word from rank 0 within %.1f s", fn, bs->rank,
+                        timeout_sec);
+    if (st == HCOMM_ERR_PEER_FAILED)
+        return hc_error(st, "%s: rank 0 closed its bootstrap connection (%s)", fn, why);
+    if (st != HCOMM_OK) return hc_error(st, "%s: bad message from rank 0: %s", fn, why);
+    if (m.type == HC_BOOTSTRAP_MSG_ABORT)
+        return hc_error(hc_bs_abort_decode(&m, text, sizeof(text)),
+                        "%s: rank 0 stopped the job: %s", fn, text);
+    hc_bs_node_ref_t ref;
+    memcpy(&ref, m.payload, sizeof(ref));
+    if (ref.magic != HC_BS_NODE_SIGNAL_MAGIC || ref.epoch != tag || ref.leader != (uint32_t)leader)
+        return hc_error(HCOMM_ERR_BOOTSTRAP,
+                        "%s: rank 0's word names another call or leader (rank %u, not %d)", fn,
+                        ref.leader, leader);
+    return HCOMM_OK;
+}
+
+/* Rank 0: the 24 bytes to rank r, whose table is in its node's file. */
+static hcomm_status_t hc_bs_node_send_ref(hc_bootstrap_t *bs, const char *fn, uint32_t type, int r,
+                                          const hc_bs_node_ref_t *ref, double deadline)
+{
+    hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
+                            HC_BOOTSTRAP_VERSION,
+                            type,
+                            0,
+                            (uint32_t)bs->size,
+                            0,
+                            NULL,
+                            sizeof(*ref),
+                            ref};
+    return hc_bs_send_msg(bs->conns[r].fd, &m, deadline, fn, r);
+}
+
 hcomm_status_t hc_bootstrap_allgather_nodes(hc_bootstrap_t *bs, const void *in, size_t len,
                                             void *out, const int *node_of_rank, double timeout_sec)
 {
@@ -204,37 +273,159 @@ hcomm_status_t hc_bootstrap_allgather_nodes(hc_bootstrap_t *bs, const void *in, 
                         : len == 0             ? "len"
                         : in == NULL           ? "in"
                                                : "out");
-    int me = node_of_rank[bs->rank], leader = -1, locals = 0;
+    double deadline = hc_time_sec() + timeout_sec;
+    int *lead = calloc((size_t)bs->size, sizeof(int)); /* each rank's node's leader */
     bool *to = calloc((size_t)bs->size, sizeof(bool)); /* rank 0: the other nodes' leaders */
-    if (to == NULL) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
-    for (int r = 0; r < bs->size; r++) {
-        int n = node_of_rank[r];
-        bool first = true;
-        for (int q = 0; q < r && first; q++)
-            first = node_of_rank[q] != n;
-        to[r] = first && n != node_of_rank[0];
-        if (n != me) continue;
-        locals++;
-        if (leader < 0) leader = r;
+    if (lead == NULL || to == NULL) {
+        free(lead);
+        free(to);
+        return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
     }
+    for (int r = 0; r < bs->size; r++) {
+        lead[r] = r;
+        for (int q = 0; q < r && lead[r] == r; q++)
+            if (node_of_rank[q] == node_of_rank[r]) lead[r] = lead[q];
+        to[r] = lead[r] == r && node_of_rank[r] != node_of_rank[0];
+    }
+    int leader = lead[bs->rank], readers = -1;
+    for (int r = 0; r < bs->size; r++)
+        readers += lead[r] == leader;
     char name[64];
-    uint64_t tag = hc_bs_node_tag(bs, leader, name, sizeof(name));
-    bs->node_calls++;
+    uint64_t call = bs->node_calls++;
+    uint64_t tag = hc_bs_node_tag(bs, call, leader, name, sizeof(name));
+    size_t tlen = len * (size_t)bs->size;
     hcomm_status_t st;
     if (bs->rank == leader) {
+        /* rank 0: the leaders first, then its own node's file, then the
+         * readers' signal; another leader: the table, then its file */
         st = hc_bs_allgather(bs, fn, in, len, out, to, timeout_sec);
-        if (st == HCOMM_OK && locals > 1)
-            st = hc_bs_node_publish(bs, fn, name, tag, out, len * (size_t)bs->size, locals - 1);
+        if (st == HCOMM_OK && readers > 0)
+            st = hc_bs_node_publish(bs, fn, name, tag, out, tlen, readers);
+        if (bs->rank == 0 && st == HCOMM_OK) {
+            /* each node's readers: the tag of their own leader's file */
+            for (int r = 1; r < bs->size && st == HCOMM_OK; r++) {
+                if (lead[r] == r) continue;
+                char other[64];
+                hc_bs_node_ref_t ref = {
+                    HC_BS_NODE_SIGNAL_MAGIC,
+                    lead[r] == 0 ? tag : hc_bs_node_tag(bs, call, lead[r], other, sizeof(other)),
+                    (uint32_t)lead[r], 0};
+                st = hc_bs_node_send_ref(bs, fn, HC_BOOTSTRAP_MSG_AG_OUT, r, &ref, deadline);
+            }
+            if (st != HCOMM_OK) {
+                hc_bs_abort_all(bs, st, hc_error_last());
+                bs->dead = st;
+            }
+        }
     } else {
-        double deadline = hc_time_sec() + timeout_sec;
         st = hc_bs_allgather_send(bs, fn, in, len, deadline);
+        if (st == HCOMM_OK) st = hc_bs_node_signal(bs, fn, tag, leader, deadline, timeout_sec);
         if (st == HCOMM_OK)
-            st = hc_bs_node_wait(bs, fn, name, tag, out, len * (size_t)bs->size, leader, deadline,
-                                 timeout_sec);
+            st = hc_bs_node_wait(bs, fn, name, tag, out, tlen, leader, deadline, timeout_sec);
         if (st != HCOMM_OK) bs->dead = st;
     }
+    free(lead);
     free(to);
     return st;
+}
+
+/* ---- round 1 ------------------------------------------------------------------------ */
+
+#define HC_BS_NODE_REF_MAGIC 0x68634e6f64655231ull /* "hcNodeR1" */
+
+static const uint8_t *hc_bs_node_key(const hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                                     int r)
+{
+    return bs->table + (size_t)r * bs->blob_len + p->node_key_off;
+}
+
+/* Round 1's file name, from the epoch and this rank's node key. */
+static uint64_t hc_bs_node_tag1(const hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                                uint64_t epoch, char *name, size_t cap)
+{
+    uint64_t h = hc_bs_fnv(0xcbf29ce484222325ull, bs->key_hash, sizeof(bs->key_hash));
+    h = hc_bs_fnv(h, &epoch, sizeof(epoch));
+    h = hc_bs_fnv(h, hc_bs_node_key(bs, p, bs->rank), p->node_key_len);
+    snprintf(name, cap, "/hcomm-ag-%016llx", (unsigned long long)h);
+    return h;
+}
+
+/* Ranks other than the leader that share this rank's node (the table is
+ * whole here). */
+static int hc_bs_node_readers(const hc_bootstrap_t *bs, const hc_bootstrap_params_t *p)
+{
+    int n = 0;
+    const uint8_t *mine = hc_bs_node_key(bs, p, bs->rank);
+    for (int r = 0; r < bs->size; r++)
+        n += !memcmp(hc_bs_node_key(bs, p, r), mine, p->node_key_len);
+    return n - 1;
+}
+
+hcomm_status_t hc_bs_node_send_tables(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                                      double deadline)
+{
+    const char *fn = "hc_bootstrap_open";
+    size_t tlen = bs->blob_len * (size_t)bs->size;
+    hc_bs_node_ref_t *ref = (hc_bs_node_ref_t *)(bs->table + tlen); /* room made at open */
+    int *leader = malloc(sizeof(int) * (size_t)bs->size);
+    if (leader == NULL) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
+    uint64_t epoch = 0;
+    hcomm_status_t st = hc_auth_random(&epoch, sizeof(epoch));
+    for (int r = 0; r < bs->size; r++) {
+        leader[r] = r;
+        for (int q = 0; q < r && leader[r] == r; q++)
+            if (!memcmp(hc_bs_node_key(bs, p, q), hc_bs_node_key(bs, p, r), p->node_key_len))
+                leader[r] = leader[q];
+    }
+    int readers = hc_bs_node_readers(bs, p);
+    char name[64];
+    uint64_t tag = hc_bs_node_tag1(bs, p, epoch, name, sizeof(name));
+    if (st == HCOMM_OK && readers > 0)
+        st = hc_bs_node_publish(bs, fn, name, tag, bs->table, tlen, readers);
+    for (int r = 1; r < bs->size && st == HCOMM_OK; r++) {
+        bool lead = leader[r] == r;
+        *ref = (hc_bs_node_ref_t){HC_BS_NODE_REF_MAGIC, epoch, (uint32_t)leader[r], 0};
+        hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
+                                HC_BOOTSTRAP_VERSION,
+                                HC_BOOTSTRAP_MSG_TABLE,
+                                0,
+                                (uint32_t)bs->size,
+                                0,
+                                NULL,
+                                lead ? tlen + sizeof(*ref) : sizeof(*ref),
+                                lead ? (const void *)bs->table : (const void *)ref};
+        st = hc_bs_send_msg(bs->conns[r].fd, &m, deadline, fn, r);
+    }
+    free(leader);
+    if (st != HCOMM_OK) hc_bs_abort_all(bs, st, hc_error_last());
+    return st;
+}
+
+hcomm_status_t hc_bs_node_take_table(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
+                                     const hc_bootstrap_msg_t *m, double deadline, double timeout)
+{
+    const char *fn = "hc_bootstrap_open";
+    size_t tlen = bs->blob_len * (size_t)bs->size;
+    hc_bs_node_ref_t ref;
+    bool lead = m->payload_len == tlen + sizeof(ref);
+    if (!lead && m->payload_len != sizeof(ref))
+        return hc_error(HCOMM_ERR_BOOTSTRAP,
+                        "%s: rank 0 sent a table of %llu bytes, expected %zu or a %zu-byte "
+                        "reference (HCOMM_BOOTSTRAP_NODES must be the same on every rank)",
+                        fn, (unsigned long long)m->payload_len, tlen + sizeof(ref), sizeof(ref));
+    memcpy(&ref, (const uint8_t *)m->payload + (lead ? tlen : 0), sizeof(ref));
+    if (ref.magic != HC_BS_NODE_REF_MAGIC || ref.leader >= (uint32_t)bs->size ||
+        (lead && ref.leader != (uint32_t)bs->rank))
+        return hc_error(HCOMM_ERR_BOOTSTRAP, "%s: rank 0 sent a malformed node reference", fn);
+    char name[64];
+    if (lead) memcpy(bs->table, m->payload, tlen);
+    uint64_t tag = hc_bs_node_tag1(bs, p, ref.epoch, name, sizeof(name));
+    if (lead) {
+        int readers = hc_bs_node_readers(bs, p);
+        return readers > 0 ? hc_bs_node_publish(bs, fn, name, tag, bs->table, tlen, readers)
+                           : HCOMM_OK;
+    }
+    return hc_bs_node_wait(bs, fn, name, tag, bs->table, tlen, (int)ref.leader, deadline, timeout);
 }
 
 void hc_bs_node_init(hc_bootstrap_t *bs, const char *key)

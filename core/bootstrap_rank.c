@@ -102,7 +102,7 @@ static bool hc_bs_read_addr_file(const hc_bootstrap_url_t *u, const char *key,
 static hcomm_status_t hc_bs_rank_result(hc_bootstrap_t *bs, const hc_bootstrap_params_t *p,
                                         const hc_bs_conn_t *c, hcomm_status_t st,
                                         const hc_bootstrap_msg_t *m, const char *why,
-                                        double timeout)
+                                        double deadline, double timeout)
 {
     char text[HC_BOOTSTRAP_MAX_ABORT_TEXT + 1];
     if (st == HCOMM_ERR_TIMEOUT)
@@ -124,6 +124,7 @@ static hcomm_status_t hc_bs_rank_result(hc_bootstrap_t *bs, const hc_bootstrap_p
         st = hc_bs_auth_refuse_decode(c, p, m, text, sizeof(text));
         return hc_error(st, "hc_bootstrap_open: rank 0 refused this rank (%d): %s", p->rank, text);
     }
+    if (p->node_key_len) return hc_bs_node_take_table(bs, p, m, deadline, timeout);
     memcpy(bs->table, m->payload, (size_t)m->payload_len);
     return HCOMM_OK;
 }
@@ -210,7 +211,9 @@ hcomm_status_t hc_bs_rank_open(hc_bootstrap_t *bs, const hc_bootstrap_params_t *
             /* Rank 0 may still be deciding who is missing: give it a moment to say. */
             double grace = HC_MIN(0.25 * timeout, 2.0);
             hc_bs_expect_t e = {HC_BOOTSTRAP_MSG_TABLE, (uint32_t)p->size,
-                                (uint64_t)bs->blob_len * (uint64_t)p->size};
+                                (uint64_t)bs->blob_len * (uint64_t)p->size,
+                                false, /* by node: the table or a reference */
+                                p->node_key_len > 0};
             st = hc_bs_conn_wait(c, &e, deadline + grace, &m, why, sizeof(why));
             if (st != HCOMM_OK || m.type != HC_BOOTSTRAP_MSG_BUSY) break;
         }
@@ -222,5 +225,5 @@ hcomm_status_t hc_bs_rank_open(hc_bootstrap_t *bs, const hc_bootstrap_params_t *
         hc_bs_sleep(HC_MIN(backoff, HC_MAX(deadline - hc_time_sec(), 0.0)));
         backoff = HC_MIN(backoff * 2, HC_BS_BACKOFF_MAX);
     }
-    return hc_bs_rank_result(bs, p, c, st, &m, why, timeout);
+    return hc_bs_rank_result(bs, p, c, st, &m, why, deadline, timeout);
 }

@@ -390,6 +390,7 @@ hcomm_status_t hc_bs_root_open(hc_bootstrap_t *bs, const hc_bootstrap_params_t *
     close(lfd);
     if (st != HCOMM_OK) return st;
 
+    if (p->node_key_len) return hc_bs_node_send_tables(bs, p, deadline);
     for (int r = 1; r < bs->size; r++) {
         hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
                                 HC_BOOTSTRAP_VERSION,

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +48,8 @@ static void hc_ctx_machine_id(char *buf, size_t len)
     char boot[64] = "?", where[128];
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
     if (f) {
-        if (!fgets(boot, sizeof(boot), f)) snprintf(boot, sizeof(boot), "?");
+        if (!fgets(boot, sizeof(boot), f))
+            snprintf(boot, sizeof(boot), "?");
         boot[strcspn(boot, "\n")] = '\0';
         fclose(f);
     }
@@ -62,16 +64,16 @@ static hcomm_status_t hc_ctx_check_nodes(const hc_rank_info_t *info)
 {
     int n = hc_ctx.size;
     for (int r = 0; r < n; r++) {
-        if (hc_ctx.node_of_rank[r] != hc_ctx.node || r == hc_ctx.rank) continue;
+        if (hc_ctx.node_of_rank[r] != hc_ctx.node || r == hc_ctx.rank)
+            continue;
         const hc_rank_info_t *a = &info[hc_ctx.rank], *b = &info[r];
         if (strncmp(a->machine, b->machine, sizeof(a->machine)))
-            return hc_error(
-                HCOMM_ERR_INVALID,
-                "hcomm_init: ranks %d and %d are grouped as one node (node id \"%s\"%s) "
-                "but run on different machines or network namespaces (%s vs %s): "
-                "they cannot share memory; give each host its own HCOMM_NODE_ID",
-                hc_ctx.rank, r, a->node_id, hc_cfg.node_id[0] ? ", HCOMM_NODE_ID" : "", a->machine,
-                b->machine);
+            return hc_error(HCOMM_ERR_INVALID,
+                            "hcomm_init: ranks %d and %d are grouped as one node (node id \"%s\"%s) "
+                            "but run on different machines or network namespaces (%s vs %s): "
+                            "they cannot share memory; give each host its own HCOMM_NODE_ID",
+                            hc_ctx.rank, r, a->node_id, hc_cfg.node_id[0] ? ", HCOMM_NODE_ID" : "",
+                            a->machine, b->machine);
         if (a->launcher_local_rank >= 0 && a->launcher_local_rank == b->launcher_local_rank)
             return hc_error(HCOMM_ERR_INVALID,
                             "hcomm_init: ranks %d and %d on one node both say local rank %d "
@@ -101,7 +103,8 @@ static void hc_ctx_verdict(void *arg, int peer, int cause, hcomm_status_t status
 hc_drv_t *hc_core_node_driver(void)
 {
     for (int i = 0; i < hc_ctx.ndrvs; i++)
-        if (hc_ctx.drvs[i]->ops->scope == HC_DRV_SCOPE_NODE) return hc_ctx.drvs[i];
+        if (hc_ctx.drvs[i]->ops->scope == HC_DRV_SCOPE_NODE)
+            return hc_ctx.drvs[i];
     return NULL;
 }
 
@@ -112,8 +115,8 @@ static hcomm_status_t hc_ctx_ep_send(void *core, hc_drv_t *drv, int peer, const 
 {
     (void)core;
     if (len > HC_DRV_EP_BLOB_MAX)
-        return hc_error(HCOMM_ERR_INVALID, "%s: a %zu-byte handshake (at most %d)", drv->ops->name,
-                        len, HC_DRV_EP_BLOB_MAX);
+        return hc_error(HCOMM_ERR_INVALID, "%s: a %zu-byte handshake (at most %d)",
+                        drv->ops->name, len, HC_DRV_EP_BLOB_MAX);
     if (peer < 0 || peer >= hc_ctx.size || hc_ctx.peers[peer].failed)
         return hc_error(HCOMM_ERR_PEER_FAILED, "%s: handshake with rank %d: it failed",
                         drv->ops->name, peer);
@@ -193,7 +196,8 @@ static void hc_ctx_tune_backoff(const hc_rank_info_t *info)
     size_t boot_len = strcspn(mine, "/");
     int here = 0;
     for (int r = 0; r < hc_ctx.size; r++)
-        if (!strncmp(info[r].machine, mine, boot_len) && info[r].machine[boot_len] == '/') here++;
+        if (!strncmp(info[r].machine, mine, boot_len) && info[r].machine[boot_len] == '/')
+            here++;
     if (cpus > 0 && here > cpus) {
         hc_backoff_spin_limit = 32;
         hc_log_info("%d ranks on %ld cores of this machine: waits yield quickly", here, cpus);
@@ -219,14 +223,17 @@ static hcomm_status_t hc_ctx_build_nodes(const hc_rank_info_t *info)
                 break;
             }
         }
-        if (hc_ctx.node_of_rank[r] < 0) hc_ctx.node_of_rank[r] = nodes++;
+        if (hc_ctx.node_of_rank[r] < 0)
+            hc_ctx.node_of_rank[r] = nodes++;
     }
     hc_ctx.node_count = nodes;
     hc_ctx.node = hc_ctx.node_of_rank[hc_ctx.rank];
     hc_ctx.local_size = 0;
     for (int r = 0; r < n; r++) {
-        if (hc_ctx.node_of_rank[r] != hc_ctx.node) continue;
-        if (r == hc_ctx.rank) hc_ctx.local_rank = hc_ctx.local_size;
+        if (hc_ctx.node_of_rank[r] != hc_ctx.node)
+            continue;
+        if (r == hc_ctx.rank)
+            hc_ctx.local_rank = hc_ctx.local_size;
         hc_ctx.local_ranks[hc_ctx.local_size++] = r;
     }
     return hc_ctx_check_nodes(info);
@@ -239,10 +246,10 @@ static hcomm_status_t hc_ctx_build_topo(const hc_rank_info_t *info)
     int n = hc_ctx.size, nn = hc_ctx.node_count;
     hc_topo_weights_t w;
     hcomm_status_t st = hc_topo_weights_parse(hc_cfg.topo_weights, &w);
-    if (st != HCOMM_OK) return st;
+    if (st != HCOMM_OK)
+        return st;
     int *numa = malloc(sizeof(int) * (size_t)n);
-    const char **names = calloc((size_t)nn, sizeof(char *)),
-               **sw = calloc((size_t)nn, sizeof(char *));
+    const char **names = calloc((size_t)nn, sizeof(char *)), **sw = calloc((size_t)nn, sizeof(char *));
     if (!numa || !names || !sw) {
         st = hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: topology map");
         goto out;
@@ -254,16 +261,13 @@ static hcomm_status_t hc_ctx_build_topo(const hc_rank_info_t *info)
             names[k] = info[r].node_id;
             sw[k] = info[r].topo.sw;
         } else if (strcmp(sw[k], info[r].topo.sw)) {
-            st = hc_error(HCOMM_ERR_INVALID,
-                          "hcomm_init: HCOMM_TOPO_FILE puts node %s under switch "
+            st = hc_error(HCOMM_ERR_INVALID, "hcomm_init: HCOMM_TOPO_FILE puts node %s under switch "
                           "\"%s\" for one rank and \"%s\" for rank %d: every rank must read the "
-                          "same file",
-                          names[k], sw[k], info[r].topo.sw, r);
+                          "same file", names[k], sw[k], info[r].topo.sw, r);
             goto out;
         }
     }
-    if ((st = hc_topo_map_new(n, hc_ctx.node_of_rank, numa, nn, names, sw, &w, &hc_ctx.topo)) !=
-        HCOMM_OK)
+    if ((st = hc_topo_map_new(n, hc_ctx.node_of_rank, numa, nn, names, sw, &w, &hc_ctx.topo)) != HCOMM_OK)
         goto out;
     if (hc_ctx.rank == 0 && hc_cfg.topo_dump_file[0]) {
         if (hc_topo_map_dump_path(hc_ctx.topo, hc_cfg.topo_dump_file) != HCOMM_OK)
@@ -306,7 +310,8 @@ static hcomm_status_t hc_ctx_connect_all(const uint8_t *table)
         hcomm_status_t st = d->ops->wireup(d, addrs, lens);
         free(addrs);
         free(lens);
-        if (st != HCOMM_OK) return st;
+        if (st != HCOMM_OK)
+            return st;
     }
     for (int r = 0; r < hc_ctx.size; r++) {
         hc_drv_t *d;
@@ -316,15 +321,18 @@ static hcomm_status_t hc_ctx_connect_all(const uint8_t *table)
             d = by_scope[HC_DRV_SCOPE_NODE];
         else
             d = by_scope[HC_DRV_SCOPE_NET];
-        if (!d) return hc_error(HCOMM_ERR_NO_DEVICE, "hcomm_init: no driver reaches rank %d", r);
+        if (!d)
+            return hc_error(HCOMM_ERR_NO_DEVICE, "hcomm_init: no driver reaches rank %d", r);
         const uint8_t *slot = table + (size_t)r * stride + (size_t)d->ops->scope * HC_DRV_ADDR_MAX;
         uint32_t len;
         memcpy(&len, slot, sizeof(len));
         hc_conn_t *conn = NULL;
         hcomm_status_t st = d->ops->connect(d, r, slot + sizeof(len), len, &conn);
-        if (st != HCOMM_OK) return st;
+        if (st != HCOMM_OK)
+            return st;
         conn->core_priv = &hc_ctx.peers[r];
-        if (conn->eager_max > 16 * conn->max_frame) conn->eager_max = 16 * conn->max_frame;
+        if (conn->eager_max > 16 * conn->max_frame)
+            conn->eager_max = 16 * conn->max_frame;
         hc_ctx.peers[r].conn = conn;
     }
     return HCOMM_OK;
@@ -351,8 +359,10 @@ void hc_ctx_teardown(void)
             }
             free(p->partial);
             p->partial = NULL;
-            if (p->conn) p->conn->ops->disconnect(p->conn);
-            if (p->pidfd >= 0) close(p->pidfd);
+            if (p->conn)
+                p->conn->ops->disconnect(p->conn);
+            if (p->pidfd >= 0)
+                close(p->pidfd);
         }
     }
     /* Drivers drop their own registrations when they close; regions a
@@ -362,7 +372,8 @@ void hc_ctx_teardown(void)
         hc_ctx.drvs[i]->ops->close(hc_ctx.drvs[i]);
     hc_mem_finalize();
     hc_gpu_fini(); /* after mem/: staging chunks are pool memory */
-    if (hc_ctx.bs) hc_bootstrap_close(hc_ctx.bs);
+    if (hc_ctx.bs)
+        hc_bootstrap_close(hc_ctx.bs);
     free(hc_ctx.peers);
     hc_topo_map_free(hc_ctx.topo);
     hc_ctx.topo = NULL;
@@ -385,12 +396,12 @@ static void hc_ctx_control_open(void)
     static int kept = -1;
     int fd = (int)hc_cfg.control_fd;
     hc_ctx.control_fd = kept;
-    if (fd < 0 || kept >= 0) return;
+    if (fd < 0 || kept >= 0)
+        return;
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
         hc_log_warn("HCOMM_CONTROL_FD=%d is not an open descriptor (%s): hcommrun cannot ask this "
-                    "rank for its hang report",
-                    fd, strerror(errno));
+                    "rank for its hang report", fd, strerror(errno));
         return;
     }
     hc_ctx.control_fd = kept = fd;
@@ -403,7 +414,8 @@ static void hc_ctx_control_open(void)
 static hcomm_status_t hc_ctx_init_config(const hc_bootstrap_params_t *given)
 {
     hcomm_status_t st;
-    if ((st = hc_config_load()) != HCOMM_OK) return st;
+    if ((st = hc_config_load()) != HCOMM_OK)
+        return st;
     if ((st = hc_rndv_init()) != HCOMM_OK || (st = hc_gdr_init()) != HCOMM_OK ||
         (st = hc_p2p_lanes_init()) != HCOMM_OK)
         return st;
@@ -423,7 +435,8 @@ static hcomm_status_t hc_ctx_init_config(const hc_bootstrap_params_t *given)
 static hcomm_status_t hc_ctx_init_peers(void)
 {
     hcomm_status_t st;
-    if ((st = hc_request_pool_init()) != HCOMM_OK) return st;
+    if ((st = hc_request_pool_init()) != HCOMM_OK)
+        return st;
     hc_ctx.peers = calloc((size_t)hc_ctx.size, sizeof(hc_peer_t));
     if (!hc_ctx.peers)
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: peer table for %d ranks", hc_ctx.size);
@@ -456,14 +469,25 @@ static hcomm_status_t hc_ctx_round_ranks(const hc_rank_info_t **info_p)
     if ((st = hc_topo_mode_parse(hc_cfg.topo, &hc_ctx.topo_mode)) != HCOMM_OK ||
         (st = hc_topo_self(hc_cfg.topo_file, me.node_id, &me.topo)) != HCOMM_OK)
         return st; /* the message names the variable (and the file and line) */
+    /* Round 1 by node: ranks that agree on node_id and machine share /dev/shm
+     * (those that agree on node_id alone are an error the map reports). */
+    _Static_assert(offsetof(hc_rank_info_t, machine) ==
+                       offsetof(hc_rank_info_t, node_id) + sizeof(me.node_id),
+                   "node_id and machine are the node key, adjacent");
+    hc_ctx.bs_params.node_key_off = hc_cfg.bootstrap_nodes ? offsetof(hc_rank_info_t, node_id) : 0;
+    hc_ctx.bs_params.node_key_len =
+        hc_cfg.bootstrap_nodes ? sizeof(me.node_id) + sizeof(me.machine) : 0;
     const void *table = NULL;
     st = hc_bootstrap_open(&hc_ctx.bs_params, &me, sizeof(me), hc_cfg.timeout, &hc_ctx.bs, &table);
-    if (st != HCOMM_OK) return st;
+    if (st != HCOMM_OK)
+        return st;
     const hc_rank_info_t *info = table;
     hc_bootstrap_set_notice(hc_ctx.bs, hc_ctx_verdict, NULL);
     hc_bootstrap_set_relay(hc_ctx.bs, hc_ctx_ep_recv, NULL);
-    if ((st = hc_ctx_build_nodes(info)) != HCOMM_OK) return st;
-    if ((st = hc_ctx_build_topo(info)) != HCOMM_OK) return st;
+    if ((st = hc_ctx_build_nodes(info)) != HCOMM_OK)
+        return st;
+    if ((st = hc_ctx_build_topo(info)) != HCOMM_OK)
+        return st;
     for (int r = 0; r < hc_ctx.size; r++)
         hc_ctx.peers[r].pid = (pid_t)info[r].pid;
     *info_p = info;
@@ -478,8 +502,8 @@ static hcomm_status_t hc_ctx_open_drivers(void)
     /* The network driver picks the interface that routes to the rendezvous
      * host (file:// rendezvous: no host, the driver chooses). */
     hc_bootstrap_url_t url;
-    if (hc_ctx.bs_params.url[0] &&
-        hc_bootstrap_url_parse(hc_ctx.bs_params.url, "HCOMM_BOOTSTRAP", &url) == HCOMM_OK &&
+    if (hc_ctx.bs_params.url[0] && hc_bootstrap_url_parse(hc_ctx.bs_params.url, "HCOMM_BOOTSTRAP",
+                                                          &url) == HCOMM_OK &&
         !url.is_file)
         snprintf(hc_ctx.bootstrap_host, sizeof(hc_ctx.bootstrap_host), "%s", url.host);
     hc_ctx.env = (hc_drv_env_t){
@@ -500,12 +524,14 @@ static hcomm_status_t hc_ctx_open_drivers(void)
         .ep_send = hc_ctx_ep_send,
         .lanes = hc_ctx.lanes ? HC_FRAME_LANES : 1,
     };
-    if ((st = hc_drv_select_open(&hc_ctx.env, hc_ctx.drvs, &hc_ctx.ndrvs)) != HCOMM_OK) return st;
+    if ((st = hc_drv_select_open(&hc_ctx.env, hc_ctx.drvs, &hc_ctx.ndrvs)) != HCOMM_OK)
+        return st;
     for (int i = 0; i < hc_ctx.ndrvs; i++)
         if (!hc_drv_progress_is_noop(hc_ctx.drvs[i]->ops))
             hc_ctx.poll[hc_ctx.npoll++] = hc_ctx.drvs[i];
     for (int i = 0; i < hc_ctx.ndrvs; i++)
-        if (hc_ctx.drvs[i]->ops->flush) hc_ctx.flush[hc_ctx.nflush++] = hc_ctx.drvs[i];
+        if (hc_ctx.drvs[i]->ops->flush)
+            hc_ctx.flush[hc_ctx.nflush++] = hc_ctx.drvs[i];
     /* RLIMIT_MEMLOCK matters only to a driver that registers memory */
     for (int i = 0; i < hc_ctx.ndrvs; i++)
         if (hc_drv_registers_memory(hc_ctx.drvs[i]->ops)) {
@@ -534,14 +560,18 @@ static hcomm_status_t hc_ctx_round_addrs(void)
          * peers'. */
         uint8_t *slot = blobs + (size_t)d->ops->scope * HC_DRV_ADDR_MAX;
         size_t len = HC_DRV_ADDR_MAX - sizeof(uint32_t);
-        if ((st = d->ops->addr_pack(d, slot + sizeof(uint32_t), &len)) != HCOMM_OK) goto out;
+        if ((st = d->ops->addr_pack(d, slot + sizeof(uint32_t), &len)) != HCOMM_OK)
+            goto out;
         uint32_t len32 = (uint32_t)len;
         memcpy(slot, &len32, sizeof(len32));
     }
     if (hc_ctx.size > 1) {
-        st = hc_bootstrap_allgather_nodes(hc_ctx.bs, blobs, stride, table2, hc_ctx.node_of_rank,
-                                          hc_cfg.timeout);
-        if (st != HCOMM_OK) goto out;
+        st = hc_cfg.bootstrap_nodes
+                 ? hc_bootstrap_allgather_nodes(hc_ctx.bs, blobs, stride, table2,
+                                                hc_ctx.node_of_rank, hc_cfg.timeout)
+                 : hc_bootstrap_allgather(hc_ctx.bs, blobs, stride, table2, hc_cfg.timeout);
+        if (st != HCOMM_OK)
+            goto out;
     } else {
         memcpy(table2, blobs, stride);
     }
@@ -557,7 +587,8 @@ static void hc_ctx_watch_local(void)
 {
     for (int i = 0; i < hc_ctx.local_size; i++) {
         int r = hc_ctx.local_ranks[i];
-        if (r == hc_ctx.rank) continue;
+        if (r == hc_ctx.rank)
+            continue;
         hc_ctx.peers[r].pidfd = (int)syscall(SYS_pidfd_open, hc_ctx.peers[r].pid, 0);
         if (hc_ctx.peers[r].pidfd < 0)
             hc_log_debug("pidfd_open(%d) for rank %d: %s", hc_ctx.peers[r].pid, r, strerror(errno));
@@ -567,12 +598,14 @@ static void hc_ctx_watch_local(void)
 static hcomm_status_t hc_ctx_world_create(void)
 {
     int *all = malloc(sizeof(int) * (size_t)hc_ctx.size);
-    if (!all) return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: world communicator");
+    if (!all)
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_init: world communicator");
     for (int r = 0; r < hc_ctx.size; r++)
         all[r] = r;
     hcomm_status_t st = hc_comm_create(1, hc_ctx.size, all, &hc_ctx.world);
     free(all);
-    if (st != HCOMM_OK) return st;
+    if (st != HCOMM_OK)
+        return st;
     hc_ctx.world->is_world = true;
     return HCOMM_OK;
 }
@@ -621,7 +654,8 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
     hc_ctx.next_ctx_id = 1;
     hc_ctx.control_fd = -1;
 
-    if ((st = hc_ctx_init_config(given)) != HCOMM_OK) return st;
+    if ((st = hc_ctx_init_config(given)) != HCOMM_OK)
+        return st;
     if ((st = hc_ctx_init_peers()) != HCOMM_OK) goto err;
     t[HC_INIT_T_CONFIG] = hc_time_sec();
     if ((st = hc_ctx_round_ranks(&info)) != HCOMM_OK) goto err;
@@ -633,7 +667,8 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
     hc_ctx_watch_local();
     hc_mem_set_reg_hooks(hc_ctx_mem_reg, hc_ctx_mem_dereg, NULL);
     hc_ctx_tune_backoff(info);
-    if ((st = hc_ctx_world_create()) != HCOMM_OK || (st = hc_stats_init()) != HCOMM_OK) goto err;
+    if ((st = hc_ctx_world_create()) != HCOMM_OK || (st = hc_stats_init()) != HCOMM_OK)
+        goto err;
     hc_ctx_control_open();
     hc_ctx.initialized = true;
     t[HC_INIT_T_WORLD] = hc_time_sec();
@@ -642,12 +677,13 @@ hcomm_status_t hc_ctx_init(const hc_bootstrap_params_t *given)
                 hc_ctx.size, hc_ctx.node, hc_ctx.node_count, hc_ctx.local_size,
                 hc_ctx.bs_params.source);
     return HCOMM_OK;
-err : {
-    char saved[512];
-    snprintf(saved, sizeof(saved), "%s", hc_error_last());
-    hc_ctx_teardown();
-    hc_error(st, "%s", saved);
-}
+err:
+    {
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", hc_error_last());
+        hc_ctx_teardown();
+        hc_error(st, "%s", saved);
+    }
     return st;
 }
 

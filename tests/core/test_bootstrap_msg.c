@@ -122,6 +122,18 @@ static void test_pack_rejects(void **state)
     assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
     m = mk(HC_BOOTSTRAP_MSG_TABLE, 0, 3, NULL, blob, 8); /* 8 % 3 != 0 */
     assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
+    /* round 1 by node: a 24-byte reference alone, or after a table */
+    uint8_t big[24 + 3 * 8] = {0};
+    m = mk(HC_BOOTSTRAP_MSG_TABLE, 0, 5, NULL, big, 24);
+    assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), HC_BOOTSTRAP_HDR_LEN + 24);
+    m = mk(HC_BOOTSTRAP_MSG_TABLE, 0, 3, NULL, big, 24 + 3 * 8); /* 48 % 3 == 0: a table */
+    assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), HC_BOOTSTRAP_HDR_LEN + 48);
+    m = mk(HC_BOOTSTRAP_MSG_TABLE, 0, 5, NULL, big, 24 + 5 * 4); /* 44: 5 blobs of 4 + reference */
+    assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), HC_BOOTSTRAP_HDR_LEN + 44);
+    m = mk(HC_BOOTSTRAP_MSG_TABLE, 0, 5, NULL, big, 23); /* neither */
+    assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
+    m = mk(HC_BOOTSTRAP_MSG_TABLE, 0, 5, NULL, big, 26); /* 26 - 24 = 2: not 5 blobs */
+    assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
     m = mk(HC_BOOTSTRAP_MSG_TABLE, 0, 2, MAC, blob, 8); /* auth outside the handshake */
     assert_int_equal(hc_bootstrap_msg_pack(&m, out, sizeof(out)), -1);
     m = mk(HC_BOOTSTRAP_MSG_HELLO, 1, 2, NONCE, blob, 8); /* the blob goes in PROOF */
@@ -151,7 +163,8 @@ static void test_malformed(void **state)
         {"magic byte", 3, 1, 0},
         {"version 0", 4, 4, 0},
         {"version 1 (the key in the clear)", 4, 4, 1},
-        {"version 3", 4, 4, 3},
+        {"version 2 (round 1's table sent to every rank)", 4, 4, 2},
+        {"version 4", 4, 4, 4},
         {"type 0", 8, 4, 0},
         {"type 6", 8, 4, 6},
         {"type max", 8, 4, 0xffffffffu},
