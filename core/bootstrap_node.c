@@ -114,13 +114,27 @@ static int hc_bs_node_try(const char *name, uint64_t tag, void *out, size_t len,
 {
     int fd = shm_open(name, O_RDWR, 0);
     if (fd < 0) {
-        snprintf(why, whycap, "%s", errno == ENOENT ? "not there yet" : strerror(errno));
-        return errno == ENOENT ? 0 : -1;
+        int err = errno;
+        snprintf(why, whycap, "%s", err == ENOENT ? "not there yet" : strerror(err));
+        return err == ENOENT ? 0 : -1;
     }
     size_t total = sizeof(hc_bs_node_hdr_t) + len;
     struct stat st;
     void *p = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && (size_t)st.st_size == total)
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        snprintf(why, whycap, "fstat: %s", strerror(err));
+        return -1;
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & 077)) {
+        /* another user's file (or one others may write): never read */
+        close(fd);
+        snprintf(why, whycap, "owned by uid %u, mode %03o: not this user's 0600 file",
+                 (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+        return -1;
+    }
+    if ((size_t)st.st_size == total)
         p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) {
