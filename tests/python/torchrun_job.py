@@ -90,7 +90,8 @@ def rank_die():
             dist.all_reduce(torch.ones(1 << 16))
             time.sleep(0.01)
         print(f"rank {r}: FAIL: no exception after rank 1 died", flush=True)
-        sys.exit(1)
+        linger(dist, r)
+        os._exit(1)
     except Exception as e:  # noqa: BLE001
         dt = time.monotonic() - t0
         msg = str(e).split("\n")[0]
@@ -99,8 +100,28 @@ def rank_die():
         if not named or dt > TIMEOUT:
             print(f"rank {r}: FAIL: the exception {'does not name rank 1' if not named else 'came too late'}",
                   flush=True)
+            linger(dist, r)
             os._exit(1)
+    linger(dist, r)
     os._exit(0)  # the group cannot be destroyed cleanly with a dead member
+
+
+def linger(dist, r):
+    """Rank 0 hosts the store (plain env://): it stays until every other
+    survivor has its exception. The backend reads the revoking rank's cause
+    there (best effort, docs/python.md); a host that exits first leaves the
+    others hcomm's words alone, which name the rank that revoked (seen: rank
+    2 failed this test when rank 0 exited 0.1 s after its own exception)."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        survivors = dist.get_world_size() - 1
+        n = store.add("die_test/done", 1)
+        end = time.monotonic() + 30
+        while r == 0 and n < survivors and time.monotonic() < end:
+            time.sleep(0.05)
+            n = store.add("die_test/done", 0)
+    except Exception as e:  # noqa: BLE001
+        print(f"rank {r}: the store: {e}", flush=True)
 
 
 def main():
