@@ -380,7 +380,7 @@ hcomm_status_t hc_bs_node_send_tables(hc_bootstrap_t *bs, const hc_bootstrap_par
 {
     const char *fn = "hc_bootstrap_open";
     size_t tlen = bs->blob_len * (size_t)bs->size;
-    hc_bs_node_ref_t *ref = (hc_bs_node_ref_t *)(bs->table + tlen); /* room made at open */
+    uint8_t *tail = bs->table + tlen; /* room made at open, not aligned: copied there */
     int *leader = malloc(sizeof(int) * (size_t)bs->size);
     if (leader == NULL) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", fn);
     uint64_t epoch = 0;
@@ -398,7 +398,8 @@ hcomm_status_t hc_bs_node_send_tables(hc_bootstrap_t *bs, const hc_bootstrap_par
         st = hc_bs_node_publish(bs, fn, name, tag, bs->table, tlen, readers);
     for (int r = 1; r < bs->size && st == HCOMM_OK; r++) {
         bool lead = leader[r] == r;
-        *ref = (hc_bs_node_ref_t){HC_BS_NODE_REF_MAGIC, epoch, (uint32_t)leader[r], 0};
+        hc_bs_node_ref_t ref = {HC_BS_NODE_REF_MAGIC, epoch, (uint32_t)leader[r], 0};
+        memcpy(tail, &ref, sizeof(ref));
         hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
                                 HC_BOOTSTRAP_VERSION,
                                 HC_BOOTSTRAP_MSG_TABLE,
@@ -406,8 +407,8 @@ hcomm_status_t hc_bs_node_send_tables(hc_bootstrap_t *bs, const hc_bootstrap_par
                                 (uint32_t)bs->size,
                                 0,
                                 NULL,
-                                lead ? tlen + sizeof(*ref) : sizeof(*ref),
-                                lead ? (const void *)bs->table : (const void *)ref};
+                                lead ? tlen + sizeof(ref) : sizeof(ref),
+                                lead ? (const void *)bs->table : (const void *)&ref};
         st = hc_bs_send_msg(bs->conns[r].fd, &m, deadline, fn, r);
     }
     free(leader);
