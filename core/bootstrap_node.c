@@ -453,8 +453,29 @@ void hc_bs_node_init(hc_bootstrap_t *bs, const char *key)
         memcpy(bs->key_hash, mac, HC_MIN(sizeof(mac), sizeof(bs->key_hash)));
 }
 
+/* The leader's last file goes with its bootstrap. A leader that closes
+ * right after init (its own init failed: a misconfigured node map) gives its
+ * readers up to HC_BS_NODE_LINGER_MS to take the table first, so that each
+ * of them sees the table, and so the misconfiguration, for itself; the last
+ * reader unlinks it (then ENOENT here). One that never comes (it died) costs
+ * that wait once. */
+#define HC_BS_NODE_LINGER_MS 2000
 void hc_bs_node_close(hc_bootstrap_t *bs)
 {
-    if (bs->node_file[0]) shm_unlink(bs->node_file); /* ENOENT: every reader had it */
+    if (!bs->node_file[0]) return;
+    int fd = shm_open(bs->node_file, O_RDONLY, 0);
+    if (fd >= 0) {
+        void *p = mmap(NULL, sizeof(hc_bs_node_hdr_t), PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        if (p != MAP_FAILED) {
+            hc_bs_node_hdr_t *h = p;
+            for (int ms = 0; ms < HC_BS_NODE_LINGER_MS &&
+                             atomic_load_explicit(&h->readers, memory_order_acquire) > 0;
+                 ms++)
+                usleep(1000);
+            munmap(p, sizeof(hc_bs_node_hdr_t));
+        }
+        shm_unlink(bs->node_file);
+    }
     bs->node_file[0] = 0;
 }
