@@ -12,14 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A non-zero rank: sends its part to rank 0, then waits for everything
- * (failure notices may come first: taken, then waited on). */
-static hcomm_status_t hc_bs_allgather_rank(hc_bootstrap_t *bs, const char *fn, const void *in,
-                                           size_t len, void *out, const hc_bs_expect_t *e,
-                                           double deadline, double timeout_sec)
+/* A non-zero rank's part, to rank 0 (AG_IN). */
+static hcomm_status_t hc_bs_ag_in(hc_bootstrap_t *bs, const char *fn, const void *in, size_t len,
+                                  double deadline)
 {
-    hc_bs_conn_t *c = &bs->conns[0];
-    char why[160], text[HC_BOOTSTRAP_MAX_ABORT_TEXT + 1];
     hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
                             HC_BOOTSTRAP_VERSION,
                             HC_BOOTSTRAP_MSG_AG_IN,
@@ -29,7 +25,19 @@ static hcomm_status_t hc_bs_allgather_rank(hc_bootstrap_t *bs, const char *fn, c
                             NULL,
                             len,
                             in};
-    hcomm_status_t st = hc_bs_send_msg(c->fd, &m, deadline, fn, 0);
+    return hc_bs_send_msg(bs->conns[0].fd, &m, deadline, fn, 0);
+}
+
+/* A non-zero rank: sends its part to rank 0, then waits for everything
+ * (failure notices may come first: taken, then waited on). */
+static hcomm_status_t hc_bs_allgather_rank(hc_bootstrap_t *bs, const char *fn, const void *in,
+                                           size_t len, void *out, const hc_bs_expect_t *e,
+                                           double deadline, double timeout_sec)
+{
+    hc_bs_conn_t *c = &bs->conns[0];
+    char why[160], text[HC_BOOTSTRAP_MAX_ABORT_TEXT + 1];
+    hc_bootstrap_msg_t m;
+    hcomm_status_t st = hc_bs_ag_in(bs, fn, in, len, deadline);
     if (st == HCOMM_OK) {
         while ((st = hc_bs_conn_wait(c, e, deadline, &m, why, sizeof(why))) == HCOMM_OK &&
                hc_bs_is_sideband(m.type))
@@ -184,20 +192,11 @@ hcomm_status_t hc_bs_allgather(hc_bootstrap_t *bs, const char *fn, const void *i
 }
 
 hcomm_status_t hc_bs_allgather_send(hc_bootstrap_t *bs, const char *fn, const void *in, size_t len,
-                                    double deadline)
+                                    double deadline, double timeout_sec)
 {
-    hcomm_status_t st = hc_bs_allgather_check(bs, fn, in, len, in, 1.0);
+    hcomm_status_t st = hc_bs_allgather_check(bs, fn, in, len, in, timeout_sec);
     if (st != HCOMM_OK) return st;
-    hc_bootstrap_msg_t m = {HC_BOOTSTRAP_MAGIC,
-                            HC_BOOTSTRAP_VERSION,
-                            HC_BOOTSTRAP_MSG_AG_IN,
-                            (uint32_t)bs->rank,
-                            (uint32_t)bs->size,
-                            0,
-                            NULL,
-                            len,
-                            in};
-    st = hc_bs_send_msg(bs->conns[0].fd, &m, deadline, fn, 0);
+    st = hc_bs_ag_in(bs, fn, in, len, deadline);
     if (st != HCOMM_OK) bs->dead = st;
     return st;
 }

@@ -157,7 +157,7 @@ hcomm_status_t hc_bs_allgather(hc_bootstrap_t *bs, const char *fn, const void *i
                                void *out, const bool *to, double timeout_sec);
 /* A non-zero rank's part of an allgather: its contribution to rank 0. */
 hcomm_status_t hc_bs_allgather_send(hc_bootstrap_t *bs, const char *fn, const void *in, size_t len,
-                                    double deadline);
+                                    double deadline, double timeout_sec);
 /* Round 1 by node (p->node_key_len > 0): rank 0 sends the table to each
  * node's leader and a reference to the others (and publishes for its own
  * node); a rank takes what came (m: the TABLE message), publishing it for

@@ -332,7 +332,7 @@ hcomm_status_t hc_bootstrap_allgather_nodes(hc_bootstrap_t *bs, const void *in, 
             }
         }
     } else {
-        st = hc_bs_allgather_send(bs, fn, in, len, deadline);
+        st = hc_bs_allgather_send(bs, fn, in, len, deadline, timeout_sec);
         if (st == HCOMM_OK) st = hc_bs_node_signal(bs, fn, tag, leader, deadline, timeout_sec);
         if (st == HCOMM_OK)
             st = hc_bs_node_wait(bs, fn, name, tag, out, tlen, leader, deadline, timeout_sec);
