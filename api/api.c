@@ -476,6 +476,12 @@ static hcomm_status_t hc_api_recv(const char *fn, void *buf, size_t count, hcomm
         return st;
     const hc_mem_attr_t *m = HC_UNLIKELY(mem.type != HC_MEM_HOST) ? &mem : NULL;
     uint64_t t0 = hc_stats_begin(HC_STATS_RECV, bytes, comm, peer);
+    if (HC_LIKELY(!m && !stg && peer != HCOMM_ANY_SOURCE) &&
+        hc_p2p_recv_now(comm, buf, bytes, peer, tag)) {
+        if (HC_UNLIKELY(t0 != 0))
+            hc_stats_end(HC_STATS_RECV, bytes, comm, t0);
+        return HCOMM_OK;
+    }
     st = hc_p2p_irecv_mem(comm, comm->ctx_id, buf, bytes, peer, tag, m, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;

@@ -68,7 +68,8 @@ static void hc_coll_explain_choice(const hc_coll_op_t *op)
 static void hc_coll_account(const hc_coll_op_t *op)
 {
     hc_coll_explain_choice(op);
-    bool node = op->algo && !strncmp(op->algo, "node", 4);
+    const char *a = op->algo; /* "node..." (no strncmp call on the small-message path) */
+    bool node = a && a[0] == 'n' && a[1] == 'o' && a[2] == 'd' && a[3] == 'e';
     if (node)
         hc_stats.coll_node++;
     else if (op->comm->size > 1)

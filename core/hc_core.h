@@ -359,6 +359,7 @@ typedef struct hc_ctx {
     int control_fd;       /* HCOMM_CONTROL_FD: hcommrun asks for hang reports here, -1 */
     bool lanes;           /* HCOMM_LANES=auto: frames get their context's lane (docs/lanes.md) */
     hc_wait_state_t waiting; /* the wait in progress (hang reports) */
+    struct hc_p2p_blk *blk;  /* the request-free blocking receive polling now (p2p_recv.c) */
 } hc_ctx_t;
 
 extern hc_ctx_t hc_ctx;
@@ -498,6 +499,13 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
 hcomm_status_t hc_p2p_isend_mem(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf,
                                 size_t len, int peer, int32_t tag, const hc_mem_attr_t *mem,
                                 struct hcomm_request **req_p);
+/* Blocking-receive fast path (host memory, one source, user context): when
+ * nothing is queued unexpected on comm, polls the drivers a few times with
+ * no request; a single-frame eager message of exactly len bytes that would
+ * have met a receive posted now lands in buf. false: nothing was received
+ * (whatever arrived, that message included, is where hc_p2p_irecv finds
+ * it): use hc_p2p_irecv. */
+bool hc_p2p_recv_now(struct hcomm_comm *comm, void *buf, size_t len, int peer, int32_t tag);
 hcomm_status_t hc_p2p_irecv_mem(struct hcomm_comm *comm, uint32_t ctx_id, void *buf, size_t len,
                                 int peer, int32_t tag, const hc_mem_attr_t *mem,
                                 struct hcomm_request **req_p);

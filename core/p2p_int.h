@@ -34,6 +34,18 @@ typedef struct {
     uint8_t data[];        /* EAGER payload; SHRINK's */
 } hc_unexp_t;
 
+/* The request-free blocking receive (hc_p2p_recv_now) while it polls:
+ * hc_ctx.blk points at it, on its caller's stack. */
+enum { HC_P2P_BLK_WAIT, HC_P2P_BLK_DONE, HC_P2P_BLK_LEFT };
+typedef struct hc_p2p_blk {
+    uint32_t ctx_id;
+    int src; /* communicator rank */
+    int32_t tag;
+    void *buf;
+    size_t len;
+    int state; /* HC_P2P_BLK_*: LEFT: its message came in another shape (left unexpected) */
+} hc_p2p_blk_t;
+
 /* The communicator of a frame's context (its collective context included);
  * NULL when this rank has not created it yet. */
 static inline struct hcomm_comm *hc_p2p_comm_of(uint32_t ctx_id)

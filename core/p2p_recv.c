@@ -252,6 +252,20 @@ static void hc_p2p_deliver_msg(hc_peer_t *p, int wpeer, const hc_frame_hdr_t *hd
         }
         return;
     }
+    hc_p2p_blk_t *b = hc_ctx.blk;
+    if (HC_UNLIKELY(b != NULL) && b->ctx_id == hdr->ctx_id && b->src == src && b->tag == hdr->tag) {
+        /* The blocking receive polling now (posted after every receive
+         * above) takes it; anything but the message it can take whole is
+         * left unexpected, where its request finds it. */
+        hc_ctx.blk = NULL;
+        if (hdr->type == HC_FRAME_EAGER && !(hdr->flags & HC_FRAME_FLAG_MORE) &&
+            hdr->len == b->len) {
+            if (hdr->len) memcpy(b->buf, payload, hdr->len);
+            b->state = HC_P2P_BLK_DONE;
+            return;
+        }
+        b->state = HC_P2P_BLK_LEFT;
+    }
     if ((hdr->ctx_id & HC_CTX_COLL) && hc_coll_ops.stray) hc_coll_ops.stray(comm, src, hdr->tag);
     hc_p2p_unexpected(&comm->unexpected, wpeer, hdr, payload);
 }
@@ -287,6 +301,29 @@ void hc_p2p_deliver(void *core, hc_conn_t *conn, const hc_frame_hdr_t *hdr, cons
     default:
         hc_log_warn("unknown frame type %u from rank %d dropped", hdr->type, wpeer);
     }
+}
+
+/* Driver passes of the request-free receive before it posts a request (a
+ * message already in a driver's queue is found by the first). */
+#define HC_P2P_BLK_POLLS 16
+
+bool hc_p2p_recv_now(struct hcomm_comm *comm, void *buf, size_t len, int peer, int32_t tag)
+{
+    int wpeer = comm->world_ranks[peer];
+    if (!hc_list_empty(&comm->unexpected) || hc_ctx.blk || hc_ctx.in_progress ||
+        HC_UNLIKELY(hc_ctx.peers[wpeer].failed))
+        return false;
+    hc_p2p_blk_t b = {
+        .ctx_id = comm->ctx_id, .src = peer, .tag = tag, .buf = buf, .len = len};
+    hc_ctx.blk = &b;
+    for (int i = 0; i < HC_P2P_BLK_POLLS && b.state == HC_P2P_BLK_WAIT; i++)
+        hc_progress();
+    hc_ctx.blk = NULL;
+    if (b.state != HC_P2P_BLK_DONE) return false;
+    hc_stats.recv_msgs++;
+    hc_stats.recv_bytes += len;
+    hc_stats_peer_rx(wpeer, len);
+    return true;
 }
 
 hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf, size_t len,

@@ -438,6 +438,61 @@ static void phase_short(hcomm_comm_t w)
     if (r != v) mp_fail("tag INT32_MAX to self: expected 0x%x got 0x%x", v, r);
 }
 
+/* The blocking receive's request-free path (core/p2p_recv.c,
+ * hc_p2p_recv_now) against what was posted before it and what is queued:
+ * the partner's messages arrive while this rank is outside hcomm (it
+ * sleeps), so the blocking receive's first driver pass meets them all, in
+ * order. Receives posted earlier (one from this rank, one from any source)
+ * take their messages first; a message of another tag waits unexpected for
+ * a later receive; a message of another length is not taken whole. */
+static void phase_recv_now(hcomm_comm_t w)
+{
+    int partner = mp_rank % 2 ? mp_rank - 1 : mp_rank + 1;
+    if (partner >= mp_size) return;
+    uint64_t v[6];
+    for (int i = 0; i < 6; i++)
+        v[i] = mp_hash(((uint64_t)mp_rank << 8 | (uint64_t)i) + 80);
+    if (mp_rank % 2 == 0) {
+        uint8_t go;
+        MP_OK(hcomm_recv(&go, 1, HCOMM_UINT8, partner, 79, w));
+        MP_OK(hcomm_send(&v[0], 1, HCOMM_UINT64, partner, 80, w)); /* its irecv */
+        MP_OK(hcomm_send(&v[1], 1, HCOMM_UINT64, partner, 82, w)); /* its irecv_any */
+        MP_OK(hcomm_send(&v[2], 1, HCOMM_UINT64, partner, 80, w)); /* its 1st blocking recv */
+        MP_OK(hcomm_send(&v[3], 1, HCOMM_UINT64, partner, 81, w)); /* unexpected, then recv */
+        MP_OK(hcomm_send(&v[4], 1, HCOMM_UINT64, partner, 82, w)); /* a blocking recv */
+        MP_OK(hcomm_send(&v[5], 2, HCOMM_UINT32, partner, 83, w)); /* 8 B into 4: truncated */
+        MP_OK(hcomm_recv(&go, 1, HCOMM_UINT8, partner, 79, w));
+        return;
+    }
+    uint64_t want[6];
+    for (int i = 0; i < 6; i++)
+        want[i] = mp_hash(((uint64_t)partner << 8 | (uint64_t)i) + 80);
+    uint64_t r[6] = {0};
+    int src = -1;
+    hcomm_request_t q0, q1;
+    uint8_t go = 1;
+    MP_OK(hcomm_irecv(&r[0], 1, HCOMM_UINT64, partner, 80, w, &q0));
+    MP_OK(hcomm_irecv_any(&r[1], 1, HCOMM_UINT64, 82, w, &src, &q1));
+    MP_OK(hcomm_send(&go, 1, HCOMM_UINT8, partner, 79, w));
+    mp_sleep_ms(100);
+    MP_OK(hcomm_recv(&r[2], 1, HCOMM_UINT64, partner, 80, w));
+    MP_OK(hcomm_recv(&r[4], 1, HCOMM_UINT64, partner, 82, w));
+    MP_OK(hcomm_recv(&r[3], 1, HCOMM_UINT64, partner, 81, w));
+    uint32_t small = 0xeeeeeeee;
+    hcomm_status_t st = hcomm_recv(&small, 1, HCOMM_UINT32, partner, 83, w);
+    if (MP_EXPECT(HCOMM_ERR_TRUNCATED, st))
+        mp_expect_msg("recv_now truncate", "hcomm_recv", "8", "4", (const char *)NULL);
+    MP_OK(hcomm_wait(q0));
+    MP_OK(hcomm_wait(q1));
+    for (int i = 0; i < 5; i++)
+        if (r[i] != want[i])
+            mp_fail("recv_now: message %d expected 0x%llx got 0x%llx (a blocking receive took "
+                    "a message posted receives or later receives were owed)",
+                    i, (unsigned long long)want[i], (unsigned long long)r[i]);
+    if (src != partner) mp_fail("recv_now: any-source receive expected source %d got %d", partner, src);
+    MP_OK(hcomm_send(&go, 1, HCOMM_UINT8, partner, 79, w));
+}
+
 static void phase_any(hcomm_comm_t w)
 {
     static const size_t asz[] = {0, 8, 8 * KIB + 1, 64 * KIB, MIB + 3};
@@ -633,7 +688,7 @@ int main(int argc, char **argv)
     } phases[] = {
         {"ring", phase_ring},     {"self", phase_self},         {"unexpected", phase_unexpected},
         {"fifo", phase_fifo},     {"alltoall", phase_alltoall}, {"truncate", phase_truncate},
-        {"any", phase_any},
+        {"any", phase_any},       {"recv_now", phase_recv_now},
         {"short", phase_short, 1}};
     for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
         if (phases[i].is_short != only_short) continue;
