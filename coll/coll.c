@@ -269,6 +269,7 @@ int hc_coll_progress(void)
     int n = 0;
     hc_coll_check_failures();
     hc_coll_shrink_progress();
+    if (HC_LIKELY(hc_list_empty(&hc_coll_active))) return 0;
     hc_list_t *pos, *tmp;
     hc_list_foreach_safe(pos, tmp, &hc_coll_active)
     {

@@ -244,7 +244,13 @@ hcomm_status_t hc_coll_shrink(struct hcomm_comm *comm, struct hcomm_comm **newco
 void hc_coll_shrink_frame(struct hcomm_comm *comm, int from, const hc_frame_hdr_t *hdr,
                           const void *payload);
 /* Answers owed to later coordinators; every progress pass. */
-void hc_coll_shrink_progress(void);
+/* Sends the FINAL views owed (progress; inline: an idle pass costs a load). */
+extern int hc_sh_owed;
+void hc_coll_shrink_progress_owed(void);
+static inline void hc_coll_shrink_progress(void)
+{
+    if (HC_UNLIKELY(hc_sh_owed)) hc_coll_shrink_progress_owed();
+}
 void hc_coll_shrink_free(struct hc_coll_shrink *s);
 
 /* Lifecycle (coll.c), called by the API layer after and before the runtime's. */
@@ -336,7 +342,14 @@ static inline int32_t hc_coll_tag(const hc_coll_op_t *op)
 void hc_coll_maybe_probe(hc_coll_op_t *op);
 hcomm_status_t hc_coll_check_ahead(hc_coll_op_t *op, hc_coll_comm_t *cc);
 void hc_coll_children_give_up(struct hcomm_comm *comm, int dead);
-void hc_coll_check_failures(void);
+/* Gives up the collectives of communicators that lost a member since the
+ * last check (progress; inline: an idle pass costs a compare). */
+extern int hc_coll_failures_seen;
+void hc_coll_check_failures_new(void);
+static inline void hc_coll_check_failures(void)
+{
+    if (HC_UNLIKELY(hc_ctx.nfailed != hc_coll_failures_seen)) hc_coll_check_failures_new();
+}
 void hc_coll_stray(struct hcomm_comm *comm, int from, int32_t tag);
 void hc_coll_probe(struct hcomm_comm *comm, int from, int32_t tag);
 void hc_coll_gave_up(struct hcomm_comm *comm, int from, hcomm_status_t status, int cause);

@@ -337,12 +337,11 @@ void hc_coll_children_give_up(struct hcomm_comm *comm, int dead)
 
 /* Called from every progress pass: when a peer failed since the last
  * look, every communicator with a failed member lets its derived ones go. */
-void hc_coll_check_failures(void)
+int hc_coll_failures_seen;
+
+void hc_coll_check_failures_new(void)
 {
-    static int seen;
-    if (HC_LIKELY(hc_ctx.nfailed == seen))
-        return;
-    seen = hc_ctx.nfailed;
+    hc_coll_failures_seen = hc_ctx.nfailed;
     hc_list_t *pos;
     for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
         struct hcomm_comm *c = hc_container_of(pos, struct hcomm_comm, link);

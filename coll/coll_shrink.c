@@ -94,7 +94,7 @@ typedef struct hc_coll_shrink {
     uint64_t *scratch;     /* a bitmap being assembled from chunks */
 } hc_coll_shrink_t;
 
-static int hc_sh_owed; /* members owed a FINAL view (hc_coll_shrink_progress) */
+int hc_sh_owed; /* members owed a FINAL view (hc_coll_shrink_progress) */
 
 static const char *hc_sh_kind_name(int kind)
 {
@@ -303,10 +303,8 @@ void hc_coll_shrink_frame(struct hcomm_comm *comm, int from, const hc_frame_hdr_
 /* A member that finished answers a later coordinator's query with its
  * decision. Called from every progress pass (a load and a branch when
  * nothing is owed). */
-void hc_coll_shrink_progress(void)
+void hc_coll_shrink_progress_owed(void)
 {
-    if (HC_LIKELY(!hc_sh_owed))
-        return;
     hc_sh_owed = 0;
     hc_list_t *pos;
     for (pos = hc_ctx.comms.next; pos != &hc_ctx.comms; pos = pos->next) {
