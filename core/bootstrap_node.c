@@ -18,15 +18,19 @@
  * and the length. The leader fills it, then sets `ready` (release); a
  * reader maps it once it exists, waits for `ready` (acquire), copies, and
  * the last of the node's readers unlinks it (the leader also unlinks it when
- * its bootstrap closes, for a reader that died first). While a reader
+ * its bootstrap closes, for a reader that died first). A leader's first
+ * publish removes the files of leaders that died before their readers
+ * took them (hc_bs_node_sweep). While a reader
  * waits it keeps reading its connection to rank 0: an ABORT (the job
  * failed) or rank 0's exit ends the wait at once, with rank 0's reason.
  */
 #include "core/bootstrap_int.h"
 #include "base/auth.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,14 +42,71 @@
 
 #define HC_BS_NODE_MAGIC 0x68636f6d6d41474eull /* "hcommAGN" */
 
+#define HC_BS_NODE_OWNER_MAGIC 0x4c656164u /* "Lead": pid and pidns are set */
+#define HC_BS_NODE_PREFIX "hcomm-ag-"
+#define HC_BS_NODE_SWEEP_MAX 4096 /* entries of /dev/shm one sweep looks at */
+
 typedef struct {
     uint64_t magic;
     uint64_t tag;
     uint64_t len;            /* table bytes after the header */
     _Atomic uint32_t ready;  /* 1: the table is there */
     _Atomic int32_t readers; /* readers that have not copied it yet */
-    uint8_t pad[32];
+    uint32_t owner_magic;    /* HC_BS_NODE_OWNER_MAGIC (files before it: 0) */
+    int32_t pid;             /* the leader that wrote it */
+    uint64_t pidns;          /* the inode of its pid namespace (0: unknown) */
+    uint8_t pad[16];
 } hc_bs_node_hdr_t;
+_Static_assert(sizeof(hc_bs_node_hdr_t) == 64, "the file's header keeps its size");
+
+/* This process's pid namespace (the inode of /proc/self/ns/pid), 0 when
+ * unknown: a pid means something only in its own namespace. */
+static uint64_t hc_bs_pidns(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* Once per process, before a leader's first file: removes the node tables
+ * whose leader is gone. A leader killed after it wrote its file and before
+ * every reader took it (or a job whose ranks all died in init) leaves the
+ * file; nothing else would remove it. Only this user's files named
+ * hcomm-ag-*, with this version's header, written by a process of this pid
+ * namespace that no longer exists (kill(pid, 0): ESRCH), are removed: a
+ * file whose leader lives, or lives where its pid means nothing here (a
+ * container sharing /dev/shm), or whose pid was reused, stays. */
+static void hc_bs_node_sweep(void)
+{
+    static bool swept;
+    if (swept) return;
+    swept = true;
+    uint64_t ns = hc_bs_pidns();
+    DIR *d = ns ? opendir("/dev/shm") : NULL;
+    if (!d) return;
+    int seen = 0, removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && seen < HC_BS_NODE_SWEEP_MAX) {
+        if (strncmp(e->d_name, HC_BS_NODE_PREFIX, strlen(HC_BS_NODE_PREFIX)) != 0) continue;
+        seen++;
+        char name[300];
+        snprintf(name, sizeof(name), "/%s", e->d_name);
+        int fd = shm_open(name, O_RDONLY | O_NOFOLLOW, 0);
+        if (fd < 0) continue;
+        struct stat st;
+        hc_bs_node_hdr_t h;
+        bool stale = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+                     pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+                     h.magic == HC_BS_NODE_MAGIC && h.owner_magic == HC_BS_NODE_OWNER_MAGIC &&
+                     h.pidns == ns && h.pid > 0 && h.pid != getpid() && kill(h.pid, 0) != 0 &&
+                     errno == ESRCH;
+        close(fd);
+        if (stale && shm_unlink(name) == 0) removed++;
+    }
+    closedir(d);
+    if (removed)
+        hc_log_info("bootstrap: removed %d node table%s from /dev/shm whose leader had died "
+                    "before its readers took them", removed, removed == 1 ? "" : "s");
+}
 
 static uint64_t hc_bs_fnv(uint64_t h, const void *p, size_t n)
 {
@@ -74,6 +135,7 @@ static uint64_t hc_bs_node_tag(const hc_bootstrap_t *bs, uint64_t call, int lead
 static hcomm_status_t hc_bs_node_publish(hc_bootstrap_t *bs, const char *fn, const char *name,
                                          uint64_t tag, const void *table, size_t len, int readers)
 {
+    hc_bs_node_sweep();
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 && errno == EEXIST) { /* a crashed launch with the very same pids: not ours */
         shm_unlink(name);
@@ -97,6 +159,9 @@ static hcomm_status_t hc_bs_node_publish(hc_bootstrap_t *bs, const char *fn, con
     h->magic = HC_BS_NODE_MAGIC;
     h->tag = tag;
     h->len = len;
+    h->owner_magic = HC_BS_NODE_OWNER_MAGIC;
+    h->pid = (int32_t)getpid();
+    h->pidns = hc_bs_pidns();
     memcpy(h + 1, table, len);
     atomic_store_explicit(&h->readers, readers, memory_order_relaxed);
     atomic_store_explicit(&h->ready, 1, memory_order_release);

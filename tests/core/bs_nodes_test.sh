@@ -40,6 +40,45 @@ check 2 1 "$probe"
 HCOMM_BOOTSTRAP_NODES=0 check 8 star "$probe"
 check 16 1 "$probe"
 check 5 2 "$fake" 2 cyclic "$probe"
+# The sweep: files a dead leader left are removed by the next leader's
+# first publish; a live leader's, another pid namespace's, an older
+# header's and another user's stay.
+mkstale() { # name pid pidns owner_magic
+    python3 - "$@" <<'PY'
+import struct, sys
+name, pid, ns, om = sys.argv[1], int(sys.argv[2], 0), int(sys.argv[3], 0), int(sys.argv[4], 0)
+hdr = struct.pack('<QQQIiIiQ16s', 0x68636f6d6d41474e, 0x1234, 0, 1, 1, om, pid, ns, bytes(16))
+with open('/dev/shm/' + name, 'wb') as f:
+    f.write(hdr)
+PY
+    [ -f "/dev/shm/$1" ] || fail "could not write /dev/shm/$1"
+    chmod 600 "/dev/shm/$1"
+}
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+ns=$(stat -L -c %i /proc/self/ns/pid)
+lead=0x4c656164
+tag=$$.$RANDOM
+mkstale "hcomm-ag-t$tag-dead" $dead "$ns" $lead
+mkstale "hcomm-ag-t$tag-live" $$ "$ns" $lead
+mkstale "hcomm-ag-t$tag-otherns" $dead $((ns + 1)) $lead
+mkstale "hcomm-ag-t$tag-old" $dead "$ns" 0
+mkstale "hcomm-ag-t$tag-user" $dead "$ns" $lead
+chown 65534 "/dev/shm/hcomm-ag-t$tag-user" 2>/dev/null || rm -f "/dev/shm/hcomm-ag-t$tag-user"
+out=$(HCOMM_LOG=info HCOMM_TOPO_CACHE=none "$run" -n 2 --timeout 60 "$probe" 2>&1) ||
+    { echo "$out" | tail -20; fail "the job after the stale files failed"; }
+left=$(ls /dev/shm | grep "^hcomm-ag-t$tag-" | tr '\n' ' ')
+rm -f /dev/shm/hcomm-ag-t$tag-*
+echo "stale files after a job: $left"
+case " $left " in *" hcomm-ag-t$tag-dead "*) fail "a dead leader's file was not removed" ;; esac
+for k in live otherns old; do
+    case " $left " in *" hcomm-ag-t$tag-$k "*) ;; *) fail "the $k file was removed" ;; esac
+done
+if [ "$(id -u)" = 0 ]; then
+    case " $left " in *" hcomm-ag-t$tag-user "*) ;; *) fail "another user's file was removed" ;; esac
+fi
+echo "$out" | grep -Eq "removed [0-9]+ node tables? from /dev/shm" || fail "no log line for the removal"
 after=$(ls /dev/shm | grep -c '^hcomm-ag-')
 [ "$after" -le "$before" ] || fail "files left in /dev/shm: $(ls /dev/shm | grep '^hcomm-ag-')"
 echo "PASS"
