@@ -110,6 +110,10 @@
       "fuse grouped allreduces whose total size is at most this many bytes")                       \
     X(hugepage_size, "HCOMM_HUGEPAGE_SIZE", STR, "2M", "hugepage size for pools: 2M|1G")           \
     X(mem_pool_initial, "HCOMM_MEM_POOL_INITIAL_SIZE", SIZE, "64M", "pool bytes created at init")  \
+    X(mem_pool_node_initial, "HCOMM_MEM_POOL_NODE_INITIAL_SIZE", SIZE, "512M",                     \
+      "pool bytes created at init by all the ranks of a node together: a rank's share (this "      \
+      "divided by the local size its launcher gives, at least one hugepage) caps "                 \
+      "HCOMM_MEM_POOL_INITIAL_SIZE; 0: no cap")                                                    \
     X(mem_pool_max, "HCOMM_MEM_POOL_MAX_SIZE", SIZE, "512M", "pool growth limit")                  \
     X(mem_pool_bucket_bits, "HCOMM_MEM_POOL_BUCKET_BITS", INT, "2",                                \
       "log2 of the ratio between pool size classes")                                               \

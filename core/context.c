@@ -451,6 +451,7 @@ static hcomm_status_t hc_ctx_init_peers(void)
         snprintf(saved, sizeof(saved), "%s", hc_error_last());
         return hc_error(st, "hcomm_init: %s", saved);
     }
+    hc_mem_set_local_size(hc_ctx.bs_params.local_size);
     return hc_mem_init();
 }
 

@@ -166,6 +166,29 @@ static hcomm_status_t hc_mem_reserve(size_t bytes)
     return HCOMM_OK;
 }
 
+static int hc_mem_local_size;
+
+void hc_mem_set_local_size(int local_size)
+{
+    hc_mem_local_size = local_size;
+}
+
+/* HCOMM_MEM_POOL_INITIAL_SIZE capped by this rank's share of
+ * HCOMM_MEM_POOL_NODE_INITIAL_SIZE (whole hugepages, at least one). */
+static size_t hc_mem_initial_for(size_t hp)
+{
+    size_t want = hc_cfg.mem_pool_initial, node = hc_cfg.mem_pool_node_initial;
+    if (!want || !node || hc_mem_local_size <= 1) return want;
+    size_t share = node / (size_t)hc_mem_local_size / hp * hp;
+    if (share < hp) share = hp;
+    return HC_MIN(want, share);
+}
+
+size_t hc_mem_pool_initial_size(void)
+{
+    return hc_mem_g.pool_initial;
+}
+
 hcomm_status_t hc_mem_init(void)
 {
     hcomm_status_t st;
@@ -173,6 +196,12 @@ hcomm_status_t hc_mem_init(void)
     size_t hp = 0;
     st = hc_mem_parse_hugepage_size(&hp);
     if (st != HCOMM_OK) return st;
+    hc_mem_g.pool_initial = hc_mem_initial_for(hp);
+    if (hc_mem_g.pool_initial < hc_cfg.mem_pool_initial)
+        hc_log_debug("mem: initial pool %zu bytes (HCOMM_MEM_POOL_INITIAL_SIZE=%zu, "
+                     "HCOMM_MEM_POOL_NODE_INITIAL_SIZE=%zu over %d local ranks)",
+                     hc_mem_g.pool_initial, hc_cfg.mem_pool_initial,
+                     hc_cfg.mem_pool_node_initial, hc_mem_local_size);
     if (hc_cfg.mem_pool_bucket_bits < 1 || hc_cfg.mem_pool_bucket_bits > 5)
         return hc_error(HCOMM_ERR_INVALID,
                         "hc_mem_init: HCOMM_MEM_POOL_BUCKET_BITS=%lld is not in 1..5",
@@ -197,7 +226,7 @@ hcomm_status_t hc_mem_init(void)
     atomic_store(&hc_mem_g.reg_failures, 0);
 
     /* The pool can exceed its limit by rounding to a hugepage (1G pages). */
-    st = hc_mem_reserve(HC_MAX(hc_cfg.mem_pool_max, HC_ALIGN_UP(hc_cfg.mem_pool_initial, hp)));
+    st = hc_mem_reserve(HC_MAX(hc_cfg.mem_pool_max, HC_ALIGN_UP(hc_mem_g.pool_initial, hp)));
     if (st != HCOMM_OK) return st;
     hc_mem_g.initialized = true;
     hc_mem_reg_cache_init();

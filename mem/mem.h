@@ -48,6 +48,14 @@ typedef struct hc_mem_region {
 /* Reads HCOMM_MEM_* / HCOMM_HUGEPAGE_SIZE from hc_cfg, creates the initial
  * pool. Idempotent per init/finalize cycle. */
 hcomm_status_t hc_mem_init(void);
+/* Before hc_mem_init: how many ranks of this job share this host's memory
+ * (the launcher's local size; <= 0 unknown). The initial pool is then at
+ * most HCOMM_MEM_POOL_NODE_INITIAL_SIZE / local_size: every rank faults its
+ * initial pool in at init, and 256 ranks x 64 MiB made init take 56 s on a
+ * 2-core host instead of 9 (docs/mem.md). */
+void hc_mem_set_local_size(int local_size);
+/* The initial pool size hc_mem_init uses (after the node's cap). */
+size_t hc_mem_pool_initial_size(void);
 void hc_mem_finalize(void);
 
 /* Locked memory (docs/install.md, "Locked memory"): who (a driver's name)

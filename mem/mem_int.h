@@ -36,6 +36,7 @@ typedef struct {
      * fixed address inside it, so pointer -> region is one shift. */
     uint8_t *pool_base;
     size_t pool_reserved;
+    size_t pool_initial; /* the initial pool's bytes (hc_mem_initial_for) */
     hc_mem_granule_t *granules; /* pool_reserved >> HC_MEM_GRANULE_SHIFT */
 
     /* Registration hooks and region creation/destruction are serialized by

@@ -663,7 +663,7 @@ hcomm_status_t hc_mem_pool_init(void)
 {
     hc_mem_classes_init((unsigned)hc_cfg.mem_pool_bucket_bits);
     hc_mem_pool.pool_max =
-        HC_MAX(hc_cfg.mem_pool_max, HC_ALIGN_UP(hc_cfg.mem_pool_initial, hc_mem_g.hugepage_size));
+        HC_MAX(hc_cfg.mem_pool_max, HC_ALIGN_UP(hc_mem_g.pool_initial, hc_mem_g.hugepage_size));
     hc_mem_pool.pool_max = HC_MIN(hc_mem_pool.pool_max, hc_mem_g.pool_reserved);
     hc_mem_pool.pool_bytes = 0;
     hc_mem_pool.cur = NULL;
@@ -688,8 +688,8 @@ hcomm_status_t hc_mem_pool_init(void)
     hc_mem_hot.reserved = hc_mem_g.pool_reserved;
     hc_mem_hot.units = hc_mem_g.pool_reserved >> HC_MEM_BLOCK_SHIFT;
     atomic_fetch_add(&hc_mem_hot.gen, 1);
-    if (hc_cfg.mem_pool_initial == 0) return HCOMM_OK;
-    size_t size = HC_ALIGN_UP(hc_cfg.mem_pool_initial, hc_mem_g.hugepage_size);
+    if (hc_mem_g.pool_initial == 0) return HCOMM_OK;
+    size_t size = HC_ALIGN_UP(hc_mem_g.pool_initial, hc_mem_g.hugepage_size);
     hc_mem_region_t *r;
     hcomm_status_t rc = hc_mem_region_create_kind(size, HC_MEM_SHARED, -1, "hcomm-pool",
                                                   hc_mem_g.pool_base, HC_MEM_KIND_POOL, &r);

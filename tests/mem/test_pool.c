@@ -56,6 +56,40 @@ static void test_size_classes(void **state)
     setenv("HCOMM_MEM_POOL_BUCKET_BITS", "2", 1);
 }
 
+/* The initial pool is capped by the node's share: HCOMM_MEM_POOL_NODE_
+ * INITIAL_SIZE divided by the launcher's local size, whole hugepages, at
+ * least one; no cap with one local rank, an unknown local size, or 0. */
+static void check_initial(const char *initial, const char *node, int local, size_t want)
+{
+    setenv("HCOMM_MEM_POOL_NODE_INITIAL_SIZE", node, 1);
+    hc_mem_set_local_size(local);
+    mem_test_init_pool("2", initial, "512M");
+    assert_int_equal(hc_mem_pool_initial_size(), want);
+    hc_mem_stats_t s;
+    hc_mem_stats_get(&s);
+    assert_int_equal(s.pool_bytes, want); /* what init mapped */
+    hc_mem_finalize();
+}
+
+static void test_initial_node_share(void **state)
+{
+    (void)state;
+    const size_t M = (size_t)1 << 20;
+    setenv("HCOMM_HUGEPAGE_SIZE", "2M", 1);
+    check_initial("64M", "512M", 8, 64 * M);  /* 512M / 8: the knob's 64M */
+    check_initial("64M", "512M", 64, 8 * M);  /* the share caps it */
+    check_initial("64M", "512M", 256, 2 * M); /* one hugepage */
+    check_initial("64M", "512M", 1024, 2 * M); /* at least one */
+    check_initial("64M", "600M", 64, 8 * M);  /* 9.375M: whole hugepages */
+    check_initial("16M", "512M", 8, 16 * M);  /* the rank's own knob is lower */
+    check_initial("64M", "0", 256, 64 * M);   /* no cap */
+    check_initial("64M", "512M", -1, 64 * M); /* local size unknown */
+    check_initial("64M", "512M", 1, 64 * M);
+    check_initial("0", "512M", 64, 0);        /* no initial pool */
+    hc_mem_set_local_size(0);
+    unsetenv("HCOMM_MEM_POOL_NODE_INITIAL_SIZE");
+}
+
 static void test_alloc_free_basic(void **state)
 {
     (void)state;
@@ -270,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_size_classes),
         cmocka_unit_test_teardown(test_alloc_free_basic, mem_test_teardown),
         cmocka_unit_test_teardown(test_growth_limit_fallback, mem_test_teardown),
+        cmocka_unit_test_teardown(test_initial_node_share, mem_test_teardown),
         cmocka_unit_test_teardown(test_invalid_double_free, mem_test_teardown),
         cmocka_unit_test_teardown(test_lookup, mem_test_teardown),
     };
