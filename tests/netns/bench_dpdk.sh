@@ -27,7 +27,7 @@ trap '"$here/netns.sh" down; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 
 # hc_run TAG NET ENV... -- prog args: rank 0's output in $work/TAG
 hc_run() {
-    local tag=$1 net=$2 port=$((20000 + RANDOM % 30000)) r pids=() envs=()
+    local tag=$1 net=$2 port=$((20000 + RANDOM % 12000)) r pids=() envs=()
     shift 2
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
@@ -44,7 +44,7 @@ hc_run() {
 # memif_run TAG ENV... -- prog args: 2 ranks on fake nodes of this host
 # joined by a memif pair; rank 0's output in $work/TAG
 memif_run() {
-    local tag=$1 port=$((20000 + RANDOM % 30000)) r role pids=() envs=()
+    local tag=$1 port=$((20000 + RANDOM % 12000)) r role pids=() envs=()
     shift
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift

@@ -29,7 +29,7 @@ trap '"$here/netns.sh" down; rm -rf "$work"' EXIT
 
 # hc_run VARIANT [ENV=V ...] -- ARGS: allreduce_bw in both nodes; rank 0's output
 hc_run() {
-    local name=$1 port=$((20000 + RANDOM % 30000)) r pids=() envs=()
+    local name=$1 port=$((20000 + RANDOM % 12000)) r pids=() envs=()
     shift
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift

@@ -27,7 +27,7 @@ trap '"$here/netns.sh" down; rm -rf "$work"' EXIT
 "$here/netns.sh" up 2 || exit 1
 
 launch() { # LANES A_BYTES: 2 nodes x 1 rank; rank 0's key=value line
-    local lanes=$1 abytes=$2 port=$((20000 + RANDOM % 30000)) r pids=() rc=0
+    local lanes=$1 abytes=$2 port=$((20000 + RANDOM % 12000)) r pids=() rc=0
     for ((r = 0; r < 2; r++)); do
         env HCOMM_RANK=$r HCOMM_SIZE=2 HCOMM_LOCAL_RANK=0 HCOMM_LOCAL_SIZE=1 \
             HCOMM_BOOTSTRAP="tcp://10.77.0.1:$port" HCOMM_JOB_KEY=lanes HCOMM_LOG=error \

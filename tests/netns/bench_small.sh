@@ -18,7 +18,7 @@ have_gloo=0
 /usr/bin/python3 -c 'import torch' 2>/dev/null && have_gloo=1
 
 launch() { # PPN kind args...: 2 nodes x PPN ranks; rank 0's output
-    local ppn=$1 kind=$2 port=$((20000 + RANDOM % 30000)) r pids=()
+    local ppn=$1 kind=$2 port=$((20000 + RANDOM % 12000)) r pids=()
     shift 2
     for ((r = 0; r < 2 * ppn; r++)); do
         if [ "$kind" = hc ]; then

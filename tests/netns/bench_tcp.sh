@@ -21,7 +21,7 @@ trap '"$here/netns.sh" down; rm -rf "$work"' EXIT
 "$here/netns.sh" up 2 || exit 1
 
 hc_run() { # prog args...
-    local port=$((20000 + RANDOM % 30000)) r pids=()
+    local port=$((20000 + RANDOM % 12000)) r pids=()
     for r in 0 1; do
         env HCOMM_RANK=$r HCOMM_SIZE=2 HCOMM_LOCAL_RANK=0 HCOMM_LOCAL_SIZE=1 \
             HCOMM_BOOTSTRAP="tcp://10.77.0.1:$port" HCOMM_JOB_KEY=bench HCOMM_LOG=error \
@@ -34,7 +34,7 @@ hc_run() { # prog args...
 median() { sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "nan"}'; }
 
 gl_run() { # BYTES ITERS: gloo's output (rank 0)
-    local port=$((20000 + RANDOM % 30000)) r pids=()
+    local port=$((20000 + RANDOM % 12000)) r pids=()
     for r in 0 1; do
         env RANK=$r WORLD_SIZE=2 MASTER_ADDR=10.77.0.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 \
             "$here/netns.sh" run $r /usr/bin/python3 "$here/gloo_ref.py" "$1" "$2" \

@@ -39,7 +39,7 @@ veth_bytes() {
 }
 
 run() { # NAME PROG BYTES ENV...: prints "busbw_GBps cross_bytes"
-    local name=$1 prog=$2 bytes=$3 port=$((20000 + RANDOM % 30000)) r pids=() before after
+    local name=$1 prog=$2 bytes=$3 port=$((20000 + RANDOM % 12000)) r pids=() before after
     shift 3
     before=$(veth_bytes)
     for r in 0 1 2 3; do

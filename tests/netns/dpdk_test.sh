@@ -92,7 +92,7 @@ stat_sum() { grep -o "$1 [0-9]*" "$work/r0.log" "$work/r1.log" | grep -o "[0-9]*
 # starts; memif_env0 (an array) only for rank 0; job_env (without the
 # af_packet port) for both.
 launch_memif() {
-    local port=$((20000 + RANDOM % 30000)) r role
+    local port=$((20000 + RANDOM % 12000)) r role
     for r in 1 0; do
         role=client
         [ $r = 0 ] && { role=server; sleep "${memif_delay0:-0}"; }

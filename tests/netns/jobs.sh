@@ -37,7 +37,10 @@ fail() { echo "FAIL ($case_): $* (logs: $work)"; for f in "$work"/r*.log; do [ -
 launch() {
     local nodes=$1 ppn=$2 r
     shift 2
-    local size=$((nodes * ppn)) port=$((20000 + RANDOM % 30000))
+    # The bootstrap's port, below the kernel's ephemeral ports (32768+): a
+    # connection of an earlier job in the namespace could hold one of those
+    # (CI saw "cannot listen on 10.77.0.1:46054 ... Address already in use").
+    local size=$((nodes * ppn)) port=$((20000 + RANDOM % 12000))
     local key
     key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
     for ((r = 0; r < size; r++)); do

@@ -25,7 +25,7 @@ veth_bytes() {
         awk '{s += $1} END {printf "%.0f\n", s}'
 }
 job() { # NAME ARGS -- ENV...: 4 ranks interleaved over the 2 nodes
-    local name=$1 port=$((20000 + RANDOM % 30000)) r pids=() rc=0 args=()
+    local name=$1 port=$((20000 + RANDOM % 12000)) r pids=() rc=0 args=()
     shift
     while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
     shift

@@ -35,7 +35,7 @@ slow 1 10.77.0.1
 bad=0
 fail() { echo "FAIL: $*"; bad=1; }
 job() { # NAME ENV...: 4 ranks, one per node; rank 0's log in $work/NAME.log
-    local name=$1 port=$((20000 + RANDOM % 30000)) r pids=() rc=0
+    local name=$1 port=$((20000 + RANDOM % 12000)) r pids=() rc=0
     shift
     for r in 0 1 2 3; do
         env HCOMM_RANK=$r HCOMM_SIZE=4 HCOMM_LOCAL_RANK=0 HCOMM_LOCAL_SIZE=1 \

@@ -100,7 +100,7 @@ server_client() {
     return $rc
 }
 
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000))
 perf() { # LOG PROG ARGS...: a perftest on rxe0 (own port each run)
     local log=$1 prog=$2
     shift 2

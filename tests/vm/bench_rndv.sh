@@ -17,7 +17,7 @@ build=${2:?build dir}
 rounds=${3:-4}
 work=$(mktemp -d /tmp/hc-rndv.XXXXXX)
 run() { # MODE: "MODE SIZE P50" lines
-    local port=$((20000 + RANDOM % 30000)) r pids=()
+    local port=$((20000 + RANDOM % 12000)) r pids=()
     for r in 0 1; do
         env HCOMM_RANK=$r HCOMM_SIZE=2 HCOMM_LOCAL_RANK=0 HCOMM_LOCAL_SIZE=1 HCOMM_NODE_ID=node$r \
             HCOMM_NET=verbs HCOMM_BOOTSTRAP=tcp://127.0.0.1:$port HCOMM_JOB_KEY=rndv HCOMM_TIMEOUT=60 \

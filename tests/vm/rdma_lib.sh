@@ -85,7 +85,7 @@ launch() {
     local nodes=$1 ppn=$2 r
     shift 2
     [ -x "$1" ] || fail "no program $1 (not built?)"
-    local size=$((nodes * ppn)) port=$((20000 + RANDOM % 30000)) key
+    local size=$((nodes * ppn)) port=$((20000 + RANDOM % 12000)) key
     key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
     rm -f "$work"/r*.log
     pids=() ranks=()

@@ -83,7 +83,7 @@ trap 'exit 1' INT TERM
 
 # a free port for the socket netdev (the bootstrap uses another inside)
 for _ in $(seq 20); do
-    port=$((30000 + RANDOM % 20000))
+    port=$((20000 + RANDOM % 12000))
     ss -Htan "( sport = :$port )" 2>/dev/null | grep -q . || break
 done
 HCOMM_VM_KEY=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
