@@ -81,6 +81,26 @@ void hc_bs_conn_close(hc_bs_conn_t *c)
     hc_bs_conn_init(c);
 }
 
+bool hc_bs_self_connected(int fd)
+{
+    struct sockaddr_storage me, peer;
+    socklen_t ml = sizeof(me), pl = sizeof(peer);
+    if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 ||
+        getpeername(fd, (struct sockaddr *)&peer, &pl) != 0 || ml != pl ||
+        me.ss_family != peer.ss_family)
+        return false;
+    if (me.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const void *)&me, *b = (const void *)&peer;
+        return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+    }
+    if (me.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const void *)&me, *b = (const void *)&peer;
+        return a->sin6_port == b->sin6_port &&
+               !memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr));
+    }
+    return false;
+}
+
 void hc_bs_set_nodelay(int fd)
 {
     int one = 1;

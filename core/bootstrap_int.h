@@ -135,6 +135,12 @@ static inline bool hc_bs_conn_up(const hc_bootstrap_t *bs, int i)
 void hc_bs_sleep(double sec);
 /* TCP_NODELAY, best effort (a control path: only latency is at stake). */
 void hc_bs_set_nodelay(int fd);
+/* A connected socket whose two ends are one address and port: TCP's
+ * simultaneous open joined a connect() to itself, which happens when the
+ * kernel picks the destination port as the source port while nothing
+ * listens there (rank 0's port, in the ephemeral range, before rank 0
+ * binds it). Such a socket holds rank 0's port and must be closed. */
+bool hc_bs_self_connected(int fd);
 /* A sideband message (hc_bs_is_sideband) from connection `from`. */
 void hc_bs_sideband(hc_bootstrap_t *bs, int from, const hc_bootstrap_msg_t *m);
 /* "2, 5, 7" of the ranks whose flag is false, truncated to fit. */

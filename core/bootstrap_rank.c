@@ -58,6 +58,15 @@ static int hc_bs_try_connect(const char *host, int port, double deadline, char *
                     err = errno;
             }
         }
+        if (!err && hc_bs_self_connected(fd)) {
+            /* nothing listens there yet, and this socket would keep rank 0
+             * from binding its port: close it, and try again */
+            close(fd);
+            fd = -1;
+            snprintf(why, wcap, "connect to %.200s:%d joined the socket to itself (nothing "
+                     "listens there yet)", host, port);
+            continue;
+        }
         if (err) {
             snprintf(why, wcap, "connect to %.200s:%d: %s", host, port, strerror(err));
             close(fd);

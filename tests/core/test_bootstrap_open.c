@@ -5,6 +5,7 @@
  * key's handshake and misconfigured members: test_bootstrap_auth.c.
  */
 #include "core/bs_test.h"
+#include "core/bootstrap_int.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -879,12 +880,51 @@ static void test_poll_kill(void **state)
     reap_all_ok();
 }
 
+/* A connect() to a port nothing listens on, from that same port, joins the
+ * socket to itself (TCP's simultaneous open): what a rank's retries can do
+ * by chance when rank 0's port is in the ephemeral range, holding the port
+ * rank 0 is about to bind (a netns test failed so: "cannot listen on
+ * 10.77.0.1:46054 ... Address already in use"). hc_bs_self_connected finds
+ * it; an ordinary connection is not one. */
+static void test_self_connect_detected(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0); /* to itself */
+    assert_true(hc_bs_self_connected(fd));
+    close(fd);
+
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in b = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t bl = sizeof(b);
+    assert_int_equal(bind(l, (struct sockaddr *)&b, sizeof(b)), 0);
+    assert_int_equal(listen(l, 1), 0);
+    assert_int_equal(getsockname(l, (struct sockaddr *)&b, &bl), 0);
+    assert_int_equal(connect(c, (struct sockaddr *)&b, sizeof(b)), 0);
+    assert_false(hc_bs_self_connected(c));
+    int s = accept(l, NULL, NULL);
+    assert_true(s >= 0);
+    assert_false(hc_bs_self_connected(s));
+    close(s);
+    close(c);
+    close(l);
+    int u = socket(AF_INET, SOCK_STREAM, 0); /* not connected */
+    assert_false(hc_bs_self_connected(u));
+    close(u);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
 #define T(f) cmocka_unit_test_teardown(f, kill_all)
     const struct CMUnitTest tests[] = {
         T(test_single_rank),
+        T(test_self_connect_detected),
         T(test_bad_args),
         T(test_tcp_4),
         T(test_file_4),
