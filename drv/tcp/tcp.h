@@ -224,6 +224,7 @@ typedef struct {
     uint64_t svc_bytes, svc_ns;   /* all time */
     uint64_t last_ack_ns;         /* the rail's last retired DATA frame */
     uint64_t rate_bytes, rate_ns; /* svc_bytes, svc_ns at the last sample */
+    uint64_t rate_at;             /* when the last sample was taken (or the rate reset) */
     double rate;                  /* bytes per ns, moving average; 0: not measured yet */
     char why[160];
     char brief[40]; /* why, in a few words (the failure message names every rail) */
@@ -278,7 +279,7 @@ struct hc_tcp_drv {
     uint64_t rail_bound_ns; /* HCOMM_SOCKET_RAIL_TIMEOUT */
     bool ack_due;
     uint64_t n_rail_left, n_rail_rejoined, n_rail_returns, n_rail_probes, n_resent, n_dups, n_acks,
-        n_gaps, n_resyncs;
+        n_gaps, n_resyncs, n_rate_resets;
     uint64_t rail_tx_bytes[HC_TCP_MAX_RAILS], rail_rx_bytes[HC_TCP_MAX_RAILS];
     hc_tcp_addr_t me;
     char me_str[64];

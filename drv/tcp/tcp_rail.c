@@ -314,18 +314,36 @@ static int hc_rail_chan(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
     return (best < 0 ? 0 : best) * HC_TCP_RAIL_STRIDE + i;
 }
 
+/* A rate no sample has refreshed for this long is forgotten. */
+#define HC_RAIL_RATE_STALE_NS 200000000ull
+
 /* The timer's sample of what rail r delivered since the last one (DATA
  * bytes over the time it was busy with them), kept when it covers at least
- * 1 ms of work: a moving average over about 4 samples. */
-static void hc_rail_rate_sample(hc_tcp_conn_t *c, int r)
+ * 1 ms of work: a moving average over about 4 samples. A rate measured low
+ * (a sample that spanned a stall of either process) gives the rail so
+ * little of the stripe that it may never again gather 1 ms of work to be
+ * measured by: starved, it carried 0.01% of the bytes in one CI run of
+ * mp_tcp_rails_lo. So a rate no sample refreshed for 200 ms is forgotten
+ * (the rail counts as the best measured one again) and measured anew; a
+ * rail that is slow (tbf in netns_tcp_rails_congest) still gets its share,
+ * is sampled, and keeps its rate. */
+static void hc_rail_rate_sample(hc_tcp_conn_t *c, int r, uint64_t now)
 {
     hc_tcp_rail_t *rail = &c->rail[r];
     uint64_t dns = rail->svc_ns - rail->rate_ns;
-    if (dns < 1000000) return;
+    if (dns < 1000000) {
+        if (rail->rate > 0 && now - rail->rate_at > HC_RAIL_RATE_STALE_NS) {
+            rail->rate = 0;
+            rail->rate_at = now;
+            c->drv->n_rate_resets++;
+        }
+        return;
+    }
     double x = (double)(rail->svc_bytes - rail->rate_bytes) / (double)dns;
     rail->rate = rail->rate > 0 ? 0.75 * rail->rate + 0.25 * x : x;
     rail->rate_bytes = rail->svc_bytes;
     rail->rate_ns = rail->svc_ns;
+    rail->rate_at = now;
 }
 
 /* The socket a channel rides now; it returns home once drained. */
@@ -974,7 +992,7 @@ void hc_drv_tcp_rail_timer(hc_tcp_conn_t *c, uint64_t now)
         }
         if (worst == HC_RAIL_LEFT) continue;
         any_up = true;
-        hc_rail_rate_sample(c, r);
+        hc_rail_rate_sample(c, r, now);
         if (worst == HC_RAIL_OK && rail->stall_ns) {
             hc_log_info("tcp: rail %d (%s) to rank %d acknowledges again after %.3f s", r,
                         hc_rail_ifname(c, r), c->base.peer, (double)(now - rail->stall_ns) * 1e-9);
