@@ -222,6 +222,22 @@ static void test_failover_exactly_once(void **state)
 }
 
 /* DATA frames (unordered, 512 KiB) go over both rails. */
+/* DATA frame i (a whole frame, unordered) from rank 0, retried while the
+ * driver says AGAIN. */
+static void put_data(hc_drv_t *d0, hc_drv_t *d1, hc_conn_t *c01, int i)
+{
+    hc_frame_hdr_t h = {.type = HC_FRAME_DATA,
+                        .flags = HC_FRAME_FLAG_UNORDERED,
+                        .len = HC_TCP_MAX_FRAME,
+                        .b = (uint64_t)i * HC_TCP_MAX_FRAME};
+    hcomm_status_t st;
+    while ((st = ops->put(c01, &h, payload, payload)) == HCOMM_ERR_AGAIN) {
+        ops->progress(d0);
+        ops->progress(d1);
+    }
+    assert_int_equal(st, HCOMM_IN_PROGRESS);
+}
+
 static void test_stripe(void **state)
 {
     (void)state;
@@ -232,16 +248,7 @@ static void test_stripe(void **state)
     wire(d1, 0, d0);
     int sent = 0;
     for (int i = 0; i < 64; i++) {
-        hc_frame_hdr_t h = {.type = HC_FRAME_DATA,
-                            .flags = HC_FRAME_FLAG_UNORDERED,
-                            .len = HC_TCP_MAX_FRAME,
-                            .b = (uint64_t)i * HC_TCP_MAX_FRAME};
-        hcomm_status_t st;
-        while ((st = ops->put(c01, &h, payload, payload)) == HCOMM_ERR_AGAIN) {
-            ops->progress(d0);
-            ops->progress(d1);
-        }
-        assert_int_equal(st, HCOMM_IN_PROGRESS);
+        put_data(d0, d1, c01, i);
         sent++;
     }
     pump_until(d0, d1, &side[1].data, sent);
@@ -259,16 +266,7 @@ static void stream_for(hc_drv_t *d0, hc_drv_t *d1, hc_conn_t *c01, int ms)
     uint64_t end = hc_time_ns() + (uint64_t)ms * 1000000ull;
     int sent = side[0].done;
     for (int i = 0; hc_time_ns() < end; i++) {
-        hc_frame_hdr_t h = {.type = HC_FRAME_DATA,
-                            .flags = HC_FRAME_FLAG_UNORDERED,
-                            .len = HC_TCP_MAX_FRAME,
-                            .b = (uint64_t)i * HC_TCP_MAX_FRAME};
-        hcomm_status_t st;
-        while ((st = ops->put(c01, &h, payload, payload)) == HCOMM_ERR_AGAIN) {
-            ops->progress(d0);
-            ops->progress(d1);
-        }
-        assert_int_equal(st, HCOMM_IN_PROGRESS);
+        put_data(d0, d1, c01, i);
         sent++;
         ops->progress(d0);
         ops->progress(d1);
