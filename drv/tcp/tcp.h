@@ -25,6 +25,7 @@
 #define HC_TCP_INLINE 64               /* control payloads copied into the queue entry */
 #define HC_TCP_QUEUE_BYTES (16u << 20) /* per socket: bytes queued before ERR_AGAIN */
 #define HC_TCP_QUEUE_COPY (1u << 20)   /* per socket: copied bytes before ERR_AGAIN */
+#define HC_TCP_RAIL_PROBE_BYTES (1u << 20) /* DATA that probes a rail's stale rate */
 #define HC_TCP_MAGIC 0x68637470u       /* "hctp" */
 #define HC_TCP_VERSION 2               /* 2: the key is proven (HMAC), never sent */
 #define HC_TCP_ANON_MAX 64             /* accepted sockets whose hello is not read yet */
@@ -224,8 +225,13 @@ typedef struct {
     uint64_t svc_bytes, svc_ns;   /* all time */
     uint64_t last_ack_ns;         /* the rail's last retired DATA frame */
     uint64_t rate_bytes, rate_ns; /* svc_bytes, svc_ns at the last sample */
-    uint64_t rate_at;             /* when the last sample was taken (or the rate reset) */
+    uint64_t rate_at;             /* when the last sample (or probe) was taken */
     double rate;                  /* bytes per ns, moving average; 0: not measured yet */
+    /* A stale rate is probed (hc_rail_rate_sample): the rail counts as the
+     * best one for probe_left more bytes, then their sample replaces it. */
+    bool probing;
+    uint32_t probe_left;
+    uint64_t probe_gap_ns; /* stale after this long (backs off while probes find it slow) */
     char why[160];
     char brief[40]; /* why, in a few words (the failure message names every rail) */
 } hc_tcp_rail_t;
@@ -279,7 +285,7 @@ struct hc_tcp_drv {
     uint64_t rail_bound_ns; /* HCOMM_SOCKET_RAIL_TIMEOUT */
     bool ack_due;
     uint64_t n_rail_left, n_rail_rejoined, n_rail_returns, n_rail_probes, n_resent, n_dups, n_acks,
-        n_gaps, n_resyncs, n_rate_resets;
+        n_gaps, n_resyncs, n_rate_probes;
     uint64_t rail_tx_bytes[HC_TCP_MAX_RAILS], rail_rx_bytes[HC_TCP_MAX_RAILS];
     hc_tcp_addr_t me;
     char me_str[64];

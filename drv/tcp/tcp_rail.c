@@ -286,11 +286,12 @@ static size_t hc_rail_outstanding(hc_tcp_conn_t *c, int r)
 /* The channel of a core frame: ordered ones on their lane's channel of
  * rail 0, DATA on that index of the healthy rail that would deliver it
  * first: the least (outstanding + frame) / rate, the rate each rail was
- * measured to deliver (hc_rail_rate_sample; one not measured yet counts as
- * the best measured, all unmeasured: the least outstanding). A frame's
- * bytes thus split in proportion to what the rails deliver, whether a rail
- * is slower by its link or by congestion, also when a whole message is
- * queued at once (which the least-queued rule alone splits evenly). */
+ * measured to deliver (hc_rail_rate_sample; one not measured yet, or being
+ * probed, counts as the best measured; all unmeasured: the least
+ * outstanding). A frame's bytes thus split in proportion to what the rails
+ * deliver, whether a rail is slower by its link or by congestion, also
+ * when a whole message is queued at once (which the least-queued rule
+ * alone splits evenly). */
 static int hc_rail_chan(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
 {
     int i = hc_drv_tcp_pick(c, c->drv, h);
@@ -303,44 +304,70 @@ static int hc_rail_chan(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
     uint32_t rr = c->rr_rail++;
     for (int k = 0; k < c->nrails; k++) {
         int r = (int)((rr + (uint32_t)k) % (uint32_t)c->nrails);
-        if (!c->rail[r].up) continue;
-        double rate = c->rail[r].rate > 0 ? c->rail[r].rate : top > 0 ? top : 1.0;
+        const hc_tcp_rail_t *rail = &c->rail[r];
+        if (!rail->up) continue;
+        double rate = rail->rate > 0 && !rail->probe_left ? rail->rate : top > 0 ? top : 1.0;
         double t = (double)(hc_rail_outstanding(c, r) + h->len) / rate;
         if (best < 0 || t < best_t) {
             best = r;
             best_t = t;
         }
     }
-    return (best < 0 ? 0 : best) * HC_TCP_RAIL_STRIDE + i;
+    if (best < 0) return i;
+    hc_tcp_rail_t *rail = &c->rail[best];
+    rail->probe_left -= HC_MIN(rail->probe_left, h->len);
+    return best * HC_TCP_RAIL_STRIDE + i;
 }
 
-/* A rate no sample has refreshed for this long is forgotten. */
+/* A rate no sample has refreshed for HC_RAIL_RATE_STALE_NS is probed with
+ * HC_TCP_RAIL_PROBE_BYTES; while probes find the rail no faster, the next one
+ * waits twice as long, up to HC_RAIL_PROBE_GAP_MAX_NS. */
 #define HC_RAIL_RATE_STALE_NS 200000000ull
+#define HC_RAIL_PROBE_GAP_MAX_NS 3200000000ull
 
 /* The timer's sample of what rail r delivered since the last one (DATA
  * bytes over the time it was busy with them), kept when it covers at least
- * 1 ms of work: a moving average over about 4 samples. A rate measured low
- * (a sample that spanned a stall of either process) gives the rail so
- * little of the stripe that it may never again gather 1 ms of work to be
- * measured by: starved, it carried 0.01% of the bytes in one CI run of
- * mp_tcp_rails_lo. So a rate no sample refreshed for 200 ms is forgotten
- * (the rail counts as the best measured one again) and measured anew; a
- * rail that is slow (tbf in netns_tcp_rails_congest) still gets its share,
- * is sampled, and keeps its rate. */
+ * 1 ms of work: a moving average over about 4 samples.
+ *
+ * A rate measured low (a sample that spanned a stall of either process)
+ * gives the rail so little of the stripe that it may never again gather
+ * 1 ms of work to be measured by: starved, it carried 0.01% of the bytes in
+ * one CI run of mp_tcp_rails_lo. So a stale rate is probed: the rail counts
+ * as the best one for the next 1 MiB of DATA it takes (pipelined beside the
+ * other rails, as its share would be), and once those are acknowledged
+ * their sample replaces the rate, however short. The probe is bounded: a
+ * rail that is slow for good (tbf at 400 Mbit/s in
+ * netns_tcp_rails_congest) takes 1 MiB, not the 16 MiB queue that counting
+ * it as the best one until its next sample gave it (two rails fell to
+ * 0.4-0.5x the fast one alone), and its probes back off to one per 3.2 s. */
 static void hc_rail_rate_sample(hc_tcp_conn_t *c, int r, uint64_t now)
 {
     hc_tcp_rail_t *rail = &c->rail[r];
     uint64_t dns = rail->svc_ns - rail->rate_ns;
-    if (dns < 1000000) {
-        if (rail->rate > 0 && now - rail->rate_at > HC_RAIL_RATE_STALE_NS) {
-            rail->rate = 0;
-            rail->rate_at = now;
-            c->drv->n_rate_resets++;
+    bool probed = rail->probing && !rail->probe_left && rail->svc_bytes > rail->rate_bytes &&
+                  dns > 0 && hc_rail_outstanding(c, r) == 0;
+    if (dns < 1000000 && !probed) {
+        uint64_t gap = rail->probe_gap_ns ? rail->probe_gap_ns : HC_RAIL_RATE_STALE_NS;
+        if (rail->rate > 0 && !rail->probing && now - rail->rate_at > gap) {
+            rail->probing = true;
+            rail->probe_left = HC_TCP_RAIL_PROBE_BYTES;
+            c->drv->n_rate_probes++;
         }
         return;
     }
     double x = (double)(rail->svc_bytes - rail->rate_bytes) / (double)dns;
-    rail->rate = rail->rate > 0 ? 0.75 * rail->rate + 0.25 * x : x;
+    double was = rail->rate;
+    if (rail->probing) {
+        rail->rate = x;
+        rail->probe_gap_ns = x > 1.5 * was ? HC_RAIL_RATE_STALE_NS
+                             : rail->probe_gap_ns
+                                 ? HC_MIN(2 * rail->probe_gap_ns, HC_RAIL_PROBE_GAP_MAX_NS)
+                                 : 2 * HC_RAIL_RATE_STALE_NS;
+        rail->probing = false;
+        rail->probe_left = 0;
+    } else {
+        rail->rate = was > 0 ? 0.75 * was + 0.25 * x : x;
+    }
     rail->rate_bytes = rail->svc_bytes;
     rail->rate_ns = rail->svc_ns;
     rail->rate_at = now;

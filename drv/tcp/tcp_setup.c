@@ -716,7 +716,7 @@ static void hc_drv_tcp_counters(hc_drv_t *drv,
         kv("gaps_dropped", d->n_gaps, arg);
         kv("channel_resends", d->n_resyncs, arg);
         kv("acks_sent", d->n_acks, arg);
-        kv("rail_rate_resets", d->n_rate_resets, arg);
+        kv("rail_rate_probes", d->n_rate_probes, arg);
         for (int r = 0; r < d->nrails; r++) {
             char name[32];
             snprintf(name, sizeof(name), "rail%d_tx_bytes", r);
