@@ -8,7 +8,8 @@
  *   sleep S  it sleeps S seconds first (outside hcomm)
  *   stop     it stops itself (SIGSTOP) until the test continues it
  *   skipend  it skips the last allreduce (#3), sleeps 6 s, and finalizes
- *   nb S     at #2, three waits on the last rank, which sleeps S seconds (2)
+ *   nb S     at #2, three waits on the last rank, which sleeps S seconds (2;
+ *            hang_test.sh gives 3)
  *            before each of its parts: rank 0's hcomm_irecv (tag 7, 256
  *            float32) + hcomm_wait; rank 0's hcomm_send of 8 MiB (tag 8,
  *            a rendezvous) that the last rank receives late; then #2 as
