@@ -7,8 +7,10 @@
  * rounds beyond (pairs not measured take their class's mean). The results
  * are allgathered, so every rank installs the same costs
  * (hc_topo_map_calibrate) and derives the same rings; rank 0 keeps them in
- * HCOMM_TOPO_CACHE, keyed by the node set and the network driver, and a job
- * on the same nodes reads them instead of probing.
+ * HCOMM_TOPO_CACHE, keyed by the node set, the network driver and rank 0's
+ * links through it (its local_links op: tcp's rails, the RDMA device and
+ * port, the DPDK port), and a job on the same nodes and links reads them
+ * instead of probing.
  *
  * Bounded by time (HCOMM_TOPO_PROBE_BUDGET, rank 0's value for everyone)
  * without letting partners disagree on what comes next:
@@ -256,10 +258,17 @@ static void hc_probe_cache_path(const hc_topo_map_t *map, char *path, size_t len
         dir = def;
     }
     const char *net = "none";
-    for (int i = 0; i < hc_ctx.ndrvs; i++)
-        if (hc_ctx.drvs[i]->ops->scope == HC_DRV_SCOPE_NET) net = hc_ctx.drvs[i]->ops->name;
+    char links[512] = "";
+    for (int i = 0; i < hc_ctx.ndrvs; i++) {
+        hc_drv_t *d = hc_ctx.drvs[i];
+        if (d->ops->scope != HC_DRV_SCOPE_NET) continue;
+        net = d->ops->name;
+        links[0] = '\0';
+        if (d->ops->local_links) d->ops->local_links(d, links, sizeof(links));
+    }
     /* Key: the node names in node order (the order is the job's: nodes
-     * numbered by first rank) and the driver. */
+     * numbered by first rank), the driver and rank 0's links (a matrix
+     * measured over one tcp rail is not one over two). */
     uint64_t h = 1469598103934665603ull;
     for (int k = 0; k < map->nnodes; k++)
         for (const char *p = map->name[k];; p++) {
@@ -267,6 +276,9 @@ static void hc_probe_cache_path(const hc_topo_map_t *map, char *path, size_t len
             if (!*p) break;
         }
     for (const char *p = net; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    h = (h ^ 0xffu) * 1099511628211ull; /* between the driver's name and its links */
+    for (const char *p = links; *p; p++)
         h = (h ^ (uint8_t)*p) * 1099511628211ull;
     snprintf(path, len, "%s/topo-%d-%s-%016llx.txt", dir, map->nnodes, net, (unsigned long long)h);
 }

@@ -70,8 +70,8 @@
       "bytes, pairs not measured take their class's mean; a round may overrun it by what it had "  \
       "started; 0: no limit")                                                                      \
     X(topo_cache, "HCOMM_TOPO_CACHE", STR, "",                                                     \
-      "directory where rank 0 keeps probe results, keyed by the job's node set and network "       \
-      "driver, so that a restarted job skips the probe (empty: $XDG_CACHE_HOME/hcomm or "          \
+      "directory where rank 0 keeps probe results, keyed by the job's node set, network driver "   \
+      "and links, so that a restarted job skips the probe (empty: $XDG_CACHE_HOME/hcomm or "       \
       "~/.cache/hcomm; none: no cache)")                                                           \
     X(topo_weights, "HCOMM_TOPO_WEIGHTS", STR, "1,3,15,30",                                        \
       "costs of the classes same NUMA node, same host, same switch, across switches")             \

@@ -334,6 +334,12 @@ struct hc_drv_ops {
      * one link, nothing to add). tcp with rails: each interface pair and
      * its state. */
     void (*links)(hc_conn_t *conn, char *buf, size_t len);
+    /* The topology cache's key (api/api_probe.c): this endpoint's links
+     * (interfaces, devices, ports) in a line, the same from run to run on
+     * one setup (no ephemeral port, no state). A cost matrix measured over
+     * one set of links is not reused over another (one tcp rail or two).
+     * NULL op: the driver's name says it all. */
+    void (*local_links)(hc_drv_t *drv, char *buf, size_t len);
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops);

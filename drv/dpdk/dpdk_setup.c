@@ -404,6 +404,13 @@ static void hc_dpdk_counters(hc_drv_t *drv, void (*kv)(const char *name, uint64_
     kv("delay_decreases", t.delay_decreases, arg);
 }
 
+/* The topology cache's key: this rank's HCOMM_DPDK_PORT entry. */
+static void hc_dpdk_local_links(hc_drv_t *drv, char *buf, size_t len)
+{
+    (void)drv;
+    snprintf(buf, len, "%s", hc_dpdk_cfg.port);
+}
+
 static const struct hc_drv_ops hc_dpdk_ops = {
     .name = "dpdk",
     .scope = HC_DRV_SCOPE_NET,
@@ -420,6 +427,7 @@ static const struct hc_drv_ops hc_dpdk_ops = {
     .disconnect = hc_dpdk_disconnect,
     .close = hc_dpdk_close,
     .describe = hc_dpdk_describe,
+    .local_links = hc_dpdk_local_links,
     .counters = hc_dpdk_counters,
     .flush = hc_dpdk_flush,
     .peer_gone = hc_dpdk_peer_gone,

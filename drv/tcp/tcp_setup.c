@@ -776,6 +776,18 @@ static void hc_drv_tcp_links(hc_conn_t *conn, char *buf, size_t len)
     }
 }
 
+static void hc_drv_tcp_local_links(hc_drv_t *drv, char *buf, size_t len)
+{
+    const hc_tcp_drv_t *d = (const hc_tcp_drv_t *)drv;
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < d->nrails && off < len; r++) {
+        char ip[64];
+        hc_drv_tcp_ip_str(&d->rail_sa[r], ip, sizeof(ip));
+        off += (size_t)snprintf(buf + off, len - off, "%s%s %s", r ? "," : "", d->rail_if[r], ip);
+    }
+}
+
 static const struct hc_drv_ops hc_drv_tcp_ops = {
     .name = "tcp",
     .scope = HC_DRV_SCOPE_NET,
@@ -792,5 +804,6 @@ static const struct hc_drv_ops hc_drv_tcp_ops = {
     .describe = hc_drv_tcp_describe,
     .peer_gone = hc_drv_tcp_peer_gone,
     .links = hc_drv_tcp_links,
+    .local_links = hc_drv_tcp_local_links,
 };
 HC_DRV_REGISTER(hc_drv_tcp_ops)

@@ -512,6 +512,13 @@ static void hc_verbs_counters(hc_drv_t *drv,
     kv("deregistrations", d->n_deregs, arg);
 }
 
+/* The topology cache's key: the device and port (verbs and mlx5). */
+static void hc_verbs_local_links(hc_drv_t *drv, char *buf, size_t len)
+{
+    const hc_verbs_drv_t *d = (const hc_verbs_drv_t *)drv;
+    snprintf(buf, len, "%s port %u", d->dev_name, (unsigned)d->me.port);
+}
+
 void hc_verbs_fill_ops(struct hc_drv_ops *o)
 {
     o->scope = HC_DRV_SCOPE_NET;
@@ -534,6 +541,7 @@ void hc_verbs_fill_ops(struct hc_drv_ops *o)
     o->rkey_release = hc_verbs_rkey_release;
     o->ep_recv = hc_verbs_ep_recv;
     o->counters = hc_verbs_counters;
+    o->local_links = hc_verbs_local_links;
 }
 
 static struct hc_drv_ops hc_verbs_ops = {

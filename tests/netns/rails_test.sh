@@ -24,6 +24,8 @@
 #              veth-a alone, printed with the bytes each rail carried (no
 #              threshold: on a 2-core host the CPU bounds both); with two
 #              rails both must have carried at least a quarter of the bytes.
+#              Each job probes the topology into one HCOMM_TOPO_CACHE: the
+#              veth-a job measures anew (the key names the links).
 #   congest    veth-a shaped to 400 Mbit/s (tbf): busbw of 64 MiB allreduces
 #              over both rails >= 0.6x veth-b's alone (best of 2 interleaved
 #              rounds each), and veth-a carries less than a third of the
@@ -173,10 +175,16 @@ stripe)
     # A throughput case, no link changes (a loaded host may still leave a
     # rail for a moment: a receiver busy reducing 64 MiB sends no TCP
     # acknowledgement for 60 ms; the traffic moves and comes back).
+    # The calibration probe runs in each job with one HCOMM_TOPO_CACHE: the
+    # cache's key names the links, so the veth-a job measures anew rather
+    # than read what two rails gave (a file per link set).
     for ifs in veth-a,veth-b veth-a; do
-        job_env=("${common_env[@]}" HCOMM_SOCKET_IFNAME=$ifs)
+        job_env=("${common_env[@]}" HCOMM_SOCKET_IFNAME=$ifs HCOMM_TOPO_PROBE=1
+            HCOMM_TOPO_CACHE="$work/topo-cache")
         launch 2 1 --min 64M --max 64M --seconds 6
         wait_all 90
+        grep -h "topology probe: 1 node pairs measured" "$work/r0.log" ||
+            fail "HCOMM_SOCKET_IFNAME=$ifs: no probe, or its costs read from the cache: $(grep -h 'topology probe' "$work/r0.log")"
         if [ $ifs = veth-a,veth-b ]; then
             a0=$(counter 0 rail0_tx_bytes) a1=$(counter 0 rail1_tx_bytes)
             [ $((a0 * 4)) -ge $((a0 + a1)) ] && [ $((a1 * 4)) -ge $((a0 + a1)) ] ||
@@ -187,6 +195,8 @@ stripe)
             split="(rank 0 sent rail 0: $(counter 0 rail0_tx_bytes) B, rail 1: $(counter 0 rail1_tx_bytes) B)"
         echo "HCOMM_SOCKET_IFNAME=$ifs: $(grep -o 'busbw [0-9.]* GB/s' "$work/r0.log") $split"
     done
+    n=$(ls "$work/topo-cache"/topo-2-tcp-*.txt 2>/dev/null | wc -l)
+    [ "$n" = 2 ] || fail "topology cache files: $n, want 2 (one per link set)"
     ;;
 congest)
     # veth-a shaped to 400 Mbit/s both ways (tbf; this kernel has no
