@@ -11,11 +11,22 @@
 # Each must report one job of N ranks (the pass line exactly once), not N jobs
 # of one. Every daemon is stopped at the end and the temp dir removed.
 #   slurm_test.sh BINDIR     exit 0 passed, 1 failed, 77 skipped (no Slurm)
+# With --torch PYTHON SCRIPT it runs one job instead: srun -n 2 PYTHON
+# SCRIPT --rank slurm (tests/python/torchrun_job.py: Slurm's variables
+# mapped to env://, init_process_group("hcomm"), collectives and DDP
+# against gloo), with no HCOMM_* variable in its environment.
+#   slurm_test.sh BINDIR --torch PYTHON SCRIPT
 set -uo pipefail
 # ASan builds: libpmix's own process-lifetime allocations are not leaks of ours
 export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")/.." && pwd)/lib/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 bindir=${1:?usage: slurm_test.sh BINDIR}
 bindir=$(cd "$bindir" && pwd) || exit 1
+torch_py= torch_script=
+if [[ ${2:-} == --torch ]]; then
+    torch_py=${3:?--torch PYTHON SCRIPT} torch_script=${4:?--torch PYTHON SCRIPT}
+    "$torch_py" -c "import torch, hcomm.torch" 2>/dev/null ||
+        { echo "skipped: torch or hcomm.torch not importable by $torch_py"; exit 77; }
+fi
 
 missing=()
 for c in slurmctld slurmd srun sinfo scontrol munged; do
@@ -164,6 +175,10 @@ timeout 60 srun -n 2 --overcommit bash -c \
     '[[ $SLURM_PROCID == 0 ]] && env | grep -E "^SLURM_(JOB_ID|STEP_ID|STEP_NODELIST|JOB_NODELIST|STEP_TASKS_PER_NODE|TASKS_PER_NODE|NODEID|PROCID|LOCALID|NTASKS|STEP_NUM_TASKS|CLUSTER_NAME)=" | sort | sed "s/^/srun env: /"; exit 0'
 
 fails=0
+if [[ -n $torch_py ]]; then
+    while read -r v; do unset "$v"; done < <(compgen -e | grep '^HCOMM_')
+    must=
+fi
 run_job() { # run_job NAME PASSLINE srun-args...
     local name=$1 pass=$2 out rc n t0
     shift 2
@@ -184,6 +199,13 @@ run_job() { # run_job NAME PASSLINE srun-args...
         fails=$((fails + 1))
     fi
 }
+if [[ -n $torch_py ]]; then
+    run_job "srun -n 2 python torchrun_job.py --rank slurm (torch, no HCOMM_* variable)" \
+        "rank 0 of 2: torchrun job passed" -n 2 --overcommit "$torch_py" "$torch_script" --rank slurm
+    ((fails)) && { dump_logs; exit 1; }
+    echo "slurm_test: the torch job passed"
+    exit 0
+fi
 run_job "srun -n 2 mp_coll_vector" "mp_coll_vector: 2 ranks, every dtype, all checks passed" \
     -n 2 --overcommit "$bindir/mp_coll_vector"
 run_job "srun -n 4 mp_coll_vector" "mp_coll_vector: 4 ranks, every dtype, all checks passed" \

@@ -4,6 +4,10 @@
         python -m torch.distributed.run --standalone --max-restarts 0
         (elastic restarts off); each rank: init_process_group("hcomm")
         through env://, collectives and 5 DDP steps against gloo
+    torchrun_job.py --rank slurm       one Slurm task (srun, a task per
+        rank, tests/launchers/slurm_test.sh --torch): Slurm's variables
+        mapped to env:// as docs/python.md shows, then the torchrun rank's
+        checks
     torchrun_job.py die NPROC          plain env:// (RANK, WORLD_SIZE,
         MASTER_ADDR, MASTER_PORT set here): rank 1 exits after the first
         allreduce; every other rank's next collective must raise an
@@ -70,6 +74,19 @@ def rank_torchrun():
     print(f"rank {r} of {n}: torchrun job passed", flush=True)
 
 
+def rank_slurm():
+    """A Slurm task: RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR from srun's
+    variables (the first node of the job; a port from the job id), nothing
+    else set by hand, then what a torchrun rank checks."""
+    jid = int(os.environ["SLURM_JOB_ID"])
+    nodes = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                           capture_output=True, text=True, check=True).stdout.split()
+    os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
+                      LOCAL_RANK=os.environ["SLURM_LOCALID"], MASTER_ADDR=nodes[0],
+                      MASTER_PORT=str(20000 + (jid * 64 + 17) % 40000))
+    rank_torchrun()
+
+
 def rank_die():
     import torch
     import torch.distributed as dist
@@ -126,7 +143,7 @@ def linger(dist, r):
 
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "--rank":
-        return rank_torchrun() if sys.argv[2] == "torchrun" else rank_die()
+        return {"torchrun": rank_torchrun, "slurm": rank_slurm}.get(sys.argv[2], rank_die)()
     mode, n = sys.argv[1], int(sys.argv[2])
     try:
         import hcomm.torch  # noqa: F401
