@@ -231,7 +231,7 @@ typedef struct {
      * best one for probe_left more bytes, then their sample replaces it. */
     bool probing;
     uint32_t probe_left;
-    uint64_t probe_gap_ns; /* stale after this long (backs off while probes find it slow) */
+    uint32_t probe_misses; /* probes in a row that did not raise the rate (the gap backs off) */
     char why[160];
     char brief[40]; /* why, in a few words (the failure message names every rail) */
 } hc_tcp_rail_t;

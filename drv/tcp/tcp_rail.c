@@ -320,9 +320,11 @@ static int hc_rail_chan(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
 }
 
 /* A rate no sample has refreshed for HC_RAIL_RATE_STALE_NS is probed with
- * HC_TCP_RAIL_PROBE_BYTES; while probes find the rail no faster, the next one
- * waits twice as long, up to HC_RAIL_PROBE_GAP_MAX_NS. */
+ * HC_TCP_RAIL_PROBE_BYTES; after HC_RAIL_PROBE_TRIES probes in a row that
+ * found the rail no faster, each next one waits twice as long, up to
+ * HC_RAIL_PROBE_GAP_MAX_NS. */
 #define HC_RAIL_RATE_STALE_NS 200000000ull
+#define HC_RAIL_PROBE_TRIES 3
 #define HC_RAIL_PROBE_GAP_MAX_NS 3200000000ull
 
 /* The timer's sample of what rail r delivered since the last one (DATA
@@ -335,11 +337,14 @@ static int hc_rail_chan(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
  * one CI run of mp_tcp_rails_lo. So a stale rate is probed: the rail counts
  * as the best one for the next 1 MiB of DATA it takes (pipelined beside the
  * other rails, as its share would be), and once those are acknowledged
- * their sample replaces the rate, however short. The probe is bounded: a
- * rail that is slow for good (tbf at 400 Mbit/s in
+ * their sample, however short, raises the rate to what it measured (a
+ * probe never lowers it: its one sample may span a stall too, which is how
+ * the rate fell; samples of the rail's regular traffic do). The probe is
+ * bounded: a rail that is slow for good (tbf at 400 Mbit/s in
  * netns_tcp_rails_congest) takes 1 MiB, not the 16 MiB queue that counting
  * it as the best one until its next sample gave it (two rails fell to
- * 0.4-0.5x the fast one alone), and its probes back off to one per 3.2 s. */
+ * 0.4-0.5x the fast one alone), and after three probes in a row that found
+ * it no faster they back off to one per 3.2 s. */
 static void hc_rail_rate_sample(hc_tcp_conn_t *c, int r, uint64_t now)
 {
     hc_tcp_rail_t *rail = &c->rail[r];
@@ -347,7 +352,10 @@ static void hc_rail_rate_sample(hc_tcp_conn_t *c, int r, uint64_t now)
     bool probed = rail->probing && !rail->probe_left && rail->svc_bytes > rail->rate_bytes &&
                   dns > 0 && hc_rail_outstanding(c, r) == 0;
     if (dns < 1000000 && !probed) {
-        uint64_t gap = rail->probe_gap_ns ? rail->probe_gap_ns : HC_RAIL_RATE_STALE_NS;
+        uint32_t over = rail->probe_misses > HC_RAIL_PROBE_TRIES
+                            ? HC_MIN(rail->probe_misses - HC_RAIL_PROBE_TRIES, 4u)
+                            : 0;
+        uint64_t gap = HC_MIN(HC_RAIL_RATE_STALE_NS << over, HC_RAIL_PROBE_GAP_MAX_NS);
         if (rail->rate > 0 && !rail->probing && now - rail->rate_at > gap) {
             rail->probing = true;
             rail->probe_left = HC_TCP_RAIL_PROBE_BYTES;
@@ -358,11 +366,8 @@ static void hc_rail_rate_sample(hc_tcp_conn_t *c, int r, uint64_t now)
     double x = (double)(rail->svc_bytes - rail->rate_bytes) / (double)dns;
     double was = rail->rate;
     if (rail->probing) {
-        rail->rate = x;
-        rail->probe_gap_ns = x > 1.5 * was ? HC_RAIL_RATE_STALE_NS
-                             : rail->probe_gap_ns
-                                 ? HC_MIN(2 * rail->probe_gap_ns, HC_RAIL_PROBE_GAP_MAX_NS)
-                                 : 2 * HC_RAIL_RATE_STALE_NS;
+        rail->rate = HC_MAX(x, was);
+        rail->probe_misses = x > 1.5 * was ? 0 : rail->probe_misses + 1;
         rail->probing = false;
         rail->probe_left = 0;
     } else {
