@@ -97,17 +97,19 @@ for ((i = 1; i <= rounds; i++)); do
         res[lat,$net]+="$(lat lat) "
         hc_run bw $net -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 10 -w 2
         res[bw,$net]+="$(bw bw) "
+        cp "$work/bw" "$work/bw$([ $net = tcp ] && echo t || echo d)"
     done
     memif_ns_run lat -- "$build/bin/pingpong" -b 8 -e 8 -n 2000
     res[lat,memifns]+="$(lat lat) "
     memif_ns_run bw -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 10 -w 2
     res[bw,memifns]+="$(bw bw) "
+    cp "$work/bw" "$work/bwn"
     memif_run lat -- "$build/bin/pingpong" -b 8 -e 8 -n 2000
     res[lat,memif]+="$(lat lat) "
     memif_run bw -- "$build/bin/allreduce_bw" -b 32M -e 32M -n 10 -w 2
     res[bw,memif]+="$(bw bw) "
     if [ "$only" = memif ]; then
-        echo "round $i: busbw tcp ${res[bw,tcp]##* } memif(netns) ${res[bw,memifns]##* } memif(host) ${res[bw,memif]##* }"
+        echo "round $i: busbw tcp $(bw bwt) memif(netns) $(bw bwn) memif(host) $(bw bw)"
         continue
     fi
     xdp=HCOMM_DPDK_PORT=net_af_xdp0,iface=eth0
