@@ -274,6 +274,20 @@ static void stream_for(hc_drv_t *d0, hc_drv_t *d1, hc_conn_t *c01, int ms)
     pump_until(d0, d1, &side[0].done, sent);
 }
 
+/* Ranks 0 and 1 wired, DATA streamed for 100 ms: both rails have a rate. */
+static hc_conn_t *measured_pair(hc_drv_t **d0_p, hc_drv_t **d1_p)
+{
+    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_conn_t *c01 = wire(d0, 1, d1);
+    wire(d1, 0, d0);
+    stream_for(d0, d1, c01, 100);
+    const hc_tcp_conn_t *t = (const hc_tcp_conn_t *)c01;
+    assert_true(t->rail[0].rate > 0 && t->rail[1].rate > 0);
+    *d0_p = d0;
+    *d1_p = d1;
+    return c01;
+}
+
 /* A rail whose measured rate is far below what it delivers (a sample that
  * spanned a stall) gets almost none of the stripe, so it would gather no
  * work to be measured by again: a rate 200 ms without a sample is probed,
@@ -283,13 +297,10 @@ static void test_low_rate_probed(void **state)
 {
     (void)state;
     if (!ifs[0]) skip();
-    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01 = measured_pair(&d0, &d1);
     hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
-    hc_conn_t *c01 = wire(d0, 1, d1);
-    wire(d1, 0, d0);
     hc_tcp_conn_t *t = (hc_tcp_conn_t *)c01;
-    stream_for(d0, d1, c01, 100); /* both rails measured */
-    assert_true(t->rail[0].rate > 0 && t->rail[1].rate > 0);
     t->rail[1].rate = t->rail[0].rate * 1e-6; /* rail 1 "measured" a millionth as fast */
     uint64_t b1 = td0->rail_tx_bytes[1], b0 = td0->rail_tx_bytes[0];
     stream_for(d0, d1, c01, 700);
@@ -310,18 +321,16 @@ static void test_low_rate_probed(void **state)
  * 16 MiB burst, not the half of it that counting the rail as the best one
  * until its next sample gave (a rail slow for good then held up every
  * 200 ms: two rails with one shaped fell to 0.4-0.5x the fast one alone in
- * netns_tcp_rails_congest). Once acknowledged, the probe's sample replaces
+ * netns_tcp_rails_congest). Once acknowledged, the probe's sample raises
  * the stale rate. */
 static void test_probe_bounded(void **state)
 {
     (void)state;
     if (!ifs[0]) skip();
-    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01 = measured_pair(&d0, &d1);
     hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
-    hc_conn_t *c01 = wire(d0, 1, d1);
-    wire(d1, 0, d0);
     hc_tcp_conn_t *t = (hc_tcp_conn_t *)c01;
-    stream_for(d0, d1, c01, 100); /* both rails measured */
     double low = t->rail[0].rate * 1e-6;
     t->rail[1].rate = low;
     t->rail[1].rate_bytes = t->rail[1].svc_bytes; /* no work since: no sample */

@@ -46,45 +46,35 @@ hc_run() {
     wait "${pids[@]}"
     cp "$work/$tag.0" "$work/$tag"
 }
-# memif_run TAG ENV... -- prog args: 2 ranks on fake nodes of this host
-# joined by a memif pair; rank 0's output in $work/TAG
-memif_run() {
-    local tag=$1 port=$((20000 + RANDOM % 12000)) r role pids=() envs=()
-    shift
+# memif_run TAG ENV... -- prog args: 2 ranks joined by a memif pair, on
+# two fake nodes of this host; memif_ns_run: one per namespace, the control
+# socket a file both namespaces see (an abstract one is per namespace).
+# Rank 0's output in $work/TAG.
+memif_job() { # LAYOUT (host|ns) TAG ENV... -- prog args
+    local layout=$1 tag=$2 port=$((20000 + RANDOM % 12000)) r role pids=() envs=() where
+    shift 2
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
     for r in 1 0; do
         role=client
         [ $r = 0 ] && role=server
-        env HCOMM_RANK=$r HCOMM_SIZE=2 HCOMM_LOCAL_RANK=0 HCOMM_LOCAL_SIZE=1 \
-            HCOMM_NODE_ID="memif$r" HCOMM_BOOTSTRAP="tcp://127.0.0.1:$port" HCOMM_JOB_KEY=bench \
-            HCOMM_LOG=error HCOMM_NET=dpdk \
-            HCOMM_DPDK_PORT="net_memif$r,role=$role,socket=$work/memif.$port" "${envs[@]}" \
-            "$@" >"$work/$tag.$r" 2>&1 &
+        if [ "$layout" = ns ]; then
+            where=(HCOMM_BOOTSTRAP="tcp://10.77.0.1:$port"
+                HCOMM_DPDK_PORT="net_memif0,role=$role,socket=$work/memifns.$port,socket-abstract=no"
+                "$here/netns.sh" run $r)
+        else
+            where=(HCOMM_NODE_ID="memif$r" HCOMM_BOOTSTRAP="tcp://127.0.0.1:$port"
+                HCOMM_DPDK_PORT="net_memif$r,role=$role,socket=$work/memif.$port")
+        fi
+        env HCOMM_RANK=$r HCOMM_SIZE=2 HCOMM_LOCAL_RANK=0 HCOMM_LOCAL_SIZE=1 HCOMM_JOB_KEY=bench \
+            HCOMM_LOG=error HCOMM_NET=dpdk "${envs[@]}" "${where[@]}" "$@" >"$work/$tag.$r" 2>&1 &
         pids+=($!)
     done
     wait "${pids[@]}"
     cp "$work/$tag.0" "$work/$tag"
 }
-# memif_ns_run TAG ENV... -- prog args: 2 ranks, one per namespace, joined
-# by a memif pair whose control socket is a file both namespaces see
-memif_ns_run() {
-    local tag=$1 port=$((20000 + RANDOM % 12000)) r role pids=() envs=()
-    shift
-    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
-    shift
-    for r in 1 0; do
-        role=client
-        [ $r = 0 ] && role=server
-        env HCOMM_RANK=$r HCOMM_SIZE=2 HCOMM_LOCAL_RANK=0 HCOMM_LOCAL_SIZE=1 \
-            HCOMM_BOOTSTRAP="tcp://10.77.0.1:$port" HCOMM_JOB_KEY=bench HCOMM_LOG=error HCOMM_NET=dpdk \
-            HCOMM_DPDK_PORT="net_memif0,role=$role,socket=$work/memifns.$port,socket-abstract=no" \
-            "${envs[@]}" "$here/netns.sh" run $r "$@" >"$work/$tag.$r" 2>&1 &
-        pids+=($!)
-    done
-    wait "${pids[@]}"
-    cp "$work/$tag.0" "$work/$tag"
-}
+memif_run() { memif_job host "$@"; }
+memif_ns_run() { memif_job ns "$@"; }
 median() { sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "nan"}'; }
 lat() { awk '$1 == 8 {print $3}' "$work/$1"; }   # p50 us
 bw() { awk '$1 == 33554432 {print $8}' "$work/$1"; } # busbw GB/s
