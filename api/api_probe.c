@@ -240,6 +240,16 @@ static hcomm_status_t hc_probe_server(hcomm_comm_t pc, int peer, int tag, uint8_
     return st;
 }
 
+/* FNV-1a of string s into h (with its terminating NUL when nul). */
+static uint64_t hc_probe_fnv(uint64_t h, const char *s, bool nul)
+{
+    for (;; s++) {
+        if (!*s && !nul) return h;
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+        if (!*s) return h;
+    }
+}
+
 /* The cache file for this job's nodes and network driver, or "" (none). */
 static void hc_probe_cache_path(const hc_topo_map_t *map, char *path, size_t len)
 {
@@ -271,15 +281,10 @@ static void hc_probe_cache_path(const hc_topo_map_t *map, char *path, size_t len
      * measured over one tcp rail is not one over two). */
     uint64_t h = 1469598103934665603ull;
     for (int k = 0; k < map->nnodes; k++)
-        for (const char *p = map->name[k];; p++) {
-            h = (h ^ (uint8_t)*p) * 1099511628211ull;
-            if (!*p) break;
-        }
-    for (const char *p = net; *p; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+        h = hc_probe_fnv(h, map->name[k], true);
+    h = hc_probe_fnv(h, net, false);
     h = (h ^ 0xffu) * 1099511628211ull; /* between the driver's name and its links */
-    for (const char *p = links; *p; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    h = hc_probe_fnv(h, links, false);
     snprintf(path, len, "%s/topo-%d-%s-%016llx.txt", dir, map->nnodes, net, (unsigned long long)h);
 }
 

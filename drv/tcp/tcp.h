@@ -228,7 +228,7 @@ typedef struct {
     uint64_t rate_at;             /* when the last sample (or probe) was taken */
     double rate;                  /* bytes per ns, moving average; 0: not measured yet */
     /* A stale rate is probed (hc_rail_rate_sample): the rail counts as the
-     * best one for probe_left more bytes, then their sample replaces it. */
+     * best one for probe_left more bytes, then their sample may raise it. */
     bool probing;
     uint32_t probe_left;
     uint32_t probe_misses; /* probes in a row that did not raise the rate (the gap backs off) */
