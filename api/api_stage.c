@@ -64,11 +64,19 @@ void hc_api_stage_describe(char *buf, size_t len)
     char gdr[512];
     hc_gdr_describe(gdr, sizeof(gdr));
     snprintf(buf, len,
-             "device buffers (%s): collectives staged through host memory on every driver; "
+             "device buffers (%s): allreduce of at least %u bytes on a communicator of one "
+             "node unstaged (HCOMM_GPU_IPC=%s%s); other collectives staged through host "
+             "memory on every driver; "
              "allreduce, reduce, broadcast above HCOMM_GPU_STAGE_CHUNK=%zu bytes pipelined in "
              "chunks of that size, HCOMM_GPU_STAGE_DEPTH=%lld in flight; smaller ones, groups "
              "and the other collectives staged whole; p2p staged whole unless direct; %s",
-             ops->name, hc_stage_pipe_chunk, (long long)hc_stage_pipe_depth, gdr);
+             ops->name, HC_COLL_NODE_DEVICE_MIN,
+             hc_ipc_mode == HC_GDR_OFF ? "0" : hc_ipc_mode == HC_GDR_ON ? "1" : "auto",
+             hc_ipc_mode == HC_GDR_OFF ? ": off, staged"
+                                       : ": by IPC between the ranks' device buffers where every "
+                                         "rank has device buffers, else in the node region with "
+                                         "device copies",
+             hc_stage_pipe_chunk, (long long)hc_stage_pipe_depth, gdr);
 }
 
 /* HCOMM_LOG=info: the path, once per hcomm_init. */
@@ -385,9 +393,23 @@ hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *com
     if ((st = hc_extent_type(fn, "sendbuf", &s)) || (st = hc_extent_type(fn, "recvbuf", &r)))
         return st;
     if (hc_gpu_no_stage) return hc_coll_post(a, comm, req_p);
-    bool pipe;
-    if ((st = hc_stage_pipe_fits(fn, a, &pipe)) != HCOMM_OK) return st;
     if (hc_extent_device(&s) || hc_extent_device(&r)) hc_stage_log_path();
+    bool pipe = false;
+    if (hc_ipc_mode != HC_GDR_OFF && hc_coll_node_takes_device(a, comm)) {
+        /* Every rank decides this alike (whatever its memory), so none
+         * pipelines. Device buffers go down as they are; managed memory is
+         * staged whole (the CPU must not touch it, and it has no IPC). */
+        bool managed = (s.n && s.attr.type == HC_MEM_MANAGED) ||
+                       (r.n && r.attr.type == HC_MEM_MANAGED);
+        if (!managed) {
+            hc_coll_args_t d = *a;
+            d.smem = (uint8_t)(s.n ? s.attr.type : HC_MEM_HOST);
+            d.rmem = (uint8_t)(r.n ? r.attr.type : HC_MEM_HOST);
+            return hc_coll_post(&d, comm, req_p);
+        }
+    } else if ((st = hc_stage_pipe_fits(fn, a, &pipe)) != HCOMM_OK) {
+        return st;
+    }
     if (pipe) return hc_stage_coll_pipe(fn, a, comm, &s, &r, req_p);
     if (!hc_extent_device(&s) && !hc_extent_device(&r)) return hc_coll_post(a, comm, req_p);
     hc_api_stage_t *stg = calloc(1, sizeof(*stg));

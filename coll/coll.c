@@ -545,6 +545,8 @@ void hc_coll_op_set(hc_coll_op_t *op, const hc_coll_args_t *a, struct hcomm_comm
     op->root = a->root;
     op->esize = hc_dtype_size(a->dtype);
     op->bytes = a->bytes;
+    op->smem = a->smem;
+    op->rmem = a->rmem;
 }
 
 hcomm_status_t hc_coll_op_create(const hc_coll_args_t *a, struct hcomm_comm *comm,

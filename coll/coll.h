@@ -100,6 +100,10 @@ struct hc_coll_op {
     int root;
     size_t esize;
     size_t bytes; /* count * esize */
+    /* What sbuf and rbuf are (HC_MEM_*: gpu/gpu.h): device memory reaches
+     * an op only where hc_coll_node_takes_device said so (api/api_stage.c);
+     * everywhere else the API stages it and these are HC_MEM_HOST. */
+    uint8_t smem, rmem;
     uint64_t seq; /* position in the communicator's collective order */
     uint32_t sig; /* hc_coll_sig(): what every rank must agree on, folded */
     hc_coll_step_fn step;
@@ -373,8 +377,20 @@ typedef struct {
     hcomm_op_t op;
     int root;
     const hc_coll_vec_t *vec;
+    uint8_t smem, rmem; /* HC_MEM_*: 0 (host) unless hc_coll_node_takes_device */
 } hc_coll_args_t;
 
+/* Whether the collective a on comm takes device buffers as they are (the
+ * node family: by IPC, or in its region with device copies; coll/
+ * node_device.c), instead of the API's host staging. It depends only on
+ * what every rank of comm shares (the collective, its size, the
+ * communicator, HCOMM_ALGO), never on memory types, so every rank decides
+ * alike: a large allreduce on a communicator of one node whose node
+ * family single copy would run. HC_COLL_NODE_DEVICE_MIN: its least size. */
+#define HC_COLL_NODE_DEVICE_MIN (256u * 1024)
+bool hc_coll_node_takes_device(const hc_coll_args_t *a, struct hcomm_comm *comm);
+/* The node region of comm (hc_coll_node_usable) has its private scratch. */
+bool hc_coll_node_scratch(struct hcomm_comm *comm);
 /* Reads HCOMM_ALGO (after hc_coll_init): a name that is none fails init. */
 hcomm_status_t hc_coll_post_init(void);
 /* Decides and starts a collective (the user's, after the API's argument

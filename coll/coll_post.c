@@ -222,6 +222,15 @@ static bool hc_coll_inline_fits(const hc_coll_args_t *a, struct hcomm_comm *comm
            hc_coll_node_usable(comm);
 }
 
+bool hc_coll_node_takes_device(const hc_coll_args_t *a, struct hcomm_comm *comm)
+{
+    if (a->kind != HC_COLL_ALLREDUCE || a->bytes < HC_COLL_NODE_DEVICE_MIN || comm->size < 2 ||
+        hc_ctx.group_depth > 0 || (hc_coll_forced && strcasecmp(hc_coll_forced, "node")) ||
+        !hc_coll_node_usable(comm))
+        return false;
+    return hc_coll_node_scratch(comm);
+}
+
 static hcomm_status_t hc_coll_inline(const hc_coll_args_t *a, struct hcomm_comm *comm, uint64_t t0)
 {
     hc_coll_op_t op;

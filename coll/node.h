@@ -101,7 +101,8 @@ typedef struct {
 typedef struct {
     uint32_t vote; /* HC_NODE_VOTE_*: what this rank can do with everyone's buffers */
     uint8_t skey_len, rkey_len; /* 0: no key (the buffer cannot be mapped) */
-    uint16_t pad;
+    uint8_t mem; /* HC_NODE_MEM_*: what this rank's buffers are (node_device.c) */
+    uint8_t pad;
     uint64_t saddr, raddr;
     uint8_t skey[HC_RKEY_MAX], rkey[HC_RKEY_MAX];
 } HC_ALIGNED_CL hc_node_desc_t;
@@ -113,8 +114,13 @@ enum {
     HC_NODE_OUT_OF_PLACE = 1u << 2, /* my output does not overlap my input */
 };
 
-/* Large pool-to-pool allreduces at least this big go zero-copy. */
-#define HC_NODE_ZC_MIN (256u * 1024)
+/* What a rank's buffers are (hc_node_desc_t.mem): both host, both device,
+ * or one of each. */
+enum { HC_NODE_MEM_HOST = 1, HC_NODE_MEM_DEVICE = 2, HC_NODE_MEM_MIXED = 3 };
+
+/* Large pool-to-pool allreduces at least this big go zero-copy (the API
+ * passes device buffers down from the same size: coll.h). */
+#define HC_NODE_ZC_MIN HC_COLL_NODE_DEVICE_MIN
 
 typedef struct hc_coll_node {
     hc_drv_t *drv;  /* the node driver the region came from */
@@ -130,6 +136,10 @@ typedef struct hc_coll_node {
     hc_rkey_t *rkeys[128];
     hc_conn_t *rkey_conn[128];
     int nrkeys;
+    /* This rank's registration records behind its device buffers' IPC keys
+     * (node_device.c), held as long as the peers' mappings of them. */
+    struct hc_mem_region *held[2];
+    int nheld;
     const uint8_t *zs[64];            /* this op: every rank's input and output */
     uint8_t *zr[64];
     uint8_t *stage;
@@ -151,10 +161,11 @@ bool hc_node_wait_b(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t);
 /* Ticks for op: per_rank_bytes in blocks of the region's block size
  * (op->tick = the first, tick_end = one past the last). */
 void hc_node_begin(hc_coll_op_t *op, size_t per_rank_bytes);
-/* Stage bb bytes of src into my block of tick t and publish it; false while
- * the block may still be read by a slower rank (tick t-2). */
-bool hc_node_stage_publish(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t, const void *src,
-                           size_t bb);
+/* Stage bb bytes of src (op's input: hc_node_copy_in) into my block of
+ * tick t and publish it; HCOMM_IN_PROGRESS while the block may still be
+ * read by a slower rank (tick t-2), or the copy's failure. */
+hcomm_status_t hc_node_stage_publish(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t,
+                                     const void *src, size_t bb);
 
 
 static inline uint8_t *hc_node_stage(hc_coll_node_t *nd, int rank, uint64_t t)
@@ -290,8 +301,28 @@ hc_step_t hc_node_allreduce_direct(hc_coll_op_t *op);
 hc_step_t hc_node_1copy(hc_coll_op_t *op);
 hc_step_t hc_node_broadcast(hc_coll_op_t *op);
 hc_step_t hc_node_blocks(hc_coll_op_t *op);
-/* Peers' remote keys of the last single-copy collective, released. */
+/* Peers' remote keys of the last single-copy collective, and this rank's
+ * records behind its own device keys, released. */
 void hc_node_rkeys_release(hc_coll_node_t *nd);
+
+/* ---- node_device.c: device memory in the node family ---------------------------- */
+/* op's input into host memory and host memory into its output, whatever
+ * memory they are (op->smem, op->rmem): memcpy (the output: non-temporal
+ * when large) for host memory, the GPU dispatch for device memory; a
+ * failure names the collective and the device. */
+hcomm_status_t hc_node_copy_in(const hc_coll_op_t *op, void *dst, const void *src, size_t n);
+hcomm_status_t hc_node_copy_out(const hc_coll_op_t *op, void *dst, const void *src, size_t n);
+/* HC_NODE_MEM_* of op's buffers. */
+uint8_t hc_node_mem_bits(const hc_coll_op_t *op);
+/* The node driver's packed IPC key of a device buffer (0 bytes: none); the
+ * registration record is held in nd->held until hc_node_rkeys_release. */
+uint8_t hc_node_pack_device(hc_coll_node_t *nd, const void *buf, size_t len, uint8_t *out);
+/* Allreduce of elements [lo, hi) through every rank's mapped device
+ * buffers (nd->zs, nd->zr), on the device. */
+hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, size_t lo,
+                                        size_t hi);
+/* HCOMM_GPU_IPC=1 and the votes say no IPC: the error, naming the rank. */
+hcomm_status_t hc_node_device_refused(hc_coll_op_t *op, hc_coll_node_t *nd);
 /* node_region.c: ticks in chunks, and the single copy tried first. */
 void hc_node_begin_chunks(hc_coll_op_t *op, size_t per_rank_bytes, size_t chunk);
 hc_coll_step_fn hc_node_try_1copy(hc_coll_op_t *op, hc_coll_step_fn staged, bool allowed);

@@ -3,6 +3,7 @@
  * reduce_scatter and alltoall straight between the ranks' buffers.
  */
 #include "coll/node.h"
+#include "gpu/gpu.h"
 
 #include <unistd.h>
 /* ---- zero-copy allreduce of pool memory ------------------------------------------ */
@@ -12,6 +13,9 @@ void hc_node_rkeys_release(hc_coll_node_t *nd)
     for (int i = 0; i < nd->nrkeys; i++)
         nd->rkey_conn[i]->ops->rkey_release(nd->rkey_conn[i], nd->rkeys[i]);
     nd->nrkeys = 0;
+    for (int i = 0; i < nd->nheld; i++)
+        hc_mem_reg_cache_put(nd->held[i]);
+    nd->nheld = 0;
 }
 
 /* This rank's packed node-driver key for buf (0 bytes: none, not mappable). */
@@ -159,6 +163,16 @@ static void hc_node_1copy_publish(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_
     hc_node_rkeys_release(nd);
     me->saddr = (uint64_t)(uintptr_t)op->sbuf;
     me->raddr = (uint64_t)(uintptr_t)op->rbuf;
+    me->mem = hc_node_mem_bits(op);
+    if (HC_UNLIKELY(me->mem != HC_NODE_MEM_HOST)) {
+        /* device memory: IPC keys (a host buffer beside it gets none) */
+        me->skey_len =
+            op->smem == HC_MEM_DEVICE ? hc_node_pack_device(nd, op->sbuf, op->bytes, me->skey) : 0;
+        me->rkey_len = me->skey_len && op->rmem == HC_MEM_DEVICE
+                           ? hc_node_pack_device(nd, op->rbuf, op->bytes, me->rkey)
+                           : 0;
+        return;
+    }
     me->skey_len = hc_node_pack(nd, op->sbuf, op->bytes, me->skey);
     me->rkey_len = me->skey_len ? hc_node_pack(nd, op->rbuf, op->bytes, me->rkey) : 0;
 }
@@ -167,7 +181,12 @@ static void hc_node_1copy_publish(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_
  * buffer mapped here, into nd->zs/zr; GET; out of place). */
 static void hc_node_1copy_vote(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_desc_t *me)
 {
-    bool map = op->kind == HC_COLL_ALLREDUCE;
+    /* Mapping and the driver's get are for buffers of one kind on every
+     * rank: all host (pool memory mapped, or CMA), or all device (IPC). */
+    bool same = true;
+    for (int j = 0; j < nd->n; j++)
+        same = same && nd->desc[j].mem == me->mem;
+    bool map = op->kind == HC_COLL_ALLREDUCE && same && me->mem != HC_NODE_MEM_MIXED;
     for (int j = 0; j < nd->n && map; j++) {
         hc_node_desc_t *d = &nd->desc[j];
         if (!d->skey_len || !d->rkey_len) {
@@ -187,7 +206,8 @@ static void hc_node_1copy_vote(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_des
     }
     const uint8_t *sb = op->sbuf, *rb = op->rbuf;
     bool apart = sb + op->bytes <= rb || rb + op->bytes <= sb;
-    me->vote = (map ? HC_NODE_CAN_MAP : 0u) | (hc_node_can_get(op) ? HC_NODE_CAN_GET : 0u) |
+    bool get = same && me->mem == HC_NODE_MEM_HOST && hc_node_can_get(op);
+    me->vote = (map ? HC_NODE_CAN_MAP : 0u) | (get ? HC_NODE_CAN_GET : 0u) |
                (apart ? HC_NODE_OUT_OF_PLACE : 0u);
 }
 
@@ -304,6 +324,8 @@ static hcomm_status_t hc_node_1copy_move(hc_coll_op_t *op, hc_coll_node_t *nd, u
     hcomm_status_t st = HCOMM_OK;
     if (op->kind != HC_COLL_ALLREDUCE)
         st = hc_node_1copy_blocks(op, nd);
+    else if ((mode & HC_NODE_CAN_MAP) && nd->desc[nd->me].mem == HC_NODE_MEM_DEVICE)
+        st = hc_node_1copy_map_device(op, nd, lo, hi);
     else if (mode & HC_NODE_CAN_MAP)
         hc_node_1copy_map(op, nd, lo, hi);
     else
@@ -341,8 +363,15 @@ hc_step_t hc_node_1copy(hc_coll_op_t *op)
         if (!hc_node_wait_b(nd, op, t0))
             return HC_STEP_PENDING;
         uint32_t mode = HC_NODE_CAN_GET | HC_NODE_CAN_MAP | HC_NODE_OUT_OF_PLACE;
-        for (int j = 0; j < nd->n; j++)
+        bool dev = false;
+        for (int j = 0; j < nd->n; j++) {
             mode &= nd->desc[j].vote;
+            dev = dev || nd->desc[j].mem != HC_NODE_MEM_HOST;
+        }
+        if (HC_UNLIKELY(me->mem != HC_NODE_MEM_HOST))
+            hc_gpu_stats.node_dev_calls++;
+        if (HC_UNLIKELY(dev && !(mode & HC_NODE_CAN_MAP) && hc_ipc_mode == HC_GDR_ON))
+            return hc_step_fail(hc_node_device_refused(op, nd)); /* on every rank alike */
         if (!(mode & (HC_NODE_CAN_GET | HC_NODE_CAN_MAP)))
             return hc_node_1copy_fall_back(op, t0);
         hcomm_status_t st = hc_node_1copy_move(op, nd, mode);

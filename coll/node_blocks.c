@@ -17,8 +17,10 @@ hc_step_t hc_node_broadcast(hc_coll_op_t *op)
         size_t off = (size_t)op->phase * nd->block;
         size_t bb = op->bytes ? HC_MIN(nd->block, op->bytes - off) : 0;
         if (root) {
-            if (!hc_node_stage_publish(nd, op, t, (uint8_t *)op->rbuf + off, bb))
+            hcomm_status_t st = hc_node_stage_publish(nd, op, t, (uint8_t *)op->rbuf + off, bb);
+            if (st == HCOMM_IN_PROGRESS)
                 return HC_STEP_PENDING;
+            HC_STEP_TRY(st);
             hc_node_post_b(nd, t);
             if (hc_node_counting())
                 hc_node_count_bcast(op, nd, bb);

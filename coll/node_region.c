@@ -127,6 +127,12 @@ bool hc_coll_node_usable(struct hcomm_comm *comm)
     return true;
 }
 
+bool hc_coll_node_scratch(struct hcomm_comm *comm)
+{
+    hc_coll_comm_t *cc = hc_coll_comm(comm);
+    return cc && cc->node && cc->node->scratch;
+}
+
 void hc_coll_node_started(struct hc_coll_node *nd, uint64_t seq)
 {
     __atomic_store_n(&nd->started[nd->me].seq, seq + 1, __ATOMIC_RELEASE);

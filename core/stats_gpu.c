@@ -51,6 +51,12 @@ void hc_stats_gpu_lines(void (*line)(const char *text, void *arg), void *arg)
              (unsigned long long)g->pin_regs, (unsigned long long)g->pin_bytes,
              (unsigned long long)g->pin_failures);
     line(text, arg);
+    snprintf(text, sizeof(text),
+             "device node collectives (unstaged): %llu with a device buffer here, %llu of them "
+             "by IPC; %llu B reduced here by IPC",
+             (unsigned long long)g->node_dev_calls, (unsigned long long)g->node_ipc_calls,
+             (unsigned long long)g->node_ipc_bytes);
+    line(text, arg);
 }
 
 void hc_stats_gpu_json(FILE *f, unsigned rep)
@@ -62,7 +68,8 @@ void hc_stats_gpu_json(FILE *f, unsigned rep)
             "\"d2h_bytes\":%llu,\"h2d_copies\":%llu,\"h2d_bytes\":%llu,\"dev_reduces\":%llu,"
             "\"dev_reduce_bytes\":%llu,\"whole_calls\":%llu,\"pipe_calls\":%llu,"
             "\"pipe_dev_calls\":%llu,\"pipe_chunks\":%llu,\"buf_allocs\":%llu,"
-            "\"buf_reuses\":%llu,\"pin_regs\":%llu,\"pin_bytes\":%llu,\"pin_failures\":%llu}\n",
+            "\"buf_reuses\":%llu,\"pin_regs\":%llu,\"pin_bytes\":%llu,\"pin_failures\":%llu,"
+            "\"node_dev_calls\":%llu,\"node_ipc_calls\":%llu,\"node_ipc_bytes\":%llu}\n",
             rep, hc_ctx.rank, hc_stats_gpu_backend(), (unsigned long long)g->d2h_copies,
             (unsigned long long)g->d2h_bytes, (unsigned long long)g->h2d_copies,
             (unsigned long long)g->h2d_bytes, (unsigned long long)g->dev_reduces,
@@ -70,5 +77,7 @@ void hc_stats_gpu_json(FILE *f, unsigned rep)
             (unsigned long long)g->pipe_calls, (unsigned long long)g->pipe_dev_calls,
             (unsigned long long)g->pipe_chunks, (unsigned long long)g->buf_allocs,
             (unsigned long long)g->buf_reuses, (unsigned long long)g->pin_regs,
-            (unsigned long long)g->pin_bytes, (unsigned long long)g->pin_failures);
+            (unsigned long long)g->pin_bytes, (unsigned long long)g->pin_failures,
+            (unsigned long long)g->node_dev_calls, (unsigned long long)g->node_ipc_calls,
+            (unsigned long long)g->node_ipc_bytes);
 }

@@ -299,7 +299,9 @@ struct hc_drv_ops {
      * needed). rkey_unpack: a peer's packed key, on the connection to it
      * (*rkey_p NULL for a 0-byte key). rkey_ptr: where remote_addr..+len of
      * that peer memory is mapped in this process (HC_CONN_CAP_RKEY_PTR), else
-     * ERR_UNSUPPORTED; valid until rkey_release. */
+     * ERR_UNSUPPORTED; valid until rkey_release. For a key of device memory
+     * (shm's IPC import) the pointer is device memory too: the GPU dispatch
+     * may use it, the CPU never. */
     hcomm_status_t (*rkey_pack)(hc_drv_t *drv, uint64_t key, const hc_mem_desc_t *desc, void *buf,
                                 size_t *len_p);
     hcomm_status_t (*rkey_unpack)(hc_conn_t *conn, const void *buf, size_t len,

@@ -216,12 +216,16 @@ void hc_gpu_cache_counters(uint64_t *hits_p, uint64_t *queries_p);
  *   staging buffers (api/api_stage_mem.c): buffers made, calls served by a
  *   kept buffer, host_register calls that pinned a buffer and their bytes,
  *   registrations refused (the buffer stays pageable);
- *   dev_reduces: reductions the dispatch (hc_gpu_reduce) ran on a device. */
+ *   dev_reduces: reductions the dispatch (hc_gpu_reduce) ran on a device;
+ *   node collectives (coll/node_device.c): calls with a device buffer here
+ *   run in the node region without the API's staging, those of them that
+ *   went by IPC, and the bytes this rank reduced by IPC (its slices). */
 typedef struct {
     uint64_t d2h_copies, d2h_bytes, h2d_copies, h2d_bytes;
     uint64_t whole_calls, pipe_calls, pipe_dev_calls, pipe_chunks;
     uint64_t buf_allocs, buf_reuses, pin_regs, pin_bytes, pin_failures;
     uint64_t dev_reduces, dev_reduce_bytes;
+    uint64_t node_dev_calls, node_ipc_calls, node_ipc_bytes;
 } hc_gpu_stats_t;
 extern hc_gpu_stats_t hc_gpu_stats;
 

@@ -238,6 +238,9 @@ def print_gpu(g):
     print("  staging buffers: made %d, reused %d; pinned %d (%s), refused %d (pageable)" % (
         g["buf_allocs"], g["buf_reuses"], g["pin_regs"], fmt_b(g["pin_bytes"]),
         g["pin_failures"]))
+    if "node_dev_calls" in g:  # (reports of older libraries lack them)
+        print("  node collectives unstaged: %d with a device buffer, %d by IPC, %s reduced by "
+              "IPC" % (g["node_dev_calls"], g["node_ipc_calls"], fmt_b(g["node_ipc_bytes"])))
 
 
 def print_report(m, top):

@@ -168,6 +168,10 @@ hcomm_status_t hc_shm_ipc_key_unpack(hc_shm_conn_t *c, const void *buf, hc_rkey_
  * device buffer here against host memory there, which CMA reaches). */
 hcomm_status_t hc_shm_ipc_rma(hc_shm_conn_t *c, const hc_rma_t *rma, bool write);
 void hc_shm_ipc_close_all(hc_drv_shm_t *s);
+/* rkey_ptr of an imported device key: where [remote_addr, + len) is mapped
+ * here (device memory: for the GPU dispatch only, never the CPU). */
+hcomm_status_t hc_shm_ipc_ptr(hc_conn_t *conn, const hc_rkey_t *rkey, uint64_t remote_addr,
+                              size_t len, void **ptr_p);
 /* process_vm_readv (get) / process_vm_writev (write) of the peer's memory. */
 hcomm_status_t hc_shm_cma(hc_conn_t *conn, void *local, uint64_t raddr, size_t len, bool write);
 

@@ -236,6 +236,28 @@ void hc_shm_ipc_close_all(hc_drv_shm_t *s)
     s->nimports = 0;
 }
 
+/* Where [remote_addr, + len) of rank c's imported device key lies here, or
+ * ERR_INVALID naming the range when it is outside the key. */
+static hcomm_status_t hc_shm_ipc_at(const hc_shm_conn_t *c, const hc_shm_import_t *imp,
+                                    uint64_t remote_addr, size_t len, void **ptr_p)
+{
+    uint64_t off = remote_addr - imp->owner_addr;
+    if (remote_addr < imp->owner_addr || off > imp->len || len > imp->len - off)
+        return hc_error(HCOMM_ERR_INVALID,
+                        "shm: [%#llx, +%zu) of rank %d lies outside its device key "
+                        "[%#llx, +%llu)",
+                        (unsigned long long)remote_addr, len, c->base.peer,
+                        (unsigned long long)imp->owner_addr, (unsigned long long)imp->len);
+    *ptr_p = (uint8_t *)imp->ptr + off;
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_shm_ipc_ptr(hc_conn_t *conn, const hc_rkey_t *rkey, uint64_t remote_addr,
+                              size_t len, void **ptr_p)
+{
+    return hc_shm_ipc_at((const hc_shm_conn_t *)conn, rkey->imp, remote_addr, len, ptr_p);
+}
+
 /* ---- get and write with device memory ------------------------------------------- */
 
 /* A local device buffer against the peer's host memory: CMA into or out of
@@ -277,14 +299,8 @@ hcomm_status_t hc_shm_ipc_rma(hc_shm_conn_t *c, const hc_rma_t *rma, bool write)
                         "asking for a write",
                         c->base.peer);
     if (!imp) return hc_shm_ipc_bounce(c, rma, &la, write);
-    uint64_t off = rma->remote_addr - imp->owner_addr;
-    if (rma->remote_addr < imp->owner_addr || off > imp->len || rma->len > imp->len - off)
-        return hc_error(HCOMM_ERR_INVALID,
-                        "shm: [%#llx, +%zu) of rank %d lies outside its device key "
-                        "[%#llx, +%llu)",
-                        (unsigned long long)rma->remote_addr, rma->len, c->base.peer,
-                        (unsigned long long)imp->owner_addr, (unsigned long long)imp->len);
-    void *remote = (uint8_t *)imp->ptr + off;
+    void *remote = NULL;
+    if ((st = hc_shm_ipc_at(c, imp, rma->remote_addr, rma->len, &remote)) != HCOMM_OK) return st;
     hc_mem_attr_t ra;
     if ((st = hc_gpu_mem_type(remote, rma->len, &ra)) != HCOMM_OK) return st;
     st = write ? hc_gpu_copy(remote, &ra, rma->local, &la, rma->len)

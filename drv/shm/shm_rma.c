@@ -241,6 +241,8 @@ hcomm_status_t hc_drv_shm_rkey_ptr(hc_conn_t *conn, const hc_rkey_t *rkey, uint6
                                    size_t len, void **ptr_p)
 {
     *ptr_p = NULL;
+    if (rkey && rkey->imp) /* a peer's device allocation, imported: a device pointer */
+        return hc_shm_ipc_ptr(conn, rkey, remote_addr, len, ptr_p);
     if (!rkey || !rkey->map)
         return HCOMM_ERR_UNSUPPORTED; /* not memfd memory, or not mappable here */
     uint64_t at = rkey->off + (remote_addr - rkey->addr);

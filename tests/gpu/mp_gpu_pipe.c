@@ -22,62 +22,9 @@
 #include "api/api_stage.h"
 #include "gpu/gpu.h"
 #include "gpu/model/gpu_model_test.h"
+#include "mp_gpu_buf.h"
 
-#define GUARD 64
 #define COUNT (((size_t)1 << 20) + 7)
-
-typedef struct {
-    void *p;
-    bool dev;
-} buf_t;
-
-static buf_t buf_new(bool dev, size_t n)
-{
-    buf_t b = {.dev = dev};
-    if (dev)
-        MP_OK(hc_gpu_model_test_alloc(n + GUARD, &b.p));
-    else
-        b.p = mp_xmalloc(n + GUARD);
-    return b;
-}
-
-static void buf_free(buf_t *b)
-{
-    if (b->dev)
-        MP_OK(hc_gpu_model_test_free(b->p));
-    else
-        free(b->p);
-}
-
-/* n bytes of h, then GUARD bytes 0xa5. */
-static void buf_put(buf_t *b, const void *h, size_t n)
-{
-    uint8_t *t = mp_xmalloc(n + GUARD);
-    memcpy(t, h, n);
-    memset(t + n, 0xa5, GUARD);
-    if (b->dev)
-        MP_OK(hc_gpu_model_test_fill(b->p, t, n + GUARD));
-    else
-        memcpy(b->p, t, n + GUARD);
-    free(t);
-}
-
-/* The n bytes into h; the guard checked. */
-static void buf_get(const buf_t *b, void *h, size_t n, const char *what)
-{
-    uint8_t *t = mp_xmalloc(n + GUARD);
-    if (b->dev)
-        MP_OK(hc_gpu_model_test_read(t, b->p, n + GUARD));
-    else
-        memcpy(t, b->p, n + GUARD);
-    memcpy(h, t, n);
-    for (size_t i = 0; i < GUARD; i++)
-        if (t[n + i] != 0xa5) {
-            mp_fail("%s: guard byte %zu past the buffer overwritten", what, i);
-            break;
-        }
-    free(t);
-}
 
 static int32_t val(int rank, size_t i, int v)
 {

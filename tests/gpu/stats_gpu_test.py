@@ -73,7 +73,7 @@ def run(work, name, env, mode, want):
     os.makedirs(d)
     cmd = [HCOMMRUN, "-n", str(NP), "--timeout", "120"]
     env = dict(env, HCOMM_STATS="1", HCOMM_STATS_FILE=os.path.join(d, "st.%r.json"),
-               HCOMM_GPU_STAGE_CHUNK=str(CHUNK))
+               HCOMM_GPU_STAGE_CHUNK=str(CHUNK), HCOMM_GPU_IPC="0")
     for k, v in env.items():
         cmd += ["--env", "%s=%s" % (k, v)]
     cmd += [PROG, "calls", mode, str(SMALL), str(NSMALL), str(LARGE), str(NLARGE)]

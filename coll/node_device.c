@@ -1,0 +1,147 @@
+/*
+ * The node family on device memory (coll/node.h, docs/gpu.md "Node
+ * collectives on device memory"): a large allreduce whose buffers are GPU
+ * memory runs in the node region without the API's host staging.
+ *
+ *   IPC: when every rank's buffers are device memory and every rank maps
+ *     every peer's through the node driver's IPC keys (shm: the GPU layer's
+ *     ipc_export / ipc_import), the single copy's MAP shape runs on the
+ *     device: each rank reduces its slice of the message out of every
+ *     rank's input into rank 0's output, in rank order, then copies the
+ *     slice into every other rank's output. Copies and reductions go
+ *     through the GPU dispatch; no byte passes through host memory.
+ *   In the region: otherwise (a rank with host buffers, an import
+ *     refused) the staged or direct algorithm runs as for host memory, and
+ *     only its reads of the input and writes of the output go through the
+ *     dispatch (hc_node_copy_in / hc_node_copy_out): one device copy per
+ *     byte each way, like the API's staging, without its second buffer.
+ *
+ * Under HCOMM_GPU_IPC=1 a collective with device buffers that cannot go by
+ * IPC fails on every rank (all see the same votes), naming the rank and why.
+ */
+#include "coll/node.h"
+#include "gpu/gpu.h"
+
+static hcomm_status_t hc_node_dev_fail(const hc_coll_op_t *op, hcomm_status_t st,
+                                       const char *what)
+{
+    return hc_error(st, "%s (%s): %s: %s", hc_coll_name(op->kind), op->algo, what,
+                    hc_error_last());
+}
+
+hcomm_status_t hc_node_copy_in(const hc_coll_op_t *op, void *dst, const void *src, size_t n)
+{
+    if (HC_LIKELY(op->smem == HC_MEM_HOST)) {
+        memcpy(dst, src, n);
+        return HCOMM_OK;
+    }
+    hc_mem_attr_t a;
+    hcomm_status_t st = hc_gpu_mem_type(src, n, &a);
+    if (st == HCOMM_OK)
+        st = hc_gpu_copy(dst, NULL, src, &a, n);
+    return st == HCOMM_OK ? st : hc_node_dev_fail(op, st, "reading the device input");
+}
+
+hcomm_status_t hc_node_copy_out(const hc_coll_op_t *op, void *dst, const void *src, size_t n)
+{
+    if (HC_LIKELY(op->rmem == HC_MEM_HOST)) {
+        if (op->bytes >= HC_COPY_NT_THRESHOLD)
+            hc_copy_nt(dst, src, n);
+        else
+            memcpy(dst, src, n);
+        return HCOMM_OK;
+    }
+    hc_mem_attr_t a;
+    hcomm_status_t st = hc_gpu_mem_type(dst, n, &a);
+    if (st == HCOMM_OK)
+        st = hc_gpu_copy(dst, &a, src, NULL, n);
+    return st == HCOMM_OK ? st : hc_node_dev_fail(op, st, "writing the device output");
+}
+
+uint8_t hc_node_mem_bits(const hc_coll_op_t *op)
+{
+    if (op->smem == HC_MEM_HOST && op->rmem == HC_MEM_HOST)
+        return HC_NODE_MEM_HOST;
+    if (op->smem == HC_MEM_DEVICE && op->rmem == HC_MEM_DEVICE)
+        return HC_NODE_MEM_DEVICE;
+    return HC_NODE_MEM_MIXED;
+}
+
+uint8_t hc_node_pack_device(hc_coll_node_t *nd, const void *buf, size_t len, uint8_t *out)
+{
+    hc_mem_attr_t attr;
+    uint64_t key;
+    hc_mem_desc_t desc;
+    hc_mem_region_t *held = NULL;
+    size_t klen = HC_RKEY_MAX;
+    if (nd->nheld == (int)HC_ARRAY_SIZE(nd->held) || hc_gpu_mem_type(buf, len, &attr) != HCOMM_OK ||
+        attr.type != HC_MEM_DEVICE ||
+        hc_mem_key_typed(nd->drv, (void *)buf, len, &attr, &key, &desc, &held) != HCOMM_OK)
+        return 0;
+    nd->held[nd->nheld++] = held;
+    if (!key || nd->drv->ops->rkey_pack(nd->drv, key, &desc, out, &klen) != HCOMM_OK ||
+        klen > HC_RKEY_MAX)
+        return 0;
+    return (uint8_t)klen;
+}
+
+/* dst (device) = src (device), n bytes; a no-op when they are one buffer. */
+static hcomm_status_t hc_node_dev_copy(void *dst, const void *src, size_t n)
+{
+    if (dst == src || !n)
+        return HCOMM_OK;
+    hc_mem_attr_t da, sa;
+    hcomm_status_t st = hc_gpu_mem_type(dst, n, &da);
+    if (st == HCOMM_OK)
+        st = hc_gpu_mem_type(src, n, &sa);
+    return st == HCOMM_OK ? hc_gpu_copy(dst, &da, src, &sa, n) : st;
+}
+
+hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, size_t lo,
+                                        size_t hi)
+{
+    size_t es = op->esize, m = hi - lo, off = lo * es, n = m * es;
+    hc_gpu_stats.node_ipc_calls++;
+    if (!m)
+        return HCOMM_OK;
+    uint8_t *acc = nd->zr[0] + off;
+    hc_mem_attr_t aa;
+    hcomm_status_t st = hc_node_dev_copy(acc, nd->zs[0] + off, n);
+    if (st == HCOMM_OK)
+        st = hc_gpu_mem_type(acc, n, &aa);
+    for (int j = 1; j < nd->n && st == HCOMM_OK; j++) {
+        hc_mem_attr_t sa;
+        const uint8_t *src = nd->zs[j] + off;
+        st = hc_gpu_mem_type(src, n, &sa);
+        if (st == HCOMM_OK)
+            st = hc_gpu_reduce(acc, &aa, src, &sa, m, op->dtype, op->op,
+                               j == nd->n - 1 ? nd->n : 0);
+    }
+    for (int j = 1; j < nd->n && st == HCOMM_OK; j++)
+        st = hc_node_dev_copy(nd->zr[j] + off, acc, n);
+    if (st != HCOMM_OK)
+        return hc_node_dev_fail(op, st, "reducing through the peers' mapped device buffers");
+    hc_gpu_stats.node_ipc_bytes += n;
+    return HCOMM_OK;
+}
+
+hcomm_status_t hc_node_device_refused(hc_coll_op_t *op, hc_coll_node_t *nd)
+{
+    for (int j = 0; j < nd->n; j++) {
+        const hc_node_desc_t *d = &nd->desc[j];
+        const char *why = d->mem == HC_NODE_MEM_HOST    ? "its buffers are host memory"
+                          : d->mem == HC_NODE_MEM_MIXED ? "one of its buffers is host memory"
+                          : !d->skey_len || !d->rkey_len
+                              ? "its device buffers have no IPC key (export refused)"
+                          : !(d->vote & HC_NODE_CAN_MAP) ? "it could not map every peer's buffers"
+                                                         : NULL;
+        if (why)
+            return hc_error(HCOMM_ERR_UNSUPPORTED,
+                            "%s: HCOMM_GPU_IPC=1, but its device buffers cannot go by IPC: "
+                            "communicator rank %d: %s",
+                            hc_coll_name(op->kind), j, why);
+    }
+    return hc_error(HCOMM_ERR_UNSUPPORTED, "%s: HCOMM_GPU_IPC=1, but its device buffers cannot "
+                                           "go by IPC",
+                    hc_coll_name(op->kind));
+}

@@ -1,0 +1,236 @@
+/*
+ * Node collectives on device memory (coll/node_device.c, docs/gpu.md "Node
+ * collectives on device memory"), every rank on one node over shm, on the
+ * GPU model:
+ *
+ *   mp_gpu_node cases   allreduce of 64Ki int32 (the least size that goes
+ *       unstaged: 256 KiB) and 1Mi+7 int32, sum and max, in place and out of
+ *       place, blocking, + hcomm_wait, + hcomm_test, with
+ *         all:   device buffers on every rank: by IPC (each rank's slice
+ *                reduced on the device through the peers' mapped buffers);
+ *         some:  device buffers on even ranks only: in the node region,
+ *                the device ranks' input and output through device copies;
+ *         recv:  host send, device receive everywhere: in the node region;
+ *       every element and the guard bytes are checked, and the counters:
+ *       no byte through the API's staging, a node call with device
+ *       buffers counted on each device rank, an IPC call on every rank in
+ *       "all" only. Under HCOMM_GPU_IPC=0 (mp_gpu_node off) the same calls
+ *       are staged by the API as before (the counters say so).
+ *   mp_gpu_node realloc   an in-place allreduce, the buffer freed and a new
+ *       one made at the same address (the model re-uses it) with other
+ *       values, another allreduce: the peers' IPC imports of the old allocations
+ *       are never used for the new ones.
+ *   mp_gpu_node fault   rank 1's first device reduction fails
+ *       (HCOMM_GPU_MODEL_FAULT=reduce:1): its error names the device and
+ *       hcomm_allreduce, the others fail promptly, never a wrong result.
+ *   mp_gpu_node noimport   rank 1 cannot import (HCOMM_GPU_MODEL_FAULT=ipc):
+ *       under auto every rank runs in the region and the result is right;
+ *       under HCOMM_GPU_IPC=1 (mp_gpu_node strict) every rank fails with
+ *       ERR_UNSUPPORTED naming HCOMM_GPU_IPC=1 and rank 1.
+ */
+#include "common/mp_test.h"
+#include "gpu/gpu.h"
+#include "gpu/model/gpu_model_test.h"
+#include "mp_gpu_buf.h"
+
+static int32_t val(int rank, size_t i, int v)
+{
+    return (int32_t)((rank + 1) * (int)(i % 1000) + v);
+}
+
+static int32_t want(hcomm_op_t op, size_t i, int v)
+{
+    int n = mp_size;
+    if (op == HCOMM_MAX) return val(n - 1, i, v);
+    return (int32_t)(n * (n + 1) / 2 * (int)(i % 1000) + v * n);
+}
+
+/* how: 0 blocking, 1 non-blocking + hcomm_wait, 2 + hcomm_test. */
+static hcomm_status_t call(int how, const void *s, void *r, size_t count, hcomm_op_t op)
+{
+    hcomm_comm_t w = hcomm_comm_world();
+    if (how == 0) return hcomm_allreduce(s, r, count, HCOMM_INT32, op, w);
+    hcomm_request_t req;
+    hcomm_status_t st = hcomm_iallreduce(s, r, count, HCOMM_INT32, op, w, &req);
+    if (st != HCOMM_OK || how == 1) return st != HCOMM_OK ? st : hcomm_wait(req);
+    int done = 0;
+    double t0 = mp_now();
+    while (!done && (st = hcomm_test(req, &done)) == HCOMM_OK)
+        if (mp_now() - t0 > 60) return HCOMM_ERR_TIMEOUT;
+    return st;
+}
+
+/* One allreduce of count int32 (values val(rank, i, v)); false on failure. */
+static bool one(const char *what, buf_t *s, buf_t *r, size_t count, hcomm_op_t op, int how, int v)
+{
+    size_t n = count * 4;
+    int32_t *h = mp_xmalloc(n), *g = mp_xmalloc(n);
+    for (size_t i = 0; i < count; i++) {
+        h[i] = val(mp_rank, i, v);
+        g[i] = -7;
+    }
+    buf_put(s, h, n);
+    if (s->p != r->p) buf_put(r, g, n);
+    hcomm_status_t st = call(how, s->p, r->p, count, op);
+    bool ok = st == HCOMM_OK;
+    if (!ok) mp_fail("%s: %s (%s)", what, mp_status_name(st), hcomm_last_error());
+    buf_get(r, g, n, what);
+    for (size_t i = 0; ok && i < count; i++)
+        if (g[i] != want(op, i, v)) {
+            mp_fail("%s: element %zu of %zu expected %d got %d", what, i, count, want(op, i, v),
+                    g[i]);
+            ok = false;
+        }
+    if (ok && s->p != r->p) {
+        buf_get(s, g, n, what);
+        if (memcmp(g, h, n)) mp_fail("%s: the send buffer changed", what);
+    }
+    free(h);
+    free(g);
+    return ok;
+}
+
+static int run_cases(bool ipc_on)
+{
+    static const char *mname[] = {"all", "some", "recv"};
+    const size_t counts[] = {(size_t)1 << 16, ((size_t)1 << 20) + 7};
+    const hcomm_op_t ops[] = {HCOMM_SUM, HCOMM_MAX};
+    for (int m = 0; m < 3; m++)
+        for (int c = 0; c < 2; c++)
+            for (int inplace = 0; inplace < 2; inplace++)
+                for (int how = 0; how < 3; how++) {
+                    if (inplace && m == 2) continue; /* recv: the send buffer is host */
+                    bool rd = m != 1 || mp_rank % 2 == 0, sd = m == 0 || (m == 1 && rd);
+                    size_t n = counts[c] * 4;
+                    buf_t r = buf_new(rd, n), s = inplace ? r : buf_new(sd, n);
+                    hcomm_op_t op = ops[(how + c) % 2];
+                    char what[160];
+                    snprintf(what, sizeof(what), "%s, %zu int32 %s, %s, %s", mname[m], counts[c],
+                             op == HCOMM_SUM ? "sum" : "max",
+                             inplace ? "in place" : "out of place",
+                             how == 0   ? "blocking"
+                             : how == 1 ? "+ wait"
+                                        : "+ test");
+                    hc_gpu_stats_t c0 = hc_gpu_stats;
+                    bool ok = one(what, &s, &r, counts[c], op, how, 3);
+                    hc_gpu_stats_t c1 = hc_gpu_stats;
+                    uint64_t staged = (c1.d2h_bytes - c0.d2h_bytes) + (c1.h2d_bytes - c0.h2d_bytes);
+                    uint64_t node = c1.node_dev_calls - c0.node_dev_calls;
+                    uint64_t ipc = c1.node_ipc_calls - c0.node_ipc_calls;
+                    bool dev_here = sd || rd;
+                    uint64_t want_node = ipc_on && dev_here, want_ipc = ipc_on && m == 0;
+                    if (ok && (node != want_node || ipc != want_ipc))
+                        mp_fail("%s: %llu node calls with device buffers and %llu by IPC here, "
+                                "expected %llu and %llu",
+                                what, (unsigned long long)node, (unsigned long long)ipc,
+                                (unsigned long long)want_node, (unsigned long long)want_ipc);
+                    if (ok && ipc_on && staged)
+                        mp_fail("%s: %llu bytes went through the API's staging (expected none)",
+                                what, (unsigned long long)staged);
+                    if (ok && !ipc_on && dev_here && !staged)
+                        mp_fail("%s: HCOMM_GPU_IPC=0, yet nothing was staged", what);
+                    if (ok && ipc_on && m == 0 && c1.dev_reduces == c0.dev_reduces)
+                        mp_fail("%s: by IPC, yet no reduction ran on the device", what);
+                    if (!inplace) buf_free(&s);
+                    buf_free(&r);
+                }
+    MP_OK(hcomm_barrier(hcomm_comm_world()));
+    return mp_finish(ipc_on ? "mp_gpu_node cases" : "mp_gpu_node off");
+}
+
+static int run_realloc(void)
+{
+    size_t count = ((size_t)1 << 18) + 5, n = count * 4;
+    buf_t b = buf_new(true, n);
+    void *p = b.p;
+    one("realloc, first", &b, &b, count, HCOMM_SUM, 0, 1);
+    buf_free(&b);
+    buf_t b2 = buf_new(true, n);
+    if (b2.p != p)
+        mp_fail("realloc: the model did not re-use the address (%p, then %p): the case tests "
+                "nothing",
+                p, b2.p);
+    one("realloc, second", &b2, &b2, count, HCOMM_SUM, 0, 11);
+    one("realloc, third (same buffer)", &b2, &b2, count, HCOMM_SUM, 0, 5);
+    buf_free(&b2);
+    MP_OK(hcomm_barrier(hcomm_comm_world()));
+    return mp_finish("mp_gpu_node realloc");
+}
+
+/* fault: rank 1's first device reduction fails; noimport / strict: rank 1
+ * cannot import a peer's allocation. */
+static int run_fault(const char *what)
+{
+    bool fault = !strcmp(what, "fault"), strict = !strcmp(what, "strict");
+    const char *rk = getenv("HCOMM_RANK");
+    if (rk && atoi(rk) == 1) setenv("HCOMM_GPU_MODEL_FAULT", fault ? "reduce:1" : "ipc", 1);
+    if (strict) setenv("HCOMM_GPU_IPC", "1", 1);
+    mp_init();
+    size_t count = (size_t)1 << 18, n = count * 4;
+    buf_t s = buf_new(true, n), r = buf_new(true, n);
+    int32_t *h = mp_xmalloc(n);
+    for (size_t i = 0; i < count; i++)
+        h[i] = val(mp_rank, i, 0);
+    buf_put(&s, h, n);
+    buf_put(&r, h, n); /* its guard bytes too (copies, not reductions: reduce:1 is the call's) */
+    double t0 = mp_now();
+    hcomm_status_t st = hcomm_allreduce(s.p, r.p, count, HCOMM_INT32, HCOMM_SUM,
+                                        hcomm_comm_world());
+    double dt = mp_now() - t0;
+    const char *msg = hcomm_last_error();
+    if (fault && mp_rank == 1) {
+        if (st == HCOMM_OK)
+            mp_fail("fault: the failed reduction went unnoticed");
+        else if (!strstr(msg, "device 0") || !strstr(msg, "hcomm_allreduce"))
+            mp_fail("fault: the error does not name the device and the call: %s", msg);
+        else
+            printf("rank 1: %s (as expected)\n", msg);
+    } else if (fault) {
+        if (st == HCOMM_OK)
+            mp_fail("fault: this rank completed although rank 1's reduction failed");
+        else if (dt > 20)
+            mp_fail("fault: failed only after %.1f s (expected promptly): %s", dt, msg);
+    } else if (strict) {
+        if (st != HCOMM_ERR_UNSUPPORTED || !strstr(msg, "HCOMM_GPU_IPC=1") ||
+            !strstr(msg, "rank 1"))
+            mp_fail("strict: expected ERR_UNSUPPORTED naming HCOMM_GPU_IPC=1 and rank 1, got "
+                    "%s: %s",
+                    mp_status_name(st), msg);
+        else
+            printf("rank %d: %s (as expected)\n", mp_rank, msg);
+    } else {
+        if (st != HCOMM_OK) mp_fail("noimport: %s (%s)", mp_status_name(st), msg);
+        if (hc_gpu_stats.node_ipc_calls)
+            mp_fail("noimport: rank 1 cannot import, yet the call went by IPC");
+        buf_get(&r, h, n, "noimport");
+        for (size_t i = 0; st == HCOMM_OK && i < count; i++)
+            if (h[i] != want(HCOMM_SUM, i, 0)) {
+                mp_fail("noimport: element %zu expected %d got %d", i, want(HCOMM_SUM, i, 0),
+                        h[i]);
+                break;
+            }
+    }
+    free(h);
+    buf_free(&s);
+    buf_free(&r);
+    int ret = mp_failures ? 1 : 0;
+    hcomm_finalize();
+    if (!ret) printf("rank %d: %s: ok (%.2f s)\n", mp_rank, what, dt);
+    return ret;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *what = argc > 1 ? argv[1] : "";
+    if (!strcmp(what, "fault") || !strcmp(what, "noimport") || !strcmp(what, "strict"))
+        return run_fault(what);
+    bool off = !strcmp(what, "off");
+    if (off) setenv("HCOMM_GPU_IPC", "0", 1);
+    if (!off && strcmp(what, "cases") && strcmp(what, "realloc")) {
+        fprintf(stderr, "usage: mp_gpu_node cases | off | realloc | fault | noimport | strict\n");
+        return 2;
+    }
+    mp_init();
+    return !strcmp(what, "realloc") ? run_realloc() : run_cases(!off);
+}
