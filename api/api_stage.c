@@ -64,9 +64,9 @@ void hc_api_stage_describe(char *buf, size_t len)
     char gdr[512];
     hc_gdr_describe(gdr, sizeof(gdr));
     snprintf(buf, len,
-             "device buffers (%s): allreduce of at least %u bytes on a communicator of one "
-             "node unstaged (HCOMM_GPU_IPC=%s%s); other collectives staged through host "
-             "memory on every driver; "
+             "device buffers (%s): allreduce, allgather, reduce_scatter moving at least %u "
+             "bytes on a communicator of one node unstaged (HCOMM_GPU_IPC=%s%s); other "
+             "collectives staged through host memory on every driver; "
              "allreduce, reduce, broadcast above HCOMM_GPU_STAGE_CHUNK=%zu bytes pipelined in "
              "chunks of that size, HCOMM_GPU_STAGE_DEPTH=%lld in flight; smaller ones, groups "
              "and the other collectives staged whole; p2p staged whole unless direct; %s",

@@ -308,17 +308,20 @@ void hc_node_rkeys_release(hc_coll_node_t *nd);
 /* ---- node_device.c: device memory in the node family ---------------------------- */
 /* op's input into host memory and host memory into its output, whatever
  * memory they are (op->smem, op->rmem): memcpy (the output: non-temporal
- * when large) for host memory, the GPU dispatch for device memory; a
+ * stores if nt) for host memory, the GPU dispatch for device memory; a
  * failure names the collective and the device. */
 hcomm_status_t hc_node_copy_in(const hc_coll_op_t *op, void *dst, const void *src, size_t n);
-hcomm_status_t hc_node_copy_out(const hc_coll_op_t *op, void *dst, const void *src, size_t n);
+hcomm_status_t hc_node_copy_out(const hc_coll_op_t *op, void *dst, const void *src, size_t n,
+                                bool nt);
 /* HC_NODE_MEM_* of op's buffers. */
 uint8_t hc_node_mem_bits(const hc_coll_op_t *op);
 /* The node driver's packed IPC key of a device buffer (0 bytes: none); the
  * registration record is held in nd->held until hc_node_rkeys_release. */
 uint8_t hc_node_pack_device(hc_coll_node_t *nd, const void *buf, size_t len, uint8_t *out);
-/* Allreduce of elements [lo, hi) through every rank's mapped device
- * buffers (nd->zs, nd->zr), on the device. */
+/* The single copy's MAP on device memory (every rank's buffers mapped:
+ * nd->zs, nd->zr), on the device: allreduce of elements [lo, hi) (this
+ * rank's slice) into every output; allgather: every input into this
+ * rank's output; reduce_scatter: this rank's block of every input. */
 hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, size_t lo,
                                         size_t hi);
 /* HCOMM_GPU_IPC=1 and the votes say no IPC: the error, naming the rank. */

@@ -186,7 +186,8 @@ static void hc_node_1copy_vote(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_des
     bool same = true;
     for (int j = 0; j < nd->n; j++)
         same = same && nd->desc[j].mem == me->mem;
-    bool map = op->kind == HC_COLL_ALLREDUCE && same && me->mem != HC_NODE_MEM_MIXED;
+    bool map = (op->kind == HC_COLL_ALLREDUCE || me->mem == HC_NODE_MEM_DEVICE) && same &&
+               me->mem != HC_NODE_MEM_MIXED;
     for (int j = 0; j < nd->n && map; j++) {
         hc_node_desc_t *d = &nd->desc[j];
         if (!d->skey_len || !d->rkey_len) {
@@ -322,10 +323,10 @@ static hcomm_status_t hc_node_1copy_move(hc_coll_op_t *op, hc_coll_node_t *nd, u
     size_t lo, hi;
     hc_node_slice(op->count, nd->n, nd->me, &lo, &hi);
     hcomm_status_t st = HCOMM_OK;
-    if (op->kind != HC_COLL_ALLREDUCE)
-        st = hc_node_1copy_blocks(op, nd);
-    else if ((mode & HC_NODE_CAN_MAP) && nd->desc[nd->me].mem == HC_NODE_MEM_DEVICE)
+    if ((mode & HC_NODE_CAN_MAP) && nd->desc[nd->me].mem == HC_NODE_MEM_DEVICE)
         st = hc_node_1copy_map_device(op, nd, lo, hi);
+    else if (op->kind != HC_COLL_ALLREDUCE)
+        st = hc_node_1copy_blocks(op, nd);
     else if (mode & HC_NODE_CAN_MAP)
         hc_node_1copy_map(op, nd, lo, hi);
     else

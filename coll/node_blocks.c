@@ -74,11 +74,12 @@ hc_step_t hc_node_blocks(hc_coll_op_t *op)
                 return HC_STEP_PENDING;
             uint8_t *st = hc_node_stage(nd, nd->me, t);
             if (op->kind == HC_COLL_ALLGATHER) {
-                memcpy(st, (const uint8_t *)op->sbuf + off, bb);
+                HC_STEP_TRY(hc_node_copy_in(op, st, (const uint8_t *)op->sbuf + off, bb));
             } else if (op->kind != HC_COLL_BARRIER) {
                 for (int j = 0; j < nd->n; j++)
-                    memcpy(st + (size_t)j * c, (const uint8_t *)op->sbuf + (size_t)j * op->bytes + off,
-                           bb);
+                    HC_STEP_TRY(hc_node_copy_in(
+                        op, st + (size_t)j * c,
+                        (const uint8_t *)op->sbuf + (size_t)j * op->bytes + off, bb));
             }
             hc_node_post_a(nd, op, t);
             op->state = 1;
@@ -88,20 +89,26 @@ hc_step_t hc_node_blocks(hc_coll_op_t *op)
         switch (op->kind) {
         case HC_COLL_ALLGATHER:
             for (int j = 0; j < nd->n; j++)
-                memcpy((uint8_t *)op->rbuf + (size_t)j * op->bytes + off, hc_node_stage(nd, j, t),
-                       bb);
+                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + (size_t)j * op->bytes + off,
+                                             hc_node_stage(nd, j, t), bb, false));
             break;
         case HC_COLL_ALLTOALL:
             for (int j = 0; j < nd->n; j++)
-                memcpy((uint8_t *)op->rbuf + (size_t)j * op->bytes + off,
-                       hc_node_stage(nd, j, t) + (size_t)nd->me * c, bb);
+                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + (size_t)j * op->bytes + off,
+                                             hc_node_stage(nd, j, t) + (size_t)nd->me * c, bb,
+                                             false));
             break;
-        case HC_COLL_REDUCE_SCATTER:
+        case HC_COLL_REDUCE_SCATTER: {
             for (int j = 0; j < nd->n; j++)
                 srcs[j] = hc_node_stage(nd, j, t) + (size_t)nd->me * c;
-            hc_reduce((uint8_t *)op->rbuf + off, srcs, nd->n, bb / op->esize, op->dtype, op->op,
-                      nd->n);
+            /* a device output: reduced in the private scratch, then copied */
+            bool dev = op->rmem != HC_MEM_HOST && nd->scratch;
+            uint8_t *dst = dev ? nd->scratch : (uint8_t *)op->rbuf + off;
+            hc_reduce(dst, srcs, nd->n, bb / op->esize, op->dtype, op->op, nd->n);
+            if (dev)
+                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + off, dst, bb, false));
             break;
+        }
         default:
             break;
         }

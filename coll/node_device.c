@@ -1,20 +1,20 @@
 /*
  * The node family on device memory (coll/node.h, docs/gpu.md "Node
- * collectives on device memory"): a large allreduce whose buffers are GPU
- * memory runs in the node region without the API's host staging.
+ * collectives on device memory"): a large allreduce, allgather or
+ * reduce_scatter whose buffers are GPU memory runs in the node region
+ * without the API's host staging.
  *
  *   IPC: when every rank's buffers are device memory and every rank maps
  *     every peer's through the node driver's IPC keys (shm: the GPU layer's
  *     ipc_export / ipc_import), the single copy's MAP shape runs on the
- *     device: each rank reduces its slice of the message out of every
- *     rank's input into rank 0's output, in rank order, then copies the
- *     slice into every other rank's output. Copies and reductions go
- *     through the GPU dispatch; no byte passes through host memory.
+ *     device (hc_node_1copy_map_device). Copies and reductions go through
+ *     the GPU dispatch; no byte passes through host memory.
  *   In the region: otherwise (a rank with host buffers, an import
- *     refused) the staged or direct algorithm runs as for host memory, and
- *     only its reads of the input and writes of the output go through the
- *     dispatch (hc_node_copy_in / hc_node_copy_out): one device copy per
- *     byte each way, like the API's staging, without its second buffer.
+ *     refused) the staged, direct or blocks algorithm runs as for host
+ *     memory, and only its reads of the input and writes of the output go
+ *     through the dispatch (hc_node_copy_in / hc_node_copy_out): one device
+ *     copy per byte each way, like the API's staging, without its second
+ *     buffer.
  *
  * Under HCOMM_GPU_IPC=1 a collective with device buffers that cannot go by
  * IPC fails on every rank (all see the same votes), naming the rank and why.
@@ -42,10 +42,11 @@ hcomm_status_t hc_node_copy_in(const hc_coll_op_t *op, void *dst, const void *sr
     return st == HCOMM_OK ? st : hc_node_dev_fail(op, st, "reading the device input");
 }
 
-hcomm_status_t hc_node_copy_out(const hc_coll_op_t *op, void *dst, const void *src, size_t n)
+hcomm_status_t hc_node_copy_out(const hc_coll_op_t *op, void *dst, const void *src, size_t n,
+                                bool nt)
 {
     if (HC_LIKELY(op->rmem == HC_MEM_HOST)) {
-        if (op->bytes >= HC_COPY_NT_THRESHOLD)
+        if (nt)
             hc_copy_nt(dst, src, n);
         else
             memcpy(dst, src, n);
@@ -97,31 +98,67 @@ static hcomm_status_t hc_node_dev_copy(void *dst, const void *src, size_t n)
     return st == HCOMM_OK ? hc_gpu_copy(dst, &da, src, &sa, n) : st;
 }
 
-hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, size_t lo,
-                                        size_t hi)
+/* acc = the reduction of m elements at byte offset off of every rank's
+ * input (nd->zs), on the device: first's copied in (a no-op where acc is
+ * that very input: in place), then the others in rank order, AVG divided
+ * at the last step. */
+static hcomm_status_t hc_node_dev_reduce(hc_coll_op_t *op, hc_coll_node_t *nd, uint8_t *acc,
+                                         int first, size_t off, size_t m)
 {
-    size_t es = op->esize, m = hi - lo, off = lo * es, n = m * es;
-    hc_gpu_stats.node_ipc_calls++;
-    if (!m)
-        return HCOMM_OK;
-    uint8_t *acc = nd->zr[0] + off;
+    size_t n = m * op->esize;
     hc_mem_attr_t aa;
-    hcomm_status_t st = hc_node_dev_copy(acc, nd->zs[0] + off, n);
+    hcomm_status_t st = hc_node_dev_copy(acc, nd->zs[first] + off, n);
     if (st == HCOMM_OK)
         st = hc_gpu_mem_type(acc, n, &aa);
-    for (int j = 1; j < nd->n && st == HCOMM_OK; j++) {
+    for (int j = 0, k = 1; j < nd->n && st == HCOMM_OK; j++) {
+        if (j == first)
+            continue;
         hc_mem_attr_t sa;
         const uint8_t *src = nd->zs[j] + off;
         st = hc_gpu_mem_type(src, n, &sa);
         if (st == HCOMM_OK)
             st = hc_gpu_reduce(acc, &aa, src, &sa, m, op->dtype, op->op,
-                               j == nd->n - 1 ? nd->n : 0);
+                               ++k == nd->n ? nd->n : 0);
     }
-    for (int j = 1; j < nd->n && st == HCOMM_OK; j++)
-        st = hc_node_dev_copy(nd->zr[j] + off, acc, n);
+    return st;
+}
+
+hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, size_t lo,
+                                        size_t hi)
+{
+    size_t es = op->esize, b = op->bytes;
+    hcomm_status_t st = HCOMM_OK;
+    uint8_t *out = op->rbuf;
+    hc_gpu_stats.node_ipc_calls++;
+    switch (op->kind) {
+    case HC_COLL_ALLREDUCE: {
+        /* my slice [lo, hi) into rank 0's output, then into every other's */
+        size_t off = lo * es, n = (hi - lo) * es;
+        if (!n)
+            return HCOMM_OK;
+        st = hc_node_dev_reduce(op, nd, nd->zr[0] + off, 0, off, hi - lo);
+        for (int j = 1; j < nd->n && st == HCOMM_OK; j++)
+            st = hc_node_dev_copy(nd->zr[j] + off, nd->zr[0] + off, n);
+        hc_gpu_stats.node_ipc_bytes += n;
+        break;
+    }
+    case HC_COLL_ALLGATHER: /* every rank's input into my output (mine: no-op in place) */
+        for (int j = 0; j < nd->n && st == HCOMM_OK; j++)
+            st = hc_node_dev_copy(out + (size_t)j * b, nd->zs[j], b);
+        break;
+    case HC_COLL_REDUCE_SCATTER:
+        /* my block of every rank's input into my output, my own input
+         * first: in place, my output is that block, which only I read */
+        if (b)
+            st = hc_node_dev_reduce(op, nd, out, nd->me, (size_t)nd->me * b, b / es);
+        hc_gpu_stats.node_ipc_bytes += b;
+        break;
+    default:
+        st = hc_error(HCOMM_ERR_INTERNAL, "node single copy on device memory: collective %d",
+                      (int)op->kind);
+    }
     if (st != HCOMM_OK)
-        return hc_node_dev_fail(op, st, "reducing through the peers' mapped device buffers");
-    hc_gpu_stats.node_ipc_bytes += n;
+        return hc_node_dev_fail(op, st, "moving through the peers' mapped device buffers");
     return HCOMM_OK;
 }
 

@@ -85,7 +85,8 @@ hc_step_t hc_node_allreduce_staged(hc_coll_op_t *op)
             if (want_result) {
                 if (!hc_node_wait_b(nd, op, t))
                     return HC_STEP_PENDING;
-                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb));
+                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb,
+                                             op->bytes >= HC_COPY_NT_THRESHOLD));
                 if (hc_node_counting())
                     hc_node_count_staged_out(op, nd, ec);
             }
@@ -128,7 +129,7 @@ hc_step_t hc_node_allreduce_direct(hc_coll_op_t *op)
                 /* (device output: through the scratch, which
                  * hc_coll_node_takes_device made sure of) */
                 hc_reduce(nd->scratch, srcs, nd->n, bb / op->esize, op->dtype, op->op, nd->n);
-                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + off, nd->scratch, bb));
+                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + off, nd->scratch, bb, true));
             } else {
                 hc_reduce((uint8_t *)op->rbuf + off, srcs, nd->n, bb / op->esize, op->dtype,
                           op->op, nd->n);

@@ -219,7 +219,8 @@ void hc_gpu_cache_counters(uint64_t *hits_p, uint64_t *queries_p);
  *   dev_reduces: reductions the dispatch (hc_gpu_reduce) ran on a device;
  *   node collectives (coll/node_device.c): calls with a device buffer here
  *   run in the node region without the API's staging, those of them that
- *   went by IPC, and the bytes this rank reduced by IPC (its slices). */
+ *   went by IPC, and the bytes this rank reduced by IPC (allreduce: its
+ *   slice; reduce_scatter: its block). */
 typedef struct {
     uint64_t d2h_copies, d2h_bytes, h2d_copies, h2d_bytes;
     uint64_t whole_calls, pipe_calls, pipe_dev_calls, pipe_chunks;

@@ -3,9 +3,11 @@
  * collectives on device memory"), every rank on one node over shm, on the
  * GPU model:
  *
- *   mp_gpu_node cases   allreduce of 64Ki int32 (the least size that goes
- *       unstaged: 256 KiB) and 1Mi+7 int32, sum and max, in place and out of
- *       place, blocking, + hcomm_wait, + hcomm_test, with
+ *   mp_gpu_node cases   allreduce of 256Ki and 1Mi+28 int32 (the least
+ *       size that goes unstaged is 256 KiB), allgather and reduce_scatter of
+ *       64Ki and 256Ki+7 int32 per rank, sum and max, in place (the
+ *       documented forms) and out of place, blocking, + hcomm_wait,
+ *       + hcomm_test, with
  *         all:   device buffers on every rank: by IPC (each rank's slice
  *                reduced on the device through the peers' mapped buffers);
  *         some:  device buffers on even ranks only: in the node region,
@@ -38,21 +40,38 @@ static int32_t val(int rank, size_t i, int v)
     return (int32_t)((rank + 1) * (int)(i % 1000) + v);
 }
 
-static int32_t want(hcomm_op_t op, size_t i, int v)
+enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER };
+static void *last_buf; /* the receive buffer of the last call of one() (freed since) */
+static const char *kname[] = {"allreduce", "allgather", "reduce_scatter"};
+
+/* Element i of the result of kind (allgather: of the whole output). */
+static int32_t want(int kind, hcomm_op_t op, size_t count, size_t i, int v)
 {
     int n = mp_size;
-    if (op == HCOMM_MAX) return val(n - 1, i, v);
-    return (int32_t)(n * (n + 1) / 2 * (int)(i % 1000) + v * n);
+    if (kind == K_ALLGATHER) return val((int)(i / count), i % count, v);
+    size_t k = kind == K_REDUCE_SCATTER ? (size_t)mp_rank * count + i : i;
+    if (op == HCOMM_MAX) return val(n - 1, k, v);
+    return (int32_t)(n * (n + 1) / 2 * (int)(k % 1000) + v * n);
 }
 
 /* how: 0 blocking, 1 non-blocking + hcomm_wait, 2 + hcomm_test. */
-static hcomm_status_t call(int how, const void *s, void *r, size_t count, hcomm_op_t op)
+static hcomm_status_t call(int kind, int how, const void *s, void *r, size_t count, hcomm_op_t op)
 {
     hcomm_comm_t w = hcomm_comm_world();
-    if (how == 0) return hcomm_allreduce(s, r, count, HCOMM_INT32, op, w);
     hcomm_request_t req;
-    hcomm_status_t st = hcomm_iallreduce(s, r, count, HCOMM_INT32, op, w, &req);
-    if (st != HCOMM_OK || how == 1) return st != HCOMM_OK ? st : hcomm_wait(req);
+    hcomm_request_t *rp = how ? &req : NULL;
+    hcomm_status_t st;
+    if (kind == K_ALLREDUCE)
+        st = how ? hcomm_iallreduce(s, r, count, HCOMM_INT32, op, w, rp)
+                 : hcomm_allreduce(s, r, count, HCOMM_INT32, op, w);
+    else if (kind == K_ALLGATHER)
+        st = how ? hcomm_iallgather(s, r, count, HCOMM_INT32, w, rp)
+                 : hcomm_allgather(s, r, count, HCOMM_INT32, w);
+    else
+        st = how ? hcomm_ireduce_scatter(s, r, count, HCOMM_INT32, op, w, rp)
+                 : hcomm_reduce_scatter(s, r, count, HCOMM_INT32, op, w);
+    if (st != HCOMM_OK || how == 0) return st;
+    if (how == 1) return hcomm_wait(req);
     int done = 0;
     double t0 = mp_now();
     while (!done && (st = hcomm_test(req, &done)) == HCOMM_OK)
@@ -60,31 +79,50 @@ static hcomm_status_t call(int how, const void *s, void *r, size_t count, hcomm_
     return st;
 }
 
-/* One allreduce of count int32 (values val(rank, i, v)); false on failure. */
-static bool one(const char *what, buf_t *s, buf_t *r, size_t count, hcomm_op_t op, int how, int v)
+/* One call of kind on count int32 per block (values val(rank, i, v)):
+ * out of place with sdev / rdev, or in place (one buffer, rdev) in the
+ * documented form; false on failure. */
+static bool one(const char *what, int kind, bool inplace, bool sdev, bool rdev, size_t count,
+                hcomm_op_t op, int how, int v)
 {
-    size_t n = count * 4;
-    int32_t *h = mp_xmalloc(n), *g = mp_xmalloc(n);
-    for (size_t i = 0; i < count; i++) {
-        h[i] = val(mp_rank, i, v);
+    size_t nb = (size_t)mp_size, me = (size_t)mp_rank;
+    size_t sin = kind == K_REDUCE_SCATTER ? nb * count : count;
+    size_t sout = kind == K_ALLGATHER ? nb * count : count;
+    size_t big = HC_MAX(sin, sout);
+    int32_t *h = mp_xmalloc(big * 4), *g = mp_xmalloc(big * 4);
+    for (size_t i = 0; i < big; i++)
         g[i] = -7;
+    for (size_t i = 0; i < sin; i++)
+        h[i] = val(mp_rank, i, v);
+    buf_t r = buf_new(rdev, (inplace ? big : sout) * 4), s = r;
+    last_buf = r.p;
+    /* in place: where the input and the output lie in the one buffer */
+    size_t in_at = inplace && kind == K_ALLGATHER ? me * count : 0;
+    size_t out_at = inplace && kind == K_REDUCE_SCATTER ? me * count : 0;
+    if (inplace) {
+        memcpy(g + in_at, h, sin * 4);
+        buf_put(&r, g, big * 4);
+    } else {
+        s = buf_new(sdev, sin * 4);
+        buf_put(&s, h, sin * 4);
+        buf_put(&r, g, sout * 4);
     }
-    buf_put(s, h, n);
-    if (s->p != r->p) buf_put(r, g, n);
-    hcomm_status_t st = call(how, s->p, r->p, count, op);
+    hcomm_status_t st = call(kind, how, (int32_t *)s.p + in_at, (int32_t *)r.p + out_at, count, op);
     bool ok = st == HCOMM_OK;
     if (!ok) mp_fail("%s: %s (%s)", what, mp_status_name(st), hcomm_last_error());
-    buf_get(r, g, n, what);
-    for (size_t i = 0; ok && i < count; i++)
-        if (g[i] != want(op, i, v)) {
-            mp_fail("%s: element %zu of %zu expected %d got %d", what, i, count, want(op, i, v),
-                    g[i]);
+    buf_get(&r, g, (inplace ? big : sout) * 4, what);
+    for (size_t i = 0; ok && i < sout; i++)
+        if (g[out_at + i] != want(kind, op, count, i, v)) {
+            mp_fail("%s: element %zu of %zu expected %d got %d", what, i, sout,
+                    want(kind, op, count, i, v), g[out_at + i]);
             ok = false;
         }
-    if (ok && s->p != r->p) {
-        buf_get(s, g, n, what);
-        if (memcmp(g, h, n)) mp_fail("%s: the send buffer changed", what);
+    if (ok && !inplace) {
+        buf_get(&s, g, sin * 4, what);
+        if (memcmp(g, h, sin * 4)) mp_fail("%s: the send buffer changed", what);
     }
+    if (!inplace) buf_free(&s);
+    buf_free(&r);
     free(h);
     free(g);
     return ok;
@@ -93,66 +131,62 @@ static bool one(const char *what, buf_t *s, buf_t *r, size_t count, hcomm_op_t o
 static int run_cases(bool ipc_on)
 {
     static const char *mname[] = {"all", "some", "recv"};
-    const size_t counts[] = {(size_t)1 << 16, ((size_t)1 << 20) + 7};
+    const size_t counts[] = {(size_t)1 << 16, ((size_t)1 << 18) + 7};
     const hcomm_op_t ops[] = {HCOMM_SUM, HCOMM_MAX};
-    for (int m = 0; m < 3; m++)
-        for (int c = 0; c < 2; c++)
-            for (int inplace = 0; inplace < 2; inplace++)
-                for (int how = 0; how < 3; how++) {
-                    if (inplace && m == 2) continue; /* recv: the send buffer is host */
-                    bool rd = m != 1 || mp_rank % 2 == 0, sd = m == 0 || (m == 1 && rd);
-                    size_t n = counts[c] * 4;
-                    buf_t r = buf_new(rd, n), s = inplace ? r : buf_new(sd, n);
-                    hcomm_op_t op = ops[(how + c) % 2];
-                    char what[160];
-                    snprintf(what, sizeof(what), "%s, %zu int32 %s, %s, %s", mname[m], counts[c],
-                             op == HCOMM_SUM ? "sum" : "max",
-                             inplace ? "in place" : "out of place",
-                             how == 0   ? "blocking"
-                             : how == 1 ? "+ wait"
-                                        : "+ test");
-                    hc_gpu_stats_t c0 = hc_gpu_stats;
-                    bool ok = one(what, &s, &r, counts[c], op, how, 3);
-                    hc_gpu_stats_t c1 = hc_gpu_stats;
-                    uint64_t staged = (c1.d2h_bytes - c0.d2h_bytes) + (c1.h2d_bytes - c0.h2d_bytes);
-                    uint64_t node = c1.node_dev_calls - c0.node_dev_calls;
-                    uint64_t ipc = c1.node_ipc_calls - c0.node_ipc_calls;
-                    bool dev_here = sd || rd;
-                    uint64_t want_node = ipc_on && dev_here, want_ipc = ipc_on && m == 0;
-                    if (ok && (node != want_node || ipc != want_ipc))
-                        mp_fail("%s: %llu node calls with device buffers and %llu by IPC here, "
-                                "expected %llu and %llu",
-                                what, (unsigned long long)node, (unsigned long long)ipc,
-                                (unsigned long long)want_node, (unsigned long long)want_ipc);
-                    if (ok && ipc_on && staged)
-                        mp_fail("%s: %llu bytes went through the API's staging (expected none)",
-                                what, (unsigned long long)staged);
-                    if (ok && !ipc_on && dev_here && !staged)
-                        mp_fail("%s: HCOMM_GPU_IPC=0, yet nothing was staged", what);
-                    if (ok && ipc_on && m == 0 && c1.dev_reduces == c0.dev_reduces)
-                        mp_fail("%s: by IPC, yet no reduction ran on the device", what);
-                    if (!inplace) buf_free(&s);
-                    buf_free(&r);
-                }
+    for (int kind = 0; kind < 3; kind++)
+        for (int m = 0; m < 3; m++)
+            for (int c = 0; c < 2; c++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    for (int how = 0; how < 3; how++) {
+                        if (inplace && m == 2) continue; /* recv: the send buffer is host */
+                        bool rd = m != 1 || mp_rank % 2 == 0, sd = m == 0 || (m == 1 && rd);
+                        size_t count = counts[c] << (kind == K_ALLREDUCE ? 2 : 0);
+                        hcomm_op_t op = ops[(how + c) % 2];
+                        char what[160];
+                        snprintf(what, sizeof(what), "%s %s, %zu int32 %s, %s, %s", kname[kind],
+                                 mname[m], count, op == HCOMM_SUM ? "sum" : "max",
+                                 inplace ? "in place" : "out of place",
+                                 how == 0   ? "blocking"
+                                 : how == 1 ? "+ wait"
+                                            : "+ test");
+                        hc_gpu_stats_t c0 = hc_gpu_stats;
+                        bool ok = one(what, kind, inplace, sd, rd, count, op, how, 3);
+                        hc_gpu_stats_t c1 = hc_gpu_stats;
+                        uint64_t staged =
+                            (c1.d2h_bytes - c0.d2h_bytes) + (c1.h2d_bytes - c0.h2d_bytes);
+                        uint64_t node = c1.node_dev_calls - c0.node_dev_calls;
+                        uint64_t ipc = c1.node_ipc_calls - c0.node_ipc_calls;
+                        bool dev_here = sd || rd;
+                        uint64_t want_node = ipc_on && dev_here, want_ipc = ipc_on && m == 0;
+                        if (ok && (node != want_node || ipc != want_ipc))
+                            mp_fail("%s: %llu node calls with device buffers and %llu by IPC "
+                                    "here, expected %llu and %llu",
+                                    what, (unsigned long long)node, (unsigned long long)ipc,
+                                    (unsigned long long)want_node, (unsigned long long)want_ipc);
+                        if (ok && ipc_on && staged)
+                            mp_fail("%s: %llu bytes went through the API's staging (expected "
+                                    "none)",
+                                    what, (unsigned long long)staged);
+                        if (ok && !ipc_on && dev_here && !staged)
+                            mp_fail("%s: HCOMM_GPU_IPC=0, yet nothing was staged", what);
+                        if (ok && ipc_on && m == 0 && kind != K_ALLGATHER &&
+                            c1.dev_reduces == c0.dev_reduces)
+                            mp_fail("%s: by IPC, yet no reduction ran on the device", what);
+                    }
     MP_OK(hcomm_barrier(hcomm_comm_world()));
     return mp_finish(ipc_on ? "mp_gpu_node cases" : "mp_gpu_node off");
 }
 
 static int run_realloc(void)
 {
-    size_t count = ((size_t)1 << 18) + 5, n = count * 4;
-    buf_t b = buf_new(true, n);
-    void *p = b.p;
-    one("realloc, first", &b, &b, count, HCOMM_SUM, 0, 1);
-    buf_free(&b);
-    buf_t b2 = buf_new(true, n);
-    if (b2.p != p)
+    size_t count = ((size_t)1 << 18) + 5;
+    one("realloc, first", K_ALLREDUCE, true, true, true, count, HCOMM_SUM, 0, 1);
+    void *p = last_buf;
+    one("realloc, second", K_ALLREDUCE, true, true, true, count, HCOMM_SUM, 0, 11);
+    if (last_buf != p)
         mp_fail("realloc: the model did not re-use the address (%p, then %p): the case tests "
                 "nothing",
-                p, b2.p);
-    one("realloc, second", &b2, &b2, count, HCOMM_SUM, 0, 11);
-    one("realloc, third (same buffer)", &b2, &b2, count, HCOMM_SUM, 0, 5);
-    buf_free(&b2);
+                p, last_buf);
     MP_OK(hcomm_barrier(hcomm_comm_world()));
     return mp_finish("mp_gpu_node realloc");
 }
@@ -204,8 +238,8 @@ static int run_fault(const char *what)
             mp_fail("noimport: rank 1 cannot import, yet the call went by IPC");
         buf_get(&r, h, n, "noimport");
         for (size_t i = 0; st == HCOMM_OK && i < count; i++)
-            if (h[i] != want(HCOMM_SUM, i, 0)) {
-                mp_fail("noimport: element %zu expected %d got %d", i, want(HCOMM_SUM, i, 0),
+            if (h[i] != want(K_ALLREDUCE, HCOMM_SUM, count, i, 0)) {
+                mp_fail("noimport: element %zu expected %d got %d", i, want(K_ALLREDUCE, HCOMM_SUM, count, i, 0),
                         h[i]);
                 break;
             }
