@@ -64,7 +64,7 @@ void hc_api_stage_describe(char *buf, size_t len)
     char gdr[512];
     hc_gdr_describe(gdr, sizeof(gdr));
     snprintf(buf, len,
-             "device buffers (%s): allreduce, allgather, reduce_scatter moving at least %u "
+             "device buffers (%s): allreduce, broadcast, allgather, reduce_scatter moving at least %u "
              "bytes on a communicator of one node unstaged (HCOMM_GPU_IPC=%s%s); other "
              "collectives staged through host memory on every driver; "
              "allreduce, reduce, broadcast above HCOMM_GPU_STAGE_CHUNK=%zu bytes pipelined in "
@@ -405,6 +405,8 @@ hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *com
             hc_coll_args_t d = *a;
             d.smem = (uint8_t)(s.n ? s.attr.type : HC_MEM_HOST);
             d.rmem = (uint8_t)(r.n ? r.attr.type : HC_MEM_HOST);
+            if (a->kind == HC_COLL_BROADCAST) /* one buffer: the root's input, the others' output */
+                d.smem = d.rmem = (uint8_t)(s.n ? d.smem : d.rmem);
             return hc_coll_post(&d, comm, req_p);
         }
     } else if ((st = hc_stage_pipe_fits(fn, a, &pipe)) != HCOMM_OK) {

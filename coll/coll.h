@@ -385,10 +385,11 @@ typedef struct {
  * node_device.c), instead of the API's host staging. It depends only on
  * what every rank of comm shares (the collective, its size, the
  * communicator, HCOMM_ALGO), never on memory types, so every rank decides
- * alike: a large allreduce, allgather or reduce_scatter on a communicator
- * of one node whose node family single copy would run.
- * HC_COLL_NODE_DEVICE_MIN: the least bytes it moves (allreduce: the
- * message; the others: the per-rank block times the ranks). */
+ * alike: a large allreduce, broadcast, allgather or reduce_scatter on a
+ * communicator of one node whose node family single copy would run
+ * (broadcast's only while a GPU backend is active: hc_node_prep_broadcast).
+ * HC_COLL_NODE_DEVICE_MIN: the least bytes it moves (allreduce, broadcast:
+ * the message; the others: the per-rank block times the ranks). */
 #define HC_COLL_NODE_DEVICE_MIN (256u * 1024)
 bool hc_coll_node_takes_device(const hc_coll_args_t *a, struct hcomm_comm *comm);
 /* The node region of comm (hc_coll_node_usable) has its private scratch. */

@@ -320,8 +320,9 @@ uint8_t hc_node_mem_bits(const hc_coll_op_t *op);
 uint8_t hc_node_pack_device(hc_coll_node_t *nd, const void *buf, size_t len, uint8_t *out);
 /* The single copy's MAP on device memory (every rank's buffers mapped:
  * nd->zs, nd->zr), on the device: allreduce of elements [lo, hi) (this
- * rank's slice) into every output; allgather: every input into this
- * rank's output; reduce_scatter: this rank's block of every input. */
+ * rank's slice) into every output; broadcast: the root's buffer into this
+ * rank's; allgather: every input into this rank's output; reduce_scatter:
+ * this rank's block of every input. */
 hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, size_t lo,
                                         size_t hi);
 /* HCOMM_GPU_IPC=1 and the votes say no IPC: the error, naming the rank. */

@@ -188,8 +188,11 @@ static void hc_node_1copy_vote(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_des
         same = same && nd->desc[j].mem == me->mem;
     bool map = (op->kind == HC_COLL_ALLREDUCE || me->mem == HC_NODE_MEM_DEVICE) && same &&
                me->mem != HC_NODE_MEM_MIXED;
+    bool bcast = op->kind == HC_COLL_BROADCAST; /* only the root's buffer is read */
     for (int j = 0; j < nd->n && map; j++) {
         hc_node_desc_t *d = &nd->desc[j];
+        if (bcast && j != op->root)
+            continue;
         if (!d->skey_len || !d->rkey_len) {
             map = false;
         } else if (j == nd->me) {
@@ -207,7 +210,7 @@ static void hc_node_1copy_vote(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_des
     }
     const uint8_t *sb = op->sbuf, *rb = op->rbuf;
     bool apart = sb + op->bytes <= rb || rb + op->bytes <= sb;
-    bool get = same && me->mem == HC_NODE_MEM_HOST && hc_node_can_get(op);
+    bool get = same && me->mem == HC_NODE_MEM_HOST && !bcast && hc_node_can_get(op);
     me->vote = (map ? HC_NODE_CAN_MAP : 0u) | (get ? HC_NODE_CAN_GET : 0u) |
                (apart ? HC_NODE_OUT_OF_PLACE : 0u);
 }

@@ -46,7 +46,8 @@ hc_step_t hc_node_broadcast(hc_coll_op_t *op)
             op->round = 0;
             if (t == op->tick && !hc_node_sig_check(nd, op, op->root, t))
                 return HC_STEP_PENDING; /* op->error says why */
-            memcpy((uint8_t *)op->rbuf + off, hc_node_stage(nd, op->root, t), bb);
+            HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + off,
+                                         hc_node_stage(nd, op->root, t), bb, false));
             hc_node_post_b(nd, t);
             if (hc_node_counting())
                 hc_node_count_bcast(op, nd, bb);

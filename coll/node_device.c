@@ -1,7 +1,7 @@
 /*
  * The node family on device memory (coll/node.h, docs/gpu.md "Node
- * collectives on device memory"): a large allreduce, allgather or
- * reduce_scatter whose buffers are GPU memory runs in the node region
+ * collectives on device memory"): a large allreduce, broadcast, allgather
+ * or reduce_scatter whose buffers are GPU memory runs in the node region
  * without the API's host staging.
  *
  *   IPC: when every rank's buffers are device memory and every rank maps
@@ -142,6 +142,10 @@ hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, si
         hc_gpu_stats.node_ipc_bytes += n;
         break;
     }
+    case HC_COLL_BROADCAST: /* the root's buffer into mine */
+        if (nd->me != op->root)
+            st = hc_node_dev_copy(out, nd->zs[op->root], b);
+        break;
     case HC_COLL_ALLGATHER: /* every rank's input into my output (mine: no-op in place) */
         for (int j = 0; j < nd->n && st == HCOMM_OK; j++)
             st = hc_node_dev_copy(out + (size_t)j * b, nd->zs[j], b);

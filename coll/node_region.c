@@ -4,6 +4,7 @@
  * lifetime, and the family's entries in coll.h's algorithm registry.
  */
 #include "coll/node.h"
+#include "gpu/gpu.h"
 
 #include <strings.h>
 /* ---- setup ------------------------------------------------------------------------ */
@@ -201,7 +202,8 @@ void hc_node_begin_chunks(hc_coll_op_t *op, size_t per_rank_bytes, size_t chunk)
 hc_coll_step_fn hc_node_try_1copy(hc_coll_op_t *op, hc_coll_step_fn staged, bool allowed)
 {
     hc_coll_node_t *nd = hc_node_of(op);
-    size_t moved = op->kind == HC_COLL_ALLREDUCE ? op->bytes : op->bytes * (size_t)nd->n;
+    bool whole = op->kind == HC_COLL_ALLREDUCE || op->kind == HC_COLL_BROADCAST;
+    size_t moved = whole ? op->bytes : op->bytes * (size_t)nd->n;
     if (!allowed || !nd->scratch || moved < HC_NODE_ZC_MIN)
         return staged;
     op->fallback = staged;
@@ -249,13 +251,17 @@ static hc_coll_step_fn hc_node_prep_staged(hc_coll_op_t *op, const char *forced)
     return hc_node_try_1copy(op, hc_node_allreduce_staged, hc_node_one_copy_ok(forced));
 }
 
-/* Staged beats a single copy here: the root's copy-in and the receivers'
- * copy-out overlap block by block (measured). */
+/* On host memory staged beats a single copy: the root's copy-in and the
+ * receivers' copy-out overlap block by block (measured). While a GPU
+ * backend is active (on every rank or none) the single copy is tried, so
+ * that device buffers go by IPC, one device copy per receiver
+ * (node_device.c); host buffers then fall back to staged after its
+ * handshake tick. */
 static hc_coll_step_fn hc_node_prep_broadcast(hc_coll_op_t *op, const char *forced)
 {
-    (void)forced;
     hc_node_begin(op, op->bytes);
-    return hc_node_broadcast;
+    return hc_node_try_1copy(op, hc_node_broadcast,
+                             hc_gpu_on && hc_ipc_mode != HC_GDR_OFF && hc_node_one_copy_ok(forced));
 }
 
 static hc_coll_step_fn hc_node_prep_allgather(hc_coll_op_t *op, const char *forced)

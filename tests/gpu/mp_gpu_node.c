@@ -5,14 +5,17 @@
  *
  *   mp_gpu_node cases   allreduce of 256Ki and 1Mi+28 int32 (the least
  *       size that goes unstaged is 256 KiB), allgather and reduce_scatter of
- *       64Ki and 256Ki+7 int32 per rank, sum and max, in place (the
- *       documented forms) and out of place, blocking, + hcomm_wait,
+ *       64Ki and 256Ki+7 int32 per rank, broadcast (root 1) of 256Ki and
+ *       1Mi+28 int32; sum and max, in place (the documented forms) and out
+ *       of place, blocking, + hcomm_wait,
  *       + hcomm_test, with
  *         all:   device buffers on every rank: by IPC (each rank's slice
  *                reduced on the device through the peers' mapped buffers);
  *         some:  device buffers on even ranks only: in the node region,
  *                the device ranks' input and output through device copies;
  *         recv:  host send, device receive everywhere: in the node region;
+ *         host:  host buffers everywhere, the backend active (broadcast
+ *                tries the single copy then, and falls back to staged);
  *       every element and the guard bytes are checked, and the counters:
  *       no byte through the API's staging, a node call with device
  *       buffers counted on each device rank, an IPC call on every rank in
@@ -40,15 +43,17 @@ static int32_t val(int rank, size_t i, int v)
     return (int32_t)((rank + 1) * (int)(i % 1000) + v);
 }
 
-enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER };
+enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST };
+#define ROOT (1 % mp_size) /* broadcast's */
 static void *last_buf; /* the receive buffer of the last call of one() (freed since) */
-static const char *kname[] = {"allreduce", "allgather", "reduce_scatter"};
+static const char *kname[] = {"allreduce", "allgather", "reduce_scatter", "broadcast"};
 
 /* Element i of the result of kind (allgather: of the whole output). */
 static int32_t want(int kind, hcomm_op_t op, size_t count, size_t i, int v)
 {
     int n = mp_size;
     if (kind == K_ALLGATHER) return val((int)(i / count), i % count, v);
+    if (kind == K_BROADCAST) return val(ROOT, i, v);
     size_t k = kind == K_REDUCE_SCATTER ? (size_t)mp_rank * count + i : i;
     if (op == HCOMM_MAX) return val(n - 1, k, v);
     return (int32_t)(n * (n + 1) / 2 * (int)(k % 1000) + v * n);
@@ -64,6 +69,9 @@ static hcomm_status_t call(int kind, int how, const void *s, void *r, size_t cou
     if (kind == K_ALLREDUCE)
         st = how ? hcomm_iallreduce(s, r, count, HCOMM_INT32, op, w, rp)
                  : hcomm_allreduce(s, r, count, HCOMM_INT32, op, w);
+    else if (kind == K_BROADCAST)
+        st = how ? hcomm_ibroadcast(r, count, HCOMM_INT32, ROOT, w, rp)
+                 : hcomm_broadcast(r, count, HCOMM_INT32, ROOT, w);
     else if (kind == K_ALLGATHER)
         st = how ? hcomm_iallgather(s, r, count, HCOMM_INT32, w, rp)
                  : hcomm_allgather(s, r, count, HCOMM_INT32, w);
@@ -130,17 +138,19 @@ static bool one(const char *what, int kind, bool inplace, bool sdev, bool rdev, 
 
 static int run_cases(bool ipc_on)
 {
-    static const char *mname[] = {"all", "some", "recv"};
+    static const char *mname[] = {"all", "some", "recv", "host"};
     const size_t counts[] = {(size_t)1 << 16, ((size_t)1 << 18) + 7};
     const hcomm_op_t ops[] = {HCOMM_SUM, HCOMM_MAX};
-    for (int kind = 0; kind < 3; kind++)
-        for (int m = 0; m < 3; m++)
+    for (int kind = 0; kind < 4; kind++)
+        for (int m = 0; m < 4; m++)
             for (int c = 0; c < 2; c++)
                 for (int inplace = 0; inplace < 2; inplace++)
                     for (int how = 0; how < 3; how++) {
                         if (inplace && m == 2) continue; /* recv: the send buffer is host */
-                        bool rd = m != 1 || mp_rank % 2 == 0, sd = m == 0 || (m == 1 && rd);
-                        size_t count = counts[c] << (kind == K_ALLREDUCE ? 2 : 0);
+                        if (kind == K_BROADCAST && !inplace) continue; /* one buffer */
+                        bool rd = m == 0 || m == 2 || (m == 1 && mp_rank % 2 == 0);
+                        bool sd = m == 0 || (m == 1 && rd);
+                        size_t count = counts[c] << (kind == K_ALLREDUCE || kind == K_BROADCAST ? 2 : 0);
                         hcomm_op_t op = ops[(how + c) % 2];
                         char what[160];
                         snprintf(what, sizeof(what), "%s %s, %zu int32 %s, %s, %s", kname[kind],
@@ -169,7 +179,7 @@ static int run_cases(bool ipc_on)
                                     what, (unsigned long long)staged);
                         if (ok && !ipc_on && dev_here && !staged)
                             mp_fail("%s: HCOMM_GPU_IPC=0, yet nothing was staged", what);
-                        if (ok && ipc_on && m == 0 && kind != K_ALLGATHER &&
+                        if (ok && ipc_on && m == 0 && (kind == K_ALLREDUCE || kind == K_REDUCE_SCATTER) &&
                             c1.dev_reduces == c0.dev_reduces)
                             mp_fail("%s: by IPC, yet no reduction ran on the device", what);
                     }
