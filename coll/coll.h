@@ -385,8 +385,8 @@ typedef struct {
  * node_device.c), instead of the API's host staging. It depends only on
  * what every rank of comm shares (the collective, its size, the
  * communicator, HCOMM_ALGO), never on memory types, so every rank decides
- * alike: a large allreduce, broadcast, allgather or reduce_scatter on a
- * communicator of one node whose node family single copy would run
+ * alike: a large allreduce, broadcast, allgather, reduce_scatter or
+ * alltoall on a communicator of one node whose node family single copy would run
  * (broadcast's only while a GPU backend is active: hc_node_prep_broadcast).
  * HC_COLL_NODE_DEVICE_MIN: the least bytes it moves (allreduce, broadcast:
  * the message; the others: the per-rank block times the ranks). */

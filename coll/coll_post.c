@@ -227,7 +227,8 @@ bool hc_coll_node_takes_device(const hc_coll_args_t *a, struct hcomm_comm *comm)
     /* (hc_node_try_1copy's own rule: what moves, the forced name) */
     bool whole = a->kind == HC_COLL_ALLREDUCE || a->kind == HC_COLL_BROADCAST;
     size_t moved = whole ? a->bytes : a->bytes * (size_t)comm->size;
-    bool kind = whole || a->kind == HC_COLL_ALLGATHER || a->kind == HC_COLL_REDUCE_SCATTER;
+    bool kind = whole || a->kind == HC_COLL_ALLGATHER || a->kind == HC_COLL_REDUCE_SCATTER ||
+                a->kind == HC_COLL_ALLTOALL;
     if (!kind || moved < HC_COLL_NODE_DEVICE_MIN || comm->size < 2 || hc_ctx.group_depth > 0 ||
         (hc_coll_forced && strcasecmp(hc_coll_forced, "node")) || !hc_coll_node_usable(comm))
         return false;

@@ -322,7 +322,8 @@ uint8_t hc_node_pack_device(hc_coll_node_t *nd, const void *buf, size_t len, uin
  * nd->zs, nd->zr), on the device: allreduce of elements [lo, hi) (this
  * rank's slice) into every output; broadcast: the root's buffer into this
  * rank's; allgather: every input into this rank's output; reduce_scatter:
- * this rank's block of every input. */
+ * this rank's block of every input; alltoall: this rank's block of every
+ * input into its output. */
 hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, size_t lo,
                                         size_t hi);
 /* HCOMM_GPU_IPC=1 and the votes say no IPC: the error, naming the rank. */

@@ -372,6 +372,8 @@ hc_step_t hc_node_1copy(hc_coll_op_t *op)
             mode &= nd->desc[j].vote;
             dev = dev || nd->desc[j].mem != HC_NODE_MEM_HOST;
         }
+        if (op->kind == HC_COLL_ALLTOALL && !(mode & HC_NODE_OUT_OF_PLACE))
+            mode = 0; /* a rank in place: a peer may still read the block it overwrites */
         if (HC_UNLIKELY(me->mem != HC_NODE_MEM_HOST))
             hc_gpu_stats.node_dev_calls++;
         if (HC_UNLIKELY(dev && !(mode & HC_NODE_CAN_MAP) && hc_ipc_mode == HC_GDR_ON))

@@ -1,7 +1,7 @@
 /*
  * The node family on device memory (coll/node.h, docs/gpu.md "Node
- * collectives on device memory"): a large allreduce, broadcast, allgather
- * or reduce_scatter whose buffers are GPU memory runs in the node region
+ * collectives on device memory"): a large allreduce, broadcast, allgather,
+ * reduce_scatter or alltoall whose buffers are GPU memory runs in the node region
  * without the API's host staging.
  *
  *   IPC: when every rank's buffers are device memory and every rank maps
@@ -146,6 +146,10 @@ hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, si
         if (nd->me != op->root)
             st = hc_node_dev_copy(out, nd->zs[op->root], b);
         break;
+    case HC_COLL_ALLTOALL: /* my block of every rank's input (every rank out of place) */
+        for (int j = 0; j < nd->n && st == HCOMM_OK; j++)
+            st = hc_node_dev_copy(out + (size_t)j * b, nd->zs[j] + (size_t)nd->me * b, b);
+        break;
     case HC_COLL_ALLGATHER: /* every rank's input into my output (mine: no-op in place) */
         for (int j = 0; j < nd->n && st == HCOMM_OK; j++)
             st = hc_node_dev_copy(out + (size_t)j * b, nd->zs[j], b);
@@ -175,7 +179,9 @@ hcomm_status_t hc_node_device_refused(hc_coll_op_t *op, hc_coll_node_t *nd)
                           : !d->skey_len || !d->rkey_len
                               ? "its device buffers have no IPC key (export refused)"
                           : !(d->vote & HC_NODE_CAN_MAP) ? "it could not map every peer's buffers"
-                                                         : NULL;
+                          : op->kind == HC_COLL_ALLTOALL && !(d->vote & HC_NODE_OUT_OF_PLACE)
+                              ? "it calls hcomm_alltoall in place"
+                              : NULL;
         if (why)
             return hc_error(HCOMM_ERR_UNSUPPORTED,
                             "%s: HCOMM_GPU_IPC=1, but its device buffers cannot go by IPC: "

@@ -277,11 +277,10 @@ static hc_coll_step_fn hc_node_prep_chunks(hc_coll_op_t *op, const char *forced)
     if (op->chunk == 0)
         return NULL;
     hc_node_begin_chunks(op, op->bytes, op->chunk);
-    /* In-place alltoall: a peer may still read the block I would
-     * overwrite; it stays staged. */
-    return hc_node_try_1copy(op, hc_node_blocks,
-                             hc_node_one_copy_ok(forced) &&
-                                 !(op->kind == HC_COLL_ALLTOALL && op->sbuf == op->rbuf));
+    /* (An in-place alltoall, where a peer may still read the block a rank
+     * would overwrite, falls back to staged in the single copy's vote: the
+     * choice to try it must not depend on what one rank passes.) */
+    return hc_node_try_1copy(op, hc_node_blocks, hc_node_one_copy_ok(forced));
 }
 
 static hc_coll_step_fn hc_node_prep_barrier(hc_coll_op_t *op, const char *forced)

@@ -1,7 +1,8 @@
 /* Zero-copy node allreduce (coll/node_1copy.c): pool buffers on every rank take the
  * zero-copy path; any rank with malloc'ed input or output makes all ranks
  * fall back to staging together. Every combination, in and out of place,
- * several repetitions (the handshake must not leak state between calls). */
+ * several repetitions (the handshake must not leak state between calls).
+ * Then alltoall with in place on some ranks only (alltoall_mixed). */
 #include "common/mp_test.h"
 
 #include <stdio.h>
@@ -23,6 +24,45 @@ static void put(void *p, int pool)
         MP_OK(hcomm_mem_free(p));
     else
         free(p);
+}
+
+/* Alltoall past the single copy's threshold with in place on some ranks
+ * only (mode 1: even ranks, 2: every rank, 0: none): every rank must take
+ * the same path (the single copy's handshake tick, then a fall back
+ * together where a rank works in place); before, a rank's own choice made
+ * the ticks differ and the call failed naming the wrong collective. */
+static int alltoall_mixed(hcomm_comm_t w, int n)
+{
+    size_t cnt = (1u << 16) + 3;
+    for (int mode = 0; mode < 3; mode++) {
+        int inplace = mode == 2 || (mode == 1 && mp_rank % 2 == 0);
+        int32_t *a = malloc(cnt * 4 * (size_t)n), *b = inplace ? a : malloc(cnt * 4 * (size_t)n);
+        if (!a || !b) exit(1);
+        for (int rep = 0; rep < 3; rep++) {
+            for (int j = 0; j < n; j++)
+                for (size_t i = 0; i < cnt; i++)
+                    a[(size_t)j * cnt + i] = (int32_t)(mp_rank * 100000 + j * 1000 + rep) + (int32_t)(i % 7);
+            hcomm_status_t st = hcomm_alltoall(a, b, cnt, HCOMM_INT32, w);
+            if (st != HCOMM_OK) {
+                printf("rank %d: alltoall mode %d rep %d: %s\n", mp_rank, mode, rep,
+                       hcomm_last_error());
+                return 1;
+            }
+            for (int j = 0; j < n; j++)
+                for (size_t i = 0; i < cnt; i++) {
+                    int32_t want = (int32_t)(j * 100000 + mp_rank * 1000 + rep) + (int32_t)(i % 7);
+                    if (b[(size_t)j * cnt + i] != want) {
+                        printf("rank %d: alltoall mode %d rep %d: block %d element %zu is %d, "
+                               "expected %d\n",
+                               mp_rank, mode, rep, j, i, b[(size_t)j * cnt + i], want);
+                        return 1;
+                    }
+                }
+        }
+        free(a);
+        if (!inplace) free(b);
+    }
+    return 0;
 }
 
 int main(void)
@@ -62,6 +102,7 @@ int main(void)
         put(a, pool_s);
         if (!inplace) put(b, pool_r);
     }
+    if (alltoall_mixed(w, n)) return 1;
     MP_OK(hcomm_finalize());
     return 0;
 }

@@ -6,7 +6,8 @@
  *   mp_gpu_node cases   allreduce of 256Ki and 1Mi+28 int32 (the least
  *       size that goes unstaged is 256 KiB), allgather and reduce_scatter of
  *       64Ki and 256Ki+7 int32 per rank, broadcast (root 1) of 256Ki and
- *       1Mi+28 int32; sum and max, in place (the documented forms) and out
+ *       1Mi+28 int32, alltoall of 64Ki and 256Ki+7 int32 per block (in
+ *       place: in the region on every rank); sum and max, in place (the documented forms) and out
  *       of place, blocking, + hcomm_wait,
  *       + hcomm_test, with
  *         all:   device buffers on every rank: by IPC (each rank's slice
@@ -43,10 +44,11 @@ static int32_t val(int rank, size_t i, int v)
     return (int32_t)((rank + 1) * (int)(i % 1000) + v);
 }
 
-enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST };
+enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST, K_ALLTOALL };
 #define ROOT (1 % mp_size) /* broadcast's */
 static void *last_buf; /* the receive buffer of the last call of one() (freed since) */
-static const char *kname[] = {"allreduce", "allgather", "reduce_scatter", "broadcast"};
+static const char *kname[] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
+                              "alltoall"};
 
 /* Element i of the result of kind (allgather: of the whole output). */
 static int32_t want(int kind, hcomm_op_t op, size_t count, size_t i, int v)
@@ -54,6 +56,7 @@ static int32_t want(int kind, hcomm_op_t op, size_t count, size_t i, int v)
     int n = mp_size;
     if (kind == K_ALLGATHER) return val((int)(i / count), i % count, v);
     if (kind == K_BROADCAST) return val(ROOT, i, v);
+    if (kind == K_ALLTOALL) return val((int)(i / count), (size_t)mp_rank * count + i % count, v);
     size_t k = kind == K_REDUCE_SCATTER ? (size_t)mp_rank * count + i : i;
     if (op == HCOMM_MAX) return val(n - 1, k, v);
     return (int32_t)(n * (n + 1) / 2 * (int)(k % 1000) + v * n);
@@ -72,6 +75,9 @@ static hcomm_status_t call(int kind, int how, const void *s, void *r, size_t cou
     else if (kind == K_BROADCAST)
         st = how ? hcomm_ibroadcast(r, count, HCOMM_INT32, ROOT, w, rp)
                  : hcomm_broadcast(r, count, HCOMM_INT32, ROOT, w);
+    else if (kind == K_ALLTOALL)
+        st = how ? hcomm_ialltoall(s, r, count, HCOMM_INT32, w, rp)
+                 : hcomm_alltoall(s, r, count, HCOMM_INT32, w);
     else if (kind == K_ALLGATHER)
         st = how ? hcomm_iallgather(s, r, count, HCOMM_INT32, w, rp)
                  : hcomm_allgather(s, r, count, HCOMM_INT32, w);
@@ -94,8 +100,8 @@ static bool one(const char *what, int kind, bool inplace, bool sdev, bool rdev, 
                 hcomm_op_t op, int how, int v)
 {
     size_t nb = (size_t)mp_size, me = (size_t)mp_rank;
-    size_t sin = kind == K_REDUCE_SCATTER ? nb * count : count;
-    size_t sout = kind == K_ALLGATHER ? nb * count : count;
+    size_t sin = kind == K_REDUCE_SCATTER || kind == K_ALLTOALL ? nb * count : count;
+    size_t sout = kind == K_ALLGATHER || kind == K_ALLTOALL ? nb * count : count;
     size_t big = HC_MAX(sin, sout);
     int32_t *h = mp_xmalloc(big * 4), *g = mp_xmalloc(big * 4);
     for (size_t i = 0; i < big; i++)
@@ -141,7 +147,7 @@ static int run_cases(bool ipc_on)
     static const char *mname[] = {"all", "some", "recv", "host"};
     const size_t counts[] = {(size_t)1 << 16, ((size_t)1 << 18) + 7};
     const hcomm_op_t ops[] = {HCOMM_SUM, HCOMM_MAX};
-    for (int kind = 0; kind < 4; kind++)
+    for (int kind = 0; kind < 5; kind++)
         for (int m = 0; m < 4; m++)
             for (int c = 0; c < 2; c++)
                 for (int inplace = 0; inplace < 2; inplace++)
@@ -167,7 +173,9 @@ static int run_cases(bool ipc_on)
                         uint64_t node = c1.node_dev_calls - c0.node_dev_calls;
                         uint64_t ipc = c1.node_ipc_calls - c0.node_ipc_calls;
                         bool dev_here = sd || rd;
-                        uint64_t want_node = ipc_on && dev_here, want_ipc = ipc_on && m == 0;
+                        /* (an alltoall in place is done in the region) */
+                        uint64_t want_node = ipc_on && dev_here,
+                                 want_ipc = ipc_on && m == 0 && !(kind == K_ALLTOALL && inplace);
                         if (ok && (node != want_node || ipc != want_ipc))
                             mp_fail("%s: %llu node calls with device buffers and %llu by IPC "
                                     "here, expected %llu and %llu",
