@@ -21,6 +21,7 @@
  *                   the op and its request are released
  */
 #include "coll/coll.h"
+#include "gpu/gpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,7 +230,9 @@ bool hc_coll_node_takes_device(const hc_coll_args_t *a, struct hcomm_comm *comm)
     size_t moved = whole ? a->bytes : a->bytes * (size_t)comm->size;
     bool kind = whole || a->kind == HC_COLL_ALLGATHER || a->kind == HC_COLL_REDUCE_SCATTER ||
                 a->kind == HC_COLL_ALLTOALL;
-    if (!kind || moved < HC_COLL_NODE_DEVICE_MIN || comm->size < 2 || hc_ctx.group_depth > 0 ||
+    /* (broadcast tries the single copy only while a backend is active) */
+    if (!kind || (a->kind == HC_COLL_BROADCAST && !hc_gpu_on) ||
+        moved < HC_COLL_NODE_DEVICE_MIN || comm->size < 2 || hc_ctx.group_depth > 0 ||
         (hc_coll_forced && strcasecmp(hc_coll_forced, "node")) || !hc_coll_node_usable(comm))
         return false;
     return hc_coll_node_scratch(comm);

@@ -313,6 +313,16 @@ void hc_node_rkeys_release(hc_coll_node_t *nd);
 hcomm_status_t hc_node_copy_in(const hc_coll_op_t *op, void *dst, const void *src, size_t n);
 hcomm_status_t hc_node_copy_out(const hc_coll_op_t *op, void *dst, const void *src, size_t n,
                                 bool nt);
+/* The bytes a single-copy collective reads from every rank's input (sn)
+ * and writes into its output (rn): op->bytes, times the ranks for the
+ * per-rank blocks (allgather's output, reduce_scatter's input, both of
+ * alltoall's). The same on every rank. */
+static inline void hc_node_extents(const hc_coll_op_t *op, size_t *sn, size_t *rn)
+{
+    size_t all = op->bytes * (size_t)op->comm->size;
+    *sn = op->kind == HC_COLL_REDUCE_SCATTER || op->kind == HC_COLL_ALLTOALL ? all : op->bytes;
+    *rn = op->kind == HC_COLL_ALLGATHER || op->kind == HC_COLL_ALLTOALL ? all : op->bytes;
+}
 /* HC_NODE_MEM_* of op's buffers. */
 uint8_t hc_node_mem_bits(const hc_coll_op_t *op);
 /* The node driver's packed IPC key of a device buffer (0 bytes: none); the

@@ -31,9 +31,10 @@ static uint8_t hc_node_pack(hc_coll_node_t *nd, const void *buf, size_t len, uin
     return (uint8_t)klen;
 }
 
-/* Where rank j's buffer at addr (its key: key/klen) is mapped here, or NULL. */
+/* Where rank j's buffer at addr, len bytes (its key: key/klen), is mapped
+ * here, or NULL. */
 static uint8_t *hc_node_ptr(hc_coll_op_t *op, hc_coll_node_t *nd, int j, const uint8_t *key,
-                            uint8_t klen, uint64_t addr)
+                            uint8_t klen, uint64_t addr, size_t len)
 {
     hc_conn_t *c = hc_core_conn(op->comm->world_ranks[j]);
     hc_rkey_t *rk = NULL;
@@ -44,7 +45,7 @@ static uint8_t *hc_node_ptr(hc_coll_op_t *op, hc_coll_node_t *nd, int j, const u
         return NULL;
     nd->rkeys[nd->nrkeys] = rk;
     nd->rkey_conn[nd->nrkeys++] = c;
-    if (c->ops->rkey_ptr(c, rk, addr, op->bytes, &ptr) != HCOMM_OK)
+    if (c->ops->rkey_ptr(c, rk, addr, len, &ptr) != HCOMM_OK)
         return NULL;
     return ptr;
 }
@@ -166,10 +167,12 @@ static void hc_node_1copy_publish(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_
     me->mem = hc_node_mem_bits(op);
     if (HC_UNLIKELY(me->mem != HC_NODE_MEM_HOST)) {
         /* device memory: IPC keys (a host buffer beside it gets none) */
+        size_t sn, rn;
+        hc_node_extents(op, &sn, &rn);
         me->skey_len =
-            op->smem == HC_MEM_DEVICE ? hc_node_pack_device(nd, op->sbuf, op->bytes, me->skey) : 0;
+            op->smem == HC_MEM_DEVICE ? hc_node_pack_device(nd, op->sbuf, sn, me->skey) : 0;
         me->rkey_len = me->skey_len && op->rmem == HC_MEM_DEVICE
-                           ? hc_node_pack_device(nd, op->rbuf, op->bytes, me->rkey)
+                           ? hc_node_pack_device(nd, op->rbuf, rn, me->rkey)
                            : 0;
         return;
     }
@@ -199,8 +202,10 @@ static void hc_node_1copy_vote(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_des
             nd->zs[j] = op->sbuf;
             nd->zr[j] = op->rbuf;
         } else {
-            uint8_t *sb = hc_node_ptr(op, nd, j, d->skey, d->skey_len, d->saddr);
-            uint8_t *rb = sb ? hc_node_ptr(op, nd, j, d->rkey, d->rkey_len, d->raddr) : NULL;
+            size_t sn, rn;
+            hc_node_extents(op, &sn, &rn);
+            uint8_t *sb = hc_node_ptr(op, nd, j, d->skey, d->skey_len, d->saddr, sn);
+            uint8_t *rb = sb ? hc_node_ptr(op, nd, j, d->rkey, d->rkey_len, d->raddr, rn) : NULL;
             map = sb && rb;
             if (map) {
                 nd->zs[j] = sb;
