@@ -75,8 +75,8 @@ void hc_api_stage_describe(char *buf, size_t len)
              hc_ipc_mode == HC_GDR_OFF ? "0" : hc_ipc_mode == HC_GDR_ON ? "1" : "auto",
              hc_ipc_mode == HC_GDR_OFF ? ": off, staged"
                                        : ": by IPC between the ranks' device buffers where every "
-                                         "rank has device buffers, else in the node region with "
-                                         "device copies",
+                                         "rank has device buffers, else staged whole in the "
+                                         "node collective",
              hc_stage_pipe_chunk, (long long)hc_stage_pipe_depth, gdr);
 }
 

@@ -122,6 +122,13 @@ static hcomm_status_t hc_coll_select(hc_coll_op_t *op)
                         hc_coll_name(op->kind), op->bytes, op->comm->size,
                         forced ? " with HCOMM_ALGO=" : "", forced ? forced : "");
     }
+    if (HC_UNLIKELY(op->smem != HC_MEM_HOST || op->rmem != HC_MEM_HOST) &&
+        strcmp(op->algo, "node-1copy"))
+        /* hc_coll_node_takes_device promised the single copy, the one
+         * algorithm that takes device memory: never let another touch it */
+        return hc_error(HCOMM_ERR_INTERNAL,
+                        "%s: device buffers reached algorithm %s, which moves host memory only",
+                        hc_coll_name(op->kind), op->algo);
     hc_coll_account(op);
     return HCOMM_OK;
 }

@@ -140,6 +140,11 @@ typedef struct hc_coll_node {
      * (node_device.c), held as long as the peers' mappings of them. */
     struct hc_mem_region *held[2];
     int nheld;
+    /* Host staging of this rank's device buffers when the single copy
+     * falls back (node_device.c), kept for the next: one op runs at a
+     * time on a communicator. */
+    uint8_t *dev_stage;
+    size_t dev_stage_bytes;
     const uint8_t *zs[64];            /* this op: every rank's input and output */
     uint8_t *zr[64];
     uint8_t *stage;
@@ -161,11 +166,10 @@ bool hc_node_wait_b(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t);
 /* Ticks for op: per_rank_bytes in blocks of the region's block size
  * (op->tick = the first, tick_end = one past the last). */
 void hc_node_begin(hc_coll_op_t *op, size_t per_rank_bytes);
-/* Stage bb bytes of src (op's input: hc_node_copy_in) into my block of
- * tick t and publish it; HCOMM_IN_PROGRESS while the block may still be
- * read by a slower rank (tick t-2), or the copy's failure. */
-hcomm_status_t hc_node_stage_publish(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t,
-                                     const void *src, size_t bb);
+/* Stage bb bytes of src into my block of tick t and publish it; false while
+ * the block may still be read by a slower rank (tick t-2). */
+bool hc_node_stage_publish(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t, const void *src,
+                           size_t bb);
 
 
 static inline uint8_t *hc_node_stage(hc_coll_node_t *nd, int rank, uint64_t t)
@@ -306,13 +310,12 @@ hc_step_t hc_node_blocks(hc_coll_op_t *op);
 void hc_node_rkeys_release(hc_coll_node_t *nd);
 
 /* ---- node_device.c: device memory in the node family ---------------------------- */
-/* op's input into host memory and host memory into its output, whatever
- * memory they are (op->smem, op->rmem): memcpy (the output: non-temporal
- * stores if nt) for host memory, the GPU dispatch for device memory; a
- * failure names the collective and the device. */
-hcomm_status_t hc_node_copy_in(const hc_coll_op_t *op, void *dst, const void *src, size_t n);
-hcomm_status_t hc_node_copy_out(const hc_coll_op_t *op, void *dst, const void *src, size_t n,
-                                bool nt);
+/* The single copy falls back (fallback: op->step's algorithm, on the
+ * region) while this rank has device buffers: they are staged through a
+ * private host buffer (op->tmp) for it, the input copied in now and the
+ * output copied back when it is done (hc_gpu_stats' staging counters);
+ * the region's algorithms then see host memory only. */
+hc_step_t hc_node_dev_fall_back(hc_coll_op_t *op);
 /* The bytes a single-copy collective reads from every rank's input (sn)
  * and writes into its output (rn): op->bytes, times the ranks for the
  * per-rank blocks (allgather's output, reduce_scatter's input, both of

@@ -228,7 +228,7 @@ static hc_step_t hc_node_1copy_fall_back(hc_coll_op_t *op, uint64_t t0)
     op->state = op->phase = op->round = 0;
     op->step = op->fallback;
     op->algo = "node-staged";
-    return op->step(op);
+    return hc_node_dev_fall_back(op);
 }
 
 /* allgather, alltoall, reduce_scatter by GET (hc_node_get_phase). */

@@ -17,10 +17,8 @@ hc_step_t hc_node_broadcast(hc_coll_op_t *op)
         size_t off = (size_t)op->phase * nd->block;
         size_t bb = op->bytes ? HC_MIN(nd->block, op->bytes - off) : 0;
         if (root) {
-            hcomm_status_t st = hc_node_stage_publish(nd, op, t, (uint8_t *)op->rbuf + off, bb);
-            if (st == HCOMM_IN_PROGRESS)
+            if (!hc_node_stage_publish(nd, op, t, (uint8_t *)op->rbuf + off, bb))
                 return HC_STEP_PENDING;
-            HC_STEP_TRY(st);
             hc_node_post_b(nd, t);
             if (hc_node_counting())
                 hc_node_count_bcast(op, nd, bb);
@@ -46,8 +44,7 @@ hc_step_t hc_node_broadcast(hc_coll_op_t *op)
             op->round = 0;
             if (t == op->tick && !hc_node_sig_check(nd, op, op->root, t))
                 return HC_STEP_PENDING; /* op->error says why */
-            HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + off,
-                                         hc_node_stage(nd, op->root, t), bb, false));
+            memcpy((uint8_t *)op->rbuf + off, hc_node_stage(nd, op->root, t), bb);
             hc_node_post_b(nd, t);
             if (hc_node_counting())
                 hc_node_count_bcast(op, nd, bb);
@@ -75,12 +72,11 @@ hc_step_t hc_node_blocks(hc_coll_op_t *op)
                 return HC_STEP_PENDING;
             uint8_t *st = hc_node_stage(nd, nd->me, t);
             if (op->kind == HC_COLL_ALLGATHER) {
-                HC_STEP_TRY(hc_node_copy_in(op, st, (const uint8_t *)op->sbuf + off, bb));
+                memcpy(st, (const uint8_t *)op->sbuf + off, bb);
             } else if (op->kind != HC_COLL_BARRIER) {
                 for (int j = 0; j < nd->n; j++)
-                    HC_STEP_TRY(hc_node_copy_in(
-                        op, st + (size_t)j * c,
-                        (const uint8_t *)op->sbuf + (size_t)j * op->bytes + off, bb));
+                    memcpy(st + (size_t)j * c, (const uint8_t *)op->sbuf + (size_t)j * op->bytes + off,
+                           bb);
             }
             hc_node_post_a(nd, op, t);
             op->state = 1;
@@ -90,26 +86,20 @@ hc_step_t hc_node_blocks(hc_coll_op_t *op)
         switch (op->kind) {
         case HC_COLL_ALLGATHER:
             for (int j = 0; j < nd->n; j++)
-                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + (size_t)j * op->bytes + off,
-                                             hc_node_stage(nd, j, t), bb, false));
+                memcpy((uint8_t *)op->rbuf + (size_t)j * op->bytes + off, hc_node_stage(nd, j, t),
+                       bb);
             break;
         case HC_COLL_ALLTOALL:
             for (int j = 0; j < nd->n; j++)
-                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + (size_t)j * op->bytes + off,
-                                             hc_node_stage(nd, j, t) + (size_t)nd->me * c, bb,
-                                             false));
+                memcpy((uint8_t *)op->rbuf + (size_t)j * op->bytes + off,
+                       hc_node_stage(nd, j, t) + (size_t)nd->me * c, bb);
             break;
-        case HC_COLL_REDUCE_SCATTER: {
+        case HC_COLL_REDUCE_SCATTER:
             for (int j = 0; j < nd->n; j++)
                 srcs[j] = hc_node_stage(nd, j, t) + (size_t)nd->me * c;
-            /* a device output: reduced in the private scratch, then copied */
-            bool dev = op->rmem != HC_MEM_HOST && nd->scratch;
-            uint8_t *dst = dev ? nd->scratch : (uint8_t *)op->rbuf + off;
-            hc_reduce(dst, srcs, nd->n, bb / op->esize, op->dtype, op->op, nd->n);
-            if (dev)
-                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + off, dst, bb, false));
+            hc_reduce((uint8_t *)op->rbuf + off, srcs, nd->n, bb / op->esize, op->dtype, op->op,
+                      nd->n);
             break;
-        }
         default:
             break;
         }

@@ -91,15 +91,14 @@ void hc_node_begin(hc_coll_op_t *op, size_t per_rank_bytes)
     op->round = 0;
 }
 
-/* coll/node.h */
-hcomm_status_t hc_node_stage_publish(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t,
-                                     const void *src, size_t bb)
+/* Stage bb bytes of src into my block of tick t and publish it; false while
+ * the block may still be read by a slower rank (tick t-2). */
+bool hc_node_stage_publish(hc_coll_node_t *nd, hc_coll_op_t *op, uint64_t t,
+                                  const void *src, size_t bb)
 {
     if (!hc_node_can_write(nd, op, t))
-        return HCOMM_IN_PROGRESS;
-    hcomm_status_t st = hc_node_copy_in(op, hc_node_stage(nd, nd->me, t), src, bb);
-    if (HC_UNLIKELY(st != HCOMM_OK))
-        return st;
+        return false;
+    memcpy(hc_node_stage(nd, nd->me, t), src, bb);
     hc_node_post_a(nd, op, t);
-    return HCOMM_OK;
+    return true;
 }

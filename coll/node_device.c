@@ -1,7 +1,7 @@
 /*
  * The node family on device memory (coll/node.h, docs/gpu.md "Node
  * collectives on device memory"): a large allreduce, broadcast, allgather,
- * reduce_scatter or alltoall whose buffers are GPU memory runs in the node region
+ * reduce_scatter or alltoall whose buffers are GPU memory comes down
  * without the API's host staging.
  *
  *   IPC: when every rank's buffers are device memory and every rank maps
@@ -9,12 +9,11 @@
  *     ipc_export / ipc_import), the single copy's MAP shape runs on the
  *     device (hc_node_1copy_map_device). Copies and reductions go through
  *     the GPU dispatch; no byte passes through host memory.
- *   In the region: otherwise (a rank with host buffers, an import
- *     refused) the staged, direct or blocks algorithm runs as for host
- *     memory, and only its reads of the input and writes of the output go
- *     through the dispatch (hc_node_copy_in / hc_node_copy_out): one device
- *     copy per byte each way, like the API's staging, without its second
- *     buffer.
+ *   Staged: otherwise (a rank with host buffers, an import refused, an
+ *     alltoall in place) each rank with device buffers stages them through
+ *     a host buffer of its own, two whole copies as the API's staging
+ *     would make (hc_node_dev_fall_back), and the region's algorithm runs
+ *     on host memory.
  *
  * Under HCOMM_GPU_IPC=1 a collective with device buffers that cannot go by
  * IPC fails on every rank (all see the same votes), naming the rank and why.
@@ -29,34 +28,94 @@ static hcomm_status_t hc_node_dev_fail(const hc_coll_op_t *op, hcomm_status_t st
                     hc_error_last());
 }
 
-hcomm_status_t hc_node_copy_in(const hc_coll_op_t *op, void *dst, const void *src, size_t n)
+/* A fallback's staging (op->tmp); its host buffer is the region's
+ * nd->dev_stage. */
+typedef struct {
+    hc_coll_step_fn inner;   /* the region's algorithm */
+    uint8_t *user_out;       /* the device output, or NULL when nothing goes back */
+    const uint8_t *host_out; /* where the algorithm leaves it */
+    size_t out_bytes;
+} hc_node_dev_stage_t;
+
+
+/* n bytes between this rank's device buffer and its host staging. */
+static hcomm_status_t hc_node_dev_stage_copy(const hc_coll_op_t *op, void *dst, const void *src,
+                                             size_t n, bool in)
 {
-    if (HC_LIKELY(op->smem == HC_MEM_HOST)) {
-        memcpy(dst, src, n);
-        return HCOMM_OK;
-    }
     hc_mem_attr_t a;
-    hcomm_status_t st = hc_gpu_mem_type(src, n, &a);
+    hcomm_status_t st = hc_gpu_mem_type(in ? src : dst, n, &a);
     if (st == HCOMM_OK)
-        st = hc_gpu_copy(dst, NULL, src, &a, n);
-    return st == HCOMM_OK ? st : hc_node_dev_fail(op, st, "reading the device input");
+        st = in ? hc_gpu_copy(dst, NULL, src, &a, n) : hc_gpu_copy(dst, &a, src, NULL, n);
+    if (st != HCOMM_OK)
+        return hc_node_dev_fail(op, st, in ? "staging the device input in host memory"
+                                           : "copying the result back to device memory");
+    if (in) {
+        hc_gpu_stats.d2h_copies++;
+        hc_gpu_stats.d2h_bytes += n;
+    } else {
+        hc_gpu_stats.h2d_copies++;
+        hc_gpu_stats.h2d_bytes += n;
+    }
+    return HCOMM_OK;
 }
 
-hcomm_status_t hc_node_copy_out(const hc_coll_op_t *op, void *dst, const void *src, size_t n,
-                                bool nt)
+static hc_step_t hc_node_dev_staged(hc_coll_op_t *op)
 {
-    if (HC_LIKELY(op->rmem == HC_MEM_HOST)) {
-        if (nt)
-            hc_copy_nt(dst, src, n);
-        else
-            memcpy(dst, src, n);
-        return HCOMM_OK;
+    hc_node_dev_stage_t *ds = op->tmp;
+    hc_step_t s = ds->inner(op);
+    if (!s.done || s.st != HCOMM_OK || !ds->user_out)
+        return s;
+    hcomm_status_t st = hc_node_dev_stage_copy(op, ds->user_out, ds->host_out, ds->out_bytes, false);
+    return st == HCOMM_OK ? s : hc_step_fail(st);
+}
+
+hc_step_t hc_node_dev_fall_back(hc_coll_op_t *op)
+{
+    if (op->smem == HC_MEM_HOST && op->rmem == HC_MEM_HOST)
+        return op->step(op);
+    size_t sn, rn;
+    hc_node_extents(op, &sn, &rn);
+    bool root = op->comm->rank == op->root, bcast = op->kind == HC_COLL_BROADCAST;
+    uint8_t *s = (uint8_t *)op->sbuf, *r = op->rbuf;
+    bool sdev = op->smem != HC_MEM_HOST, rdev = op->rmem != HC_MEM_HOST;
+    bool in = sdev && (!bcast || root), out = rdev && (!bcast || !root);
+    /* One host region for both where they overlap (in place: the same
+     * relation between them), else one per device buffer. */
+    bool overlap = sdev && rdev && s < r + rn && r < s + sn;
+    uint8_t *lo = overlap ? HC_MIN(s, r) : NULL;
+    size_t sb = sdev && !overlap ? HC_ALIGN_UP(sn, (size_t)64) : 0;
+    size_t total = overlap ? (size_t)(HC_MAX(s + sn, r + rn) - lo) : sb + (rdev ? rn : 0);
+    hc_coll_node_t *nd = hc_node_of(op);
+    if (nd->dev_stage_bytes < total) {
+        free(nd->dev_stage);
+        nd->dev_stage_bytes = HC_ALIGN_UP(total, (size_t)4096);
+        nd->dev_stage = aligned_alloc(4096, nd->dev_stage_bytes);
     }
-    hc_mem_attr_t a;
-    hcomm_status_t st = hc_gpu_mem_type(dst, n, &a);
-    if (st == HCOMM_OK)
-        st = hc_gpu_copy(dst, &a, src, NULL, n);
-    return st == HCOMM_OK ? st : hc_node_dev_fail(op, st, "writing the device output");
+    hc_node_dev_stage_t *ds = malloc(sizeof(*ds));
+    if (!ds || !nd->dev_stage) {
+        free(ds);
+        nd->dev_stage_bytes = 0;
+        return hc_step_fail(hc_error(HCOMM_ERR_NO_MEMORY,
+                                     "%s: no memory to stage %zu bytes of device buffers",
+                                     hc_coll_name(op->kind), total));
+    }
+    uint8_t *h = nd->dev_stage;
+    uint8_t *hs = !sdev ? s : overlap ? h + (s - lo) : h;
+    uint8_t *hr = !rdev ? r : overlap ? h + (r - lo) : h + sb;
+    *ds = (hc_node_dev_stage_t){.inner = op->step, .user_out = out ? r : NULL, .host_out = hr,
+                                .out_bytes = rn};
+    free(op->tmp); /* (none: the node family keeps no state there) */
+    op->tmp = ds;
+    if (in) {
+        hcomm_status_t st = hc_node_dev_stage_copy(op, hs, s, sn, true);
+        if (st != HCOMM_OK)
+            return hc_step_fail(st);
+    }
+    op->sbuf = hs;
+    op->rbuf = hr;
+    op->smem = op->rmem = HC_MEM_HOST;
+    op->step = hc_node_dev_staged;
+    return op->step(op);
 }
 
 uint8_t hc_node_mem_bits(const hc_coll_op_t *op)

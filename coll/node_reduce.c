@@ -54,13 +54,8 @@ hc_step_t hc_node_allreduce_staged(hc_coll_op_t *op)
             if (!hc_node_can_write(nd, op, t))
                 return HC_STEP_PENDING;
             uint8_t *st = hc_node_stage(nd, nd->me, t);
-            if (HC_UNLIKELY(op->smem != HC_MEM_HOST)) {
-                /* device input: the whole block, my slice too (read below) */
-                HC_STEP_TRY(hc_node_copy_in(op, st, in, bb));
-            } else {
-                memcpy(st, in, lo * op->esize);
-                memcpy(st + hi * op->esize, in + hi * op->esize, bb - hi * op->esize);
-            }
+            memcpy(st, in, lo * op->esize);
+            memcpy(st + hi * op->esize, in + hi * op->esize, bb - hi * op->esize);
             hc_node_post_a(nd, op, t);
             op->state = 1;
         }
@@ -69,10 +64,8 @@ hc_step_t hc_node_allreduce_staged(hc_coll_op_t *op)
             if (!hc_node_wait_a(nd, op, t))
                 return HC_STEP_PENDING;
             if (hi > lo) {
-                bool mine = op->smem == HC_MEM_HOST; /* my slice from my input */
                 for (int j = 0; j < nd->n; j++)
-                    srcs[j] = (j == nd->me && mine ? in : hc_node_stage(nd, j, t)) +
-                              lo * op->esize;
+                    srcs[j] = (j == nd->me ? in : hc_node_stage(nd, j, t)) + lo * op->esize;
                 hc_reduce(hc_node_res(nd, t) + lo * op->esize, srcs, nd->n, hi - lo, op->dtype,
                           op->op, nd->n);
             }
@@ -85,8 +78,10 @@ hc_step_t hc_node_allreduce_staged(hc_coll_op_t *op)
             if (want_result) {
                 if (!hc_node_wait_b(nd, op, t))
                     return HC_STEP_PENDING;
-                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb,
-                                             op->bytes >= HC_COPY_NT_THRESHOLD));
+                if (op->bytes >= HC_COPY_NT_THRESHOLD)
+                    hc_copy_nt((uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb);
+                else
+                    memcpy((uint8_t *)op->rbuf + off, hc_node_res(nd, t), bb);
                 if (hc_node_counting())
                     hc_node_count_staged_out(op, nd, ec);
             }
@@ -113,11 +108,8 @@ hc_step_t hc_node_allreduce_direct(hc_coll_op_t *op)
         size_t off = (size_t)op->phase * nd->block;
         size_t bb = HC_MIN(nd->block, op->bytes - off);
         if (op->state == 0) {
-            hcomm_status_t st =
-                hc_node_stage_publish(nd, op, t, (const uint8_t *)op->sbuf + off, bb);
-            if (st == HCOMM_IN_PROGRESS)
+            if (!hc_node_stage_publish(nd, op, t, (const uint8_t *)op->sbuf + off, bb))
                 return HC_STEP_PENDING;
-            HC_STEP_TRY(st);
             op->state = 1;
         }
         if (want_result) {
@@ -125,11 +117,9 @@ hc_step_t hc_node_allreduce_direct(hc_coll_op_t *op)
                 return HC_STEP_PENDING;
             for (int j = 0; j < nd->n; j++)
                 srcs[j] = hc_node_stage(nd, j, t);
-            if ((op->bytes >= HC_COPY_NT_THRESHOLD || op->rmem != HC_MEM_HOST) && nd->scratch) {
-                /* (device output: through the scratch, which
-                 * hc_coll_node_takes_device made sure of) */
+            if (op->bytes >= HC_COPY_NT_THRESHOLD && nd->scratch) {
                 hc_reduce(nd->scratch, srcs, nd->n, bb / op->esize, op->dtype, op->op, nd->n);
-                HC_STEP_TRY(hc_node_copy_out(op, (uint8_t *)op->rbuf + off, nd->scratch, bb, true));
+                hc_copy_nt((uint8_t *)op->rbuf + off, nd->scratch, bb);
             } else {
                 hc_reduce((uint8_t *)op->rbuf + off, srcs, nd->n, bb / op->esize, op->dtype,
                           op->op, nd->n);

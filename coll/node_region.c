@@ -181,6 +181,7 @@ void hc_coll_node_free(hc_coll_node_t *node)
 {
     hc_node_rkeys_release(node);
     free(node->scratch);
+    free(node->dev_stage);
     node->drv->ops->shared_put(node->drv, node->key);
     free(node);
 }
