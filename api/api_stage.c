@@ -85,7 +85,7 @@ static void hc_stage_log_path(void)
 {
     if (hc_stage.logged || hc_log_level_current < HC_LOG_INFO) return;
     hc_stage.logged = true;
-    char line[1024];
+    char line[2048];
     hc_api_stage_describe(line, sizeof(line));
     hc_log_info("%s", line);
 }

@@ -317,7 +317,7 @@ int main(int argc, char **argv)
     printf("reduction kernels: %s\n", hc_reduce_isa_name(hc_reduce_isa()));
     /* The GPU layer: its backend and devices, or why there is none (a
      * refused HCOMM_GPU_MODEL=1 is said there, not an error here). */
-    char gpu[1024];
+    char gpu[2048];
     (void)hc_gpu_init();
     hc_gpu_describe(gpu, sizeof(gpu));
     printf("%s\n", gpu);

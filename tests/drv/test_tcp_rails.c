@@ -309,7 +309,10 @@ static void test_low_rate_probed(void **state)
                   "%llu B, rate probes %llu\n",
                   (unsigned long long)g0, (unsigned long long)g1,
                   (unsigned long long)td0->n_rate_probes);
-    assert_true(td0->n_rate_probes > 0);
+    /* Either a probe raised the rate, or samples of frames already queued
+     * on rail 1 when its rate was lowered did (an ASan run of CI: half the
+     * bytes on rail 1, no probe): the share below is what starvation fails. */
+    assert_true(td0->n_rate_probes > 0 || t->rail[1].rate > t->rail[0].rate * 1e-3);
     assert_true(g1 * 10 > g0 + g1); /* more than a tenth of the bytes */
     assert_int_equal(side[0].failed + side[1].failed, 0);
     ops->close(d0);
