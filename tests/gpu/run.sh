@@ -128,6 +128,12 @@ for m in malloc device; do
         --timeout 150 "$ROOT/tests/lib/fake_nodes.sh" 2 cyclic "$BUILD/bin/allreduce_bw" \
         -b 64M -e 64M -n 5 -w 2 -m $m
 done
+# the node collectives on device memory (docs/gpu.md): by IPC against the
+# API's staging, 2 ranks sharing the card
+for ipc in 0 auto; do
+    step bench_allreduce_node_ipc_$ipc 1 env HCOMM_GPU=cuda HCOMM_GPU_IPC=$ipc "$BUILD/bin/hcommrun" \
+        -n 2 --timeout 120 "$BUILD/bin/allreduce_bw" -b 1M -e 256M -f 4 -n 10 -w 3 -m device
+done
 step copy_bw 1 env PYTHONUNBUFFERED=1 python3 "$ROOT/tests/gpu/copy_bw.py" --json "$OUT/copy_bw.json"
 step gloo_cuda 1 env PYTHONUNBUFFERED=1 python3 "$ROOT/tests/gpu/gloo_bw.py" --bytes 67108864
 
