@@ -65,4 +65,17 @@ static void buf_get(const buf_t *b, void *h, size_t n, const char *what)
     free(t);
 }
 
+/* The end of a single-call fault case: h, s and r freed, hcomm finalized,
+ * "rank R: <what>: ok" printed when nothing failed; the exit status. */
+static int buf_case_end(void *h, buf_t *s, buf_t *r, const char *what, double dt)
+{
+    free(h);
+    buf_free(s);
+    buf_free(r);
+    int ret = mp_failures ? 1 : 0;
+    hcomm_finalize();
+    if (!ret) printf("rank %d: %s: ok (%.2f s)\n", mp_rank, what, dt);
+    return ret;
+}
+
 #endif /* MP_GPU_BUF_H */

@@ -269,18 +269,12 @@ static int run_fault(const char *what)
         buf_get(&r, h, n, "noimport");
         for (size_t i = 0; st == HCOMM_OK && i < count; i++)
             if (h[i] != want(K_ALLREDUCE, HCOMM_SUM, count, i, 0)) {
-                mp_fail("noimport: element %zu expected %d got %d", i, want(K_ALLREDUCE, HCOMM_SUM, count, i, 0),
-                        h[i]);
+                mp_fail("noimport: element %zu expected %d got %d", i,
+                        want(K_ALLREDUCE, HCOMM_SUM, count, i, 0), h[i]);
                 break;
             }
     }
-    free(h);
-    buf_free(&s);
-    buf_free(&r);
-    int ret = mp_failures ? 1 : 0;
-    hcomm_finalize();
-    if (!ret) printf("rank %d: %s: ok (%.2f s)\n", mp_rank, what, dt);
-    return ret;
+    return buf_case_end(h, &s, &r, what, dt);
 }
 
 int main(int argc, char **argv)

@@ -190,13 +190,7 @@ static int run_fault(int in)
                 break;
             }
     }
-    free(h);
-    buf_free(&s);
-    buf_free(&r);
-    int ret = mp_failures ? 1 : 0;
-    hcomm_finalize();
-    if (!ret) printf("rank %d: fault %s: ok (%.2f s)\n", mp_rank, in ? "in" : "out", dt);
-    return ret;
+    return buf_case_end(h, &s, &r, in ? "fault in" : "fault out", dt);
 }
 
 int main(int argc, char **argv)
