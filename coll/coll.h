@@ -385,11 +385,12 @@ typedef struct {
  * node_device.c), instead of the API's host staging. It depends only on
  * what every rank of comm shares (the collective, its size, the
  * communicator, HCOMM_ALGO), never on memory types, so every rank decides
- * alike: a large allreduce, broadcast, allgather, reduce_scatter or
+ * alike: a large allreduce, reduce, broadcast, allgather, reduce_scatter or
  * alltoall on a communicator of one node whose node family single copy would run
- * (broadcast's only while a GPU backend is active: hc_node_prep_broadcast).
- * HC_COLL_NODE_DEVICE_MIN: the least bytes it moves (allreduce, broadcast:
- * the message; the others: the per-rank block times the ranks). */
+ * (broadcast's and reduce's only while a GPU backend is active:
+ * hc_node_prep_broadcast, hc_node_prep_direct).
+ * HC_COLL_NODE_DEVICE_MIN: the least bytes it moves (allreduce, reduce,
+ * broadcast: the message; the others: the per-rank block times the ranks). */
 #define HC_COLL_NODE_DEVICE_MIN (256u * 1024)
 bool hc_coll_node_takes_device(const hc_coll_args_t *a, struct hcomm_comm *comm);
 /* The node region of comm (hc_coll_node_usable) has its private scratch. */

@@ -326,6 +326,12 @@ static inline void hc_node_extents(const hc_coll_op_t *op, size_t *sn, size_t *r
     *sn = op->kind == HC_COLL_REDUCE_SCATTER || op->kind == HC_COLL_ALLTOALL ? all : op->bytes;
     *rn = op->kind == HC_COLL_ALLGATHER || op->kind == HC_COLL_ALLTOALL ? all : op->bytes;
 }
+/* Whether comm rank j's output is written: a reduce writes the root's
+ * only (the others may pass none, and their memory type is their input's). */
+static inline bool hc_node_writes_out(const hc_coll_op_t *op, int j)
+{
+    return op->kind != HC_COLL_REDUCE || j == op->root;
+}
 /* HC_NODE_MEM_* of op's buffers. */
 uint8_t hc_node_mem_bits(const hc_coll_op_t *op);
 /* The node driver's packed IPC key of a device buffer (0 bytes: none); the
@@ -333,8 +339,8 @@ uint8_t hc_node_mem_bits(const hc_coll_op_t *op);
 uint8_t hc_node_pack_device(hc_coll_node_t *nd, const void *buf, size_t len, uint8_t *out);
 /* The single copy's MAP on device memory (every rank's buffers mapped:
  * nd->zs, nd->zr), on the device: allreduce of elements [lo, hi) (this
- * rank's slice) into every output; broadcast: the root's buffer into this
- * rank's; allgather: every input into this rank's output; reduce_scatter:
+ * rank's slice) into every output; reduce: the same into the root's output;
+ * broadcast: the root's buffer into this rank's; allgather: every input into this rank's output; reduce_scatter:
  * this rank's block of every input; alltoall: this rank's block of every
  * input into its output. */
 hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, size_t lo,

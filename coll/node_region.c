@@ -203,7 +203,8 @@ void hc_node_begin_chunks(hc_coll_op_t *op, size_t per_rank_bytes, size_t chunk)
 hc_coll_step_fn hc_node_try_1copy(hc_coll_op_t *op, hc_coll_step_fn staged, bool allowed)
 {
     hc_coll_node_t *nd = hc_node_of(op);
-    bool whole = op->kind == HC_COLL_ALLREDUCE || op->kind == HC_COLL_BROADCAST;
+    bool whole = op->kind == HC_COLL_ALLREDUCE || op->kind == HC_COLL_BROADCAST ||
+                 op->kind == HC_COLL_REDUCE;
     size_t moved = whole ? op->bytes : op->bytes * (size_t)nd->n;
     if (!allowed || !nd->scratch || moved < HC_NODE_ZC_MIN)
         return staged;
@@ -239,11 +240,15 @@ static hc_coll_step_fn hc_node_prep_inline(hc_coll_op_t *op, const char *forced)
     return hc_node_allreduce_inline;
 }
 
+/* Reduce tries the single copy only while a GPU backend is active (on
+ * every rank or none), so that device buffers go by IPC (node_device.c);
+ * on host memory direct is the better one, and host buffers then fall back
+ * to it after the single copy's handshake tick. */
 static hc_coll_step_fn hc_node_prep_direct(hc_coll_op_t *op, const char *forced)
 {
     hc_node_begin(op, op->bytes);
-    return hc_node_try_1copy(op, hc_node_allreduce_direct,
-                             hc_node_one_copy_ok(forced) && op->kind == HC_COLL_ALLREDUCE);
+    bool one = op->kind == HC_COLL_ALLREDUCE || (hc_gpu_on && hc_ipc_mode != HC_GDR_OFF);
+    return hc_node_try_1copy(op, hc_node_allreduce_direct, hc_node_one_copy_ok(forced) && one);
 }
 
 static hc_coll_step_fn hc_node_prep_staged(hc_coll_op_t *op, const char *forced)

@@ -4,7 +4,8 @@
  * GPU model:
  *
  *   mp_gpu_node cases   allreduce of 256Ki and 1Mi+28 int32 (the least
- *       size that goes unstaged is 256 KiB), allgather and reduce_scatter of
+ *       size that goes unstaged is 256 KiB), reduce (root 1) likewise (the
+ *       other ranks' receive buffers must stay untouched), allgather and reduce_scatter of
  *       64Ki and 256Ki+7 int32 per rank, broadcast (root 1) of 256Ki and
  *       1Mi+28 int32, alltoall of 64Ki and 256Ki+7 int32 per block (in
  *       place: in the region on every rank); sum and max, in place (the documented forms) and out
@@ -46,11 +47,11 @@ static int32_t val(int rank, size_t i, int v)
     return (int32_t)((rank + 1) * (int)(i % 1000) + v);
 }
 
-enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST, K_ALLTOALL };
-#define ROOT (1 % mp_size) /* broadcast's */
+enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST, K_ALLTOALL, K_REDUCE, K_KINDS };
+#define ROOT (1 % mp_size) /* broadcast's and reduce's */
 static void *last_buf; /* the receive buffer of the last call of one() (freed since) */
 static const char *kname[] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
-                              "alltoall"};
+                              "alltoall",  "reduce"};
 
 /* Element i of the result of kind (allgather: of the whole output). */
 static int32_t want(int kind, hcomm_op_t op, size_t count, size_t i, int v)
@@ -74,6 +75,9 @@ static hcomm_status_t call(int kind, int how, const void *s, void *r, size_t cou
     if (kind == K_ALLREDUCE)
         st = how ? hcomm_iallreduce(s, r, count, HCOMM_INT32, op, w, rp)
                  : hcomm_allreduce(s, r, count, HCOMM_INT32, op, w);
+    else if (kind == K_REDUCE)
+        st = how ? hcomm_ireduce(s, r, count, HCOMM_INT32, op, ROOT, w, rp)
+                 : hcomm_reduce(s, r, count, HCOMM_INT32, op, ROOT, w);
     else if (kind == K_BROADCAST)
         st = how ? hcomm_ibroadcast(r, count, HCOMM_INT32, ROOT, w, rp)
                  : hcomm_broadcast(r, count, HCOMM_INT32, ROOT, w);
@@ -127,12 +131,17 @@ static bool one(const char *what, int kind, bool inplace, bool sdev, bool rdev, 
     bool ok = st == HCOMM_OK;
     if (!ok) mp_fail("%s: %s (%s)", what, mp_status_name(st), hcomm_last_error());
     buf_get(&r, g, (inplace ? big : sout) * 4, what);
-    for (size_t i = 0; ok && i < sout; i++)
-        if (g[out_at + i] != want(kind, op, count, i, v)) {
-            mp_fail("%s: element %zu of %zu expected %d got %d", what, i, sout,
-                    want(kind, op, count, i, v), g[out_at + i]);
+    /* a reduce's result is the root's: elsewhere the buffer passed is
+     * ignored (out of place: untouched; in place: still the input) */
+    bool here = kind != K_REDUCE || mp_rank == ROOT;
+    for (size_t i = 0; ok && i < sout; i++) {
+        int32_t w = here ? want(kind, op, count, i, v) : inplace ? h[i] : -7;
+        if (g[out_at + i] != w) {
+            mp_fail("%s: element %zu of %zu expected %d got %d", what, i, sout, w,
+                    g[out_at + i]);
             ok = false;
         }
+    }
     if (ok && !inplace) {
         buf_get(&s, g, sin * 4, what);
         if (memcmp(g, h, sin * 4)) mp_fail("%s: the send buffer changed", what);
@@ -149,7 +158,7 @@ static int run_cases(bool ipc_on)
     static const char *mname[] = {"all", "some", "recv", "host"};
     const size_t counts[] = {(size_t)1 << 16, ((size_t)1 << 18) + 7};
     const hcomm_op_t ops[] = {HCOMM_SUM, HCOMM_MAX};
-    for (int kind = 0; kind < 5; kind++)
+    for (int kind = 0; kind < K_KINDS; kind++)
         for (int m = 0; m < 4; m++)
             for (int c = 0; c < 2; c++)
                 for (int inplace = 0; inplace < 2; inplace++)
@@ -158,7 +167,8 @@ static int run_cases(bool ipc_on)
                         if (kind == K_BROADCAST && !inplace) continue; /* one buffer */
                         bool rd = m == 0 || m == 2 || (m == 1 && mp_rank % 2 == 0);
                         bool sd = m == 0 || (m == 1 && rd);
-                        size_t count = counts[c] << (kind == K_ALLREDUCE || kind == K_BROADCAST ? 2 : 0);
+                        bool whole = kind == K_ALLREDUCE || kind == K_BROADCAST || kind == K_REDUCE;
+                        size_t count = counts[c] << (whole ? 2 : 0);
                         hcomm_op_t op = ops[(how + c) % 2];
                         char what[160];
                         snprintf(what, sizeof(what), "%s %s, %zu int32 %s, %s, %s", kname[kind],
@@ -174,7 +184,9 @@ static int run_cases(bool ipc_on)
                         uint64_t staged = d2h + h2d;
                         uint64_t node = c1.node_dev_calls - c0.node_dev_calls;
                         uint64_t ipc = c1.node_ipc_calls - c0.node_ipc_calls;
-                        bool dev_here = sd || rd;
+                        /* (a reduce's output is the root's only) */
+                        bool out_here = kind != K_REDUCE || mp_rank == ROOT;
+                        bool dev_here = sd || (rd && out_here);
                         /* (an alltoall in place is done in the region) */
                         uint64_t want_node = ipc_on && dev_here,
                                  want_ipc = ipc_on && m == 0 && !(kind == K_ALLTOALL && inplace);
@@ -190,7 +202,8 @@ static int run_cases(bool ipc_on)
                         bool many_out = kind == K_ALLGATHER || kind == K_ALLTOALL;
                         bool root = mp_rank == ROOT, bc = kind == K_BROADCAST;
                         uint64_t want_in = sd && (!bc || root) ? (many_in ? all : one) : 0;
-                        uint64_t want_out = rd && (!bc || !root) ? (many_out ? all : one) : 0;
+                        uint64_t want_out =
+                            rd && (!bc || !root) && out_here ? (many_out ? all : one) : 0;
                         if (want_ipc) want_in = want_out = 0;
                         if (ok && ipc_on && (d2h != want_in || h2d != want_out))
                             mp_fail("%s: %llu bytes staged in and %llu back, expected %llu and "
@@ -199,7 +212,7 @@ static int run_cases(bool ipc_on)
                                     (unsigned long long)want_in, (unsigned long long)want_out);
                         if (ok && !ipc_on && dev_here && !staged)
                             mp_fail("%s: HCOMM_GPU_IPC=0, yet nothing was staged", what);
-                        if (ok && ipc_on && m == 0 && (kind == K_ALLREDUCE || kind == K_REDUCE_SCATTER) &&
+                        if (ok && ipc_on && m == 0 && (kind == K_ALLREDUCE || kind == K_REDUCE_SCATTER || kind == K_REDUCE) &&
                             c1.dev_reduces == c0.dev_reduces)
                             mp_fail("%s: by IPC, yet no reduction ran on the device", what);
                     }
