@@ -25,6 +25,9 @@
  *       excepted); otherwise each device rank's input staged in whole and
  *       its output back, once. Under HCOMM_GPU_IPC=0 (mp_gpu_node off) the same calls
  *       are staged by the API as before (the counters say so).
+ *   mp_gpu_node split   the same cases on each fake node's communicator
+ *       (hcomm_comm_split) in a job of two fake nodes over tcp: a
+ *       sub-communicator of one node takes the same paths (by IPC).
  *   mp_gpu_node realloc   an in-place allreduce, the buffer freed and a new
  *       one made at the same address (the model re-uses it) with other
  *       values, another allreduce: the peers' IPC imports of the old allocations
@@ -48,7 +51,11 @@ static int32_t val(int rank, size_t i, int v)
 }
 
 enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST, K_ALLTOALL, K_REDUCE, K_KINDS };
-#define ROOT (1 % mp_size) /* broadcast's and reduce's */
+/* The communicator of the cases: the world, or (split) the ranks of this
+ * rank's fake node in a job of two; its size and this rank's rank there. */
+static hcomm_comm_t C;
+static int csize, crank;
+#define ROOT (1 % csize) /* broadcast's and reduce's */
 static void *last_buf; /* the receive buffer of the last call of one() (freed since) */
 static const char *kname[] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
                               "alltoall",  "reduce"};
@@ -56,11 +63,11 @@ static const char *kname[] = {"allreduce", "allgather", "reduce_scatter", "broad
 /* Element i of the result of kind (allgather: of the whole output). */
 static int32_t want(int kind, hcomm_op_t op, size_t count, size_t i, int v)
 {
-    int n = mp_size;
+    int n = csize;
     if (kind == K_ALLGATHER) return val((int)(i / count), i % count, v);
     if (kind == K_BROADCAST) return val(ROOT, i, v);
-    if (kind == K_ALLTOALL) return val((int)(i / count), (size_t)mp_rank * count + i % count, v);
-    size_t k = kind == K_REDUCE_SCATTER ? (size_t)mp_rank * count + i : i;
+    if (kind == K_ALLTOALL) return val((int)(i / count), (size_t)crank * count + i % count, v);
+    size_t k = kind == K_REDUCE_SCATTER ? (size_t)crank * count + i : i;
     if (op == HCOMM_MAX) return val(n - 1, k, v);
     return (int32_t)(n * (n + 1) / 2 * (int)(k % 1000) + v * n);
 }
@@ -68,7 +75,7 @@ static int32_t want(int kind, hcomm_op_t op, size_t count, size_t i, int v)
 /* how: 0 blocking, 1 non-blocking + hcomm_wait, 2 + hcomm_test. */
 static hcomm_status_t call(int kind, int how, const void *s, void *r, size_t count, hcomm_op_t op)
 {
-    hcomm_comm_t w = hcomm_comm_world();
+    hcomm_comm_t w = C;
     hcomm_request_t req;
     hcomm_request_t *rp = how ? &req : NULL;
     hcomm_status_t st;
@@ -105,7 +112,7 @@ static hcomm_status_t call(int kind, int how, const void *s, void *r, size_t cou
 static bool one(const char *what, int kind, bool inplace, bool sdev, bool rdev, size_t count,
                 hcomm_op_t op, int how, int v)
 {
-    size_t nb = (size_t)mp_size, me = (size_t)mp_rank;
+    size_t nb = (size_t)csize, me = (size_t)crank;
     size_t sin = kind == K_REDUCE_SCATTER || kind == K_ALLTOALL ? nb * count : count;
     size_t sout = kind == K_ALLGATHER || kind == K_ALLTOALL ? nb * count : count;
     size_t big = HC_MAX(sin, sout);
@@ -113,7 +120,7 @@ static bool one(const char *what, int kind, bool inplace, bool sdev, bool rdev, 
     for (size_t i = 0; i < big; i++)
         g[i] = -7;
     for (size_t i = 0; i < sin; i++)
-        h[i] = val(mp_rank, i, v);
+        h[i] = val(crank, i, v);
     buf_t r = buf_new(rdev, (inplace ? big : sout) * 4), s = r;
     last_buf = r.p;
     /* in place: where the input and the output lie in the one buffer */
@@ -133,7 +140,7 @@ static bool one(const char *what, int kind, bool inplace, bool sdev, bool rdev, 
     buf_get(&r, g, (inplace ? big : sout) * 4, what);
     /* a reduce's result is the root's: elsewhere the buffer passed is
      * ignored (out of place: untouched; in place: still the input) */
-    bool here = kind != K_REDUCE || mp_rank == ROOT;
+    bool here = kind != K_REDUCE || crank == ROOT;
     for (size_t i = 0; ok && i < sout; i++) {
         int32_t w = here ? want(kind, op, count, i, v) : inplace ? h[i] : -7;
         if (g[out_at + i] != w) {
@@ -153,7 +160,7 @@ static bool one(const char *what, int kind, bool inplace, bool sdev, bool rdev, 
     return ok;
 }
 
-static int run_cases(bool ipc_on)
+static int run_cases(bool ipc_on, const char *name)
 {
     static const char *mname[] = {"all", "some", "recv", "host"};
     const size_t counts[] = {(size_t)1 << 16, ((size_t)1 << 18) + 7};
@@ -165,7 +172,7 @@ static int run_cases(bool ipc_on)
                     for (int how = 0; how < 3; how++) {
                         if (inplace && m == 2) continue; /* recv: the send buffer is host */
                         if (kind == K_BROADCAST && !inplace) continue; /* one buffer */
-                        bool rd = m == 0 || m == 2 || (m == 1 && mp_rank % 2 == 0);
+                        bool rd = m == 0 || m == 2 || (m == 1 && crank % 2 == 0);
                         bool sd = m == 0 || (m == 1 && rd);
                         bool whole = kind == K_ALLREDUCE || kind == K_BROADCAST || kind == K_REDUCE;
                         size_t count = counts[c] << (whole ? 2 : 0);
@@ -185,7 +192,7 @@ static int run_cases(bool ipc_on)
                         uint64_t node = c1.node_dev_calls - c0.node_dev_calls;
                         uint64_t ipc = c1.node_ipc_calls - c0.node_ipc_calls;
                         /* (a reduce's output is the root's only) */
-                        bool out_here = kind != K_REDUCE || mp_rank == ROOT;
+                        bool out_here = kind != K_REDUCE || crank == ROOT;
                         bool dev_here = sd || (rd && out_here);
                         /* (an alltoall in place is done in the region) */
                         uint64_t want_node = ipc_on && dev_here,
@@ -197,10 +204,10 @@ static int run_cases(bool ipc_on)
                                     (unsigned long long)want_node, (unsigned long long)want_ipc);
                         /* not by IPC: a rank with device buffers stages them
                          * whole, its input in and its output back */
-                        size_t all = (size_t)mp_size * count * 4, one = count * 4;
+                        size_t all = (size_t)csize * count * 4, one = count * 4;
                         bool many_in = kind == K_REDUCE_SCATTER || kind == K_ALLTOALL;
                         bool many_out = kind == K_ALLGATHER || kind == K_ALLTOALL;
-                        bool root = mp_rank == ROOT, bc = kind == K_BROADCAST;
+                        bool root = crank == ROOT, bc = kind == K_BROADCAST;
                         uint64_t want_in = sd && (!bc || root) ? (many_in ? all : one) : 0;
                         uint64_t want_out =
                             rd && (!bc || !root) && out_here ? (many_out ? all : one) : 0;
@@ -217,7 +224,8 @@ static int run_cases(bool ipc_on)
                             mp_fail("%s: by IPC, yet no reduction ran on the device", what);
                     }
     MP_OK(hcomm_barrier(hcomm_comm_world()));
-    return mp_finish(ipc_on ? "mp_gpu_node cases" : "mp_gpu_node off");
+    if (C != hcomm_comm_world()) MP_OK(hcomm_comm_free(C));
+    return mp_finish(name);
 }
 
 static int run_realloc(void)
@@ -296,12 +304,27 @@ int main(int argc, char **argv)
     const char *what = argc > 1 ? argv[1] : "";
     if (!strcmp(what, "fault") || !strcmp(what, "noimport") || !strcmp(what, "strict"))
         return run_fault(what);
-    bool off = !strcmp(what, "off");
+    bool off = !strcmp(what, "off"), split = !strcmp(what, "split");
     if (off) setenv("HCOMM_GPU_IPC", "0", 1);
-    if (!off && strcmp(what, "cases") && strcmp(what, "realloc")) {
-        fprintf(stderr, "usage: mp_gpu_node cases | off | realloc | fault | noimport | strict\n");
+    if (!off && !split && strcmp(what, "cases") && strcmp(what, "realloc")) {
+        fprintf(stderr,
+                "usage: mp_gpu_node cases | off | split | realloc | fault | noimport | strict\n");
         return 2;
     }
     mp_init();
-    return !strcmp(what, "realloc") ? run_realloc() : run_cases(!off);
+    C = hcomm_comm_world();
+    if (split) {
+        /* two fake nodes, ranks placed cyclically: rank r on node r % 2 */
+        if (mp_size < 4 || mp_size % 2) {
+            fprintf(stderr, "mp_gpu_node split: 2 fake nodes of 2 ranks or more each\n");
+            return 2;
+        }
+        MP_OK(hcomm_comm_split(hcomm_comm_world(), mp_rank % 2, mp_rank, &C));
+    }
+    csize = hcomm_comm_size(C);
+    crank = hcomm_comm_rank(C);
+    if (!strcmp(what, "realloc")) return run_realloc();
+    return run_cases(!off, off     ? "mp_gpu_node off"
+                           : split ? "mp_gpu_node split"
+                                   : "mp_gpu_node cases");
 }
