@@ -233,13 +233,15 @@ static bool hc_coll_inline_fits(const hc_coll_args_t *a, struct hcomm_comm *comm
 bool hc_coll_node_takes_device(const hc_coll_args_t *a, struct hcomm_comm *comm)
 {
     /* (hc_node_try_1copy's own rule: what moves, the forced name) */
-    bool rooted = a->kind == HC_COLL_BROADCAST || a->kind == HC_COLL_REDUCE;
-    bool whole = a->kind == HC_COLL_ALLREDUCE || rooted;
+    bool whole = a->kind == HC_COLL_ALLREDUCE || a->kind == HC_COLL_BROADCAST ||
+                 a->kind == HC_COLL_REDUCE;
+    bool rooted = a->kind == HC_COLL_BROADCAST || a->kind == HC_COLL_REDUCE ||
+                  a->kind == HC_COLL_GATHER || a->kind == HC_COLL_SCATTER;
     size_t moved = whole ? a->bytes : a->bytes * (size_t)comm->size;
-    bool kind = whole || a->kind == HC_COLL_ALLGATHER || a->kind == HC_COLL_REDUCE_SCATTER ||
-                a->kind == HC_COLL_ALLTOALL;
-    /* (broadcast and reduce try the single copy only while a backend is
-     * active: on host memory their staged algorithms are the better ones) */
+    bool kind = rooted || a->kind == HC_COLL_ALLREDUCE || a->kind == HC_COLL_ALLGATHER ||
+                a->kind == HC_COLL_REDUCE_SCATTER || a->kind == HC_COLL_ALLTOALL;
+    /* (the rooted ones try the single copy only while a backend is active:
+     * on host memory other algorithms are the better ones) */
     if (!kind || (rooted && !hc_gpu_on) ||
         moved < HC_COLL_NODE_DEVICE_MIN || comm->size < 2 || hc_ctx.group_depth > 0 ||
         (hc_coll_forced && strcasecmp(hc_coll_forced, "node")) || !hc_coll_node_usable(comm))

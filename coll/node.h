@@ -318,19 +318,27 @@ void hc_node_rkeys_release(hc_coll_node_t *nd);
 hc_step_t hc_node_dev_fall_back(hc_coll_op_t *op);
 /* The bytes a single-copy collective reads from every rank's input (sn)
  * and writes into its output (rn): op->bytes, times the ranks for the
- * per-rank blocks (allgather's output, reduce_scatter's input, both of
- * alltoall's). The same on every rank. */
+ * per-rank blocks (allgather's and gather's output, reduce_scatter's and
+ * scatter's input, both of alltoall's). The same on every rank. */
 static inline void hc_node_extents(const hc_coll_op_t *op, size_t *sn, size_t *rn)
 {
     size_t all = op->bytes * (size_t)op->comm->size;
-    *sn = op->kind == HC_COLL_REDUCE_SCATTER || op->kind == HC_COLL_ALLTOALL ? all : op->bytes;
-    *rn = op->kind == HC_COLL_ALLGATHER || op->kind == HC_COLL_ALLTOALL ? all : op->bytes;
+    hc_coll_kind_t k = op->kind;
+    *sn = k == HC_COLL_REDUCE_SCATTER || k == HC_COLL_ALLTOALL || k == HC_COLL_SCATTER ? all
+                                                                                       : op->bytes;
+    *rn = k == HC_COLL_ALLGATHER || k == HC_COLL_ALLTOALL || k == HC_COLL_GATHER ? all : op->bytes;
 }
-/* Whether comm rank j's output is written: a reduce writes the root's
- * only (the others may pass none, and their memory type is their input's). */
+/* Whether comm rank j passes an output: a reduce's and a gather's are the
+ * root's only (the others may pass none, or anything: never touched, and
+ * their memory type is their input's). */
 static inline bool hc_node_writes_out(const hc_coll_op_t *op, int j)
 {
-    return op->kind != HC_COLL_REDUCE || j == op->root;
+    return (op->kind != HC_COLL_REDUCE && op->kind != HC_COLL_GATHER) || j == op->root;
+}
+/* Whether comm rank j passes an input: a scatter's is the root's only. */
+static inline bool hc_node_reads_in(const hc_coll_op_t *op, int j)
+{
+    return op->kind != HC_COLL_SCATTER || j == op->root;
 }
 /* HC_NODE_MEM_* of op's buffers. */
 uint8_t hc_node_mem_bits(const hc_coll_op_t *op);
@@ -340,7 +348,9 @@ uint8_t hc_node_pack_device(hc_coll_node_t *nd, const void *buf, size_t len, uin
 /* The single copy's MAP on device memory (every rank's buffers mapped:
  * nd->zs, nd->zr), on the device: allreduce of elements [lo, hi) (this
  * rank's slice) into every output; reduce: the same into the root's output;
- * broadcast: the root's buffer into this rank's; allgather: every input into this rank's output; reduce_scatter:
+ * broadcast: the root's buffer into this rank's; gather: this rank's input
+ * into its block of the root's output; scatter: this rank's block of the
+ * root's input into its output; allgather: every input into this rank's output; reduce_scatter:
  * this rank's block of every input; alltoall: this rank's block of every
  * input into its output. */
 hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, size_t lo,

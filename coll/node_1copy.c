@@ -169,9 +169,11 @@ static void hc_node_1copy_publish(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_
         /* device memory: IPC keys (a host buffer beside it gets none) */
         size_t sn, rn;
         hc_node_extents(op, &sn, &rn);
-        me->skey_len =
-            op->smem == HC_MEM_DEVICE ? hc_node_pack_device(nd, op->sbuf, sn, me->skey) : 0;
-        me->rkey_len = me->skey_len && op->rmem == HC_MEM_DEVICE && hc_node_writes_out(op, nd->me)
+        bool in = hc_node_reads_in(op, nd->me), out = hc_node_writes_out(op, nd->me);
+        me->skey_len = in && op->smem == HC_MEM_DEVICE
+                           ? hc_node_pack_device(nd, op->sbuf, sn, me->skey)
+                           : 0;
+        me->rkey_len = (me->skey_len || !in) && out && op->rmem == HC_MEM_DEVICE
                            ? hc_node_pack_device(nd, op->rbuf, rn, me->rkey)
                            : 0;
         return;
@@ -196,8 +198,8 @@ static void hc_node_1copy_vote(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_des
         hc_node_desc_t *d = &nd->desc[j];
         if (bcast && j != op->root)
             continue;
-        bool out = hc_node_writes_out(op, j);
-        if (!d->skey_len || (out && !d->rkey_len)) {
+        bool in = hc_node_reads_in(op, j), out = hc_node_writes_out(op, j);
+        if ((in && !d->skey_len) || (out && !d->rkey_len)) {
             map = false;
         } else if (j == nd->me) {
             nd->zs[j] = op->sbuf;
@@ -205,10 +207,11 @@ static void hc_node_1copy_vote(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_des
         } else {
             size_t sn, rn;
             hc_node_extents(op, &sn, &rn);
-            uint8_t *sb = hc_node_ptr(op, nd, j, d->skey, d->skey_len, d->saddr, sn);
-            uint8_t *rb =
-                sb && out ? hc_node_ptr(op, nd, j, d->rkey, d->rkey_len, d->raddr, rn) : NULL;
-            map = sb && (rb || !out);
+            uint8_t *sb = in ? hc_node_ptr(op, nd, j, d->skey, d->skey_len, d->saddr, sn) : NULL;
+            uint8_t *rb = (sb || !in) && out
+                              ? hc_node_ptr(op, nd, j, d->rkey, d->rkey_len, d->raddr, rn)
+                              : NULL;
+            map = (sb || !in) && (rb || !out);
             if (map) {
                 nd->zs[j] = sb;
                 nd->zr[j] = rb;
@@ -216,11 +219,13 @@ static void hc_node_1copy_vote(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_des
         }
     }
     const uint8_t *sb = op->sbuf, *rb = op->rbuf;
-    bool apart = !hc_node_writes_out(op, nd->me) || sb + op->bytes <= rb || rb + op->bytes <= sb;
-    /* (broadcast and reduce have no GET shape: they map device buffers
+    bool apart = !hc_node_writes_out(op, nd->me) || !hc_node_reads_in(op, nd->me) ||
+                 sb + op->bytes <= rb || rb + op->bytes <= sb;
+    /* (the rooted collectives have no GET shape: they map device buffers
      * only, and host ones fall back) */
-    bool get = same && me->mem == HC_NODE_MEM_HOST && !bcast && op->kind != HC_COLL_REDUCE &&
-               hc_node_can_get(op);
+    bool rooted = bcast || op->kind == HC_COLL_REDUCE || op->kind == HC_COLL_GATHER ||
+                  op->kind == HC_COLL_SCATTER;
+    bool get = same && me->mem == HC_NODE_MEM_HOST && !rooted && hc_node_can_get(op);
     me->vote = (map ? HC_NODE_CAN_MAP : 0u) | (get ? HC_NODE_CAN_GET : 0u) |
                (apart ? HC_NODE_OUT_OF_PLACE : 0u);
 }

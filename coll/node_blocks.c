@@ -1,6 +1,6 @@
 /*
  * Node broadcast and the block-per-peer collectives (coll/node.h):
- * allgather, reduce_scatter, alltoall, barrier.
+ * allgather, gather, reduce_scatter, alltoall, scatter, barrier.
  */
 #include "coll/node.h"
 
@@ -53,7 +53,33 @@ hc_step_t hc_node_broadcast(hc_coll_op_t *op)
     }
 }
 
-/* ---- allgather, reduce_scatter, alltoall, barrier ------------------------------- */
+/* ---- allgather, gather, reduce_scatter, alltoall, scatter, barrier -------------- */
+
+/* Tick t's piece of this rank's input into its stage: one piece of its
+ * block (allgather, gather), or of each per-peer block (reduce_scatter,
+ * alltoall, a scatter's root). A scatter's other ranks have no input. */
+static void hc_node_blocks_in(hc_coll_op_t *op, hc_coll_node_t *nd, uint8_t *st, size_t c,
+                              size_t off, size_t bb)
+{
+    const uint8_t *in = op->sbuf;
+    switch (op->kind) {
+    case HC_COLL_ALLGATHER:
+    case HC_COLL_GATHER:
+        memcpy(st, in + off, bb);
+        break;
+    case HC_COLL_SCATTER:
+        if (op->comm->rank != op->root)
+            break;
+        /* fallthrough */
+    case HC_COLL_REDUCE_SCATTER:
+    case HC_COLL_ALLTOALL:
+        for (int j = 0; j < nd->n; j++)
+            memcpy(st + (size_t)j * c, in + (size_t)j * op->bytes + off, bb);
+        break;
+    default:
+        break;
+    }
+}
 
 
 hc_step_t hc_node_blocks(hc_coll_op_t *op)
@@ -70,20 +96,17 @@ hc_step_t hc_node_blocks(hc_coll_op_t *op)
         if (op->state == 0) {
             if (!hc_node_can_write(nd, op, t))
                 return HC_STEP_PENDING;
-            uint8_t *st = hc_node_stage(nd, nd->me, t);
-            if (op->kind == HC_COLL_ALLGATHER) {
-                memcpy(st, (const uint8_t *)op->sbuf + off, bb);
-            } else if (op->kind != HC_COLL_BARRIER) {
-                for (int j = 0; j < nd->n; j++)
-                    memcpy(st + (size_t)j * c, (const uint8_t *)op->sbuf + (size_t)j * op->bytes + off,
-                           bb);
-            }
+            hc_node_blocks_in(op, nd, hc_node_stage(nd, nd->me, t), c, off, bb);
             hc_node_post_a(nd, op, t);
             op->state = 1;
         }
         if (!hc_node_wait_a(nd, op, t))
             return HC_STEP_PENDING;
         switch (op->kind) {
+        case HC_COLL_GATHER:
+            if (op->comm->rank != op->root)
+                break;
+            /* fallthrough */
         case HC_COLL_ALLGATHER:
             for (int j = 0; j < nd->n; j++)
                 memcpy((uint8_t *)op->rbuf + (size_t)j * op->bytes + off, hc_node_stage(nd, j, t),
@@ -93,6 +116,10 @@ hc_step_t hc_node_blocks(hc_coll_op_t *op)
             for (int j = 0; j < nd->n; j++)
                 memcpy((uint8_t *)op->rbuf + (size_t)j * op->bytes + off,
                        hc_node_stage(nd, j, t) + (size_t)nd->me * c, bb);
+            break;
+        case HC_COLL_SCATTER:
+            memcpy((uint8_t *)op->rbuf + off, hc_node_stage(nd, op->root, t) + (size_t)nd->me * c,
+                   bb);
             break;
         case HC_COLL_REDUCE_SCATTER:
             for (int j = 0; j < nd->n; j++)

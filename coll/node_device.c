@@ -1,7 +1,8 @@
 /*
  * The node family on device memory (coll/node.h, docs/gpu.md "Node
  * collectives on device memory"): a large allreduce, reduce, broadcast,
- * allgather, reduce_scatter or alltoall whose buffers are GPU memory comes down
+ * gather, scatter, allgather, reduce_scatter or alltoall whose buffers are
+ * GPU memory comes down
  * without the API's host staging.
  *
  *   IPC: when every rank's buffers are device memory and every rank maps
@@ -77,8 +78,9 @@ hc_step_t hc_node_dev_fall_back(hc_coll_op_t *op)
     hc_node_extents(op, &sn, &rn);
     bool root = op->comm->rank == op->root, bcast = op->kind == HC_COLL_BROADCAST;
     uint8_t *s = (uint8_t *)op->sbuf, *r = op->rbuf;
-    /* (a reduce's output only at the root: elsewhere it may be none) */
-    bool sdev = op->smem != HC_MEM_HOST,
+    /* (a reduce's and a gather's output only at the root, a scatter's input
+     * too: elsewhere it may be none) */
+    bool sdev = op->smem != HC_MEM_HOST && hc_node_reads_in(op, op->comm->rank),
          rdev = op->rmem != HC_MEM_HOST && hc_node_writes_out(op, op->comm->rank);
     bool in = sdev && (!bcast || root), out = rdev && (!bcast || !root);
     /* One host region for both where they overlap (in place: the same
@@ -122,10 +124,12 @@ hc_step_t hc_node_dev_fall_back(hc_coll_op_t *op)
 
 uint8_t hc_node_mem_bits(const hc_coll_op_t *op)
 {
-    uint8_t rmem = hc_node_writes_out(op, op->comm->rank) ? op->rmem : op->smem;
-    if (op->smem == HC_MEM_HOST && rmem == HC_MEM_HOST)
+    int me = op->comm->rank;
+    uint8_t smem = hc_node_reads_in(op, me) ? op->smem : op->rmem;
+    uint8_t rmem = hc_node_writes_out(op, me) ? op->rmem : smem;
+    if (smem == HC_MEM_HOST && rmem == HC_MEM_HOST)
         return HC_NODE_MEM_HOST;
-    if (op->smem == HC_MEM_DEVICE && rmem == HC_MEM_DEVICE)
+    if (smem == HC_MEM_DEVICE && rmem == HC_MEM_DEVICE)
         return HC_NODE_MEM_DEVICE;
     return HC_NODE_MEM_MIXED;
 }
@@ -213,6 +217,12 @@ hcomm_status_t hc_node_1copy_map_device(hc_coll_op_t *op, hc_coll_node_t *nd, si
         hc_gpu_stats.node_ipc_bytes += n;
         break;
     }
+    case HC_COLL_GATHER: /* my input into my block of the root's output (in place there: none) */
+        st = hc_node_dev_copy(nd->zr[op->root] + (size_t)nd->me * b, op->sbuf, b);
+        break;
+    case HC_COLL_SCATTER: /* my block of the root's input into my output (likewise) */
+        st = hc_node_dev_copy(out, nd->zs[op->root] + (size_t)nd->me * b, b);
+        break;
     case HC_COLL_BROADCAST: /* the root's buffer into mine */
         if (nd->me != op->root)
             st = hc_node_dev_copy(out, nd->zs[op->root], b);
@@ -247,7 +257,8 @@ hcomm_status_t hc_node_device_refused(hc_coll_op_t *op, hc_coll_node_t *nd)
         const hc_node_desc_t *d = &nd->desc[j];
         const char *why = d->mem == HC_NODE_MEM_HOST    ? "its buffers are host memory"
                           : d->mem == HC_NODE_MEM_MIXED ? "one of its buffers is host memory"
-                          : !d->skey_len || (!d->rkey_len && hc_node_writes_out(op, j))
+                          : (!d->skey_len && hc_node_reads_in(op, j)) ||
+                                  (!d->rkey_len && hc_node_writes_out(op, j))
                               ? "its device buffers have no IPC key (export refused)"
                           : !(d->vote & HC_NODE_CAN_MAP) ? "it could not map every peer's buffers"
                           : op->kind == HC_COLL_ALLTOALL && !(d->vote & HC_NODE_OUT_OF_PLACE)

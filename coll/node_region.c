@@ -289,6 +289,37 @@ static hc_coll_step_fn hc_node_prep_chunks(hc_coll_op_t *op, const char *forced)
     return hc_node_try_1copy(op, hc_node_blocks, hc_node_one_copy_ok(forced));
 }
 
+/* Gather and scatter come to the node family only while a GPU backend is
+ * active (on every rank or none) and the call is large enough for the
+ * single copy, so that device buffers go by IPC (node_device.c) and host
+ * ones fall back to the staged blocks; otherwise (or forced to a net
+ * algorithm) the net family's, as before. hc_coll_node_takes_device
+ * follows the same rule. */
+static bool hc_node_rooted_blocks_auto(const hc_coll_op_t *op)
+{
+    return hc_gpu_on && hc_ipc_mode != HC_GDR_OFF &&
+           op->bytes * (size_t)op->comm->size >= HC_NODE_ZC_MIN;
+}
+
+static hc_coll_step_fn hc_node_prep_gather(hc_coll_op_t *op, const char *forced)
+{
+    op->chunk = hc_node_of(op)->block; /* as allgather: each rank's piece in its stage */
+    hc_node_begin(op, op->bytes);
+    return hc_node_try_1copy(op, hc_node_blocks,
+                             hc_gpu_on && hc_ipc_mode != HC_GDR_OFF && hc_node_one_copy_ok(forced));
+}
+
+static hc_coll_step_fn hc_node_prep_scatter(hc_coll_op_t *op, const char *forced)
+{
+    /* as alltoall: the root's stage holds a piece of every rank's block */
+    op->chunk = hc_node_sub(hc_node_of(op), op->esize);
+    if (op->chunk == 0)
+        return NULL;
+    hc_node_begin_chunks(op, op->bytes, op->chunk);
+    return hc_node_try_1copy(op, hc_node_blocks,
+                             hc_gpu_on && hc_ipc_mode != HC_GDR_OFF && hc_node_one_copy_ok(forced));
+}
+
 static hc_coll_step_fn hc_node_prep_barrier(hc_coll_op_t *op, const char *forced)
 {
     (void)forced;
@@ -320,6 +351,10 @@ const hc_coll_algo_t hc_coll_node_algos[] = {
     {.name = "node-staged", .family = HC_NODE_ANY,
      .colls = HC_COLL_BIT(HC_COLL_REDUCE_SCATTER) | HC_COLL_BIT(HC_COLL_ALLTOALL),
      .prepare = hc_node_prep_chunks},
+    {.name = "node-staged", .family = HC_NODE_ANY, .colls = HC_COLL_BIT(HC_COLL_GATHER),
+     .auto_pick = hc_node_rooted_blocks_auto, .prepare = hc_node_prep_gather},
+    {.name = "node-staged", .family = HC_NODE_ANY, .colls = HC_COLL_BIT(HC_COLL_SCATTER),
+     .auto_pick = hc_node_rooted_blocks_auto, .prepare = hc_node_prep_scatter},
     {.name = "node-flags", .family = HC_NODE_ANY, .colls = HC_COLL_BIT(HC_COLL_BARRIER),
      .prepare = hc_node_prep_barrier},
     {.name = NULL},

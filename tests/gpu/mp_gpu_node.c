@@ -50,21 +50,32 @@ static int32_t val(int rank, size_t i, int v)
     return (int32_t)((rank + 1) * (int)(i % 1000) + v);
 }
 
-enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST, K_ALLTOALL, K_REDUCE, K_KINDS };
+enum {
+    K_ALLREDUCE,
+    K_ALLGATHER,
+    K_REDUCE_SCATTER,
+    K_BROADCAST,
+    K_ALLTOALL,
+    K_REDUCE,
+    K_GATHER,
+    K_SCATTER,
+    K_KINDS
+};
 /* The communicator of the cases: the world, or (split) the ranks of this
  * rank's fake node in a job of two; its size and this rank's rank there. */
 static hcomm_comm_t C;
 static int csize, crank;
-#define ROOT (1 % csize) /* broadcast's and reduce's */
+#define ROOT (1 % csize) /* the rooted collectives' */
 static void *last_buf; /* the receive buffer of the last call of one() (freed since) */
 static const char *kname[] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
-                              "alltoall",  "reduce"};
+                              "alltoall",  "reduce",    "gather",         "scatter"};
 
 /* Element i of the result of kind (allgather: of the whole output). */
 static int32_t want(int kind, hcomm_op_t op, size_t count, size_t i, int v)
 {
     int n = csize;
-    if (kind == K_ALLGATHER) return val((int)(i / count), i % count, v);
+    if (kind == K_ALLGATHER || kind == K_GATHER) return val((int)(i / count), i % count, v);
+    if (kind == K_SCATTER) return val(ROOT, (size_t)crank * count + i, v);
     if (kind == K_BROADCAST) return val(ROOT, i, v);
     if (kind == K_ALLTOALL) return val((int)(i / count), (size_t)crank * count + i % count, v);
     size_t k = kind == K_REDUCE_SCATTER ? (size_t)crank * count + i : i;
@@ -85,6 +96,12 @@ static hcomm_status_t call(int kind, int how, const void *s, void *r, size_t cou
     else if (kind == K_REDUCE)
         st = how ? hcomm_ireduce(s, r, count, HCOMM_INT32, op, ROOT, w, rp)
                  : hcomm_reduce(s, r, count, HCOMM_INT32, op, ROOT, w);
+    else if (kind == K_GATHER)
+        st = how ? hcomm_igather(s, r, count, HCOMM_INT32, ROOT, w, rp)
+                 : hcomm_gather(s, r, count, HCOMM_INT32, ROOT, w);
+    else if (kind == K_SCATTER)
+        st = how ? hcomm_iscatter(s, r, count, HCOMM_INT32, ROOT, w, rp)
+                 : hcomm_scatter(s, r, count, HCOMM_INT32, ROOT, w);
     else if (kind == K_BROADCAST)
         st = how ? hcomm_ibroadcast(r, count, HCOMM_INT32, ROOT, w, rp)
                  : hcomm_broadcast(r, count, HCOMM_INT32, ROOT, w);
@@ -113,31 +130,43 @@ static bool one(const char *what, int kind, bool inplace, bool sdev, bool rdev, 
                 hcomm_op_t op, int how, int v)
 {
     size_t nb = (size_t)csize, me = (size_t)crank;
-    size_t sin = kind == K_REDUCE_SCATTER || kind == K_ALLTOALL ? nb * count : count;
-    size_t sout = kind == K_ALLGATHER || kind == K_ALLTOALL ? nb * count : count;
-    size_t big = HC_MAX(sin, sout);
+    /* a gather's output and a scatter's input are the root's only: the
+     * others pass NULL, and in place is the root's form */
+    bool has_in = kind != K_SCATTER || crank == ROOT, has_out = kind != K_GATHER || crank == ROOT;
+    inplace = inplace && has_in && has_out;
+    bool many_in = kind == K_REDUCE_SCATTER || kind == K_ALLTOALL || kind == K_SCATTER;
+    bool many_out = kind == K_ALLGATHER || kind == K_ALLTOALL || kind == K_GATHER;
+    size_t sin = !has_in ? 0 : many_in ? nb * count : count;
+    size_t sout = !has_out ? 0 : many_out ? nb * count : count;
+    size_t big = HC_MAX(HC_MAX(sin, sout), 1);
     int32_t *h = mp_xmalloc(big * 4), *g = mp_xmalloc(big * 4);
     for (size_t i = 0; i < big; i++)
         g[i] = -7;
     for (size_t i = 0; i < sin; i++)
         h[i] = val(crank, i, v);
-    buf_t r = buf_new(rdev, (inplace ? big : sout) * 4), s = r;
+    buf_t r = {0}, s = {0};
+    if (sout || inplace) r = buf_new(rdev, (inplace ? big : sout) * 4);
+    s = r;
     last_buf = r.p;
     /* in place: where the input and the output lie in the one buffer */
-    size_t in_at = inplace && kind == K_ALLGATHER ? me * count : 0;
-    size_t out_at = inplace && kind == K_REDUCE_SCATTER ? me * count : 0;
+    size_t in_at = inplace && (kind == K_ALLGATHER || kind == K_GATHER) ? me * count : 0;
+    size_t out_at = inplace && (kind == K_REDUCE_SCATTER || kind == K_SCATTER) ? me * count : 0;
     if (inplace) {
         memcpy(g + in_at, h, sin * 4);
         buf_put(&r, g, big * 4);
     } else {
-        s = buf_new(sdev, sin * 4);
-        buf_put(&s, h, sin * 4);
-        buf_put(&r, g, sout * 4);
+        s = (buf_t){0};
+        if (sin) {
+            s = buf_new(sdev, sin * 4);
+            buf_put(&s, h, sin * 4);
+        }
+        if (sout) buf_put(&r, g, sout * 4);
     }
-    hcomm_status_t st = call(kind, how, (int32_t *)s.p + in_at, (int32_t *)r.p + out_at, count, op);
+    hcomm_status_t st = call(kind, how, s.p ? (int32_t *)s.p + in_at : NULL,
+                             r.p ? (int32_t *)r.p + out_at : NULL, count, op);
     bool ok = st == HCOMM_OK;
     if (!ok) mp_fail("%s: %s (%s)", what, mp_status_name(st), hcomm_last_error());
-    buf_get(&r, g, (inplace ? big : sout) * 4, what);
+    if (r.p) buf_get(&r, g, (inplace ? big : sout) * 4, what);
     /* a reduce's result is the root's: elsewhere the buffer passed is
      * ignored (out of place: untouched; in place: still the input) */
     bool here = kind != K_REDUCE || crank == ROOT;
@@ -149,12 +178,12 @@ static bool one(const char *what, int kind, bool inplace, bool sdev, bool rdev, 
             ok = false;
         }
     }
-    if (ok && !inplace) {
+    if (ok && !inplace && sin) {
         buf_get(&s, g, sin * 4, what);
         if (memcmp(g, h, sin * 4)) mp_fail("%s: the send buffer changed", what);
     }
-    if (!inplace) buf_free(&s);
-    buf_free(&r);
+    if (!inplace && s.p) buf_free(&s);
+    if (r.p) buf_free(&r);
     free(h);
     free(g);
     return ok;
@@ -191,9 +220,11 @@ static int run_cases(bool ipc_on, const char *name)
                         uint64_t staged = d2h + h2d;
                         uint64_t node = c1.node_dev_calls - c0.node_dev_calls;
                         uint64_t ipc = c1.node_ipc_calls - c0.node_ipc_calls;
-                        /* (a reduce's output is the root's only) */
-                        bool out_here = kind != K_REDUCE || crank == ROOT;
-                        bool dev_here = sd || (rd && out_here);
+                        /* (a reduce's and a gather's output is the root's only,
+                         * a scatter's input too) */
+                        bool out_here = (kind != K_REDUCE && kind != K_GATHER) || crank == ROOT;
+                        bool in_here = kind != K_SCATTER || crank == ROOT;
+                        bool dev_here = (sd && in_here) || (rd && out_here);
                         /* (an alltoall in place is done in the region) */
                         uint64_t want_node = ipc_on && dev_here,
                                  want_ipc = ipc_on && m == 0 && !(kind == K_ALLTOALL && inplace);
@@ -205,10 +236,12 @@ static int run_cases(bool ipc_on, const char *name)
                         /* not by IPC: a rank with device buffers stages them
                          * whole, its input in and its output back */
                         size_t all = (size_t)csize * count * 4, one = count * 4;
-                        bool many_in = kind == K_REDUCE_SCATTER || kind == K_ALLTOALL;
-                        bool many_out = kind == K_ALLGATHER || kind == K_ALLTOALL;
+                        bool many_in = kind == K_REDUCE_SCATTER || kind == K_ALLTOALL ||
+                                       kind == K_SCATTER;
+                        bool many_out = kind == K_ALLGATHER || kind == K_ALLTOALL || kind == K_GATHER;
                         bool root = crank == ROOT, bc = kind == K_BROADCAST;
-                        uint64_t want_in = sd && (!bc || root) ? (many_in ? all : one) : 0;
+                        uint64_t want_in =
+                            sd && in_here && (!bc || root) ? (many_in ? all : one) : 0;
                         uint64_t want_out =
                             rd && (!bc || !root) && out_here ? (many_out ? all : one) : 0;
                         if (want_ipc) want_in = want_out = 0;
@@ -251,6 +284,9 @@ static int run_fault(const char *what)
     if (rk && atoi(rk) == 1) setenv("HCOMM_GPU_MODEL_FAULT", fault ? "reduce:1" : "ipc", 1);
     if (strict) setenv("HCOMM_GPU_IPC", "1", 1);
     mp_init();
+    C = hcomm_comm_world();
+    csize = mp_size;
+    crank = mp_rank;
     size_t count = (size_t)1 << 18, n = count * 4;
     buf_t s = buf_new(true, n), r = buf_new(true, n);
     int32_t *h = mp_xmalloc(n);
