@@ -5,7 +5,9 @@
  *
  *   mp_gpu_node cases   allreduce of 256Ki and 1Mi+28 int32 (the least
  *       size that goes unstaged is 256 KiB), reduce (root 1) likewise (the
- *       other ranks' receive buffers must stay untouched), allgather and reduce_scatter of
+ *       other ranks' receive buffers must stay untouched), gather and
+ *       scatter (root 1; the other ranks pass NULL for the root's buffer)
+ *       of 64Ki and 256Ki+7 int32 per rank, allgather and reduce_scatter of
  *       64Ki and 256Ki+7 int32 per rank, broadcast (root 1) of 256Ki and
  *       1Mi+28 int32, alltoall of 64Ki and 256Ki+7 int32 per block (in
  *       place: in the region on every rank); sum and max, in place (the documented forms) and out
