@@ -1,8 +1,13 @@
 /*
  * Pipelined staging of large device buffers (api_stage.h, docs/gpu.md "The
  * pipeline"). An allreduce, reduce or broadcast of more than one chunk
- * (HCOMM_GPU_STAGE_CHUNK) runs as one collective per chunk, posted in chunk
- * order on every rank (so they match), each on a slot of host staging:
+ * (HCOMM_GPU_STAGE_CHUNK), or an allgather, reduce_scatter or alltoall
+ * whose per-rank block is, runs as one collective per chunk, posted in
+ * chunk order on every rank (so they match), each on a slot of host
+ * staging. For the block collectives chunk k is the same piece of every
+ * rank's block: its pieces are packed into the slot (input: n of them for
+ * reduce_scatter and alltoall; output: n for allgather and alltoall), so
+ * the chunk's collective is an ordinary one on len-byte blocks:
  *
  *   chunk k:  device -> slot (stream "in", event in[k])   when a slot is free
  *             post the chunk's collective on the slot       when in[k] is done
@@ -33,7 +38,8 @@ int64_t hc_stage_pipe_depth;
 
 static const hc_config_knob_t hc_stage_pipe_knobs[] = {
     HC_KNOB_SIZE(hc_stage_pipe_chunk, "HCOMM_GPU_STAGE_CHUNK", "4M",
-                 "device buffers: allreduce, reduce and broadcast larger than this are staged "
+                 "device buffers: allreduce, reduce and broadcast larger than this, and "
+                 "allgather, reduce_scatter and alltoall whose per-rank block is, are staged "
                  "through host memory in chunks of this size, pipelined (same on every rank; "
                  "at least 4K)"),
     HC_KNOB_INT(hc_stage_pipe_depth, "HCOMM_GPU_STAGE_DEPTH", "4",
@@ -44,7 +50,9 @@ HC_CONFIG_KNOBS("gpu", hc_stage_pipe_knobs)
 hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a, bool *fits_p)
 {
     *fits_p = false;
-    if (a->kind != HC_COLL_ALLREDUCE && a->kind != HC_COLL_REDUCE && a->kind != HC_COLL_BROADCAST)
+    hc_coll_kind_t k = a->kind;
+    if (k != HC_COLL_ALLREDUCE && k != HC_COLL_REDUCE && k != HC_COLL_BROADCAST &&
+        k != HC_COLL_ALLGATHER && k != HC_COLL_REDUCE_SCATTER && k != HC_COLL_ALLTOALL)
         return HCOMM_OK;
     if (hc_stage_pipe_chunk < 4096)
         return hc_error(HCOMM_ERR_INVALID, "%s: HCOMM_GPU_STAGE_CHUNK=%zu: at least 4K", fn,
@@ -66,6 +74,8 @@ struct hc_stage_pipe {
     hc_mem_attr_t sattr, rattr;
     bool one; /* in place (or broadcast): one slot area */
     size_t es, chunk, nchunk, depth;
+    size_t ni, no;       /* pieces of a chunk in the input and the output (1, or n: blocks) */
+    bool sstage, rstage; /* the input / output goes through slots (device, or pieces to pack) */
     hc_stage_buf_t *buf; /* depth slots per staged buffer */
     char *sslot, *rslot; /* the slot areas */
     hc_gpu_stream_t sin, sout;
@@ -150,9 +160,41 @@ static size_t hc_pipe_len(const hc_stage_pipe_t *p, size_t k)
     return HC_MIN(p->chunk, p->a.bytes - k * p->chunk);
 }
 
-static char *hc_pipe_slot(const hc_stage_pipe_t *p, char *area, size_t k)
+/* Chunk k's slot in an area of slots of `pieces` chunks each. */
+static char *hc_pipe_slot(const hc_stage_pipe_t *p, char *area, size_t pieces, size_t k)
 {
-    return area + (k % p->depth) * p->chunk;
+    return area + (k % p->depth) * pieces * p->chunk;
+}
+
+static char *hc_pipe_sslot(const hc_stage_pipe_t *p, size_t k)
+{
+    return hc_pipe_slot(p, p->sslot, p->ni, k);
+}
+
+static char *hc_pipe_rslot(const hc_stage_pipe_t *p, size_t k)
+{
+    return hc_pipe_slot(p, p->rslot, p->no, k);
+}
+
+/* Chunk k's pieces between the user's buffer (piece j at j * block + the
+ * chunk's offset) and its slot (packed, len bytes apart): on the pipeline's
+ * stream for device memory, else by the CPU at once. */
+static hcomm_status_t hc_pipe_pieces(hc_stage_pipe_t *p, size_t k, bool in)
+{
+    size_t off = k * p->chunk, len = hc_pipe_len(p, k), pieces = in ? p->ni : p->no;
+    char *slot = in ? hc_pipe_sslot(p, k) : hc_pipe_rslot(p, k);
+    char *dev = in ? p->sdev : p->rdev;
+    char *user = dev ? dev : in ? (char *)p->a.sbuf : (char *)p->a.rbuf;
+    for (size_t j = 0; j < pieces; j++) {
+        char *u = user + j * p->a.bytes + off, *sl = slot + j * len;
+        if (!dev) {
+            memcpy(in ? sl : u, in ? u : sl, len);
+            continue;
+        }
+        hcomm_status_t st = p->ops->copy_async(in ? sl : u, in ? u : sl, len, in ? p->sin : p->sout);
+        if (st != HCOMM_OK) return st;
+    }
+    return HCOMM_OK;
 }
 
 /* The chunk's collective: its buffers the slots (staged) or the user's
@@ -163,10 +205,10 @@ static hcomm_status_t hc_pipe_post(hc_stage_pipe_t *p, size_t k)
     hc_coll_args_t h = p->a;
     h.count = len / p->es;
     h.bytes = len;
-    h.sbuf = p->sdev     ? hc_pipe_slot(p, p->sslot, k)
+    h.sbuf = p->sstage   ? hc_pipe_sslot(p, k)
              : p->a.sbuf ? (const char *)p->a.sbuf + off
                          : NULL;
-    h.rbuf = p->rdev ? hc_pipe_slot(p, p->rslot, k) : p->a.rbuf ? (char *)p->a.rbuf + off : NULL;
+    h.rbuf = p->rstage ? hc_pipe_rslot(p, k) : p->a.rbuf ? (char *)p->a.rbuf + off : NULL;
     if (p->one) h.sbuf = h.rbuf = p->sdev ? (void *)h.sbuf : h.rbuf;
     hcomm_request_t handle;
     hcomm_status_t st = hc_coll_post(&h, p->comm, &handle);
@@ -183,10 +225,9 @@ static bool hc_pipe_step_in(hc_stage_pipe_t *p)
     bool moved = false;
     while (p->in < p->limit && p->in - p->done < p->depth) {
         size_t k = p->in;
-        if (p->sdev) {
-            hcomm_status_t st = p->ops->copy_async(
-                hc_pipe_slot(p, p->sslot, k), p->sdev + k * p->chunk, hc_pipe_len(p, k), p->sin);
-            if (st == HCOMM_OK) st = p->ops->event_record(p->ein[k % p->depth], p->sin);
+        if (p->sstage) {
+            hcomm_status_t st = hc_pipe_pieces(p, k, true);
+            if (st == HCOMM_OK && p->sdev) st = p->ops->event_record(p->ein[k % p->depth], p->sin);
             if (st != HCOMM_OK) {
                 hc_pipe_fail_in(p, st, k);
                 break;
@@ -213,8 +254,8 @@ static bool hc_pipe_step_post(hc_stage_pipe_t *p)
             }
         }
         if (p->sdev) {
-            hc_gpu_stats.d2h_copies++;
-            hc_gpu_stats.d2h_bytes += hc_pipe_len(p, k);
+            hc_gpu_stats.d2h_copies += p->ni;
+            hc_gpu_stats.d2h_bytes += p->ni * hc_pipe_len(p, k);
         }
         hcomm_status_t st = hc_pipe_post(p, k);
         if (st != HCOMM_OK) {
@@ -247,14 +288,13 @@ static bool hc_pipe_step_out(hc_stage_pipe_t *p)
         if (st != HCOMM_OK) {
             hc_pipe_fail(p, st, "chunk %zu of %zu", k, p->nchunk);
             hc_pipe_abort(p);
-        } else if (p->rdev && !p->back_failed && p->err == HCOMM_OK) {
-            st = p->ops->copy_async(p->rdev + k * p->chunk, hc_pipe_slot(p, p->rslot, k),
-                                    hc_pipe_len(p, k), p->sout);
-            if (st == HCOMM_OK) st = p->ops->event_record(p->eout[slot], p->sout);
+        } else if (p->rstage && !p->back_failed && p->err == HCOMM_OK) {
+            st = hc_pipe_pieces(p, k, false);
+            if (st == HCOMM_OK && p->rdev) st = p->ops->event_record(p->eout[slot], p->sout);
             if (st != HCOMM_OK) {
                 hc_pipe_fail_back(p, st, k);
             } else {
-                p->copied[slot] = true;
+                p->copied[slot] = p->rdev != NULL; /* (host pieces: unpacked already) */
             }
         }
         p->out++;
@@ -274,8 +314,8 @@ static bool hc_pipe_step_done(hc_stage_pipe_t *p)
             if (st == HCOMM_IN_PROGRESS) break;
             p->copied[slot] = false;
             if (st == HCOMM_OK) {
-                hc_gpu_stats.h2d_copies++;
-                hc_gpu_stats.h2d_bytes += hc_pipe_len(p, k);
+                hc_gpu_stats.h2d_copies += p->no;
+                hc_gpu_stats.h2d_bytes += p->no * hc_pipe_len(p, k);
             } else {
                 hc_pipe_fail_back(p, st, k);
             }
@@ -384,18 +424,20 @@ static hcomm_status_t hc_pipe_alloc(hc_stage_pipe_t *p)
     p->copied = calloc(d, sizeof(*p->copied));
     if (!p->ein || !p->eout || !p->req || !p->copied)
         return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory for the staging pipeline", p->fn);
-    if (!p->sdev && !p->rdev) return HCOMM_OK; /* host buffers here: chunks only */
+    if (!p->sstage && !p->rstage) return HCOMM_OK; /* host buffers here: chunks only */
     hcomm_status_t st;
-    if ((st = hc_pipe_streams_get(p, p->sdev ? p->sattr.device : p->rattr.device)) != HCOMM_OK)
+    if ((p->sdev || p->rdev) &&
+        (st = hc_pipe_streams_get(p, p->sdev ? p->sattr.device : p->rattr.device)) != HCOMM_OK)
         return st;
-    for (size_t i = 0; i < d; i++)
+    for (size_t i = 0; (p->sdev || p->rdev) && i < d; i++)
         if ((st = p->ops->event_create(&p->ein[i])) != HCOMM_OK ||
             (st = p->ops->event_create(&p->eout[i])) != HCOMM_OK)
             return st;
-    size_t area = d * p->chunk, areas = p->one ? 1 : (p->sdev != NULL) + (p->rdev != NULL);
-    if ((st = hc_stage_buf_get(p->fn, areas * area, &p->buf)) != HCOMM_OK) return st;
-    p->sslot = p->sdev ? p->buf->p : NULL;
-    p->rslot = !p->rdev ? NULL : p->buf->p + (p->one || !p->sdev ? 0 : area);
+    size_t sarea = p->sstage || p->one ? d * p->ni * p->chunk : 0;
+    size_t rarea = p->rstage && !p->one ? d * p->no * p->chunk : 0;
+    if ((st = hc_stage_buf_get(p->fn, sarea + rarea, &p->buf)) != HCOMM_OK) return st;
+    p->sslot = p->sstage || p->one ? p->buf->p : NULL;
+    p->rslot = !p->rstage ? NULL : p->one ? p->buf->p : p->buf->p + sarea;
     return HCOMM_OK;
 }
 
@@ -429,6 +471,20 @@ hcomm_status_t hc_stage_pipe_start(const hc_stage_pipe_args_t *pa, hcomm_request
     if (pa->rdev) p->rattr = pa->rattr;
     p->chunk = hc_stage_pipe_chunk / p->es * p->es;
     p->nchunk = (p->a.bytes + p->chunk - 1) / p->chunk;
+    /* the block collectives: chunk k is a piece of each rank's block */
+    size_t n = (size_t)pa->comm->size;
+    hc_coll_kind_t kind = pa->a->kind;
+    p->ni = kind == HC_COLL_REDUCE_SCATTER || kind == HC_COLL_ALLTOALL ? n : 1;
+    p->no = kind == HC_COLL_ALLGATHER || kind == HC_COLL_ALLTOALL ? n : 1;
+    p->sstage = p->sdev || (p->ni > 1 && p->a.sbuf);
+    p->rstage = p->rdev || (p->no > 1 && p->a.rbuf);
+    /* (rank 0's allgather or reduce_scatter in place passes one address for
+     * its input and output, of different sizes: two areas) */
+    p->one = p->one && p->ni == p->no;
+    if (p->one) { /* one area for both: copies only where it is device memory */
+        p->sstage = p->sdev != NULL;
+        p->rstage = p->rdev != NULL;
+    }
     p->limit = p->nchunk;
     p->user_last = req_p != NULL;
     hcomm_status_t st = hc_pipe_alloc(p);

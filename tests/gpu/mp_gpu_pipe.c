@@ -11,6 +11,15 @@
  *       the guard bytes past each buffer are checked; the staging counters
  *       show the call pipelined in the expected number of chunks, each
  *       staged byte copied once in and once back.
+ *   mp_gpu_pipe blocks   allgather, reduce_scatter and alltoall whose
+ *       per-rank block is 64Ki+7 int32 (4 chunks and a partial one of 28
+ *       bytes; chunk k is the same piece of every block), in place (the
+ *       documented forms) and out of place, blocking, + wait, + test, with
+ *       the same four placements of device buffers (host ranks pack the
+ *       pieces with the CPU): every element and guard byte; the counters
+ *       show one pipelined call of 5 chunks, every device byte copied once
+ *       in and once back, one copy per piece (n pieces of a chunk for the
+ *       blocks that are n).
  *   mp_gpu_pipe fault-in | fault-out   rank 1's copy of a middle chunk fails
  *       (HCOMM_GPU_MODEL_FAULT=copy:N, set by the test on that rank; the
  *       only copies in the call are the ones of that direction): its error
@@ -124,6 +133,127 @@ static void one_case(int kind, int how, bool inplace, bool sdev, bool rdev)
     free(g);
 }
 
+/* ---- the block collectives ---- */
+
+#define BCOUNT (((size_t)1 << 16) + 7)
+enum { B_ALLGATHER, B_REDUCE_SCATTER, B_ALLTOALL };
+static const char *bname[] = {"allgather", "reduce_scatter", "alltoall"};
+
+static hcomm_status_t call_block(int kind, int how, const void *s, void *r)
+{
+    hcomm_comm_t w = hcomm_comm_world();
+    hcomm_request_t req;
+    hcomm_request_t *rp = how ? &req : NULL;
+    hcomm_status_t st;
+    if (kind == B_ALLGATHER)
+        st = how ? hcomm_iallgather(s, r, BCOUNT, HCOMM_INT32, w, rp)
+                 : hcomm_allgather(s, r, BCOUNT, HCOMM_INT32, w);
+    else if (kind == B_REDUCE_SCATTER)
+        st = how ? hcomm_ireduce_scatter(s, r, BCOUNT, HCOMM_INT32, HCOMM_SUM, w, rp)
+                 : hcomm_reduce_scatter(s, r, BCOUNT, HCOMM_INT32, HCOMM_SUM, w);
+    else
+        st = how ? hcomm_ialltoall(s, r, BCOUNT, HCOMM_INT32, w, rp)
+                 : hcomm_alltoall(s, r, BCOUNT, HCOMM_INT32, w);
+    if (st != HCOMM_OK || how == 0) return st;
+    if (how == 1) return hcomm_wait(req);
+    int done = 0;
+    double t0 = mp_now();
+    while (!done && (st = hcomm_test(req, &done)) == HCOMM_OK)
+        if (mp_now() - t0 > 60) return HCOMM_ERR_TIMEOUT;
+    return st;
+}
+
+static int32_t want_block(int kind, size_t i)
+{
+    size_t me = (size_t)mp_rank, n = (size_t)mp_size;
+    if (kind == B_ALLGATHER) return val((int)(i / BCOUNT), i % BCOUNT, 3);
+    if (kind == B_ALLTOALL) return val((int)(i / BCOUNT), me * BCOUNT + i % BCOUNT, 3);
+    int sum = mp_size * (mp_size + 1) / 2;
+    return (int32_t)(sum * (int)((me * BCOUNT + i) % 1000) + 3 * (int)n);
+}
+
+static void one_block(int kind, int how, bool inplace, bool sdev, bool rdev)
+{
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s %s, send %s, recv %s", bname[kind],
+             inplace ? "in place" : "out of place",
+             how == 0   ? "blocking"
+             : how == 1 ? "+ wait"
+                        : "+ test",
+             sdev ? "device" : "host", rdev ? "device" : "host");
+    size_t n = (size_t)mp_size, me = (size_t)mp_rank, b = BCOUNT * 4;
+    size_t ni = kind == B_ALLGATHER ? 1 : n, no = kind == B_REDUCE_SCATTER ? 1 : n;
+    size_t sin = ni * BCOUNT, sout = no * BCOUNT, big = HC_MAX(sin, sout);
+    int32_t *h = mp_xmalloc(big * 4), *g = mp_xmalloc(big * 4);
+    for (size_t i = 0; i < big; i++)
+        g[i] = -7;
+    for (size_t i = 0; i < sin; i++)
+        h[i] = val(mp_rank, i, 3);
+    /* in place: allgather's input is its block of the output,
+     * reduce_scatter's output its block of the input, alltoall's one buffer */
+    size_t in_at = inplace && kind == B_ALLGATHER ? me * BCOUNT : 0;
+    size_t out_at = inplace && kind == B_REDUCE_SCATTER ? me * BCOUNT : 0;
+    buf_t r = buf_new(rdev, (inplace ? big : sout) * 4), s = r;
+    if (inplace) {
+        memcpy(g + in_at, h, sin * 4);
+        buf_put(&r, g, big * 4);
+    } else {
+        s = buf_new(sdev, sin * 4);
+        buf_put(&s, h, sin * 4);
+        buf_put(&r, g, sout * 4);
+    }
+    hc_gpu_stats_t c0 = hc_gpu_stats;
+    hcomm_status_t st = call_block(kind, how, (int32_t *)s.p + in_at, (int32_t *)r.p + out_at);
+    hc_gpu_stats_t c1 = hc_gpu_stats;
+    if (st != HCOMM_OK) mp_fail("%s: %s (%s)", what, mp_status_name(st), hcomm_last_error());
+    size_t chunk = hc_stage_pipe_chunk / 4 * 4, chunks = (b + chunk - 1) / chunk;
+    if (c1.pipe_calls != c0.pipe_calls + 1 || c1.pipe_chunks != c0.pipe_chunks + chunks)
+        mp_fail("%s: expected 1 pipelined call of %zu chunks, got %llu calls, %llu chunks", what,
+                chunks, (unsigned long long)(c1.pipe_calls - c0.pipe_calls),
+                (unsigned long long)(c1.pipe_chunks - c0.pipe_chunks));
+    size_t want_in = s.dev ? ni * b : 0, want_out = r.dev ? no * b : 0;
+    if (c1.d2h_bytes - c0.d2h_bytes != want_in || c1.h2d_bytes - c0.h2d_bytes != want_out)
+        mp_fail("%s: staging copied %llu bytes in and %llu back, expected %zu and %zu", what,
+                (unsigned long long)(c1.d2h_bytes - c0.d2h_bytes),
+                (unsigned long long)(c1.h2d_bytes - c0.h2d_bytes), want_in, want_out);
+    size_t want_cin = s.dev ? chunks * ni : 0, want_cout = r.dev ? chunks * no : 0;
+    if (c1.d2h_copies - c0.d2h_copies != want_cin || c1.h2d_copies - c0.h2d_copies != want_cout)
+        mp_fail("%s: staging made %llu copies in and %llu back, expected %zu and %zu", what,
+                (unsigned long long)(c1.d2h_copies - c0.d2h_copies),
+                (unsigned long long)(c1.h2d_copies - c0.h2d_copies), want_cin, want_cout);
+    buf_get(&r, g, (inplace ? big : sout) * 4, what);
+    for (size_t i = 0; i < sout; i++)
+        if (g[out_at + i] != want_block(kind, i)) {
+            mp_fail("%s: element %zu of %zu (piece %zu of chunk %zu) expected %d got %d", what, i,
+                    sout, i / BCOUNT, i % BCOUNT * 4 / chunk, want_block(kind, i), g[out_at + i]);
+            break;
+        }
+    if (!inplace) { /* the input stays as it was */
+        buf_get(&s, g, sin * 4, what);
+        if (memcmp(g, h, sin * 4)) mp_fail("%s: the send buffer changed", what);
+        buf_free(&s);
+    }
+    buf_free(&r);
+    free(h);
+    free(g);
+}
+
+static int run_blocks(void)
+{
+    const int mems[4][2] = {{1, 1}, {0, 1}, {1, 0}, {2, 2}};
+    for (int kind = 0; kind < 3; kind++)
+        for (int m = 0; m < 4; m++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                if (inplace && mems[m][0] != mems[m][1]) continue;
+                bool sd = mems[m][0] == 2 ? mp_rank % 2 == 0 : mems[m][0];
+                bool rd = mems[m][1] == 2 ? mp_rank % 2 == 0 : mems[m][1];
+                for (int how = 0; how < 3; how++)
+                    one_block(kind, how, inplace, sd, rd);
+            }
+    MP_OK(hcomm_barrier(hcomm_comm_world()));
+    return mp_finish("mp_gpu_pipe blocks");
+}
+
 static int run_cases(void)
 {
     /* device / device, host send + device recv, device send + host recv,
@@ -199,10 +329,10 @@ int main(int argc, char **argv)
     const char *what = argc > 1 ? argv[1] : "";
     if (!strcmp(what, "fault-in") || !strcmp(what, "fault-out"))
         return run_fault(!strcmp(what, "fault-in"));
-    if (strcmp(what, "cases")) {
-        fprintf(stderr, "usage: mp_gpu_pipe cases | fault-in | fault-out\n");
+    if (strcmp(what, "cases") && strcmp(what, "blocks")) {
+        fprintf(stderr, "usage: mp_gpu_pipe cases | blocks | fault-in | fault-out\n");
         return 2;
     }
     mp_init();
-    return run_cases();
+    return !strcmp(what, "blocks") ? run_blocks() : run_cases();
 }
