@@ -111,11 +111,13 @@ extern size_t hc_stage_pipe_chunk;
 extern int64_t hc_stage_pipe_depth;
 
 /* Whether a collective goes through the pipeline: allreduce, reduce and
- * broadcast of more than one chunk, outside groups. It depends only on
- * what every rank passes alike (kind, count, dtype), never on memory
- * types, so every rank makes the same number of chunk collectives, even
- * one with host buffers (no copies there, only the chunks). fn: the call,
- * for a knob's refusal (then *fits_p is false and the status an error). */
+ * broadcast of more than one chunk, allgather, reduce_scatter and alltoall
+ * whose per-rank block is more than one chunk, outside groups. It depends
+ * only on what every rank passes alike (kind, count, dtype), never on
+ * memory types, so every rank makes the same number of chunk collectives,
+ * even one with host buffers (no copies there, only the chunks; the block
+ * collectives' pieces packed by the CPU). fn: the call, for a knob's
+ * refusal (then *fits_p is false and the status an error). */
 hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a, bool *fits_p);
 
 typedef struct {
