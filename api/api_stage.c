@@ -415,6 +415,16 @@ hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *com
     } else if ((st = hc_stage_pipe_fits(fn, a, &pipe)) != HCOMM_OK) {
         return st;
     }
+    if (pipe && (a->kind == HC_COLL_ALLGATHER || a->kind == HC_COLL_REDUCE_SCATTER ||
+                 a->kind == HC_COLL_ALLTOALL)) {
+        /* The block collectives' chunks cost a rank with host buffers CPU
+         * copies (its pieces packed into slots): they are pipelined only
+         * when some rank has device buffers, which every rank learns from
+         * a one-byte vote (all call it: the size decided it), so a job of
+         * host buffers runs the one collective as before. */
+        bool mine = hc_extent_device(&s) || hc_extent_device(&r);
+        if ((st = hc_coll_internal_any(mine, &pipe, comm)) != HCOMM_OK) return st;
+    }
     if (pipe) return hc_stage_coll_pipe(fn, a, comm, &s, &r, req_p);
     if (!hc_extent_device(&s) && !hc_extent_device(&r)) return hc_coll_post(a, comm, req_p);
     hc_api_stage_t *stg = calloc(1, sizeof(*stg));

@@ -326,6 +326,22 @@ hcomm_status_t hc_coll_noop(hcomm_request_t *req_p)
     return HCOMM_OK;
 }
 
+hcomm_status_t hc_coll_internal_any(bool mine, bool *any_p, struct hcomm_comm *comm)
+{
+    uint8_t in = mine, out = 0;
+    hc_coll_args_t a = {.kind = HC_COLL_ALLREDUCE, .sbuf = &in, .rbuf = &out, .count = 1,
+                        .bytes = 1, .dtype = HCOMM_UINT8, .op = HCOMM_MAX};
+    bool outer = hc_coll_internal;
+    int depth = hc_ctx.group_depth; /* (never inside a group: it runs now) */
+    hc_coll_internal = true;
+    hc_ctx.group_depth = 0;
+    hcomm_status_t st = hc_coll_post(&a, comm, NULL);
+    hc_ctx.group_depth = depth;
+    hc_coll_internal = outer;
+    *any_p = out != 0;
+    return st;
+}
+
 hcomm_status_t hc_coll_internal_allgather(const void *mine, void *all, size_t bytes,
                                           struct hcomm_comm *comm)
 {
