@@ -64,9 +64,8 @@ void hc_api_stage_describe(char *buf, size_t len)
     char gdr[512];
     hc_gdr_describe(gdr, sizeof(gdr));
     snprintf(buf, len,
-             "device buffers (%s): allreduce, reduce, broadcast, allgather, reduce_scatter, "
-             "alltoall "
-             "moving at least %u "
+             "device buffers (%s): allreduce, reduce, broadcast, gather, scatter, allgather, "
+             "reduce_scatter, alltoall moving at least %u "
              "bytes on a communicator of one node unstaged (HCOMM_GPU_IPC=%s%s); other "
              "collectives staged through host memory on every driver; "
              "allreduce, reduce, broadcast above HCOMM_GPU_STAGE_CHUNK=%zu bytes (allgather, "

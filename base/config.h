@@ -93,8 +93,8 @@
       "IPC inside a node (docs/gpu.md): device buffers of p2p calls above the eager size to a "    \
       "local peer move by the shm driver's get/write between the two device buffers, the "         \
       "peer's allocation mapped by an IPC handle, no host copy; an allreduce, reduce, "            \
-      "broadcast, allgather, reduce_scatter or alltoall moving at least 256 KiB on a "             \
-      "communicator of one "                                                                       \
+      "broadcast, gather, scatter, allgather, reduce_scatter or alltoall moving at least 256 "     \
+      "KiB on a communicator of one "                                                              \
       "node runs on the devices through the ranks' mapped buffers (every rank with device "        \
       "buffers; else staged whole): auto | 0 (always staged by the API, pipelined where it "       \
       "can) | 1 (required: a call that cannot go direct fails, naming why; must be the same "      \

@@ -385,10 +385,10 @@ typedef struct {
  * node_device.c), instead of the API's host staging. It depends only on
  * what every rank of comm shares (the collective, its size, the
  * communicator, HCOMM_ALGO), never on memory types, so every rank decides
- * alike: a large allreduce, reduce, broadcast, allgather, reduce_scatter or
- * alltoall on a communicator of one node whose node family single copy would run
- * (broadcast's and reduce's only while a GPU backend is active:
- * hc_node_prep_broadcast, hc_node_prep_direct).
+ * alike: a large allreduce, reduce, broadcast, gather, scatter, allgather,
+ * reduce_scatter or alltoall on a communicator of one node whose node
+ * family single copy would run (the rooted ones' only while a GPU backend
+ * is active: hc_node_prep_broadcast, _direct, _gather, _scatter).
  * HC_COLL_NODE_DEVICE_MIN: the least bytes it moves (allreduce, reduce,
  * broadcast: the message; the others: the per-rank block times the ranks). */
 #define HC_COLL_NODE_DEVICE_MIN (256u * 1024)
