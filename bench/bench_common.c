@@ -1198,7 +1198,7 @@ void hb_coll_call(const struct hb_coll *coll, const struct hb_coll_ctx *c, int i
 /* -m device: to 1, the host copies' bytes to the device buffers, which the
  * calls then get; to 0, the device bytes back into the host copies, which
  * fill and check get again; -1: the host copies again, nothing moved. */
-static void hb_dev_move(struct hb_coll_ctx *c, int to_device)
+void hb_dev_move(struct hb_coll_ctx *c, int to_device)
 {
     if (!c->dsend && !c->drecv) return;
     if (to_device == 1) {

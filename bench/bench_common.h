@@ -204,6 +204,11 @@ struct hb_coll_ctx {
     const char *what_input;  /* ... about an input the call must not change */
 };
 
+/* -m device: to 1, the host copies' bytes to the device buffers, which
+ * the calls then get; to 0, the device bytes back into the host copies,
+ * which fill and check get again; -1: the host copies again, nothing moved. */
+void hb_dev_move(struct hb_coll_ctx *c, int to_device);
+
 struct hb_coll {
     const char *name;
     int reduces; /* takes an op */

@@ -3,7 +3,7 @@
  * large allreduce runs in a loop on another (docs/lanes.md). Comm A is the
  * world, comm B a split of it with the same ranks.
  *
- *   lanes_lat [-a A_BYTES] [-b B_BYTES] [-n ITERS] [-w WARMUP]
+ *   lanes_lat [-a A_BYTES] [-b B_BYTES] [-n ITERS] [-w WARMUP] [-m malloc|hcomm|device]
  *
  * Phase 1 times ITERS blocking float32 sum allreduces of B_BYTES on B with
  * nothing else running; phase 2 the same while A keeps one non-blocking
@@ -17,7 +17,10 @@
  * (tests/netns/bench_lanes.sh): B's p50/p99/mean in microseconds alone and
  * beside A, and A's allreduces completed during phase 2 and their bus
  * bandwidth. What lanes does is HCOMM_LANES's business: this tool only
- * reports it. Public API only.
+ * reports it. -m picks the buffers as the other tools do (malloc, the
+ * pool, or device memory of the active GPU backend: filled and checked
+ * through hcomm_memcpy; during phase 2 only A's first and last elements
+ * are checked, so that checks do not load the host). Public API only.
  */
 #include "bench_common.h"
 
@@ -47,18 +50,48 @@ static int usage(const char *prog, const char *why)
     FILE *f = why ? stderr : stdout;
     if (why) fprintf(f, "%s: %s\n", prog, why);
     fprintf(f,
-            "usage: %s [-a A_BYTES (16M)] [-b B_BYTES (8)] [-n ITERS (2000)] [-w WARMUP (200)]\n",
+            "usage: %s [-a A_BYTES (16M)] [-b B_BYTES (8)] [-n ITERS (2000)] [-w WARMUP (200)]\n"
+            "       [-m malloc|hcomm|device (malloc)]\n",
             prog);
     return why ? 2 : 0;
 }
 
-/* A result of n floats from ranks with inputs rank + 1. */
-static int check(const float *out, size_t n, int nranks, size_t stride)
+static int mem; /* -m: 0 malloc, 1 the pool, HB_MEM_DEVICE */
+
+/* A result of n floats from ranks with inputs rank + 1 (device memory: read
+ * through mirror, whole, or its first and last elements when stride is 0). */
+static int check(const float *out, float *mirror, size_t n, int nranks, size_t stride)
 {
     float want = (float)nranks * (float)(nranks + 1) / 2.0f;
-    for (size_t i = 0; i < n; i += stride)
+    if (mem == HB_MEM_DEVICE && stride == 0) {
+        float ends[2];
+        hb_check(hcomm_memcpy(&ends[0], out, 4), "hcomm_memcpy");
+        hb_check(hcomm_memcpy(&ends[1], out + n - 1, 4), "hcomm_memcpy");
+        return ends[0] == want && ends[1] == want;
+    }
+    if (mem == HB_MEM_DEVICE) {
+        hb_check(hcomm_memcpy(mirror, out, n * 4), "hcomm_memcpy");
+        out = mirror;
+    }
+    for (size_t i = 0; i < n; i += stride ? stride : 1)
         if (out[i] != want) return 0;
     return n == 0 || out[n - 1] == want;
+}
+
+/* n floats of value v into buf (device memory: through the host). */
+static void fill(float *buf, size_t n, float v)
+{
+    float *h = mem == HB_MEM_DEVICE ? malloc(n * 4) : buf;
+    if (!h) {
+        fprintf(stderr, "lanes_lat: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++)
+        h[i] = v;
+    if (mem == HB_MEM_DEVICE) {
+        hb_check(hcomm_memcpy(buf, h, n * 4), "hcomm_memcpy");
+        free(h);
+    }
 }
 
 int main(int argc, char **argv)
@@ -77,6 +110,11 @@ int main(int argc, char **argv)
             iters = atoi(v);
         else if (!strcmp(o, "-w"))
             warmup = atoi(v);
+        else if (!strcmp(o, "-m") && (!strcmp(v, "malloc") || !strcmp(v, "hcomm") ||
+                                      !strcmp(v, "device")))
+            mem = !strcmp(v, "device") ? HB_MEM_DEVICE : !strcmp(v, "hcomm");
+        else if (!strcmp(o, "-m"))
+            return usage(argv[0], "-m: malloc, hcomm or device");
         else
             return usage(argv[0], "unknown option");
     }
@@ -86,33 +124,35 @@ int main(int argc, char **argv)
     hb_check(hcomm_init(NULL, NULL), "hcomm_init");
     hcomm_comm_t a = hcomm_comm_world(), b;
     int me = hcomm_comm_rank(a), n = hcomm_comm_size(a);
+    hb_rank = me;
     hb_check(hcomm_comm_split(a, 0, me, &b), "hcomm_comm_split");
     size_t na = a_bytes / 4, nb = b_bytes / 4;
-    float *ain = malloc(a_bytes), *aout = malloc(a_bytes);
-    float *bin = malloc(b_bytes), *bout = malloc(b_bytes);
+    float *ain = hb_buf_alloc(a_bytes, mem), *aout = hb_buf_alloc(a_bytes, mem);
+    float *bin = hb_buf_alloc(b_bytes, mem), *bout = hb_buf_alloc(b_bytes, mem);
+    /* host mirrors of device results */
+    float *amir = mem == HB_MEM_DEVICE ? malloc(a_bytes) : NULL;
+    float *bmir = mem == HB_MEM_DEVICE ? malloc(b_bytes) : NULL;
     uint64_t *t_alone = malloc(sizeof(uint64_t) * (size_t)iters);
     uint64_t *t_busy = malloc(sizeof(uint64_t) * (size_t)iters);
-    if (!ain || !aout || !bin || !bout || !t_alone || !t_busy) {
+    if (!t_alone || !t_busy || (mem == HB_MEM_DEVICE && (!amir || !bmir))) {
         fprintf(stderr, "rank %d: out of memory\n", me);
         return 1;
     }
-    for (size_t i = 0; i < na; i++)
-        ain[i] = (float)(me + 1);
-    for (size_t i = 0; i < nb; i++)
-        bin[i] = (float)(me + 1);
+    fill(ain, na, (float)(me + 1));
+    fill(bin, nb, (float)(me + 1));
     int bad = 0;
     /* Warm-up: connections, pools, algorithm choices, A's first run. */
     for (int i = 0; i < warmup; i++)
         hb_check(hcomm_allreduce(bin, bout, nb, HCOMM_FLOAT32, HCOMM_SUM, b), "warm-up on B");
     hb_check(hcomm_allreduce(ain, aout, na, HCOMM_FLOAT32, HCOMM_SUM, a), "warm-up on A");
-    bad += !check(aout, na, n, 1);
+    bad += !check(aout, amir, na, n, 1);
     /* Phase 1: B alone. */
     hb_check(hcomm_barrier(a), "barrier");
     for (int i = 0; i < iters; i++) {
         uint64_t t0 = hb_now_ns();
         hb_check(hcomm_allreduce(bin, bout, nb, HCOMM_FLOAT32, HCOMM_SUM, b), "allreduce on B");
         t_alone[i] = hb_now_ns() - t0;
-        bad += !check(bout, nb, n, 1);
+        bad += !check(bout, bmir, nb, n, 1);
     }
     /* Phase 2: B beside A's loop. */
     hb_check(hcomm_barrier(a), "barrier");
@@ -125,7 +165,7 @@ int main(int argc, char **argv)
         hb_check(hcomm_test(ra, &d), "test on A");
         if (d) {
             done++;
-            bad += !check(aout, na, n, 4099);
+            bad += !check(aout, amir, na, n, mem == HB_MEM_DEVICE ? 0 : 4099);
             hb_check(hcomm_iallreduce(ain, aout, na, HCOMM_FLOAT32, HCOMM_SUM, a, &ra),
                      "iallreduce on A");
             posted++;
@@ -133,7 +173,7 @@ int main(int argc, char **argv)
         uint64_t t0 = hb_now_ns();
         hb_check(hcomm_allreduce(bin, bout, nb, HCOMM_FLOAT32, HCOMM_SUM, b), "allreduce on B");
         t_busy[i] = hb_now_ns() - t0;
-        bad += !check(bout, nb, n, 1);
+        bad += !check(bout, bmir, nb, n, 1);
     }
     double phase_s = (double)(hb_now_ns() - p0) * 1e-9;
     done_in_phase = done;
@@ -142,10 +182,10 @@ int main(int argc, char **argv)
     hb_check(hcomm_allreduce(&posted, &most, 1, HCOMM_INT64, HCOMM_MAX, b),
              "agreeing on A's count");
     hb_check(hcomm_wait(ra), "wait on A");
-    bad += !check(aout, na, n, 1);
+    bad += !check(aout, amir, na, n, 1);
     for (; posted < most; posted++) {
         hb_check(hcomm_allreduce(ain, aout, na, HCOMM_FLOAT32, HCOMM_SUM, a), "allreduce on A");
-        bad += !check(aout, na, n, 1);
+        bad += !check(aout, amir, na, n, 1);
     }
     int64_t bad64 = bad, bad_all = 0;
     hb_check(hcomm_allreduce(&bad64, &bad_all, 1, HCOMM_INT64, HCOMM_SUM, a), "agreeing on checks");
@@ -155,8 +195,8 @@ int main(int argc, char **argv)
     double busbw = (double)done_in_phase * (double)a_bytes * 2.0 * (n - 1) / n / phase_s * 1e-9;
     if (me == 0) {
         const char *lanes = getenv("HCOMM_LANES");
-        printf("# lanes_lat: %d ranks, B %zu B x %d, A %zu B in a loop; HCOMM_LANES=%s\n", n,
-               b_bytes, iters, a_bytes, lanes ? lanes : "(unset: auto)");
+        printf("# lanes_lat: %d ranks, B %zu B x %d, A %zu B in a loop, %s buffers; HCOMM_LANES=%s\n",
+               n, b_bytes, iters, a_bytes, hb_mem_name(mem), lanes ? lanes : "(unset: auto)");
         printf("lanes=%s ranks=%d b_bytes=%zu a_bytes=%zu iters=%d alone_p50_us=%.2f "
                "alone_p99_us=%.2f alone_mean_us=%.2f busy_p50_us=%.2f busy_p99_us=%.2f "
                "busy_mean_us=%.2f a_done=%lld a_busbw_gbs=%.3f wrong=%lld\n",
@@ -164,10 +204,12 @@ int main(int argc, char **argv)
                (long long)done_in_phase, busbw, (long long)bad_all);
     }
     hb_check(hcomm_comm_free(b), "hcomm_comm_free");
-    free(ain);
-    free(aout);
-    free(bin);
-    free(bout);
+    hb_buf_free(ain, a_bytes, mem);
+    hb_buf_free(aout, a_bytes, mem);
+    hb_buf_free(bin, b_bytes, mem);
+    hb_buf_free(bout, b_bytes, mem);
+    free(amir);
+    free(bmir);
     free(t_alone);
     free(t_busy);
     hb_check(hcomm_finalize(), "hcomm_finalize");

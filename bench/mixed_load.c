@@ -295,6 +295,14 @@ static struct ml_msg *ml_msgs_create(const struct ml_profile *p, const struct hb
             m->recv_bytes = recv * sizeof(float);
             m->c.sendbuf = send ? hb_buf_alloc(m->send_bytes, o->mem_hcomm) : NULL;
             m->c.recvbuf = recv ? hb_buf_alloc(m->recv_bytes, o->mem_hcomm) : NULL;
+            if (o->mem_hcomm == HB_MEM_DEVICE) { /* fill and check work on host copies */
+                m->c.dsend = m->c.sendbuf;
+                m->c.drecv = m->c.recvbuf;
+                m->c.hsend = send ? hb_buf_alloc(m->send_bytes, 0) : NULL;
+                m->c.hrecv = recv ? hb_buf_alloc(m->recv_bytes, 0) : NULL;
+                m->c.send_bytes = m->send_bytes;
+                m->c.recv_bytes = m->recv_bytes;
+            }
             snprintf(m->what, sizeof(m->what),
                      "message %d (%s %zu bytes, profile line %d; elements numbered from %d)", k,
                      cl->coll->name, cl->bytes, cl->line, k);
@@ -310,8 +318,15 @@ static struct ml_msg *ml_msgs_create(const struct ml_profile *p, const struct hb
 static void ml_msgs_destroy(struct ml_msg *msgs, int nmsgs, const struct hb_opts *o)
 {
     for (int i = 0; i < nmsgs; i++) {
-        hb_buf_free(msgs[i].c.sendbuf, msgs[i].send_bytes, o->mem_hcomm);
-        hb_buf_free(msgs[i].c.recvbuf, msgs[i].recv_bytes, o->mem_hcomm);
+        struct hb_coll_ctx *c = &msgs[i].c;
+        if (o->mem_hcomm == HB_MEM_DEVICE) {
+            hb_buf_free(c->hsend, msgs[i].send_bytes, 0);
+            hb_buf_free(c->hrecv, msgs[i].recv_bytes, 0);
+            c->sendbuf = c->dsend;
+            c->recvbuf = c->drecv;
+        }
+        hb_buf_free(c->sendbuf, msgs[i].send_bytes, o->mem_hcomm);
+        hb_buf_free(c->recvbuf, msgs[i].recv_bytes, o->mem_hcomm);
     }
     free(msgs);
 }
@@ -338,16 +353,28 @@ static void ml_step(struct ml_msg *msgs, int nmsgs, hcomm_request_t *reqs, int b
         hb_check(hcomm_wait(reqs[i]), "hcomm_wait");
 }
 
-/* An untimed step on fresh inputs; returns the wrong elements of all ranks. */
+/* An untimed step on fresh inputs; returns the wrong elements of all ranks.
+ * -m device: filled in the host copies and moved to the device, the results
+ * moved back and checked there; the timed steps then get the device
+ * buffers again. */
 static int64_t ml_checked_step(struct ml_msg *msgs, int nmsgs, hcomm_request_t *reqs, int blocking)
 {
     int64_t wrong = 0, total;
 
-    for (int i = 0; i < nmsgs; i++)
+    for (int i = 0; i < nmsgs; i++) {
+        hb_dev_move(&msgs[i].c, -1);
         msgs[i].coll->fill(&msgs[i].c, msgs[i].in_place);
+        hb_dev_move(&msgs[i].c, 1);
+    }
     ml_step(msgs, nmsgs, reqs, blocking);
-    for (int i = 0; i < nmsgs; i++)
+    for (int i = 0; i < nmsgs; i++) {
+        hb_dev_move(&msgs[i].c, 0);
         wrong += (int64_t)msgs[i].coll->check(&msgs[i].c, msgs[i].in_place);
+        if (msgs[i].c.dsend || msgs[i].c.drecv) {
+            msgs[i].c.sendbuf = msgs[i].c.dsend;
+            msgs[i].c.recvbuf = msgs[i].c.drecv;
+        }
+    }
     hb_check(hcomm_allreduce(&wrong, &total, 1, HCOMM_INT64, HCOMM_SUM, hcomm_comm_world()),
              "hcomm_allreduce");
     return total;
@@ -399,9 +426,6 @@ int main(int argc, char **argv)
 
     hb_init(&argc, &argv);
     hb_opts_parse(argc, argv, HB_TOOL_MIXED, &o);
-    if (o.mem_hcomm == HB_MEM_DEVICE)
-        hb_usage_error("-m device: not in mixed_load yet (it fills and checks its buffers in "
-                       "place; allreduce_bw, the other *_bw tools and pingpong take it)");
     hb_start(&o);
     ml_profile_load(&o, &prof);
     if (o.show_profile) {
@@ -427,8 +451,11 @@ int main(int argc, char **argv)
     if (hb_rank == 0) ml_print_header(&o, &prof, steps, warmup, nmsgs, step_bytes);
 
     /* defined inputs for the warm-up: garbage could hold slow denormals */
-    for (int i = 0; i < nmsgs; i++)
+    for (int i = 0; i < nmsgs; i++) {
+        hb_dev_move(&msgs[i].c, -1); /* (-m device: filled on the host, then moved) */
         msgs[i].coll->fill(&msgs[i].c, msgs[i].in_place);
+        hb_dev_move(&msgs[i].c, 1);
+    }
     for (int i = 0; i < warmup; i++)
         ml_step(msgs, nmsgs, reqs, o.blocking);
     if (o.check) wrong += ml_checked_step(msgs, nmsgs, reqs, o.blocking);
