@@ -65,6 +65,19 @@ static void buf_get(const buf_t *b, void *h, size_t n, const char *what)
     free(t);
 }
 
+/* A non-blocking call's request ended: how 1 by hcomm_wait, 2 by
+ * hcomm_test until done (at most 60 s). */
+static hcomm_status_t req_end(hcomm_request_t req, int how)
+{
+    if (how == 1) return hcomm_wait(req);
+    hcomm_status_t st = HCOMM_OK;
+    int done = 0;
+    double t0 = mp_now();
+    while (!done && (st = hcomm_test(req, &done)) == HCOMM_OK)
+        if (mp_now() - t0 > 60) return HCOMM_ERR_TIMEOUT;
+    return done ? HCOMM_OK : st;
+}
+
 /* The end of a single-call fault case: h, s and r freed, hcomm finalized,
  * "rank R: <what>: ok" printed when nothing failed; the exit status. */
 static int buf_case_end(void *h, buf_t *s, buf_t *r, const char *what, double dt)

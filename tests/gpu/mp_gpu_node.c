@@ -117,12 +117,7 @@ static hcomm_status_t call(int kind, int how, const void *s, void *r, size_t cou
         st = how ? hcomm_ireduce_scatter(s, r, count, HCOMM_INT32, op, w, rp)
                  : hcomm_reduce_scatter(s, r, count, HCOMM_INT32, op, w);
     if (st != HCOMM_OK || how == 0) return st;
-    if (how == 1) return hcomm_wait(req);
-    int done = 0;
-    double t0 = mp_now();
-    while (!done && (st = hcomm_test(req, &done)) == HCOMM_OK)
-        if (mp_now() - t0 > 60) return HCOMM_ERR_TIMEOUT;
-    return st;
+    return req_end(req, how);
 }
 
 /* One call of kind on count int32 per block (values val(rank, i, v)):

@@ -63,12 +63,7 @@ static hcomm_status_t call(int kind, int how, const void *s, void *r, size_t cou
     else
         st = hcomm_ibroadcast(r, count, HCOMM_INT32, 0, w, &req);
     if (st != HCOMM_OK) return st;
-    if (how == 1) return hcomm_wait(req);
-    int done = 0;
-    double t0 = mp_now();
-    while (!done && (st = hcomm_test(req, &done)) == HCOMM_OK)
-        if (mp_now() - t0 > 60) return HCOMM_ERR_TIMEOUT;
-    return st;
+    return req_end(req, how);
 }
 
 /* One case: sdev / rdev on this rank, in place (one buffer, rdev's kind). */
@@ -156,12 +151,7 @@ static hcomm_status_t call_block(int kind, int how, const void *s, void *r)
         st = how ? hcomm_ialltoall(s, r, BCOUNT, HCOMM_INT32, w, rp)
                  : hcomm_alltoall(s, r, BCOUNT, HCOMM_INT32, w);
     if (st != HCOMM_OK || how == 0) return st;
-    if (how == 1) return hcomm_wait(req);
-    int done = 0;
-    double t0 = mp_now();
-    while (!done && (st = hcomm_test(req, &done)) == HCOMM_OK)
-        if (mp_now() - t0 > 60) return HCOMM_ERR_TIMEOUT;
-    return st;
+    return req_end(req, how);
 }
 
 static int32_t want_block(int kind, size_t i)
