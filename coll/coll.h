@@ -189,6 +189,12 @@ typedef struct hc_coll_comm {
 hc_coll_comm_t *hc_coll_comm(struct hcomm_comm *comm);
 /* "hcomm_allreduce", ...: the public function of a kind, for messages. */
 const char *hc_coll_name(hc_coll_kind_t kind);
+/* The collectives with a root: reduce, broadcast, gather, scatter. */
+static inline bool hc_coll_rooted(hc_coll_kind_t kind)
+{
+    return kind == HC_COLL_REDUCE || kind == HC_COLL_BROADCAST || kind == HC_COLL_GATHER ||
+           kind == HC_COLL_SCATTER;
+}
 /* The error for an op on cc after a member gave up on it (HC_FRAME_GIVE_UP). */
 hcomm_status_t hc_coll_gave_up_error(const hc_coll_comm_t *cc, const char *what);
 /* The world rank whose failure is known here, from this rank's own

@@ -163,8 +163,7 @@ static hcomm_status_t hc_coll_check_args(const hc_coll_args_t *a, struct hcomm_c
     hc_coll_kind_t kind = a->kind;
     bool reduction = kind == HC_COLL_ALLREDUCE || kind == HC_COLL_REDUCE ||
                      kind == HC_COLL_REDUCE_SCATTER || kind == HC_COLL_REDUCE_SCATTERV;
-    bool rooted = kind == HC_COLL_REDUCE || kind == HC_COLL_BROADCAST ||
-                  kind == HC_COLL_GATHER || kind == HC_COLL_SCATTER;
+    bool rooted = hc_coll_rooted(kind);
     hc_coll_print_t mine = {.kind = (int32_t)kind,
                             .dtype = kind == HC_COLL_BARRIER ? 0 : (int32_t)a->dtype,
                             .op = reduction ? (int32_t)a->op : 0,
@@ -235,8 +234,7 @@ bool hc_coll_node_takes_device(const hc_coll_args_t *a, struct hcomm_comm *comm)
     /* (hc_node_try_1copy's own rule: what moves, the forced name) */
     bool whole = a->kind == HC_COLL_ALLREDUCE || a->kind == HC_COLL_BROADCAST ||
                  a->kind == HC_COLL_REDUCE;
-    bool rooted = a->kind == HC_COLL_BROADCAST || a->kind == HC_COLL_REDUCE ||
-                  a->kind == HC_COLL_GATHER || a->kind == HC_COLL_SCATTER;
+    bool rooted = hc_coll_rooted(a->kind);
     size_t moved = whole ? a->bytes : a->bytes * (size_t)comm->size;
     bool kind = rooted || a->kind == HC_COLL_ALLREDUCE || a->kind == HC_COLL_ALLGATHER ||
                 a->kind == HC_COLL_REDUCE_SCATTER || a->kind == HC_COLL_ALLTOALL;

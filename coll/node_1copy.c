@@ -223,9 +223,8 @@ static void hc_node_1copy_vote(hc_coll_op_t *op, hc_coll_node_t *nd, hc_node_des
                  sb + op->bytes <= rb || rb + op->bytes <= sb;
     /* (the rooted collectives have no GET shape: they map device buffers
      * only, and host ones fall back) */
-    bool rooted = bcast || op->kind == HC_COLL_REDUCE || op->kind == HC_COLL_GATHER ||
-                  op->kind == HC_COLL_SCATTER;
-    bool get = same && me->mem == HC_NODE_MEM_HOST && !rooted && hc_node_can_get(op);
+    bool get = same && me->mem == HC_NODE_MEM_HOST && !hc_coll_rooted(op->kind) &&
+               hc_node_can_get(op);
     me->vote = (map ? HC_NODE_CAN_MAP : 0u) | (get ? HC_NODE_CAN_GET : 0u) |
                (apart ? HC_NODE_OUT_OF_PLACE : 0u);
 }

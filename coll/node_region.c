@@ -217,6 +217,14 @@ hc_coll_step_fn hc_node_try_1copy(hc_coll_op_t *op, hc_coll_step_fn staged, bool
 
 /* ---- the family's table (coll.h: the algorithm registry) ------------------------------ */
 
+/* A GPU backend is active (on every rank or none) and device buffers may
+ * go by IPC: then the rooted collectives try the single copy too, so that
+ * device buffers go by IPC (node_device.c), host ones falling back. */
+static bool hc_node_gpu_ipc(void)
+{
+    return hc_gpu_on && hc_ipc_mode != HC_GDR_OFF;
+}
+
 /* The single-copy path is tried unless a staged or direct one was forced. */
 static bool hc_node_one_copy_ok(const char *forced)
 {
@@ -247,7 +255,7 @@ static hc_coll_step_fn hc_node_prep_inline(hc_coll_op_t *op, const char *forced)
 static hc_coll_step_fn hc_node_prep_direct(hc_coll_op_t *op, const char *forced)
 {
     hc_node_begin(op, op->bytes);
-    bool one = op->kind == HC_COLL_ALLREDUCE || (hc_gpu_on && hc_ipc_mode != HC_GDR_OFF);
+    bool one = op->kind == HC_COLL_ALLREDUCE || hc_node_gpu_ipc();
     return hc_node_try_1copy(op, hc_node_allreduce_direct, hc_node_one_copy_ok(forced) && one);
 }
 
@@ -267,7 +275,7 @@ static hc_coll_step_fn hc_node_prep_broadcast(hc_coll_op_t *op, const char *forc
 {
     hc_node_begin(op, op->bytes);
     return hc_node_try_1copy(op, hc_node_broadcast,
-                             hc_gpu_on && hc_ipc_mode != HC_GDR_OFF && hc_node_one_copy_ok(forced));
+                             hc_node_gpu_ipc() && hc_node_one_copy_ok(forced));
 }
 
 static hc_coll_step_fn hc_node_prep_allgather(hc_coll_op_t *op, const char *forced)
@@ -297,7 +305,7 @@ static hc_coll_step_fn hc_node_prep_chunks(hc_coll_op_t *op, const char *forced)
  * follows the same rule. */
 static bool hc_node_rooted_blocks_auto(const hc_coll_op_t *op)
 {
-    return hc_gpu_on && hc_ipc_mode != HC_GDR_OFF &&
+    return hc_node_gpu_ipc() &&
            op->bytes * (size_t)op->comm->size >= HC_NODE_ZC_MIN;
 }
 
@@ -306,7 +314,7 @@ static hc_coll_step_fn hc_node_prep_gather(hc_coll_op_t *op, const char *forced)
     op->chunk = hc_node_of(op)->block; /* as allgather: each rank's piece in its stage */
     hc_node_begin(op, op->bytes);
     return hc_node_try_1copy(op, hc_node_blocks,
-                             hc_gpu_on && hc_ipc_mode != HC_GDR_OFF && hc_node_one_copy_ok(forced));
+                             hc_node_gpu_ipc() && hc_node_one_copy_ok(forced));
 }
 
 static hc_coll_step_fn hc_node_prep_scatter(hc_coll_op_t *op, const char *forced)
@@ -317,7 +325,7 @@ static hc_coll_step_fn hc_node_prep_scatter(hc_coll_op_t *op, const char *forced
         return NULL;
     hc_node_begin_chunks(op, op->bytes, op->chunk);
     return hc_node_try_1copy(op, hc_node_blocks,
-                             hc_gpu_on && hc_ipc_mode != HC_GDR_OFF && hc_node_one_copy_ok(forced));
+                             hc_node_gpu_ipc() && hc_node_one_copy_ok(forced));
 }
 
 static hc_coll_step_fn hc_node_prep_barrier(hc_coll_op_t *op, const char *forced)
