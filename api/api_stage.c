@@ -69,11 +69,13 @@ void hc_api_stage_describe(char *buf, size_t len)
              "bytes on a communicator of one node unstaged (HCOMM_GPU_IPC=%s%s); other "
              "collectives staged through host memory on every driver; "
              "allreduce, reduce, broadcast above HCOMM_GPU_STAGE_CHUNK=%zu bytes (allgather, "
-             "reduce_scatter, alltoall: per-rank block) pipelined in "
+             "reduce_scatter, alltoall, gather, scatter: per-rank block) pipelined in "
              "chunks of that size, HCOMM_GPU_STAGE_DEPTH=%lld in flight; smaller ones, groups "
              "and the other collectives staged whole; p2p staged whole unless direct; %s",
              ops->name, HC_COLL_NODE_DEVICE_MIN,
-             hc_ipc_mode == HC_GDR_OFF ? "0" : hc_ipc_mode == HC_GDR_ON ? "1" : "auto",
+             hc_ipc_mode == HC_GDR_OFF  ? "0"
+             : hc_ipc_mode == HC_GDR_ON ? "1"
+                                        : "auto",
              hc_ipc_mode == HC_GDR_OFF ? ": off, staged"
                                        : ": by IPC between the ranks' device buffers where every "
                                          "rank has device buffers, else staged whole in the "
@@ -401,8 +403,8 @@ hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *com
         /* Every rank decides this alike (whatever its memory), so none
          * pipelines. Device buffers go down as they are; managed memory is
          * staged whole (the CPU must not touch it, and it has no IPC). */
-        bool managed = (s.n && s.attr.type == HC_MEM_MANAGED) ||
-                       (r.n && r.attr.type == HC_MEM_MANAGED);
+        bool managed =
+            (s.n && s.attr.type == HC_MEM_MANAGED) || (r.n && r.attr.type == HC_MEM_MANAGED);
         if (!managed) {
             hc_coll_args_t d = *a;
             d.smem = (uint8_t)(s.n ? s.attr.type : HC_MEM_HOST);
@@ -414,8 +416,7 @@ hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *com
     } else if ((st = hc_stage_pipe_fits(fn, a, &pipe)) != HCOMM_OK) {
         return st;
     }
-    if (pipe && (a->kind == HC_COLL_ALLGATHER || a->kind == HC_COLL_REDUCE_SCATTER ||
-                 a->kind == HC_COLL_ALLTOALL)) {
+    if (pipe && hc_stage_pipe_blocks(a->kind)) {
         /* The block collectives' chunks cost a rank with host buffers CPU
          * copies (its pieces packed into slots): they are pipelined only
          * when some rank has device buffers, which every rank learns from

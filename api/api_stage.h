@@ -14,7 +14,8 @@
  * requests: hcomm_wait, hcomm_test, the blocking calls, hcomm_group_end).
  *
  * Large allreduce, reduce and broadcast calls (more than one chunk,
- * HCOMM_GPU_STAGE_CHUNK) go through the pipeline instead
+ * HCOMM_GPU_STAGE_CHUNK), and allgather, reduce_scatter, alltoall, gather
+ * and scatter calls whose per-rank block is, go through the pipeline instead
  * (api_stage_pipe.c): one collective per chunk, the staging copies of the
  * neighbouring chunks overlapping each chunk's transfer.
  */
@@ -111,14 +112,25 @@ extern size_t hc_stage_pipe_chunk;
 extern int64_t hc_stage_pipe_depth;
 
 /* Whether a collective goes through the pipeline: allreduce, reduce and
- * broadcast of more than one chunk, allgather, reduce_scatter and alltoall
- * whose per-rank block is more than one chunk, outside groups. It depends
+ * broadcast of more than one chunk, allgather, reduce_scatter, alltoall,
+ * gather and scatter whose per-rank block is more than one chunk, outside
+ * groups. It depends
  * only on what every rank passes alike (kind, count, dtype), never on
  * memory types, so every rank makes the same number of chunk collectives,
  * even one with host buffers (no copies there, only the chunks; the block
  * collectives' pieces packed by the CPU). fn: the call, for a knob's
  * refusal (then *fits_p is false and the status an error). */
 hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a, bool *fits_p);
+
+/* The block collectives of the pipeline: a chunk is one piece of each of
+ * the n blocks of a buffer (allgather, reduce_scatter, alltoall, gather,
+ * scatter). A rank with host buffers packs its pieces with the CPU, so they
+ * are pipelined only when some rank has device buffers (a vote). */
+static inline bool hc_stage_pipe_blocks(hc_coll_kind_t k)
+{
+    return k == HC_COLL_ALLGATHER || k == HC_COLL_REDUCE_SCATTER || k == HC_COLL_ALLTOALL ||
+           k == HC_COLL_GATHER || k == HC_COLL_SCATTER;
+}
 
 typedef struct {
     const char *fn;

@@ -1,13 +1,14 @@
 /*
  * Pipelined staging of large device buffers (api_stage.h, docs/gpu.md "The
  * pipeline"). An allreduce, reduce or broadcast of more than one chunk
- * (HCOMM_GPU_STAGE_CHUNK), or an allgather, reduce_scatter or alltoall
- * whose per-rank block is, runs as one collective per chunk, posted in
- * chunk order on every rank (so they match), each on a slot of host
- * staging. For the block collectives chunk k is the same piece of every
- * rank's block: its pieces are packed into the slot (input: n of them for
- * reduce_scatter and alltoall; output: n for allgather and alltoall), so
- * the chunk's collective is an ordinary one on len-byte blocks:
+ * (HCOMM_GPU_STAGE_CHUNK), or an allgather, reduce_scatter, alltoall,
+ * gather or scatter whose per-rank block is, runs as one collective per
+ * chunk, posted in chunk order on every rank (so they match), each on a
+ * slot of host staging. For the block collectives chunk k is the same
+ * piece of every rank's block: its pieces are packed into the slot (input:
+ * n of them for reduce_scatter, alltoall and the root's scatter; output: n
+ * for allgather, alltoall and the root's gather), so the chunk's
+ * collective is an ordinary one on len-byte blocks:
  *
  *   chunk k:  device -> slot (stream "in", event in[k])   when a slot is free
  *             post the chunk's collective on the slot       when in[k] is done
@@ -37,11 +38,12 @@ size_t hc_stage_pipe_chunk;
 int64_t hc_stage_pipe_depth;
 
 static const hc_config_knob_t hc_stage_pipe_knobs[] = {
-    HC_KNOB_SIZE(hc_stage_pipe_chunk, "HCOMM_GPU_STAGE_CHUNK", "4M",
-                 "device buffers: allreduce, reduce and broadcast larger than this, and "
-                 "allgather, reduce_scatter and alltoall whose per-rank block is, are staged "
-                 "through host memory in chunks of this size, pipelined (same on every rank; "
-                 "at least 4K)"),
+    HC_KNOB_SIZE(
+        hc_stage_pipe_chunk, "HCOMM_GPU_STAGE_CHUNK", "4M",
+        "device buffers: allreduce, reduce and broadcast larger than this, and "
+        "allgather, reduce_scatter, alltoall, gather and scatter whose per-rank block "
+        "is, are staged through host memory in chunks of this size, pipelined (same on every rank; "
+        "at least 4K)"),
     HC_KNOB_INT(hc_stage_pipe_depth, "HCOMM_GPU_STAGE_DEPTH", "4",
                 "device buffers: chunks of the staging pipeline in flight at once (1..64)"),
 };
@@ -52,7 +54,7 @@ hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a, bool 
     *fits_p = false;
     hc_coll_kind_t k = a->kind;
     if (k != HC_COLL_ALLREDUCE && k != HC_COLL_REDUCE && k != HC_COLL_BROADCAST &&
-        k != HC_COLL_ALLGATHER && k != HC_COLL_REDUCE_SCATTER && k != HC_COLL_ALLTOALL)
+        !hc_stage_pipe_blocks(k))
         return HCOMM_OK;
     if (hc_stage_pipe_chunk < 4096)
         return hc_error(HCOMM_ERR_INVALID, "%s: HCOMM_GPU_STAGE_CHUNK=%zu: at least 4K", fn,
@@ -191,7 +193,8 @@ static hcomm_status_t hc_pipe_pieces(hc_stage_pipe_t *p, size_t k, bool in)
             memcpy(in ? sl : u, in ? u : sl, len);
             continue;
         }
-        hcomm_status_t st = p->ops->copy_async(in ? sl : u, in ? u : sl, len, in ? p->sin : p->sout);
+        hcomm_status_t st =
+            p->ops->copy_async(in ? sl : u, in ? u : sl, len, in ? p->sin : p->sout);
         if (st != HCOMM_OK) return st;
     }
     return HCOMM_OK;
@@ -205,10 +208,12 @@ static hcomm_status_t hc_pipe_post(hc_stage_pipe_t *p, size_t k)
     hc_coll_args_t h = p->a;
     h.count = len / p->es;
     h.bytes = len;
-    h.sbuf = p->sstage   ? hc_pipe_sslot(p, k)
-             : p->a.sbuf ? (const char *)p->a.sbuf + off
-                         : NULL;
-    h.rbuf = p->rstage ? hc_pipe_rslot(p, k) : p->a.rbuf ? (char *)p->a.rbuf + off : NULL;
+    h.sbuf = p->sstage                ? hc_pipe_sslot(p, k)
+             : p->a.sbuf && p->ni > 0 ? (const char *)p->a.sbuf + off
+                                      : NULL;
+    h.rbuf = p->rstage                ? hc_pipe_rslot(p, k)
+             : p->a.rbuf && p->no > 0 ? (char *)p->a.rbuf + off
+                                      : NULL;
     if (p->one) h.sbuf = h.rbuf = p->sdev ? (void *)h.sbuf : h.rbuf;
     hcomm_request_t handle;
     hcomm_status_t st = hc_coll_post(&h, p->comm, &handle);
@@ -471,11 +476,18 @@ hcomm_status_t hc_stage_pipe_start(const hc_stage_pipe_args_t *pa, hcomm_request
     if (pa->rdev) p->rattr = pa->rattr;
     p->chunk = hc_stage_pipe_chunk / p->es * p->es;
     p->nchunk = (p->a.bytes + p->chunk - 1) / p->chunk;
-    /* the block collectives: chunk k is a piece of each rank's block */
+    /* the block collectives: chunk k is a piece of each rank's block (a
+     * gather's output and a scatter's input: the root's only; 0 pieces
+     * elsewhere, where the buffer is ignored) */
     size_t n = (size_t)pa->comm->size;
     hc_coll_kind_t kind = pa->a->kind;
-    p->ni = kind == HC_COLL_REDUCE_SCATTER || kind == HC_COLL_ALLTOALL ? n : 1;
-    p->no = kind == HC_COLL_ALLGATHER || kind == HC_COLL_ALLTOALL ? n : 1;
+    bool root = pa->comm->rank == pa->a->root;
+    p->ni = kind == HC_COLL_REDUCE_SCATTER || kind == HC_COLL_ALLTOALL ? n
+            : kind == HC_COLL_SCATTER                                  ? (root ? n : 0)
+                                                                       : 1;
+    p->no = kind == HC_COLL_ALLGATHER || kind == HC_COLL_ALLTOALL ? n
+            : kind == HC_COLL_GATHER                              ? (root ? n : 0)
+                                                                  : 1;
     p->sstage = p->sdev || (p->ni > 1 && p->a.sbuf);
     p->rstage = p->rdev || (p->no > 1 && p->a.rbuf);
     /* (rank 0's allgather or reduce_scatter in place passes one address for

@@ -11,17 +11,15 @@
  *       the guard bytes past each buffer are checked; the staging counters
  *       show the call pipelined in the expected number of chunks, each
  *       staged byte copied once in and once back.
- *   mp_gpu_pipe blocks   allgather, reduce_scatter and alltoall whose
- *       per-rank block is 64Ki+7 int32 (4 chunks and a partial one of 28
- *       bytes; chunk k is the same piece of every block), in place (the
- *       documented forms) and out of place, blocking, + wait, + test, with
- *       the same four placements of device buffers (host ranks pack the
- *       pieces with the CPU): every element and guard byte; the counters
- *       show one pipelined call of 5 chunks, every device byte copied once
- *       in and once back, one copy per piece (n pieces of a chunk for the
- *       blocks that are n). With host buffers on every rank the ranks'
- *       vote finds no device buffer and nobody pipelines.
- *   mp_gpu_pipe fault-in | fault-out   rank 1's copy of a middle chunk fails
+ *   mp_gpu_pipe blocks   allgather, reduce_scatter, alltoall, gather (root
+ *       size-1) and scatter (root 1) whose per-rank block is 64Ki+7 int32 (4 chunks and a partial
+ * one of 28 bytes; chunk k is the same piece of every block), in place (the documented forms) and
+ * out of place, blocking, + wait, + test, with the same four placements of device buffers (host
+ * ranks pack the pieces with the CPU): every element and guard byte; the counters show one
+ * pipelined call of 5 chunks, every device byte copied once in and once back, one copy per piece (n
+ * pieces of a chunk for the blocks that are n; a gather's output and a scatter's input only at the
+ * root: NULL elsewhere). With host buffers on every rank the ranks' vote finds no device buffer and
+ * nobody pipelines. mp_gpu_pipe fault-in | fault-out   rank 1's copy of a middle chunk fails
  *       (HCOMM_GPU_MODEL_FAULT=copy:N, set by the test on that rank; the
  *       only copies in the call are the ones of that direction): its error
  *       names the device and hcomm_allreduce; the others fail promptly
@@ -132,8 +130,13 @@ static void one_case(int kind, int how, bool inplace, bool sdev, bool rdev)
 /* ---- the block collectives ---- */
 
 #define BCOUNT (((size_t)1 << 16) + 7)
-enum { B_ALLGATHER, B_REDUCE_SCATTER, B_ALLTOALL };
-static const char *bname[] = {"allgather", "reduce_scatter", "alltoall"};
+enum { B_ALLGATHER, B_REDUCE_SCATTER, B_ALLTOALL, B_GATHER, B_SCATTER, B_KINDS };
+static const char *bname[] = {"allgather", "reduce_scatter", "alltoall", "gather", "scatter"};
+
+static int broot(int kind)
+{
+    return kind == B_GATHER ? mp_size - 1 : kind == B_SCATTER ? 1 % mp_size : -1;
+}
 
 static hcomm_status_t call_block(int kind, int how, const void *s, void *r)
 {
@@ -147,9 +150,15 @@ static hcomm_status_t call_block(int kind, int how, const void *s, void *r)
     else if (kind == B_REDUCE_SCATTER)
         st = how ? hcomm_ireduce_scatter(s, r, BCOUNT, HCOMM_INT32, HCOMM_SUM, w, rp)
                  : hcomm_reduce_scatter(s, r, BCOUNT, HCOMM_INT32, HCOMM_SUM, w);
-    else
+    else if (kind == B_ALLTOALL)
         st = how ? hcomm_ialltoall(s, r, BCOUNT, HCOMM_INT32, w, rp)
                  : hcomm_alltoall(s, r, BCOUNT, HCOMM_INT32, w);
+    else if (kind == B_GATHER)
+        st = how ? hcomm_igather(s, r, BCOUNT, HCOMM_INT32, broot(kind), w, rp)
+                 : hcomm_gather(s, r, BCOUNT, HCOMM_INT32, broot(kind), w);
+    else
+        st = how ? hcomm_iscatter(s, r, BCOUNT, HCOMM_INT32, broot(kind), w, rp)
+                 : hcomm_scatter(s, r, BCOUNT, HCOMM_INT32, broot(kind), w);
     if (st != HCOMM_OK || how == 0) return st;
     return req_end(req, how);
 }
@@ -157,7 +166,8 @@ static hcomm_status_t call_block(int kind, int how, const void *s, void *r)
 static int32_t want_block(int kind, size_t i)
 {
     size_t me = (size_t)mp_rank, n = (size_t)mp_size;
-    if (kind == B_ALLGATHER) return val((int)(i / BCOUNT), i % BCOUNT, 3);
+    if (kind == B_ALLGATHER || kind == B_GATHER) return val((int)(i / BCOUNT), i % BCOUNT, 3);
+    if (kind == B_SCATTER) return val(broot(kind), me * BCOUNT + i, 3);
     if (kind == B_ALLTOALL) return val((int)(i / BCOUNT), me * BCOUNT + i % BCOUNT, 3);
     int sum = mp_size * (mp_size + 1) / 2;
     return (int32_t)(sum * (int)((me * BCOUNT + i) % 1000) + 3 * (int)n);
@@ -166,6 +176,8 @@ static int32_t want_block(int kind, size_t i)
 /* job_dev: some rank has device buffers (else nobody pipelines: the vote) */
 static void one_block(int kind, int how, bool inplace, bool sdev, bool rdev, bool job_dev)
 {
+    bool root = mp_rank == broot(kind), rooted = kind == B_GATHER || kind == B_SCATTER;
+    inplace = inplace && (!rooted || root); /* in place is the root's form */
     char what[160];
     snprintf(what, sizeof(what), "%s %s %s, send %s, recv %s", bname[kind],
              inplace ? "in place" : "out of place",
@@ -174,25 +186,38 @@ static void one_block(int kind, int how, bool inplace, bool sdev, bool rdev, boo
                         : "+ test",
              sdev ? "device" : "host", rdev ? "device" : "host");
     size_t n = (size_t)mp_size, me = (size_t)mp_rank, b = BCOUNT * 4;
-    size_t ni = kind == B_ALLGATHER ? 1 : n, no = kind == B_REDUCE_SCATTER ? 1 : n;
+    /* pieces of a chunk in the input and the output: a gather's output and
+     * a scatter's input are the root's only (NULL elsewhere) */
+    size_t ni = kind == B_ALLGATHER || kind == B_GATHER ? 1 : kind == B_SCATTER && !root ? 0 : n;
+    size_t no = kind == B_REDUCE_SCATTER || kind == B_SCATTER ? 1
+                : kind == B_GATHER && !root                   ? 0
+                                                              : n;
     size_t sin = ni * BCOUNT, sout = no * BCOUNT, big = HC_MAX(sin, sout);
-    int32_t *h = mp_xmalloc(big * 4), *g = mp_xmalloc(big * 4);
+    int32_t *h = mp_xmalloc(big * 4 + 4), *g = mp_xmalloc(big * 4 + 4);
     for (size_t i = 0; i < big; i++)
         g[i] = -7;
     for (size_t i = 0; i < sin; i++)
         h[i] = val(mp_rank, i, 3);
-    /* in place: allgather's input is its block of the output,
-     * reduce_scatter's output its block of the input, alltoall's one buffer */
-    size_t in_at = inplace && kind == B_ALLGATHER ? me * BCOUNT : 0;
-    size_t out_at = inplace && kind == B_REDUCE_SCATTER ? me * BCOUNT : 0;
-    buf_t r = buf_new(rdev, (inplace ? big : sout) * 4), s = r;
+    /* in place: allgather's and the root's gather's input is its block of
+     * the output, reduce_scatter's and the root's scatter's output its
+     * block of the input, alltoall's one buffer */
+    size_t in_at = !inplace              ? 0
+                   : kind == B_ALLGATHER ? me * BCOUNT
+                   : kind == B_GATHER    ? me * BCOUNT
+                                         : 0;
+    size_t out_at = !inplace ? 0 : kind == B_REDUCE_SCATTER || kind == B_SCATTER ? me * BCOUNT : 0;
+    buf_t r = {0}, s = {0};
+    if (inplace || no) r = buf_new(rdev, (inplace ? big : sout) * 4);
     if (inplace) {
+        s = r;
         memcpy(g + in_at, h, sin * 4);
         buf_put(&r, g, big * 4);
     } else {
-        s = buf_new(sdev, sin * 4);
-        buf_put(&s, h, sin * 4);
-        buf_put(&r, g, sout * 4);
+        if (ni) {
+            s = buf_new(sdev, sin * 4);
+            buf_put(&s, h, sin * 4);
+        }
+        if (no) buf_put(&r, g, sout * 4);
     }
     hc_gpu_stats_t c0 = hc_gpu_stats;
     hcomm_status_t st = call_block(kind, how, (int32_t *)s.p + in_at, (int32_t *)r.p + out_at);
@@ -202,8 +227,8 @@ static void one_block(int kind, int how, bool inplace, bool sdev, bool rdev, boo
     size_t calls = job_dev ? 1 : 0;
     if (!job_dev) chunks = 0;
     if (c1.pipe_calls != c0.pipe_calls + calls || c1.pipe_chunks != c0.pipe_chunks + chunks)
-        mp_fail("%s: expected %zu pipelined calls of %zu chunks, got %llu calls, %llu chunks",
-                what, calls, chunks, (unsigned long long)(c1.pipe_calls - c0.pipe_calls),
+        mp_fail("%s: expected %zu pipelined calls of %zu chunks, got %llu calls, %llu chunks", what,
+                calls, chunks, (unsigned long long)(c1.pipe_calls - c0.pipe_calls),
                 (unsigned long long)(c1.pipe_chunks - c0.pipe_chunks));
     size_t want_in = s.dev ? ni * b : 0, want_out = r.dev ? no * b : 0;
     if (c1.d2h_bytes - c0.d2h_bytes != want_in || c1.h2d_bytes - c0.h2d_bytes != want_out)
@@ -215,19 +240,19 @@ static void one_block(int kind, int how, bool inplace, bool sdev, bool rdev, boo
         mp_fail("%s: staging made %llu copies in and %llu back, expected %zu and %zu", what,
                 (unsigned long long)(c1.d2h_copies - c0.d2h_copies),
                 (unsigned long long)(c1.h2d_copies - c0.h2d_copies), want_cin, want_cout);
-    buf_get(&r, g, (inplace ? big : sout) * 4, what);
+    if (inplace || no) buf_get(&r, g, (inplace ? big : sout) * 4, what);
     for (size_t i = 0; i < sout; i++)
         if (g[out_at + i] != want_block(kind, i)) {
             mp_fail("%s: element %zu of %zu (piece %zu of chunk %zu) expected %d got %d", what, i,
                     sout, i / BCOUNT, i % BCOUNT * 4 / chunk, want_block(kind, i), g[out_at + i]);
             break;
         }
-    if (!inplace) { /* the input stays as it was */
+    if (!inplace && ni) { /* the input stays as it was */
         buf_get(&s, g, sin * 4, what);
         if (memcmp(g, h, sin * 4)) mp_fail("%s: the send buffer changed", what);
         buf_free(&s);
     }
-    buf_free(&r);
+    if (inplace || no) buf_free(&r);
     free(h);
     free(g);
 }
@@ -236,7 +261,7 @@ static int run_blocks(void)
 {
     /* ... and host buffers on every rank: not pipelined, one collective */
     const int mems[5][2] = {{1, 1}, {0, 1}, {1, 0}, {2, 2}, {0, 0}};
-    for (int kind = 0; kind < 3; kind++)
+    for (int kind = 0; kind < B_KINDS; kind++)
         for (int m = 0; m < 5; m++)
             for (int inplace = 0; inplace < 2; inplace++) {
                 if (inplace && mems[m][0] != mems[m][1]) continue;
