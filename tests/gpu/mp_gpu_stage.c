@@ -2,9 +2,9 @@
  * Device buffers through the public API, staged at the entry points
  * (api/api_stage.c, docs/gpu.md), on the GPU model (HCOMM_GPU_MODEL=1):
  *
- *   mp_gpu_stage p2p   send/recv, isend/irecv (completed by
+ *   mp_gpu_stage p2p [MAX]   send/recv, isend/irecv (completed by
  *       hcomm_test), irecv_any, device to device, host to device and device
- *       to host, sizes 0 B .. 64 MiB, every byte checked
+ *       to host, sizes 0 B .. 64 MiB (or MAX bytes), every byte checked
  *       and the guard bytes past each receive buffer intact
  *   mp_gpu_stage realloc   a device buffer freed and another allocated at
  *       the same address between two allreduces: the memory-type cache
@@ -118,11 +118,12 @@ static void p2p_one(size_t n, int sdev, int rdev, int mode)
     free(h);
 }
 
-static int run_p2p(void)
+/* max: the largest size (the rxe guest's emulated CPUs take 4 MiB) */
+static int run_p2p(size_t max)
 {
     size_t sizes[] = {0, 1, 7, 4096, 65537, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
     int nsizes = (int)(sizeof(sizes) / sizeof(sizes[0]));
-    for (int k = 0; k < nsizes; k++)
+    for (int k = 0; k < nsizes && sizes[k] <= max; k++)
         for (int c = 0; c < 3; c++) { /* dev->dev, host->dev, dev->host */
             int sdev = c != 1, rdev = c != 2;
             for (int mode = 0; mode < 3; mode++)
@@ -310,10 +311,11 @@ int main(int argc, char **argv)
     if (!strcmp(what, "fault-in") || !strcmp(what, "fault-out"))
         return run_fault(!strcmp(what, "fault-in"));
     if (strcmp(what, "p2p") && strcmp(what, "realloc")) {
-        fprintf(stderr, "usage: mp_gpu_stage p2p | realloc | nostage | fault-in | "
+        fprintf(stderr, "usage: mp_gpu_stage p2p [MAX_BYTES] | realloc | nostage | fault-in | "
                         "fault-out\n");
         return 2;
     }
     mp_init();
-    return !strcmp(what, "p2p") ? run_p2p() : run_realloc();
+    size_t max = argc > 2 ? (size_t)strtoull(argv[2], NULL, 0) : (size_t)64 << 20;
+    return !strcmp(what, "p2p") ? run_p2p(max) : run_realloc();
 }

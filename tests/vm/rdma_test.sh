@@ -22,6 +22,9 @@
 #                slipping when a frame came before the connection was up)
 #   mp_2x2       2 nodes x 2 ranks: mp_tcp_check --coll --max 16M and
 #                mp_coll_matrix
+#   gpu          the GPU model's device buffers (HCOMM_GPU_MODEL=1): mp_gpu_stage
+#                p2p at 1+1 (0 B - 4 MiB, staged: rxe has no dmabuf),
+#                mp_gpu_matrix --device all and mp_gpu_pipe blocks at 2+2
 #   fault_kill   mp_drv_conformance --kill at 1+1; 2x2 p2p exchange with
 #                rank 3 SIGKILLed; 2x2 allreduce loop with rank 1 SIGKILLed:
 #                every survivor reports HCOMM_ERR_PEER_FAILED naming the dead
@@ -94,6 +97,25 @@ mp_2x2)
     launch 2 2 "$(bin mp_coll_matrix)" --counts 0,1,7,1023 \
         --colls allreduce,broadcast,reduce,allgather,reduce_scatter,alltoall
     wait_all 60 "cases on\|mp_coll_matrix: passed"
+    ;;
+gpu)
+    # The GPU model's device buffers over verbs (tests/gpu, docs/gpu.md):
+    # rxe refuses ibv_reg_dmabuf_mr, so p2p above the eager size is staged
+    # between the nodes (GPUDirect RDMA by dmabuf runs in CI on the mlx5
+    # queue model and the fake driver), by IPC inside a node.
+    gm=$(bin mp_gpu_matrix 2>/dev/null) || {
+        echo "skipped: mp_gpu_matrix not built (-DHCOMM_GPU_MODEL=OFF)"
+        exit 77
+    }
+    step "mp_gpu_stage p2p at 1+1 (device/host placements, 0 B - 4 MiB; staged: no dmabuf on rxe)"
+    HCOMM_GPU_MODEL=1 HCOMM_LOG=info launch 2 1 "$(bin mp_gpu_stage)" p2p 4194304
+    wait_all 90 "GPUDirect\|passed"
+    step "mp_gpu_matrix --device all at 2+2 (every collective x op, int32 and bfloat16, counts 0,1,7,1023,65537)"
+    HCOMM_GPU_MODEL=1 launch 2 2 "$gm" --device all --dtypes int32,bfloat16 --counts 0,1,7,1023,65537
+    wait_all 120 "cases on\|passed"
+    step "mp_gpu_pipe blocks at 2+2 (the staging pipeline between the nodes, 64K chunks)"
+    HCOMM_GPU_MODEL=1 HCOMM_GPU_STAGE_CHUNK=64K HCOMM_GPU_IPC=0 launch 2 2 "$(bin mp_gpu_pipe)" blocks
+    wait_all 90 "passed"
     ;;
 fault_kill)
     lim=${HCOMM_VM_FAIL_S:-5}
