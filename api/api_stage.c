@@ -367,8 +367,7 @@ static hcomm_status_t hc_stage_coll_pipe(const char *fn, const hc_coll_args_t *a
     if (hc_extent_device(r)) pa.rdev = r->p, pa.rattr = r->attr;
     pa.one = a->kind == HC_COLL_BROADCAST || (pa.sdev && pa.sdev == pa.rdev);
     hc_gpu_stats.pipe_calls++;
-    size_t es = hc_dtype_size(a->dtype), chunk = hc_stage_pipe_chunk / es * es;
-    hc_gpu_stats.pipe_chunks += (a->bytes + chunk - 1) / chunk;
+    hc_gpu_stats.pipe_chunks += hc_stage_pipe_nchunk(a, comm);
     if (pa.sdev || pa.rdev) hc_gpu_stats.pipe_dev_calls++;
     hc_stage_pipe_t *p;
     if (!req_p) return hc_stage_pipe_start(&pa, NULL, &p);
@@ -413,7 +412,7 @@ hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *com
                 d.smem = d.rmem = (uint8_t)(s.n ? d.smem : d.rmem);
             return hc_coll_post(&d, comm, req_p);
         }
-    } else if ((st = hc_stage_pipe_fits(fn, a, &pipe)) != HCOMM_OK) {
+    } else if ((st = hc_stage_pipe_fits(fn, a, comm, &pipe)) != HCOMM_OK) {
         return st;
     }
     if (pipe && hc_stage_pipe_blocks(a->kind)) {

@@ -120,7 +120,23 @@ extern int64_t hc_stage_pipe_depth;
  * even one with host buffers (no copies there, only the chunks; the block
  * collectives' pieces packed by the CPU). fn: the call, for a knob's
  * refusal (then *fits_p is false and the status an error). */
-hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a, bool *fits_p);
+hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a,
+                                  const struct hcomm_comm *comm, bool *fits_p);
+
+/* The chunk collectives a pipelined call makes (fits said yes). */
+size_t hc_stage_pipe_nchunk(const hc_coll_args_t *a, const struct hcomm_comm *comm);
+
+/* The vector collectives of the pipeline (allgatherv, reduce_scatterv:
+ * their counts are every rank's alike, so every rank splits them alike):
+ * chunk k is the same element range of every block, the ranks' blocks of
+ * their own sizes (a block past its end: 0 bytes in that chunk). A rank
+ * with host buffers passes its displacements to the chunk collective, so
+ * it makes no copy, and there is no vote. alltoallv is not pipelined: its
+ * counts are each rank's own. */
+static inline bool hc_stage_pipe_vector(hc_coll_kind_t k)
+{
+    return k == HC_COLL_ALLGATHERV || k == HC_COLL_REDUCE_SCATTERV;
+}
 
 /* The block collectives of the pipeline: a chunk is one piece of each of
  * the n blocks of a buffer (allgather, reduce_scatter, alltoall, gather,

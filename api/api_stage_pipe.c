@@ -49,12 +49,30 @@ static const hc_config_knob_t hc_stage_pipe_knobs[] = {
 };
 HC_CONFIG_KNOBS("gpu", hc_stage_pipe_knobs)
 
-hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a, bool *fits_p)
+/* What the chunks split: the per-rank block (the whole buffer for
+ * allreduce, reduce, broadcast), or a vector collective's largest block. */
+static size_t hc_pipe_span(const hc_coll_args_t *a, int n)
+{
+    if (!hc_stage_pipe_vector(a->kind)) return a->bytes;
+    size_t span = 0, es = hc_dtype_size(a->dtype);
+    for (int j = 0; j < n; j++)
+        span = HC_MAX(span, a->vec->rcounts[j] * es);
+    return span;
+}
+
+size_t hc_stage_pipe_nchunk(const hc_coll_args_t *a, const struct hcomm_comm *comm)
+{
+    size_t es = hc_dtype_size(a->dtype), chunk = hc_stage_pipe_chunk / es * es;
+    return (hc_pipe_span(a, comm->size) + chunk - 1) / chunk;
+}
+
+hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a,
+                                  const struct hcomm_comm *comm, bool *fits_p)
 {
     *fits_p = false;
     hc_coll_kind_t k = a->kind;
     if (k != HC_COLL_ALLREDUCE && k != HC_COLL_REDUCE && k != HC_COLL_BROADCAST &&
-        !hc_stage_pipe_blocks(k))
+        !hc_stage_pipe_blocks(k) && !hc_stage_pipe_vector(k))
         return HCOMM_OK;
     if (hc_stage_pipe_chunk < 4096)
         return hc_error(HCOMM_ERR_INVALID, "%s: HCOMM_GPU_STAGE_CHUNK=%zu: at least 4K", fn,
@@ -63,7 +81,8 @@ hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a, bool 
         return hc_error(HCOMM_ERR_INVALID, "%s: HCOMM_GPU_STAGE_DEPTH=%lld: 1..64", fn,
                         (long long)hc_stage_pipe_depth);
     size_t es = hc_dtype_size(a->dtype);
-    *fits_p = hc_ctx.group_depth == 0 && a->bytes > hc_stage_pipe_chunk / es * es;
+    *fits_p =
+        hc_ctx.group_depth == 0 && hc_pipe_span(a, comm->size) > hc_stage_pipe_chunk / es * es;
     return HCOMM_OK;
 }
 
@@ -76,10 +95,14 @@ struct hc_stage_pipe {
     hc_mem_attr_t sattr, rattr;
     bool one; /* in place (or broadcast): one slot area */
     size_t es, chunk, nchunk, depth;
-    size_t ni, no;       /* pieces of a chunk in the input and the output (1, or n: blocks) */
-    bool sstage, rstage; /* the input / output goes through slots (device, or pieces to pack) */
-    hc_stage_buf_t *buf; /* depth slots per staged buffer */
-    char *sslot, *rslot; /* the slot areas */
+    size_t ni, no;         /* pieces of a chunk in the input and the output (1, or n: blocks) */
+    size_t span;           /* what the chunks split: a block, or the largest of a vector's */
+    bool vector;           /* allgatherv, reduce_scatterv: blocks of their own sizes */
+    size_t *vcnt, *vdispl; /* theirs (n each, copied): counts, and the staged side's displs */
+    size_t *varg;          /* 2n: a chunk collective's counts and displacements */
+    bool sstage, rstage;   /* the input / output goes through slots (device, or pieces to pack) */
+    hc_stage_buf_t *buf;   /* depth slots per staged buffer */
+    char *sslot, *rslot;   /* the slot areas */
     hc_gpu_stream_t sin, sout;
     hc_gpu_event_t *ein, *eout; /* depth each */
     struct hcomm_request **req; /* depth */
@@ -159,7 +182,51 @@ static void hc_pipe_fail_back(hc_stage_pipe_t *p, hcomm_status_t st, size_t k)
 
 static size_t hc_pipe_len(const hc_stage_pipe_t *p, size_t k)
 {
-    return HC_MIN(p->chunk, p->a.bytes - k * p->chunk);
+    return HC_MIN(p->chunk, p->span - k * p->chunk);
+}
+
+/* A vector collective's chunk k of rank j's block: its bytes (0 past the
+ * block's end). */
+static size_t hc_pipe_vlen(const hc_stage_pipe_t *p, size_t j, size_t k)
+{
+    size_t b = p->vcnt[j] * p->es, off = k * p->chunk;
+    return b > off ? HC_MIN(p->chunk, b - off) : 0;
+}
+
+/* Chunk k's piece j of the input (in) or the output: its bytes, and its
+ * offset in the user's buffer and in the slot. A block collective's pieces
+ * are len bytes, packed; a vector collective's are its blocks' chunk k,
+ * piece j at j x chunk in the slot (one piece: this rank's block). */
+static size_t hc_pipe_piece(const hc_stage_pipe_t *p, size_t k, size_t j, bool in, size_t *user_p,
+                            size_t *slot_p)
+{
+    size_t off = k * p->chunk, pieces = in ? p->ni : p->no;
+    if (!p->vector) {
+        size_t len = hc_pipe_len(p, k);
+        *user_p = j * p->a.bytes + off;
+        *slot_p = j * len;
+        return len;
+    }
+    if (pieces == 1) {
+        *user_p = off;
+        *slot_p = 0;
+        return hc_pipe_vlen(p, (size_t)p->comm->rank, k);
+    }
+    *user_p = p->vdispl[j] * p->es + off;
+    *slot_p = j * p->chunk;
+    return hc_pipe_vlen(p, j, k);
+}
+
+/* The device bytes and copies of chunk k's input (in) or output. */
+static void hc_pipe_count(const hc_stage_pipe_t *p, size_t k, bool in, uint64_t *copies,
+                          uint64_t *bytes)
+{
+    size_t u, sl;
+    for (size_t j = 0; j < (in ? p->ni : p->no); j++) {
+        size_t len = hc_pipe_piece(p, k, j, in, &u, &sl);
+        *copies += len > 0 || !p->vector;
+        *bytes += len;
+    }
 }
 
 /* Chunk k's slot in an area of slots of `pieces` chunks each. */
@@ -183,12 +250,14 @@ static char *hc_pipe_rslot(const hc_stage_pipe_t *p, size_t k)
  * stream for device memory, else by the CPU at once. */
 static hcomm_status_t hc_pipe_pieces(hc_stage_pipe_t *p, size_t k, bool in)
 {
-    size_t off = k * p->chunk, len = hc_pipe_len(p, k), pieces = in ? p->ni : p->no;
+    size_t pieces = in ? p->ni : p->no;
     char *slot = in ? hc_pipe_sslot(p, k) : hc_pipe_rslot(p, k);
     char *dev = in ? p->sdev : p->rdev;
     char *user = dev ? dev : in ? (char *)p->a.sbuf : (char *)p->a.rbuf;
     for (size_t j = 0; j < pieces; j++) {
-        char *u = user + j * p->a.bytes + off, *sl = slot + j * len;
+        size_t uo, so, len = hc_pipe_piece(p, k, j, in, &uo, &so);
+        char *u = user + uo, *sl = slot + so;
+        if (len == 0) continue;
         if (!dev) {
             memcpy(in ? sl : u, in ? u : sl, len);
             continue;
@@ -215,6 +284,25 @@ static hcomm_status_t hc_pipe_post(hc_stage_pipe_t *p, size_t k)
              : p->a.rbuf && p->no > 0 ? (char *)p->a.rbuf + off
                                       : NULL;
     if (p->one) h.sbuf = h.rbuf = p->sdev ? (void *)h.sbuf : h.rbuf;
+    hc_coll_vec_t v;
+    if (p->vector) { /* chunk k of each block: in the slot at j x chunk, or the user's at +off */
+        size_t n = (size_t)p->comm->size, *cnt = p->varg, *displ = p->varg + n, total = 0;
+        bool staged = p->a.kind == HC_COLL_ALLGATHERV ? p->rstage : p->sstage;
+        for (size_t j = 0; j < n; j++) {
+            cnt[j] = hc_pipe_vlen(p, j, k) / p->es;
+            displ[j] = staged ? j * (p->chunk / p->es) : p->vdispl[j] + off / p->es;
+            total += cnt[j];
+        }
+        v = p->a.kind == HC_COLL_ALLGATHERV ? (hc_coll_vec_t){NULL, NULL, cnt, displ}
+                                            : (hc_coll_vec_t){NULL, displ, cnt, NULL};
+        if (!staged && p->a.kind == HC_COLL_ALLGATHERV) /* the displacements carry the offset */
+            h.rbuf = p->a.rbuf;
+        else if (!staged)
+            h.sbuf = p->a.sbuf;
+        h.vec = &v;
+        h.count = total;
+        h.bytes = total * p->es;
+    }
     hcomm_request_t handle;
     hcomm_status_t st = hc_coll_post(&h, p->comm, &handle);
     if (st != HCOMM_OK) return st;
@@ -258,10 +346,7 @@ static bool hc_pipe_step_post(hc_stage_pipe_t *p)
                 break;
             }
         }
-        if (p->sdev) {
-            hc_gpu_stats.d2h_copies += p->ni;
-            hc_gpu_stats.d2h_bytes += p->ni * hc_pipe_len(p, k);
-        }
+        if (p->sdev) hc_pipe_count(p, k, true, &hc_gpu_stats.d2h_copies, &hc_gpu_stats.d2h_bytes);
         hcomm_status_t st = hc_pipe_post(p, k);
         if (st != HCOMM_OK) {
             hc_pipe_fail(p, st, "posting chunk %zu of %zu", k, p->nchunk);
@@ -319,8 +404,7 @@ static bool hc_pipe_step_done(hc_stage_pipe_t *p)
             if (st == HCOMM_IN_PROGRESS) break;
             p->copied[slot] = false;
             if (st == HCOMM_OK) {
-                hc_gpu_stats.h2d_copies += p->no;
-                hc_gpu_stats.h2d_bytes += p->no * hc_pipe_len(p, k);
+                hc_pipe_count(p, k, false, &hc_gpu_stats.h2d_copies, &hc_gpu_stats.h2d_bytes);
             } else {
                 hc_pipe_fail_back(p, st, k);
             }
@@ -401,6 +485,7 @@ void hc_stage_pipe_free(hc_stage_pipe_t *p)
     free(p->eout);
     free(p->req);
     free(p->copied);
+    free(p->vcnt);
     free(p);
 }
 
@@ -475,21 +560,27 @@ hcomm_status_t hc_stage_pipe_start(const hc_stage_pipe_args_t *pa, hcomm_request
     if (pa->sdev) p->sattr = pa->sattr;
     if (pa->rdev) p->rattr = pa->rattr;
     p->chunk = hc_stage_pipe_chunk / p->es * p->es;
-    p->nchunk = (p->a.bytes + p->chunk - 1) / p->chunk;
+    p->span = hc_pipe_span(pa->a, pa->comm->size);
+    p->nchunk = (p->span + p->chunk - 1) / p->chunk;
+    p->vector = hc_stage_pipe_vector(pa->a->kind);
     /* the block collectives: chunk k is a piece of each rank's block (a
      * gather's output and a scatter's input: the root's only; 0 pieces
      * elsewhere, where the buffer is ignored) */
     size_t n = (size_t)pa->comm->size;
     hc_coll_kind_t kind = pa->a->kind;
     bool root = pa->comm->rank == pa->a->root;
-    p->ni = kind == HC_COLL_REDUCE_SCATTER || kind == HC_COLL_ALLTOALL ? n
-            : kind == HC_COLL_SCATTER                                  ? (root ? n : 0)
-                                                                       : 1;
-    p->no = kind == HC_COLL_ALLGATHER || kind == HC_COLL_ALLTOALL ? n
-            : kind == HC_COLL_GATHER                              ? (root ? n : 0)
-                                                                  : 1;
-    p->sstage = p->sdev || (p->ni > 1 && p->a.sbuf);
-    p->rstage = p->rdev || (p->no > 1 && p->a.rbuf);
+    p->ni = kind == HC_COLL_REDUCE_SCATTER || kind == HC_COLL_ALLTOALL ||
+                    kind == HC_COLL_REDUCE_SCATTERV
+                ? n
+            : kind == HC_COLL_SCATTER ? (root ? n : 0)
+                                      : 1;
+    p->no = kind == HC_COLL_ALLGATHER || kind == HC_COLL_ALLTOALL || kind == HC_COLL_ALLGATHERV ? n
+            : kind == HC_COLL_GATHER ? (root ? n : 0)
+                                     : 1;
+    /* staged: device memory; host pieces to pack (a vector collective's
+     * chunk collective takes the user's displacements: no copy) */
+    p->sstage = p->sdev || (p->ni > 1 && p->a.sbuf && !p->vector);
+    p->rstage = p->rdev || (p->no > 1 && p->a.rbuf && !p->vector);
     /* (rank 0's allgather or reduce_scatter in place passes one address for
      * its input and output, of different sizes: two areas) */
     p->one = p->one && p->ni == p->no;
@@ -499,7 +590,21 @@ hcomm_status_t hc_stage_pipe_start(const hc_stage_pipe_args_t *pa, hcomm_request
     }
     p->limit = p->nchunk;
     p->user_last = req_p != NULL;
-    hcomm_status_t st = hc_pipe_alloc(p);
+    hcomm_status_t st = HCOMM_OK;
+    if (p->vector) { /* the user's arrays may be reused once the call returns: copied */
+        const hc_coll_vec_t *v = pa->a->vec;
+        p->vcnt = malloc(4 * n * sizeof(size_t));
+        if (!p->vcnt) {
+            st = hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", pa->fn);
+        } else {
+            p->vdispl = p->vcnt + n;
+            p->varg = p->vcnt + 2 * n;
+            memcpy(p->vcnt, v->rcounts, n * sizeof(size_t));
+            memcpy(p->vdispl, kind == HC_COLL_ALLGATHERV ? v->rdispls : v->sdispls,
+                   n * sizeof(size_t));
+        }
+    }
+    if (st == HCOMM_OK) st = hc_pipe_alloc(p);
     if (st != HCOMM_OK) {
         char saved[512];
         snprintf(saved, sizeof(saved), "%s", hc_error_last());

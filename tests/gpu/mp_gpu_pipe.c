@@ -274,6 +274,150 @@ static int run_blocks(void)
     return mp_finish("mp_gpu_pipe blocks");
 }
 
+/* ---- the vector collectives ---- */
+
+/* Rank j's block: 7, 40007, 10006, 50006, ... elements (at 64K chunks: one
+ * piece, 3 chunks and a partial one, a partial one, 4 chunks), so chunk k
+ * holds pieces of some ranks only. */
+static size_t vcount(int j)
+{
+    return ((size_t)j * 40000 + 7) % 70001;
+}
+
+enum { V_ALLGATHERV, V_REDUCE_SCATTERV };
+static const char *vname[] = {"allgatherv", "reduce_scatterv"};
+
+/* allgatherv's output: the blocks in reverse rank order, 5 elements apart
+ * (the gaps must stay as they were); reduce_scatterv's input: rank order,
+ * contiguous (its form). disp[j] in elements; returns the buffer's length. */
+static size_t vlayout(int kind, size_t *cnt, size_t *disp)
+{
+    size_t at = 0;
+    for (int j = 0; j < mp_size; j++)
+        cnt[j] = vcount(j);
+    for (int i = 0; i < mp_size; i++) {
+        int j = kind == V_ALLGATHERV ? mp_size - 1 - i : i;
+        disp[j] = at;
+        at += cnt[j] + (kind == V_ALLGATHERV ? 5 : 0);
+    }
+    return at;
+}
+
+static void one_vector(int kind, int how, bool inplace, bool sdev, bool rdev)
+{
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s %s, send %s, recv %s", vname[kind],
+             inplace ? "in place" : "out of place",
+             how == 0   ? "blocking"
+             : how == 1 ? "+ wait"
+                        : "+ test",
+             sdev ? "device" : "host", rdev ? "device" : "host");
+    size_t n = (size_t)mp_size, me = (size_t)mp_rank;
+    size_t *cnt = mp_xmalloc(n * sizeof(size_t)), *disp = mp_xmalloc(n * sizeof(size_t));
+    size_t len = vlayout(kind, cnt, disp), mine = cnt[me];
+    bool ag = kind == V_ALLGATHERV;
+    size_t sin = ag ? mine : len, sout = ag ? len : mine, big = HC_MAX(sin, sout);
+    int32_t *h = mp_xmalloc(big * 4 + 4), *g = mp_xmalloc(big * 4 + 4),
+            *want = mp_xmalloc(big * 4 + 4);
+    for (size_t i = 0; i < big; i++)
+        g[i] = -7;
+    for (size_t i = 0; i < sin; i++)
+        h[i] = val(mp_rank, i, 3);
+    /* in place: allgatherv's input is its block of the output,
+     * reduce_scatterv's output its block of the input */
+    size_t in_at = inplace && ag ? disp[me] : 0, out_at = inplace && !ag ? disp[me] : 0;
+    buf_t r = buf_new(rdev, (inplace ? big : sout) * 4), s = r;
+    if (inplace) {
+        memcpy(g + in_at, h, sin * 4);
+        buf_put(&r, g, big * 4);
+    } else {
+        s = buf_new(sdev, sin * 4);
+        buf_put(&s, h, sin * 4);
+        buf_put(&r, g, sout * 4);
+    }
+    /* what the output holds after: allgatherv's gaps as they were */
+    for (size_t i = 0; i < sout; i++)
+        want[i] = inplace ? g[out_at + i] : -7;
+    int sum = mp_size * (mp_size + 1) / 2;
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; ag && i < cnt[j]; i++)
+            want[disp[j] + i] = val((int)j, i, 3);
+    for (size_t i = 0; !ag && i < mine; i++)
+        want[i] = (int32_t)(sum * (int)((disp[me] + i) % 1000) + 3 * (int)n);
+    hc_gpu_stats_t c0 = hc_gpu_stats;
+    hcomm_comm_t w = hcomm_comm_world();
+    hcomm_request_t req;
+    hcomm_request_t *rp = how ? &req : NULL;
+    const int32_t *sp = (int32_t *)s.p + in_at;
+    int32_t *rpp = (int32_t *)r.p + out_at;
+    hcomm_status_t st;
+    if (ag)
+        st = how ? hcomm_iallgatherv(sp, mine, rpp, cnt, disp, HCOMM_INT32, w, rp)
+                 : hcomm_allgatherv(sp, mine, rpp, cnt, disp, HCOMM_INT32, w);
+    else
+        st = how ? hcomm_ireduce_scatterv(sp, rpp, cnt, HCOMM_INT32, HCOMM_SUM, w, rp)
+                 : hcomm_reduce_scatterv(sp, rpp, cnt, HCOMM_INT32, HCOMM_SUM, w);
+    /* the arrays may be reused once the call returned */
+    for (size_t j = 0; j < n; j++)
+        cnt[j] = disp[j] = 99999999;
+    if (st == HCOMM_OK && how) st = req_end(req, how);
+    hc_gpu_stats_t c1 = hc_gpu_stats;
+    if (st != HCOMM_OK) mp_fail("%s: %s (%s)", what, mp_status_name(st), hcomm_last_error());
+    vlayout(kind, cnt, disp);
+    size_t chunk = hc_stage_pipe_chunk / 4, chunks = 0;
+    for (size_t j = 0; j < n; j++)
+        chunks = HC_MAX(chunks, (cnt[j] + chunk - 1) / chunk);
+    if (c1.pipe_calls != c0.pipe_calls + 1 || c1.pipe_chunks != c0.pipe_chunks + chunks)
+        mp_fail("%s: expected 1 pipelined call of %zu chunks, got %llu calls, %llu chunks", what,
+                chunks, (unsigned long long)(c1.pipe_calls - c0.pipe_calls),
+                (unsigned long long)(c1.pipe_chunks - c0.pipe_chunks));
+    /* device bytes copied once in and once back: the blocks, not the gaps */
+    size_t blocks = 0;
+    for (size_t j = 0; j < n; j++)
+        blocks += cnt[j] * 4;
+    size_t want_in = s.dev ? (ag ? mine * 4 : blocks) : 0,
+           want_out = r.dev ? (ag ? blocks : mine * 4) : 0;
+    if (c1.d2h_bytes - c0.d2h_bytes != want_in || c1.h2d_bytes - c0.h2d_bytes != want_out)
+        mp_fail("%s: staging copied %llu bytes in and %llu back, expected %zu and %zu", what,
+                (unsigned long long)(c1.d2h_bytes - c0.d2h_bytes),
+                (unsigned long long)(c1.h2d_bytes - c0.h2d_bytes), want_in, want_out);
+    buf_get(&r, g, (inplace ? big : sout) * 4, what);
+    for (size_t i = 0; i < sout; i++)
+        if (g[out_at + i] != want[i]) {
+            mp_fail("%s: element %zu of %zu expected %d got %d", what, i, sout, want[i],
+                    g[out_at + i]);
+            break;
+        }
+    if (!inplace) { /* the input stays as it was */
+        buf_get(&s, g, sin * 4, what);
+        if (memcmp(g, h, sin * 4)) mp_fail("%s: the send buffer changed", what);
+        buf_free(&s);
+    }
+    buf_free(&r);
+    free(h);
+    free(g);
+    free(want);
+    free(cnt);
+    free(disp);
+}
+
+static int run_vectors(void)
+{
+    /* host buffers everywhere too: chunked alike, with no copies */
+    const int mems[5][2] = {{1, 1}, {0, 1}, {1, 0}, {2, 2}, {0, 0}};
+    for (int kind = 0; kind < 2; kind++)
+        for (int m = 0; m < 5; m++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                if (inplace && mems[m][0] != mems[m][1]) continue;
+                bool sd = mems[m][0] == 2 ? mp_rank % 2 == 0 : mems[m][0];
+                bool rd = mems[m][1] == 2 ? mp_rank % 2 == 0 : mems[m][1];
+                for (int how = 0; how < 3; how++)
+                    one_vector(kind, how, inplace, sd, rd);
+            }
+    MP_OK(hcomm_barrier(hcomm_comm_world()));
+    return mp_finish("mp_gpu_pipe vectors");
+}
+
 static int run_cases(void)
 {
     /* device / device, host send + device recv, device send + host recv,
@@ -349,10 +493,12 @@ int main(int argc, char **argv)
     const char *what = argc > 1 ? argv[1] : "";
     if (!strcmp(what, "fault-in") || !strcmp(what, "fault-out"))
         return run_fault(!strcmp(what, "fault-in"));
-    if (strcmp(what, "cases") && strcmp(what, "blocks")) {
-        fprintf(stderr, "usage: mp_gpu_pipe cases | blocks | fault-in | fault-out\n");
+    if (strcmp(what, "cases") && strcmp(what, "blocks") && strcmp(what, "vectors")) {
+        fprintf(stderr, "usage: mp_gpu_pipe cases | blocks | vectors | fault-in | fault-out\n");
         return 2;
     }
     mp_init();
-    return !strcmp(what, "blocks") ? run_blocks() : run_cases();
+    return !strcmp(what, "blocks")    ? run_blocks()
+           : !strcmp(what, "vectors") ? run_vectors()
+                                      : run_cases();
 }
