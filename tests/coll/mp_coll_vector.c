@@ -10,7 +10,8 @@
  * place, and counts that disagree between ranks (ERR_TRUNCATED on a rank,
  * never a hang or a partial result taken as good).
  *
- *   mp_coll_vector [--big]   (--big: counts up to ~256 Ki elements)
+ *   mp_coll_vector [--big | --scale N]   (--big: counts up to ~256 Ki
+ *       elements, --scale 2048; --scale N: the counts times N)
  */
 #include "common/mp_test.h"
 
@@ -399,6 +400,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--big"))
             scale = 2048;
+        else if (!strcmp(argv[i], "--scale") && i + 1 < argc)
+            scale = (size_t)atoi(argv[++i]);
 #ifdef HC_TEST_GPU
         else if (!strcmp(argv[i], "--device") && i + 1 < argc && !gpu_dev_mode(argv[i + 1]))
             i++;

@@ -24,7 +24,8 @@
 #                mp_coll_matrix
 #   gpu          the GPU model's device buffers (HCOMM_GPU_MODEL=1): mp_gpu_stage
 #                p2p at 1+1 (0 B - 4 MiB, staged: rxe has no dmabuf),
-#                mp_gpu_matrix --device all and mp_gpu_pipe blocks at 2+2
+#                mp_gpu_matrix --device all, mp_gpu_pipe blocks and vectors
+#                at 2+2
 #   fault_kill   mp_drv_conformance --kill at 1+1; 2x2 p2p exchange with
 #                rank 3 SIGKILLed; 2x2 allreduce loop with rank 1 SIGKILLed:
 #                every survivor reports HCOMM_ERR_PEER_FAILED naming the dead
@@ -116,6 +117,9 @@ gpu)
     step "mp_gpu_pipe blocks at 2+2 (the staging pipeline between the nodes, 64K chunks)"
     HCOMM_GPU_MODEL=1 HCOMM_GPU_STAGE_CHUNK=64K HCOMM_GPU_IPC=0 launch 2 2 "$(bin mp_gpu_pipe)" blocks
     wait_all 90 "passed"
+    step "mp_gpu_pipe vectors at 2+2 (allgatherv and reduce_scatterv in chunks)"
+    HCOMM_GPU_MODEL=1 HCOMM_GPU_STAGE_CHUNK=64K launch 2 2 "$(bin mp_gpu_pipe)" vectors
+    wait_all 60 "passed"
     ;;
 fault_kill)
     lim=${HCOMM_VM_FAIL_S:-5}
