@@ -21,18 +21,20 @@
 #define HC_TCP_MAX_SOCKS 16           /* sockets per peer we accept (we open conn_per_peer) */
 #define HC_TCP_MAX_FRAME (512u << 10) /* payload bytes per frame */
 #define HC_TCP_EAGER_MAX (64u << 10)
-#define HC_TCP_RBUF_SLACK (64u << 10)  /* room to read small frames in batches */
-#define HC_TCP_INLINE 64               /* control payloads copied into the queue entry */
-#define HC_TCP_QUEUE_BYTES (16u << 20) /* per socket: bytes queued before ERR_AGAIN */
-#define HC_TCP_QUEUE_COPY (1u << 20)   /* per socket: copied bytes before ERR_AGAIN */
+#define HC_TCP_RBUF_SLACK (64u << 10)      /* room to read small frames in batches */
+#define HC_TCP_INLINE 64                   /* control payloads copied into the queue entry */
+#define HC_TCP_QUEUE_BYTES (16u << 20)     /* per socket: bytes queued before ERR_AGAIN */
+#define HC_TCP_QUEUE_COPY (1u << 20)       /* per socket: copied bytes before ERR_AGAIN */
 #define HC_TCP_RAIL_PROBE_BYTES (1u << 20) /* DATA that probes a rail's stale rate */
-#define HC_TCP_MAGIC 0x68637470u       /* "hctp" */
-#define HC_TCP_VERSION 2               /* 2: the key is proven (HMAC), never sent */
-#define HC_TCP_ANON_MAX 64             /* accepted sockets whose hello is not read yet */
-#define HC_TCP_MAX_RAILS 4             /* local interfaces (HCOMM_SOCKET_IFNAME=a,b) */
-#define HC_TCP_RAIL_STRIDE 4           /* with rails: socket k is rail k / 4, index k % 4 */
-#define HC_TCP_NOCHAN 0xffffu          /* rail header of a driver frame: no channel, no seq */
-#define HC_TCP_IDX_REPLACE 0x8000u     /* hello.sock_idx: the connector lost its socket here */
+#define HC_TCP_RAIL_DELAY_FAR_NS                                                                   \
+    1000000ull                     /* a rail's RTT this far above the least steers the stripe */
+#define HC_TCP_MAGIC 0x68637470u   /* "hctp" */
+#define HC_TCP_VERSION 2           /* 2: the key is proven (HMAC), never sent */
+#define HC_TCP_ANON_MAX 64         /* accepted sockets whose hello is not read yet */
+#define HC_TCP_MAX_RAILS 4         /* local interfaces (HCOMM_SOCKET_IFNAME=a,b) */
+#define HC_TCP_RAIL_STRIDE 4       /* with rails: socket k is rail k / 4, index k % 4 */
+#define HC_TCP_NOCHAN 0xffffu      /* rail header of a driver frame: no channel, no seq */
+#define HC_TCP_IDX_REPLACE 0x8000u /* hello.sock_idx: the connector lost its socket here */
 
 /* Driver-private frame types (never delivered to the core). */
 enum {
@@ -227,6 +229,9 @@ typedef struct {
     uint64_t rate_bytes, rate_ns; /* svc_bytes, svc_ns at the last sample */
     uint64_t rate_at;             /* when the last sample (or probe) was taken */
     double rate;                  /* bytes per ns, moving average; 0: not measured yet */
+    /* Its delay, for the stripe too: the least minimum RTT of its sockets
+     * (hc_drv_tcp_min_rtt_us, each timer tick); 0: none yet. */
+    uint64_t delay_ns;
     /* A stale rate is probed (hc_rail_rate_sample): the rail counts as the
      * best one for probe_left more bytes, then their sample may raise it. */
     bool probing;
@@ -441,5 +446,8 @@ void hc_drv_tcp_idle_timer(hc_tcp_conn_t *c, uint64_t now);
 void hc_drv_tcp_idle_frame(hc_tcp_conn_t *c, const hc_frame_hdr_t *h);
 bool hc_drv_tcp_idle_eof(hc_tcp_slot_t *s);
 void hc_drv_tcp_idle_reopen(hc_tcp_slot_t *s);
+
+/* tcp_info.c: the kernel's minimum RTT of socket fd, in us (0: unknown). */
+uint32_t hc_drv_tcp_min_rtt_us(int fd);
 
 #endif /* HC_DRV_TCP_H */

@@ -285,20 +285,33 @@ static size_t hc_rail_outstanding(hc_tcp_conn_t *c, int r)
 
 /* The channel of a core frame: ordered ones on their lane's channel of
  * rail 0, DATA on that index of the healthy rail that would deliver it
- * first: the least (outstanding + frame) / rate, the rate each rail was
- * measured to deliver (hc_rail_rate_sample; one not measured yet, or being
- * probed, counts as the best measured; all unmeasured: the least
- * outstanding). A frame's bytes thus split in proportion to what the rails
- * deliver, whether a rail is slower by its link or by congestion, also
- * when a whole message is queued at once (which the least-queued rule
- * alone splits evenly). */
+ * first: the least delay + (outstanding + frame) / rate, the rate each
+ * rail was measured to deliver (hc_rail_rate_sample; one not measured yet,
+ * or being probed, counts as the best measured; all unmeasured: the least
+ * outstanding), the delay half of what its RTT (hc_rail_rtt_sample) is
+ * above the least rail's, counted only where that is far above (more than
+ * the least RTT and more than HC_TCP_RAIL_DELAY_FAR_NS: the minimum RTTs
+ * of equal links differ by tens of percent, and a stripe steered by that
+ * noise would starve a rail). A frame's bytes thus
+ * split in proportion to what the rails deliver, whether a rail is slower
+ * by its link or by congestion, also when a whole message is queued at
+ * once (which the least-queued rule alone splits evenly); a rail whose
+ * delay is far above the others' takes only what the others could not
+ * deliver sooner (a message shorter than the delay's worth of the fast
+ * rails' rate stays off it). */
 static int hc_rail_chan(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
 {
     int i = hc_drv_tcp_pick(c, c->drv, h);
     if (!(h->flags & HC_FRAME_FLAG_UNORDERED)) return i;
     double top = 0;
+    uint64_t least = 0; /* the least delay of a rail up */
     for (int r = 0; r < c->nrails; r++)
-        if (c->rail[r].up) top = HC_MAX(top, c->rail[r].rate);
+        if (c->rail[r].up) {
+            top = HC_MAX(top, c->rail[r].rate);
+            uint64_t d = c->rail[r].delay_ns;
+            if (d && (!least || d < least)) least = d;
+        }
+    uint64_t far = HC_MAX(least, HC_TCP_RAIL_DELAY_FAR_NS);
     int best = -1;
     double best_t = 0;
     uint32_t rr = c->rr_rail++;
@@ -307,7 +320,11 @@ static int hc_rail_chan(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
         const hc_tcp_rail_t *rail = &c->rail[r];
         if (!rail->up) continue;
         double rate = rail->rate > 0 && !rail->probe_left ? rail->rate : top > 0 ? top : 1.0;
-        double t = (double)(hc_rail_outstanding(c, r) + h->len) / rate;
+        /* its delay above the least, one way, where far above it (a rail
+         * being probed counts as the best by its delay too) */
+        uint64_t extra = rail->delay_ns > least ? rail->delay_ns - least : 0;
+        double lat = rail->probe_left || extra <= far ? 0 : (double)extra / 2;
+        double t = lat + (double)(hc_rail_outstanding(c, r) + h->len) / rate;
         if (best < 0 || t < best_t) {
             best = r;
             best_t = t;
@@ -317,6 +334,23 @@ static int hc_rail_chan(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
     hc_tcp_rail_t *rail = &c->rail[best];
     rail->probe_left -= HC_MIN(rail->probe_left, h->len);
     return best * HC_TCP_RAIL_STRIDE + i;
+}
+
+/* The rail's delay: the least minimum RTT of its up sockets (the kernel's
+ * windowed minimum). Not the smoothed RTT: an idle rail's sockets carry
+ * heartbeats, whose delayed acknowledgements made it read tens of ms on
+ * loopback, so a rail the stripe had left idle looked slow and stayed
+ * idle (test_low_rate_probed starved that way). Queueing is the rate's
+ * business; the delay is the path's. */
+static void hc_rail_rtt_sample(hc_tcp_conn_t *c, int r)
+{
+    uint32_t us = 0;
+    for (int i = 0; i < HC_TCP_RAIL_STRIDE; i++) {
+        const hc_tcp_slot_t *s = hc_rail_slot(c, r, i);
+        uint32_t x = s->state == HC_TCP_S_UP ? hc_drv_tcp_min_rtt_us(s->fd) : 0;
+        if (x && (!us || x < us)) us = x;
+    }
+    if (us) c->rail[r].delay_ns = (uint64_t)us * 1000u;
 }
 
 /* A rate no sample has refreshed for HC_RAIL_RATE_STALE_NS is probed with
@@ -1025,6 +1059,7 @@ void hc_drv_tcp_rail_timer(hc_tcp_conn_t *c, uint64_t now)
         if (worst == HC_RAIL_LEFT) continue;
         any_up = true;
         hc_rail_rate_sample(c, r, now);
+        hc_rail_rtt_sample(c, r);
         if (worst == HC_RAIL_OK && rail->stall_ns) {
             hc_log_info("tcp: rail %d (%s) to rank %d acknowledges again after %.3f s", r,
                         hc_rail_ifname(c, r), c->base.peer, (double)(now - rail->stall_ns) * 1e-9);

@@ -306,9 +306,10 @@ static void test_low_rate_probed(void **state)
     stream_for(d0, d1, c01, 700);
     uint64_t g1 = td0->rail_tx_bytes[1] - b1, g0 = td0->rail_tx_bytes[0] - b0;
     print_message("after rail 1's rate was set a millionth of rail 0's: rail 0 %llu B, rail 1 "
-                  "%llu B, rate probes %llu\n",
+                  "%llu B, rate probes %llu; rates %.3f / %.3f B/ns, min RTT %.3f / %.3f ms\n",
                   (unsigned long long)g0, (unsigned long long)g1,
-                  (unsigned long long)td0->n_rate_probes);
+                  (unsigned long long)td0->n_rate_probes, t->rail[0].rate, t->rail[1].rate,
+                  (double)t->rail[0].delay_ns * 1e-6, (double)t->rail[1].delay_ns * 1e-6);
     /* Either a probe raised the rate, or samples of frames already queued
      * on rail 1 when its rate was lowered did (an ASan run of CI: half the
      * bytes on rail 1, no probe): the share below is what starvation fails. */
@@ -369,6 +370,47 @@ static void test_probe_bounded(void **state)
         usleep(100);
     }
     assert_true(t->rail[1].rate > t->rail[0].rate * 0.01); /* the probe's sample */
+    assert_int_equal(side[0].failed + side[1].failed, 0);
+    ops->close(d0);
+    ops->close(d1);
+}
+
+/* A rail whose delay is far above the other's (rail 1 "measured" 40 ms of
+ * RTT, rail 0 loopback's tenth of a ms) takes only what rail 0 could not
+ * deliver sooner: 4 MiB queued at once (rank 1 reading nothing) all go on
+ * rail 0, whose rate here delivers them in well under 20 ms; by the rate
+ * alone (as before) they split about evenly, rates alike. Then all of it
+ * is delivered. */
+static void test_delay_steers(void **state)
+{
+    (void)state;
+    if (!ifs[0]) skip();
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01 = measured_pair(&d0, &d1);
+    hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
+    hc_tcp_conn_t *t = (hc_tcp_conn_t *)c01;
+    t->rail[1].delay_ns = 40000000ull;
+    t->rail[1].rate = t->rail[0].rate; /* rates alike: only the delay differs */
+    uint64_t b1 = td0->rail_tx_bytes[1], b0 = td0->rail_tx_bytes[0];
+    const int n = (4 << 20) / HC_TCP_MAX_FRAME;
+    int sent = side[0].done;
+    for (int i = 0; i < n; i++) {
+        hc_frame_hdr_t h = {.type = HC_FRAME_DATA,
+                            .flags = HC_FRAME_FLAG_UNORDERED,
+                            .len = HC_TCP_MAX_FRAME,
+                            .b = (uint64_t)i * HC_TCP_MAX_FRAME};
+        t->rail[1].delay_ns = 40000000ull; /* (the timer's tick reads loopback's again) */
+        assert_int_equal(ops->put(c01, &h, payload, payload), HCOMM_IN_PROGRESS);
+        ops->progress(d0);
+    }
+    uint64_t g1 = td0->rail_tx_bytes[1] - b1, g0 = td0->rail_tx_bytes[0] - b0;
+    print_message("4 MiB queued, rail 1 at 40 ms RTT (rates %.2f / %.2f B/ns): rail 0 %llu B, "
+                  "rail 1 %llu B (rail 0's RTT %.3f ms)\n",
+                  t->rail[0].rate, t->rail[1].rate, (unsigned long long)g0, (unsigned long long)g1,
+                  (double)t->rail[0].delay_ns * 1e-6);
+    assert_true(t->rail[0].rate * 20e6 > (double)(4 << 20)); /* else the premise fails */
+    assert_true(g1 * 10 < g0 + g1);                          /* under a tenth */
+    pump_until(d0, d1, &side[0].done, sent + n);
     assert_int_equal(side[0].failed + side[1].failed, 0);
     ops->close(d0);
     ops->close(d1);
@@ -555,8 +597,8 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failover_exactly_once), cmocka_unit_test(test_stripe),
-        cmocka_unit_test(test_flush_head_fails), cmocka_unit_test(test_gap_goes_back_n),
+        cmocka_unit_test(test_flush_head_fails),      cmocka_unit_test(test_gap_goes_back_n),
         cmocka_unit_test(test_all_rails_down_resend), cmocka_unit_test(test_low_rate_probed),
-        cmocka_unit_test(test_probe_bounded)};
+        cmocka_unit_test(test_probe_bounded),         cmocka_unit_test(test_delay_steers)};
     return cmocka_run_group_tests(tests, setup, NULL);
 }
