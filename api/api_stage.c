@@ -361,14 +361,14 @@ static hcomm_status_t hc_stage_posted(hc_api_stage_t *stg, hcomm_status_t st,
 /* A collective through the pipeline (every rank, whatever its memory). */
 static hcomm_status_t hc_stage_coll_pipe(const char *fn, const hc_coll_args_t *a,
                                          struct hcomm_comm *comm, const hc_extent_t *s,
-                                         const hc_extent_t *r, hcomm_request_t *req_p)
+                                         const hc_extent_t *r, size_t span, hcomm_request_t *req_p)
 {
-    hc_stage_pipe_args_t pa = {.fn = fn, .a = a, .comm = comm};
+    hc_stage_pipe_args_t pa = {.fn = fn, .a = a, .comm = comm, .span = span};
     if (hc_extent_device(s)) pa.sdev = s->p, pa.sattr = s->attr;
     if (hc_extent_device(r)) pa.rdev = r->p, pa.rattr = r->attr;
     pa.one = a->kind == HC_COLL_BROADCAST || (pa.sdev && pa.sdev == pa.rdev);
     hc_gpu_stats.pipe_calls++;
-    hc_gpu_stats.pipe_chunks += hc_stage_pipe_nchunk(a, comm);
+    hc_gpu_stats.pipe_chunks += hc_stage_pipe_nchunk(&pa);
     if (pa.sdev || pa.rdev) hc_gpu_stats.pipe_dev_calls++;
     hc_stage_pipe_t *p;
     if (!req_p) return hc_stage_pipe_start(&pa, NULL, &p);
@@ -399,6 +399,7 @@ hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *com
     if (hc_gpu_no_stage) return hc_coll_post(a, comm, req_p);
     if (hc_extent_device(&s) || hc_extent_device(&r)) hc_stage_log_path();
     bool pipe = false;
+    size_t span = 0; /* (alltoallv: the largest block, voted) */
     if (hc_ipc_mode != HC_GDR_OFF && hc_coll_node_takes_device(a, comm)) {
         /* Every rank decides this alike (whatever its memory), so none
          * pipelines. Device buffers go down as they are; managed memory is
@@ -415,6 +416,18 @@ hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *com
         }
     } else if ((st = hc_stage_pipe_fits(fn, a, comm, &pipe)) != HCOMM_OK) {
         return st;
+    } else if (a->kind == HC_COLL_ALLTOALLV && hc_ctx.group_depth == 0) {
+        /* Its counts are each rank's own, so no rank knows the largest
+         * block: the ranks vote on it (every alltoallv outside a group
+         * calls the vote while a GPU backend is active), and the pipeline
+         * splits every block by the chunk. */
+        size_t es = hc_dtype_size(a->dtype), mine = 0, n = (size_t)comm->size;
+        for (size_t j = 0; j < n; j++)
+            mine = HC_MAX(mine, HC_MAX(a->vec->scounts[j], a->vec->rcounts[j]) * es);
+        uint64_t most = 0;
+        if ((st = hc_coll_internal_max(mine, &most, comm)) != HCOMM_OK) return st;
+        span = (size_t)most;
+        pipe = span > hc_stage_pipe_chunk / es * es;
     }
     if (pipe && hc_stage_pipe_blocks(a->kind)) {
         /* The block collectives' chunks cost a rank with host buffers CPU
@@ -425,7 +438,7 @@ hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *com
         bool mine = hc_extent_device(&s) || hc_extent_device(&r);
         if ((st = hc_coll_internal_any(mine, &pipe, comm)) != HCOMM_OK) return st;
     }
-    if (pipe) return hc_stage_coll_pipe(fn, a, comm, &s, &r, req_p);
+    if (pipe) return hc_stage_coll_pipe(fn, a, comm, &s, &r, span, req_p);
     if (!hc_extent_device(&s) && !hc_extent_device(&r)) return hc_coll_post(a, comm, req_p);
     hc_api_stage_t *stg = calloc(1, sizeof(*stg));
     if (!stg) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory to stage device buffers", fn);

@@ -113,26 +113,25 @@ extern int64_t hc_stage_pipe_depth;
 
 /* Whether a collective goes through the pipeline: allreduce, reduce and
  * broadcast of more than one chunk, allgather, reduce_scatter, alltoall,
- * gather and scatter whose per-rank block is more than one chunk, outside
- * groups. It depends
- * only on what every rank passes alike (kind, count, dtype), never on
- * memory types, so every rank makes the same number of chunk collectives,
- * even one with host buffers (no copies there, only the chunks; the block
- * collectives' pieces packed by the CPU). fn: the call, for a knob's
- * refusal (then *fits_p is false and the status an error). */
+ * gather and scatter whose per-rank block is more than one chunk,
+ * allgatherv and reduce_scatterv whose largest block is, outside groups.
+ * It depends only on what every rank passes alike (kind, counts, dtype),
+ * never on memory types, so every rank makes the same number of chunk
+ * collectives, even one with host buffers (no copies there, only the
+ * chunks; the block collectives' pieces packed by the CPU, after a vote).
+ * alltoallv: never (the API votes on its largest block). fn: the call,
+ * for a knob's refusal (then *fits_p is false and the status an error). */
 hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a,
                                   const struct hcomm_comm *comm, bool *fits_p);
-
-/* The chunk collectives a pipelined call makes (fits said yes). */
-size_t hc_stage_pipe_nchunk(const hc_coll_args_t *a, const struct hcomm_comm *comm);
 
 /* The vector collectives of the pipeline (allgatherv, reduce_scatterv:
  * their counts are every rank's alike, so every rank splits them alike):
  * chunk k is the same element range of every block, the ranks' blocks of
  * their own sizes (a block past its end: 0 bytes in that chunk). A rank
  * with host buffers passes its displacements to the chunk collective, so
- * it makes no copy, and there is no vote. alltoallv is not pipelined: its
- * counts are each rank's own. */
+ * it makes no copy, and there is no vote on whether. alltoallv is split
+ * the same way, but its counts are each rank's own: the API votes on the
+ * largest block (hc_coll_internal_max) and passes it as the span. */
 static inline bool hc_stage_pipe_vector(hc_coll_kind_t k)
 {
     return k == HC_COLL_ALLGATHERV || k == HC_COLL_REDUCE_SCATTERV;
@@ -154,8 +153,13 @@ typedef struct {
     struct hcomm_comm *comm;
     char *sdev, *rdev; /* the device input / output (NULL: host memory, or none) */
     hc_mem_attr_t sattr, rattr;
-    bool one; /* input and output are one buffer (in place, broadcast) */
+    bool one;    /* input and output are one buffer (in place, broadcast) */
+    size_t span; /* what the chunks split where the arguments do not say it
+                  * (alltoallv: the ranks' largest block, voted); 0: from them */
 } hc_stage_pipe_args_t;
+
+/* The chunk collectives a pipelined call makes. */
+size_t hc_stage_pipe_nchunk(const hc_stage_pipe_args_t *pa);
 
 /* Runs the pipeline. Blocking (req_p NULL): to the end. Non-blocking:
  * until every chunk is posted; *req_p is then the last chunk's request and

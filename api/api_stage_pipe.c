@@ -2,13 +2,17 @@
  * Pipelined staging of large device buffers (api_stage.h, docs/gpu.md "The
  * pipeline"). An allreduce, reduce or broadcast of more than one chunk
  * (HCOMM_GPU_STAGE_CHUNK), or an allgather, reduce_scatter, alltoall,
- * gather or scatter whose per-rank block is, runs as one collective per
- * chunk, posted in chunk order on every rank (so they match), each on a
- * slot of host staging. For the block collectives chunk k is the same
- * piece of every rank's block: its pieces are packed into the slot (input:
- * n of them for reduce_scatter, alltoall and the root's scatter; output: n
- * for allgather, alltoall and the root's gather), so the chunk's
- * collective is an ordinary one on len-byte blocks:
+ * gather or scatter whose per-rank block is (allgatherv, reduce_scatterv,
+ * alltoallv: whose largest block is), runs as one collective per chunk,
+ * posted in chunk order on every rank (so they match), each on a slot of
+ * host staging. For the block collectives chunk k is the same piece of
+ * every rank's block: its pieces are packed into the slot (input: n of
+ * them for reduce_scatter, alltoall and the root's scatter; output: n for
+ * allgather, alltoall and the root's gather), so the chunk's collective is
+ * an ordinary one on len-byte blocks. For the vector ones chunk k is the
+ * same element range of every block (piece j at j x chunk in the slot, or
+ * the user's own displacements on host memory), and the chunk's collective
+ * a vector one of those pieces:
  *
  *   chunk k:  device -> slot (stream "in", event in[k])   when a slot is free
  *             post the chunk's collective on the slot       when in[k] is done
@@ -60,10 +64,11 @@ static size_t hc_pipe_span(const hc_coll_args_t *a, int n)
     return span;
 }
 
-size_t hc_stage_pipe_nchunk(const hc_coll_args_t *a, const struct hcomm_comm *comm)
+size_t hc_stage_pipe_nchunk(const hc_stage_pipe_args_t *pa)
 {
-    size_t es = hc_dtype_size(a->dtype), chunk = hc_stage_pipe_chunk / es * es;
-    return (hc_pipe_span(a, comm->size) + chunk - 1) / chunk;
+    size_t es = hc_dtype_size(pa->a->dtype), chunk = hc_stage_pipe_chunk / es * es;
+    size_t span = pa->span ? pa->span : hc_pipe_span(pa->a, pa->comm->size);
+    return (span + chunk - 1) / chunk;
 }
 
 hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a,
@@ -72,7 +77,7 @@ hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a,
     *fits_p = false;
     hc_coll_kind_t k = a->kind;
     if (k != HC_COLL_ALLREDUCE && k != HC_COLL_REDUCE && k != HC_COLL_BROADCAST &&
-        !hc_stage_pipe_blocks(k) && !hc_stage_pipe_vector(k))
+        !hc_stage_pipe_blocks(k) && !hc_stage_pipe_vector(k) && k != HC_COLL_ALLTOALLV)
         return HCOMM_OK;
     if (hc_stage_pipe_chunk < 4096)
         return hc_error(HCOMM_ERR_INVALID, "%s: HCOMM_GPU_STAGE_CHUNK=%zu: at least 4K", fn,
@@ -80,6 +85,7 @@ hcomm_status_t hc_stage_pipe_fits(const char *fn, const hc_coll_args_t *a,
     if (hc_stage_pipe_depth < 1 || hc_stage_pipe_depth > 64)
         return hc_error(HCOMM_ERR_INVALID, "%s: HCOMM_GPU_STAGE_DEPTH=%lld: 1..64", fn,
                         (long long)hc_stage_pipe_depth);
+    if (k == HC_COLL_ALLTOALLV) return HCOMM_OK; /* the API's vote decides (api_stage.h) */
     size_t es = hc_dtype_size(a->dtype);
     *fits_p =
         hc_ctx.group_depth == 0 && hc_pipe_span(a, comm->size) > hc_stage_pipe_chunk / es * es;
@@ -95,14 +101,18 @@ struct hc_stage_pipe {
     hc_mem_attr_t sattr, rattr;
     bool one; /* in place (or broadcast): one slot area */
     size_t es, chunk, nchunk, depth;
-    size_t ni, no;         /* pieces of a chunk in the input and the output (1, or n: blocks) */
-    size_t span;           /* what the chunks split: a block, or the largest of a vector's */
-    bool vector;           /* allgatherv, reduce_scatterv: blocks of their own sizes */
-    size_t *vcnt, *vdispl; /* theirs (n each, copied): counts, and the staged side's displs */
-    size_t *varg;          /* 2n: a chunk collective's counts and displacements */
-    bool sstage, rstage;   /* the input / output goes through slots (device, or pieces to pack) */
-    hc_stage_buf_t *buf;   /* depth slots per staged buffer */
-    char *sslot, *rslot;   /* the slot areas */
+    size_t ni, no; /* pieces of a chunk in the input and the output (1, or n: blocks) */
+    size_t span;   /* what the chunks split: a block, or the largest of a vector's */
+    bool vector;   /* allgatherv, reduce_scatterv: blocks of their own sizes */
+    /* a vector collective's blocks (n each, copied), of the input and of the
+     * output: counts and displacements (NULL: that side is one block, this
+     * rank's own, rcounts[rank] elements) */
+    size_t *vin_cnt, *vin_displ, *vout_cnt, *vout_displ;
+    size_t *varg;        /* 4n: a chunk collective's counts and displacements */
+    size_t *vmem;        /* the allocation of the above */
+    bool sstage, rstage; /* the input / output goes through slots (device, or pieces to pack) */
+    hc_stage_buf_t *buf; /* depth slots per staged buffer */
+    char *sslot, *rslot; /* the slot areas */
     hc_gpu_stream_t sin, sout;
     hc_gpu_event_t *ein, *eout; /* depth each */
     struct hcomm_request **req; /* depth */
@@ -187,9 +197,9 @@ static size_t hc_pipe_len(const hc_stage_pipe_t *p, size_t k)
 
 /* A vector collective's chunk k of rank j's block: its bytes (0 past the
  * block's end). */
-static size_t hc_pipe_vlen(const hc_stage_pipe_t *p, size_t j, size_t k)
+static size_t hc_pipe_vlen(const hc_stage_pipe_t *p, const size_t *cnt, size_t j, size_t k)
 {
-    size_t b = p->vcnt[j] * p->es, off = k * p->chunk;
+    size_t b = cnt[j] * p->es, off = k * p->chunk;
     return b > off ? HC_MIN(p->chunk, b - off) : 0;
 }
 
@@ -207,14 +217,15 @@ static size_t hc_pipe_piece(const hc_stage_pipe_t *p, size_t k, size_t j, bool i
         *slot_p = j * len;
         return len;
     }
+    const size_t *cnt = in ? p->vin_cnt : p->vout_cnt, *displ = in ? p->vin_displ : p->vout_displ;
     if (pieces == 1) {
         *user_p = off;
         *slot_p = 0;
-        return hc_pipe_vlen(p, (size_t)p->comm->rank, k);
+        return hc_pipe_vlen(p, p->vin_cnt ? p->vin_cnt : p->vout_cnt, (size_t)p->comm->rank, k);
     }
-    *user_p = p->vdispl[j] * p->es + off;
+    *user_p = displ[j] * p->es + off;
     *slot_p = j * p->chunk;
-    return hc_pipe_vlen(p, j, k);
+    return hc_pipe_vlen(p, cnt, j, k);
 }
 
 /* The device bytes and copies of chunk k's input (in) or output. */
@@ -286,22 +297,39 @@ static hcomm_status_t hc_pipe_post(hc_stage_pipe_t *p, size_t k)
     if (p->one) h.sbuf = h.rbuf = p->sdev ? (void *)h.sbuf : h.rbuf;
     hc_coll_vec_t v;
     if (p->vector) { /* chunk k of each block: in the slot at j x chunk, or the user's at +off */
-        size_t n = (size_t)p->comm->size, *cnt = p->varg, *displ = p->varg + n, total = 0;
-        bool staged = p->a.kind == HC_COLL_ALLGATHERV ? p->rstage : p->sstage;
-        for (size_t j = 0; j < n; j++) {
-            cnt[j] = hc_pipe_vlen(p, j, k) / p->es;
-            displ[j] = staged ? j * (p->chunk / p->es) : p->vdispl[j] + off / p->es;
-            total += cnt[j];
+        size_t n = (size_t)p->comm->size, *arr[4] = {NULL, NULL, NULL, NULL}, stotal = 0,
+               rtotal = 0;
+        for (int side = 0; side < 2; side++) { /* 0: the input, 1: the output */
+            const size_t *ucnt = side ? p->vout_cnt : p->vin_cnt;
+            const size_t *udispl = side ? p->vout_displ : p->vin_displ;
+            if (!ucnt) continue; /* one block: the pointer at +off above */
+            size_t *cnt = p->varg + (size_t)(2 * side) * n, *displ = cnt + n, t = 0;
+            bool staged = side ? p->rstage : p->sstage;
+            for (size_t j = 0; j < n; j++) {
+                cnt[j] = hc_pipe_vlen(p, ucnt, j, k) / p->es;
+                displ[j] = staged ? j * (p->chunk / p->es) : udispl[j] + off / p->es;
+                t += cnt[j];
+            }
+            if (!staged && side) /* the displacements carry the offset */
+                h.rbuf = p->a.rbuf;
+            else if (!staged)
+                h.sbuf = p->a.sbuf;
+            arr[2 * side] = cnt;
+            arr[2 * side + 1] = displ;
+            *(side ? &rtotal : &stotal) = t;
         }
-        v = p->a.kind == HC_COLL_ALLGATHERV ? (hc_coll_vec_t){NULL, NULL, cnt, displ}
-                                            : (hc_coll_vec_t){NULL, displ, cnt, NULL};
-        if (!staged && p->a.kind == HC_COLL_ALLGATHERV) /* the displacements carry the offset */
-            h.rbuf = p->a.rbuf;
-        else if (!staged)
-            h.sbuf = p->a.sbuf;
+        if (p->a.kind == HC_COLL_ALLGATHERV) {
+            v = (hc_coll_vec_t){NULL, NULL, arr[2], arr[3]};
+            h.count = rtotal;
+        } else if (p->a.kind == HC_COLL_REDUCE_SCATTERV) { /* its blocks' counts are rcounts */
+            v = (hc_coll_vec_t){NULL, arr[1], arr[0], NULL};
+            h.count = stotal;
+        } else { /* alltoallv: the signature's count is 0 (the API's) */
+            v = (hc_coll_vec_t){arr[0], arr[1], arr[2], arr[3]};
+            h.count = 0;
+        }
         h.vec = &v;
-        h.count = total;
-        h.bytes = total * p->es;
+        h.bytes = (p->a.kind == HC_COLL_ALLGATHERV ? rtotal : stotal) * p->es;
     }
     hcomm_request_t handle;
     hcomm_status_t st = hc_coll_post(&h, p->comm, &handle);
@@ -485,7 +513,7 @@ void hc_stage_pipe_free(hc_stage_pipe_t *p)
     free(p->eout);
     free(p->req);
     free(p->copied);
-    free(p->vcnt);
+    free(p->vmem);
     free(p);
 }
 
@@ -560,9 +588,9 @@ hcomm_status_t hc_stage_pipe_start(const hc_stage_pipe_args_t *pa, hcomm_request
     if (pa->sdev) p->sattr = pa->sattr;
     if (pa->rdev) p->rattr = pa->rattr;
     p->chunk = hc_stage_pipe_chunk / p->es * p->es;
-    p->span = hc_pipe_span(pa->a, pa->comm->size);
+    p->span = pa->span ? pa->span : hc_pipe_span(pa->a, pa->comm->size);
     p->nchunk = (p->span + p->chunk - 1) / p->chunk;
-    p->vector = hc_stage_pipe_vector(pa->a->kind);
+    p->vector = hc_stage_pipe_vector(pa->a->kind) || pa->a->kind == HC_COLL_ALLTOALLV;
     /* the block collectives: chunk k is a piece of each rank's block (a
      * gather's output and a scatter's input: the root's only; 0 pieces
      * elsewhere, where the buffer is ignored) */
@@ -570,11 +598,13 @@ hcomm_status_t hc_stage_pipe_start(const hc_stage_pipe_args_t *pa, hcomm_request
     hc_coll_kind_t kind = pa->a->kind;
     bool root = pa->comm->rank == pa->a->root;
     p->ni = kind == HC_COLL_REDUCE_SCATTER || kind == HC_COLL_ALLTOALL ||
-                    kind == HC_COLL_REDUCE_SCATTERV
+                    kind == HC_COLL_REDUCE_SCATTERV || kind == HC_COLL_ALLTOALLV
                 ? n
             : kind == HC_COLL_SCATTER ? (root ? n : 0)
                                       : 1;
-    p->no = kind == HC_COLL_ALLGATHER || kind == HC_COLL_ALLTOALL || kind == HC_COLL_ALLGATHERV ? n
+    p->no = kind == HC_COLL_ALLGATHER || kind == HC_COLL_ALLTOALL || kind == HC_COLL_ALLGATHERV ||
+                    kind == HC_COLL_ALLTOALLV
+                ? n
             : kind == HC_COLL_GATHER ? (root ? n : 0)
                                      : 1;
     /* staged: device memory; host pieces to pack (a vector collective's
@@ -593,15 +623,25 @@ hcomm_status_t hc_stage_pipe_start(const hc_stage_pipe_args_t *pa, hcomm_request
     hcomm_status_t st = HCOMM_OK;
     if (p->vector) { /* the user's arrays may be reused once the call returns: copied */
         const hc_coll_vec_t *v = pa->a->vec;
-        p->vcnt = malloc(4 * n * sizeof(size_t));
-        if (!p->vcnt) {
+        p->vmem = malloc(8 * n * sizeof(size_t));
+        if (!p->vmem) {
             st = hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory", pa->fn);
         } else {
-            p->vdispl = p->vcnt + n;
-            p->varg = p->vcnt + 2 * n;
-            memcpy(p->vcnt, v->rcounts, n * sizeof(size_t));
-            memcpy(p->vdispl, kind == HC_COLL_ALLGATHERV ? v->rdispls : v->sdispls,
-                   n * sizeof(size_t));
+            p->varg = p->vmem + 4 * n;
+            /* allgatherv: out rcounts/rdispls; reduce_scatterv: in
+             * rcounts/sdispls (rank j's block j); alltoallv: both sides */
+            const size_t *src[4] = {kind == HC_COLL_ALLGATHERV  ? NULL
+                                    : kind == HC_COLL_ALLTOALLV ? v->scounts
+                                                                : v->rcounts,
+                                    kind == HC_COLL_ALLGATHERV ? NULL : v->sdispls,
+                                    kind == HC_COLL_REDUCE_SCATTERV ? NULL : v->rcounts,
+                                    kind == HC_COLL_REDUCE_SCATTERV ? NULL : v->rdispls};
+            size_t **dst[4] = {&p->vin_cnt, &p->vin_displ, &p->vout_cnt, &p->vout_displ};
+            for (int i = 0; i < 4; i++)
+                if (src[i]) {
+                    *dst[i] = p->vmem + (size_t)i * n;
+                    memcpy(*dst[i], src[i], n * sizeof(size_t));
+                }
         }
     }
     if (st == HCOMM_OK) st = hc_pipe_alloc(p);

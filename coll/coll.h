@@ -418,8 +418,9 @@ hcomm_status_t hc_coll_noop(hcomm_request_t *req_p);
  * HCOMM_CHECK): neither counted nor fingerprinted. */
 hcomm_status_t hc_coll_internal_allgather(const void *mine, void *all, size_t bytes,
                                           struct hcomm_comm *comm);
-/* The library's own vote on comm (blocking, outside any group): *any_p is
- * whether `mine` is true on some rank. */
+/* The library's own votes on comm (blocking, outside any group): *max_p is
+ * the largest `mine` of the ranks; *any_p whether `mine` is true on some. */
+hcomm_status_t hc_coll_internal_max(uint64_t mine, uint64_t *max_p, struct hcomm_comm *comm);
 hcomm_status_t hc_coll_internal_any(bool mine, bool *any_p, struct hcomm_comm *comm);
 extern bool hc_coll_internal;
 /* Groups (coll_group.c). */

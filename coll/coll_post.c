@@ -324,11 +324,11 @@ hcomm_status_t hc_coll_noop(hcomm_request_t *req_p)
     return HCOMM_OK;
 }
 
-hcomm_status_t hc_coll_internal_any(bool mine, bool *any_p, struct hcomm_comm *comm)
+hcomm_status_t hc_coll_internal_max(uint64_t mine, uint64_t *max_p, struct hcomm_comm *comm)
 {
-    uint8_t in = mine, out = 0;
+    uint64_t in = mine, out = 0;
     hc_coll_args_t a = {.kind = HC_COLL_ALLREDUCE, .sbuf = &in, .rbuf = &out, .count = 1,
-                        .bytes = 1, .dtype = HCOMM_UINT8, .op = HCOMM_MAX};
+                        .bytes = sizeof(in), .dtype = HCOMM_UINT64, .op = HCOMM_MAX};
     bool outer = hc_coll_internal;
     int depth = hc_ctx.group_depth; /* (never inside a group: it runs now) */
     hc_coll_internal = true;
@@ -336,7 +336,15 @@ hcomm_status_t hc_coll_internal_any(bool mine, bool *any_p, struct hcomm_comm *c
     hcomm_status_t st = hc_coll_post(&a, comm, NULL);
     hc_ctx.group_depth = depth;
     hc_coll_internal = outer;
-    *any_p = out != 0;
+    *max_p = out;
+    return st;
+}
+
+hcomm_status_t hc_coll_internal_any(bool mine, bool *any_p, struct hcomm_comm *comm)
+{
+    uint64_t any = 0;
+    hcomm_status_t st = hc_coll_internal_max(mine, &any, comm);
+    *any_p = any != 0;
     return st;
 }
 

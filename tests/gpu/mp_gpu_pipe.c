@@ -12,14 +12,30 @@
  *       show the call pipelined in the expected number of chunks, each
  *       staged byte copied once in and once back.
  *   mp_gpu_pipe blocks   allgather, reduce_scatter, alltoall, gather (root
- *       size-1) and scatter (root 1) whose per-rank block is 64Ki+7 int32 (4 chunks and a partial
- * one of 28 bytes; chunk k is the same piece of every block), in place (the documented forms) and
- * out of place, blocking, + wait, + test, with the same four placements of device buffers (host
- * ranks pack the pieces with the CPU): every element and guard byte; the counters show one
- * pipelined call of 5 chunks, every device byte copied once in and once back, one copy per piece (n
- * pieces of a chunk for the blocks that are n; a gather's output and a scatter's input only at the
- * root: NULL elsewhere). With host buffers on every rank the ranks' vote finds no device buffer and
- * nobody pipelines. mp_gpu_pipe fault-in | fault-out   rank 1's copy of a middle chunk fails
+ *       size-1) and scatter (root 1) whose per-rank block is 64Ki+7 int32
+ *       (4 chunks and a partial one of 28 bytes; chunk k is the same piece
+ *       of every block), in place (the documented forms) and out of place,
+ *       blocking, + wait, + test, with the same four placements of device
+ *       buffers (host ranks pack the pieces with the CPU): every element
+ *       and guard byte; the counters show one pipelined call of 5 chunks,
+ *       every device byte copied once in and once back, one copy per piece
+ *       (n pieces of a chunk for the blocks that are n; a gather's output
+ *       and a scatter's input only at the root: NULL elsewhere). With host
+ *       buffers on every rank the ranks' vote finds no device buffer and
+ *       nobody pipelines.
+ *   mp_gpu_pipe vectors   allgatherv (blocks in reverse rank order, 5
+ *       elements apart) and reduce_scatterv whose blocks are 7, 40007,
+ *       10006, 50006 int32 (rank order): chunk k is the same element range
+ *       of every block, a short block empty in the later chunks; in place
+ *       and out, blocking, + wait, + test (the count arrays overwritten
+ *       once the call returned), the five placements (host everywhere:
+ *       chunked too, with no copies): every element, the gaps untouched,
+ *       the guard bytes; the counters: one pipelined call of as many
+ *       chunks as the largest block, every device byte of the blocks
+ *       copied once in and once back. Then alltoallv (out of place, its
+ *       only form) with counts that differ per pair (0 to 3 chunks and a
+ *       partial one), so that the chunk count is the ranks' vote.
+ *   mp_gpu_pipe fault-in | fault-out   rank 1's copy of a middle chunk fails
  *       (HCOMM_GPU_MODEL_FAULT=copy:N, set by the test on that rank; the
  *       only copies in the call are the ones of that direction): its error
  *       names the device and hcomm_allreduce; the others fail promptly
@@ -401,6 +417,103 @@ static void one_vector(int kind, int how, bool inplace, bool sdev, bool rdev)
     free(disp);
 }
 
+/* alltoallv: rank i sends rank j a2a_count(i, j) elements (0 to 3 chunks
+ * and a partial one at 64K chunks; every rank's largest differs, so the
+ * chunk count is the ranks' vote), send blocks in reverse rank order 3
+ * elements apart, receive blocks in rank order 5 apart (the gaps stay). */
+static size_t a2a_count(int i, int j)
+{
+    return ((size_t)(i * 3 + j * 5) * 13001 + 7) % 50001;
+}
+
+static size_t a2a_layout(bool send, size_t *cnt, size_t *disp)
+{
+    size_t at = 0;
+    for (int k = 0; k < mp_size; k++) {
+        int j = send ? mp_size - 1 - k : k;
+        cnt[j] = send ? a2a_count(mp_rank, j) : a2a_count(j, mp_rank);
+        disp[j] = at;
+        at += cnt[j] + (send ? 3 : 5);
+    }
+    return at;
+}
+
+static void one_alltoallv(int how, bool sdev, bool rdev)
+{
+    char what[160];
+    snprintf(what, sizeof(what), "alltoallv %s, send %s, recv %s",
+             how == 0   ? "blocking"
+             : how == 1 ? "+ wait"
+                        : "+ test",
+             sdev ? "device" : "host", rdev ? "device" : "host");
+    size_t n = (size_t)mp_size, me = (size_t)mp_rank;
+    size_t *sc = mp_xmalloc(n * sizeof(size_t)), *sd = mp_xmalloc(n * sizeof(size_t));
+    size_t *rc = mp_xmalloc(n * sizeof(size_t)), *rd = mp_xmalloc(n * sizeof(size_t));
+    size_t slen = a2a_layout(true, sc, sd), rlen = a2a_layout(false, rc, rd);
+    int32_t *h = mp_xmalloc(slen * 4 + 4), *g = mp_xmalloc(rlen * 4 + 4);
+    int32_t *want = mp_xmalloc(rlen * 4 + 4);
+    for (size_t i = 0; i < slen; i++)
+        h[i] = -3;
+    for (size_t j = 0; j < n; j++)
+        for (size_t t = 0; t < sc[j]; t++)
+            h[sd[j] + t] = val(mp_rank, j * 1009 + t, 3);
+    for (size_t i = 0; i < rlen; i++)
+        g[i] = want[i] = -7;
+    for (size_t j = 0; j < n; j++)
+        for (size_t t = 0; t < rc[j]; t++)
+            want[rd[j] + t] = val((int)j, me * 1009 + t, 3);
+    buf_t s = buf_new(sdev, slen * 4), r = buf_new(rdev, rlen * 4);
+    buf_put(&s, h, slen * 4);
+    buf_put(&r, g, rlen * 4);
+    hc_gpu_stats_t c0 = hc_gpu_stats;
+    hcomm_comm_t w = hcomm_comm_world();
+    hcomm_request_t req;
+    hcomm_status_t st = how ? hcomm_ialltoallv(s.p, sc, sd, r.p, rc, rd, HCOMM_INT32, w, &req)
+                            : hcomm_alltoallv(s.p, sc, sd, r.p, rc, rd, HCOMM_INT32, w);
+    for (size_t j = 0; j < n; j++) /* the arrays may be reused once the call returned */
+        sc[j] = sd[j] = rc[j] = rd[j] = 99999999;
+    if (st == HCOMM_OK && how) st = req_end(req, how);
+    hc_gpu_stats_t c1 = hc_gpu_stats;
+    if (st != HCOMM_OK) mp_fail("%s: %s (%s)", what, mp_status_name(st), hcomm_last_error());
+    a2a_layout(true, sc, sd);
+    a2a_layout(false, rc, rd);
+    size_t chunk = hc_stage_pipe_chunk / 4, most = 0, sbytes = 0, rbytes = 0;
+    for (int i = 0; i < mp_size; i++)
+        for (int j = 0; j < mp_size; j++)
+            most = HC_MAX(most, a2a_count(i, j));
+    for (size_t j = 0; j < n; j++)
+        sbytes += sc[j] * 4, rbytes += rc[j] * 4;
+    size_t chunks = (most + chunk - 1) / chunk;
+    if (c1.pipe_calls != c0.pipe_calls + 1 || c1.pipe_chunks != c0.pipe_chunks + chunks)
+        mp_fail("%s: expected 1 pipelined call of %zu chunks, got %llu calls, %llu chunks", what,
+                chunks, (unsigned long long)(c1.pipe_calls - c0.pipe_calls),
+                (unsigned long long)(c1.pipe_chunks - c0.pipe_chunks));
+    size_t want_in = s.dev ? sbytes : 0, want_out = r.dev ? rbytes : 0;
+    if (c1.d2h_bytes - c0.d2h_bytes != want_in || c1.h2d_bytes - c0.h2d_bytes != want_out)
+        mp_fail("%s: staging copied %llu bytes in and %llu back, expected %zu and %zu", what,
+                (unsigned long long)(c1.d2h_bytes - c0.d2h_bytes),
+                (unsigned long long)(c1.h2d_bytes - c0.h2d_bytes), want_in, want_out);
+    buf_get(&r, g, rlen * 4, what);
+    for (size_t i = 0; i < rlen; i++)
+        if (g[i] != want[i]) {
+            mp_fail("%s: element %zu of %zu expected %d got %d", what, i, rlen, want[i], g[i]);
+            break;
+        }
+    int32_t *back = mp_xmalloc(slen * 4 + 4);
+    buf_get(&s, back, slen * 4, what);
+    if (memcmp(back, h, slen * 4)) mp_fail("%s: the send buffer changed", what);
+    free(back);
+    buf_free(&s);
+    buf_free(&r);
+    free(h);
+    free(g);
+    free(want);
+    free(sc);
+    free(sd);
+    free(rc);
+    free(rd);
+}
+
 static int run_vectors(void)
 {
     /* host buffers everywhere too: chunked alike, with no copies */
@@ -414,6 +527,10 @@ static int run_vectors(void)
                 for (int how = 0; how < 3; how++)
                     one_vector(kind, how, inplace, sd, rd);
             }
+    for (int m = 0; m < 5; m++) /* (alltoallv is not done in place) */
+        for (int how = 0; how < 3; how++)
+            one_alltoallv(how, mems[m][0] == 2 ? mp_rank % 2 == 0 : mems[m][0],
+                          mems[m][1] == 2 ? mp_rank % 2 == 0 : mems[m][1]);
     MP_OK(hcomm_barrier(hcomm_comm_world()));
     return mp_finish("mp_gpu_pipe vectors");
 }
