@@ -70,7 +70,7 @@ void hc_api_stage_describe(char *buf, size_t len)
              "collectives staged through host memory on every driver; "
              "allreduce, reduce, broadcast above HCOMM_GPU_STAGE_CHUNK=%zu bytes (allgather, "
              "reduce_scatter, alltoall, gather, scatter: per-rank block; allgatherv, "
-             "reduce_scatterv: largest block) pipelined in "
+             "reduce_scatterv, alltoallv: largest block) pipelined in "
              "chunks of that size, HCOMM_GPU_STAGE_DEPTH=%lld in flight; smaller ones, groups "
              "and the other collectives staged whole; p2p staged whole unless direct; %s",
              ops->name, HC_COLL_NODE_DEVICE_MIN,

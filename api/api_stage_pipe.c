@@ -46,8 +46,8 @@ static const hc_config_knob_t hc_stage_pipe_knobs[] = {
         hc_stage_pipe_chunk, "HCOMM_GPU_STAGE_CHUNK", "4M",
         "device buffers: allreduce, reduce and broadcast larger than this, and "
         "allgather, reduce_scatter, alltoall, gather and scatter whose per-rank block "
-        "is (allgatherv, reduce_scatterv: their largest block), are staged through host memory "
-        "in chunks of this size, pipelined (same on every rank; at least 4K)"),
+        "is (allgatherv, reduce_scatterv, alltoallv: their largest block), are staged through "
+        "host memory in chunks of this size, pipelined (same on every rank; at least 4K)"),
     HC_KNOB_INT(hc_stage_pipe_depth, "HCOMM_GPU_STAGE_DEPTH", "4",
                 "device buffers: chunks of the staging pipeline in flight at once (1..64)"),
 };
