@@ -31,9 +31,10 @@
 #              rounds each), and veth-a carries less than a third of the
 #              bytes (the stripe follows what each rail delivers).
 #   delay      veth-b delayed 20 ms each way (netem; skipped where the
-#              kernel has none: run in the guest by vm_netns_tcp_rails_delay):
+#              kernel has none; in the guest by hand: tests/vm/vm-run.sh --
+#              bash tests/netns/rails_test.sh delay build/bin/mp_tcp_rails):
 #              8 MiB allreduces over both rails >= 0.7x veth-a's alone, and
-#              veth-b carries under a quarter of the bytes (slow).
+#              veth-b carries under a quarter of the bytes.
 #   pair       node 1's interfaces named the other way round: rails pair by
 #              subnet; veth-a down for 3 s mid-loop leaves rail 0 only, and
 #              the job passes.
