@@ -224,12 +224,18 @@ static void test_failover_exactly_once(void **state)
 /* DATA frames (unordered, 512 KiB) go over both rails. */
 /* DATA frame i (a whole frame, unordered) from rank 0, retried while the
  * driver says AGAIN. */
+/* DATA frame i of a stream: a whole frame at offset i frames. */
+static hc_frame_hdr_t data_frame(int i)
+{
+    return (hc_frame_hdr_t){.type = HC_FRAME_DATA,
+                            .flags = HC_FRAME_FLAG_UNORDERED,
+                            .len = HC_TCP_MAX_FRAME,
+                            .b = (uint64_t)i * HC_TCP_MAX_FRAME};
+}
+
 static void put_data(hc_drv_t *d0, hc_drv_t *d1, hc_conn_t *c01, int i)
 {
-    hc_frame_hdr_t h = {.type = HC_FRAME_DATA,
-                        .flags = HC_FRAME_FLAG_UNORDERED,
-                        .len = HC_TCP_MAX_FRAME,
-                        .b = (uint64_t)i * HC_TCP_MAX_FRAME};
+    hc_frame_hdr_t h = data_frame(i);
     hcomm_status_t st;
     while ((st = ops->put(c01, &h, payload, payload)) == HCOMM_ERR_AGAIN) {
         ops->progress(d0);
@@ -350,10 +356,7 @@ static void test_probe_bounded(void **state)
     const int n = (16 << 20) / HC_TCP_MAX_FRAME;
     int sent = side[0].done;
     for (int i = 0; i < n; i++) { /* rank 1 does not progress: nothing is acknowledged */
-        hc_frame_hdr_t h = {.type = HC_FRAME_DATA,
-                            .flags = HC_FRAME_FLAG_UNORDERED,
-                            .len = HC_TCP_MAX_FRAME,
-                            .b = (uint64_t)i * HC_TCP_MAX_FRAME};
+        hc_frame_hdr_t h = data_frame(i);
         assert_int_equal(ops->put(c01, &h, payload, payload), HCOMM_IN_PROGRESS);
         ops->progress(d0);
     }
@@ -395,10 +398,7 @@ static void test_delay_steers(void **state)
     const int n = (4 << 20) / HC_TCP_MAX_FRAME;
     int sent = side[0].done;
     for (int i = 0; i < n; i++) {
-        hc_frame_hdr_t h = {.type = HC_FRAME_DATA,
-                            .flags = HC_FRAME_FLAG_UNORDERED,
-                            .len = HC_TCP_MAX_FRAME,
-                            .b = (uint64_t)i * HC_TCP_MAX_FRAME};
+        hc_frame_hdr_t h = data_frame(i);
         t->rail[1].delay_ns = 40000000ull; /* (the timer's tick reads loopback's again) */
         assert_int_equal(ops->put(c01, &h, payload, payload), HCOMM_IN_PROGRESS);
         ops->progress(d0);

@@ -55,6 +55,20 @@ static int32_t val(int rank, size_t i, int v)
     return (int32_t)((rank + 1) * (int)(i % 1000) + v);
 }
 
+/* A case's name: "<call> [in place|out of place] <how>, send <mem>, recv <mem>". */
+static void case_name(char *what, size_t len, const char *call, int inplace, int how, bool sdev,
+                      bool rdev)
+{
+    snprintf(what, len, "%s%s %s, send %s, recv %s", call,
+             inplace < 0 ? ""
+             : inplace   ? " in place"
+                         : " out of place",
+             how == 0   ? "blocking"
+             : how == 1 ? "+ wait"
+                        : "+ test",
+             sdev ? "device" : "host", rdev ? "device" : "host");
+}
+
 enum { K_ALLREDUCE, K_REDUCE, K_BROADCAST };
 static const char *kname[] = {"allreduce", "reduce", "broadcast"};
 
@@ -84,12 +98,7 @@ static hcomm_status_t call(int kind, int how, const void *s, void *r, size_t cou
 static void one_case(int kind, int how, bool inplace, bool sdev, bool rdev)
 {
     char what[160];
-    snprintf(what, sizeof(what), "%s %s %s, send %s, recv %s", kname[kind],
-             inplace ? "in place" : "out of place",
-             how == 0   ? "blocking"
-             : how == 1 ? "+ wait"
-                        : "+ test",
-             sdev ? "device" : "host", rdev ? "device" : "host");
+    case_name(what, sizeof(what), kname[kind], inplace, how, sdev, rdev);
     size_t n = COUNT * 4;
     int32_t *h = mp_xmalloc(n), *g = mp_xmalloc(n);
     bool root = kind == K_BROADCAST ? mp_rank == 0 : kind == K_REDUCE ? mp_rank == mp_size - 1 : 1;
@@ -195,12 +204,7 @@ static void one_block(int kind, int how, bool inplace, bool sdev, bool rdev, boo
     bool root = mp_rank == broot(kind), rooted = kind == B_GATHER || kind == B_SCATTER;
     inplace = inplace && (!rooted || root); /* in place is the root's form */
     char what[160];
-    snprintf(what, sizeof(what), "%s %s %s, send %s, recv %s", bname[kind],
-             inplace ? "in place" : "out of place",
-             how == 0   ? "blocking"
-             : how == 1 ? "+ wait"
-                        : "+ test",
-             sdev ? "device" : "host", rdev ? "device" : "host");
+    case_name(what, sizeof(what), bname[kind], inplace, how, sdev, rdev);
     size_t n = (size_t)mp_size, me = (size_t)mp_rank, b = BCOUNT * 4;
     /* pieces of a chunk in the input and the output: a gather's output and
      * a scatter's input are the root's only (NULL elsewhere) */
@@ -322,12 +326,7 @@ static size_t vlayout(int kind, size_t *cnt, size_t *disp)
 static void one_vector(int kind, int how, bool inplace, bool sdev, bool rdev)
 {
     char what[160];
-    snprintf(what, sizeof(what), "%s %s %s, send %s, recv %s", vname[kind],
-             inplace ? "in place" : "out of place",
-             how == 0   ? "blocking"
-             : how == 1 ? "+ wait"
-                        : "+ test",
-             sdev ? "device" : "host", rdev ? "device" : "host");
+    case_name(what, sizeof(what), vname[kind], inplace, how, sdev, rdev);
     size_t n = (size_t)mp_size, me = (size_t)mp_rank;
     size_t *cnt = mp_xmalloc(n * sizeof(size_t)), *disp = mp_xmalloc(n * sizeof(size_t));
     size_t len = vlayout(kind, cnt, disp), mine = cnt[me];
@@ -441,11 +440,7 @@ static size_t a2a_layout(bool send, size_t *cnt, size_t *disp)
 static void one_alltoallv(int how, bool sdev, bool rdev)
 {
     char what[160];
-    snprintf(what, sizeof(what), "alltoallv %s, send %s, recv %s",
-             how == 0   ? "blocking"
-             : how == 1 ? "+ wait"
-                        : "+ test",
-             sdev ? "device" : "host", rdev ? "device" : "host");
+    case_name(what, sizeof(what), "alltoallv", -1, how, sdev, rdev);
     size_t n = (size_t)mp_size, me = (size_t)mp_rank;
     size_t *sc = mp_xmalloc(n * sizeof(size_t)), *sd = mp_xmalloc(n * sizeof(size_t));
     size_t *rc = mp_xmalloc(n * sizeof(size_t)), *rd = mp_xmalloc(n * sizeof(size_t));
