@@ -91,6 +91,31 @@ check_no_fail() {
     done
 }
 
+# two_vs_one ONE WHAT SIZE: two interleaved rounds of SIZE allreduces over
+# both rails and over rail ONE alone (WHAT: what was done to the other);
+# sets two/one (the best busbw of each) and a0/a1 (the bytes rank 0 sent on
+# rail 0 / rail 1 over both rails' rounds).
+two_vs_one() {
+    local alone=$1 what=$2 size=$3 ifs bw b0 b1
+    two=0 one=0 a0=0 a1=0
+    for ifs in veth-a,veth-b "$alone" veth-a,veth-b "$alone"; do
+        job_env=("${common_env[@]}" HCOMM_SOCKET_IFNAME=$ifs)
+        launch 2 1 --min "$size" --max "$size" --seconds 5
+        wait_all 90
+        cp "$work/r0.log" "$work/${ifs/,/+}.rank0.log"
+        bw=$(grep -o 'busbw [0-9.]*' "$work/r0.log" | awk '{print $2}')
+        if [ "$ifs" = veth-a,veth-b ]; then
+            b0=$(counter 0 rail0_tx_bytes) b1=$(counter 0 rail1_tx_bytes)
+            echo "two rails, $what: busbw $bw GB/s; rank 0 sent rail 0 (veth-a): $b0 B, rail 1 (veth-b): $b1 B"
+            a0=$((a0 + b0)) a1=$((a1 + b1))
+            two=$(awk -v a="$two" -v b="$bw" 'BEGIN { print (b > a ? b : a) }')
+        else
+            echo "$alone alone: busbw $bw GB/s"
+            one=$(awk -v a="$one" -v b="$bw" 'BEGIN { print (b > a ? b : a) }')
+        fi
+    done
+}
+
 case "$case_" in
 failover | failover_2x2)
     ppn=1
@@ -216,23 +241,7 @@ congest)
         ip netns exec "$n" tc qdisc add dev veth-a root tbf rate 400mbit burst 256kb latency 20ms ||
             skip "tc tbf unavailable"
     done
-    two=0 one=0 a0=0 a1=0
-    for ifs in veth-a,veth-b veth-b veth-a,veth-b veth-b; do
-        job_env=("${common_env[@]}" HCOMM_SOCKET_IFNAME=$ifs)
-        launch 2 1 --min 64M --max 64M --seconds 5
-        wait_all 90
-        cp "$work/r0.log" "$work/${ifs/,/+}.rank0.log"
-        bw=$(grep -o 'busbw [0-9.]*' "$work/r0.log" | awk '{print $2}')
-        if [ $ifs = veth-a,veth-b ]; then
-            b0=$(counter 0 rail0_tx_bytes) b1=$(counter 0 rail1_tx_bytes)
-            echo "two rails, veth-a shaped: busbw $bw GB/s; rank 0 sent rail 0 (shaped): $b0 B, rail 1: $b1 B"
-            a0=$((a0 + b0)) a1=$((a1 + b1))
-            two=$(awk -v a="$two" -v b="$bw" 'BEGIN { print (b > a ? b : a) }')
-        else
-            echo "veth-b alone: busbw $bw GB/s"
-            one=$(awk -v a="$one" -v b="$bw" 'BEGIN { print (b > a ? b : a) }')
-        fi
-    done
+    two_vs_one veth-b "veth-a shaped" 64M
     awk -v t="$two" -v o="$one" 'BEGIN { printf "best two rails (one shaped) / best veth-b alone: %.2f\n", t / o; exit !(t >= 0.6 * o) }' ||
         fail "two rails with one congested: $two GB/s, the fast rail alone $one GB/s (< 0.6x)"
     [ $((a0 * 3)) -lt $((a0 + a1)) ] || fail "the shaped rail carried $a0 B of $((a0 + a1)) B (a third or more)"
@@ -256,23 +265,7 @@ delay)
         ip netns exec "$n" tc qdisc add dev veth-b root netem delay 20ms limit 100000 ||
             skip "tc netem unavailable (this kernel has no sch_netem)"
     done
-    two=0 one=0 a0=0 a1=0
-    for ifs in veth-a,veth-b veth-a veth-a,veth-b veth-a; do
-        job_env=("${common_env[@]}" HCOMM_SOCKET_IFNAME=$ifs)
-        launch 2 1 --min 8M --max 8M --seconds 4
-        wait_all 90
-        cp "$work/r0.log" "$work/${ifs/,/+}.rank0.log"
-        bw=$(grep -o 'busbw [0-9.]*' "$work/r0.log" | awk '{print $2}')
-        if [ $ifs = veth-a,veth-b ]; then
-            b0=$(counter 0 rail0_tx_bytes) b1=$(counter 0 rail1_tx_bytes)
-            echo "two rails, veth-b delayed 20 ms: busbw $bw GB/s; rank 0 sent rail 0: $b0 B, rail 1 (delayed): $b1 B"
-            a0=$((a0 + b0)) a1=$((a1 + b1))
-            two=$(awk -v a="$two" -v b="$bw" 'BEGIN { print (b > a ? b : a) }')
-        else
-            echo "veth-a alone: busbw $bw GB/s"
-            one=$(awk -v a="$one" -v b="$bw" 'BEGIN { print (b > a ? b : a) }')
-        fi
-    done
+    two_vs_one veth-a "veth-b delayed 20 ms" 8M
     awk -v t="$two" -v o="$one" 'BEGIN { printf "best two rails (one delayed) / best veth-a alone: %.2f\n", t / o; exit !(t >= 0.7 * o) }' ||
         fail "two rails with one delayed: $two GB/s, the other rail alone $one GB/s (< 0.7x)"
     [ $((a1 * 4)) -lt $((a0 + a1)) ] || fail "the delayed rail carried $a1 B of $((a0 + a1)) B (a quarter or more)"
