@@ -195,14 +195,16 @@ def torch_extension():
     if why:
         return None, why
     HcommBuildExt.torch_builder = BuildExtension
-    src = [os.path.join("src", "torch", f) for f in ("backend.cpp", "fault.cpp", "ops.cpp", "module.cpp")]
+    # one unit (extension.cpp includes the others: torch's headers dominate
+    # the build time); every file of src/torch is a dependency
+    src = [os.path.join("src", "torch", "extension.cpp")]
     ext = CppExtension(
         "hcomm._torch_backend",
         **linked_to_hcomm(src, ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers", "-fvisibility=hidden",
                                 f"-DHCOMM_TORCH_MIN_MINOR={_torch_range.MIN[1]}",
                                 f"-DHCOMM_TORCH_MAX_MINOR={_torch_range.MAX[1]}"]),
     )
-    ext.depends += [os.path.join("src", "torch", "backend.hpp")]
+    ext.depends += sorted(glob.glob(os.path.join("src", "torch", "*.[ch]pp")))
     return ext, None
 
 

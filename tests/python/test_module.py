@@ -505,7 +505,12 @@ for k in kits:
 test_split()
 test_lists_and_dlpack()
 if torch is not None and args.store_dir:
-    test_torch_backend(args.store_dir)
+    import hcomm_autoload
+    why = hcomm_autoload.check(torch.__version__)
+    if why:  # Debian's torch 1.13, say: the module ran on it, the backend cannot
+        print(f"rank {R}: the torch backend part skipped: {why}")
+    else:
+        test_torch_backend(args.store_dir)
 w.barrier()
 hcomm.finalize()
 check("finalized", [hcomm.initialized()], [False])
