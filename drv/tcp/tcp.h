@@ -268,6 +268,12 @@ typedef struct hc_tcp_conn {
     uint8_t lif[HC_TCP_MAX_RAILS], rif[HC_TCP_MAX_RAILS];
     bool ack_due;
     uint32_t rr_rail;
+    /* Ordered frames: the rail they should ride (hc_drv_tcp_rail_order_pick:
+     * rail 0 unless its delay is far above another's), and the rail each
+     * socket index's ordered frames ride now (they follow ord_rail once
+     * their old channel is drained). */
+    int ord_rail;
+    uint8_t ord_cur[HC_TCP_RAIL_STRIDE];
     uint64_t all_down_ns;
     hc_tcp_rail_t rail[HC_TCP_MAX_RAILS];
     hc_tcp_chan_t chan[HC_TCP_MAX_SOCKS];
@@ -290,7 +296,7 @@ struct hc_tcp_drv {
     uint64_t rail_bound_ns; /* HCOMM_SOCKET_RAIL_TIMEOUT */
     bool ack_due;
     uint64_t n_rail_left, n_rail_rejoined, n_rail_returns, n_rail_probes, n_resent, n_dups, n_acks,
-        n_gaps, n_resyncs, n_rate_probes;
+        n_gaps, n_resyncs, n_rate_probes, n_ordered_moves;
     uint64_t rail_tx_bytes[HC_TCP_MAX_RAILS], rail_rx_bytes[HC_TCP_MAX_RAILS];
     hc_tcp_addr_t me;
     char me_str[64];
@@ -439,6 +445,9 @@ void hc_drv_tcp_rail_slot_up(hc_tcp_slot_t *s);
  * front of to's queue (after a frame half written there). */
 void hc_drv_tcp_rail_requeue(hc_tcp_slot_t *from, hc_tcp_slot_t *to);
 void hc_drv_tcp_rail_conn_init(hc_tcp_conn_t *c);
+/* The timer's choice of c->ord_rail from the rails' delays (a test sets
+ * the delays and calls it). */
+void hc_drv_tcp_rail_order_pick(hc_tcp_conn_t *c);
 hcomm_status_t hc_drv_tcp_slot_connect(hc_tcp_conn_t *c, int idx);
 
 /* tcp_idle.c */

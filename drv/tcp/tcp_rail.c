@@ -13,8 +13,9 @@
  * Channels: every core frame carries a 16-byte rail header {channel,
  * sequence} before its frame header. Channel k (as socket k) is an ordered
  * stream numbered 1, 2, ...: ordered frames of lane l (or every ordered
- * frame without lanes) use channel l % n on rail 0, so small frames stay on
- * one rail; DATA frames (HC_FRAME_FLAG_UNORDERED) use channel (r, l % n) of
+ * frame without lanes) use channel l % n of one rail, rail 0 unless its
+ * path delay is far above another rail's (hc_drv_tcp_rail_order_pick), so
+ * small frames stay on one rail; DATA frames (HC_FRAME_FLAG_UNORDERED) use channel (r, l % n) of
  * the healthy rail r whose socket has the fewest bytes queued and not
  * acknowledged: a rail that delivers less gets less (striping). A channel
  * rides the socket (cur_rail, k % 4); it leaves its home rail only by a
@@ -165,6 +166,8 @@ void hc_drv_tcp_rail_conn_init(hc_tcp_conn_t *c)
         c->chan[k].cur_rail = home < c->nrails ? home : 0;
         c->chan[k].ack_slot = -1;
     }
+    c->ord_rail = 0;
+    memset(c->ord_cur, 0, sizeof(c->ord_cur));
 }
 
 /* ---- sending ------------------------------------------------------------------- */
@@ -283,8 +286,83 @@ static size_t hc_rail_outstanding(hc_tcp_conn_t *c, int r)
     return q;
 }
 
+/* The channel of socket index i's ordered frames: that index on the rail
+ * they ride (ord_cur[i]), or -1: wait (put answers ERR_AGAIN). They go
+ * over to the rail the timer prefers (ord_rail) once everything sent on
+ * their old channel is acknowledged, that is delivered in order to the
+ * peer's core, so that nothing sent on the new channel overtakes it; until
+ * then the next one waits rather than join the old channel, which would
+ * never drain under a steady stream. The wait is at most the old path's
+ * round trip and the peer's ACK delay (one timer tick), and no longer than
+ * the frame would have queued behind the old channel's frames on its
+ * socket. */
+static int hc_rail_ordered_chan(hc_tcp_conn_t *c, int i)
+{
+    int cur = c->ord_cur[i], want = c->ord_rail;
+    if (HC_UNLIKELY(want != cur) && c->rail[want].up) {
+        if (c->chan[cur * HC_TCP_RAIL_STRIDE + i].pending) return -1;
+        c->ord_cur[i] = (uint8_t)want;
+        cur = want;
+    }
+    return cur * HC_TCP_RAIL_STRIDE + i;
+}
+
+/* The least delay of a rail that is up and has one (0: none), and the
+ * bound above which another rail's delay counts as far above it: more
+ * than the least RTT and more than HC_TCP_RAIL_DELAY_FAR_NS (the minimum
+ * RTTs of equal links differ by tens of percent: steering by that noise
+ * would starve a rail). */
+static uint64_t hc_rail_least_delay(const hc_tcp_conn_t *c, uint64_t *far)
+{
+    uint64_t least = 0;
+    for (int r = 0; r < c->nrails; r++) {
+        uint64_t d = c->rail[r].delay_ns;
+        if (c->rail[r].up && d && (!least || d < least)) least = d;
+    }
+    *far = HC_MAX(least, HC_TCP_RAIL_DELAY_FAR_NS);
+    return least;
+}
+
+/* Rail r is up and its delay is not far above the least (or unknown). */
+static bool hc_rail_near(const hc_tcp_conn_t *c, int r, uint64_t least, uint64_t far)
+{
+    const hc_tcp_rail_t *rail = &c->rail[r];
+    return rail->up && (!rail->delay_ns || rail->delay_ns <= least + far);
+}
+
+/* Ordered frames (eager messages, rendezvous handshakes: latency) ride
+ * rail 0 while its delay is near the least; when it is far above, the
+ * rail ord_rail already is while that one is near, else the rail of least
+ * delay. While ord_rail is down, nothing moves: that is the failover's
+ * business (its channels ride another rail and return when it is back).
+ * Each move is logged and counted. */
+void hc_drv_tcp_rail_order_pick(hc_tcp_conn_t *c)
+{
+    uint64_t far, least = hc_rail_least_delay(c, &far);
+    if (!least || !c->rail[c->ord_rail].up) return;
+    int want = c->ord_rail;
+    if (hc_rail_near(c, 0, least, far))
+        want = 0;
+    else if (!hc_rail_near(c, want, least, far))
+        for (int r = 0; r < c->nrails; r++)
+            if (c->rail[r].up && c->rail[r].delay_ns == least) {
+                want = r;
+                break;
+            }
+    if (want == c->ord_rail) return;
+    const hc_tcp_rail_t *from = &c->rail[c->ord_rail], *to = &c->rail[want];
+    c->drv->n_ordered_moves++;
+    hc_log_info("tcp: ordered frames to rank %d move from rail %d (%s, %.3f ms RTT) to rail %d "
+                "(%s, %.3f ms): %s",
+                c->base.peer, c->ord_rail, hc_rail_ifname(c, c->ord_rail),
+                (double)from->delay_ns * 1e-6, want, hc_rail_ifname(c, want),
+                (double)to->delay_ns * 1e-6,
+                want == 0 ? "rail 0's delay is near the least again" : "the delay is far above");
+    c->ord_rail = want;
+}
+
 /* The channel of a core frame: ordered ones on their lane's channel of
- * rail 0, DATA on that index of the healthy rail that would deliver it
+ * one rail (hc_rail_ordered_chan), DATA on that index of the healthy rail that would deliver it
  * first: the least delay + (outstanding + frame) / rate, the rate each
  * rail was measured to deliver (hc_rail_rate_sample; one not measured yet,
  * or being probed, counts as the best measured; all unmeasured: the least
@@ -302,16 +380,11 @@ static size_t hc_rail_outstanding(hc_tcp_conn_t *c, int r)
 static int hc_rail_chan(hc_tcp_conn_t *c, const hc_frame_hdr_t *h)
 {
     int i = hc_drv_tcp_pick(c, c->drv, h);
-    if (!(h->flags & HC_FRAME_FLAG_UNORDERED)) return i;
+    if (!(h->flags & HC_FRAME_FLAG_UNORDERED)) return hc_rail_ordered_chan(c, i);
     double top = 0;
-    uint64_t least = 0; /* the least delay of a rail up */
     for (int r = 0; r < c->nrails; r++)
-        if (c->rail[r].up) {
-            top = HC_MAX(top, c->rail[r].rate);
-            uint64_t d = c->rail[r].delay_ns;
-            if (d && (!least || d < least)) least = d;
-        }
-    uint64_t far = HC_MAX(least, HC_TCP_RAIL_DELAY_FAR_NS);
+        if (c->rail[r].up) top = HC_MAX(top, c->rail[r].rate);
+    uint64_t far, least = hc_rail_least_delay(c, &far);
     int best = -1;
     double best_t = 0;
     uint32_t rr = c->rr_rail++;
@@ -446,6 +519,7 @@ hcomm_status_t hc_drv_tcp_rail_put(hc_tcp_conn_t *c, const hc_frame_hdr_t *hdr, 
         return HCOMM_ERR_AGAIN;
     }
     int k = hc_rail_chan(c, hdr);
+    if (k < 0) return HCOMM_ERR_AGAIN; /* ordered frames move rails: the old channel drains */
     hc_tcp_chan_t *ch = &c->chan[k];
     hc_tcp_slot_t *s = hc_rail_chan_slot(c, k);
     size_t len = hdr->len, total = d->pre + sizeof(hc_frame_hdr_t) + len;
@@ -1068,6 +1142,7 @@ void hc_drv_tcp_rail_timer(hc_tcp_conn_t *c, uint64_t now)
         stalled_out |= worst == HC_RAIL_STALLED && now - rail->stall_ns > d->fail_ns;
     }
     if (c->failed) return;
+    hc_drv_tcp_rail_order_pick(c);
     if (!any_up) {
         if (!c->all_down_ns) c->all_down_ns = now;
         if (now > c->all_down_ns && now - c->all_down_ns > d->fail_ns)

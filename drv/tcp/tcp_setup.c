@@ -717,6 +717,7 @@ static void hc_drv_tcp_counters(hc_drv_t *drv,
         kv("channel_resends", d->n_resyncs, arg);
         kv("acks_sent", d->n_acks, arg);
         kv("rail_rate_probes", d->n_rate_probes, arg);
+        kv("ordered_rail_moves", d->n_ordered_moves, arg);
         for (int r = 0; r < d->nrails; r++) {
             char name[32];
             snprintf(name, sizeof(name), "rail%d_tx_bytes", r);

@@ -18,7 +18,9 @@
  *     sender goes back N; a lost last frame (no gap to see) goes again when
  *     no ACK comes;
  *   - both rails break with frames written and not read: they go again as
- *     soon as a rail is back.
+ *     soon as a rail is back;
+ *   - ordered frames move to the rail of least delay when rail 0's is far
+ *     above it, and back, in order.
  * Skipped (77) when the host has no IPv4 interface besides lo. */
 #include "base/config.h"
 #include "drv/tcp/tcp.h"
@@ -416,6 +418,87 @@ static void test_delay_steers(void **state)
     ops->close(d1);
 }
 
+/* n EAGER frames (copied, 200 B) one by one, rank 0's view of the rails'
+ * delays set to delay0 / delay1 and the ordered rail picked before each
+ * (the timer's tick in progress reads loopback's delays again and picks
+ * by them), a put answered ERR_AGAIN retried, both sides progressed after
+ * each: what rail 0 and rail 1 of rank 0 carried, and how many puts
+ * waited. */
+static void put_ordered(hc_drv_t *d0, hc_drv_t *d1, hc_conn_t *c01, int n, uint64_t delay0,
+                        uint64_t delay1, uint64_t *on0, uint64_t *on1, int *waits)
+{
+    *waits = 0;
+    hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
+    hc_tcp_conn_t *t = (hc_tcp_conn_t *)c01;
+    uint64_t b0 = td0->rail_tx_bytes[0], b1 = td0->rail_tx_bytes[1];
+    for (int i = 0; i < n; i++) {
+        t->rail[0].delay_ns = delay0;
+        t->rail[1].delay_ns = delay1;
+        hc_drv_tcp_rail_order_pick(t);
+        hc_frame_hdr_t h = {.type = HC_FRAME_EAGER, .len = 200, .a = seq_of[0]};
+        hcomm_status_t st = ops->put(c01, &h, payload, payload);
+        if (st == HCOMM_ERR_AGAIN) { /* the old channel drains first */
+            (*waits)++;
+            i--;
+        } else {
+            assert_int_equal(st, HCOMM_OK);
+            seq_of[0]++;
+        }
+        ops->progress(d0);
+        ops->progress(d1);
+    }
+    *on0 = td0->rail_tx_bytes[0] - b0;
+    *on1 = td0->rail_tx_bytes[1] - b1;
+}
+
+/* Ordered frames follow the path delay: delays near each other, they stay
+ * on rail 0 and nothing moves; rail 0 at 40 ms RTT (rail 1 at 0.1 ms),
+ * the next frame waits (ERR_AGAIN) until rail 0's channel is drained,
+ * then 400 go on rail 1 (the move logged and counted); rail 0's delay back
+ * near rail 1's, they return the same way. Every frame is delivered once,
+ * in order, across both moves. Before, every ordered frame rode rail 0. */
+static void test_ordered_follow_delay(void **state)
+{
+    (void)state;
+    if (!ifs[0]) skip();
+    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
+    hc_conn_t *c01 = wire(d0, 1, d1);
+    wire(d1, 0, d0);
+    hc_tcp_conn_t *t = (hc_tcp_conn_t *)c01;
+    put_n(c01, 0, 1, 200);
+    pump_until(d0, d1, &side[1].delivered, 1);
+    const uint64_t fast = 100000ull, slow = 40000000ull, frame = 16 + HC_TCP_HDR + 200;
+    uint64_t on0, on1;
+    int waits;
+    put_ordered(d0, d1, c01, 100, fast, fast + 50000, &on0, &on1, &waits);
+    assert_int_equal(td0->n_ordered_moves, 0);
+    assert_int_equal(on1, 0);
+    assert_int_equal(waits, 0);
+    put_ordered(d0, d1, c01, 400, slow, fast, &on0, &on1, &waits);
+    print_message("rail 0 at 40 ms: rail 0 %llu B, rail 1 %llu B of 400 frames, %d puts waited\n",
+                  (unsigned long long)on0, (unsigned long long)on1, waits);
+    /* (each timer tick between puts may pick rail 0 by loopback's delays
+     * and the next put rail 1 again: counted each time) */
+    assert_true(td0->n_ordered_moves >= 1);
+    assert_int_equal(t->ord_cur[0], 1);
+    assert_int_equal(on0, 0);
+    assert_int_equal(on1, 400 * frame);
+    uint64_t moves = td0->n_ordered_moves;
+    put_ordered(d0, d1, c01, 400, fast, fast, &on0, &on1, &waits);
+    print_message("rail 0 back near: rail 0 %llu B, rail 1 %llu B of 400 frames, %d puts waited\n",
+                  (unsigned long long)on0, (unsigned long long)on1, waits);
+    assert_int_equal(td0->n_ordered_moves, moves + 1);
+    assert_int_equal(t->ord_rail, 0);
+    assert_int_equal(on0, 400 * frame);
+    assert_int_equal(on1, 0);
+    pump_until(d0, d1, &side[1].delivered, 901);
+    assert_int_equal(side[1].bad_order, 0);
+    assert_int_equal(side[0].failed + side[1].failed, 0);
+    ops->close(d0);
+    ops->close(d1);
+}
+
 /* Rank 0's frames queue on rail 0's socket 0 (rank 1 does not read), then
  * its sending side is shut: the next flush fails while socket 0 heads the
  * flush list, the rail is left and its frames move to rail 1's socket 4,
@@ -599,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_failover_exactly_once), cmocka_unit_test(test_stripe),
         cmocka_unit_test(test_flush_head_fails),      cmocka_unit_test(test_gap_goes_back_n),
         cmocka_unit_test(test_all_rails_down_resend), cmocka_unit_test(test_low_rate_probed),
-        cmocka_unit_test(test_probe_bounded),         cmocka_unit_test(test_delay_steers)};
+        cmocka_unit_test(test_probe_bounded),         cmocka_unit_test(test_delay_steers),
+        cmocka_unit_test(test_ordered_follow_delay)};
     return cmocka_run_group_tests(tests, setup, NULL);
 }

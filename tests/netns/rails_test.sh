@@ -35,6 +35,9 @@
 #              bash tests/netns/rails_test.sh delay build/bin/mp_tcp_rails):
 #              8 MiB allreduces over both rails >= 0.7x veth-a's alone, and
 #              veth-b carries under a quarter of the bytes.
+#   delay0     the same with veth-a (rail 0) delayed: >= 0.7x veth-b's
+#              alone, veth-a under a quarter of the bytes, and the ordered
+#              frames moved to rail 1 (logged).
 #   pair       node 1's interfaces named the other way round: rails pair by
 #              subnet; veth-a down for 3 s mid-loop leaves rail 0 only, and
 #              the job passes.
@@ -246,6 +249,22 @@ congest)
         fail "two rails with one congested: $two GB/s, the fast rail alone $one GB/s (< 0.6x)"
     [ $((a0 * 3)) -lt $((a0 + a1)) ] || fail "the shaped rail carried $a0 B of $((a0 + a1)) B (a third or more)"
     ;;
+delay0)
+    # Rail 0 delayed: the stripe steers the DATA as above, and the ordered
+    # frames (eager messages, the rendezvous handshakes) leave rail 0 for
+    # rail 1 (hc_drv_tcp_rail_order_pick). Before they did not: 0.45x.
+    rails_up
+    for n in "$n0" "$n1"; do
+        ip netns exec "$n" tc qdisc add dev veth-a root netem delay 20ms limit 100000 ||
+            skip "tc netem unavailable (this kernel has no sch_netem)"
+    done
+    two_vs_one veth-b "veth-a delayed 20 ms" 8M
+    awk -v t="$two" -v o="$one" 'BEGIN { printf "best two rails (rail 0 delayed) / best veth-b alone: %.2f\n", t / o; exit !(t >= 0.7 * o) }' ||
+        fail "two rails with rail 0 delayed: $two GB/s, the other rail alone $one GB/s (< 0.7x)"
+    [ $((a0 * 4)) -lt $((a0 + a1)) ] || fail "the delayed rail 0 carried $a0 B of $((a0 + a1)) B (a quarter or more)"
+    grep -m1 "ordered frames to rank 1 move from rail 0" "$work/veth-a+veth-b.rank0.log" ||
+        fail "rank 0's ordered frames did not leave the delayed rail 0"
+    ;;
 delay)
     # veth-b delayed 20 ms each way (netem: in the guest, whose kernel has
     # it; skipped here without): 8 MiB allreduces over both rails must be
@@ -256,10 +275,8 @@ delay)
     # MB/s, the emulated CPUs the limit) the delay's worth is ~1 MB a
     # message, so the rate does most of it here: measured 1.04x and 15%
     # of the bytes, and 0.90x and 17% with the delay term taken out
-    # (test_tcp_rails' test_delay_steers isolates the term). (veth-b, rail
-    # 1: ordered frames, the rendezvous handshakes among them, ride rail 0
-    # while it is up, so a delayed rail 0 delays every message: a known
-    # limit, docs/tcp.md.)
+    # (test_tcp_rails' test_delay_steers isolates the term). A delayed
+    # rail 0: delay0.
     rails_up
     for n in "$n0" "$n1"; do
         ip netns exec "$n" tc qdisc add dev veth-b root netem delay 20ms limit 100000 ||
