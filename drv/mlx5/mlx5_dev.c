@@ -281,7 +281,7 @@ static hcomm_status_t hc_mlx5_probe(const hc_drv_env_t *env, char *why, size_t w
         return HCOMM_ERR_UNSUPPORTED;
     }
     hc_verbs_pick_t pick;
-    hcomm_status_t st = hc_verbs_choose(&pick, why, why_len);
+    hcomm_status_t st = hc_verbs_choose(env, &pick, why, why_len);
     if (st != HCOMM_OK) return st;
     if (!mlx5dv_is_supported(pick.ctx->device)) {
         snprintf(why, why_len, "%s is not an mlx5 device (drv/verbs drives it)", pick.name);

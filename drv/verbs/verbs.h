@@ -309,6 +309,7 @@ typedef struct {
     const char *hca, *eager;
     int64_t gid_index, timeout, retry_cnt, tc, sl, qps_per_peer, signal_every;
     size_t zcopy_threshold;
+    bool spread;
 } hc_verbs_cfg_t;
 extern hc_verbs_cfg_t hc_verbs_cfg;
 
@@ -335,8 +336,16 @@ typedef struct {
     char name[64];
     int port;
     struct ibv_port_attr pattr;
+    /* which of ncand candidates (near of them on this rank's NUMA node) */
+    int index, ncand, near, node;
 } hc_verbs_pick_t;
-hcomm_status_t hc_verbs_choose(hc_verbs_pick_t *pick, char *why, size_t why_len);
+hcomm_status_t hc_verbs_choose(const hc_drv_env_t *env, hc_verbs_pick_t *pick, char *why,
+                               size_t why_len);
+/* Which of n candidate devices (their NUMA nodes in node[], -1 unknown)
+ * local rank local_rank uses: the (local_rank mod near)-th of the near ones
+ * on my_node when there are any (*near_p of them), else local_rank mod n.
+ * (Exposed for the unit test.) */
+int hc_verbs_spread(const int *node, int n, int my_node, int local_rank, int *near_p);
 /* HCOMM_IB_HCA matching (exposed for the unit test). */
 bool hc_verbs_hca_match(const char *spec, const char *dev, int port);
 

@@ -4,9 +4,13 @@
  *
  * Device choice: HCOMM_IB_HCA filters the devices in the syntax NCCL users
  * know ("mlx5_0:1,mlx5_1": prefixes, an optional port each; a leading "^"
- * excludes the list instead; "=" after it makes the names exact); the first
+ * excludes the list instead; "=" after it makes the names exact); each
  * device (in ibv_get_device_list order) with an ACTIVE port that passes is
- * used, on its first such port.
+ * a candidate, on its first such port. One device per rank: with several
+ * candidates (a node with a NIC per GPU) the local ranks spread over them,
+ * each over those on its own NUMA node when any is (hc_verbs_spread), so
+ * that eight ranks do not share the first NIC; HCOMM_IB_SPREAD=0 puts every
+ * rank on the first candidate.
  *
  * GID choice (RoCE): HCOMM_IB_GID_INDEX when set (>= 0); otherwise the RoCE
  * v2 GID of the network interface that reaches the bootstrap host, IPv4-
@@ -17,6 +21,9 @@
 #include "base/config.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
+#include <numa.h>
+#include <sched.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -32,7 +39,12 @@ hc_verbs_cfg_t hc_verbs_cfg;
 static const hc_config_knob_t hc_verbs_knobs[] = {
     HC_KNOB_STR(hc_verbs_cfg.hca, "HCOMM_IB_HCA", "",
                 "verbs: devices to use, as NCCL_IB_HCA: name[:port],... prefixes; ^ excludes, "
-                "= exact names (\"\": the first device with an active port)"),
+                "= exact names (\"\": every device with an active port; local ranks spread over "
+                "them, HCOMM_IB_SPREAD)"),
+    HC_KNOB_BOOL(hc_verbs_cfg.spread, "HCOMM_IB_SPREAD", "1",
+                 "verbs: with several devices passing HCOMM_IB_HCA, local rank r uses the r-th "
+                 "(mod their count) of those on its NUMA node when any is, else of all (0: every "
+                 "rank the first)"),
     HC_KNOB_INT(hc_verbs_cfg.gid_index, "HCOMM_IB_GID_INDEX", "-1",
                 "verbs: GID index on RoCE ports (-1: the RoCE v2 GID of the interface that "
                 "reaches the bootstrap host, IPv4-mapped first)"),
@@ -174,8 +186,48 @@ static int hc_verbs_pick_gid(struct ibv_context *ctx, int port, int tbl_len, con
 /* ---- choosing the device ----------------------------------------------------------------------- */
 
 
-/* Opens the device and port to use; on failure why says why none fits. */
-hcomm_status_t hc_verbs_choose(hc_verbs_pick_t *pick, char *why, size_t why_len)
+int hc_verbs_spread(const int *node, int n, int my_node, int local_rank, int *near_p)
+{
+    int near = 0;
+    for (int i = 0; i < n; i++)
+        near += my_node >= 0 && node[i] == my_node;
+    *near_p = near;
+    int k = local_rank < 0 ? 0 : local_rank;
+    if (!near) return k % n;
+    k %= near;
+    for (int i = 0; i < n; i++)
+        if (node[i] == my_node && k-- == 0) return i;
+    return 0; /* not reached */
+}
+
+/* The NUMA node of device name (sysfs; -1: unknown or none). */
+static int hc_verbs_dev_node(struct ibv_device *dev)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/device/numa_node", dev->ibdev_path);
+    FILE *f = fopen(path, "r");
+    int node = -1;
+    if (f) {
+        if (fscanf(f, "%d", &node) != 1) node = -1;
+        fclose(f);
+    }
+    return node;
+}
+
+/* The NUMA node of the CPU this thread runs on (-1: unknown). */
+static int hc_verbs_my_node(void)
+{
+    if (numa_available() < 0) return -1;
+    int cpu = sched_getcpu();
+    return cpu >= 0 ? numa_node_of_cpu(cpu) : -1;
+}
+
+#define HC_VERBS_MAX_CANDIDATES 32
+
+/* Opens the device and port local rank local_rank uses (env NULL: local
+ * rank 0); on failure why says why none fits. */
+hcomm_status_t hc_verbs_choose(const hc_drv_env_t *env, hc_verbs_pick_t *pick, char *why,
+                               size_t why_len)
 {
     int n = 0;
     struct ibv_device **list = ibv_get_device_list(&n);
@@ -188,8 +240,10 @@ hcomm_status_t hc_verbs_choose(hc_verbs_pick_t *pick, char *why, size_t why_len)
     }
     char seen[256] = "";
     size_t used = 0;
-    hcomm_status_t st = HCOMM_ERR_UNSUPPORTED;
-    for (int i = 0; i < n && st != HCOMM_OK; i++) {
+    hc_verbs_pick_t cand[HC_VERBS_MAX_CANDIDATES];
+    int node[HC_VERBS_MAX_CANDIDATES], ncand = 0;
+    int stop = hc_verbs_cfg.spread ? HC_VERBS_MAX_CANDIDATES : 1;
+    for (int i = 0; i < n && ncand < stop; i++) {
         const char *name = ibv_get_device_name(list[i]);
         struct ibv_context *ctx = ibv_open_device(list[i]);
         if (!ctx) {
@@ -219,11 +273,12 @@ hcomm_status_t hc_verbs_choose(hc_verbs_pick_t *pick, char *why, size_t why_len)
             chosen = p;
         }
         if (chosen) {
-            pick->ctx = ctx;
-            snprintf(pick->name, sizeof(pick->name), "%s", name);
-            pick->port = chosen;
-            pick->pattr = pa;
-            st = HCOMM_OK;
+            hc_verbs_pick_t *c = &cand[ncand];
+            c->ctx = ctx;
+            snprintf(c->name, sizeof(c->name), "%s", name);
+            c->port = chosen;
+            c->pattr = pa;
+            node[ncand++] = hc_verbs_dev_node(list[i]);
         } else {
             used += (size_t)snprintf(seen + used, used < sizeof(seen) ? sizeof(seen) - used : 0,
                                      "%s%s: %s", used ? "; " : "", name, reason);
@@ -231,10 +286,21 @@ hcomm_status_t hc_verbs_choose(hc_verbs_pick_t *pick, char *why, size_t why_len)
         }
     }
     ibv_free_device_list(list);
-    if (st != HCOMM_OK)
+    if (!ncand) {
         snprintf(why, why_len, "no usable RDMA port (%s%s%s)", seen,
                  hc_verbs_cfg.hca[0] ? "; HCOMM_IB_HCA=" : "", hc_verbs_cfg.hca);
-    return st;
+        return HCOMM_ERR_UNSUPPORTED;
+    }
+    int lr = env ? env->local_rank : 0, my_node = ncand > 1 ? hc_verbs_my_node() : -1, near = 0;
+    int k = ncand > 1 ? hc_verbs_spread(node, ncand, my_node, lr, &near) : 0;
+    *pick = cand[k];
+    pick->index = k;
+    pick->ncand = ncand;
+    pick->near = near;
+    pick->node = my_node;
+    for (int i = 0; i < ncand; i++)
+        if (i != k) ibv_close_device(cand[i].ctx);
+    return HCOMM_OK;
 }
 
 hcomm_status_t hc_verbs_check_knobs(void)
@@ -271,7 +337,7 @@ hcomm_status_t hc_verbs_probe(const hc_drv_env_t *env, char *why, size_t why_len
         return HCOMM_ERR_INVALID;
     }
     hc_verbs_pick_t pick;
-    hcomm_status_t st = hc_verbs_choose(&pick, why, why_len);
+    hcomm_status_t st = hc_verbs_choose(env, &pick, why, why_len);
     if (st != HCOMM_OK) return st;
     snprintf(why, why_len, "%s port %d (%s, %s, MTU %d)", pick.name, pick.port,
              hc_verbs_ll_name(pick.pattr.link_layer), hc_verbs_state_name(pick.pattr.state),
@@ -340,8 +406,13 @@ hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
 {
     char why[512];
     hc_verbs_pick_t pick;
-    if (hc_verbs_choose(&pick, why, sizeof(why)) != HCOMM_OK)
+    if (hc_verbs_choose(env, &pick, why, sizeof(why)) != HCOMM_OK)
         return hc_error(HCOMM_ERR_UNSUPPORTED, "verbs: %s", why);
+    if (pick.ncand > 1)
+        hc_log_info("verbs: local rank %d uses %s port %d, device %d of the %d that pass "
+                    "HCOMM_IB_HCA (%d of them on NUMA node %d, this rank's CPU's%s)",
+                    env->local_rank, pick.name, pick.port, pick.index + 1, pick.ncand, pick.near,
+                    pick.node, pick.near ? "" : ": spread over all");
     d->ctx = pick.ctx;
     snprintf(d->dev_name, sizeof(d->dev_name), "%s", pick.name);
     d->port_attr = pick.pattr;
