@@ -336,8 +336,9 @@ typedef struct {
     char name[64];
     int port;
     struct ibv_port_attr pattr;
-    /* which of ncand candidates (near of them on this rank's NUMA node) */
-    int index, ncand, near, node;
+    /* which of ncand candidates (near of them on this rank's NUMA node;
+     * slower ones, or of another link layer, left out) */
+    int index, ncand, near, node, slower;
 } hc_verbs_pick_t;
 hcomm_status_t hc_verbs_choose(const hc_drv_env_t *env, hc_verbs_pick_t *pick, char *why,
                                size_t why_len);
@@ -346,6 +347,10 @@ hcomm_status_t hc_verbs_choose(const hc_drv_env_t *env, hc_verbs_pick_t *pick, c
  * on my_node when there are any (*near_p of them), else local_rank mod n.
  * (Exposed for the unit test.) */
 int hc_verbs_spread(const int *node, int n, int my_node, int local_rank, int *near_p);
+/* keep[i]: candidate i's port is among the fastest (gbps, its rate; the
+ * first fastest wins a tie of rates across link layers) and of that one's
+ * link layer ll. (Exposed for the unit test.) */
+void hc_verbs_fastest(const double *gbps, const uint8_t *ll, int n, bool *keep);
 /* HCOMM_IB_HCA matching (exposed for the unit test). */
 bool hc_verbs_hca_match(const char *spec, const char *dev, int port);
 

@@ -222,6 +222,40 @@ static int hc_verbs_my_node(void)
     return cpu >= 0 ? numa_node_of_cpu(cpu) : -1;
 }
 
+void hc_verbs_fastest(const double *gbps, const uint8_t *ll, int n, bool *keep)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (gbps[i] > gbps[best]) best = i;
+    for (int i = 0; i < n; i++)
+        keep[i] = gbps[i] == gbps[best] && ll[i] == ll[best];
+}
+
+/* A port's rate in Gbit/s from its width and speed codes (ibv_query_port(3));
+ * 0: a code this table does not know. */
+static double hc_verbs_port_gbps(const struct ibv_port_attr *pa)
+{
+    double lanes = pa->active_width == 1    ? 1
+                   : pa->active_width == 2  ? 4
+                   : pa->active_width == 4  ? 8
+                   : pa->active_width == 8  ? 12
+                   : pa->active_width == 16 ? 2
+                                            : 0;
+    double lane;
+    switch (pa->active_speed) {
+    case 1: lane = 2.5; break;
+    case 2: lane = 5; break;
+    case 4:
+    case 8: lane = 10; break;
+    case 16: lane = 14; break;
+    case 32: lane = 25; break;
+    case 64: lane = 50; break;
+    case 128: lane = 100; break;
+    default: lane = 0;
+    }
+    return lanes * lane;
+}
+
 #define HC_VERBS_MAX_CANDIDATES 32
 
 /* Opens the device and port local rank local_rank uses (env NULL: local
@@ -291,6 +325,28 @@ hcomm_status_t hc_verbs_choose(const hc_drv_env_t *env, hc_verbs_pick_t *pick, c
                  hc_verbs_cfg.hca[0] ? "; HCOMM_IB_HCA=" : "", hc_verbs_cfg.hca);
         return HCOMM_ERR_UNSUPPORTED;
     }
+    /* Only the fastest ports of one link layer: a node's slower port (a
+     * management NIC with RoCE, say) may not reach the peers' fabric, and
+     * would hold back the ranks spread onto it. */
+    double gbps[HC_VERBS_MAX_CANDIDATES];
+    uint8_t ll[HC_VERBS_MAX_CANDIDATES];
+    bool keep[HC_VERBS_MAX_CANDIDATES];
+    for (int i = 0; i < ncand; i++) {
+        gbps[i] = hc_verbs_port_gbps(&cand[i].pattr);
+        ll[i] = cand[i].pattr.link_layer;
+    }
+    hc_verbs_fastest(gbps, ll, ncand, keep);
+    int kept = 0;
+    for (int i = 0; i < ncand; i++) {
+        if (keep[i]) {
+            node[kept] = node[i];
+            cand[kept++] = cand[i];
+        } else {
+            ibv_close_device(cand[i].ctx);
+        }
+    }
+    int slower = ncand - kept;
+    ncand = kept;
     int lr = env ? env->local_rank : 0, my_node = ncand > 1 ? hc_verbs_my_node() : -1, near = 0;
     int k = ncand > 1 ? hc_verbs_spread(node, ncand, my_node, lr, &near) : 0;
     *pick = cand[k];
@@ -298,6 +354,7 @@ hcomm_status_t hc_verbs_choose(const hc_drv_env_t *env, hc_verbs_pick_t *pick, c
     pick->ncand = ncand;
     pick->near = near;
     pick->node = my_node;
+    pick->slower = slower;
     for (int i = 0; i < ncand; i++)
         if (i != k) ibv_close_device(cand[i].ctx);
     return HCOMM_OK;
@@ -408,11 +465,13 @@ hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
     hc_verbs_pick_t pick;
     if (hc_verbs_choose(env, &pick, why, sizeof(why)) != HCOMM_OK)
         return hc_error(HCOMM_ERR_UNSUPPORTED, "verbs: %s", why);
-    if (pick.ncand > 1)
-        hc_log_info("verbs: local rank %d uses %s port %d, device %d of the %d that pass "
-                    "HCOMM_IB_HCA (%d of them on NUMA node %d, this rank's CPU's%s)",
-                    env->local_rank, pick.name, pick.port, pick.index + 1, pick.ncand, pick.near,
-                    pick.node, pick.near ? "" : ": spread over all");
+    if (pick.ncand > 1 || pick.slower)
+        hc_log_info("verbs: local rank %d uses %s port %d (%.0f Gbit/s), device %d of the %d "
+                    "fastest that pass HCOMM_IB_HCA (%d of them on NUMA node %d, this rank's "
+                    "CPU's%s; %d slower or of another link layer left out)",
+                    env->local_rank, pick.name, pick.port, hc_verbs_port_gbps(&pick.pattr),
+                    pick.index + 1, pick.ncand, pick.near, pick.node,
+                    pick.near ? "" : ": spread over all", pick.slower);
     d->ctx = pick.ctx;
     snprintf(d->dev_name, sizeof(d->dev_name), "%s", pick.name);
     d->port_attr = pick.pattr;

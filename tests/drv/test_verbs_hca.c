@@ -102,11 +102,35 @@ static void t_spread(void **state)
     assert_int_equal(hc_verbs_spread(unknown, 3, 0, -1, &near), 0); /* no local rank */
 }
 
+/* A node's 1 Gbit/s RoCE management port among four 400 Gbit/s IB HCAs is
+ * left out; a 200 Gbit/s Ethernet port beside 200 Gbit/s IB ones too (the
+ * link layer of the first fastest); equal ports all stay. */
+static void t_fastest(void **state)
+{
+    (void)state;
+    bool keep[5];
+    const double g1[5] = {1, 400, 400, 400, 400};
+    const uint8_t l1[5] = {2, 1, 1, 1, 1}; /* IBV_LINK_LAYER_ETHERNET 2, INFINIBAND 1 */
+    hc_verbs_fastest(g1, l1, 5, keep);
+    assert_false(keep[0]);
+    for (int i = 1; i < 5; i++)
+        assert_true(keep[i]);
+    const double g2[3] = {200, 200, 200};
+    const uint8_t l2[3] = {1, 2, 1};
+    hc_verbs_fastest(g2, l2, 3, keep);
+    assert_true(keep[0] && !keep[1] && keep[2]);
+    const double g3[2] = {100, 100};
+    const uint8_t l3[2] = {2, 2};
+    hc_verbs_fastest(g3, l3, 2, keep);
+    assert_true(keep[0] && keep[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(t_empty),   cmocka_unit_test(t_prefix_and_port), cmocka_unit_test(t_exact),
         cmocka_unit_test(t_exclude), cmocka_unit_test(t_malformed),   cmocka_unit_test(t_spread),
+        cmocka_unit_test(t_fastest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
