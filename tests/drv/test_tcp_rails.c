@@ -310,12 +310,21 @@ static void test_low_rate_probed(void **state)
     hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
     hc_tcp_conn_t *t = (hc_tcp_conn_t *)c01;
     t->rail[1].rate = t->rail[0].rate * 1e-6; /* rail 1 "measured" a millionth as fast */
-    uint64_t b1 = td0->rail_tx_bytes[1], b0 = td0->rail_tx_bytes[0];
-    stream_for(d0, d1, c01, 700);
-    uint64_t g1 = td0->rail_tx_bytes[1] - b1, g0 = td0->rail_tx_bytes[0] - b0;
-    print_message("after rail 1's rate was set a millionth of rail 0's: rail 0 %llu B, rail 1 "
-                  "%llu B, rate probes %llu; rates %.3f / %.3f B/ns, min RTT %.3f / %.3f ms\n",
-                  (unsigned long long)g0, (unsigned long long)g1,
+    uint64_t b1 = td0->rail_tx_bytes[1], b0 = td0->rail_tx_bytes[0], g0 = 0, g1 = 0;
+    /* 700 ms on a quiet host; on a loaded one a probe's sample may span a
+     * stall too (it then raises nothing and the next waits longer: two CI
+     * failures at 700 ms, rail 1 at 4.8% when its rate came back late), so
+     * up to 3 s, until rail 1 has carried a tenth of the bytes since. */
+    int ms = 0;
+    do {
+        stream_for(d0, d1, c01, 100);
+        ms += 100;
+        g1 = td0->rail_tx_bytes[1] - b1;
+        g0 = td0->rail_tx_bytes[0] - b0;
+    } while ((ms < 700 || g1 * 10 <= g0 + g1) && ms < 3000);
+    print_message("%d ms after rail 1's rate was set a millionth of rail 0's: rail 0 %llu B, rail "
+                  "1 %llu B, rate probes %llu; rates %.3f / %.3f B/ns, min RTT %.3f / %.3f ms\n",
+                  ms, (unsigned long long)g0, (unsigned long long)g1,
                   (unsigned long long)td0->n_rate_probes, t->rail[0].rate, t->rail[1].rate,
                   (double)t->rail[0].delay_ns * 1e-6, (double)t->rail[1].delay_ns * 1e-6);
     /* Either a probe raised the rate, or samples of frames already queued
