@@ -15,8 +15,8 @@
  * stream numbered 1, 2, ...: ordered frames of lane l (or every ordered
  * frame without lanes) use channel l % n of one rail, rail 0 unless its
  * path delay is far above another rail's (hc_drv_tcp_rail_order_pick), so
- * small frames stay on one rail; DATA frames (HC_FRAME_FLAG_UNORDERED) use channel (r, l % n) of
- * the healthy rail r whose socket has the fewest bytes queued and not
+ * small frames stay on one rail; DATA frames (HC_FRAME_FLAG_UNORDERED) use
+ * channel (r, l % n) of the healthy rail r whose socket has the fewest bytes queued and not
  * acknowledged: a rail that delivers less gets less (striping). A channel
  * rides the socket (cur_rail, k % 4); it leaves its home rail only by a
  * failover and returns once everything it sent is acknowledged, so a
@@ -362,8 +362,8 @@ void hc_drv_tcp_rail_order_pick(hc_tcp_conn_t *c)
 }
 
 /* The channel of a core frame: ordered ones on their lane's channel of
- * one rail (hc_rail_ordered_chan), DATA on that index of the healthy rail that would deliver it
- * first: the least delay + (outstanding + frame) / rate, the rate each
+ * one rail (hc_rail_ordered_chan), DATA on that index of the healthy rail
+ * that would deliver it first: the least delay + (outstanding + frame) / rate, the rate each
  * rail was measured to deliver (hc_rail_rate_sample; one not measured yet,
  * or being probed, counts as the best measured; all unmeasured: the least
  * outstanding), the delay half of what its RTT (hc_rail_rtt_sample) is
