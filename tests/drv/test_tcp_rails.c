@@ -137,6 +137,22 @@ static void pump_until(hc_drv_t *a, hc_drv_t *b, const int *v, int want)
     assert_int_equal(*v, want);
 }
 
+/* Ranks 0 and 1 opened and wired both ways: rank 0's connection to rank 1.
+ * up: one 200 B frame delivered first (socket 0 is up). */
+static hc_conn_t *wired_pair(hc_drv_t **d0_p, hc_drv_t **d1_p, bool up)
+{
+    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_conn_t *c01 = wire(d0, 1, d1);
+    wire(d1, 0, d0);
+    if (up) {
+        put_n(c01, 0, 1, 200);
+        pump_until(d0, d1, &side[1].delivered, 1);
+    }
+    *d0_p = d0;
+    *d1_p = d1;
+    return c01;
+}
+
 /* The first IPv4 interface that is up, not loopback: the second rail. */
 static bool other_if(char *name, size_t len)
 {
@@ -181,11 +197,10 @@ static void test_failover_exactly_once(void **state)
 {
     (void)state;
     if (!ifs[0]) skip();
-    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01 = wired_pair(&d0, &d1, false);
     hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
     assert_int_equal(td0->nrails, 2);
-    hc_conn_t *c01 = wire(d0, 1, d1);
-    wire(d1, 0, d0);
     hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01;
     assert_int_equal(t01->nrails, 2);
     const uint32_t big = HC_TCP_EAGER_MAX + 4096;
@@ -250,10 +265,9 @@ static void test_stripe(void **state)
 {
     (void)state;
     if (!ifs[0]) skip();
-    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01 = wired_pair(&d0, &d1, false);
     hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
-    hc_conn_t *c01 = wire(d0, 1, d1);
-    wire(d1, 0, d0);
     int sent = 0;
     for (int i = 0; i < 64; i++) {
         put_data(d0, d1, c01, i);
@@ -285,14 +299,10 @@ static void stream_for(hc_drv_t *d0, hc_drv_t *d1, hc_conn_t *c01, int ms)
 /* Ranks 0 and 1 wired, DATA streamed for 100 ms: both rails have a rate. */
 static hc_conn_t *measured_pair(hc_drv_t **d0_p, hc_drv_t **d1_p)
 {
-    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
-    hc_conn_t *c01 = wire(d0, 1, d1);
-    wire(d1, 0, d0);
-    stream_for(d0, d1, c01, 100);
+    hc_conn_t *c01 = wired_pair(d0_p, d1_p, false);
+    stream_for(*d0_p, *d1_p, c01, 100);
     const hc_tcp_conn_t *t = (const hc_tcp_conn_t *)c01;
     assert_true(t->rail[0].rate > 0 && t->rail[1].rate > 0);
-    *d0_p = d0;
-    *d1_p = d1;
     return c01;
 }
 
@@ -476,13 +486,10 @@ static void test_ordered_follow_delay(void **state)
 {
     (void)state;
     if (!ifs[0]) skip();
-    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01 = wired_pair(&d0, &d1, true); /* socket 0 is up */
     hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
-    hc_conn_t *c01 = wire(d0, 1, d1);
-    wire(d1, 0, d0);
     hc_tcp_conn_t *t = (hc_tcp_conn_t *)c01;
-    put_n(c01, 0, 1, 200);
-    pump_until(d0, d1, &side[1].delivered, 1);
     const uint64_t fast = 100000ull, slow = 40000000ull, frame = 16 + HC_TCP_HDR + 200;
     uint64_t on0, on1;
     int waits;
@@ -523,13 +530,10 @@ static void test_flush_head_fails(void **state)
 {
     (void)state;
     if (!ifs[0]) skip();
-    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01 = wired_pair(&d0, &d1, true); /* socket 0 is up */
     hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
-    hc_conn_t *c01 = wire(d0, 1, d1);
-    wire(d1, 0, d0);
     hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01;
-    put_n(c01, 0, 1, 200);
-    pump_until(d0, d1, &side[1].delivered, 1); /* socket 0 is up */
     const uint32_t big = HC_TCP_EAGER_MAX + 4096;
     int n = 1;
     while (!t01->slots[0].txq.head || n < 40) { /* until the kernel's buffers are full */
@@ -606,13 +610,10 @@ static void test_gap_goes_back_n(void **state)
 {
     (void)state;
     if (!ifs[0]) skip();
-    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01 = wired_pair(&d0, &d1, true); /* socket 0 is up */
     hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0, *td1 = (hc_tcp_drv_t *)d1;
-    hc_conn_t *c01 = wire(d0, 1, d1);
-    wire(d1, 0, d0);
     hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01;
-    put_n(c01, 0, 1, 200);
-    pump_until(d0, d1, &side[1].delivered, 1);
     const uint32_t big = HC_TCP_EAGER_MAX + 4096;
     /* a frame in the middle: the ones after it come before it */
     int n = 1 + queue_unread(c01, t01, big);
@@ -645,14 +646,11 @@ static void test_all_rails_down_resend(void **state)
 {
     (void)state;
     if (!ifs[0]) skip();
-    hc_drv_t *d0 = open_rank(0), *d1 = open_rank(1);
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01 = wired_pair(&d0, &d1, true); /* socket 0 is up */
     hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0;
-    hc_conn_t *c01 = wire(d0, 1, d1);
-    wire(d1, 0, d0);
     hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01;
     const uint32_t big = HC_TCP_EAGER_MAX + 4096;
-    put_n(c01, 0, 1, 200);
-    pump_until(d0, d1, &side[1].delivered, 1);
     put_n(c01, 0, 20, big); /* written (the kernel takes them), not read */
     assert_non_null(t01->slots[0].inflight.head);
     /* rail 1 is left (the peer says so; it carried nothing), then rail 0
