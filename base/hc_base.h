@@ -88,6 +88,12 @@ void hc_log_emit(int level, const char *file, int line, const char *fmt, ...)
 #define hc_log_debug(...) hc_log(HC_LOG_DEBUG, __VA_ARGS__)
 #define hc_log_trace(...) hc_log(HC_LOG_TRACE, __VA_ARGS__)
 
+/* ---- files -------------------------------------------------------------- */
+
+/* The number a file (sysfs, procfs) starts with into *out; false (and *out
+ * untouched) when it cannot be opened or holds none. */
+bool hc_read_long(const char *path, long *out);
+
 /* ---- time --------------------------------------------------------------- */
 static inline uint64_t hc_time_ns(void)
 {

@@ -57,11 +57,8 @@ static long hc_mem_huge_free(void)
     char path[128];
     snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/free_hugepages",
              hc_mem_g.hugepage_size >> 10);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
     long n = -1;
-    if (fscanf(f, "%ld", &n) != 1) n = -1;
-    fclose(f);
+    hc_read_long(path, &n);
     return n;
 }
 

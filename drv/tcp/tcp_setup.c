@@ -104,11 +104,8 @@ HC_CONFIG_KNOBS("tcp", hc_tcp_knobs)
 
 static int hc_drv_tcp_read_sysctl(const char *path)
 {
-    FILE *f = fopen(path, "r");
     long v = 0;
-    if (!f) return 0;
-    if (fscanf(f, "%ld", &v) != 1) v = 0;
-    fclose(f);
+    hc_read_long(path, &v);
     return v > 0 && v < (1l << 30) ? (int)v : 0;
 }
 

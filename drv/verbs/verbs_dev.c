@@ -200,18 +200,14 @@ int hc_verbs_spread(const int *node, int n, int my_node, int local_rank, int *ne
     return 0; /* not reached */
 }
 
-/* The NUMA node of device name (sysfs; -1: unknown or none). */
+/* The NUMA node of a device (sysfs; -1: unknown or none). */
 static int hc_verbs_dev_node(struct ibv_device *dev)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/device/numa_node", dev->ibdev_path);
-    FILE *f = fopen(path, "r");
-    int node = -1;
-    if (f) {
-        if (fscanf(f, "%d", &node) != 1) node = -1;
-        fclose(f);
-    }
-    return node;
+    long node = -1;
+    hc_read_long(path, &node);
+    return node >= 0 && node < 4096 ? (int)node : -1;
 }
 
 /* The NUMA node of the CPU this thread runs on (-1: unknown). */
