@@ -75,6 +75,10 @@ typedef hcomm_status_t (*hc_mem_reg_fn)(void *arg, hc_mem_region_t *region);
 typedef void (*hc_mem_dereg_fn)(void *arg, hc_mem_region_t *region);
 void hc_mem_set_reg_hooks(hc_mem_reg_fn reg, hc_mem_dereg_fn dereg, void *arg);
 
+/* The NUMA node of the CPU this thread runs on (-1: unknown, or libnuma
+ * reports no NUMA support). */
+int hc_mem_my_node(void);
+
 /* A new region of at least size bytes: hugepages when available (else regular
  * pages, a one-time warning and a counter), bound to numa_node (-1: this
  * rank's node), mlocked. name labels the memfd (/proc/PID/fd). */

@@ -62,12 +62,17 @@ static long hc_mem_huge_free(void)
     return n;
 }
 
+int hc_mem_my_node(void)
+{
+    if (!hc_mem_g.numa_ok) return -1;
+    int cpu = sched_getcpu();
+    return cpu >= 0 ? numa_node_of_cpu(cpu) : -1;
+}
+
 static int hc_mem_node_resolve(int numa_node)
 {
     if (!hc_mem_g.numa_ok) return -1;
-    if (numa_node >= 0) return numa_node;
-    int cpu = sched_getcpu();
-    return cpu >= 0 ? numa_node_of_cpu(cpu) : -1;
+    return numa_node >= 0 ? numa_node : hc_mem_my_node();
 }
 
 static void hc_mem_bind(void *addr, size_t len, int node)

@@ -19,11 +19,10 @@
  */
 #include "drv/verbs/verbs.h"
 #include "base/config.h"
+#include "mem/mem.h"
 
 #include <arpa/inet.h>
 #include <limits.h>
-#include <numa.h>
-#include <sched.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -210,14 +209,6 @@ static int hc_verbs_dev_node(struct ibv_device *dev)
     return node >= 0 && node < 4096 ? (int)node : -1;
 }
 
-/* The NUMA node of the CPU this thread runs on (-1: unknown). */
-static int hc_verbs_my_node(void)
-{
-    if (numa_available() < 0) return -1;
-    int cpu = sched_getcpu();
-    return cpu >= 0 ? numa_node_of_cpu(cpu) : -1;
-}
-
 void hc_verbs_fastest(const double *gbps, const uint8_t *ll, int n, bool *keep)
 {
     int best = 0;
@@ -271,6 +262,7 @@ hcomm_status_t hc_verbs_choose(const hc_drv_env_t *env, hc_verbs_pick_t *pick, c
     char seen[256] = "";
     size_t used = 0;
     hc_verbs_pick_t cand[HC_VERBS_MAX_CANDIDATES];
+    struct ibv_device *dev[HC_VERBS_MAX_CANDIDATES];
     int node[HC_VERBS_MAX_CANDIDATES], ncand = 0;
     int stop = hc_verbs_cfg.spread ? HC_VERBS_MAX_CANDIDATES : 1;
     for (int i = 0; i < n && ncand < stop; i++) {
@@ -304,19 +296,19 @@ hcomm_status_t hc_verbs_choose(const hc_drv_env_t *env, hc_verbs_pick_t *pick, c
         }
         if (chosen) {
             hc_verbs_pick_t *c = &cand[ncand];
-            c->ctx = ctx;
             snprintf(c->name, sizeof(c->name), "%s", name);
             c->port = chosen;
             c->pattr = pa;
+            dev[ncand] = list[i];
             node[ncand++] = hc_verbs_dev_node(list[i]);
         } else {
             used += (size_t)snprintf(seen + used, used < sizeof(seen) ? sizeof(seen) - used : 0,
                                      "%s%s: %s", used ? "; " : "", name, reason);
-            ibv_close_device(ctx);
         }
+        ibv_close_device(ctx); /* the chosen one is opened again below */
     }
-    ibv_free_device_list(list);
     if (!ncand) {
+        ibv_free_device_list(list);
         snprintf(why, why_len, "no usable RDMA port (%s%s%s)", seen,
                  hc_verbs_cfg.hca[0] ? "; HCOMM_IB_HCA=" : "", hc_verbs_cfg.hca);
         return HCOMM_ERR_UNSUPPORTED;
@@ -333,26 +325,28 @@ hcomm_status_t hc_verbs_choose(const hc_drv_env_t *env, hc_verbs_pick_t *pick, c
     }
     hc_verbs_fastest(gbps, ll, ncand, keep);
     int kept = 0;
-    for (int i = 0; i < ncand; i++) {
+    for (int i = 0; i < ncand; i++)
         if (keep[i]) {
             node[kept] = node[i];
+            dev[kept] = dev[i];
             cand[kept++] = cand[i];
-        } else {
-            ibv_close_device(cand[i].ctx);
         }
-    }
     int slower = ncand - kept;
     ncand = kept;
-    int lr = env ? env->local_rank : 0, my_node = ncand > 1 ? hc_verbs_my_node() : -1, near = 0;
+    int lr = env ? env->local_rank : 0, my_node = ncand > 1 ? hc_mem_my_node() : -1, near = 0;
     int k = ncand > 1 ? hc_verbs_spread(node, ncand, my_node, lr, &near) : 0;
     *pick = cand[k];
+    pick->ctx = ibv_open_device(dev[k]);
+    ibv_free_device_list(list);
+    if (!pick->ctx) {
+        snprintf(why, why_len, "%s cannot be opened again (%s)", pick->name, strerror(errno));
+        return HCOMM_ERR_UNSUPPORTED;
+    }
     pick->index = k;
     pick->ncand = ncand;
     pick->near = near;
     pick->node = my_node;
     pick->slower = slower;
-    for (int i = 0; i < ncand; i++)
-        if (i != k) ibv_close_device(cand[i].ctx);
     return HCOMM_OK;
 }
 
