@@ -108,6 +108,13 @@ static void hc_peer_line(int w, uint64_t now, hc_explain_t *e)
         const char *st = hc_proc_state(p->pid);
         hc_explain_add(e, "; on this node, its process is %s", st ? st : "not visible here");
     }
+    if (p->conn && p->conn->ops->explain) {
+        char drv[600];
+        drv[0] = '\0';
+        p->conn->ops->explain(p->conn, drv, sizeof(drv));
+        if (drv[0])
+            hc_explain_add(e, "; %s: %s", p->conn->ops->name, drv);
+    }
 }
 
 void hc_wait_explain(struct hcomm_request *req, const struct hc_coll_op *op, const char *what,

@@ -342,6 +342,10 @@ struct hc_drv_ops {
      * one set of links is not reused over another (one tcp rail or two).
      * NULL op: the driver's name says it all. */
     void (*local_links)(hc_drv_t *drv, char *buf, size_t len);
+    /* The hang report (core/hang.c): what the driver holds for conn's peer
+     * and what its links show (frames queued, bytes the kernel has not sent
+     * or the process has not read), in a line ("" or NULL op: nothing). */
+    void (*explain)(hc_conn_t *conn, char *buf, size_t len);
 };
 
 void hc_drv_register(const struct hc_drv_ops *ops);

@@ -258,6 +258,7 @@ typedef struct hc_tcp_conn {
     uint32_t rr;         /* round-robin cursor over bulk sockets */
     uint64_t n_tx, n_rx; /* core frames accepted by put / delivered, over the conn's life */
     uint64_t seen_tx, seen_rx, last_act_ns, idle_t_ns;
+    uint64_t watch_ns; /* tcp_watch.c: the watchdog's last look at a stall */
     uint64_t last_rx_ns, last_tx_ns, last_probe_ns;
     struct hc_tcp_conn *active_next;
     /* rails (nrails > 1: paired rails, min of both sides' counts). Rail r
@@ -323,8 +324,10 @@ struct hc_tcp_drv {
     uint64_t idle_closed;  /* connections closed for idleness (logged) */
     /* counters (HCOMM_STATS_LEVEL=2) */
     uint64_t n_hb_sent, n_hb_probes, n_hb_rx, n_suspects;
+    uint64_t n_stall_kicks; /* tcp_watch.c: stalled sockets the watchdog moved */
     hc_tcp_sock_stats_t sock[HC_TCP_MAX_SOCKS];
     uint64_t next_timer_ns;
+    uint64_t last_event_ns; /* epoll's last report of anything (tcp_watch.c) */
     unsigned idle_polls, calls;
     bool closing;
 };
@@ -455,6 +458,12 @@ void hc_drv_tcp_idle_timer(hc_tcp_conn_t *c, uint64_t now);
 void hc_drv_tcp_idle_frame(hc_tcp_conn_t *c, const hc_frame_hdr_t *h);
 bool hc_drv_tcp_idle_eof(hc_tcp_slot_t *s);
 void hc_drv_tcp_idle_reopen(hc_tcp_slot_t *s);
+
+/* tcp_watch.c: the stall watchdog (timer) and the hang report's line. */
+void hc_drv_tcp_watch(hc_tcp_conn_t *c, uint64_t now);
+void hc_drv_tcp_explain(hc_conn_t *conn, char *buf, size_t len);
+/* tcp_data.c: reaps s's zerocopy completions; the frames they retired. */
+int hc_drv_tcp_zc_reap(hc_tcp_slot_t *s);
 
 /* tcp_info.c: the kernel's minimum RTT of socket fd, in us (0: unknown). */
 uint32_t hc_drv_tcp_min_rtt_us(int fd);

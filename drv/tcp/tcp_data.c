@@ -323,7 +323,7 @@ int hc_drv_tcp_flush(hc_tcp_slot_t *s)
 static size_t hc_drv_tcp_sent(hc_tcp_slot_t *s, ssize_t n, bool *zc)
 {
     if (n > 0) {
-        s->conn->last_tx_ns = hc_time_ns();
+        s->conn->last_tx_ns = s->last_wr_ns = hc_time_ns();
         return (size_t)n;
     }
     if (n < 0 && errno == ENOBUFS && *zc) {
@@ -463,7 +463,7 @@ hcomm_status_t hc_drv_tcp_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr, const 
     if (HC_UNLIKELY(n != (ssize_t)total))
         return hc_drv_tcp_put_queue(s, hdr, payload, cookie, NULL, hc_drv_tcp_sent(s, n, &zc),
                                     false, false);
-    c->last_tx_ns = hc_time_ns();
+    c->last_tx_ns = s->last_wr_ns = hc_time_ns();
     c->n_tx += core;
     if (core) hc_drv_tcp_count_tx(d, s, hdr);
     return HCOMM_OK;
@@ -491,7 +491,7 @@ static void hc_drv_tcp_zc_range(hc_tcp_slot_t *s, hc_tcp_tx_t *t, uint32_t lo, u
     }
 }
 
-static int hc_drv_tcp_zc_reap(hc_tcp_slot_t *s)
+int hc_drv_tcp_zc_reap(hc_tcp_slot_t *s)
 {
     int done = 0;
     for (int k = 0; k < 64; k++) {
@@ -617,6 +617,9 @@ static void hc_drv_tcp_timers(hc_tcp_drv_t *d, uint64_t now)
             hc_drv_tcp_ctrl(c, HC_TCP_FRAME_HB, 0, 0, 0);
         }
     }
+    /* After the liveness checks: a read here stamps times past now. */
+    for (hc_tcp_conn_t *c = d->active; c; c = c->active_next)
+        if (!c->failed && !c->bye) hc_drv_tcp_watch(c, now);
 }
 
 /* ---- progress ------------------------------------------------------------------------ */
@@ -644,12 +647,14 @@ int hc_drv_tcp_progress(hc_drv_t *drv)
 {
     hc_tcp_drv_t *d = (hc_tcp_drv_t *)drv;
     int n = 0;
+    bool evented = false;
     d->calls++;
     if (d->idle_polls < 4096 || d->flush || (d->calls & 15) == 0) {
         struct epoll_event ev[64];
         int k = epoll_wait(d->epfd, ev, 64, 0);
         if (k > 0) {
             d->idle_polls = 0;
+            evented = true;
             for (int i = 0; i < k; i++) {
                 int obj = *(int *)ev[i].data.ptr;
                 if (obj == HC_TCP_OBJ_SLOT)
@@ -686,6 +691,7 @@ int hc_drv_tcp_progress(hc_drv_t *drv)
     if (HC_UNLIKELY(now - d->last_poll_ns > HC_TCP_ABSENT_NS) && d->last_poll_ns)
         hc_drv_tcp_resume(d, now - d->last_poll_ns, now);
     d->last_poll_ns = now;
+    if (evented) d->last_event_ns = now;
     if (HC_UNLIKELY(now >= d->next_timer_ns)) {
         d->next_timer_ns = now + HC_TCP_TIMER_NS;
         hc_drv_tcp_timers(d, now);

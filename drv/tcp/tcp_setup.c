@@ -703,6 +703,7 @@ static void hc_drv_tcp_counters(hc_drv_t *drv,
     kv("heartbeats_received", d->n_hb_rx, arg);
     kv("peers_suspected", d->n_suspects, arg);
     kv("idle_closed", d->idle_closed, arg);
+    kv("stall_kicks", d->n_stall_kicks, arg);
     if (d->nrails > 1) {
         kv("rails_left", d->n_rail_left, arg);
         kv("rails_rejoined", d->n_rail_rejoined, arg);
@@ -803,5 +804,6 @@ static const struct hc_drv_ops hc_drv_tcp_ops = {
     .peer_gone = hc_drv_tcp_peer_gone,
     .links = hc_drv_tcp_links,
     .local_links = hc_drv_tcp_local_links,
+    .explain = hc_drv_tcp_explain,
 };
 HC_DRV_REGISTER(hc_drv_tcp_ops)
