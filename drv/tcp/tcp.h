@@ -158,6 +158,8 @@ typedef struct hc_tcp_slot {
     uint64_t last_rd_ns;   /* rails: our last read of a byte from it */
     uint64_t busy_since;   /* rails: bytes in flight since (stall detection) */
     uint64_t up_ns;        /* rails: when it came up */
+    uint64_t watch_mark_ns;    /* tcp_watch.c: when it first looked stalled (0: not) */
+    unsigned watch_mark_calls; /* the driver's progress calls then */
     bool was_up;           /* rails: it was up once: a reconnect replaces the peer's socket */
     size_t q_bytes, q_copy;
     uint32_t zc_next;   /* next zerocopy id the kernel will assign */

@@ -14,12 +14,13 @@
  *
  * So the timer looks at each connection at most every HC_TCP_WATCH_NS, at
  * a socket that is up and either holds frames that wrote nothing for that
- * long, or belongs to a driver whose epoll reported nothing for that long:
- * it reaps zero-copy completions, puts queued frames back on the flush list
- * and reads a socket the kernel holds bytes for (SIOCINQ) that was not read
- * for that long. What it moved is counted (stall_kicks) and logged at info;
- * a socket that merely waits (the peer computes, its window is closed) costs
- * one ioctl per period and moves nothing. The hang report prints each
+ * long, or belongs to a driver whose epoll reported nothing for that long.
+ * A socket that looks stalled at two looks in a row, with nothing moved on
+ * it in between while progress ran, has its zero-copy completions reaped,
+ * its queued frames put back on the flush list, and the bytes the kernel
+ * holds for it (SIOCINQ) read. What it moved is counted (stall_kicks) and
+ * logged at info; a socket that merely waits (the peer computes, its window
+ * is closed) costs one ioctl per period and moves nothing. The hang report prints each
  * socket's queues and the kernel's counts (hc_drv_tcp_explain), so that a
  * stall shows which side holds the bytes.
  */
@@ -48,6 +49,26 @@ static void hc_tcp_queue_counts(const hc_tcp_txq_t *q, unsigned *frames, size_t 
     }
 }
 
+/* Socket s looks stalled: frames that wrote nothing for a period, or bytes
+ * the kernel holds that were not read for a period while epoll reported
+ * nothing at all (quiet). *inq: the unread bytes, when asked. */
+static bool hc_tcp_looks_stalled(const hc_tcp_slot_t *s, uint64_t now, bool quiet, int *inq)
+{
+    *inq = 0;
+    if ((s->txq.head || s->zcwait.head) && now - s->last_wr_ns >= HC_TCP_WATCH_NS) return true;
+    if (!quiet || now - s->last_rd_ns < HC_TCP_WATCH_NS) return false;
+    *inq = hc_tcp_kernel_bytes(s->fd, SIOCINQ);
+    return *inq > 0;
+}
+
+/* A socket that looks stalled is marked; it is moved only if at the next
+ * look it still does, nothing moved on it since the mark, and progress ran
+ * meanwhile (HC_TCP_WATCH_CALLS passes: epoll was polled even while the
+ * idle gate of hc_drv_tcp_progress lets it poll one pass in 16). The first
+ * progress call after the application computed for a while finds bytes
+ * unread for that long and may skip epoll: that is not a stall. */
+#define HC_TCP_WATCH_CALLS 64u
+
 void hc_drv_tcp_watch(hc_tcp_conn_t *c, uint64_t now)
 {
     hc_tcp_drv_t *d = c->drv;
@@ -57,11 +78,23 @@ void hc_drv_tcp_watch(hc_tcp_conn_t *c, uint64_t now)
     for (int i = 0; i < HC_TCP_MAX_SOCKS && !c->failed; i++) {
         hc_tcp_slot_t *s = &c->slots[i];
         if (s->state != HC_TCP_S_UP || s->fd < 0) continue;
-        bool held = (s->txq.head || s->zcwait.head) && now - s->last_wr_ns >= HC_TCP_WATCH_NS;
-        if (!held && !quiet) continue;
+        int inq;
+        if (!hc_tcp_looks_stalled(s, now, quiet, &inq)) {
+            s->watch_mark_ns = 0;
+            continue;
+        }
+        bool moved = s->last_rd_ns >= s->watch_mark_ns || s->last_wr_ns >= s->watch_mark_ns;
+        if (!s->watch_mark_ns || moved) {
+            s->watch_mark_ns = now;
+            s->watch_mark_calls = d->calls;
+            continue;
+        }
+        if (d->calls - s->watch_mark_calls < HC_TCP_WATCH_CALLS) continue;
+        s->watch_mark_ns = 0;
         char what[160];
         int len = 0, reaped = 0;
         what[0] = '\0';
+        double unread_s = (double)(now - s->last_rd_ns) * 1e-9;
         if (s->zcwait.head && (reaped = hc_drv_tcp_zc_reap(s)) > 0)
             len += snprintf(what + len, sizeof(what) - (size_t)len,
                             "%s%d zero-copy sends' completions unreaped", len ? ", " : "",
@@ -71,12 +104,13 @@ void hc_drv_tcp_watch(hc_tcp_conn_t *c, uint64_t now)
             len += snprintf(what + len, sizeof(what) - (size_t)len,
                             "%squeued frames off the flush list", len ? ", " : "");
         }
-        int inq = now - s->last_rd_ns >= HC_TCP_WATCH_NS ? hc_tcp_kernel_bytes(s->fd, SIOCINQ) : 0;
+        if (!inq && now - s->last_rd_ns >= HC_TCP_WATCH_NS)
+            inq = hc_tcp_kernel_bytes(s->fd, SIOCINQ);
         if (inq > 0) {
             (void)hc_drv_tcp_read(s);
             len += snprintf(what + len, sizeof(what) - (size_t)len,
                             "%s%d bytes unread for %.1f s with no readiness event", len ? ", " : "",
-                            inq, (double)(now - s->last_rd_ns) * 1e-9);
+                            inq, unread_s);
         }
         if (!what[0]) continue;
         d->n_stall_kicks++;
@@ -115,7 +149,8 @@ void hc_drv_tcp_explain(hc_conn_t *conn, char *buf, size_t len)
         hc_tcp_queue_counts(&s->txq, &q, &qb, d);
         hc_tcp_queue_counts(&s->zcwait, &zc, &zb, d);
         hc_tcp_queue_counts(&s->inflight, &fl, &fb, d);
-        int inq = hc_tcp_kernel_bytes(s->fd, SIOCINQ), outq = hc_tcp_kernel_bytes(s->fd, SIOCOUTQ);
+        int inq = hc_tcp_kernel_bytes(s->fd, SIOCINQ), outq = hc_tcp_kernel_bytes(s->fd, SIOCOUTQ),
+            unsent = hc_tcp_kernel_bytes(s->fd, SIOCOUTQNSD);
         if (!q && !zc && !fl && inq <= 0 && outq <= 0) continue; /* nothing held here */
         int n = snprintf(buf + off, len - off, "%ssocket %d %s: %u frames queued (%zu bytes)%s",
                          off ? "; " : "", i, hc_tcp_state_name(s->state), q, qb,
@@ -127,9 +162,9 @@ void hc_drv_tcp_explain(hc_conn_t *conn, char *buf, size_t len)
             off += (size_t)snprintf(buf + off, len - off, ", %u not acknowledged", fl);
         if (off + 1 < len)
             off += (size_t)snprintf(buf + off, len - off,
-                                    ", kernel: %d bytes unacknowledged, %d unread; last write "
-                                    "%.1f s, last read %.1f s ago (-1: never)",
-                                    outq, inq, hc_tcp_ago(now, s->last_wr_ns),
+                                    ", kernel: %d bytes unacknowledged (%d of them unsent), %d "
+                                    "unread; last write %.1f s, last read %.1f s ago (-1: never)",
+                                    outq, unsent, inq, hc_tcp_ago(now, s->last_wr_ns),
                                     hc_tcp_ago(now, s->last_rd_ns));
         off = HC_MIN(off, len - 1);
     }
