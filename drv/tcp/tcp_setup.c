@@ -57,6 +57,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +70,7 @@
 static struct {
     const char *ifname, *sched;
     int64_t conn_per_peer;
-    size_t zcopy_threshold;
+    size_t zcopy_threshold, sockbuf;
     double idle_timeout, half_open_timeout, fail_timeout, rail_timeout;
 } hc_tcp_cfg;
 
@@ -85,6 +86,9 @@ static const hc_config_knob_t hc_tcp_knobs[] = {
     HC_KNOB_STR(hc_tcp_cfg.sched, "HCOMM_CONN_SCHED", "priority", "tcp: priority|round_robin"),
     HC_KNOB_SIZE(hc_tcp_cfg.zcopy_threshold, "HCOMM_ZCOPY_THRESHOLD", "64K",
                  "tcp: MSG_ZEROCOPY above this size"),
+    HC_KNOB_SIZE(hc_tcp_cfg.sockbuf, "HCOMM_SOCKET_BUF", "0",
+                 "tcp: SO_SNDBUF and SO_RCVBUF of each data socket (0: the kernel's "
+                 "autotuning; a value turns it off)"),
     HC_KNOB_DOUBLE(hc_tcp_cfg.idle_timeout, "HCOMM_CONN_IDLE_TIMEOUT", "30",
                    "tcp: seconds before an idle connection is closed"),
     HC_KNOB_DOUBLE(hc_tcp_cfg.half_open_timeout, "HCOMM_CONN_HALF_OPEN_TIMEOUT", "3",
@@ -98,7 +102,6 @@ HC_CONFIG_KNOBS("tcp", hc_tcp_knobs)
 /* How long a put that opens a socket waits for the connect, so that the
  * hello and the frame leave before it returns. */
 #define HC_TCP_CONNECT_WAIT_MS 500
-#define HC_TCP_SOCKBUF (4 << 20)
 
 /* ---- sockets ---------------------------------------------------------------- */
 
@@ -221,11 +224,21 @@ static hcomm_status_t hc_drv_tcp_open_cfg(hc_tcp_drv_t *d, const hc_drv_env_t *e
         d->zc_threshold = SIZE_MAX;
         d->idle_ns = 0;
     }
-    /* An explicit SO_SNDBUF turns autotuning off and is capped by
-     * net.core.[wr]mem_max: set it only where the cap lets it be large. */
-    if (hc_drv_tcp_read_sysctl("/proc/sys/net/core/wmem_max") >= HC_TCP_SOCKBUF &&
-        hc_drv_tcp_read_sysctl("/proc/sys/net/core/rmem_max") >= HC_TCP_SOCKBUF)
-        d->sockbuf = HC_TCP_SOCKBUF;
+    /* Socket buffers are the kernel's (autotuned up to net.ipv4.tcp_[rw]mem)
+     * unless HCOMM_SOCKET_BUF sets them: an explicit size turns autotuning
+     * off, and the kernel caps it at net.core.[rw]mem_max. A fixed 4 MiB
+     * (the default until 2026-12) made the receiver drop segments under
+     * load on kernel 6.18's loopback, and their resends backed off until a
+     * transfer stalled for over a minute (docs/tcp.md, "Stalls"). */
+    if (hc_tcp_cfg.sockbuf) {
+        d->sockbuf = (int)HC_MIN(hc_tcp_cfg.sockbuf, (size_t)INT_MAX / 2);
+        int wmax = hc_drv_tcp_read_sysctl("/proc/sys/net/core/wmem_max"),
+            rmax = hc_drv_tcp_read_sysctl("/proc/sys/net/core/rmem_max");
+        if ((wmax && wmax < d->sockbuf) || (rmax && rmax < d->sockbuf))
+            hc_log_info("tcp: HCOMM_SOCKET_BUF=%d is capped by net.core.wmem_max=%d and "
+                        "rmem_max=%d",
+                        d->sockbuf, wmax, rmax);
+    }
     return HCOMM_OK;
 }
 
