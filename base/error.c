@@ -32,6 +32,17 @@ const char *hc_error_last(void)
     return hc_error_buf;
 }
 
+void hc_error_save(hc_error_saved_t *saved)
+{
+    _Static_assert(sizeof(saved->text) == sizeof(hc_error_buf), "one size");
+    memcpy(saved->text, hc_error_buf, sizeof(hc_error_buf));
+}
+
+void hc_error_restore(const hc_error_saved_t *saved)
+{
+    memcpy(hc_error_buf, saved->text, sizeof(hc_error_buf));
+}
+
 static hcomm_status_t hc_error_vset(hcomm_status_t status, int errno_value, const char *fmt,
                                     va_list ap)
 {

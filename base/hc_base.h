@@ -43,6 +43,14 @@ hcomm_status_t hc_error(hcomm_status_t status, const char *fmt, ...)
 hcomm_status_t hc_error_errno(hcomm_status_t status, int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 const char *hc_error_last(void);
+/* The thread's last error message kept aside and put back: a best-effort
+ * step whose failure is only logged (a control frame to a peer) must not
+ * replace the words of the error its caller is about to return. */
+typedef struct {
+    char text[512];
+} hc_error_saved_t;
+void hc_error_save(hc_error_saved_t *saved);
+void hc_error_restore(const hc_error_saved_t *saved);
 /* Is st one of the error codes of HCOMM_STATUS_MAP (a status read from a
  * peer's frame or a shared flag is checked before it is returned)? */
 static inline bool hc_status_is_error(int st)

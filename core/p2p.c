@@ -195,13 +195,21 @@ void hc_p2p_put_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t s
     hc_p2p_send_check_done(req);
 }
 
+/* Best effort: a refused frame is logged, and the thread's last error stays
+ * the caller's (a collective broken by a revoke tells every member, a dead
+ * one too, whose connection then fails: shrink_mlx5_model saw REVOKED
+ * returned with the words of that connect). */
 void hc_p2p_control(hc_peer_t *p, uint8_t type, uint32_t ctx_id, uint64_t a, uint64_t b)
 {
     hc_frame_hdr_t hdr = {.type = type, .ctx_id = ctx_id, .a = a, .b = b};
+    hc_error_saved_t saved;
+    hc_error_save(&saved);
     hcomm_status_t st = hc_p2p_put(p, &hdr, NULL, NULL);
-    if (st != HCOMM_OK)
-        hc_log_warn("cannot send a control frame to rank %d: %s", p->conn->peer,
-                    hcomm_strerror(st));
+    if (st != HCOMM_OK) {
+        hc_log_warn("cannot send a control frame to rank %d: %s (%s)", p->conn->peer,
+                    hcomm_strerror(st), hc_error_last());
+        hc_error_restore(&saved);
+    }
 }
 
 hcomm_status_t hc_p2p_send_eager_now(struct hcomm_comm *comm, const void *buf, size_t len, int peer,

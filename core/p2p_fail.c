@@ -113,9 +113,14 @@ void hc_p2p_shrink_frame(struct hcomm_comm *comm, int peer, int32_t tag, uint64_
                           .a = a,
                           .b = b,
                           .len = len};
+    hc_error_saved_t saved; /* best effort, as hc_p2p_control */
+    hc_error_save(&saved);
     hcomm_status_t st = hc_p2p_put(&hc_ctx.peers[w], &hdr, payload, NULL);
-    if (st != HCOMM_OK)
-        hc_log_warn("cannot send a shrink frame to rank %d: %s", w, hcomm_strerror(st));
+    if (st != HCOMM_OK) {
+        hc_log_warn("cannot send a shrink frame to rank %d: %s (%s)", w, hcomm_strerror(st),
+                    hc_error_last());
+        hc_error_restore(&saved);
+    }
 }
 
 void hc_p2p_coll_probe(struct hcomm_comm *comm, int peer, int32_t tag)

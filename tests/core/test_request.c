@@ -2,8 +2,10 @@
  * refused, user handles that are not live requests (stale, foreign, of an
  * earlier pool) are recognised, the pool grows past one slab, a failed
  * request keeps its own words, a request freed unfinished leaves no
- * reference to its slot behind. */
+ * reference to its slot behind; a refused best-effort control frame leaves
+ * the caller's error words alone. */
 #include "core/hc_core.h"
+#include "core/p2p_int.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +26,29 @@ static int teardown(void **state)
     (void)state;
     hc_request_pool_fini();
     return 0;
+}
+
+/* A control frame the driver refuses (a peer's connect failed) is best
+ * effort: the thread's last error stays the caller's (a collective broken
+ * by a revoke tells every member, a dead one too; REVOKED came back with
+ * the words of that connect). */
+static hcomm_status_t refusing_put(hc_conn_t *conn, const hc_frame_hdr_t *hdr,
+                                   const void *payload, void *cookie)
+{
+    (void)conn, (void)hdr, (void)payload, (void)cookie;
+    return hc_error(HCOMM_ERR_PEER_FAILED, "mlx5 model: opening the peer model's segment");
+}
+
+static void test_control_keeps_error(void **state)
+{
+    (void)state;
+    static const struct hc_drv_ops ops = {.name = "refusing", .put = refusing_put};
+    hc_conn_t conn = {.ops = &ops, .peer = 3};
+    hc_peer_t p = {.conn = &conn};
+    hc_list_init(&p.pending);
+    hc_error(HCOMM_ERR_REVOKED, "hcomm_allreduce: rank 1 revoked the communicator");
+    hc_p2p_control(&p, HC_FRAME_GIVE_UP, 5, 0, 0);
+    assert_string_equal(hcomm_last_error(), "hcomm_allreduce: rank 1 revoked the communicator");
 }
 
 static void test_stale_ids(void **state)
@@ -222,6 +247,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_unfinished_detaches, setup, teardown),
+        cmocka_unit_test(test_control_keeps_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
