@@ -136,16 +136,34 @@ static bool all_closed(hc_conn_t *conn)
     return c->idle_state == HC_TCP_IDLE_NONE && !c->hold;
 }
 
-static void test_idle(void **state)
+/* The tcp driver's ops over lo with HCOMM_CONN_IDLE_TIMEOUT=idle (the
+ * configuration reloaded: other variables a test set count too). */
+static void load_tcp(const char *idle)
 {
-    (void)state;
-    setenv("HCOMM_CONN_IDLE_TIMEOUT", "0.2", 1);
+    setenv("HCOMM_CONN_IDLE_TIMEOUT", idle, 1);
     setenv("HCOMM_SOCKET_IFNAME", "lo", 1);
     assert_int_equal(hc_config_load(), HCOMM_OK);
     ops = hc_drv_find("tcp");
     assert_non_null(ops);
-    hc_drv_t *d0 = open_rank(0, 0), *d1 = open_rank(1, 1);
-    hc_conn_t *c01 = wire(d0, 1, d1), *c10 = wire(d1, 0, d0);
+}
+
+/* Ranks 0 and 1, each connected to the other, frame numbers from 0. */
+static void open_pair(hc_drv_t **d0, hc_drv_t **d1, hc_conn_t **c01, hc_conn_t **c10)
+{
+    seq_of[0] = seq_of[1] = 0;
+    *d0 = open_rank(0, 0);
+    *d1 = open_rank(1, 1);
+    *c01 = wire(*d0, 1, *d1);
+    *c10 = wire(*d1, 0, *d0);
+}
+
+static void test_idle(void **state)
+{
+    (void)state;
+    load_tcp("0.2");
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01, *c10;
+    open_pair(&d0, &d1, &c01, &c10);
     hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01, *t10 = (hc_tcp_conn_t *)c10;
     hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0, *td1 = (hc_tcp_drv_t *)d1;
 
@@ -238,14 +256,10 @@ static uint8_t big[256 << 10];
 static void test_stall_watchdog(void **state)
 {
     (void)state;
-    setenv("HCOMM_CONN_IDLE_TIMEOUT", "0", 1);
-    setenv("HCOMM_SOCKET_IFNAME", "lo", 1);
-    assert_int_equal(hc_config_load(), HCOMM_OK);
-    ops = hc_drv_find("tcp");
-    assert_non_null(ops);
-    seq_of[0] = seq_of[1] = 0;
-    hc_drv_t *d0 = open_rank(0, 0), *d1 = open_rank(1, 1);
-    hc_conn_t *c01 = wire(d0, 1, d1), *c10 = wire(d1, 0, d0);
+    load_tcp("0");
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01, *c10;
+    open_pair(&d0, &d1, &c01, &c10);
     hc_tcp_conn_t *t01 = (hc_tcp_conn_t *)c01, *t10 = (hc_tcp_conn_t *)c10;
     hc_tcp_drv_t *td0 = (hc_tcp_drv_t *)d0, *td1 = (hc_tcp_drv_t *)d1;
     put_n(c01, 0, 10);
@@ -308,9 +322,9 @@ static int rcvbuf_of(const hc_tcp_slot_t *s)
  * socket 0 before and after. */
 static void stream_rcvbuf(int *before, int *after)
 {
-    seq_of[0] = seq_of[1] = 0;
-    hc_drv_t *d0 = open_rank(0, 0), *d1 = open_rank(1, 1);
-    hc_conn_t *c01 = wire(d0, 1, d1), *c10 = wire(d1, 0, d0);
+    hc_drv_t *d0, *d1;
+    hc_conn_t *c01, *c10;
+    open_pair(&d0, &d1, &c01, &c10);
     put_n(c01, 0, 1);
     pump_until(d0, d1, &side[1].delivered, 1);
     hc_tcp_slot_t *r0 = &((hc_tcp_conn_t *)c10)->slots[0];
@@ -337,17 +351,14 @@ static void stream_rcvbuf(int *before, int *after)
 static void test_socket_buffers(void **state)
 {
     (void)state;
-    setenv("HCOMM_CONN_IDLE_TIMEOUT", "0", 1);
-    setenv("HCOMM_SOCKET_IFNAME", "lo", 1);
     unsetenv("HCOMM_SOCKET_BUF");
-    assert_int_equal(hc_config_load(), HCOMM_OK);
-    ops = hc_drv_find("tcp");
+    load_tcp("0");
     int before, after;
     stream_rcvbuf(&before, &after);
     printf("autotuned: rcvbuf %d before, %d after 32 MiB\n", before, after);
     assert_true(after > before); /* autotuning is on: it grew */
     setenv("HCOMM_SOCKET_BUF", "1M", 1);
-    assert_int_equal(hc_config_load(), HCOMM_OK);
+    load_tcp("0");
     stream_rcvbuf(&before, &after);
     printf("HCOMM_SOCKET_BUF=1M: rcvbuf %d before, %d after\n", before, after);
     assert_int_equal(before, 2 << 20); /* the kernel doubles what is set */
