@@ -313,6 +313,15 @@ fail:
 void hc_mlx5_model_close(hc_mlx5_model_t *m)
 {
     if (!m) return;
+    /* A device refuses to free a protection domain that still has memory
+     * registrations (ibv_dealloc_pd: EBUSY); the model says so. */
+    uint32_t held = 0;
+    for (uint32_t i = 1; i < HC_M5_MAX_KEY; i++)
+        held += __atomic_load_n(&m->seg->key[i].valid, __ATOMIC_ACQUIRE) != 0;
+    if (held)
+        hc_log_warn("mlx5 model: closed with %u memory keys still registered (a device's "
+                    "ibv_dealloc_pd answers EBUSY)",
+                    held);
     for (uint32_t i = 0; i < HC_M5_MAX_QP; i++)
         if (m->qp[i].s) __atomic_store_n(&m->qp[i].s->state, HC_M5_QP_DESTROYED, __ATOMIC_RELEASE);
     for (uint32_t i = 0; i < HC_M5_MAX_CQ; i++)

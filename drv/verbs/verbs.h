@@ -90,12 +90,15 @@ typedef struct {
     size_t map_len;
 } hc_verbs_mr_t;
 
-/* A registration: what mem_reg's key points at. */
-typedef struct {
+/* A registration: what mem_reg's key points at. The driver keeps its live
+ * ones on a list (calls come under mem/'s lock): close releases those still
+ * held, as a device refuses to free a protection domain that has MRs. */
+typedef struct hc_verbs_reg {
     uint32_t magic;
     hc_verbs_mr_t mr;
     uintptr_t addr;
     size_t len;
+    struct hc_verbs_reg *prev, *next;
 } hc_verbs_reg_t;
 
 /* A peer's packed key, unpacked. */
@@ -302,6 +305,7 @@ typedef struct hc_verbs_drv {
     /* counters (HCOMM_LOG=info at close) */
     uint64_t n_write_bytes, n_read_bytes, n_eager_bytes, n_eager_frames, n_inline;
     uint64_t n_regs, n_deregs, n_credit_writes, n_again_credit;
+    hc_verbs_reg_t *regs; /* live registrations (mem_reg's), newest first */
 } hc_verbs_drv_t;
 
 /* Knobs (verbs_dev.c). */
@@ -389,6 +393,7 @@ int hc_verbs_progress(hc_drv_t *drv);
 int hc_verbs_poll(hc_verbs_drv_t *d);
 hcomm_status_t hc_verbs_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64_t *key_p);
 void hc_verbs_mem_dereg(hc_drv_t *drv, uint64_t key);
+void hc_verbs_regs_release(hc_verbs_drv_t *d);
 hcomm_status_t hc_verbs_rkey_pack(hc_drv_t *drv, uint64_t key, const hc_mem_desc_t *desc,
                                   void *buf, size_t *len_p);
 hcomm_status_t hc_verbs_rkey_unpack(hc_conn_t *conn, const void *buf, size_t len,

@@ -615,9 +615,41 @@ hcomm_status_t hc_verbs_mem_reg(hc_drv_t *drv, const hc_mem_desc_t *desc, uint64
     r->magic = HC_VERBS_REG_MAGIC;
     r->addr = (uintptr_t)desc->addr;
     r->len = desc->len;
+    r->prev = NULL;
+    r->next = d->regs;
+    if (d->regs) d->regs->prev = r;
+    d->regs = r;
     d->n_regs++;
     *key_p = (uint64_t)(uintptr_t)r;
     return HCOMM_OK;
+}
+
+static void hc_verbs_reg_free(hc_verbs_drv_t *d, hc_verbs_reg_t *r)
+{
+    d->dp->mr_dereg(d, &r->mr);
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        d->regs = r->next;
+    if (r->next) r->next->prev = r->prev;
+    r->magic = 0;
+    free(r);
+    d->n_deregs++;
+}
+
+/* Close: the registrations nobody deregistered (the registration cache's
+ * records still referenced when the core dropped its hooks: a request that
+ * never ended, its peer dead) go now, before the protection domain. */
+void hc_verbs_regs_release(hc_verbs_drv_t *d)
+{
+    uint64_t n = 0;
+    while (d->regs) {
+        hc_verbs_reg_free(d, d->regs);
+        n++;
+    }
+    if (n)
+        hc_log_info("%s: close: released %llu memory registrations still held", d->base.ops->name,
+                    (unsigned long long)n);
 }
 
 void hc_verbs_mem_dereg(hc_drv_t *drv, uint64_t key)
@@ -625,10 +657,7 @@ void hc_verbs_mem_dereg(hc_drv_t *drv, uint64_t key)
     hc_verbs_drv_t *d = (hc_verbs_drv_t *)drv;
     hc_verbs_reg_t *r = (hc_verbs_reg_t *)(uintptr_t)key;
     if (!r || r->magic != HC_VERBS_REG_MAGIC) return;
-    d->dp->mr_dereg(d, &r->mr);
-    r->magic = 0;
-    free(r);
-    d->n_deregs++;
+    hc_verbs_reg_free(d, r);
 }
 
 hcomm_status_t hc_verbs_rkey_pack(hc_drv_t *drv, uint64_t key, const hc_mem_desc_t *desc,

@@ -499,7 +499,12 @@ hcomm_status_t hc_verbs_dev_open(hc_verbs_drv_t *d, const hc_drv_env_t *env)
 
 void hc_verbs_dev_close(hc_verbs_drv_t *d)
 {
-    if (d->pd) (void)ibv_dealloc_pd(d->pd);
+    int rc = d->pd ? ibv_dealloc_pd(d->pd) : 0;
+    if (rc != 0)
+        hc_log_warn("%s: ibv_dealloc_pd on %s: %s (resources of the protection domain still "
+                    "allocated)",
+                    d->base.ops ? d->base.ops->name : "verbs",
+                    d->ctx ? ibv_get_device_name(d->ctx->device) : "?", strerror(rc));
     if (d->ctx) (void)ibv_close_device(d->ctx);
     d->pd = NULL;
     d->ctx = NULL;
@@ -603,6 +608,7 @@ void hc_verbs_close(hc_drv_t *drv)
         d->rma_free = o->next;
         free(o);
     }
+    hc_verbs_regs_release(d);
     hc_verbs_teardown(d);
 }
 
