@@ -10,6 +10,7 @@
  * the previous one handed out.
  */
 #include "core/hc_core.h"
+#include "core/p2p_int.h"
 #include "mem/mem.h"
 
 #include <stdio.h>
@@ -158,6 +159,11 @@ void hc_request_free(struct hcomm_request *req)
         free(req->error);
         req->error = NULL;
     }
+    /* Its rendezvous registration (a collective that failed frees its
+     * requests still in flight to live peers): a record left referenced
+     * stays pinned to the end, and loses its deregistration then. */
+    if (HC_UNLIKELY(req->rndv_held != NULL))
+        hc_rndv_forget(req);
     /* A driver still holds payloads of it (puts that returned IN_PROGRESS:
      * the request failed before they went out). Its slot must not be
      * reused under their put_done, nor the memory they point into freed:
