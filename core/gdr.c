@@ -84,7 +84,7 @@ const char *hc_gdr_mode_name(void)
 }
 
 /* HCOMM_LOG=info: the first decision per peer and direction. */
-static void hc_gdr_log(int wpeer, bool recv, const struct hc_drv_ops *ops, bool direct,
+static void hc_gdr_log(int wpeer, bool recv, const struct hc_drv_ops *ops, const char *path,
                        const char *why)
 {
     if (hc_log_level_current < HC_LOG_INFO || wpeer < 0) return;
@@ -98,7 +98,7 @@ static void hc_gdr_log(int wpeer, bool recv, const struct hc_drv_ops *ops, bool 
     const char *knob;
     hc_gdr_mode_t m = hc_gdr_mode_of(ops, &knob);
     hc_log_info("gpu: device buffers %s rank %d over %s: %s (%s=%s)%s%s", recv ? "from" : "to",
-                wpeer, ops ? ops->name : "?", direct ? hc_drv_device_path(ops) : "staged", knob,
+                wpeer, ops ? ops->name : "?", path, knob,
                 hc_gdr_name(m), why[0] ? ": " : "", why);
 }
 
@@ -159,7 +159,20 @@ hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm,
         if (!why[0]) hc_gdr_reg_why(conn, buf, len, attr, why, sizeof(why));
     }
     bool direct = why[0] == '\0';
-    hc_gdr_log(wpeer, recv, conn ? conn->ops : NULL, direct, why);
+    if (!direct && recv && conn && mode == HC_GDR_AUTO && attr->type == HC_MEM_DEVICE &&
+        hc_rndv_streams(conn)) {
+        /* Every message from this peer arrives in frames the CPU reads
+         * anyway (eager, or a rendezvous stream): each goes straight into
+         * the device buffer by the GPU dispatch as it arrives, rather than
+         * into a whole host staging buffer copied once all is in. */
+        hc_gdr_log(wpeer, recv, conn->ops,
+                   "streamed, each frame copied into device memory as it arrives", why);
+        hc_stats.gdr_streamed++;
+        *direct_p = true;
+        return HCOMM_OK;
+    }
+    hc_gdr_log(wpeer, recv, conn ? conn->ops : NULL,
+               direct ? hc_drv_device_path(conn->ops) : "staged", why);
     if (direct) {
         *direct_p = true;
         return HCOMM_OK;

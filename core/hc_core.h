@@ -567,6 +567,10 @@ hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm,
 void hc_gdr_describe(char *buf, size_t len);
 /* Rendezvous (core/rndv.c): HCOMM_RNDV at init; the drivers' rma_done. */
 hcomm_status_t hc_rndv_init(void);
+/* Whether the rendezvous from conn's peer to this rank streams DATA frames
+ * (the receiver can neither get nor ask for a write: tcp, dpdk, or
+ * HCOMM_RNDV=stream). */
+bool hc_rndv_streams(const hc_conn_t *conn);
 void hc_rndv_rma_done(void *core, hc_conn_t *conn, void *cookie, hcomm_status_t status);
 /* Retries frames queued for credit; returns how many went out. */
 int hc_p2p_flush_pending(void);

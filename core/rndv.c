@@ -129,6 +129,14 @@ static bool hc_rndv_mode_allows(int mode)
     return hc_rndv_mode == HC_RNDV_MODE_AUTO || hc_rndv_mode == mode;
 }
 
+/* As hc_rndv_matched decides (a connection's caps are the same on both
+ * sides: the sender's can-write is this side's write cap). */
+bool hc_rndv_streams(const hc_conn_t *conn)
+{
+    return !((conn->caps & HC_CONN_CAP_GET) && hc_rndv_mode_allows(HC_RNDV_MODE_GET)) &&
+           !((conn->caps & HC_CONN_CAP_WRITE) && hc_rndv_mode_allows(HC_RNDV_MODE_WRITE));
+}
+
 hcomm_status_t hc_rndv_send(hc_peer_t *p, struct hcomm_request *req)
 {
     hc_conn_t *conn = p->conn;

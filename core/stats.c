@@ -524,12 +524,13 @@ static void hc_stats_table(FILE *f, const char *why)
                  (unsigned long long)hc_stats.credit_waits, (unsigned long long)hc_stats.coll_node,
                  (unsigned long long)hc_stats.coll_p2p);
     hc_stats_gpu_lines(hc_stats_mem_line, f);
-    if (hc_stats.gdr_rndv || hc_stats.gdr_staged)
+    if (hc_stats.gdr_rndv || hc_stats.gdr_staged || hc_stats.gdr_streamed)
         hc_stats_out(f, "  device buffers direct (GPUDirect RDMA, IPC): %llu B in %llu rendezvous "
                         "by RMA; %llu device-buffer p2p calls staged by auto (HCOMM_GDR, "
-                        "HCOMM_GPU_IPC)",
+                        "HCOMM_GPU_IPC); %llu device-buffer receives streamed frame by frame",
                      (unsigned long long)hc_stats.gdr_bytes, (unsigned long long)hc_stats.gdr_rndv,
-                     (unsigned long long)hc_stats.gdr_staged);
+                     (unsigned long long)hc_stats.gdr_staged,
+                     (unsigned long long)hc_stats.gdr_streamed);
     if (hc_stats_level < 2)
         return;
     hc_stats_table_detail(f);

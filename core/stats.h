@@ -57,8 +57,9 @@ typedef struct {
     /* Direct device paths (core/gdr.c: GPUDirect RDMA between nodes, IPC inside one):
      * bytes and rendezvous of this rank's device buffers moved by a driver's RMA (either
      * side initiating), and device-buffer calls staged because they could not go direct
-     * under auto (HCOMM_GDR, HCOMM_GPU_IPC) */
-    uint64_t gdr_bytes, gdr_rndv, gdr_staged;
+     * under auto (HCOMM_GDR, HCOMM_GPU_IPC); device-buffer receives that took their
+     * messages frame by frame through the GPU dispatch instead (a driver that streams) */
+    uint64_t gdr_bytes, gdr_rndv, gdr_staged, gdr_streamed;
 } hc_stats_t;
 
 extern hc_stats_t hc_stats;

@@ -14,8 +14,12 @@
  *       copy on either rank and each device side counted its bytes as
  *       direct RMA (hc_stats.gdr_bytes); at eager sizes the send is staged
  *       and the device receive is copied by the GPU dispatch, unstaged.
- *       staged (HCOMM_GDR=0, or auto on tcp): no direct byte, every device
- *       side staged (under auto: counted in hc_stats.gdr_staged).
+ *       staged (HCOMM_GDR=0): no direct byte, every device side staged.
+ *   mp_gpu_gdr p2p streamed   the same under auto on a driver that moves
+ *       host memory only and streams its rendezvous (tcp): a device send is
+ *       staged (counted in hc_stats.gdr_staged); a device receive is not,
+ *       at any size: every frame goes into it by the GPU dispatch (counted
+ *       in hc_stats.gdr_streamed); no direct RMA byte.
  *   mp_gpu_gdr realloc   a device buffer on each side is registered by a
  *       transfer, freed, and a new one allocated at the same address (the
  *       model re-uses addresses) with other bytes: the second transfer
@@ -112,9 +116,12 @@ static void xfer(size_t n, bool dev, int mode, int salt, void **dev_p)
     free(h);
 }
 
-/* One transfer and what it must have cost this rank. */
-static void p2p_one(size_t n, int sdev, int rdev, int mode, bool direct)
+enum { DIRECT, STAGED, STREAMED };
+
+/* One transfer and what it must have cost this rank (path: DIRECT...). */
+static void p2p_one(size_t n, int sdev, int rdev, int mode, int path)
 {
+    bool direct = path == DIRECT;
     bool dev = mp_rank == 0 ? sdev : rdev;
     void *d = NULL;
     counts_t a = counts_now();
@@ -123,8 +130,9 @@ static void p2p_one(size_t n, int sdev, int rdev, int mode, bool direct)
     if (d) MP_OK(hc_gpu_model_test_free(d));
     uint64_t staged = b.staged - a.staged, gdr = b.gdr - a.gdr;
     /* A send of eager size is staged; a direct receive never is. */
-    bool want_direct = dev && direct && (mp_rank == 1 || n > eager_max());
-    uint64_t want_gdr = want_direct && n > eager_max() ? n : 0;
+    bool want_direct = dev && (direct || path == STREAMED) && (mp_rank == 1 || n > eager_max());
+    if (path == STREAMED && mp_rank == 0) want_direct = false; /* a send is always staged */
+    uint64_t want_gdr = want_direct && direct && n > eager_max() ? n : 0;
     uint64_t want_staged = dev && !want_direct ? n : 0;
     if (gdr != want_gdr || staged != want_staged)
         mp_fail("%zu bytes (send %s, recv %s, mode %d, eager max %zu): direct RMA bytes %llu "
@@ -134,8 +142,10 @@ static void p2p_one(size_t n, int sdev, int rdev, int mode, bool direct)
                 (unsigned long long)want_staged);
 }
 
-static int run_p2p(bool direct)
+static int run_p2p(int path)
 {
+    bool direct = path == DIRECT;
+    uint64_t dev_recvs = 0;
     size_t e = eager_max();
     size_t sizes[] = {1, e, e + 1, 1 << 20, (4 << 20) + 3, 64 << 20};
     int nsizes = (int)(sizeof(sizes) / sizeof(sizes[0]));
@@ -143,22 +153,31 @@ static int run_p2p(bool direct)
         for (int c = 0; c < 3; c++) /* dev->dev, host->dev, dev->host */
             for (int mode = 0; mode < 2; mode++) {
                 if (sizes[k] == (64u << 20) && (c != 0 || mode != 0)) continue;
-                p2p_one(sizes[k], c != 1, c != 2, mode, direct);
+                p2p_one(sizes[k], c != 1, c != 2, mode, path);
+                dev_recvs += c != 2;
             }
-    printf("rank %d: direct RMA %llu bytes in %llu rendezvous, %llu calls staged by auto\n",
+    printf("rank %d: direct RMA %llu bytes in %llu rendezvous, %llu calls staged by auto, %llu "
+           "receives streamed\n",
            mp_rank, (unsigned long long)hc_stats.gdr_bytes, (unsigned long long)hc_stats.gdr_rndv,
-           (unsigned long long)hc_stats.gdr_staged);
+           (unsigned long long)hc_stats.gdr_staged, (unsigned long long)hc_stats.gdr_streamed);
+    uint64_t want_streamed = path == STREAMED && mp_rank == 1 ? dev_recvs : 0;
+    if (hc_stats.gdr_streamed != want_streamed)
+        mp_fail("%llu device receives counted as streamed, want %llu",
+                (unsigned long long)hc_stats.gdr_streamed, (unsigned long long)want_streamed);
     /* Staged: by auto (counted: a driver that moves host memory only) or by
      * HCOMM_GDR=0 / HCOMM_GPU_IPC=0 (nothing to count). The node driver's
      * knob is HCOMM_GPU_IPC, the network drivers' HCOMM_GDR. */
     bool node = hc_core_conn(1 - mp_rank)->ops->scope == HC_DRV_SCOPE_NODE;
     hc_gdr_mode_t m = node ? hc_ipc_mode : hc_gdr_mode;
-    if (!direct && (m == HC_GDR_AUTO) != (hc_stats.gdr_staged > 0))
+    bool staged_by_auto = m == HC_GDR_AUTO && (path == STAGED || mp_rank == 0);
+    if (!direct && staged_by_auto != (hc_stats.gdr_staged > 0))
         mp_fail("p2p staged under %s=%d: %llu calls counted as staged by auto",
                 node ? "HCOMM_GPU_IPC" : "HCOMM_GDR", (int)m,
                 (unsigned long long)hc_stats.gdr_staged);
     MP_OK(hcomm_barrier(hcomm_comm_world()));
-    return mp_finish(direct ? "mp_gpu_gdr p2p direct" : "mp_gpu_gdr p2p staged");
+    return mp_finish(direct             ? "mp_gpu_gdr p2p direct"
+                     : path == STREAMED ? "mp_gpu_gdr p2p streamed"
+                                        : "mp_gpu_gdr p2p staged");
 }
 
 /* Free a registered device buffer, allocate another at the same address
@@ -296,13 +315,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "mp_gpu_gdr: runs on 2 ranks\n");
         return 2;
     }
-    if (!strcmp(what, "p2p") && (!strcmp(how, "direct") || !strcmp(how, "staged")))
-        return run_p2p(!strcmp(how, "direct"));
+    if (!strcmp(what, "p2p") && !strcmp(how, "direct")) return run_p2p(DIRECT);
+    if (!strcmp(what, "p2p") && !strcmp(how, "staged")) return run_p2p(STAGED);
+    if (!strcmp(what, "p2p") && !strcmp(how, "streamed")) return run_p2p(STREAMED);
     if (!strcmp(what, "realloc")) return run_realloc();
     if (!strcmp(what, "refused") && *how) return run_refused(how);
     if (!strcmp(what, "nostream")) return run_nostream();
     if (!strcmp(what, "fault")) return run_fault();
-    fprintf(stderr, "usage: mp_gpu_gdr p2p direct|staged | realloc | refused WHY | nostream | "
+    fprintf(stderr, "usage: mp_gpu_gdr p2p direct|staged|streamed | realloc | refused WHY | nostream | "
                     "fault\n");
     return 2;
 }
