@@ -31,6 +31,11 @@
  *       ERR_UNSUPPORTED naming HCOMM_GDR=1 and WHY; host buffers still work
  *   mp_gpu_gdr nostream  HCOMM_GDR=1, HCOMM_RNDV=stream: a device sender
  *       is never streamed by the CPU: both sides fail by name, no hang
+ *   mp_gpu_gdr fault_stream   (a driver that streams: tcp) rank 1's third
+ *       device copy fails (HCOMM_GPU_MODEL_FAULT=copy:3, set by the test):
+ *       a frame in the middle of a 4 MiB streamed receive; the receive
+ *       fails naming the device, no hang, and the next 4 MiB transfer
+ *       (device to device) carries every byte
  *   mp_gpu_gdr fault     rank 1's first device copy fails
  *       (HCOMM_GPU_MODEL_FAULT=copy:1, set by the test): an eager message
  *       into its direct device receive fails naming the device, then a
@@ -301,14 +306,48 @@ static int run_fault(void)
     return mp_finish("mp_gpu_gdr fault");
 }
 
+/* Rank 1's third device copy fails: a frame in the middle of a streamed
+ * receive (HC_TCP_MAX_FRAME is 512 KiB: 4 MiB is 8 frames). */
+static int run_fault_stream(void)
+{
+    hcomm_comm_t w = hcomm_comm_world();
+    size_t n = 4 << 20;
+    uint8_t *h = mp_xmalloc(n);
+    memset(h, 5, n);
+    if (mp_rank == 0) {
+        MP_OK(hcomm_send(h, n, HCOMM_UINT8, 1, 7, w));
+    } else {
+        void *d = dev_alloc(n);
+        hcomm_status_t st = hcomm_recv(d, n, HCOMM_UINT8, 0, 7, w);
+        const char *msg = hcomm_last_error();
+        if (st == HCOMM_OK || !strstr(msg, "device 0") || !strstr(msg, "hcomm_recv"))
+            mp_fail("fault_stream: %s, \"%s\" (want a failure naming device 0 and hcomm_recv)",
+                    hcomm_strerror(st), msg);
+        else
+            printf("rank 1: %s (as expected)\n", msg);
+        if (hc_stats.gdr_streamed != 1)
+            mp_fail("fault_stream: the receive was not streamed (%llu streamed)",
+                    (unsigned long long)hc_stats.gdr_streamed);
+        MP_OK(hc_gpu_model_test_free(d));
+    }
+    free(h);
+    MP_OK(hcomm_barrier(w));
+    void *d = NULL; /* the device works again */
+    xfer(n, true, 0, 4, &d);
+    MP_OK(hc_gpu_model_test_free(d));
+    MP_OK(hcomm_barrier(w));
+    return mp_finish("mp_gpu_gdr fault_stream");
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *what = argc > 1 ? argv[1] : "";
     const char *how = argc > 2 ? argv[2] : "";
-    if (!strcmp(what, "fault")) {
+    if (!strcmp(what, "fault") || !strcmp(what, "fault_stream")) {
         const char *r = getenv("HCOMM_RANK");
-        if (r && atoi(r) == 1) setenv("HCOMM_GPU_MODEL_FAULT", "copy:1", 1);
+        if (r && atoi(r) == 1)
+            setenv("HCOMM_GPU_MODEL_FAULT", what[5] ? "copy:3" : "copy:1", 1);
     }
     mp_init();
     if (mp_size != 2) {
@@ -322,7 +361,8 @@ int main(int argc, char **argv)
     if (!strcmp(what, "refused") && *how) return run_refused(how);
     if (!strcmp(what, "nostream")) return run_nostream();
     if (!strcmp(what, "fault")) return run_fault();
+    if (!strcmp(what, "fault_stream")) return run_fault_stream();
     fprintf(stderr, "usage: mp_gpu_gdr p2p direct|staged|streamed | realloc | refused WHY | nostream | "
-                    "fault\n");
+                    "fault | fault_stream\n");
     return 2;
 }
