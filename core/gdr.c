@@ -17,6 +17,13 @@
  * A send of eager size stays staged under every mode (a frame's payload is
  * read by the CPU), as does a receive from any source (the sender, hence
  * the driver, is not known when it is posted).
+ *
+ * Streamed (auto only): a receive from a peer whose rendezvous streams
+ * (hc_rndv_streams: tcp, dpdk, HCOMM_RNDV=stream) and whose driver cannot
+ * go direct carries the device buffer too: every message arrives in frames
+ * the CPU reads anyway (eager, fragments, DATA), and each is copied into
+ * the device buffer by the GPU dispatch as it arrives, instead of into a
+ * whole host staging buffer copied once the message is in.
  */
 #include "core/hc_core.h"
 #include "core/stats.h"
@@ -234,6 +241,7 @@ void hc_gdr_describe(char *buf, size_t len)
         size_t m = strlen(buf);
         snprintf(buf + m, len - m,
                  "; sends of eager size, receives from any source and the "
-                 "other drivers staged");
+                 "other drivers staged, but under auto a receive over a driver that "
+                 "streams (tcp, dpdk) takes each frame into device memory as it arrives");
     }
 }
