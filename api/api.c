@@ -327,6 +327,18 @@ static HC_ALWAYS_INLINE hcomm_status_t hc_api_p2p_check(const char *fn, bool rec
     return hc_check_buf(fn, "buf", buf, count, dtype, 1, bytes_p);
 }
 
+/* A send posted as hc_api_stage_p2p chose: streamed from the device buffer
+ * src through the host staging buf, or from buf (memory m; NULL: host). */
+static inline hcomm_status_t hc_api_isend(struct hcomm_comm *comm, const void *buf, size_t bytes,
+                                          int peer, int tag, const hc_mem_attr_t *m,
+                                          const void *src, struct hcomm_request **req_p)
+{
+    if (HC_UNLIKELY(src != NULL))
+        return hc_p2p_isend_streamed(comm, comm->ctx_id, (void *)buf, src, m, bytes, peer, tag,
+                                     req_p);
+    return hc_p2p_isend_mem(comm, comm->ctx_id, buf, bytes, peer, tag, m, req_p);
+}
+
 /* hcomm_isend, hcomm_irecv and hcomm_irecv_any (recv with source_p). */
 static hcomm_status_t hc_api_ipost(const char *fn, bool recv, const void *buf, size_t count,
                                    hcomm_dtype_t dtype, int peer, int tag, hcomm_comm_t comm,
@@ -341,14 +353,15 @@ static hcomm_status_t hc_api_ipost(const char *fn, bool recv, const void *buf, s
     struct hcomm_request *req;
     hc_api_stage_t *stg = NULL;
     hc_mem_attr_t mem = {.type = HC_MEM_HOST};
-    if (HC_UNLIKELY(hc_gpu_on) &&
-        (st = hc_api_stage_p2p(fn, recv, (void **)&buf, bytes, comm, peer, &stg, &mem)) != HCOMM_OK)
+    const void *src = NULL;
+    if (HC_UNLIKELY(hc_gpu_on) && (st = hc_api_stage_p2p(fn, recv, (void **)&buf, bytes, comm, peer,
+                                                         &stg, &mem, &src)) != HCOMM_OK)
         return st;
     const hc_mem_attr_t *m = HC_UNLIKELY(mem.type != HC_MEM_HOST) ? &mem : NULL;
     unsigned kind = recv ? HC_STATS_RECV : HC_STATS_SEND;
     uint64_t t0 = hc_stats_begin(kind, bytes, comm, peer);
     st = recv ? hc_p2p_irecv_mem(comm, comm->ctx_id, (void *)buf, bytes, peer, tag, m, &req)
-              : hc_p2p_isend_mem(comm, comm->ctx_id, buf, bytes, peer, tag, m, &req);
+              : hc_api_isend(comm, buf, bytes, peer, tag, m, src, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;
     req->stage = stg;
@@ -423,8 +436,9 @@ static hcomm_status_t hc_api_send(const void *buf, size_t count, hcomm_dtype_t d
     bool sent = false;
     hc_api_stage_t *stg = NULL;
     hc_mem_attr_t mem = {.type = HC_MEM_HOST};
+    const void *src = NULL;
     if (HC_UNLIKELY(hc_gpu_on) && (st = hc_api_stage_p2p("hcomm_send", false, (void **)&buf, bytes,
-                                                         comm, peer, &stg, &mem)) != HCOMM_OK)
+                                                         comm, peer, &stg, &mem, &src)) != HCOMM_OK)
         return st;
     const hc_mem_attr_t *m = HC_UNLIKELY(mem.type != HC_MEM_HOST) ? &mem : NULL;
     uint64_t t0 = hc_stats_begin(HC_STATS_SEND, bytes, comm, peer);
@@ -435,7 +449,7 @@ static hcomm_status_t hc_api_send(const void *buf, size_t count, hcomm_dtype_t d
         return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;
     }
     struct hcomm_request *req;
-    st = hc_p2p_isend_mem(comm, comm->ctx_id, buf, bytes, peer, tag, m, &req);
+    st = hc_api_isend(comm, buf, bytes, peer, tag, m, src, &req);
     if (HC_UNLIKELY(st != HCOMM_OK))
         return HC_UNLIKELY(stg != NULL) ? hc_api_stage_end(stg, st, 0) : st;
     req->stage = stg;
@@ -471,8 +485,9 @@ static hcomm_status_t hc_api_recv(const char *fn, void *buf, size_t count, hcomm
     struct hcomm_request *req;
     hc_api_stage_t *stg = NULL;
     hc_mem_attr_t mem = {.type = HC_MEM_HOST};
+    const void *src;
     if (HC_UNLIKELY(hc_gpu_on) &&
-        (st = hc_api_stage_p2p(fn, true, &buf, bytes, comm, peer, &stg, &mem)) != HCOMM_OK)
+        (st = hc_api_stage_p2p(fn, true, &buf, bytes, comm, peer, &stg, &mem, &src)) != HCOMM_OK)
         return st;
     const hc_mem_attr_t *m = HC_UNLIKELY(mem.type != HC_MEM_HOST) ? &mem : NULL;
     uint64_t t0 = hc_stats_begin(HC_STATS_RECV, bytes, comm, peer);

@@ -217,21 +217,23 @@ hcomm_status_t hc_api_stage_retire(struct hcomm_request *req, hcomm_status_t st)
 
 hcomm_status_t hc_api_stage_p2p(const char *fn, bool recv, void **buf_p, size_t bytes,
                                 struct hcomm_comm *comm, int peer, hc_api_stage_t **stg_p,
-                                hc_mem_attr_t *mem_p)
+                                hc_mem_attr_t *mem_p, const void **src_p)
 {
     *stg_p = NULL;
+    *src_p = NULL;
     mem_p->type = HC_MEM_HOST;
     hc_extent_t e = {.p = *buf_p, .n = bytes};
     hcomm_status_t st = hc_extent_type(fn, "buf", &e);
     if (st != HCOMM_OK || !hc_extent_device(&e) || hc_gpu_no_stage) return st;
     hc_stage_log_path();
-    bool direct;
-    if ((st = hc_gdr_choose(fn, recv, comm, peer, e.p, e.n, &e.attr, &direct)) != HCOMM_OK)
+    hc_gdr_path_t path;
+    if ((st = hc_gdr_choose(fn, recv, comm, peer, e.p, e.n, &e.attr, &path)) != HCOMM_OK)
         return st;
-    if (direct) {
+    if (path == HC_GDR_PATH_DIRECT || (recv && path == HC_GDR_PATH_STREAMED)) {
         *mem_p = e.attr;
         return HCOMM_OK;
     }
+    bool streamed = path == HC_GDR_PATH_STREAMED; /* a send: staging filled by its stream */
     hc_api_stage_t *stg = calloc(1, sizeof(*stg));
     if (!stg) return hc_error(HCOMM_ERR_NO_MEMORY, "%s: no memory to stage device buffer", fn);
     stg->fn = fn;
@@ -244,9 +246,13 @@ hcomm_status_t hc_api_stage_p2p(const char *fn, bool recv, void **buf_p, size_t 
         free(stg);
         return st;
     }
-    if (!recv && (st = hc_stage_copy_in(stg, 0, &e, comm)) != HCOMM_OK) {
+    if (!recv && !streamed && (st = hc_stage_copy_in(stg, 0, &e, comm)) != HCOMM_OK) {
         hc_stage_free(stg);
         return st;
+    }
+    if (streamed) {
+        *mem_p = e.attr;
+        *src_p = e.p;
     }
     *buf_p = stg->reg[0].host;
     *stg_p = stg;

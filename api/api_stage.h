@@ -40,10 +40,14 @@ hcomm_status_t hc_api_stage_coll(const hc_coll_args_t *a, struct hcomm_comm *com
  * and *stg_p set; host memory changes nothing. *mem_p is HC_MEM_HOST
  * unless direct, *stg_p NULL unless staged. A failed copy revokes comm
  * (the peer fails at once instead of waiting for a message that will not
- * come); under HCOMM_GDR=1 a call that cannot go direct fails by name. */
+ * come); under HCOMM_GDR=1 a call that cannot go direct fails by name.
+ * A send streamed to its peer (HC_GDR_PATH_STREAMED) gets host staging that
+ * nothing is copied into yet: *src_p is then the device buffer and *mem_p
+ * its memory (post with hc_p2p_isend_streamed, which fills the staging
+ * frame by frame); else *src_p is NULL. */
 hcomm_status_t hc_api_stage_p2p(const char *fn, bool recv, void **buf_p, size_t bytes,
                                 struct hcomm_comm *comm, int peer, hc_api_stage_t **stg_p,
-                                hc_mem_attr_t *mem_p);
+                                hc_mem_attr_t *mem_p, const void **src_p);
 
 /* Ends a staged call whose host operation ended with st: on success the
  * outputs are copied back (a receive: only the `received` bytes), then the

@@ -140,9 +140,10 @@ static void hc_gdr_reg_why(hc_conn_t *conn, void *buf, size_t len, const hc_mem_
 }
 
 hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm, int peer,
-                             void *buf, size_t len, const hc_mem_attr_t *attr, bool *direct_p)
+                             void *buf, size_t len, const hc_mem_attr_t *attr,
+                             hc_gdr_path_t *path_p)
 {
-    *direct_p = false;
+    *path_p = HC_GDR_PATH_STAGED;
     int wpeer = peer == HCOMM_ANY_SOURCE ? -1 : comm->world_ranks[peer];
     hc_conn_t *conn = wpeer >= 0 ? hc_ctx.peers[wpeer].conn : NULL;
     const char *knob = "HCOMM_GDR";
@@ -159,29 +160,37 @@ hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm,
                  "known when it is posted)");
     } else {
         hc_gdr_conn_why(conn, why, sizeof(why));
-        if (!why[0] && !recv && len <= conn->eager_max) {
+        if (!why[0] && !recv && !hc_p2p_goes_rndv(conn, len)) {
             /* Small messages stay staged, under every mode: not a refusal. */
             return HCOMM_OK;
         }
         if (!why[0]) hc_gdr_reg_why(conn, buf, len, attr, why, sizeof(why));
     }
     bool direct = why[0] == '\0';
-    if (!direct && recv && conn && mode == HC_GDR_AUTO && attr->type == HC_MEM_DEVICE &&
-        hc_rndv_streams(conn)) {
+    bool streamed = !direct && conn && mode == HC_GDR_AUTO && attr->type == HC_MEM_DEVICE &&
+                    (recv ? hc_rndv_streams(conn)
+                          : hc_p2p_goes_rndv(conn, len) &&
+                                !(conn->caps & (HC_CONN_CAP_GET | HC_CONN_CAP_WRITE)));
+    if (streamed) {
         /* Every message from this peer arrives in frames the CPU reads
          * anyway (eager, or a rendezvous stream): each goes straight into
          * the device buffer by the GPU dispatch as it arrives, rather than
-         * into a whole host staging buffer copied once all is in. */
+         * into a whole host staging buffer copied once all is in. A send's
+         * stream fills its staging frame by frame just before each frame
+         * goes (no get or write can read it first: its connection has
+         * neither), rather than all of it before the RTS. */
         hc_gdr_log(wpeer, recv, conn->ops,
-                   "streamed, each frame copied into device memory as it arrives", why);
+                   recv ? "streamed, each frame copied into device memory as it arrives"
+                        : "streamed, each frame copied from device memory as it goes",
+                   why);
         hc_stats.gdr_streamed++;
-        *direct_p = true;
+        *path_p = HC_GDR_PATH_STREAMED;
         return HCOMM_OK;
     }
     hc_gdr_log(wpeer, recv, conn ? conn->ops : NULL,
                direct ? hc_drv_device_path(conn->ops) : "staged", why);
     if (direct) {
-        *direct_p = true;
+        *path_p = HC_GDR_PATH_DIRECT;
         return HCOMM_OK;
     }
     if (mode == HC_GDR_ON)

@@ -92,6 +92,11 @@ struct hcomm_request {
     /* device buffers staged through host memory (api/api_stage.c): copied
      * back when the request is retired to the user (hcomm_wait/test) */
     void *stage;
+    /* a send on that path streamed (hc_gdr_choose: HC_GDR_PATH_STREAMED): buf is host
+     * staging, filled from this device buffer (memory mem) frame by frame just before
+     * each DATA frame goes; stage_done bytes are in */
+    const void *stage_src;
+    size_t stage_done;
     /* statistics (core/stats.h): the operation's kind (HC_STATS_NONE:
      * internal), its bytes and its begin time stamp (0: not timed) */
     uint8_t stat_kind;
@@ -499,6 +504,13 @@ hcomm_status_t hc_p2p_irecv(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
 hcomm_status_t hc_p2p_isend_mem(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf,
                                 size_t len, int peer, int32_t tag, const hc_mem_attr_t *mem,
                                 struct hcomm_request **req_p);
+/* A send streamed from device memory src (of memory mem) through host
+ * staging buf, filled frame by frame as the stream goes (the path
+ * HC_GDR_PATH_STREAMED chose: above the eager size, a connection that can
+ * neither get nor write). */
+hcomm_status_t hc_p2p_isend_streamed(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
+                                     const void *src, const hc_mem_attr_t *mem, size_t len,
+                                     int peer, int32_t tag, struct hcomm_request **req_p);
 /* Blocking-receive fast path (host memory, one source, user context): when
  * nothing is queued unexpected on comm, polls the drivers a few times with
  * no request; a single-frame eager message of exactly len bytes that would
@@ -562,11 +574,25 @@ extern hc_gdr_mode_t hc_ipc_mode; /* HCOMM_GPU_IPC: the node driver's direct pat
 hcomm_status_t hc_gdr_init(void);
 void hc_gdr_fini(void);
 const char *hc_gdr_mode_name(void);
+/* The path hc_gdr_choose gives a device buffer: staged whole by the API;
+ * direct (the request carries it: RMA, or the GPU dispatch for frames);
+ * streamed (auto, a peer whose rendezvous streams: a receive takes each
+ * frame into the device buffer as it arrives; a send above the eager size
+ * gets host staging that the stream fills frame by frame, req->stage_src). */
+typedef enum { HC_GDR_PATH_STAGED, HC_GDR_PATH_DIRECT, HC_GDR_PATH_STREAMED } hc_gdr_path_t;
 hcomm_status_t hc_gdr_choose(const char *fn, bool recv, struct hcomm_comm *comm, int peer,
-                             void *buf, size_t len, const hc_mem_attr_t *attr, bool *direct_p);
+                             void *buf, size_t len, const hc_mem_attr_t *attr,
+                             hc_gdr_path_t *path_p);
 void hc_gdr_describe(char *buf, size_t len);
 /* Rendezvous (core/rndv.c): HCOMM_RNDV at init; the drivers' rma_done. */
 hcomm_status_t hc_rndv_init(void);
+/* Whether a len-byte message on conn goes by rendezvous (else in frames
+ * whose payload the driver reads: one up to max_frame, fragments up to
+ * eager_max). */
+static inline bool hc_p2p_goes_rndv(const hc_conn_t *conn, size_t len)
+{
+    return len > conn->max_frame && len > conn->eager_max;
+}
 /* Whether the rendezvous from conn's peer to this rank streams DATA frames
  * (the receiver can neither get nor ask for a write: tcp, dpdk, or
  * HCOMM_RNDV=stream). */

@@ -22,6 +22,7 @@
 #include "core/p2p_int.h"
 #include "core/stats.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,6 +125,27 @@ hcomm_status_t hc_p2p_put(hc_peer_t *p, const hc_frame_hdr_t *hdr_in, const void
     return st;
 }
 
+/* A streamed send from device memory (req->stage_src): its staging holds
+ * the bytes up to end, copied by the GPU dispatch just before the frames
+ * that carry them go. */
+static hcomm_status_t hc_p2p_stream_fill(struct hcomm_request *req, size_t end)
+{
+    if (HC_LIKELY(!req->stage_src) || req->stage_done >= end) return HCOMM_OK;
+    size_t n = end - req->stage_done;
+    hcomm_status_t st = hc_gpu_copy((char *)req->buf + req->stage_done, NULL,
+                                    (const char *)req->stage_src + req->stage_done, &req->mem, n);
+    if (HC_UNLIKELY(st != HCOMM_OK)) {
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", hc_error_last());
+        return hc_error(st, "hcomm_send: %zu bytes to rank %d out of device memory: %s", n,
+                        req->peer, saved);
+    }
+    hc_gpu_stats.d2h_copies++;
+    hc_gpu_stats.d2h_bytes += n;
+    req->stage_done = end;
+    return HCOMM_OK;
+}
+
 int hc_p2p_flush_pending(void)
 {
     int sent = 0;
@@ -143,6 +165,13 @@ int hc_p2p_flush_pending(void)
                 f->hdr.flags |= HC_FRAME_FLAG_UNORDERED; /* placed by offset */
                 while (f->stream_off < f->stream_end) {
                     size_t n = HC_MIN(conn->max_frame, f->stream_end - f->stream_off);
+                    if (HC_UNLIKELY((st = hc_p2p_stream_fill(f->req, f->stream_off + n)) !=
+                                    HCOMM_OK)) {
+                        /* The receiver waits for the rest: it fails too. */
+                        hc_p2p_control(p, HC_FRAME_NACK, f->hdr.ctx_id, f->hdr.a,
+                                       (uint64_t)(-(int64_t)st));
+                        break;
+                    }
                     f->hdr.len = (uint32_t)n;
                     f->hdr.b = f->stream_off;
                     st = conn->ops->put(conn, &f->hdr, (char *)f->req->buf + f->stream_off, f->req);
@@ -249,6 +278,9 @@ hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void
     return hc_p2p_isend_mem(comm, ctx_id, buf, len, peer, tag, NULL, req_p);
 }
 
+static hcomm_status_t hc_p2p_isend_post(hc_peer_t *p, struct hcomm_request *req,
+                                        struct hcomm_request **req_p);
+
 hcomm_status_t hc_p2p_isend_mem(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf,
                                 size_t len, int peer, int32_t tag, const hc_mem_attr_t *mem,
                                 struct hcomm_request **req_p)
@@ -257,7 +289,7 @@ hcomm_status_t hc_p2p_isend_mem(struct hcomm_comm *comm, uint32_t ctx_id, const 
     hc_peer_t *p = &hc_ctx.peers[wpeer];
     if (HC_UNLIKELY(p->failed)) return hc_peer_error(wpeer, "hcomm_send");
     bool dev = mem && mem->type != HC_MEM_HOST;
-    if (HC_UNLIKELY(dev && len <= p->conn->eager_max))
+    if (HC_UNLIKELY(dev && !hc_p2p_goes_rndv(p->conn, len)))
         return hc_error(HCOMM_ERR_INTERNAL,
                         "hcomm_send: a %zu-byte device buffer to rank %d would go in frames (eager "
                         "up to %zu bytes): it must be staged",
@@ -276,8 +308,49 @@ hcomm_status_t hc_p2p_isend_mem(struct hcomm_comm *comm, uint32_t ctx_id, const 
     req->wpeer = wpeer;
     req->tag = tag;
     req->ctx_id = ctx_id;
+    return hc_p2p_isend_post(p, req, req_p);
+}
 
-    hc_frame_hdr_t hdr = {.ctx_id = ctx_id, .tag = tag};
+hcomm_status_t hc_p2p_isend_streamed(struct hcomm_comm *comm, uint32_t ctx_id, void *buf,
+                                     const void *src, const hc_mem_attr_t *mem, size_t len,
+                                     int peer, int32_t tag, struct hcomm_request **req_p)
+{
+    int wpeer = comm->world_ranks[peer];
+    hc_peer_t *p = &hc_ctx.peers[wpeer];
+    if (HC_UNLIKELY(p->failed)) return hc_peer_error(wpeer, "hcomm_send");
+    /* Only a stream may read the staging, and only after the frame's bytes
+     * are in: no get or write can reach it before (a connection without
+     * either; the RTS then never says the sender can write). */
+    if (HC_UNLIKELY(!hc_p2p_goes_rndv(p->conn, len) ||
+                    (p->conn->caps & (HC_CONN_CAP_GET | HC_CONN_CAP_WRITE))))
+        return hc_error(HCOMM_ERR_INTERNAL,
+                        "hcomm_send: a %zu-byte device buffer to rank %d cannot be streamed over "
+                        "%s (eager up to %zu bytes, caps 0x%x)",
+                        len, peer, p->conn->ops->name, p->conn->eager_max, p->conn->caps);
+    struct hcomm_request *req = hc_request_alloc(HC_REQ_SEND);
+    if (HC_UNLIKELY(!req))
+        return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_send: no memory for a request");
+    req->mem = *mem;
+    req->stage_src = src;
+    req->stage_done = 0;
+    req->comm = comm;
+    req->buf = buf;
+    req->len = len;
+    req->peer = peer;
+    req->wpeer = wpeer;
+    req->tag = tag;
+    req->ctx_id = ctx_id;
+    return hc_p2p_isend_post(p, req, req_p);
+}
+
+/* Frames (eager, fragments) or a rendezvous for req, set up. */
+static hcomm_status_t hc_p2p_isend_post(hc_peer_t *p, struct hcomm_request *req,
+                                        struct hcomm_request **req_p)
+{
+    const void *buf = req->buf;
+    size_t len = req->len;
+    int wpeer = req->wpeer;
+    hc_frame_hdr_t hdr = {.ctx_id = req->ctx_id, .tag = req->tag};
     hcomm_status_t st;
     size_t frame = p->conn->max_frame;
     hc_stats.send_msgs++;

@@ -111,6 +111,7 @@ struct hcomm_request *hc_request_alloc(hc_req_kind_t kind)
     req->drain = NULL;
     req->coll = NULL;
     req->stage = NULL;
+    req->stage_src = NULL;
     req->source_out = NULL;
     req->stat_kind = HC_STATS_NONE;
     req->stat_t0 = 0;

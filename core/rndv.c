@@ -499,9 +499,11 @@ void hc_rndv_frame(hc_peer_t *p, int wpeer, const hc_frame_hdr_t *hdr, const voi
                 hc_rndv_count_direct(req, req->msg_len); /* the sender wrote it */
                 hc_rndv_recv_finish(req);
             } else {
-                hc_rndv_finish(req, hc_error((hcomm_status_t)(-(int64_t)hdr->b),
-                                             "hcomm_recv: rank %d could not write the message",
-                                             req->peer));
+                hcomm_status_t why = (hcomm_status_t)(-(int64_t)hdr->b);
+                hc_rndv_finish(req, hc_error(why,
+                                             "hcomm_recv: rank %d could not write or stream the "
+                                             "%zu-byte message (%s)",
+                                             req->peer, req->msg_len, hcomm_strerror(why)));
             }
         }
         return;

@@ -16,10 +16,13 @@
  *       and the device receive is copied by the GPU dispatch, unstaged.
  *       staged (HCOMM_GDR=0): no direct byte, every device side staged.
  *   mp_gpu_gdr p2p streamed   the same under auto on a driver that moves
- *       host memory only and streams its rendezvous (tcp): a device send is
- *       staged (counted in hc_stats.gdr_staged); a device receive is not,
- *       at any size: every frame goes into it by the GPU dispatch (counted
- *       in hc_stats.gdr_streamed); no direct RMA byte.
+ *       host memory only and streams its rendezvous (tcp): a device send
+ *       goes through host staging (each byte copied out once), of eager
+ *       size whole (counted in hc_stats.gdr_staged), above it filled frame
+ *       by frame as its stream goes (counted in hc_stats.gdr_streamed); a
+ *       device receive is never staged, at any size: every frame goes into
+ *       it by the GPU dispatch (counted in gdr_streamed); no direct RMA
+ *       byte.
  *   mp_gpu_gdr realloc   a device buffer on each side is registered by a
  *       transfer, freed, and a new one allocated at the same address (the
  *       model re-uses addresses) with other bytes: the second transfer
@@ -31,6 +34,10 @@
  *       ERR_UNSUPPORTED naming HCOMM_GDR=1 and WHY; host buffers still work
  *   mp_gpu_gdr nostream  HCOMM_GDR=1, HCOMM_RNDV=stream: a device sender
  *       is never streamed by the CPU: both sides fail by name, no hang
+ *   mp_gpu_gdr fault_stream send   the same on the sending side: rank 0's
+ *       third device copy fails in the middle of a 4 MiB streamed send;
+ *       its send fails naming the device, rank 1's receive fails naming
+ *       rank 0 (told by a NACK), no hang; the next transfer is whole
  *   mp_gpu_gdr fault_stream   (a driver that streams: tcp) rank 1's third
  *       device copy fails (HCOMM_GPU_MODEL_FAULT=copy:3, set by the test):
  *       a frame in the middle of a 4 MiB streamed receive; the receive
@@ -150,7 +157,9 @@ static void p2p_one(size_t n, int sdev, int rdev, int mode, int path)
 static int run_p2p(int path)
 {
     bool direct = path == DIRECT;
-    uint64_t dev_recvs = 0;
+    uint64_t dev_recvs = 0, dev_sends_rndv = 0;
+    /* larger messages go by rendezvous: tcp's frames (512 KiB) pass its eager limit */
+    size_t rndv_min = HC_MAX(eager_max(), hc_core_conn(1 - mp_rank)->max_frame);
     size_t e = eager_max();
     size_t sizes[] = {1, e, e + 1, 1 << 20, (4 << 20) + 3, 64 << 20};
     int nsizes = (int)(sizeof(sizes) / sizeof(sizes[0]));
@@ -160,14 +169,16 @@ static int run_p2p(int path)
                 if (sizes[k] == (64u << 20) && (c != 0 || mode != 0)) continue;
                 p2p_one(sizes[k], c != 1, c != 2, mode, path);
                 dev_recvs += c != 2;
+                dev_sends_rndv += c != 1 && sizes[k] > rndv_min;
             }
     printf("rank %d: direct RMA %llu bytes in %llu rendezvous, %llu calls staged by auto, %llu "
-           "receives streamed\n",
+           "calls streamed\n",
            mp_rank, (unsigned long long)hc_stats.gdr_bytes, (unsigned long long)hc_stats.gdr_rndv,
            (unsigned long long)hc_stats.gdr_staged, (unsigned long long)hc_stats.gdr_streamed);
-    uint64_t want_streamed = path == STREAMED && mp_rank == 1 ? dev_recvs : 0;
+    uint64_t want_streamed =
+        path != STREAMED ? 0 : mp_rank == 1 ? dev_recvs : dev_sends_rndv;
     if (hc_stats.gdr_streamed != want_streamed)
-        mp_fail("%llu device receives counted as streamed, want %llu",
+        mp_fail("%llu device calls counted as streamed, want %llu",
                 (unsigned long long)hc_stats.gdr_streamed, (unsigned long long)want_streamed);
     /* Staged: by auto (counted: a driver that moves host memory only) or by
      * HCOMM_GDR=0 / HCOMM_GPU_IPC=0 (nothing to count). The node driver's
@@ -306,15 +317,35 @@ static int run_fault(void)
     return mp_finish("mp_gpu_gdr fault");
 }
 
-/* Rank 1's third device copy fails: a frame in the middle of a streamed
- * receive (HC_TCP_MAX_FRAME is 512 KiB: 4 MiB is 8 frames). */
-static int run_fault_stream(void)
+/* One side's third device copy fails: a frame in the middle of a streamed
+ * receive, or of a streamed send (HC_TCP_MAX_FRAME is 512 KiB: 4 MiB is 8
+ * frames). The other side fails too, by name, no hang. */
+static int run_fault_stream(bool send)
 {
     hcomm_comm_t w = hcomm_comm_world();
     size_t n = 4 << 20;
     uint8_t *h = mp_xmalloc(n);
     memset(h, 5, n);
-    if (mp_rank == 0) {
+    if (send) {
+        hcomm_status_t st;
+        const char *side;
+        if (mp_rank == 0) {
+            void *d = dev_alloc(n);
+            MP_OK(hc_gpu_model_test_fill(d, h, n));
+            st = hcomm_send(d, n, HCOMM_UINT8, 1, 7, w);
+            side = "device 0";
+            MP_OK(hc_gpu_model_test_free(d));
+        } else {
+            st = hcomm_recv(h, n, HCOMM_UINT8, 0, 7, w);
+            side = "rank 0 could not write or stream";
+        }
+        const char *msg = hcomm_last_error();
+        if (st == HCOMM_OK || !strstr(msg, side))
+            mp_fail("fault_stream send: %s, \"%s\" (want a failure naming \"%s\")",
+                    hcomm_strerror(st), msg, side);
+        else
+            printf("rank %d: %s (as expected)\n", mp_rank, msg);
+    } else if (mp_rank == 0) {
         MP_OK(hcomm_send(h, n, HCOMM_UINT8, 1, 7, w));
     } else {
         void *d = dev_alloc(n);
@@ -346,7 +377,7 @@ int main(int argc, char **argv)
     const char *how = argc > 2 ? argv[2] : "";
     if (!strcmp(what, "fault") || !strcmp(what, "fault_stream")) {
         const char *r = getenv("HCOMM_RANK");
-        if (r && atoi(r) == 1)
+        if (r && atoi(r) == (!strcmp(how, "send") ? 0 : 1))
             setenv("HCOMM_GPU_MODEL_FAULT", what[5] ? "copy:3" : "copy:1", 1);
     }
     mp_init();
@@ -361,8 +392,8 @@ int main(int argc, char **argv)
     if (!strcmp(what, "refused") && *how) return run_refused(how);
     if (!strcmp(what, "nostream")) return run_nostream();
     if (!strcmp(what, "fault")) return run_fault();
-    if (!strcmp(what, "fault_stream")) return run_fault_stream();
+    if (!strcmp(what, "fault_stream")) return run_fault_stream(!strcmp(how, "send"));
     fprintf(stderr, "usage: mp_gpu_gdr p2p direct|staged|streamed | realloc | refused WHY | nostream | "
-                    "fault | fault_stream\n");
+                    "fault | fault_stream [send]\n");
     return 2;
 }
