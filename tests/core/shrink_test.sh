@@ -52,7 +52,11 @@ run() {
             ((rcs[r] == 137)) || fail "$what seed $seed: rank $r (victim) exit ${rcs[r]}, not 137"
             continue
         fi
-        ((rcs[r] == 0)) || fail "$what seed $seed: rank $r exit ${rcs[r]}: $(grep -v RLIMIT "$TMP/out.$r" | tail -4)"
+        # the program's own failure lines first (its progress lines and the
+        # library's warnings come after them and would hide them), then the end
+        ((rcs[r] == 0)) || fail "$what seed $seed: rank $r exit ${rcs[r]}: $(grep -v -e RLIMIT \
+            -e '^\[hcomm' -e 'shrunk to' -e 'finished ' -e 'returned before' "$TMP/out.$r" |
+            head -3) ... $(grep -v RLIMIT "$TMP/out.$r" | tail -4)"
         grep -q "^rank $r: finished" "$TMP/out.$r" || fail "$what seed $seed: rank $r did not finish"
         lists=$(sed -n "s/^rank $r: shrunk to [0-9]* members {\(.*\)} after.*/\1/p" "$TMP/out.$r" | tail -1)
         [[ $lists == "$want" ]] || fail "$what seed $seed: rank $r ended with members {$lists}, expected {$want}"
