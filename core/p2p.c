@@ -281,6 +281,22 @@ hcomm_status_t hc_p2p_isend(struct hcomm_comm *comm, uint32_t ctx_id, const void
 static hcomm_status_t hc_p2p_isend_post(hc_peer_t *p, struct hcomm_request *req,
                                         struct hcomm_request **req_p);
 
+/* A send request for buf, len bytes to comm rank peer (NULL: no memory). */
+static struct hcomm_request *hc_p2p_send_req(struct hcomm_comm *comm, uint32_t ctx_id,
+                                             const void *buf, size_t len, int peer, int32_t tag)
+{
+    struct hcomm_request *req = hc_request_alloc(HC_REQ_SEND);
+    if (HC_UNLIKELY(!req)) return NULL;
+    req->comm = comm;
+    req->buf = (void *)buf;
+    req->len = len;
+    req->peer = peer;
+    req->wpeer = comm->world_ranks[peer];
+    req->tag = tag;
+    req->ctx_id = ctx_id;
+    return req;
+}
+
 hcomm_status_t hc_p2p_isend_mem(struct hcomm_comm *comm, uint32_t ctx_id, const void *buf,
                                 size_t len, int peer, int32_t tag, const hc_mem_attr_t *mem,
                                 struct hcomm_request **req_p)
@@ -294,20 +310,13 @@ hcomm_status_t hc_p2p_isend_mem(struct hcomm_comm *comm, uint32_t ctx_id, const 
                         "hcomm_send: a %zu-byte device buffer to rank %d would go in frames (eager "
                         "up to %zu bytes): it must be staged",
                         len, peer, p->conn->eager_max);
-    struct hcomm_request *req = hc_request_alloc(HC_REQ_SEND);
+    struct hcomm_request *req = hc_p2p_send_req(comm, ctx_id, buf, len, peer, tag);
     if (HC_UNLIKELY(!req))
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_send: no memory for a request");
     if (dev) {
         req->dev = true;
         req->mem = *mem;
     }
-    req->comm = comm;
-    req->buf = (void *)buf;
-    req->len = len;
-    req->peer = peer;
-    req->wpeer = wpeer;
-    req->tag = tag;
-    req->ctx_id = ctx_id;
     return hc_p2p_isend_post(p, req, req_p);
 }
 
@@ -327,19 +336,12 @@ hcomm_status_t hc_p2p_isend_streamed(struct hcomm_comm *comm, uint32_t ctx_id, v
                         "hcomm_send: a %zu-byte device buffer to rank %d cannot be streamed over "
                         "%s (eager up to %zu bytes, caps 0x%x)",
                         len, peer, p->conn->ops->name, p->conn->eager_max, p->conn->caps);
-    struct hcomm_request *req = hc_request_alloc(HC_REQ_SEND);
+    struct hcomm_request *req = hc_p2p_send_req(comm, ctx_id, buf, len, peer, tag);
     if (HC_UNLIKELY(!req))
         return hc_error(HCOMM_ERR_NO_MEMORY, "hcomm_send: no memory for a request");
     req->mem = *mem;
     req->stage_src = src;
     req->stage_done = 0;
-    req->comm = comm;
-    req->buf = buf;
-    req->len = len;
-    req->peer = peer;
-    req->wpeer = wpeer;
-    req->tag = tag;
-    req->ctx_id = ctx_id;
     return hc_p2p_isend_post(p, req, req_p);
 }
 
