@@ -288,6 +288,26 @@ static int run_nostream(void)
     return mp_finish("mp_gpu_gdr nostream");
 }
 
+/* Rank 0 sends n host bytes h; rank 1 receives them into a device buffer
+ * whose copy fails (the model's fault): the receive must fail naming
+ * device 0 and hcomm_recv. */
+static void host_to_failing_device(hcomm_comm_t w, const uint8_t *h, size_t n, const char *what)
+{
+    if (mp_rank == 0) {
+        MP_OK(hcomm_send(h, n, HCOMM_UINT8, 1, 7, w));
+        return;
+    }
+    void *d = dev_alloc(n);
+    hcomm_status_t st = hcomm_recv(d, n, HCOMM_UINT8, 0, 7, w);
+    const char *msg = hcomm_last_error();
+    if (st == HCOMM_OK || !strstr(msg, "device 0") || !strstr(msg, "hcomm_recv"))
+        mp_fail("%s: %s, \"%s\" (want a failure naming device 0 and hcomm_recv)", what,
+                hcomm_strerror(st), msg);
+    else
+        printf("rank 1: %s (as expected)\n", msg);
+    MP_OK(hc_gpu_model_test_free(d));
+}
+
 /* Rank 1's first device copy fails: the GPU dispatch's copy of an eager
  * message into its direct receive. */
 static int run_fault(void)
@@ -296,19 +316,7 @@ static int run_fault(void)
     size_t n = 64;
     uint8_t h[64];
     memset(h, 5, sizeof(h));
-    if (mp_rank == 0) {
-        MP_OK(hcomm_send(h, n, HCOMM_UINT8, 1, 7, w));
-    } else {
-        void *d = dev_alloc(n);
-        hcomm_status_t st = hcomm_recv(d, n, HCOMM_UINT8, 0, 7, w);
-        const char *msg = hcomm_last_error();
-        if (st == HCOMM_OK || !strstr(msg, "device 0") || !strstr(msg, "hcomm_recv"))
-            mp_fail("fault: %s, \"%s\" (want a failure naming device 0 and hcomm_recv)",
-                    hcomm_strerror(st), msg);
-        else
-            printf("rank 1: %s (as expected)\n", msg);
-        MP_OK(hc_gpu_model_test_free(d));
-    }
+    host_to_failing_device(w, h, n, "fault");
     MP_OK(hcomm_barrier(w));
     void *d = NULL; /* the device works again: a direct transfer */
     xfer((2 << 20) + 1, true, 0, 3, &d);
@@ -345,21 +353,11 @@ static int run_fault_stream(bool send)
                     hcomm_strerror(st), msg, side);
         else
             printf("rank %d: %s (as expected)\n", mp_rank, msg);
-    } else if (mp_rank == 0) {
-        MP_OK(hcomm_send(h, n, HCOMM_UINT8, 1, 7, w));
     } else {
-        void *d = dev_alloc(n);
-        hcomm_status_t st = hcomm_recv(d, n, HCOMM_UINT8, 0, 7, w);
-        const char *msg = hcomm_last_error();
-        if (st == HCOMM_OK || !strstr(msg, "device 0") || !strstr(msg, "hcomm_recv"))
-            mp_fail("fault_stream: %s, \"%s\" (want a failure naming device 0 and hcomm_recv)",
-                    hcomm_strerror(st), msg);
-        else
-            printf("rank 1: %s (as expected)\n", msg);
-        if (hc_stats.gdr_streamed != 1)
+        host_to_failing_device(w, h, n, "fault_stream");
+        if (mp_rank == 1 && hc_stats.gdr_streamed != 1)
             mp_fail("fault_stream: the receive was not streamed (%llu streamed)",
                     (unsigned long long)hc_stats.gdr_streamed);
-        MP_OK(hc_gpu_model_test_free(d));
     }
     free(h);
     MP_OK(hcomm_barrier(w));
